@@ -1,0 +1,235 @@
+package watukuy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/redistest"
+)
+
+// fakeClock is the shared test clock every engine in a test uses in place of Redis TIME.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *fakeClock { return &fakeClock{t: time.UnixMilli(1_800_000_000_000)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// recorder is a handler that records every delivery attempt that succeeded, in order.
+type recorder struct {
+	mu   sync.Mutex
+	evs  []Event
+	fail func(ev Event) error
+}
+
+func (r *recorder) handle(ctx context.Context, ev Event) error {
+	r.mu.Lock()
+	fail := r.fail
+	r.mu.Unlock()
+	if fail != nil {
+		if err := fail(ev); err != nil {
+			return err
+		}
+	}
+	r.mu.Lock()
+	r.evs = append(r.evs, ev)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *recorder) setFail(f func(ev Event) error) {
+	r.mu.Lock()
+	r.fail = f
+	r.mu.Unlock()
+}
+
+func (r *recorder) events() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Event(nil), r.evs...)
+}
+
+// lastVersion returns the last delivered version per identity (deletes remove it).
+func (r *recorder) final() map[string]string {
+	m := map[string]string{}
+	for _, ev := range r.events() {
+		if ev.Type == Deleted {
+			delete(m, ev.Identity)
+		} else {
+			m[ev.Identity] = ev.Version
+		}
+	}
+	return m
+}
+
+// env is one test's world: a Redis backend, a clock, a fake API and a recorder.
+type env struct {
+	t     *testing.T
+	b     redistest.Backend
+	clock *fakeClock
+	api   *fakeapi.API
+	rec   *recorder
+	n     int
+}
+
+func newEnv(t *testing.T, b redistest.Backend) *env {
+	return &env{t: t, b: b, clock: newClock(), api: fakeapi.New(), rec: &recorder{}}
+}
+
+// poller is the default test poller: a change feed of 10 items a page.
+func (e *env) poller(mod ...func(*Poller)) Poller {
+	p := Poller{Name: "orders", Fetch: e.api.ChangeFeed(10), Version: Field("version"),
+		Handler: e.rec.handle, Schedule: Schedule{Min: time.Second, Max: time.Minute},
+		Delivery: Delivery{Backoff: Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
+	for _, m := range mod {
+		m(&p)
+	}
+	return p
+}
+
+// engine starts a new engine instance (a new process, as far as Redis can tell).
+func (e *env) engine(p Poller, wrap func(core.Store) core.Store) *Engine {
+	e.t.Helper()
+	e.n++
+	eng, err := New(Options{Redis: e.b.Client, InstanceID: "instance-" + string(rune('a'-1+e.n)), Clock: e.clock.Now, wrapStore: wrap})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := eng.Register(p); err != nil {
+		e.t.Fatal(err)
+	}
+	return eng
+}
+
+// tick runs one Tick and fails the test on an engine error.
+func (e *env) tick(eng *Engine) TickReport {
+	e.t.Helper()
+	rep, err := eng.Tick(context.Background(), 10*time.Second)
+	if err != nil {
+		e.t.Fatalf("tick: %v", err)
+	}
+	return rep
+}
+
+// settle advances the clock past any lease, claim timeout or interval and ticks until a
+// tick runs cleanly with nothing to emit or deliver.
+func (e *env) settle(eng *Engine) {
+	e.t.Helper()
+	for i := 0; i < 20; i++ {
+		e.clock.Advance(3 * time.Minute)
+		rep := e.tick(eng)
+		if rep.Ran > 0 && rep.Events == 0 && rep.Delivered == 0 && len(rep.Errors) == 0 && rep.SkippedLeased == 0 {
+			return
+		}
+	}
+	e.t.Fatal("keys still busy after 20 ticks")
+}
+
+var errKilled = errors.New("killed")
+
+// faultyStore fails chosen calls, as a process killed at that point would.
+type faultyStore struct {
+	core.Store
+	mu        sync.Mutex
+	failAck   int
+	failEnd   int
+	failCommt int // fail before the commit (K2)
+	dieCommit int // commit, then fail as if the process died (K3)
+	commits   int
+}
+
+func (f *faultyStore) take(n *int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if *n > 0 {
+		*n--
+		return true
+	}
+	return false
+}
+
+func (f *faultyStore) Ack(ctx context.Context, l core.Lease, ids []string) error {
+	if f.take(&f.failAck) {
+		return errKilled
+	}
+	return f.Store.Ack(ctx, l, ids)
+}
+
+func (f *faultyStore) End(ctx context.Context, l core.Lease, r core.EndRequest) error {
+	if f.take(&f.failEnd) {
+		return errKilled
+	}
+	return f.Store.End(ctx, l, r)
+}
+
+func (f *faultyStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
+	if f.take(&f.failCommt) {
+		return core.CommitResult{}, errKilled
+	}
+	res, err := f.Store.CommitPoll(ctx, l, c)
+	if err == nil {
+		f.mu.Lock()
+		f.commits++
+		f.mu.Unlock()
+	}
+	if err == nil && f.take(&f.dieCommit) {
+		return core.CommitResult{}, errKilled
+	}
+	return res, err
+}
+
+func (f *faultyStore) commitCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.commits
+}
+
+// faulty returns a wrapper that installs fs around the real store.
+func faulty(fs *faultyStore) func(core.Store) core.Store {
+	return func(s core.Store) core.Store { fs.Store = s; return fs }
+}
+
+// dump reads every key and value in Redis, for "no trace" comparisons.
+func dump(t *testing.T, b redistest.Backend) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := redistest.Keys(ctx, b.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, k := range keys {
+		typ := b.Client.Type(ctx, k).Val()
+		var v any
+		switch typ {
+		case "hash":
+			v = b.Client.HGetAll(ctx, k).Val()
+		case "stream":
+			v = b.Client.XRange(ctx, k, "-", "+").Val()
+		case "zset":
+			v = b.Client.ZRangeWithScores(ctx, k, 0, -1).Val()
+		default:
+			v = b.Client.Get(ctx, k).Val()
+		}
+		out[k] = fmt.Sprintf("%s %v", typ, v)
+	}
+	return out
+}

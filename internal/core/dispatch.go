@@ -1,0 +1,187 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// delivery is one outbox entry on its way to the handler; ev is nil until decoded.
+type delivery struct {
+	entry Entry
+	ev    *Event
+}
+
+// deliver hands a batch (in sequence order) to the handler: one ordering key at a time in
+// sequence order, up to Delivery.Concurrency keys at once. Successes are acked in sequence
+// order in one fenced call; exhausted events are parked and hold their ordering key (G4), or
+// halt the cycle with PoisonHalt. Undelivered entries stay in the outbox (G1).
+func (c *cycle) deliver(ctx context.Context, batch []delivery) *cycleError {
+	d := &dispatch{c: c, acked: make([]bool, len(batch))}
+	groups := map[string][]int{}
+	var order []string
+	for i, b := range batch {
+		ok := b.entry.OrderingKey
+		if c.holds[ok] {
+			d.hold(b)
+			continue
+		}
+		if _, seen := groups[ok]; !seen {
+			order = append(order, ok)
+		}
+		groups[ok] = append(groups[ok], i)
+	}
+	dctx, stop := context.WithCancel(ctx)
+	defer stop()
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for w := 0; w < min(c.p.Delivery.Concurrency, len(order)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ok := range work {
+				d.runGroup(dctx, stop, batch, groups[ok])
+			}
+		}()
+	}
+feed:
+	for _, ok := range order {
+		select {
+		case work <- ok:
+		case <-dctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+
+	if len(d.poison) > 0 || len(d.held) > 0 {
+		if err := c.e.store.Park(ctx, c.lease, d.poison, d.held); err != nil {
+			return storeErr(err)
+		}
+		c.rep.Parked += len(d.poison)
+	}
+	var ids []string
+	for i, ok := range d.acked {
+		if ok {
+			ids = append(ids, batch[i].entry.StreamID)
+		}
+	}
+	if len(ids) > 0 {
+		if err := c.e.store.Ack(ctx, c.lease, ids); err != nil {
+			return storeErr(err)
+		}
+		c.rep.Delivered += len(ids)
+	}
+	if d.halt != nil {
+		return d.halt
+	}
+	if err := context.Cause(ctx); err != nil {
+		return storeErr(err)
+	}
+	return nil
+}
+
+// dispatch is the shared result of one batch's workers.
+type dispatch struct {
+	c      *cycle
+	mu     sync.Mutex
+	acked  []bool
+	poison []Poison
+	held   []Held
+	halt   *cycleError
+}
+
+// runGroup delivers one ordering key's entries in order; a failure stops the group.
+func (d *dispatch) runGroup(ctx context.Context, stop context.CancelFunc, batch []delivery, idx []int) {
+	c := d.c
+	for n, i := range idx {
+		if ctx.Err() != nil || !c.keeper.valid() {
+			return // left in the outbox: redelivered by the next lease holder (G1)
+		}
+		b := batch[i]
+		errs, err := d.attempt(ctx, b)
+		if err == nil {
+			d.mu.Lock()
+			d.acked[i] = true
+			d.mu.Unlock()
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if c.p.Delivery.Poison == PoisonHalt {
+			d.mu.Lock()
+			d.halt = &cycleError{phase: "handler", code: "POISON_HALT",
+				err: fmt.Errorf("event %s of %s failed %d times, poison: halt: %w", b.entry.ID, c.key, len(errs), err)}
+			d.mu.Unlock()
+			stop()
+			return
+		}
+		d.park(b, errs)
+		for _, j := range idx[n+1:] {
+			d.hold(batch[j])
+		}
+		return
+	}
+}
+
+// attempt calls the handler up to Attempts times with backoff; it returns every error seen.
+func (d *dispatch) attempt(ctx context.Context, b delivery) ([]string, error) {
+	c := d.c
+	ev := b.ev
+	if ev == nil {
+		ev = new(Event)
+		if err := json.Unmarshal(b.entry.Envelope, ev); err != nil {
+			err = fmt.Errorf("corrupt envelope of %s: %w", b.entry.ID, err)
+			return []string{err.Error()}, err
+		}
+		ev.Seq = b.entry.Seq
+	}
+	var errs []string
+	var last error
+	for a := 1; a <= c.p.Delivery.Attempts; a++ {
+		if a > 1 {
+			t := time.NewTimer(c.p.Delivery.Backoff.Delay(a-1, c.e.rand()))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return errs, ctx.Err()
+			case <-t.C:
+			}
+			if !c.keeper.valid() {
+				return errs, &LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "lease may have expired during handler retries"}
+			}
+		}
+		if last = c.p.callHandler(ctx, *ev); last == nil {
+			return nil, nil
+		}
+		errs = append(errs, last.Error())
+		c.log.Warn().Str("eventId", ev.ID).Int("attempt", a).Err(last).Msg("handler failed")
+	}
+	return errs, last
+}
+
+func (d *dispatch) park(b delivery, errs []string) {
+	c := d.c
+	row, _ := json.Marshal(parkedRow{Kind: parkedPoison, ID: b.entry.ID, Error: errs[len(errs)-1], Errors: errs,
+		Attempts: len(errs), Event: d.entryOf(b), ParkedAt: c.now().UnixMilli()})
+	d.mu.Lock()
+	d.poison = append(d.poison, Poison{StreamID: b.entry.StreamID, ParkedID: b.entry.ID, OrderingKey: b.entry.OrderingKey, Row: row})
+	c.holds[b.entry.OrderingKey] = true
+	d.mu.Unlock()
+	c.log.Error().Str("eventId", b.entry.ID).Str("orderingKey", b.entry.OrderingKey).Str("error", errs[len(errs)-1]).Msg("event parked as poison; its ordering key is held")
+}
+
+func (d *dispatch) hold(b delivery) {
+	js, _ := json.Marshal(d.entryOf(b))
+	d.mu.Lock()
+	d.held = append(d.held, Held{StreamID: b.entry.StreamID, JSON: js})
+	d.mu.Unlock()
+}
+
+func (d *dispatch) entryOf(b delivery) *heldEntry {
+	return &heldEntry{ID: b.entry.ID, OK: b.entry.OrderingKey, EV: string(b.entry.Envelope), Seq: b.entry.Seq}
+}

@@ -1,0 +1,537 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Options configures an Engine.
+type Options struct {
+	// Store is the database (internal/redisstore in production).
+	Store Store
+	// InstanceID names this process in leases and consumer groups; required.
+	InstanceID string
+	// Logger receives structured logs; the zero value logs nothing.
+	Logger zerolog.Logger
+	// TickConcurrency is how many cycles Tick runs at once; default 4.
+	TickConcurrency int
+	// ClaimTimeout pushes a claimed key's due time forward so a dead worker's key comes back
+	// by itself; default 2m.
+	ClaimTimeout time.Duration
+	// Rand returns uniform numbers in [0,1) for jitter; default math/rand/v2.
+	Rand func() float64
+}
+
+// Engine runs the cycles of registered pollers.
+type Engine struct {
+	store   Store
+	owner   string
+	log     zerolog.Logger
+	rand    func() float64
+	tickN   int
+	claimTO time.Duration
+
+	mu         sync.Mutex
+	pollers    map[string]*Poller
+	registered bool // keys written to the registry and due set
+
+	root     context.Context
+	stopRoot context.CancelFunc
+	stopping bool
+	inflight sync.WaitGroup
+}
+
+// NewEngine checks opts and returns an engine.
+func NewEngine(opts Options) (*Engine, error) {
+	if opts.Store == nil {
+		return nil, &ConfigError{Field: "store", Msg: "is required"}
+	}
+	if opts.InstanceID == "" {
+		return nil, &ConfigError{Field: "instanceID", Msg: "is required"}
+	}
+	e := &Engine{store: opts.Store, owner: opts.InstanceID, log: opts.Logger, rand: opts.Rand,
+		tickN: opts.TickConcurrency, claimTO: opts.ClaimTimeout, pollers: map[string]*Poller{}}
+	if e.rand == nil {
+		e.rand = rand.Float64
+	}
+	if e.tickN <= 0 {
+		e.tickN = 4
+	}
+	if e.claimTO <= 0 {
+		e.claimTO = 2 * time.Minute
+	}
+	e.root, e.stopRoot = context.WithCancel(context.Background())
+	return e, nil
+}
+
+// Register adds a poller; an invalid definition is a *ConfigError naming the field.
+func (e *Engine) Register(p Poller) error {
+	p, err := p.withDefaults()
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, dup := e.pollers[p.Name]; dup {
+		return &ConfigError{Poller: p.Name, Field: "name", Msg: "is registered twice"}
+	}
+	e.pollers[p.Name] = &p
+	e.registered = false
+	return nil
+}
+
+// poller returns the registered poller of key, checking the partition too.
+func (e *Engine) poller(key Key) (*Poller, error) {
+	e.mu.Lock()
+	p, ok := e.pollers[key.Poller]
+	e.mu.Unlock()
+	if !ok {
+		return nil, &ConfigError{Poller: key.Poller, Field: "name", Msg: "no such poller is registered"}
+	}
+	for _, k := range p.keys() {
+		if k == key {
+			return p, nil
+		}
+	}
+	return nil, &ConfigError{Poller: key.Poller, Field: "partitions", Msg: fmt.Sprintf("unknown partition %q", key.Partition)}
+}
+
+// ensureRegistered writes every key to the registry and due set once per registration change.
+func (e *Engine) ensureRegistered(ctx context.Context) error {
+	e.mu.Lock()
+	if e.registered {
+		e.mu.Unlock()
+		return nil
+	}
+	var keys []Key
+	info := map[string][]byte{}
+	for _, p := range e.pollers {
+		b, _ := json.Marshal(map[string]any{"poller": p.Name, "partitions": p.Partitions,
+			"min": p.Schedule.Min.String(), "max": p.Schedule.Max.String(), "leaseTTL": p.LeaseTTL.String(),
+			"schemaVersion": p.SchemaVersion})
+		for _, k := range p.keys() {
+			keys = append(keys, k)
+			info[k.String()] = b
+		}
+	}
+	e.mu.Unlock()
+	if err := e.store.Register(ctx, keys, info); err != nil {
+		return fmt.Errorf("watukuy: register keys: %w", err)
+	}
+	e.mu.Lock()
+	e.registered = true
+	e.mu.Unlock()
+	return nil
+}
+
+// TickReport sums the cycles of one Tick.
+type TickReport struct {
+	Ran           int     `json:"ran"`
+	SkippedNotDue int     `json:"skippedNotDue"`
+	SkippedLeased int     `json:"skippedLeased"`
+	SkippedPaused int     `json:"skippedPaused"`
+	Events        int     `json:"events"`
+	Delivered     int     `json:"delivered"`
+	Errors        []error `json:"-"`
+}
+
+func (r *TickReport) add(c CycleReport) {
+	switch c.Outcome {
+	case Ran:
+		r.Ran++
+	case SkippedNotDue:
+		r.SkippedNotDue++
+	case SkippedLeased:
+		r.SkippedLeased++
+	case SkippedPaused:
+		r.SkippedPaused++
+	}
+	r.Events += c.Events
+	r.Delivered += c.Delivered
+	if c.Err != nil {
+		r.Errors = append(r.Errors, c.Err)
+	}
+}
+
+// Tick claims due keys with the scheduler's claim script and runs their cycles, for at most
+// maxDuration of claiming, then returns what it did (cron and serverless mode).
+func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (TickReport, error) {
+	var rep TickReport
+	if err := e.ensureRegistered(ctx); err != nil {
+		return rep, err
+	}
+	deadline := time.Now().Add(maxDuration)
+	var mu sync.Mutex
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if !e.enter() {
+			break
+		}
+		keys, err := e.store.ClaimDue(ctx, e.tickN, e.claimTO)
+		e.inflight.Done()
+		if err != nil {
+			return rep, fmt.Errorf("watukuy: claim due keys: %w", err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		var wg sync.WaitGroup
+		for _, k := range keys {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := e.RunCycle(ctx, k)
+				mu.Lock()
+				rep.add(c)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+	}
+	return rep, nil
+}
+
+// enter counts an in-flight call unless the engine is stopping.
+func (e *Engine) enter() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopping {
+		return false
+	}
+	e.inflight.Add(1)
+	return true
+}
+
+// Stop refuses new cycles, then waits for running ones: with drain they may finish (up to
+// timeout), without it they are cancelled at once. Cancelled deliveries are not acked and
+// come back later (G1).
+func (e *Engine) Stop(drain bool, timeout time.Duration) error {
+	e.mu.Lock()
+	e.stopping = true
+	e.mu.Unlock()
+	if !drain {
+		e.stopRoot()
+	}
+	done := make(chan struct{})
+	go func() { e.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+		e.stopRoot()
+		return nil
+	case <-time.After(timeout):
+		e.stopRoot()
+		<-done
+		return fmt.Errorf("watukuy: stop: cycles still running after %v were cancelled", timeout)
+	}
+}
+
+// Trigger makes a key due now; an open circuit gets its probe.
+func (e *Engine) Trigger(ctx context.Context, key Key) error {
+	return e.keyOp(ctx, key, "trigger", e.store.Trigger)
+}
+
+// Pause stops the key's cycles (no request, no delivery) until Resume.
+func (e *Engine) Pause(ctx context.Context, key Key) error {
+	return e.keyOp(ctx, key, "pause", e.store.Pause)
+}
+
+// Resume lifts a pause; the key is due at once.
+func (e *Engine) Resume(ctx context.Context, key Key) error {
+	return e.keyOp(ctx, key, "resume", e.store.Resume)
+}
+
+func (e *Engine) keyOp(ctx context.Context, key Key, name string, op func(context.Context, Key) error) error {
+	if _, err := e.poller(key); err != nil {
+		return err
+	}
+	if err := e.ensureRegistered(ctx); err != nil {
+		return err
+	}
+	if err := op(ctx, key); err != nil {
+		return fmt.Errorf("watukuy: %s %s: %w", name, key, err)
+	}
+	return nil
+}
+
+// KeyInfo is what Inspect reports for a key.
+type KeyInfo struct {
+	Poller        string          `json:"poller"`
+	Partition     string          `json:"partition"`
+	Status        string          `json:"status"`
+	Paused        bool            `json:"paused"`
+	Cursor        string          `json:"cursor"`
+	LeaseOwner    string          `json:"leaseOwner,omitempty"`
+	LeaseEpoch    int64           `json:"leaseEpoch"`
+	LeaseExpires  *time.Time      `json:"leaseExpiresAt,omitempty"`
+	NextDueAt     *time.Time      `json:"nextDueAt,omitempty"`
+	Interval      time.Duration   `json:"intervalMs"`
+	Circuit       string          `json:"circuit"`
+	Failures      int             `json:"consecutiveFailures"`
+	LastPoll      json.RawMessage `json:"lastPoll,omitempty"`
+	LastError     json.RawMessage `json:"lastError,omitempty"`
+	LagMs         int64           `json:"lagMs"`
+	OutboxPending int64           `json:"outboxPending"`
+	Parked        int64           `json:"parked"`
+	Held          int64           `json:"held"`
+	Items         int64           `json:"items"`
+}
+
+// Inspect reads one key's status.
+func (e *Engine) Inspect(ctx context.Context, key Key) (KeyInfo, error) {
+	if _, err := e.poller(key); err != nil {
+		return KeyInfo{}, err
+	}
+	s, err := e.store.Inspect(ctx, key)
+	if err != nil {
+		return KeyInfo{}, fmt.Errorf("watukuy: inspect %s: %w", key, err)
+	}
+	st := newState(s.State)
+	ki := KeyInfo{Poller: key.Poller, Partition: key.Partition, Paused: st.paused(),
+		Cursor: st.get(fieldCursorLive), LeaseOwner: s.LeaseOwner, LeaseEpoch: s.LeaseEpoch,
+		Interval: st.duration(fieldInterval), Circuit: st.circuit(), Failures: st.int(fieldFailures),
+		OutboxPending: s.OutboxLen, Parked: s.Parked, Held: s.Held, Items: s.Items}
+	if v := st.get(fieldLastPoll); v != "" {
+		ki.LastPoll = json.RawMessage(v)
+	}
+	if v := st.get(fieldLastError); v != "" {
+		ki.LastError = json.RawMessage(v)
+	}
+	if !s.LeaseExpires.IsZero() {
+		ki.LeaseExpires = &s.LeaseExpires
+	}
+	if due := st.time(FieldNextDue); !due.IsZero() {
+		ki.NextDueAt = &due
+		if lag := s.Now.Sub(due); lag > 0 {
+			ki.LagMs = lag.Milliseconds()
+		}
+	}
+	switch {
+	case ki.Paused:
+		ki.Status = "paused"
+	case ki.LeaseExpires != nil && ki.LeaseExpires.After(s.Now):
+		ki.Status = "running"
+	case ki.Circuit == circuitOpen:
+		ki.Status = "circuitOpen"
+	case ki.LastError != nil:
+		ki.Status = "failing"
+	default:
+		ki.Status = "idle"
+	}
+	return ki, nil
+}
+
+// ParkedInfo is one parked row.
+type ParkedInfo struct {
+	ID          string          `json:"id"`
+	Kind        string          `json:"kind"`
+	Error       string          `json:"error"`
+	Errors      []string        `json:"errors,omitempty"`
+	Attempts    int             `json:"attempts,omitempty"`
+	OrderingKey string          `json:"orderingKey,omitempty"`
+	Identity    string          `json:"identity,omitempty"`
+	Event       json.RawMessage `json:"event,omitempty"`
+	Item        json.RawMessage `json:"item,omitempty"`
+	ParkedAt    time.Time       `json:"parkedAt"`
+}
+
+// parkedRow is the stored JSON of a parked row.
+type parkedRow struct {
+	Kind     string     `json:"kind"`
+	ID       string     `json:"id"`
+	Error    string     `json:"error"`
+	Errors   []string   `json:"errors,omitempty"`
+	Attempts int        `json:"attempts,omitempty"`
+	Event    *heldEntry `json:"event,omitempty"`
+	Identity string     `json:"identity,omitempty"`
+	Lane     string     `json:"lane,omitempty"`
+	Item     string     `json:"item,omitempty"`
+	ParkedAt int64      `json:"parkedAt"`
+}
+
+// heldEntry is an outbox entry kept aside (poison or held); the fields mirror the stream's.
+type heldEntry struct {
+	ID  string `json:"id"`
+	OK  string `json:"ok"`
+	EV  string `json:"ev"`
+	Seq string `json:"seq"`
+}
+
+// ListParked returns the key's parked rows, oldest first; kind "" lists all.
+func (e *Engine) ListParked(ctx context.Context, key Key, kind string) ([]ParkedInfo, error) {
+	if _, err := e.poller(key); err != nil {
+		return nil, err
+	}
+	rows, err := e.store.ListParked(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("watukuy: parked ls %s: %w", key, err)
+	}
+	out := []ParkedInfo{}
+	for id, raw := range rows {
+		var r parkedRow
+		if err := json.Unmarshal(raw, &r); err != nil {
+			out = append(out, ParkedInfo{ID: id, Kind: "corrupt", Error: err.Error()})
+			continue
+		}
+		if kind != "" && r.Kind != kind {
+			continue
+		}
+		pi := ParkedInfo{ID: id, Kind: r.Kind, Error: r.Error, Errors: r.Errors, Attempts: r.Attempts,
+			Identity: r.Identity, ParkedAt: time.UnixMilli(r.ParkedAt).UTC()}
+		if r.Event != nil {
+			pi.OrderingKey = r.Event.OK
+			pi.Event = json.RawMessage(r.Event.EV)
+		}
+		if r.Item != "" {
+			if json.Valid([]byte(r.Item)) {
+				pi.Item = json.RawMessage(r.Item)
+			} else {
+				pi.Item, _ = json.Marshal(r.Item)
+			}
+		}
+		out = append(out, pi)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].ParkedAt.Equal(out[j].ParkedAt) {
+			return out[i].ParkedAt.Before(out[j].ParkedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// RetryParked returns parked rows to work: a poison event goes back to delivery, the events
+// its ordering key held follow in their original order; an invalid item is checked again and,
+// when it now passes, committed as a normal observation.
+func (e *Engine) RetryParked(ctx context.Context, key Key, ids []string) (int, error) {
+	return e.releaseParked(ctx, key, ids, true)
+}
+
+// DiscardParked drops parked rows; the events a poison event held return to delivery.
+func (e *Engine) DiscardParked(ctx context.Context, key Key, ids []string) (int, error) {
+	return e.releaseParked(ctx, key, ids, false)
+}
+
+func (e *Engine) releaseParked(ctx context.Context, key Key, ids []string, retry bool) (int, error) {
+	p, err := e.poller(key)
+	if err != nil {
+		return 0, err
+	}
+	released := 0
+	err = e.withOpLease(ctx, key, p, func(c *cycle) error {
+		rows, err := e.store.ListParked(ctx, key)
+		if err != nil {
+			return err
+		}
+		var plain []string
+		for _, id := range ids {
+			raw, ok := rows[id]
+			if !ok {
+				return fmt.Errorf("no parked row %q", id)
+			}
+			var r parkedRow
+			if err := json.Unmarshal(raw, &r); err == nil && r.Kind == parkedInvalid && retry {
+				if err := c.retryInvalid(ctx, r); err != nil {
+					return err
+				}
+				released++
+				continue
+			}
+			plain = append(plain, id)
+		}
+		if len(plain) == 0 {
+			return nil
+		}
+		n, _, err := e.store.ReleaseParked(ctx, c.lease, retry, plain)
+		released += n
+		return err
+	})
+	if err != nil {
+		return released, fmt.Errorf("watukuy: parked %s on %s: %w", map[bool]string{true: "retry", false: "discard"}[retry], key, err)
+	}
+	return released, e.store.Trigger(ctx, key)
+}
+
+// withOpLease runs fn under the key's lease, waiting up to 5s for another holder to finish.
+func (e *Engine) withOpLease(ctx context.Context, key Key, p *Poller, fn func(c *cycle) error) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := e.store.Begin(ctx, key, e.owner, p.LeaseTTL, true)
+		if err != nil {
+			return err
+		}
+		if b.Status == BeginOK {
+			c := newCycle(e, p, b)
+			ferr := fn(c)
+			if err := e.store.End(ctx, c.lease, EndRequest{NextDue: b.Now}); err != nil && ferr == nil {
+				ferr = err
+			}
+			return ferr
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the key stayed leased by another instance for 5s; try again")
+		}
+		wait := min(b.LeaseExpires.Sub(b.Now), 250*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(max(wait, 10*time.Millisecond)):
+		}
+	}
+}
+
+// state wraps a key's state hash with typed accessors.
+type state map[string]string
+
+func newState(m map[string]string) state {
+	if m == nil {
+		return state{}
+	}
+	return state(m)
+}
+
+func (s state) get(f string) string { return s[f] }
+func (s state) int(f string) int    { n, _ := strconv.Atoi(s[f]); return n }
+func (s state) paused() bool        { return s[FieldPaused] == "1" }
+func (s state) duration(f string) time.Duration {
+	return time.Duration(s.int(f)) * time.Millisecond
+}
+func (s state) time(f string) time.Time {
+	n, err := strconv.ParseInt(s[f], 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(n).UTC()
+}
+func (s state) circuit() string {
+	if c := s[fieldCircuit]; c != "" {
+		return c
+	}
+	return circuitClosed
+}
+
+// State hash fields.
+const (
+	fieldCursorLive = "cursor.live"
+	FieldNextDue    = "nextDue"
+	fieldInterval   = "interval"
+	fieldFailures   = "failures"
+	fieldCircuit    = "circuit"
+	fieldLastPoll   = "lastPoll"
+	fieldLastError  = "lastError"
+	FieldPaused     = "paused"
+	fieldSchema     = "schemaVersion"
+
+	circuitClosed = "closed"
+	circuitOpen   = "open"
+
+	parkedInvalid = "invalid"
+	parkedPoison  = "poison"
+)

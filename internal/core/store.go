@@ -1,0 +1,176 @@
+package core
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the narrow interface between the engine and its database. Every method that takes
+// a Lease is fenced: it fails with *LeaseLostError, having written nothing, when the lease's
+// epoch is stale or the lease expired. Methods without a Lease are unfenced and safe to call
+// from any process.
+type Store interface {
+	// ClaimDue atomically takes up to limit keys whose due time has passed and pushes them
+	// forward by claimTimeout.
+	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration) ([]Key, error)
+	// Begin starts a cycle (op=false: checks paused and due) or an operator action (op=true:
+	// checks the lease only), taking the lease when allowed.
+	Begin(ctx context.Context, key Key, owner string, ttl time.Duration, op bool) (BeginResult, error)
+	// Renew extends the lease and returns its new expiry (server clock).
+	Renew(ctx context.Context, l Lease) (time.Time, error)
+	// LoadRows returns the stored rows for identities (nil where absent), in order.
+	LoadRows(ctx context.Context, key Key, identities []string) ([][]byte, error)
+	// Identities lists every tracked identity of key.
+	Identities(ctx context.Context, key Key) ([]string, error)
+	// CommitPoll writes one page atomically and returns the outbox sequence of each event.
+	CommitPoll(ctx context.Context, l Lease, c Commit) (CommitResult, error)
+	// ReadOutbox takes the next deliverable entries: pending ones of earlier owners first.
+	ReadOutbox(ctx context.Context, l Lease, n int) ([]Entry, error)
+	// Ack acknowledges and deletes delivered entries, given in sequence order.
+	Ack(ctx context.Context, l Lease, streamIDs []string) error
+	// Park parks poison entries (holding their ordering keys) and moves held entries aside.
+	Park(ctx context.Context, l Lease, poison []Poison, held []Held) error
+	// End saves the schedule, releases the lease and writes the key's next due time.
+	End(ctx context.Context, l Lease, e EndRequest) error
+	// ReleaseParked retries or discards parked rows under the lease.
+	ReleaseParked(ctx context.Context, l Lease, retry bool, ids []string) (released, returned int, err error)
+	// SetDue writes the key's due time without touching its state (skipped cycles).
+	SetDue(ctx context.Context, key Key, at time.Time) error
+	// Register records keys in the registry and puts new ones in the due set, due now.
+	Register(ctx context.Context, keys []Key, info map[string][]byte) error
+	// Pause stops cycles of key until Resume.
+	Pause(ctx context.Context, key Key) error
+	// Resume lifts a pause and makes the key due now.
+	Resume(ctx context.Context, key Key) error
+	// Trigger makes the key due now (a circuit-open key gets its probe).
+	Trigger(ctx context.Context, key Key) error
+	// Inspect reads a key's state, lease and counters.
+	Inspect(ctx context.Context, key Key) (Snapshot, error)
+	// ListParked returns the key's parked rows (JSON), keyed by parked id.
+	ListParked(ctx context.Context, key Key) (map[string][]byte, error)
+}
+
+// Lease is the right to mutate one key, valid while its epoch is current and unexpired.
+type Lease struct {
+	Key   Key
+	Owner string
+	Epoch int64
+	TTL   time.Duration
+}
+
+// BeginStatus is the outcome of Begin.
+type BeginStatus int
+
+// Begin outcomes.
+const (
+	BeginOK BeginStatus = iota
+	BeginPaused
+	BeginNotDue
+	BeginLeased
+)
+
+// BeginResult is what Begin returns.
+type BeginResult struct {
+	Status BeginStatus
+	Lease  Lease
+	// Now is the server clock at Begin.
+	Now time.Time
+	// NextDue is the stored due time (BeginNotDue).
+	NextDue time.Time
+	// LeaseExpires is when the other holder's lease ends (BeginLeased).
+	LeaseExpires time.Time
+	// OutboxLen counts undelivered outbox entries (BeginOK).
+	OutboxLen int64
+	// State is the key's state hash (BeginOK).
+	State map[string]string
+	// Holds are the ordering keys held by parked events (BeginOK).
+	Holds []string
+}
+
+// Commit is one page's atomic write.
+type Commit struct {
+	// State patches fields of the key's state (the cursor among them).
+	State map[string]string
+	// Upserts writes item rows.
+	Upserts []Upsert
+	// Deletes removes item rows.
+	Deletes []string
+	// Events go to the outbox in this order.
+	Events []OutboxEvent
+	// Invalid parks rows of items that failed validation (once per id).
+	Invalid []ParkedRow
+	// Unpark removes parked rows (an invalid item that now passes).
+	Unpark []string
+}
+
+// Upsert is one item row.
+type Upsert struct {
+	Identity string
+	Row      []byte
+}
+
+// OutboxEvent is one event as committed.
+type OutboxEvent struct {
+	ID          string
+	OrderingKey string
+	Envelope    []byte
+}
+
+// ParkedRow is one parked row (JSON).
+type ParkedRow struct {
+	ID  string
+	Row []byte
+}
+
+// CommitResult is what CommitPoll returns.
+type CommitResult struct {
+	// StreamIDs is the outbox sequence of each event, in order.
+	StreamIDs []string
+	// LeaseExpires is the renewed lease expiry.
+	LeaseExpires time.Time
+}
+
+// Entry is one outbox entry read back for delivery.
+type Entry struct {
+	StreamID    string
+	ID          string
+	OrderingKey string
+	Envelope    []byte
+	// Seq is the original commit sequence (differs from StreamID after a parked retry).
+	Seq string
+}
+
+// Poison is an entry to park.
+type Poison struct {
+	StreamID    string
+	ParkedID    string
+	OrderingKey string
+	Row         []byte
+}
+
+// Held is an entry moved aside while its ordering key is held.
+type Held struct {
+	StreamID string
+	JSON     []byte
+}
+
+// EndRequest is what End writes.
+type EndRequest struct {
+	State   map[string]string
+	Delete  []string
+	NextDue time.Time
+}
+
+// Snapshot is a key's stored picture, as Inspect reads it.
+type Snapshot struct {
+	State        map[string]string
+	LeaseOwner   string
+	LeaseEpoch   int64
+	LeaseExpires time.Time
+	OutboxLen    int64
+	Parked       int64
+	Held         int64
+	Items        int64
+	NextDue      time.Time
+	Now          time.Time
+}

@@ -1,0 +1,145 @@
+// Package core is the engine: the cycle runner, the dispatcher, the lease keeper and the Store
+// interface they drive. It knows nothing of Redis, asynq or the network (a test enforces it);
+// internal/redisstore implements Store.
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Key names the unit of scheduling, leasing, state and ordering: one partition of a poller.
+type Key struct {
+	Poller    string
+	Partition string
+}
+
+// String renders the key as "poller|partition", its member name in the due set.
+func (k Key) String() string { return k.Poller + "|" + k.Partition }
+
+// ParseKey is the inverse of Key.String.
+func ParseKey(s string) (Key, error) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '|' {
+			return Key{Poller: s[:i], Partition: s[i+1:]}, nil
+		}
+	}
+	return Key{}, fmt.Errorf("core: malformed key %q (want poller|partition)", s)
+}
+
+// Page is one response of a poller's Fetch.
+type Page struct {
+	// Items are the raw JSON items of the page, in the API's order.
+	Items []json.RawMessage
+	// Next is the cursor after this page; it is committed together with the page's events.
+	Next string
+	// HasMore asks for another page in the same cycle.
+	HasMore bool
+	// NotModified marks a 304: the page is empty, the cycle is idle and deletes are off.
+	NotModified bool
+}
+
+// FetchRequest is what the engine hands a poller's Fetch.
+type FetchRequest struct {
+	Key Key
+	// Cursor is the lane's cursor ("" at the very start).
+	Cursor string
+	// Lane is "live" (more lanes come with later issues).
+	Lane string
+}
+
+// FetchFunc fetches one page.
+type FetchFunc func(ctx context.Context, req FetchRequest) (Page, error)
+
+// Strategy is how a poller's cursor works.
+type Strategy int
+
+const (
+	// Custom: Fetch derives the next cursor and HasMore itself.
+	Custom Strategy = iota
+	// SnapshotDiff: a full listing every cycle (the cursor only pages within the cycle);
+	// identities missing from a complete listing are deleted (G6).
+	SnapshotDiff
+)
+
+// PoisonMode says what happens to an event whose handler keeps failing.
+type PoisonMode int
+
+const (
+	// PoisonPark parks the event and holds its ordering key (the default).
+	PoisonPark PoisonMode = iota
+	// PoisonHalt leaves the event in the outbox and opens the key's circuit.
+	PoisonHalt
+)
+
+// EventType is created, updated or deleted.
+type EventType string
+
+// The three event types.
+const (
+	Created EventType = "created"
+	Updated EventType = "updated"
+	Deleted EventType = "deleted"
+)
+
+// Event is the envelope every handler and sink receives.
+type Event struct {
+	ID            string          `json:"id"`
+	Poller        string          `json:"poller"`
+	Partition     string          `json:"partition"`
+	Type          EventType       `json:"type"`
+	Lane          string          `json:"lane"`
+	Identity      string          `json:"identity"`
+	Version       string          `json:"version,omitempty"`
+	Seq           string          `json:"seq,omitempty"`
+	ObservedAt    time.Time       `json:"observedAt"`
+	SchemaVersion int             `json:"schemaVersion"`
+	Item          json.RawMessage `json:"item,omitempty"`
+}
+
+// Handler receives events. An error (or a panic) is a failed attempt.
+type Handler func(ctx context.Context, ev Event) error
+
+// ConfigError is an invalid poller definition or setting; it names the poller and field.
+type ConfigError struct {
+	Poller string
+	Field  string
+	Msg    string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("watukuy: config: poller %q: %s: %s", e.Poller, e.Field, e.Msg)
+}
+
+// LeaseLostError reports a fenced write rejected because the lease's epoch is stale or the
+// lease expired; the write changed nothing.
+type LeaseLostError struct {
+	Key    Key
+	Epoch  int64
+	Reason string
+}
+
+func (e *LeaseLostError) Error() string {
+	return fmt.Sprintf("watukuy: lease lost on %s (epoch %d): %s", e.Key, e.Epoch, e.Reason)
+}
+
+// HTTPError is a non-success answer of a third-party API.
+type HTTPError struct {
+	Key        Key
+	StatusCode int
+	URL        string
+	Body       string
+}
+
+func (e *HTTPError) Error() string {
+	return fmt.Sprintf("watukuy: %s: HTTP %d from %s", e.Key, e.StatusCode, e.URL)
+}
+
+// IsLeaseLost reports whether err is (or wraps) a LeaseLostError.
+func IsLeaseLost(err error) bool {
+	var l *LeaseLostError
+	return errors.As(err, &l)
+}

@@ -1,0 +1,85 @@
+package diff
+
+import (
+	"fmt"
+	"testing"
+)
+
+func TestRowRoundTrip(t *testing.T) {
+	for _, schema := range []int{0, 1, 127, 128, 1 << 20} {
+		r := Row{VF: VersionFingerprint("v1", []byte("fp")), Schema: schema}
+		b := AppendRow(nil, r)
+		got, ok := ParseRow(b)
+		if !ok || got != r {
+			t.Fatalf("schema %d: round trip gave %+v ok=%v", schema, got, ok)
+		}
+	}
+	if len(AppendRow(nil, Row{Schema: 1})) != 9 {
+		t.Fatal("a row of schema 1 must take 9 bytes")
+	}
+	for _, bad := range [][]byte{nil, make([]byte, 8), append(make([]byte, 8), 0x80)} {
+		if _, ok := ParseRow(bad); ok {
+			t.Errorf("ParseRow(%x) accepted a corrupt row", bad)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	a := VersionFingerprint("1", []byte("a"))
+	b := VersionFingerprint("2", []byte("a"))
+	rowA1 := AppendRow(nil, Row{VF: a, Schema: 1})
+	tests := []struct {
+		name   string
+		stored []byte
+		vf     VF
+		schema int
+		emit   bool
+		want   Kind
+	}{
+		{"no row", nil, a, 1, false, Created},
+		{"same", rowA1, a, 1, false, Unchanged},
+		{"new version", rowA1, b, 1, false, Updated},
+		{"schema bump, same hash", rowA1, a, 2, true, Rebaseline},
+		{"schema bump, new hash, rebaseline", rowA1, b, 2, false, Rebaseline},
+		{"schema bump, new hash, emit", rowA1, b, 2, true, Updated},
+	}
+	for _, tc := range tests {
+		if got := Classify(tc.stored, tc.vf, tc.schema, tc.emit); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestVersionFingerprintIsUnambiguous(t *testing.T) {
+	if VersionFingerprint("ab", []byte("c")) == VersionFingerprint("a", []byte("bc")) {
+		t.Fatal("(ab, c) and (a, bc) share a hash")
+	}
+}
+
+func TestEventIDDependsOnEveryInput(t *testing.T) {
+	vf := VersionFingerprint("1", []byte("x"))
+	base := EventID("orders", "t1", "42", "created", vf, 1)
+	if base != EventID("orders", "t1", "42", "created", vf, 1) {
+		t.Fatal("EventID is not deterministic")
+	}
+	others := []string{
+		EventID("orders2", "t1", "42", "created", vf, 1),
+		EventID("orders", "t2", "42", "created", vf, 1),
+		EventID("orders", "t1", "43", "created", vf, 1),
+		EventID("orders", "t1", "42", "updated", vf, 1),
+		EventID("orders", "t1", "42", "created", VersionFingerprint("2", []byte("x")), 1),
+		EventID("orders", "t1", "42", "created", vf, 2),
+		EventID("orders", "t14", "2", "created", vf, 1),
+	}
+	for i, o := range others {
+		if o == base {
+			t.Errorf("variant %d has the same id as the base", i)
+		}
+	}
+}
+
+func ExampleEventID() {
+	vf := VersionFingerprint("2026-11-29T10:00:00Z", []byte("fingerprint"))
+	fmt.Println(len(EventID("orders", "t_1", "A-1001", "created", vf, 1)))
+	// Output: 35
+}

@@ -1,0 +1,206 @@
+// Package fakeapi is a programmable third-party API for tests, benchmarks and the demo. It
+// keeps a collection of items, applies creates, updates and deletes, records each as ground
+// truth, and serves them through Fetch functions: a change feed (custom cursor) and a full
+// listing (snapshotDiff). Faults are injected per request with OnFetch.
+package fakeapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/watukuy/watukuy/internal/core"
+)
+
+// Change is one ground-truth mutation.
+type Change struct {
+	Seq     int64
+	ID      string
+	Version int
+	Deleted bool
+}
+
+type record struct {
+	id      string
+	version int
+	seq     int64
+	fields  map[string]any
+	deleted bool
+}
+
+// API is an in-process fake of a third-party API. It is safe for concurrent use.
+type API struct {
+	mu      sync.Mutex
+	seq     int64
+	items   map[string]*record
+	log     []Change
+	onFetch func(ctx context.Context, req core.FetchRequest) error
+	fetches int
+}
+
+// New returns an empty API.
+func New() *API { return &API{items: map[string]*record{}} }
+
+// Put creates or updates an item (its version goes up by one) and returns the new version.
+func (a *API) Put(id string, fields map[string]any) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.seq++
+	r := a.items[id]
+	if r == nil || r.deleted {
+		v := 0
+		if r != nil {
+			v = r.version
+		}
+		r = &record{id: id, version: v}
+		a.items[id] = r
+	}
+	r.version++
+	r.seq = a.seq
+	r.fields = fields
+	a.log = append(a.log, Change{Seq: a.seq, ID: id, Version: r.version})
+	return r.version
+}
+
+// Delete removes an item; it disappears from listings and the change feed.
+func (a *API) Delete(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.items[id]
+	if r == nil || r.deleted {
+		return
+	}
+	a.seq++
+	r.deleted = true
+	r.seq = a.seq
+	a.log = append(a.log, Change{Seq: a.seq, ID: id, Version: r.version, Deleted: true})
+}
+
+// Changes returns the ground-truth log.
+func (a *API) Changes() []Change {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]Change(nil), a.log...)
+}
+
+// Final returns the version of every live item.
+func (a *API) Final() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := map[string]int{}
+	for id, r := range a.items {
+		if !r.deleted {
+			m[id] = r.version
+		}
+	}
+	return m
+}
+
+// Fetches counts the Fetch calls served.
+func (a *API) Fetches() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.fetches
+}
+
+// OnFetch installs a hook run before each request; a non-nil error fails the request.
+func (a *API) OnFetch(f func(ctx context.Context, req core.FetchRequest) error) {
+	a.mu.Lock()
+	a.onFetch = f
+	a.mu.Unlock()
+}
+
+func (a *API) enter(ctx context.Context, req core.FetchRequest) error {
+	a.mu.Lock()
+	a.fetches++
+	hook := a.onFetch
+	a.mu.Unlock()
+	if hook != nil {
+		return hook(ctx, req)
+	}
+	return nil
+}
+
+func (r *record) json() json.RawMessage {
+	m := map[string]any{"id": r.id, "version": r.version, "updated_seq": r.seq}
+	for k, v := range r.fields {
+		m[k] = v
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// ChangeFeed serves the items changed after the cursor (a sequence number), oldest first,
+// pageSize at a time: a custom-cursor API. Deleted items do not appear.
+func (a *API) ChangeFeed(pageSize int) core.FetchFunc {
+	return func(ctx context.Context, req core.FetchRequest) (core.Page, error) {
+		if err := a.enter(ctx, req); err != nil {
+			return core.Page{}, err
+		}
+		after := int64(0)
+		if req.Cursor != "" {
+			n, err := strconv.ParseInt(req.Cursor, 10, 64)
+			if err != nil {
+				return core.Page{}, fmt.Errorf("fakeapi: bad cursor %q", req.Cursor)
+			}
+			after = n
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		var recs []*record
+		for _, r := range a.items {
+			if !r.deleted && r.seq > after {
+				recs = append(recs, r)
+			}
+		}
+		sort.Slice(recs, func(i, j int) bool { return recs[i].seq < recs[j].seq })
+		p := core.Page{Next: req.Cursor}
+		for i, r := range recs {
+			if i == pageSize {
+				p.HasMore = true
+				break
+			}
+			p.Items = append(p.Items, r.json())
+			p.Next = strconv.FormatInt(r.seq, 10)
+		}
+		return p, nil
+	}
+}
+
+// Listing serves every live item ordered by id, pageSize per page, the cursor being the
+// offset: the full listing a snapshotDiff poller reads.
+func (a *API) Listing(pageSize int) core.FetchFunc {
+	return func(ctx context.Context, req core.FetchRequest) (core.Page, error) {
+		if err := a.enter(ctx, req); err != nil {
+			return core.Page{}, err
+		}
+		off := 0
+		if req.Cursor != "" {
+			n, err := strconv.Atoi(req.Cursor)
+			if err != nil {
+				return core.Page{}, fmt.Errorf("fakeapi: bad offset %q", req.Cursor)
+			}
+			off = n
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		var ids []string
+		for id, r := range a.items {
+			if !r.deleted {
+				ids = append(ids, id)
+			}
+		}
+		sort.Strings(ids)
+		p := core.Page{}
+		end := min(off+pageSize, len(ids))
+		for _, id := range ids[min(off, len(ids)):end] {
+			p.Items = append(p.Items, a.items[id].json())
+		}
+		p.Next = strconv.Itoa(end)
+		p.HasMore = end < len(ids)
+		return p, nil
+	}
+}

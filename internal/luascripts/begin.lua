@@ -1,0 +1,25 @@
+-- begin.lua: start a cycle (or an operation) for one key in a single round trip.
+-- KEYS[1] state hash, KEYS[2] lease hash, KEYS[3] outbox stream, KEYS[4] holds hash
+-- ARGV[1] owner (instance id), ARGV[2] lease TTL ms, ARGV[3] now override ms or '',
+-- ARGV[4] mode: 'cycle' (checks paused and due) or 'op' (operator action: checks the lease only)
+-- Returns {'paused'} | {'notDue', nextDue, now} | {'leased', expiresAt, now}
+--       | {'ok', epoch, now, outboxLen, {state field, value, ...}, {held ordering keys}}
+-- Checks, in order, before any write: paused, due (nextDue <= now or outbox non-empty), live lease.
+local now = now_ms(ARGV[3])
+local mode = ARGV[4]
+local outbox_len = redis.call('XLEN', KEYS[3])
+if mode == 'cycle' then
+  local s = redis.call('HMGET', KEYS[1], 'paused', 'nextDue')
+  if s[1] == '1' then return {'paused'} end
+  local next_due = tonumber(s[2] or '0')
+  if next_due > now and outbox_len == 0 then return {'notDue', next_due, now} end
+end
+local l = redis.call('HMGET', KEYS[2], 'owner', 'expiresAt')
+if l[2] and tonumber(l[2]) > now then return {'leased', tonumber(l[2]), now} end
+
+local epoch = redis.call('HINCRBY', KEYS[2], 'epoch', 1)
+redis.call('HSET', KEYS[2], 'owner', ARGV[1], 'expiresAt', now + tonumber(ARGV[2]))
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('XGROUP', 'CREATE', KEYS[3], 'dispatch', '0', 'MKSTREAM')
+end
+return {'ok', epoch, now, outbox_len, redis.call('HGETALL', KEYS[1]), redis.call('HKEYS', KEYS[4])}

@@ -1,0 +1,445 @@
+// Package redisstore implements core.Store on go-redis. Every step of the commit protocol is
+// one Lua script from internal/luascripts; every key of a (poller, partition) shares the hash
+// tag {poller|partition}, so each script touches one slot and the store runs on Redis Cluster
+// as on one node.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/luascripts"
+)
+
+// Options configures a Store.
+type Options struct {
+	// Prefix starts every key; default "wk". Deployments sharing a Redis use different ones.
+	Prefix string
+	// Clock overrides the Redis server clock (TIME) for tests; nil uses the server's.
+	Clock func() time.Time
+	// Consumer names this process in the outbox consumer group; default "watukuy".
+	Consumer string
+}
+
+// Store is core.Store on Redis.
+type Store struct {
+	rdb      redis.UniversalClient
+	prefix   string
+	clock    func() time.Time
+	consumer string
+	scripts  map[string]*redis.Script
+}
+
+var _ core.Store = (*Store)(nil)
+
+// New returns a store on rdb (a single-node or cluster client).
+func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
+	s := &Store{rdb: rdb, prefix: opts.Prefix, clock: opts.Clock, consumer: opts.Consumer, scripts: map[string]*redis.Script{}}
+	if s.prefix == "" {
+		s.prefix = "wk"
+	}
+	if strings.ContainsAny(s.prefix, "{}") {
+		return nil, fmt.Errorf("redisstore: prefix %q must not contain braces", s.prefix)
+	}
+	if s.consumer == "" {
+		s.consumer = "watukuy"
+	}
+	for _, name := range luascripts.Names() {
+		src, err := luascripts.Source(name)
+		if err != nil {
+			return nil, err
+		}
+		s.scripts[name] = redis.NewScript(src)
+	}
+	return s, nil
+}
+
+// Key names: K = prefix:{poller|partition}.
+func (s *Store) k(key core.Key, suffix string) string {
+	return s.prefix + ":{" + key.Poller + "|" + key.Partition + "}:" + suffix
+}
+func (s *Store) dueKey() string      { return s.prefix + ":{global}:due" }
+func (s *Store) registryKey() string { return s.prefix + ":{global}:registry" }
+
+// Key returns the Redis key of one of key's structures (state, lease, items, outbox, parked,
+// holds, held), for tests and tools.
+func (s *Store) Key(key core.Key, suffix string) string { return s.k(key, suffix) }
+
+// DueKey is the global due set's key.
+func (s *Store) DueKey() string { return s.dueKey() }
+
+// nowArg is the clock override passed to scripts ("" = the server's TIME).
+func (s *Store) nowArg() string {
+	if s.clock == nil {
+		return ""
+	}
+	return strconv.FormatInt(s.clock().UnixMilli(), 10)
+}
+
+func (s *Store) now(ctx context.Context) (time.Time, error) {
+	if s.clock != nil {
+		return s.clock(), nil
+	}
+	return s.rdb.Time(ctx).Result()
+}
+
+// run executes a script, mapping a LEASE_LOST reply to *core.LeaseLostError.
+func (s *Store) run(ctx context.Context, name string, l *core.Lease, keys []string, args ...any) (any, error) {
+	v, err := s.scripts[name].Run(ctx, s.rdb, keys, args...).Result()
+	if err != nil {
+		return nil, s.mapErr(name, l, err)
+	}
+	return v, nil
+}
+
+func (s *Store) mapErr(name string, l *core.Lease, err error) error {
+	if l != nil && strings.Contains(err.Error(), "LEASE_LOST") {
+		return &core.LeaseLostError{Key: l.Key, Epoch: l.Epoch, Reason: err.Error()}
+	}
+	return fmt.Errorf("redisstore: %s: %w", name, err)
+}
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+// ClaimDue implements core.Store.
+func (s *Store) ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration) ([]core.Key, error) {
+	v, err := s.run(ctx, "claim_due", nil, []string{s.dueKey()}, s.nowArg(), limit, claimTimeout.Milliseconds())
+	if err != nil {
+		return nil, err
+	}
+	var keys []core.Key
+	for _, m := range v.([]any) {
+		k, err := core.ParseKey(m.(string))
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// Begin implements core.Store.
+func (s *Store) Begin(ctx context.Context, key core.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
+	mode := "cycle"
+	if op {
+		mode = "op"
+	}
+	v, err := s.run(ctx, "begin", nil, []string{s.k(key, "state"), s.k(key, "lease"), s.k(key, "outbox"), s.k(key, "holds")},
+		owner, ttl.Milliseconds(), s.nowArg(), mode)
+	if err != nil {
+		return core.BeginResult{}, err
+	}
+	r := v.([]any)
+	var res core.BeginResult
+	switch r[0].(string) {
+	case "paused":
+		res.Status = core.BeginPaused
+	case "notDue":
+		res.Status = core.BeginNotDue
+		res.NextDue = time.UnixMilli(r[1].(int64))
+		res.Now = time.UnixMilli(r[2].(int64))
+	case "leased":
+		res.Status = core.BeginLeased
+		res.LeaseExpires = time.UnixMilli(r[1].(int64))
+		res.Now = time.UnixMilli(r[2].(int64))
+	case "ok":
+		res.Status = core.BeginOK
+		res.Lease = core.Lease{Key: key, Owner: owner, Epoch: r[1].(int64), TTL: ttl}
+		res.Now = time.UnixMilli(r[2].(int64))
+		res.OutboxLen = r[3].(int64)
+		flat := r[4].([]any)
+		res.State = make(map[string]string, len(flat)/2)
+		for i := 0; i+1 < len(flat); i += 2 {
+			res.State[flat[i].(string)] = flat[i+1].(string)
+		}
+		for _, h := range r[5].([]any) {
+			res.Holds = append(res.Holds, h.(string))
+		}
+	default:
+		return res, fmt.Errorf("redisstore: begin %s: unexpected reply %v", key, r)
+	}
+	return res, nil
+}
+
+func (s *Store) fencedArgs(l core.Lease) []any {
+	return []any{l.Epoch, s.nowArg()}
+}
+
+// Renew implements core.Store.
+func (s *Store) Renew(ctx context.Context, l core.Lease) (time.Time, error) {
+	v, err := s.run(ctx, "renew", &l, []string{s.k(l.Key, "lease")}, append(s.fencedArgs(l), l.TTL.Milliseconds())...)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.UnixMilli(v.(int64)), nil
+}
+
+// LoadRows implements core.Store.
+func (s *Store) LoadRows(ctx context.Context, key core.Key, identities []string) ([][]byte, error) {
+	if len(identities) == 0 {
+		return nil, nil
+	}
+	v, err := s.rdb.HMGet(ctx, s.k(key, "items"), identities...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: load rows of %s: %w", key, err)
+	}
+	rows := make([][]byte, len(v))
+	for i, x := range v {
+		if str, ok := x.(string); ok {
+			rows[i] = []byte(str)
+		}
+	}
+	return rows, nil
+}
+
+// Identities implements core.Store.
+func (s *Store) Identities(ctx context.Context, key core.Key) ([]string, error) {
+	ids, err := s.rdb.HKeys(ctx, s.k(key, "items")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: identities of %s: %w", key, err)
+	}
+	return ids, nil
+}
+
+// CommitPoll implements core.Store.
+func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
+	args := make([]any, 0, 10+2*len(c.State)+2*len(c.Upserts)+len(c.Deletes)+3*len(c.Events)+2*len(c.Invalid)+len(c.Unpark))
+	args = append(args, s.fencedArgs(l)...)
+	args = append(args, l.TTL.Milliseconds(), len(c.State))
+	for f, v := range c.State {
+		args = append(args, f, v)
+	}
+	args = append(args, len(c.Upserts))
+	for _, u := range c.Upserts {
+		args = append(args, u.Identity, u.Row)
+	}
+	args = append(args, len(c.Deletes))
+	for _, d := range c.Deletes {
+		args = append(args, d)
+	}
+	args = append(args, len(c.Events))
+	for _, e := range c.Events {
+		args = append(args, e.ID, e.OrderingKey, e.Envelope)
+	}
+	args = append(args, len(c.Invalid))
+	for _, p := range c.Invalid {
+		args = append(args, p.ID, p.Row)
+	}
+	args = append(args, len(c.Unpark))
+	for _, id := range c.Unpark {
+		args = append(args, id)
+	}
+	k := l.Key
+	v, err := s.run(ctx, "commit_poll", &l, []string{s.k(k, "state"), s.k(k, "lease"), s.k(k, "items"), s.k(k, "outbox"), s.k(k, "parked")}, args...)
+	if err != nil {
+		return core.CommitResult{}, err
+	}
+	r := v.([]any)
+	res := core.CommitResult{LeaseExpires: time.UnixMilli(r[0].(int64)), StreamIDs: make([]string, len(r)-1)}
+	for i, id := range r[1:] {
+		res.StreamIDs[i] = id.(string)
+	}
+	return res, nil
+}
+
+// ReadOutbox implements core.Store.
+func (s *Store) ReadOutbox(ctx context.Context, l core.Lease, n int) ([]core.Entry, error) {
+	k := l.Key
+	v, err := s.run(ctx, "read_outbox", &l, []string{s.k(k, "lease"), s.k(k, "outbox"), s.k(k, "holds"), s.k(k, "held")},
+		append(s.fencedArgs(l), s.consumer, n)...)
+	if err != nil {
+		return nil, err
+	}
+	rows := v.([]any)
+	out := make([]core.Entry, len(rows))
+	for i, x := range rows {
+		r := x.([]any)
+		out[i] = core.Entry{StreamID: r[0].(string), ID: r[1].(string), OrderingKey: r[2].(string), Envelope: []byte(r[3].(string)), Seq: r[4].(string)}
+	}
+	return out, nil
+}
+
+// Ack implements core.Store.
+func (s *Store) Ack(ctx context.Context, l core.Lease, streamIDs []string) error {
+	args := s.fencedArgs(l)
+	for _, id := range streamIDs {
+		args = append(args, id)
+	}
+	_, err := s.run(ctx, "ack", &l, []string{s.k(l.Key, "lease"), s.k(l.Key, "outbox")}, args...)
+	return err
+}
+
+// Park implements core.Store.
+func (s *Store) Park(ctx context.Context, l core.Lease, poison []core.Poison, held []core.Held) error {
+	args := append(s.fencedArgs(l), len(poison))
+	for _, p := range poison {
+		args = append(args, p.StreamID, p.ParkedID, p.OrderingKey, p.Row)
+	}
+	args = append(args, len(held))
+	for _, h := range held {
+		args = append(args, h.StreamID, h.JSON)
+	}
+	k := l.Key
+	_, err := s.run(ctx, "park", &l, []string{s.k(k, "lease"), s.k(k, "outbox"), s.k(k, "parked"), s.k(k, "holds"), s.k(k, "held")}, args...)
+	return err
+}
+
+// End implements core.Store. The end script and the due-set ZADD travel in one pipeline (one
+// round trip). They cannot share a script (different hash tags), so when the script reports
+// LEASE_LOST the due score is healed from the state the current owner wrote.
+func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error {
+	args := append(s.fencedArgs(l), len(e.State))
+	for f, v := range e.State {
+		args = append(args, f, v)
+	}
+	args = append(args, len(e.Delete))
+	for _, f := range e.Delete {
+		args = append(args, f)
+	}
+	keys := []string{s.k(l.Key, "state"), s.k(l.Key, "lease")}
+	script := s.scripts["end"]
+	member := l.Key.String()
+	var endCmd *redis.Cmd
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		endCmd = script.EvalSha(ctx, p, keys, args...)
+		p.ZAdd(ctx, s.dueKey(), redis.Z{Score: float64(ms(e.NextDue)), Member: member})
+		return nil
+	})
+	err := endCmd.Err()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err = script.Run(ctx, s.rdb, keys, args...).Err(); err == nil {
+			err = s.SetDue(ctx, l.Key, e.NextDue)
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	err = s.mapErr("end", &l, err)
+	if core.IsLeaseLost(err) {
+		if due, herr := s.rdb.HGet(ctx, s.k(l.Key, "state"), core.FieldNextDue).Int64(); herr == nil {
+			s.rdb.ZAdd(ctx, s.dueKey(), redis.Z{Score: float64(due), Member: member})
+		}
+	}
+	return err
+}
+
+// ReleaseParked implements core.Store.
+func (s *Store) ReleaseParked(ctx context.Context, l core.Lease, retry bool, ids []string) (int, int, error) {
+	mode := "discard"
+	if retry {
+		mode = "retry"
+	}
+	args := append(s.fencedArgs(l), mode)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	k := l.Key
+	v, err := s.run(ctx, "release_parked", &l, []string{s.k(k, "lease"), s.k(k, "outbox"), s.k(k, "parked"), s.k(k, "holds"), s.k(k, "held")}, args...)
+	if err != nil {
+		return 0, 0, err
+	}
+	r := v.([]any)
+	return int(r[0].(int64)), int(r[1].(int64)), nil
+}
+
+// SetDue implements core.Store.
+func (s *Store) SetDue(ctx context.Context, key core.Key, at time.Time) error {
+	return s.rdb.ZAdd(ctx, s.dueKey(), redis.Z{Score: float64(ms(at)), Member: key.String()}).Err()
+}
+
+// Register implements core.Store.
+func (s *Store) Register(ctx context.Context, keys []core.Key, info map[string][]byte) error {
+	now, err := s.now(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.HSet(ctx, s.registryKey(), k.String(), info[k.String()])
+			p.ZAddNX(ctx, s.dueKey(), redis.Z{Score: float64(ms(now)), Member: k.String()})
+		}
+		return nil
+	})
+	return err
+}
+
+// Pause implements core.Store.
+func (s *Store) Pause(ctx context.Context, key core.Key) error {
+	return s.rdb.HSet(ctx, s.k(key, "state"), core.FieldPaused, "1").Err()
+}
+
+// Resume implements core.Store.
+func (s *Store) Resume(ctx context.Context, key core.Key) error {
+	if err := s.rdb.HDel(ctx, s.k(key, "state"), core.FieldPaused).Err(); err != nil {
+		return err
+	}
+	return s.Trigger(ctx, key)
+}
+
+// Trigger implements core.Store.
+func (s *Store) Trigger(ctx context.Context, key core.Key) error {
+	now, err := s.now(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.rdb.HSet(ctx, s.k(key, "state"), core.FieldNextDue, "0").Err(); err != nil {
+		return err
+	}
+	return s.SetDue(ctx, key, now)
+}
+
+// Inspect implements core.Store.
+func (s *Store) Inspect(ctx context.Context, key core.Key) (core.Snapshot, error) {
+	var st *redis.MapStringStringCmd
+	var lease *redis.SliceCmd
+	var outbox, parked, held, items *redis.IntCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		st = p.HGetAll(ctx, s.k(key, "state"))
+		lease = p.HMGet(ctx, s.k(key, "lease"), "owner", "epoch", "expiresAt")
+		outbox = p.XLen(ctx, s.k(key, "outbox"))
+		parked = p.HLen(ctx, s.k(key, "parked"))
+		held = p.HLen(ctx, s.k(key, "held"))
+		items = p.HLen(ctx, s.k(key, "items"))
+		return nil
+	})
+	if err != nil {
+		return core.Snapshot{}, err
+	}
+	now, err := s.now(ctx)
+	if err != nil {
+		return core.Snapshot{}, err
+	}
+	snap := core.Snapshot{State: st.Val(), OutboxLen: outbox.Val(), Parked: parked.Val(), Held: held.Val(), Items: items.Val(), Now: now}
+	lv := lease.Val()
+	if o, ok := lv[0].(string); ok {
+		snap.LeaseOwner = o
+	}
+	if e, ok := lv[1].(string); ok {
+		snap.LeaseEpoch, _ = strconv.ParseInt(e, 10, 64)
+	}
+	if x, ok := lv[2].(string); ok {
+		n, _ := strconv.ParseInt(x, 10, 64)
+		snap.LeaseExpires = time.UnixMilli(n)
+	}
+	return snap, nil
+}
+
+// ListParked implements core.Store.
+func (s *Store) ListParked(ctx context.Context, key core.Key) (map[string][]byte, error) {
+	m, err := s.rdb.HGetAll(ctx, s.k(key, "parked")).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(m))
+	for k, v := range m {
+		out[k] = []byte(v)
+	}
+	return out, nil
+}

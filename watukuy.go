@@ -1,0 +1,203 @@
+// Package watukuy turns third-party HTTP APIs without webhooks into reliable change streams.
+//
+// An Engine polls each registered Poller on an adaptive schedule, detects created, updated
+// and deleted items, commits the new cursor together with the change events in one atomic,
+// fenced Redis write, and delivers the events to the poller's Handler at least once, with
+// deterministic ids and in order per ordering key.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	eng, _ := watukuy.New(watukuy.Options{Redis: rdb})
+//	_ = eng.Register(watukuy.Poller{Name: "orders", Fetch: fetchOrders, Handler: onEvent})
+//	report, _ := eng.Tick(ctx, 50*time.Second)
+package watukuy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/redisstore"
+	"github.com/watukuy/watukuy/internal/schedule"
+)
+
+// Poller is one configured API source; see the field docs for defaults.
+type Poller = core.Poller
+
+// Delivery configures how a poller's events reach its handler.
+type Delivery = core.Delivery
+
+// Schedule is a poller's interval: min, max, jitter and Fixed (adaptive: false).
+type Schedule = schedule.Config
+
+// Backoff is exponential backoff with full jitter.
+type Backoff = schedule.Backoff
+
+// Page is one response of a poller's Fetch.
+type Page = core.Page
+
+// FetchRequest is what the engine passes to Fetch.
+type FetchRequest = core.FetchRequest
+
+// FetchFunc fetches one page for a cursor.
+type FetchFunc = core.FetchFunc
+
+// Event is the envelope handlers receive.
+type Event = core.Event
+
+// EventType is created, updated or deleted.
+type EventType = core.EventType
+
+// Handler receives events; an error or panic is a failed attempt.
+type Handler = core.Handler
+
+// Strategy is a poller's cursor strategy.
+type Strategy = core.Strategy
+
+// PoisonMode says what happens to an event whose handler keeps failing.
+type PoisonMode = core.PoisonMode
+
+// TickReport sums what one Tick did.
+type TickReport = core.TickReport
+
+// KeyInfo is Inspect's report for one key.
+type KeyInfo = core.KeyInfo
+
+// ParkedInfo is one parked row.
+type ParkedInfo = core.ParkedInfo
+
+// ConfigError is an invalid definition or setting; it names the poller and field.
+type ConfigError = core.ConfigError
+
+// LeaseLostError is a fenced write rejected because another instance holds the key.
+type LeaseLostError = core.LeaseLostError
+
+// HTTPError is a non-success answer of a third-party API.
+type HTTPError = core.HTTPError
+
+// Cursor strategies, poison modes and event types.
+const (
+	Custom       = core.Custom
+	SnapshotDiff = core.SnapshotDiff
+	PoisonPark   = core.PoisonPark
+	PoisonHalt   = core.PoisonHalt
+	Created      = core.Created
+	Updated      = core.Updated
+	Deleted      = core.Deleted
+)
+
+// Field returns an Identity or Version function reading a gjson path of the item.
+func Field(path string) func(item json.RawMessage) (string, error) { return core.Field(path) }
+
+// Options configures an Engine.
+type Options struct {
+	// Redis is a go-redis client: *redis.Client or *redis.ClusterClient. Required.
+	Redis redis.UniversalClient
+	// InstanceID names this process in leases; default host-pid-random.
+	InstanceID string
+	// Logger receives structured logs; the zero value is silent.
+	Logger zerolog.Logger
+	// Prefix starts every Redis key; default "wk".
+	Prefix string
+	// TickConcurrency is how many cycles Tick runs at once; default 4.
+	TickConcurrency int
+	// ClaimTimeout is how long a claimed key stays claimed before it is due again; default 2m.
+	ClaimTimeout time.Duration
+	// Clock replaces the Redis server clock; for tests only.
+	Clock func() time.Time
+
+	wrapStore func(core.Store) core.Store // tests inject faults here
+}
+
+// Engine runs pollers against Redis.
+type Engine struct {
+	core  *core.Engine
+	store *redisstore.Store
+}
+
+// New returns an engine on opts.Redis.
+func New(opts Options) (*Engine, error) {
+	if opts.Redis == nil {
+		return nil, &ConfigError{Field: "redis", Msg: "a go-redis client is required"}
+	}
+	if opts.InstanceID == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		opts.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	st, err := redisstore.New(opts.Redis, redisstore.Options{Prefix: opts.Prefix, Clock: opts.Clock, Consumer: opts.InstanceID})
+	if err != nil {
+		return nil, err
+	}
+	var s core.Store = st
+	if opts.wrapStore != nil {
+		s = opts.wrapStore(s)
+	}
+	ce, err := core.NewEngine(core.Options{Store: s, InstanceID: opts.InstanceID, Logger: opts.Logger,
+		TickConcurrency: opts.TickConcurrency, ClaimTimeout: opts.ClaimTimeout})
+	if err != nil {
+		return nil, err
+	}
+	return &Engine{core: ce, store: st}, nil
+}
+
+// Register adds a poller. An invalid definition is a *ConfigError naming poller and field.
+func (e *Engine) Register(p Poller) error { return e.core.Register(p) }
+
+// Tick claims due keys and runs their cycles for at most maxDuration, then returns.
+func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (TickReport, error) {
+	return e.core.Tick(ctx, maxDuration)
+}
+
+// Trigger makes a key due now; an open circuit gets its probe.
+func (e *Engine) Trigger(ctx context.Context, poller, partition string) error {
+	return e.core.Trigger(ctx, core.Key{Poller: poller, Partition: partition})
+}
+
+// Pause stops a key's requests and deliveries until Resume.
+func (e *Engine) Pause(ctx context.Context, poller, partition string) error {
+	return e.core.Pause(ctx, core.Key{Poller: poller, Partition: partition})
+}
+
+// Resume lifts a pause; the key is due at once.
+func (e *Engine) Resume(ctx context.Context, poller, partition string) error {
+	return e.core.Resume(ctx, core.Key{Poller: poller, Partition: partition})
+}
+
+// Inspect reports a key's status, cursor, lease, schedule and counters.
+func (e *Engine) Inspect(ctx context.Context, poller, partition string) (KeyInfo, error) {
+	return e.core.Inspect(ctx, core.Key{Poller: poller, Partition: partition})
+}
+
+// Stop refuses new cycles and waits for running ones: with drain up to timeout, without it
+// they are cancelled at once. Undelivered events stay in the outbox (G1).
+func (e *Engine) Stop(drain bool, timeout time.Duration) error { return e.core.Stop(drain, timeout) }
+
+// Parked gives access to a key's parked rows.
+func (e *Engine) Parked() Parked { return Parked{e: e.core} }
+
+// Parked lists, retries and discards parked (poison and invalid) rows.
+type Parked struct{ e *core.Engine }
+
+// List returns a key's parked rows, oldest first; kind is "poison", "invalid" or "" for all.
+func (p Parked) List(ctx context.Context, poller, partition, kind string) ([]ParkedInfo, error) {
+	return p.e.ListParked(ctx, core.Key{Poller: poller, Partition: partition}, kind)
+}
+
+// Retry returns parked rows to work, keeping the original order of held events.
+func (p Parked) Retry(ctx context.Context, poller, partition string, ids ...string) (int, error) {
+	return p.e.RetryParked(ctx, core.Key{Poller: poller, Partition: partition}, ids)
+}
+
+// Discard drops parked rows; events their ordering keys held go back to delivery.
+func (p Parked) Discard(ctx context.Context, poller, partition string, ids ...string) (int, error) {
+	return p.e.DiscardParked(ctx, core.Key{Poller: poller, Partition: partition}, ids)
+}
