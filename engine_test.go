@@ -1,8 +1,17 @@
 package watukuy
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/watukuy/watukuy/internal/core"
 
 	"github.com/watukuy/watukuy/internal/redistest"
 )
@@ -30,6 +39,259 @@ func TestEndToEndChangeFeed(t *testing.T) {
 		}
 		if ki.Items != 25 || ki.OutboxPending != 0 || ki.Cursor == "" || ki.Status != "idle" {
 			t.Fatalf("inspect: %+v", ki)
+		}
+	})
+}
+
+// An idle cycle (no change, empty outbox) costs at most 3 Redis round trips besides the
+// fetch: begin, the row lookup of the page, and end with the due time in one pipeline.
+func TestIdleCycleRoundTrips(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		for _, tc := range []struct {
+			name     string
+			strategy Strategy
+			max      int64
+		}{{"change feed, empty page", Custom, 2}, {"snapshot listing, unchanged", SnapshotDiff, 3}} {
+			t.Run(tc.name, func(t *testing.T) {
+				e := newEnv(t, b)
+				putN(e, 8)
+				p := e.poller(func(p *Poller) {
+					p.Name = "rt" + fmt.Sprint(tc.strategy)
+					p.Strategy = tc.strategy
+					if tc.strategy == SnapshotDiff {
+						p.Fetch = e.api.Listing(100)
+					}
+				})
+				eng := e.engine(p, nil)
+				e.settle(eng)
+				var counter redistest.Counter
+				counter.Attach(b.Client)
+				e.clock.Advance(3 * time.Minute)
+				counter.Reset()
+				rep := eng.core.RunCycle(t.Context(), core.Key{Poller: p.Name})
+				n := counter.Count()
+				if rep.Outcome != core.Ran || rep.Events != 0 || rep.Pages != 1 || rep.Err != nil {
+					t.Fatalf("not an idle cycle: %+v", rep)
+				}
+				if n > tc.max {
+					t.Fatalf("idle cycle took %d round trips, want <= %d", n, tc.max)
+				}
+				t.Logf("idle cycle: %d round trips", n)
+			})
+		}
+	})
+}
+
+func TestRegisterConfigErrors(t *testing.T) {
+	b := redistest.Miniredis(t)
+	e := newEnv(t, b)
+	ok := e.poller()
+	tests := []struct {
+		name  string
+		mod   func(p *Poller)
+		field string
+	}{
+		{"malformed name", func(p *Poller) { p.Name = "bad name|x" }, "name"},
+		{"empty name", func(p *Poller) { p.Name = "" }, "name"},
+		{"bad partition", func(p *Poller) { p.Partitions = []string{"t 1"} }, "partitions"},
+		{"duplicate partition", func(p *Poller) { p.Partitions = []string{"a", "a"} }, "partitions"},
+		{"min > max", func(p *Poller) { p.Schedule = Schedule{Min: time.Hour, Max: time.Minute} }, "schedule"},
+		{"missing handler", func(p *Poller) { p.Handler = nil }, "handler"},
+		{"missing fetch", func(p *Poller) { p.Fetch = nil }, "fetch"},
+		{"bad jitter", func(p *Poller) { p.Schedule.Jitter = 1.5 }, "schedule.jitter"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			eng, err := New(Options{Redis: b.Client})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := ok
+			tc.mod(&p)
+			err = eng.Register(p)
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Field != tc.field || ce.Poller != p.Name {
+				t.Fatalf("Register: %v, want a ConfigError on field %q", err, tc.field)
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("message %q does not name the field", err)
+			}
+		})
+	}
+	eng, _ := New(Options{Redis: b.Client})
+	if err := eng.Register(ok); err != nil {
+		t.Fatal(err)
+	}
+	var ce *ConfigError
+	if err := eng.Register(ok); !errors.As(err, &ce) || ce.Field != "name" {
+		t.Fatalf("duplicate poller: %v", err)
+	}
+	if err := eng.Trigger(t.Context(), "nope", ""); !errors.As(err, &ce) {
+		t.Fatalf("unknown poller: %v", err)
+	}
+	if err := eng.Trigger(t.Context(), "orders", "t9"); !errors.As(err, &ce) || ce.Field != "partitions" {
+		t.Fatalf("unknown partition: %v", err)
+	}
+}
+
+// Items without identity, failing Validate, or not JSON at all are parked as invalid with the
+// raw item and the issue, once; the cycle goes on and the cursor moves.
+func TestInvalidItemsAreParked(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		var mu sync.Mutex
+		page := []json.RawMessage{
+			json.RawMessage(`{"id":"ok1","total":1}`),
+			json.RawMessage(`{"total":2}`),
+			json.RawMessage(`{"id":"neg","total":-5}`),
+			json.RawMessage(`{"id":"broken","total":`),
+		}
+		fetch := func(ctx context.Context, req core.FetchRequest) (Page, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return Page{Items: page, Next: "c1"}, nil
+		}
+		validate := func(item json.RawMessage) error {
+			if strings.Contains(string(item), "-5") {
+				return errors.New("total must not be negative")
+			}
+			return nil
+		}
+		eng := e.engine(e.poller(func(p *Poller) { p.Fetch = fetch; p.Version = nil; p.Validate = validate }), nil)
+		e.tick(eng)
+		e.clock.Advance(3 * time.Minute)
+		e.tick(eng) // the same invalid items again: not parked twice
+		if n := len(e.rec.events()); n != 1 {
+			t.Fatalf("delivered %d events, want 1", n)
+		}
+		rows, err := eng.Parked().List(t.Context(), "orders", "", "invalid")
+		if err != nil || len(rows) != 3 {
+			t.Fatalf("invalid rows: %d %v", len(rows), err)
+		}
+		issues := ""
+		for _, r := range rows {
+			issues += r.Error + "\n"
+			if len(r.Item) == 0 {
+				t.Errorf("row %s lacks the raw item", r.ID)
+			}
+		}
+		for _, want := range []string{"no identity", "total must not be negative", "fingerprint: jcs"} {
+			if !strings.Contains(issues, want) {
+				t.Errorf("no parked row says %q:\n%s", want, issues)
+			}
+		}
+		// Fix the data and retry the validation failure: it is committed as a normal item.
+		eng2 := e.engine(e.poller(func(p *Poller) { p.Fetch = fetch; p.Version = nil }), nil)
+		var negID string
+		for _, r := range rows {
+			if r.Identity == "neg" {
+				negID = r.ID
+			}
+		}
+		if n, err := eng2.Parked().Retry(t.Context(), "orders", "", negID); err != nil || n != 1 {
+			t.Fatalf("retry invalid: %d %v", n, err)
+		}
+		e.settle(eng2)
+		if evs := e.rec.events(); len(evs) != 2 || evs[1].Identity != "neg" {
+			t.Fatalf("after retry: %+v", evs)
+		}
+	})
+}
+
+// A panicking handler is a failed attempt, never a crash; after the attempts the event is
+// parked and the worker goes on.
+func TestHandlerPanicIsAFailure(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 3)
+		var calls atomic.Int32
+		e.rec.setFail(func(ev Event) error {
+			if ev.Identity == "o01" {
+				calls.Add(1)
+				panic("nil map write")
+			}
+			return nil
+		})
+		eng := e.engine(e.poller(func(p *Poller) { p.Delivery.Attempts = 3 }), nil)
+		e.tick(eng)
+		if calls.Load() != 3 || len(e.rec.events()) != 2 {
+			t.Fatalf("calls %d, delivered %d", calls.Load(), len(e.rec.events()))
+		}
+		rows, _ := eng.Parked().List(t.Context(), "orders", "", "poison")
+		if len(rows) != 1 || !strings.Contains(rows[0].Error, "handler panic: nil map write") || len(rows[0].Errors) != 3 {
+			t.Fatalf("parked: %+v", rows)
+		}
+	})
+}
+
+// With poison: halt the event stays in the outbox, the circuit opens, and nothing is fetched
+// until the probe delivers it.
+func TestPoisonHaltOpensCircuit(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 2)
+		e.rec.setFail(func(ev Event) error { return errors.New("sink down") })
+		eng := e.engine(e.poller(func(p *Poller) { p.Delivery.Poison = PoisonHalt; p.Delivery.Attempts = 2; p.Delivery.Concurrency = 1 }), nil)
+		e.tick(eng)
+		ki, _ := eng.Inspect(t.Context(), "orders", "")
+		if ki.Circuit != "open" || ki.OutboxPending != 2 || ki.Parked != 0 || !strings.Contains(string(ki.LastError), "POISON_HALT") {
+			t.Fatalf("after halt: %+v", ki)
+		}
+		fetches := e.api.Fetches()
+		e.clock.Advance(10 * time.Second) // within probeEvery (max = 1m): not due
+		if rep := e.tick(eng); rep.Ran != 0 || e.api.Fetches() != fetches {
+			t.Fatalf("ran while the circuit is open: %+v", rep)
+		}
+		e.rec.setFail(nil)
+		if err := eng.Trigger(t.Context(), "orders", ""); err != nil { // forces the probe
+			t.Fatal(err)
+		}
+		e.tick(eng)
+		ki, _ = eng.Inspect(t.Context(), "orders", "")
+		if ki.Circuit != "closed" || ki.OutboxPending != 0 || len(e.rec.events()) != 2 {
+			t.Fatalf("after the probe: %+v, delivered %d", ki, len(e.rec.events()))
+		}
+	})
+}
+
+// maxPagesPerCycle cuts a cycle short; the key is due again at once and the next cycle
+// continues from the committed cursor.
+func TestTruncatedCycleIsDueAgain(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 35)
+		eng := e.engine(e.poller(func(p *Poller) { p.MaxPagesPerCycle = 2 }), nil)
+		rep := e.tick(eng) // Tick loops while keys are due: truncated cycles run back to back
+		if rep.Ran != 2 || rep.Events != 35 {
+			t.Fatalf("tick: %+v", rep)
+		}
+		if got := len(e.rec.events()); got != 35 {
+			t.Fatalf("delivered %d", got)
+		}
+	})
+}
+
+// Pause stops requests and deliveries; resume brings the key back at once.
+func TestPauseResume(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 3)
+		eng := e.engine(e.poller(), nil)
+		if err := eng.Pause(t.Context(), "orders", ""); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Advance(5 * time.Minute)
+		if rep := e.tick(eng); rep.SkippedPaused != 1 || e.api.Fetches() != 0 {
+			t.Fatalf("paused key ran: %+v, fetches %d", rep, e.api.Fetches())
+		}
+		if ki, _ := eng.Inspect(t.Context(), "orders", ""); ki.Status != "paused" {
+			t.Fatalf("status %q", ki.Status)
+		}
+		if err := eng.Resume(t.Context(), "orders", ""); err != nil {
+			t.Fatal(err)
+		}
+		if rep := e.tick(eng); rep.Ran != 1 || len(e.rec.events()) != 3 {
+			t.Fatalf("after resume: %+v", rep)
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -333,8 +334,11 @@ func TestG6NoFalseDeletes(t *testing.T) {
 		mu.Unlock()
 		trunc := e.engine(e.poller(func(p *Poller) { p.Strategy = SnapshotDiff; p.Fetch = fetch; p.MaxPagesPerCycle = 1 }), nil)
 		e.clock.Advance(3 * time.Minute)
-		if rep := e.tick(trunc); rep.Ran == 0 || len(e.rec.events()) != 12 {
+		if rep := trunc.core.RunCycle(t.Context(), core.Key{Poller: "orders"}); rep.Outcome != core.Ran || len(e.rec.events()) != 12 {
 			t.Fatalf("truncated listing: %+v, %d events", rep, len(e.rec.events()))
+		}
+		if ki, _ := trunc.Inspect(t.Context(), "orders", ""); !strings.Contains(string(ki.LastError), `"CONFIG"`) {
+			t.Fatalf("a listing longer than maxPagesPerCycle must report CONFIG: %s", ki.LastError)
 		}
 		e.settle(eng)
 		var deleted []string

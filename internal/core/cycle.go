@@ -55,13 +55,15 @@ type cycle struct {
 	log    zerolog.Logger
 	rep    CycleReport
 
+	items    int64     // tracked identities: the count at Begin plus rows created since
+
 	serverAt time.Time // server clock at Begin
 	localAt  time.Time // local clock at Begin (monotonic)
 }
 
 func newCycle(e *Engine, p *Poller, b BeginResult) *cycle {
 	c := &cycle{e: e, p: p, key: b.Lease.Key, lease: b.Lease, state: newState(b.State),
-		holds: map[string]bool{}, serverAt: b.Now, localAt: time.Now(),
+		holds: map[string]bool{}, items: b.Items, serverAt: b.Now, localAt: time.Now(),
 		log: e.log.With().Str("poller", b.Lease.Key.Poller).Str("partition", b.Lease.Key.Partition).Int64("epoch", b.Lease.Epoch).Logger()}
 	c.rep.Key = c.key
 	for _, h := range b.Holds {
@@ -156,6 +158,13 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 		return
 	}
 	c.rep.Truncated = !complete && failure == nil
+	if c.rep.Truncated && c.p.Strategy == SnapshotDiff {
+		// Deletes need a listing completed in one cycle (G6); this one never completes.
+		c.rep.Truncated = false
+		failure = &cycleError{phase: "config", code: "CONFIG", err: fmt.Errorf(
+			"snapshotDiff listing of %s is longer than maxPagesPerCycle (%d): deletes cannot be detected; raise maxPagesPerCycle",
+			c.key, c.p.MaxPagesPerCycle)}
+	}
 	if err := c.finish(ctx, failure); err != nil {
 		if IsLeaseLost(err) {
 			c.abandon(err)
@@ -215,9 +224,9 @@ func (c *cycle) liveLane(ctx context.Context) (complete bool, failure *cycleErro
 	if c.p.Strategy == SnapshotDiff {
 		cursor = ""
 	}
-	var seen map[string]struct{}
+	var seen map[string]bool
 	if c.p.Strategy == SnapshotDiff {
-		seen = map[string]struct{}{}
+		seen = map[string]bool{}
 	}
 	notModified := false
 	for c.rep.Pages < c.p.MaxPagesPerCycle {
@@ -263,14 +272,24 @@ func (c *cycle) liveLane(ctx context.Context) (complete bool, failure *cycleErro
 }
 
 // snapshotDeletes emits deleted for stored identities a complete listing did not show (G6).
-func (c *cycle) snapshotDeletes(ctx context.Context, seen map[string]struct{}) *cycleError {
+// seen maps every listed identity to whether it was valid (and so is stored).
+func (c *cycle) snapshotDeletes(ctx context.Context, seen map[string]bool) *cycleError {
+	stored := int64(0)
+	for _, valid := range seen {
+		if valid {
+			stored++
+		}
+	}
+	if stored == c.items {
+		return nil // every stored identity was listed: skip reading them all
+	}
 	all, err := c.e.store.Identities(ctx, c.key)
 	if err != nil {
 		return storeErr(err)
 	}
 	var gone []string
 	for _, id := range all {
-		if _, ok := seen[id]; !ok {
+		if _, listed := seen[id]; !listed {
 			gone = append(gone, id)
 		}
 	}
@@ -307,19 +326,20 @@ type observation struct {
 
 // process diffs a page's items against the stored rows and fills cm; it returns the events
 // in the order they are committed.
-func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessage, seen map[string]struct{}, cm *Commit) ([]Event, error) {
+func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessage, seen map[string]bool, cm *Commit) ([]Event, error) {
 	c.rep.Items += len(items)
 	obs := make([]observation, 0, len(items))
 	for _, raw := range items {
 		o, issue := c.observe(raw)
+		if seen != nil && o.identity != "" {
+			// An item listed but invalid is still present: never a delete (G6).
+			seen[o.identity] = seen[o.identity] || issue == ""
+		}
 		if issue != "" {
 			c.parkInvalid(cm, raw, o.identity, lane, issue)
 			continue
 		}
 		obs = append(obs, o)
-		if seen != nil {
-			seen[o.identity] = struct{}{}
-		}
 	}
 	if len(obs) == 0 {
 		return nil, nil
@@ -351,6 +371,9 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 			continue
 		}
 		typ := Created
+		if kind == diff.Created {
+			c.items++
+		}
 		if kind == diff.Updated {
 			typ = Updated
 		}
@@ -494,7 +517,7 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError) error {
 		st[fieldLastError] = string(le)
 	case c.rep.Truncated:
 		failures = 0
-		next = now
+		next = c.serverAt // due again at once, whatever clock the claimer reads
 		del = append(del, fieldLastError)
 	default:
 		failures = 0

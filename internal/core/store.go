@@ -85,6 +85,8 @@ type BeginResult struct {
 	State map[string]string
 	// Holds are the ordering keys held by parked events (BeginOK).
 	Holds []string
+	// Items counts the tracked identities (BeginOK).
+	Items int64
 }
 
 // Commit is one page's atomic write.

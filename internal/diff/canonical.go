@@ -32,8 +32,7 @@ const jcsMaxDepth = 10000
 // the final pass. Immediate reordering is cheapest for the small objects that
 // make up typical documents, and the bound keeps its worst case (nested
 // objects each copying their whole body again) to a small constant factor.
-// A variable only so that tests can force either path.
-var jcsInlineReorder = 512
+const jcsInlineReorder = 512
 
 // Canonicalizer turns raw JSON into its RFC 8785 form. The zero value is ready; it reuses
 // internal buffers, so one value must not be used by two goroutines at once.
@@ -53,6 +52,19 @@ type Canonicalizer struct {
 	scratch []byte
 	// out is the output buffer reused by Hash.
 	out []byte
+	// reorderLimit overrides jcsInlineReorder so tests can force either path:
+	// 0 keeps the default, a negative value defers every reordering.
+	reorderLimit int
+}
+
+func (c *Canonicalizer) inlineLimit() int {
+	switch {
+	case c.reorderLimit == 0:
+		return jcsInlineReorder
+	case c.reorderLimit < 0:
+		return 0
+	}
+	return c.reorderLimit
 }
 
 // jcsMember describes one object member. It holds offsets rather than slices
@@ -296,7 +308,7 @@ func (c *Canonicalizer) object(dst, src []byte, i, depth int) ([]byte, int, erro
 		}
 	}
 	switch {
-	case len(c.recs) > rec+1 || (reordered && len(dst)-body > jcsInlineReorder):
+	case len(c.recs) > rec+1 || (reordered && len(dst)-body > c.inlineLimit()):
 		// Defer to the final pass.
 		r := &c.recs[rec]
 		r.end, r.ndesc = len(dst), len(c.recs)-rec-1

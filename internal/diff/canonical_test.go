@@ -562,19 +562,15 @@ func (g *jcsGen) value(depth int) {
 
 // jcsWithInlineReorder runs f with objects reordered immediately (huge
 // limit), always in the final pass (limit 0), and with the default.
-func jcsWithInlineReorder(t *testing.T, f func(t *testing.T)) {
-	saved := jcsInlineReorder
-	defer func() { jcsInlineReorder = saved }()
-	for _, limit := range []int{saved, 0, 1 << 30} {
-		jcsInlineReorder = limit
-		t.Run("inline="+strconv.Itoa(limit), f)
+func jcsWithInlineReorder(t *testing.T, f func(t *testing.T, c *Canonicalizer)) {
+	for _, limit := range []int{0, -1, 1 << 30} {
+		t.Run("inline="+strconv.Itoa(limit), func(t *testing.T) { f(t, &Canonicalizer{reorderLimit: limit}) })
 	}
 }
 
 func TestCanonicalMatchesJCS(t *testing.T) {
-	jcsWithInlineReorder(t, func(t *testing.T) {
+	jcsWithInlineReorder(t, func(t *testing.T, c *Canonicalizer) {
 		g := &jcsGen{rng: rand.New(rand.NewSource(8785))}
-		var c Canonicalizer
 		var out []byte
 		total := 0
 		for n := 0; n < 500; n++ {
@@ -609,12 +605,12 @@ func TestCanonicalMatchesJCS(t *testing.T) {
 // the work stays linear rather than depth x size.
 func TestCanonicalDeepUnsorted(t *testing.T) {
 	doc := jcsDeepUnsorted(jcsMaxDepth-1, 1<<16)
-	jcsWithInlineReorder(t, func(t *testing.T) {
+	jcsWithInlineReorder(t, func(t *testing.T, c *Canonicalizer) {
 		want, err := jcs.Transform(doc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := AppendCanonical(nil, doc)
+		got, err := c.Append(nil, doc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -724,10 +720,8 @@ func FuzzCanonical(f *testing.F) {
 			t.Fatalf("mismatch with jcs:\n got  %q\n want %q", got, want)
 		}
 		// The final-pass reordering must agree with immediate reordering.
-		saved := jcsInlineReorder
-		jcsInlineReorder = 0
-		deferred, err := c.Append(nil, data)
-		jcsInlineReorder = saved
+		deferredC := Canonicalizer{reorderLimit: -1}
+		deferred, err := deferredC.Append(nil, data)
 		if err != nil || !bytes.Equal(deferred, got) {
 			t.Fatalf("final-pass reordering differs: %q, %v\nimmediate: %q", deferred, err, got)
 		}

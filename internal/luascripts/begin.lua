@@ -1,9 +1,10 @@
 -- begin.lua: start a cycle (or an operation) for one key in a single round trip.
--- KEYS[1] state hash, KEYS[2] lease hash, KEYS[3] outbox stream, KEYS[4] holds hash
+-- KEYS[1] state hash, KEYS[2] lease hash, KEYS[3] outbox stream, KEYS[4] holds hash,
+-- KEYS[5] items hash
 -- ARGV[1] owner (instance id), ARGV[2] lease TTL ms, ARGV[3] now override ms or '',
 -- ARGV[4] mode: 'cycle' (checks paused and due) or 'op' (operator action: checks the lease only)
 -- Returns {'paused'} | {'notDue', nextDue, now} | {'leased', expiresAt, now}
---       | {'ok', epoch, now, outboxLen, {state field, value, ...}, {held ordering keys}}
+--       | {'ok', epoch, now, outboxLen, {state field, value, ...}, {held ordering keys}, itemCount}
 -- Checks, in order, before any write: paused, due (nextDue <= now or outbox non-empty), live lease.
 local now = now_ms(ARGV[3])
 local mode = ARGV[4]
@@ -22,4 +23,4 @@ redis.call('HSET', KEYS[2], 'owner', ARGV[1], 'expiresAt', now + tonumber(ARGV[2
 if redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('XGROUP', 'CREATE', KEYS[3], 'dispatch', '0', 'MKSTREAM')
 end
-return {'ok', epoch, now, outbox_len, redis.call('HGETALL', KEYS[1]), redis.call('HKEYS', KEYS[4])}
+return {'ok', epoch, now, outbox_len, redis.call('HGETALL', KEYS[1]), redis.call('HKEYS', KEYS[4]), redis.call('HLEN', KEYS[5])}

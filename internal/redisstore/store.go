@@ -131,7 +131,7 @@ func (s *Store) Begin(ctx context.Context, key core.Key, owner string, ttl time.
 	if op {
 		mode = "op"
 	}
-	v, err := s.run(ctx, "begin", nil, []string{s.k(key, "state"), s.k(key, "lease"), s.k(key, "outbox"), s.k(key, "holds")},
+	v, err := s.run(ctx, "begin", nil, []string{s.k(key, "state"), s.k(key, "lease"), s.k(key, "outbox"), s.k(key, "holds"), s.k(key, "items")},
 		owner, ttl.Milliseconds(), s.nowArg(), mode)
 	if err != nil {
 		return core.BeginResult{}, err
@@ -162,6 +162,7 @@ func (s *Store) Begin(ctx context.Context, key core.Key, owner string, ttl time.
 		for _, h := range r[5].([]any) {
 			res.Holds = append(res.Holds, h.(string))
 		}
+		res.Items = r[6].(int64)
 	default:
 		return res, fmt.Errorf("redisstore: begin %s: unexpected reply %v", key, r)
 	}
