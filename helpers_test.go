@@ -151,7 +151,7 @@ type faultyStore struct {
 	mu        sync.Mutex
 	failAck   int
 	failEnd   int
-	failCommt int // fail before the commit (K2)
+	failCommt int // fail before a commit with events (K2)
 	dieCommit int // commit, then fail as if the process died (K3)
 	commits   int
 }
@@ -181,7 +181,7 @@ func (f *faultyStore) End(ctx context.Context, l core.Lease, r core.EndRequest) 
 }
 
 func (f *faultyStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
-	if f.take(&f.failCommt) {
+	if len(c.Events) > 0 && f.take(&f.failCommt) {
 		return core.CommitResult{}, errKilled
 	}
 	res, err := f.Store.CommitPoll(ctx, l, c)
