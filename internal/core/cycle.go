@@ -55,7 +55,7 @@ type cycle struct {
 	log    zerolog.Logger
 	rep    CycleReport
 
-	items    int64     // tracked identities: the count at Begin plus rows created since
+	items int64 // tracked identities: the count at Begin plus rows created since
 
 	serverAt time.Time // server clock at Begin
 	localAt  time.Time // local clock at Begin (monotonic)
