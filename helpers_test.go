@@ -233,3 +233,20 @@ func dump(t *testing.T, b redistest.Backend) map[string]string {
 	}
 	return out
 }
+
+// renewals counts lease renewals and signals each on a channel.
+type renewStore struct {
+	core.Store
+	renewed chan struct{}
+}
+
+func (r *renewStore) Renew(ctx context.Context, l core.Lease) (time.Time, error) {
+	t, err := r.Store.Renew(ctx, l)
+	if err == nil {
+		select {
+		case r.renewed <- struct{}{}:
+		default:
+		}
+	}
+	return t, err
+}

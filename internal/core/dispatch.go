@@ -81,6 +81,10 @@ feed:
 	if err := context.Cause(ctx); err != nil {
 		return storeErr(err)
 	}
+	if !c.keeper.valid() {
+		// Entries were left undelivered: stop here rather than read them again.
+		return storeErr(&LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "lease could not be confirmed during delivery"})
+	}
 	return nil
 }
 
@@ -150,6 +154,9 @@ func (d *dispatch) attempt(ctx context.Context, b delivery) ([]string, error) {
 				t.Stop()
 				return errs, ctx.Err()
 			case <-t.C:
+			}
+			if err := ctx.Err(); err != nil {
+				return errs, err
 			}
 			if !c.keeper.valid() {
 				return errs, &LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "lease may have expired during handler retries"}

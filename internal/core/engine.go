@@ -228,8 +228,7 @@ func (e *Engine) Stop(drain bool, timeout time.Duration) error {
 		return nil
 	case <-time.After(timeout):
 		e.stopRoot()
-		<-done
-		return fmt.Errorf("watukuy: stop: cycles still running after %v were cancelled", timeout)
+		return fmt.Errorf("watukuy: stop: cycles still running after %v were cancelled; their unacked events stay in the outbox", timeout)
 	}
 }
 
