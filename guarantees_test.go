@@ -268,7 +268,7 @@ func TestG5Fencing(t *testing.T) {
 		if rep := e.tick(bb); rep.Ran != 1 || fb.commitCount() != 1 {
 			t.Fatalf("b did not take over: %+v", rep)
 		}
-		before := dump(t, b)
+		before := b.Dump(t)
 		close(release)
 		<-done
 		if len(repA.Errors) != 1 || !errors.As(repA.Errors[0], new(*LeaseLostError)) {
@@ -277,7 +277,7 @@ func TestG5Fencing(t *testing.T) {
 		if fa.commitCount() != 0 {
 			t.Fatal("a's stale commit was accepted")
 		}
-		if after := dump(t, b); !reflect.DeepEqual(before, after) {
+		if after := b.Dump(t); !reflect.DeepEqual(before, after) {
 			for k := range after {
 				if before[k] != after[k] {
 					t.Errorf("key %s changed:\n before %s\n after  %s", k, before[k], after[k])

@@ -3,7 +3,6 @@ package watukuy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -205,33 +204,6 @@ func (f *faultyStore) commitCount() int {
 // faulty returns a wrapper that installs fs around the real store.
 func faulty(fs *faultyStore) func(core.Store) core.Store {
 	return func(s core.Store) core.Store { fs.Store = s; return fs }
-}
-
-// dump reads every key and value in Redis, for "no trace" comparisons.
-func dump(t *testing.T, b redistest.Backend) map[string]string {
-	t.Helper()
-	ctx := context.Background()
-	keys, err := redistest.Keys(ctx, b.Client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, k := range keys {
-		typ := b.Client.Type(ctx, k).Val()
-		var v any
-		switch typ {
-		case "hash":
-			v = b.Client.HGetAll(ctx, k).Val()
-		case "stream":
-			v = b.Client.XRange(ctx, k, "-", "+").Val()
-		case "zset":
-			v = b.Client.ZRangeWithScores(ctx, k, 0, -1).Val()
-		default:
-			v = b.Client.Get(ctx, k).Val()
-		}
-		out[k] = fmt.Sprintf("%s %v", typ, v)
-	}
-	return out
 }
 
 // renewals counts lease renewals and signals each on a channel.

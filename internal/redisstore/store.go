@@ -108,6 +108,24 @@ func (s *Store) mapErr(name string, l *core.Lease, err error) error {
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
+// appendPairs appends a script section: the pair count, then field, value, ...
+func appendPairs(args []any, m map[string]string) []any {
+	args = append(args, len(m))
+	for f, v := range m {
+		args = append(args, f, v)
+	}
+	return args
+}
+
+// appendList appends a script section: the count, then the values.
+func appendList(args []any, vs []string) []any {
+	args = append(args, len(vs))
+	for _, v := range vs {
+		args = append(args, v)
+	}
+	return args
+}
+
 // ClaimDue implements core.Store.
 func (s *Store) ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration) ([]core.Key, error) {
 	v, err := s.run(ctx, "claim_due", nil, []string{s.dueKey()}, s.nowArg(), limit, claimTimeout.Milliseconds())
@@ -213,18 +231,13 @@ func (s *Store) Identities(ctx context.Context, key core.Key) ([]string, error) 
 func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
 	args := make([]any, 0, 10+2*len(c.State)+2*len(c.Upserts)+len(c.Deletes)+3*len(c.Events)+2*len(c.Invalid)+len(c.Unpark))
 	args = append(args, s.fencedArgs(l)...)
-	args = append(args, l.TTL.Milliseconds(), len(c.State))
-	for f, v := range c.State {
-		args = append(args, f, v)
-	}
+	args = append(args, l.TTL.Milliseconds())
+	args = appendPairs(args, c.State)
 	args = append(args, len(c.Upserts))
 	for _, u := range c.Upserts {
 		args = append(args, u.Identity, u.Row)
 	}
-	args = append(args, len(c.Deletes))
-	for _, d := range c.Deletes {
-		args = append(args, d)
-	}
+	args = appendList(args, c.Deletes)
 	args = append(args, len(c.Events))
 	for _, e := range c.Events {
 		args = append(args, e.ID, e.OrderingKey, e.Envelope)
@@ -233,10 +246,7 @@ func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (co
 	for _, p := range c.Invalid {
 		args = append(args, p.ID, p.Row)
 	}
-	args = append(args, len(c.Unpark))
-	for _, id := range c.Unpark {
-		args = append(args, id)
-	}
+	args = appendList(args, c.Unpark)
 	k := l.Key
 	v, err := s.run(ctx, "commit_poll", &l, []string{s.k(k, "state"), s.k(k, "lease"), s.k(k, "items"), s.k(k, "outbox"), s.k(k, "parked")}, args...)
 	if err != nil {
@@ -296,14 +306,7 @@ func (s *Store) Park(ctx context.Context, l core.Lease, poison []core.Poison, he
 // round trip). They cannot share a script (different hash tags), so when the script reports
 // LEASE_LOST the due score is healed from the state the current owner wrote.
 func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error {
-	args := append(s.fencedArgs(l), len(e.State))
-	for f, v := range e.State {
-		args = append(args, f, v)
-	}
-	args = append(args, len(e.Delete))
-	for _, f := range e.Delete {
-		args = append(args, f)
-	}
+	args := appendList(appendPairs(s.fencedArgs(l), e.State), e.Delete)
 	keys := []string{s.k(l.Key, "state"), s.k(l.Key, "lease")}
 	script := s.scripts["end"]
 	member := l.Key.String()

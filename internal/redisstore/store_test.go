@@ -25,30 +25,6 @@ func (c *clock) add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func snapshot(t *testing.T, b redistest.Backend) map[string]string {
-	t.Helper()
-	ctx := context.Background()
-	keys, err := redistest.Keys(ctx, b.Client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, k := range keys {
-		var v any
-		switch b.Client.Type(ctx, k).Val() {
-		case "hash":
-			v = b.Client.HGetAll(ctx, k).Val()
-		case "stream":
-			v = b.Client.XRange(ctx, k, "-", "+").Val()
-			v = fmt.Sprint(v, b.Client.XPending(ctx, k, "dispatch").Val(), b.Client.XInfoGroups(ctx, k).Val())
-		case "zset":
-			v = b.Client.ZRangeWithScores(ctx, k, 0, -1).Val()
-		}
-		out[k] = fmt.Sprint(v)
-	}
-	return out
-}
-
 // Every fenced script fails with LEASE_LOST and writes nothing, whether the epoch is stale
 // (another instance took over) or the lease expired with nobody else holding it.
 func TestFencedWritesLeaveNoTrace(t *testing.T) {
@@ -103,14 +79,14 @@ func TestFencedWritesLeaveNoTrace(t *testing.T) {
 		}
 		check := func(t *testing.T, l core.Lease) {
 			for name, op := range ops {
-				before := snapshot(t, b)
+				before := b.Dump(t)
 				err := op(l)
 				var ll *core.LeaseLostError
 				if !errors.As(err, &ll) {
 					t.Errorf("%s with a dead lease: %v, want LeaseLostError", name, err)
 					continue
 				}
-				after := snapshot(t, b)
+				after := b.Dump(t)
 				if name == "end" {
 					// End's due-time write shares a pipeline with the script; when fenced off,
 					// the store re-writes the due score from the owner's state.

@@ -132,11 +132,45 @@ func (k *Counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	}
 }
 
-// Keys lists every key in the backend, sorted, for "no trace" assertions.
-func Keys(ctx context.Context, c *redis.Client) ([]string, error) {
+// Dump is Dump on this backend; it fails the test on error.
+func (b Backend) Dump(tb testing.TB) map[string]string {
+	tb.Helper()
+	d, err := Dump(context.Background(), b.Client)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
+}
+
+// Dump renders every key and its whole value (hashes, streams with their consumer groups and
+// pending entries, sorted sets, strings), for "no trace" assertions.
+func Dump(ctx context.Context, c *redis.Client) (map[string]string, error) {
 	keys, err := c.Keys(ctx, "*").Result()
 	if err != nil {
 		return nil, fmt.Errorf("keys: %w", err)
 	}
-	return keys, nil
+	out := make(map[string]string, len(keys))
+	for _, k := range keys {
+		typ := c.Type(ctx, k).Val()
+		var v any
+		switch typ {
+		case "hash":
+			v = c.HGetAll(ctx, k).Val()
+		case "stream":
+			groups := c.XInfoGroups(ctx, k).Val()
+			pending := map[string]any{}
+			for _, g := range groups {
+				if p := c.XPending(ctx, k, g.Name).Val(); p != nil {
+					pending[g.Name] = *p
+				}
+			}
+			v = fmt.Sprint(c.XRange(ctx, k, "-", "+").Val(), groups, pending)
+		case "zset":
+			v = c.ZRangeWithScores(ctx, k, 0, -1).Val()
+		default:
+			v = c.Get(ctx, k).Val()
+		}
+		out[k] = fmt.Sprintf("%s %v", typ, v)
+	}
+	return out, nil
 }
