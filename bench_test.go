@@ -37,7 +37,7 @@ func listingOf(items *[]json.RawMessage, pageSize int) FetchFunc {
 }
 
 type benchEnv struct {
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	eng   *Engine
 	key   core.Key
 	count redistest.Counter

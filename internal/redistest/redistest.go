@@ -9,10 +9,13 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,8 +31,8 @@ const RequireEnv = "WATUKUY_REQUIRE_REAL_REDIS"
 type Backend struct {
 	// Name is "miniredis" or "redis-server"; used as the subtest name.
 	Name string
-	// Client talks to this backend only.
-	Client *redis.Client
+	// Client talks to this backend only (a *redis.ClusterClient for the cluster).
+	Client redis.UniversalClient
 	// Mini is the embedded server, nil for a real redis-server.
 	Mini *miniredis.Miniredis
 }
@@ -48,6 +51,102 @@ func Miniredis(tb testing.TB) Backend {
 // WATUKUY_REQUIRE_REAL_REDIS=1) when redis-server is not installed.
 func Real(tb testing.TB, extraArgs ...string) Backend {
 	tb.Helper()
+	dir := tb.TempDir()
+	sock := filepath.Join(dir, "redis.sock")
+	exited, out := startServer(tb, dir, append([]string{"--port", "0", "--unixsocket", sock, "--unixsocketperm", "700"}, extraArgs...))
+	c := redis.NewClient(&redis.Options{Network: "unix", Addr: sock})
+	tb.Cleanup(func() { _ = c.Close() })
+	waitReady(tb, func() error { return c.Ping(context.Background()).Err() }, exited, out)
+	return Backend{Name: "redis-server", Client: c}
+}
+
+// Cluster starts a private three-master Redis Cluster on loopback ports (the cluster bus
+// needs TCP), assigns the slots itself and returns a cluster client. It skips or fails like
+// Real when redis-server is missing.
+func Cluster(tb testing.TB) Backend {
+	tb.Helper()
+	ctx := context.Background()
+	const nodes = 3
+	var addrs []string
+	for i := 0; i < nodes; i++ {
+		dir := tb.TempDir()
+		port := freePort(tb)
+		exited, out := startServer(tb, dir, []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "5000"})
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		waitReady(tb, func() error { return c.Ping(ctx).Err() }, exited, out)
+		lo, hi := i*16384/nodes, (i+1)*16384/nodes-1
+		if err := c.ClusterAddSlotsRange(ctx, lo, hi).Err(); err != nil {
+			tb.Fatalf("cluster addslots on %s: %v", addr, err)
+		}
+		if i > 0 {
+			if err := c.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(portOf(addrs[0]))).Err(); err != nil {
+				tb.Fatalf("cluster meet from %s: %v", addr, err)
+			}
+		}
+		_ = c.Close()
+		addrs = append(addrs, addr)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	tb.Cleanup(func() { _ = cc.Close() })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok := true
+		for _, a := range addrs {
+			c := redis.NewClient(&redis.Options{Addr: a})
+			info, err := c.ClusterInfo(ctx).Result()
+			_ = c.Close()
+			ok = ok && err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3")
+		}
+		if ok {
+			cc.ReloadState(ctx)
+			if err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redis cluster on %v did not come up", addrs)
+		}
+		time.Sleep(20 * time.Millisecond) // gossip has no event to wait on
+	}
+	return Backend{Name: "redis-cluster", Client: cc}
+}
+
+func portOf(addr string) int {
+	_, p, _ := strings.Cut(addr, ":")
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// freePort finds a loopback port whose cluster bus port (+10000) is free too.
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	for i := 0; i < 50; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if port > 55000 {
+			continue
+		}
+		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
+		if err != nil {
+			continue
+		}
+		_ = bus.Close()
+		return port
+	}
+	tb.Fatal("no free port pair for a cluster node")
+	return 0
+}
+
+// startServer runs redis-server with its data in dir, no persistence and noeviction; it is
+// killed when the test ends.
+func startServer(tb testing.TB, dir string, args []string) (exited chan struct{}, out *strings.Builder) {
+	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		if os.Getenv(RequireEnv) != "" {
@@ -55,34 +154,34 @@ func Real(tb testing.TB, extraArgs ...string) Backend {
 		}
 		tb.Skipf("redis-server not installed: %v", err)
 	}
-	dir := tb.TempDir()
-	sock := filepath.Join(dir, "redis.sock")
-	args := append([]string{
-		"--port", "0", "--unixsocket", sock, "--unixsocketperm", "700",
-		"--dir", dir, "--save", "", "--appendonly", "no",
-		"--maxmemory-policy", "noeviction", "--loglevel", "warning",
-	}, extraArgs...)
+	args = append([]string{"--dir", dir, "--save", "", "--appendonly", "no",
+		"--maxmemory-policy", "noeviction", "--loglevel", "warning"}, args...)
 	cmd := exec.Command(bin, args...)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out = &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("start redis-server: %v", err)
 	}
-	exited := make(chan struct{})
+	exited = make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	tb.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-exited
 	})
-	c := redis.NewClient(&redis.Options{Network: "unix", Addr: sock})
-	tb.Cleanup(func() { _ = c.Close() })
-	// Wait for the socket to answer: poll, bounded, no fixed sleep.
+	return exited, out
+}
+
+// waitReady polls ping until the server answers (bounded), failing early if it exits.
+func waitReady(tb testing.TB, ping func() error, exited chan struct{}, out *strings.Builder) {
+	tb.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if err := c.Ping(context.Background()).Err(); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			tb.Fatalf("redis-server did not answer on %s: %v\n%s", sock, err, out.String())
+		err := ping()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redis-server did not answer: %v\n%s", err, out.String())
 		}
 		select {
 		case <-exited:
@@ -90,14 +189,15 @@ func Real(tb testing.TB, extraArgs ...string) Backend {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	return Backend{Name: "redis-server", Client: c}
 }
 
-// Each runs fn as two subtests, one on miniredis and one on a private redis-server.
+// Each runs fn as subtests on miniredis, on a private redis-server and on a private
+// three-node Redis Cluster.
 func Each(t *testing.T, fn func(t *testing.T, b Backend)) {
 	t.Helper()
 	t.Run("miniredis", func(t *testing.T) { fn(t, Miniredis(t)) })
 	t.Run("redis-server", func(t *testing.T) { fn(t, Real(t)) })
+	t.Run("redis-cluster", func(t *testing.T) { fn(t, Cluster(t)) })
 }
 
 // Counter is a go-redis hook that counts round trips: one per command sent alone and one
@@ -105,7 +205,7 @@ func Each(t *testing.T, fn func(t *testing.T, b Backend)) {
 type Counter struct{ n atomic.Int64 }
 
 // Attach installs the counter on c.
-func (k *Counter) Attach(c *redis.Client) { c.AddHook(k) }
+func (k *Counter) Attach(c redis.UniversalClient) { c.AddHook(k) }
 
 // Count returns the round trips seen so far.
 func (k *Counter) Count() int64 { return k.n.Load() }
@@ -144,8 +244,22 @@ func (b Backend) Dump(tb testing.TB) map[string]string {
 
 // Dump renders every key and its whole value (hashes, streams with their consumer groups and
 // pending entries, sorted sets, strings), for "no trace" assertions.
-func Dump(ctx context.Context, c *redis.Client) (map[string]string, error) {
-	keys, err := c.Keys(ctx, "*").Result()
+func Dump(ctx context.Context, c redis.UniversalClient) (map[string]string, error) {
+	var keys []string
+	var mu sync.Mutex
+	collect := func(ctx context.Context, n *redis.Client) error {
+		ks, err := n.Keys(ctx, "*").Result()
+		mu.Lock()
+		keys = append(keys, ks...)
+		mu.Unlock()
+		return err
+	}
+	var err error
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, collect)
+	} else {
+		err = collect(ctx, c.(*redis.Client))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("keys: %w", err)
 	}
