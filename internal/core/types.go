@@ -40,6 +40,8 @@ type Page struct {
 	HasMore bool
 	// NotModified marks a 304: the page is empty, the cycle is idle and deletes are off.
 	NotModified bool
+	// RateLimit carries the response's rate-limit headers; the engine paces by it.
+	RateLimit *RateLimit
 }
 
 // FetchRequest is what the engine hands a poller's Fetch.
@@ -131,7 +133,22 @@ type HTTPError struct {
 	Key        Key
 	StatusCode int
 	URL        string
-	Body       string
+	// Body is the start of the response body (at most 512 bytes), for lastError.
+	Body string
+	// RetryAfter is the parsed Retry-After header (0 when absent or malformed).
+	RetryAfter time.Duration
+	// RateLimit is what the response's rate-limit headers said, if anything.
+	RateLimit *RateLimit
+}
+
+// RateLimit is a rate-limit window as an API reported it in its response headers.
+type RateLimit struct {
+	// Limit is the request quota of the window (0 when unknown).
+	Limit int
+	// Remaining is what is left of it.
+	Remaining int
+	// Reset is the time until the window resets.
+	Reset time.Duration
 }
 
 func (e *HTTPError) Error() string {
