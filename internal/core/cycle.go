@@ -2,8 +2,6 @@ package core
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,8 +36,9 @@ type CycleReport struct {
 	Delivered int
 	Parked    int
 	Invalid   int
-	Truncated bool
-	Err       error
+	Truncated   bool
+	NotModified bool
+	Err         error
 }
 
 // cycle is one run for a key under its lease; it is dropped whole on LEASE_LOST.
@@ -56,6 +55,9 @@ type cycle struct {
 	rep    CycleReport
 
 	items int64 // tracked identities: the count at Begin plus rows created since
+
+	rateLimit   *RateLimit // the last rate-limit headers seen in this cycle
+	rateLimitAt time.Time
 
 	serverAt time.Time // server clock at Begin
 	localAt  time.Time // local clock at Begin (monotonic)
@@ -139,9 +141,27 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 	if outboxLen > 0 {
 		failure = c.drain(ctx)
 	}
-	complete := false
+	var live laneResult
 	if failure == nil {
-		complete, failure = c.liveLane(ctx)
+		live, failure = c.runLane(ctx, c.liveLane())
+		if failure == nil && !live.complete && live.paced == 0 && c.p.Strategy == SnapshotDiff {
+			// Deletes need a listing completed in one cycle (G6); this one never completes.
+			failure = &cycleError{phase: "config", code: "CONFIG", kind: schedule.ResultFailed, err: fmt.Errorf(
+				"snapshotDiff listing of %s is longer than maxPagesPerCycle (%d): deletes cannot be detected; raise maxPagesPerCycle",
+				c.key, c.p.MaxPagesPerCycle)}
+		}
+	}
+	reconciled := false
+	if failure == nil && live.complete && c.reconcileDue() {
+		var rec laneResult
+		rec, failure = c.runLane(ctx, lane{name: "reconcile", fetch: c.p.Reconcile.Fetch, listing: true, maxPages: c.p.Reconcile.MaxPages})
+		switch {
+		case failure == nil && rec.complete:
+			reconciled = true
+		case failure == nil && rec.paced == 0:
+			failure = &cycleError{phase: "config", code: "CONFIG", kind: schedule.ResultFailed, err: fmt.Errorf(
+				"reconcile listing of %s is longer than reconcile.maxPages (%d): deletes cannot be detected", c.key, c.p.Reconcile.MaxPages)}
+		}
 	}
 	if cause := context.Cause(ctx); cause != nil && IsLeaseLost(cause) {
 		c.abandon(cause)
@@ -157,22 +177,15 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 		c.rep.Outcome = Failed
 		return
 	}
-	c.rep.Truncated = !complete && failure == nil
-	if c.rep.Truncated && c.p.Strategy == SnapshotDiff {
-		// Deletes need a listing completed in one cycle (G6); this one never completes.
-		c.rep.Truncated = false
-		failure = &cycleError{phase: "config", code: "CONFIG", err: fmt.Errorf(
-			"snapshotDiff listing of %s is longer than maxPagesPerCycle (%d): deletes cannot be detected; raise maxPagesPerCycle",
-			c.key, c.p.MaxPagesPerCycle)}
-	}
-	if err := c.finish(ctx, failure); err != nil {
+	c.rep.Truncated = failure == nil && !live.complete
+	if err := c.finish(ctx, failure, live.paced, reconciled); err != nil {
 		if IsLeaseLost(err) {
 			c.abandon(err)
 			return
 		}
 		c.rep.Err = err
 	}
-	if failure != nil && c.rep.Err == nil {
+	if failure != nil && failure.kind != schedule.ResultThrottled && c.rep.Err == nil {
 		c.rep.Err = failure.err
 	}
 }
@@ -183,18 +196,21 @@ func (c *cycle) abandon(err error) {
 	c.log.Warn().Err(err).Msg("lease lost: cycle abandoned")
 }
 
-// cycleError is a failure with the phase and code it is reported under.
+// cycleError is a failure with the phase and code it is reported under and what the
+// schedule state machine makes of it.
 type cycleError struct {
-	phase string // fetch, handler, store, validate
-	code  string // FETCH, POISON_HALT, STORE, CONFIG
-	err   error
+	phase      string // fetch, handler, store, config
+	code       string // FETCH, THROTTLED, CURSOR_STALL, POISON_HALT, STORE, CONFIG
+	kind       schedule.Kind
+	retryAfter time.Duration
+	err        error
 }
 
 func storeErr(err error) *cycleError {
 	if err == nil {
 		return nil
 	}
-	return &cycleError{phase: "store", code: "STORE", err: err}
+	return &cycleError{phase: "store", code: "STORE", kind: schedule.ResultFailed, err: err}
 }
 
 // drain delivers the outbox until it holds nothing deliverable.
@@ -217,332 +233,63 @@ func (c *cycle) drain(ctx context.Context) *cycleError {
 	}
 }
 
-// liveLane polls page by page from the live cursor; complete is false when maxPagesPerCycle
-// cut it short.
-func (c *cycle) liveLane(ctx context.Context) (complete bool, failure *cycleError) {
-	cursor := c.state.get(fieldCursorLive)
-	if c.p.Strategy == SnapshotDiff {
-		cursor = ""
-	}
-	var seen map[string]bool
-	if c.p.Strategy == SnapshotDiff {
-		seen = map[string]bool{}
-	}
-	notModified := false
-	for c.rep.Pages < c.p.MaxPagesPerCycle {
-		if err := context.Cause(ctx); err != nil {
-			return false, &cycleError{phase: "store", code: "STORE", err: err}
-		}
-		page, err := c.p.Fetch(ctx, FetchRequest{Key: c.key, Cursor: cursor, Lane: "live"})
-		if err != nil {
-			if cause := context.Cause(ctx); cause != nil {
-				return false, &cycleError{phase: "store", code: "STORE", err: cause}
-			}
-			return false, &cycleError{phase: "fetch", code: "FETCH", err: fmt.Errorf("fetch %s at cursor %q: %w", c.key, cursor, err)}
-		}
-		c.rep.Pages++
-		if page.NotModified {
-			notModified = true
-			complete = true
-			break
-		}
-		var cm Commit
-		events, err := c.process(ctx, "live", page.Items, seen, &cm)
-		if err != nil {
-			return false, storeErr(err)
-		}
-		if c.p.Strategy != SnapshotDiff && page.Next != cursor {
-			cm.State = map[string]string{fieldCursorLive: page.Next}
-		}
-		if f := c.commitAndDeliver(ctx, cm, events); f != nil {
-			return false, f
-		}
-		cursor = page.Next
-		if !page.HasMore {
-			complete = true
-			break
-		}
-	}
-	if complete && seen != nil && !notModified {
-		if f := c.snapshotDeletes(ctx, seen); f != nil {
-			return complete, f
-		}
-	}
-	return complete, nil
-}
-
-// snapshotDeletes emits deleted for stored identities a complete listing did not show (G6).
-// seen maps every listed identity to whether it was valid (and so is stored).
-func (c *cycle) snapshotDeletes(ctx context.Context, seen map[string]bool) *cycleError {
-	stored := int64(0)
-	for _, valid := range seen {
-		if valid {
-			stored++
-		}
-	}
-	if stored == c.items {
-		return nil // every stored identity was listed: skip reading them all
-	}
-	all, err := c.e.store.Identities(ctx, c.key)
-	if err != nil {
-		return storeErr(err)
-	}
-	var gone []string
-	for _, id := range all {
-		if _, listed := seen[id]; !listed {
-			gone = append(gone, id)
-		}
-	}
-	if len(gone) == 0 {
-		return nil
-	}
-	rows, err := c.e.store.LoadRows(ctx, c.key, gone)
-	if err != nil {
-		return storeErr(err)
-	}
-	var cm Commit
-	var events []Event
-	for i, id := range gone {
-		r, _ := diff.ParseRow(rows[i])
-		ev := Event{ID: diff.EventID(c.key.Poller, c.key.Partition, id, string(Deleted), r.VF, c.p.SchemaVersion),
-			Poller: c.key.Poller, Partition: c.key.Partition, Type: Deleted, Lane: "live", Identity: id,
-			ObservedAt: c.now(), SchemaVersion: c.p.SchemaVersion}
-		events = append(events, ev)
-		cm.Deletes = append(cm.Deletes, id)
-		if err := c.addEvent(&cm, ev); err != nil {
-			return storeErr(err)
-		}
-	}
-	return c.commitAndDeliver(ctx, cm, events)
-}
-
-// observation is one valid item of a page.
-type observation struct {
-	raw      json.RawMessage
-	identity string
-	version  string
-	vf       diff.VF
-}
-
-// process diffs a page's items against the stored rows and fills cm; it returns the events
-// in the order they are committed.
-func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessage, seen map[string]bool, cm *Commit) ([]Event, error) {
-	c.rep.Items += len(items)
-	obs := make([]observation, 0, len(items))
-	for _, raw := range items {
-		o, issue := c.observe(raw)
-		if seen != nil && o.identity != "" {
-			// An item listed but invalid is still present: never a delete (G6).
-			seen[o.identity] = seen[o.identity] || issue == ""
-		}
-		if issue != "" {
-			c.parkInvalid(cm, raw, o.identity, lane, issue)
-			continue
-		}
-		obs = append(obs, o)
-	}
-	if len(obs) == 0 {
-		return nil, nil
-	}
-	ids := make([]string, 0, len(obs))
-	index := make(map[string]int, len(obs))
-	for _, o := range obs {
-		if _, dup := index[o.identity]; !dup {
-			index[o.identity] = len(ids)
-			ids = append(ids, o.identity)
-		}
-	}
-	rows, err := c.e.store.LoadRows(ctx, c.key, ids)
-	if err != nil {
-		return nil, err
-	}
-	var events []Event
-	schema := c.p.SchemaVersion
-	for _, o := range obs {
-		i := index[o.identity]
-		kind := diff.Classify(rows[i], o.vf, schema, c.p.EmitOnSchemaChange)
-		if kind == diff.Unchanged {
-			continue
-		}
-		row := diff.AppendRow(make([]byte, 0, diff.VFSize+2), diff.Row{VF: o.vf, Schema: schema})
-		rows[i] = row // a later duplicate in the page compares with this one
-		cm.Upserts = append(cm.Upserts, Upsert{Identity: o.identity, Row: row})
-		if kind == diff.Rebaseline {
-			continue
-		}
-		typ := Created
-		if kind == diff.Created {
-			c.items++
-		}
-		if kind == diff.Updated {
-			typ = Updated
-		}
-		ev := Event{ID: diff.EventID(c.key.Poller, c.key.Partition, o.identity, string(typ), o.vf, schema),
-			Poller: c.key.Poller, Partition: c.key.Partition, Type: typ, Lane: lane, Identity: o.identity,
-			Version: o.version, ObservedAt: c.now(), SchemaVersion: schema, Item: o.raw}
-		if err := c.addEvent(cm, ev); err != nil {
-			return nil, err
-		}
-		events = append(events, ev)
-	}
-	return events, nil
-}
-
-// observe extracts identity, version and fingerprint; a non-empty issue means invalid.
-func (c *cycle) observe(raw json.RawMessage) (o observation, issue string) {
-	o.raw = raw
-	id, err := c.p.Identity(raw)
-	if err != nil {
-		return o, "no identity: " + err.Error()
-	}
-	if id == "" {
-		return o, "no identity: empty"
-	}
-	o.identity = id
-	if c.p.Validate != nil {
-		if err := c.p.Validate(raw); err != nil {
-			return o, "validate: " + err.Error()
-		}
-	}
-	if c.p.Version != nil {
-		if o.version, err = c.p.Version(raw); err != nil {
-			return o, "version: " + err.Error()
-		}
-	}
-	var fp []byte
-	if c.p.Fingerprint != nil {
-		fp, err = c.p.Fingerprint(raw)
-	} else {
-		var h [32]byte
-		h, err = c.canon.Hash(raw)
-		fp = h[:]
-	}
-	if err != nil {
-		return o, "fingerprint: " + err.Error()
-	}
-	o.vf = diff.VersionFingerprint(o.version, fp)
-	return o, ""
-}
-
-func (c *cycle) parkInvalid(cm *Commit, raw json.RawMessage, identity, lane, issue string) {
-	sum := sha256.Sum256(raw)
-	id := "inv_" + hex.EncodeToString(sum[:12])
-	row, _ := json.Marshal(parkedRow{Kind: parkedInvalid, ID: id, Error: issue, Errors: []string{issue},
-		Identity: identity, Lane: lane, Item: string(raw), ParkedAt: c.now().UnixMilli()})
-	cm.Invalid = append(cm.Invalid, ParkedRow{ID: id, Row: row})
-	c.rep.Invalid++
-	c.log.Warn().Str("parkedId", id).Str("identity", identity).Str("issue", issue).Msg("item parked as invalid")
-}
-
-func (c *cycle) addEvent(cm *Commit, ev Event) error {
-	env, err := json.Marshal(ev)
-	if err != nil {
-		return fmt.Errorf("encode event %s: %w", ev.ID, err)
-	}
-	cm.Events = append(cm.Events, OutboxEvent{ID: ev.ID, OrderingKey: c.p.orderingKey(ev), Envelope: env})
-	return nil
-}
-
-// commitAndDeliver commits a page (G3: cursor and events in one write) and delivers what it
-// committed straight from memory.
-func (c *cycle) commitAndDeliver(ctx context.Context, cm Commit, events []Event) *cycleError {
-	if len(cm.State) == 0 && len(cm.Upserts) == 0 && len(cm.Deletes) == 0 && len(cm.Events) == 0 &&
-		len(cm.Invalid) == 0 && len(cm.Unpark) == 0 {
-		return nil
-	}
-	sent := time.Now()
-	res, err := c.e.store.CommitPoll(ctx, c.lease, cm)
-	if err != nil {
-		return storeErr(err)
-	}
-	c.keeper.touched(sent)
-	c.rep.Events += len(events)
-	if len(events) == 0 {
-		return nil
-	}
-	ds := make([]delivery, len(events))
-	for i := range events {
-		events[i].Seq = res.StreamIDs[i]
-		ds[i] = delivery{entry: Entry{StreamID: res.StreamIDs[i], ID: events[i].ID, OrderingKey: cm.Events[i].OrderingKey,
-			Envelope: cm.Events[i].Envelope, Seq: res.StreamIDs[i]}, ev: &events[i]}
-	}
-	return c.deliver(ctx, ds)
-}
-
-// retryInvalid runs a parked invalid item through the diff again; if it now passes it is
-// committed like an observation and its parked row removed.
-func (c *cycle) retryInvalid(ctx context.Context, r parkedRow) error {
-	raw := json.RawMessage(r.Item)
-	if _, issue := c.observe(raw); issue != "" {
-		return fmt.Errorf("parked row %s is still invalid: %s", r.ID, issue)
-	}
-	lane := r.Lane
-	if lane == "" {
-		lane = "live"
-	}
-	var cm Commit
-	events, err := c.process(ctx, lane, []json.RawMessage{raw}, nil, &cm)
-	if err != nil {
-		return err
-	}
-	cm.Unpark = []string{r.ID}
-	if _, err := c.e.store.CommitPoll(ctx, c.lease, cm); err != nil {
-		return err
-	}
-	c.rep.Events += len(events)
-	return nil
-}
-
-// finish computes the schedule (pure functions), saves it and releases the lease.
-func (c *cycle) finish(ctx context.Context, failure *cycleError) error {
+// finish runs the schedule state machine (pure functions), saves its state and releases
+// the lease.
+func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Duration, reconciled bool) error {
 	now := c.now()
-	cfg := c.p.Schedule
-	interval := c.state.duration(fieldInterval)
-	failures := c.state.int(fieldFailures)
-	st := map[string]string{}
-	var del []string
-	var next time.Time
-	circuit := circuitClosed
+	res := schedule.Result{Kind: schedule.ResultIdle}
 	switch {
 	case failure != nil:
-		failures++
-		if failures >= c.p.Failures || failure.code == "POISON_HALT" {
-			circuit = circuitOpen
-			next = now.Add(c.p.ProbeEvery)
-		} else {
-			next = now.Add(schedule.DefaultBackoff.Delay(failures, c.e.rand()))
-		}
+		res.Kind, res.RetryAfter = failure.kind, failure.retryAfter
+	case c.rep.Truncated:
+		res.Kind = schedule.ResultTruncated
+	case c.rep.Events > 0:
+		res.Kind = schedule.ResultChanged
+	}
+	res.Pace = max(paced, c.pace())
+	prev := schedule.State{Interval: c.state.duration(fieldInterval), Failures: c.state.int(fieldFailures),
+		Circuit: schedule.Circuit(c.state.circuit()), ThrottledUntil: c.state.time(fieldThrottled)}
+	next := schedule.Next(c.p.policy(), prev, res, now, c.e.rand())
+
+	st := map[string]string{
+		fieldInterval: strconv.FormatInt(next.Interval.Milliseconds(), 10),
+		fieldFailures: strconv.Itoa(next.Failures),
+		fieldCircuit:  string(next.Circuit),
+		FieldNextDue:  strconv.FormatInt(next.NextDue.UnixMilli(), 10),
+		fieldSchema:   strconv.Itoa(c.p.SchemaVersion),
+	}
+	var del []string
+	if next.ThrottledUntil.After(now) {
+		st[fieldThrottled] = strconv.FormatInt(next.ThrottledUntil.UnixMilli(), 10)
+	} else {
+		del = append(del, fieldThrottled)
+	}
+	if c.rateLimit != nil {
+		rl, _ := json.Marshal(map[string]any{"limit": c.rateLimit.Limit, "remaining": c.rateLimit.Remaining,
+			"resetAt": c.rateLimitAt.Add(c.rateLimit.Reset).UTC().Format(time.RFC3339Nano), "seenAt": c.rateLimitAt.UTC().Format(time.RFC3339Nano)})
+		st[fieldRateLimit] = string(rl)
+	}
+	if c.p.Reconcile != nil && (reconciled || c.state.time(fieldReconcileDue).IsZero()) {
+		st[fieldReconcileDue] = strconv.FormatInt(now.Add(c.p.Reconcile.Every).UnixMilli(), 10)
+	}
+	switch {
+	case failure != nil && failure.kind != schedule.ResultThrottled:
 		le, _ := json.Marshal(map[string]any{"code": failure.code, "phase": failure.phase,
 			"message": failure.err.Error(), "at": now.UTC().Format(time.RFC3339Nano)})
 		st[fieldLastError] = string(le)
-	case c.rep.Truncated:
-		failures = 0
-		next = c.serverAt // due again at once, whatever clock the claimer reads
-		del = append(del, fieldLastError)
-	default:
-		failures = 0
-		outcome := schedule.Idle
-		if c.rep.Events > 0 {
-			outcome = schedule.Changed
-		}
-		interval = schedule.NextInterval(cfg, interval, outcome)
-		next = now.Add(schedule.Jittered(interval, cfg.Jitter, c.e.rand()))
+	case failure == nil:
 		del = append(del, fieldLastError)
 	}
-	if interval <= 0 {
-		interval = cfg.Min
+	outcome := "ok"
+	if failure != nil {
+		outcome = failure.code
 	}
-	summary, _ := json.Marshal(map[string]any{"at": now.UTC().Format(time.RFC3339Nano),
+	summary, _ := json.Marshal(map[string]any{"at": now.UTC().Format(time.RFC3339Nano), "outcome": outcome,
 		"durationMs": time.Since(c.localAt).Milliseconds(), "pages": c.rep.Pages, "items": c.rep.Items,
-		"events": c.rep.Events, "delivered": c.rep.Delivered, "parked": c.rep.Parked,
-		"invalid": c.rep.Invalid, "truncated": c.rep.Truncated})
-	st[fieldInterval] = strconv.FormatInt(interval.Milliseconds(), 10)
-	st[fieldFailures] = strconv.Itoa(failures)
-	st[fieldCircuit] = circuit
-	st[FieldNextDue] = strconv.FormatInt(next.UnixMilli(), 10)
+		"events": c.rep.Events, "delivered": c.rep.Delivered, "parked": c.rep.Parked, "invalid": c.rep.Invalid,
+		"truncated": c.rep.Truncated, "notModified": c.rep.NotModified, "reconciled": reconciled})
 	st[fieldLastPoll] = string(summary)
-	st[fieldSchema] = strconv.Itoa(c.p.SchemaVersion)
-	return c.e.store.End(ctx, c.lease, EndRequest{State: st, Delete: del, NextDue: next})
+	return c.e.store.End(ctx, c.lease, EndRequest{State: st, Delete: del, NextDue: next.NextDue})
 }
 
 // mergeCancel returns a context cancelled when either parent is.

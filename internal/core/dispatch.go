@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/watukuy/watukuy/internal/schedule"
 )
 
 // delivery is one outbox entry on its way to the handler; ev is nil until decoded.
@@ -118,7 +120,7 @@ func (d *dispatch) runGroup(ctx context.Context, stop context.CancelFunc, batch 
 		}
 		if c.p.Delivery.Poison == PoisonHalt {
 			d.mu.Lock()
-			d.halt = &cycleError{phase: "handler", code: "POISON_HALT",
+			d.halt = &cycleError{phase: "handler", code: "POISON_HALT", kind: schedule.ResultPoisonHalt,
 				err: fmt.Errorf("event %s of %s failed %d times, poison: halt: %w", b.entry.ID, c.key, len(errs), err)}
 			d.mu.Unlock()
 			stop()

@@ -262,25 +262,28 @@ func (e *Engine) keyOp(ctx context.Context, key Key, name string, op func(contex
 
 // KeyInfo is what Inspect reports for a key.
 type KeyInfo struct {
-	Poller        string          `json:"poller"`
-	Partition     string          `json:"partition"`
-	Status        string          `json:"status"`
-	Paused        bool            `json:"paused"`
-	Cursor        string          `json:"cursor"`
-	LeaseOwner    string          `json:"leaseOwner,omitempty"`
-	LeaseEpoch    int64           `json:"leaseEpoch"`
-	LeaseExpires  *time.Time      `json:"leaseExpiresAt,omitempty"`
-	NextDueAt     *time.Time      `json:"nextDueAt,omitempty"`
-	Interval      time.Duration   `json:"intervalMs"`
-	Circuit       string          `json:"circuit"`
-	Failures      int             `json:"consecutiveFailures"`
-	LastPoll      json.RawMessage `json:"lastPoll,omitempty"`
-	LastError     json.RawMessage `json:"lastError,omitempty"`
-	LagMs         int64           `json:"lagMs"`
-	OutboxPending int64           `json:"outboxPending"`
-	Parked        int64           `json:"parked"`
-	Held          int64           `json:"held"`
-	Items         int64           `json:"items"`
+	Poller         string          `json:"poller"`
+	Partition      string          `json:"partition"`
+	Status         string          `json:"status"`
+	Paused         bool            `json:"paused"`
+	Cursor         string          `json:"cursor"`
+	LeaseOwner     string          `json:"leaseOwner,omitempty"`
+	LeaseEpoch     int64           `json:"leaseEpoch"`
+	LeaseExpires   *time.Time      `json:"leaseExpiresAt,omitempty"`
+	NextDueAt      *time.Time      `json:"nextDueAt,omitempty"`
+	Interval       time.Duration   `json:"intervalMs"`
+	Circuit        string          `json:"circuit"`
+	Failures       int             `json:"consecutiveFailures"`
+	ThrottledUntil *time.Time      `json:"throttledUntil,omitempty"`
+	RateLimit      json.RawMessage `json:"rateLimit,omitempty"`
+	ReconcileDue   *time.Time      `json:"reconcileDueAt,omitempty"`
+	LastPoll       json.RawMessage `json:"lastPoll,omitempty"`
+	LastError      json.RawMessage `json:"lastError,omitempty"`
+	LagMs          int64           `json:"lagMs"`
+	OutboxPending  int64           `json:"outboxPending"`
+	Parked         int64           `json:"parked"`
+	Held           int64           `json:"held"`
+	Items          int64           `json:"items"`
 }
 
 // Inspect reads one key's status.
@@ -303,6 +306,15 @@ func (e *Engine) Inspect(ctx context.Context, key Key) (KeyInfo, error) {
 	if v := st.get(fieldLastError); v != "" {
 		ki.LastError = json.RawMessage(v)
 	}
+	if v := st.get(fieldRateLimit); v != "" {
+		ki.RateLimit = json.RawMessage(v)
+	}
+	if t := st.time(fieldThrottled); t.After(s.Now) {
+		ki.ThrottledUntil = &t
+	}
+	if t := st.time(fieldReconcileDue); !t.IsZero() {
+		ki.ReconcileDue = &t
+	}
 	if !s.LeaseExpires.IsZero() {
 		ki.LeaseExpires = &s.LeaseExpires
 	}
@@ -319,6 +331,8 @@ func (e *Engine) Inspect(ctx context.Context, key Key) (KeyInfo, error) {
 		ki.Status = "running"
 	case ki.Circuit == circuitOpen:
 		ki.Status = "circuitOpen"
+	case ki.ThrottledUntil != nil:
+		ki.Status = "throttled"
 	case ki.LastError != nil:
 		ki.Status = "failing"
 	default:
@@ -527,6 +541,10 @@ const (
 	fieldLastError  = "lastError"
 	FieldPaused     = "paused"
 	fieldSchema     = "schemaVersion"
+	fieldThrottled  = "throttledUntil"
+	fieldRateLimit  = "rateLimit"
+
+	fieldReconcileDue = "reconcileDue"
 
 	circuitClosed = "closed"
 	circuitOpen   = "open"

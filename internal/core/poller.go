@@ -37,6 +37,11 @@ type Poller struct {
 	EmitOnSchemaChange bool
 	// Validate checks an item; an error parks it as invalid with the error's text.
 	Validate func(item json.RawMessage) error
+	// Tombstone marks items that report a deletion (sync/delta APIs); optional.
+	Tombstone func(item json.RawMessage) bool
+	// Reconcile, when set, lists everything every Reconcile.Every with the same diff and
+	// emits deleted for stored identities the complete listing lacks (G6).
+	Reconcile *Reconcile
 	// Handler receives the events.
 	Handler Handler
 	// Delivery sets concurrency, ordering, attempts and poison handling.
@@ -51,6 +56,17 @@ type Poller struct {
 	Failures int
 	// ProbeEvery is how long an open circuit waits for its probe; default Schedule.Max.
 	ProbeEvery time.Duration
+}
+
+// Reconcile is a periodic full listing.
+type Reconcile struct {
+	// Every is the time between listings (the first comes Every after the first cycle).
+	Every time.Duration
+	// Fetch pages through the full listing; the cursor starts at "" each time.
+	Fetch FetchFunc
+	// MaxPages bounds one listing; default 10,000. A longer listing is a CONFIG error and
+	// deletes nothing.
+	MaxPages int
 }
 
 // Delivery configures the dispatcher.
@@ -159,6 +175,20 @@ func (p Poller) withDefaults() (Poller, error) {
 	if p.ProbeEvery == 0 {
 		p.ProbeEvery = s.Max
 	}
+	if p.Reconcile != nil {
+		rc := *p.Reconcile // the caller's value stays as given
+		r := &rc
+		p.Reconcile = r
+		if r.Every <= 0 {
+			return bad("reconcile.every", "must be positive")
+		}
+		if r.Fetch == nil {
+			return bad("reconcile.fetch", "is required")
+		}
+		if r.MaxPages == 0 {
+			r.MaxPages = 10_000
+		}
+	}
 	d := &p.Delivery
 	if d.Concurrency == 0 {
 		d.Concurrency = 4
@@ -176,6 +206,11 @@ func (p Poller) withDefaults() (Poller, error) {
 		return bad("delivery.poison", "unknown mode %d", d.Poison)
 	}
 	return p, nil
+}
+
+// policy is the schedule state machine's view of the poller.
+func (p *Poller) policy() schedule.Policy {
+	return schedule.Policy{Config: p.Schedule, Failures: p.Failures, ProbeEvery: p.ProbeEvery}
 }
 
 // keys lists the poller's keys.

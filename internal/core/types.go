@@ -155,6 +155,18 @@ func (e *HTTPError) Error() string {
 	return fmt.Sprintf("watukuy: %s: HTTP %d from %s", e.Key, e.StatusCode, e.URL)
 }
 
+// CursorStallError reports a cursor that cannot advance: a full page whose items all carry
+// the cursor's own timestamp, from an API without a tie-breaker. Re-asking would loop forever.
+type CursorStallError struct {
+	Key    Key
+	Cursor string
+	Msg    string
+}
+
+func (e *CursorStallError) Error() string {
+	return fmt.Sprintf("watukuy: cursor stall on %s at %q: %s", e.Key, e.Cursor, e.Msg)
+}
+
 // IsLeaseLost reports whether err is (or wraps) a LeaseLostError.
 func IsLeaseLost(err error) bool {
 	var l *LeaseLostError

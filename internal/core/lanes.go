@@ -1,0 +1,205 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/watukuy/watukuy/internal/diff"
+	"github.com/watukuy/watukuy/internal/schedule"
+)
+
+// lane is one pass over an API within a cycle.
+type lane struct {
+	name     string // live, reconcile
+	fetch    FetchFunc
+	cursor   string // where the pass starts
+	persist  bool   // commit the cursor with each page (live lane of a cursor strategy)
+	listing  bool   // a full listing: unlisted identities are deleted when it completes
+	maxPages int
+}
+
+// laneResult is how a lane ended.
+type laneResult struct {
+	complete bool          // the API said there is no more
+	paced    time.Duration // stopped early to respect the API's rate limit; wait this long
+}
+
+// longestInCycleWait is the longest pause between two pages that a cycle sits out itself;
+// a longer pace ends the cycle and schedules the rest.
+const longestInCycleWait = time.Second
+
+// runLane fetches page by page, commits each page with its cursor (G3) and delivers it.
+func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) {
+	var res laneResult
+	var seen map[string]bool
+	if ln.listing {
+		seen = map[string]bool{}
+	}
+	cursor := ln.cursor
+	for pages := 0; pages < ln.maxPages; pages++ {
+		if f := c.politeness(ctx); f != nil {
+			return res, f
+		}
+		page, err := ln.fetch(ctx, FetchRequest{Key: c.key, Cursor: cursor, Lane: ln.name})
+		c.rep.Pages++
+		if err != nil {
+			return res, c.fetchFailure(ctx, ln, cursor, err)
+		}
+		if page.RateLimit != nil {
+			c.rateLimit = page.RateLimit
+			c.rateLimitAt = c.now()
+		}
+		if page.NotModified {
+			c.rep.NotModified = true
+			res.complete = true
+			return res, nil // idle, and never a source of deletes (G6)
+		}
+		var cm Commit
+		events, err := c.process(ctx, ln.name, page.Items, seen, &cm)
+		if err != nil {
+			return res, storeErr(err)
+		}
+		if ln.persist && page.Next != cursor {
+			cm.State = map[string]string{fieldCursorLive: page.Next}
+		}
+		if f := c.commitAndDeliver(ctx, cm, events); f != nil {
+			return res, f
+		}
+		cursor = page.Next
+		if !page.HasMore {
+			res.complete = true
+			break
+		}
+		if gap := c.pace(); gap > 0 {
+			if gap > longestInCycleWait {
+				res.paced = gap
+				return res, nil
+			}
+			if err := c.wait(ctx, gap); err != nil {
+				return res, storeErr(err)
+			}
+		}
+	}
+	if res.complete && seen != nil {
+		return res, c.listingDeletes(ctx, ln.name, seen)
+	}
+	return res, nil
+}
+
+// politeness refuses a request inside the key's throttle window (G8).
+func (c *cycle) politeness(ctx context.Context) *cycleError {
+	if err := context.Cause(ctx); err != nil {
+		return storeErr(err)
+	}
+	if until := c.state.time(fieldThrottled); c.now().Before(until) {
+		return &cycleError{phase: "fetch", code: "THROTTLED", kind: schedule.ResultThrottled, retryAfter: until.Sub(c.now()),
+			err: fmt.Errorf("%s is throttled until %s", c.key, until.Format(time.RFC3339Nano))}
+	}
+	return nil
+}
+
+// pace is the gap the last rate-limit headers ask for before the next request, less the
+// time already gone since they were read.
+func (c *cycle) pace() time.Duration {
+	if c.rateLimit == nil {
+		return 0
+	}
+	return schedule.Pace(c.rateLimit.Remaining, c.rateLimit.Reset) - c.now().Sub(c.rateLimitAt)
+}
+
+func (c *cycle) wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// fetchFailure classifies a failed request: 429 and 503 with Retry-After throttle (not a
+// failure, G8); configuration problems and cursor stalls get their own codes.
+func (c *cycle) fetchFailure(ctx context.Context, ln lane, cursor string, err error) *cycleError {
+	if cause := context.Cause(ctx); cause != nil {
+		return storeErr(cause)
+	}
+	err = fmt.Errorf("%s lane of %s at cursor %q: %w", ln.name, c.key, cursor, err)
+	var he *HTTPError
+	var ce *ConfigError
+	var se *CursorStallError
+	switch {
+	case errors.As(err, &he) && (he.StatusCode == 429 || he.StatusCode == 503 && he.RetryAfter > 0):
+		if he.RateLimit != nil {
+			c.rateLimit, c.rateLimitAt = he.RateLimit, c.now()
+		}
+		return &cycleError{phase: "fetch", code: "THROTTLED", kind: schedule.ResultThrottled, retryAfter: he.RetryAfter, err: err}
+	case errors.As(err, &ce):
+		return &cycleError{phase: "fetch", code: "CONFIG", kind: schedule.ResultFailed, err: err}
+	case errors.As(err, &se):
+		return &cycleError{phase: "fetch", code: "CURSOR_STALL", kind: schedule.ResultFailed, err: err}
+	}
+	return &cycleError{phase: "fetch", code: "FETCH", kind: schedule.ResultFailed, err: err}
+}
+
+// listingDeletes emits deleted for stored identities a complete listing did not show (G6).
+// seen maps every listed identity to whether it was valid (and so is stored).
+func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string]bool) *cycleError {
+	stored := int64(0)
+	for _, valid := range seen {
+		if valid {
+			stored++
+		}
+	}
+	if stored == c.items {
+		return nil // every stored identity was listed: skip reading them all
+	}
+	all, err := c.e.store.Identities(ctx, c.key)
+	if err != nil {
+		return storeErr(err)
+	}
+	var gone []string
+	for _, id := range all {
+		if _, listed := seen[id]; !listed {
+			gone = append(gone, id)
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	rows, err := c.e.store.LoadRows(ctx, c.key, gone)
+	if err != nil {
+		return storeErr(err)
+	}
+	var cm Commit
+	var events []Event
+	for i, id := range gone {
+		r, _ := diff.ParseRow(rows[i])
+		ev := c.newEvent(Deleted, lane, id, "", r.VF, nil)
+		events = append(events, ev)
+		cm.Deletes = append(cm.Deletes, id)
+		if err := c.addEvent(&cm, ev); err != nil {
+			return storeErr(err)
+		}
+	}
+	c.items -= int64(len(gone))
+	return c.commitAndDeliver(ctx, cm, events)
+}
+
+// liveLane is the poller's live pass: from the committed cursor, or a full listing for
+// snapshotDiff.
+func (c *cycle) liveLane() lane {
+	ln := lane{name: "live", fetch: c.p.Fetch, cursor: c.state.get(fieldCursorLive), persist: true, maxPages: c.p.MaxPagesPerCycle}
+	if c.p.Strategy == SnapshotDiff {
+		ln.cursor, ln.persist, ln.listing = "", false, true
+	}
+	return ln
+}
+
+// reconcileDue reports whether the reconcile lane runs in this cycle.
+func (c *cycle) reconcileDue() bool {
+	due := c.state.time(fieldReconcileDue)
+	return c.p.Reconcile != nil && !due.IsZero() && !c.now().Before(due)
+}

@@ -1,0 +1,86 @@
+package schedule
+
+import (
+	"testing"
+	"time"
+)
+
+func TestNextTransitions(t *testing.T) {
+	p := Policy{Config: Config{Min: 10 * time.Second, Max: 80 * time.Second}, Failures: 3, ProbeEvery: 5 * time.Minute,
+		Backoff: Backoff{Base: time.Second, Factor: 2, Max: time.Minute}}
+	now := time.Unix(1_800_000_000, 0)
+	at := func(d time.Duration) time.Time { return now.Add(d) }
+	closed := State{Interval: 20 * time.Second, Circuit: Closed}
+	tests := []struct {
+		name string
+		from State
+		res  Result
+		want State
+	}{
+		{"closed: change halves the interval", closed, Result{Kind: ResultChanged},
+			State{Interval: 10 * time.Second, Circuit: Closed, NextDue: at(10 * time.Second)}},
+		{"closed: idle stretches it by 1.5", closed, Result{Kind: ResultIdle},
+			State{Interval: 30 * time.Second, Circuit: Closed, NextDue: at(30 * time.Second)}},
+		{"first cycle starts at min", State{}, Result{Kind: ResultIdle},
+			State{Interval: 15 * time.Second, Circuit: Closed, NextDue: at(15 * time.Second)}},
+		{"closed: truncated is due at once", closed, Result{Kind: ResultTruncated},
+			State{Interval: 20 * time.Second, Circuit: Closed, NextDue: now}},
+		{"pacing stretches the wait", closed, Result{Kind: ResultChanged, Pace: time.Minute},
+			State{Interval: 10 * time.Second, Circuit: Closed, NextDue: at(time.Minute)}},
+		{"closed: failure backs off (full jitter, r=.5)", closed, Result{Kind: ResultFailed},
+			State{Interval: 20 * time.Second, Failures: 1, Circuit: Closed, NextDue: at(500 * time.Millisecond)}},
+		{"backoff: failure grows the backoff", State{Interval: 20 * time.Second, Failures: 1, Circuit: Closed}, Result{Kind: ResultFailed},
+			State{Interval: 20 * time.Second, Failures: 2, Circuit: Closed, NextDue: at(time.Second)}},
+		{"backoff: success clears failures", State{Interval: 20 * time.Second, Failures: 2, Circuit: Closed}, Result{Kind: ResultIdle},
+			State{Interval: 30 * time.Second, Circuit: Closed, NextDue: at(30 * time.Second)}},
+		{"backoff: the Nth failure opens the circuit", State{Interval: 20 * time.Second, Failures: 2, Circuit: Closed}, Result{Kind: ResultFailed},
+			State{Interval: 20 * time.Second, Failures: 3, Circuit: Open, NextDue: at(5 * time.Minute)}},
+		{"poison halt opens the circuit at once", closed, Result{Kind: ResultPoisonHalt},
+			State{Interval: 20 * time.Second, Failures: 1, Circuit: Open, NextDue: at(5 * time.Minute)}},
+		{"half-open probe fails: open again", State{Interval: 20 * time.Second, Failures: 3, Circuit: Open}, Result{Kind: ResultFailed},
+			State{Interval: 20 * time.Second, Failures: 4, Circuit: Open, NextDue: at(5 * time.Minute)}},
+		{"half-open probe succeeds: closed", State{Interval: 20 * time.Second, Failures: 3, Circuit: Open}, Result{Kind: ResultChanged},
+			State{Interval: 10 * time.Second, Circuit: Closed, NextDue: at(10 * time.Second)}},
+		{"429 throttles, not a failure", State{Interval: 20 * time.Second, Failures: 2, Circuit: Closed}, Result{Kind: ResultThrottled, RetryAfter: 90 * time.Second},
+			State{Interval: 20 * time.Second, Failures: 2, Circuit: Closed, NextDue: at(90 * time.Second), ThrottledUntil: at(90 * time.Second)}},
+		{"429 leaves an open circuit open", State{Interval: 20 * time.Second, Failures: 3, Circuit: Open}, Result{Kind: ResultThrottled, RetryAfter: time.Second},
+			State{Interval: 20 * time.Second, Failures: 3, Circuit: Open, NextDue: at(time.Second), ThrottledUntil: at(time.Second)}},
+		{"429 without Retry-After waits the interval", closed, Result{Kind: ResultThrottled},
+			State{Interval: 20 * time.Second, Circuit: Closed, NextDue: at(20 * time.Second), ThrottledUntil: at(20 * time.Second)}},
+		{"429 without Retry-After honours the pace", closed, Result{Kind: ResultThrottled, Pace: time.Minute},
+			State{Interval: 20 * time.Second, Circuit: Closed, NextDue: at(time.Minute), ThrottledUntil: at(time.Minute)}},
+		{"nothing runs inside a throttle window", State{Interval: 20 * time.Second, Circuit: Closed, ThrottledUntil: at(time.Hour)}, Result{Kind: ResultChanged},
+			State{Interval: 10 * time.Second, Circuit: Closed, NextDue: at(time.Hour), ThrottledUntil: at(time.Hour)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Next(p, tc.from, tc.res, now, 0.5); got != tc.want {
+				t.Fatalf("\n got  %+v\n want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTriggerNeverEntersAThrottleWindow(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	open := State{Circuit: Open, NextDue: now.Add(time.Hour)}
+	if got := Trigger(open, now); !got.NextDue.Equal(now) {
+		t.Fatalf("trigger on an open circuit: due %v, want now", got.NextDue)
+	}
+	throttled := State{ThrottledUntil: now.Add(time.Minute), NextDue: now.Add(time.Minute)}
+	if got := Trigger(throttled, now); !got.NextDue.Equal(now.Add(time.Minute)) {
+		t.Fatalf("trigger inside a throttle window: due %v", got.NextDue)
+	}
+}
+
+func TestPace(t *testing.T) {
+	for _, tc := range []struct {
+		remaining int
+		reset     time.Duration
+		want      time.Duration
+	}{{10, time.Minute, 6 * time.Second}, {0, time.Minute, time.Minute}, {100, 0, 0}, {-3, 10 * time.Second, 10 * time.Second}} {
+		if got := Pace(tc.remaining, tc.reset); got != tc.want {
+			t.Errorf("Pace(%d, %v) = %v, want %v", tc.remaining, tc.reset, got, tc.want)
+		}
+	}
+}
