@@ -28,14 +28,14 @@ const (
 
 // CycleReport is what one cycle did.
 type CycleReport struct {
-	Key       Key
-	Outcome   Outcome
-	Pages     int
-	Items     int
-	Events    int
-	Delivered int
-	Parked    int
-	Invalid   int
+	Key         Key
+	Outcome     Outcome
+	Pages       int
+	Items       int
+	Events      int
+	Delivered   int
+	Parked      int
+	Invalid     int
 	Truncated   bool
 	NotModified bool
 	Err         error

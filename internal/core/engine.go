@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/watukuy/watukuy/internal/schedule"
 )
 
 // Options configures an Engine.
@@ -329,7 +331,7 @@ func (e *Engine) Inspect(ctx context.Context, key Key) (KeyInfo, error) {
 		ki.Status = "paused"
 	case ki.LeaseExpires != nil && ki.LeaseExpires.After(s.Now):
 		ki.Status = "running"
-	case ki.Circuit == circuitOpen:
+	case ki.Circuit == string(schedule.Open):
 		ki.Status = "circuitOpen"
 	case ki.ThrottledUntil != nil:
 		ki.Status = "throttled"
@@ -527,7 +529,7 @@ func (s state) circuit() string {
 	if c := s[fieldCircuit]; c != "" {
 		return c
 	}
-	return circuitClosed
+	return string(schedule.Closed)
 }
 
 // State hash fields.
@@ -545,9 +547,6 @@ const (
 	fieldRateLimit  = "rateLimit"
 
 	fieldReconcileDue = "reconcileDue"
-
-	circuitClosed = "closed"
-	circuitOpen   = "open"
 
 	parkedInvalid = "invalid"
 	parkedPoison  = "poison"

@@ -227,4 +227,3 @@ func (c *cycle) retryInvalid(ctx context.Context, r parkedRow) error {
 	c.rep.Events += len(events)
 	return nil
 }
-
