@@ -1,0 +1,257 @@
+package cursor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/watukuy/watukuy/internal/core"
+)
+
+// Timestamp pages through items changed since a time. The cursor is the largest change time
+// seen; the query re-asks from that time inclusively (>=), so items sharing the time at a
+// page boundary are never lost, and the items seen again are suppressed by the diff (G7).
+// A full page in which every item has the cursor's own time cannot advance: with a
+// TieBreaker parameter the last identity is sent along; without one the cycle stops with a
+// *core.CursorStallError instead of asking the same page forever.
+type Timestamp struct {
+	Source
+	// Field is the gjson path of the item's change time.
+	Field string
+	// Formats parse Field (see Parse); default RFC 3339, then epoch.
+	Formats []string
+	// Param is the query parameter that carries the cursor time (sent as the API wrote it).
+	Param string
+	// LimitParam and Limit ask for a page size; a full page means there is more.
+	LimitParam string
+	Limit      int
+	// HasMore is an optional response path that says whether more pages follow.
+	HasMore string
+	// TieBreaker is the query parameter for the last identity at the cursor time, for APIs
+	// that order by (time, identity) and support it (e.g. "after_id"); optional.
+	TieBreaker string
+	// Identity is the gjson path of an item's identity, for the tie-breaker; default "id".
+	Identity string
+
+	tags etags
+}
+
+// timestampCursor is the committed cursor of a Timestamp lane.
+type timestampCursor struct {
+	Since string `json:"since"`
+	After string `json:"after,omitempty"`
+}
+
+// Fetch is the lane's FetchFunc.
+func (t *Timestamp) Fetch(ctx context.Context, req core.FetchRequest) (core.Page, error) {
+	var cur timestampCursor
+	if req.Cursor != "" {
+		if err := json.Unmarshal([]byte(req.Cursor), &cur); err != nil {
+			return core.Page{}, &core.ConfigError{Poller: req.Key.Poller, Field: "cursor", Msg: fmt.Sprintf("stored cursor %q is not a timestamp cursor: %v", req.Cursor, err)}
+		}
+	}
+	params := url.Values{}
+	if cur.Since != "" {
+		params.Set(t.Param, cur.Since)
+		if t.TieBreaker != "" && cur.After != "" {
+			params.Set(t.TieBreaker, cur.After)
+		}
+	}
+	if t.LimitParam != "" && t.Limit > 0 {
+		params.Set(t.LimitParam, strconv.Itoa(t.Limit))
+	}
+	tagKey := params.Encode()
+	r, err := t.get(ctx, req.Key, "", params, t.tags.get(req.Key, tagKey))
+	if err != nil {
+		return core.Page{}, err
+	}
+	t.tags.put(req.Key, tagKey, r.ETag)
+	if r.NotModified {
+		return r.page(req.Cursor, false), nil
+	}
+	next := cur
+	var maxT time.Time
+	if next.Since != "" {
+		if maxT, err = Parse(next.Since, t.Formats); err != nil {
+			return core.Page{}, &core.ConfigError{Poller: req.Key.Poller, Field: "cursor.field", Msg: err.Error()}
+		}
+	}
+	allAtCursor := len(r.items) > 0
+	idPath := t.Identity
+	if idPath == "" {
+		idPath = "id"
+	}
+	for _, it := range r.items {
+		v := gjson.GetBytes(it, t.Field)
+		if !v.Exists() {
+			allAtCursor = false
+			continue // an item without a change time cannot move the cursor; the diff still sees it
+		}
+		ts, err := Parse(v.String(), t.Formats)
+		if err != nil {
+			return core.Page{}, &core.ConfigError{Poller: req.Key.Poller, Field: "cursor.field",
+				Msg: fmt.Sprintf("item field %q: %v", t.Field, err)}
+		}
+		switch {
+		case ts.After(maxT):
+			maxT, next.Since, next.After = ts, v.String(), gjson.GetBytes(it, idPath).String()
+			allAtCursor = false
+		case ts.Equal(maxT):
+			next.After = gjson.GetBytes(it, idPath).String()
+		default:
+			allAtCursor = false
+		}
+	}
+	hasMore, ok := r.boolAt(t.HasMore)
+	if !ok {
+		hasMore = t.Limit > 0 && len(r.items) >= t.Limit
+	}
+	if hasMore && allAtCursor && (t.TieBreaker == "" || next.After == cur.After) {
+		return core.Page{}, &core.CursorStallError{Key: req.Key, Cursor: req.Cursor, Msg: fmt.Sprintf(
+			"a full page of %d items all at %s; the API offers no tie-breaker, so the cursor cannot advance (set a tie-breaker parameter or a larger page size)",
+			len(r.items), cur.Since)}
+	}
+	if t.TieBreaker == "" {
+		next.After = ""
+	}
+	return r.page(next.encode(), hasMore), nil
+}
+
+func (c timestampCursor) encode() string {
+	if c.Since == "" {
+		return ""
+	}
+	b, _ := json.Marshal(c)
+	return string(b)
+}
+
+// Token follows an opaque next token (sync/delta semantics): the committed cursor is the
+// last token, and an empty page keeps it. The token comes from a response path, or from the
+// Link header's rel="next" (then the cursor is that URL).
+type Token struct {
+	Source
+	// Param is the query parameter that carries the token.
+	Param string
+	// Next is the gjson path of the next token; "" follows the Link header.
+	Next string
+	// HasMore is an optional response path; without it a page that moved the token and was
+	// not empty means there is more.
+	HasMore string
+	// LimitParam and Limit ask for a page size.
+	LimitParam string
+	Limit      int
+
+	tags etags
+}
+
+// Fetch is the lane's FetchFunc.
+func (t *Token) Fetch(ctx context.Context, req core.FetchRequest) (core.Page, error) {
+	params := url.Values{}
+	rawURL := ""
+	switch {
+	case t.Next == "" && req.Cursor != "":
+		rawURL = req.Cursor // a Link URL carries its own query
+	case req.Cursor != "":
+		params.Set(t.Param, req.Cursor)
+	}
+	if t.LimitParam != "" && t.Limit > 0 && rawURL == "" {
+		params.Set(t.LimitParam, strconv.Itoa(t.Limit))
+	}
+	tagKey := rawURL + "?" + params.Encode()
+	r, err := t.get(ctx, req.Key, rawURL, params, t.tags.get(req.Key, tagKey))
+	if err != nil {
+		return core.Page{}, err
+	}
+	t.tags.put(req.Key, tagKey, r.ETag)
+	if r.NotModified {
+		return r.page(req.Cursor, false), nil
+	}
+	next := r.Response.Next
+	if t.Next != "" {
+		next = r.body.Get(t.Next).String()
+	}
+	if next == "" {
+		next = req.Cursor // caught up: resume from the same place
+	}
+	hasMore, ok := r.boolAt(t.HasMore)
+	if !ok {
+		hasMore = len(r.items) > 0 && next != req.Cursor
+	}
+	return r.page(next, hasMore), nil
+}
+
+// Page walks a listing by page number or offset, from the start each time: the live lane of
+// a snapshotDiff poller and the reconcile lane. It stops on an empty or short page, or when
+// the HasMore path says so. With CollectionETag the first page is asked with If-None-Match:
+// use it only when the API's ETag covers the whole collection, since a 304 ends the listing.
+type Page struct {
+	Source
+	// Param carries the page number (default "page") or, with Offset, the item offset.
+	Param  string
+	Offset bool
+	// Start is the first page number; default 1 (offsets start at 0).
+	Start int
+	// SizeParam and Size ask for a page size.
+	SizeParam string
+	Size      int
+	// HasMore is an optional response path.
+	HasMore string
+	// CollectionETag sends the first page's ETag back (see above).
+	CollectionETag bool
+
+	tags etags
+}
+
+// Fetch is the lane's FetchFunc.
+func (p *Page) Fetch(ctx context.Context, req core.FetchRequest) (core.Page, error) {
+	pos := p.Start
+	if p.Offset {
+		pos = 0
+	} else if pos == 0 {
+		pos = 1
+	}
+	first := req.Cursor == ""
+	if !first {
+		n, err := strconv.Atoi(req.Cursor)
+		if err != nil {
+			return core.Page{}, &core.ConfigError{Poller: req.Key.Poller, Field: "cursor", Msg: fmt.Sprintf("page cursor %q is not a number", req.Cursor)}
+		}
+		pos = n
+	}
+	param := p.Param
+	if param == "" {
+		param = "page"
+	}
+	params := url.Values{param: {strconv.Itoa(pos)}}
+	if p.SizeParam != "" && p.Size > 0 {
+		params.Set(p.SizeParam, strconv.Itoa(p.Size))
+	}
+	etag := ""
+	if first && p.CollectionETag {
+		etag = p.tags.get(req.Key, "")
+	}
+	r, err := p.get(ctx, req.Key, "", params, etag)
+	if err != nil {
+		return core.Page{}, err
+	}
+	if first && p.CollectionETag {
+		p.tags.put(req.Key, "", r.ETag)
+	}
+	if r.NotModified {
+		return r.page("", false), nil
+	}
+	next := pos + 1
+	if p.Offset {
+		next = pos + len(r.items)
+	}
+	hasMore, ok := r.boolAt(p.HasMore)
+	if !ok {
+		hasMore = len(r.items) > 0 && (p.Size <= 0 || len(r.items) >= p.Size)
+	}
+	return r.page(strconv.Itoa(next), hasMore), nil
+}

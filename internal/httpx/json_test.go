@@ -1,0 +1,50 @@
+package httpx
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestCheckJSON(t *testing.T) {
+	for _, tc := range []struct {
+		body   string
+		ok     bool
+		offset int64
+		msg    string
+	}{
+		{body: `{"a":1}`, ok: true},
+		{body: " [1, 2, {\"b\": null}]\n", ok: true},
+		{body: `"just a string"`, ok: true},
+		{body: `{"a":1,}`, offset: 8, msg: "invalid character '}' looking for beginning of object key string"},
+		{body: `{"a" 1}`, offset: 6, msg: "invalid character '1' after object key"},
+		{body: `{} {}`, offset: 4, msg: "invalid character '{' after top-level value"},
+		{body: `[1,2]]`, offset: 6, msg: "invalid character ']' after top-level value"},
+		{body: `<html>oops</html>`, offset: 1, msg: "invalid character '<' looking for beginning of value"},
+		{body: `{"a":1`, offset: 6, msg: "unexpected end of JSON input"},
+		{body: `nul`, offset: 3, msg: "unexpected end of JSON input"},
+		{body: `[1.`, offset: 3, msg: "unexpected end of JSON input"},
+		{body: `nul `, offset: 4, msg: "invalid character ' ' in literal null (expecting 'l')"},
+		{body: `   `, offset: 3, msg: "unexpected end of JSON input"},
+		{body: ``, offset: 0, msg: "unexpected end of JSON input"},
+	} {
+		err := CheckJSON([]byte(tc.body))
+		if tc.ok {
+			if err != nil {
+				t.Errorf("CheckJSON(%q) = %v; want nil", tc.body, err)
+			}
+			continue
+		}
+		var je *JSONError
+		if !errors.As(err, &je) {
+			t.Errorf("CheckJSON(%q) = %v; want *JSONError", tc.body, err)
+			continue
+		}
+		if je.Offset != tc.offset || je.Msg != tc.msg {
+			t.Errorf("CheckJSON(%q) = {%d %q}; want {%d %q}", tc.body, je.Offset, je.Msg, tc.offset, tc.msg)
+		}
+	}
+	want := "invalid JSON at byte offset 8: invalid character '}' looking for beginning of object key string"
+	if got := CheckJSON([]byte(`{"a":1,}`)).Error(); got != want {
+		t.Errorf("Error() = %q; want %q", got, want)
+	}
+}
