@@ -249,7 +249,11 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	res.Pace = max(paced, c.pace())
 	prev := schedule.State{Interval: c.state.duration(fieldInterval), Failures: c.state.int(fieldFailures),
 		Circuit: schedule.Circuit(c.state.circuit()), ThrottledUntil: c.state.time(fieldThrottled)}
-	next := schedule.Next(c.p.policy(), prev, res, now, c.e.rand())
+	at := now
+	if res.Kind == schedule.ResultTruncated {
+		at = c.serverAt // due again at once, whatever clock the next claimer reads
+	}
+	next := schedule.Next(c.p.policy(), prev, res, at, c.e.rand())
 
 	st := map[string]string{
 		fieldInterval: strconv.FormatInt(next.Interval.Milliseconds(), 10),

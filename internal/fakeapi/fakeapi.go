@@ -2,15 +2,24 @@
 // keeps a collection of items, applies creates, updates and deletes, records each as ground
 // truth, and serves them through Fetch functions: a change feed (custom cursor) and a full
 // listing (snapshotDiff). Faults are injected per request with OnFetch.
+//
+// The same collection is also served over real HTTP by NewServer (server.go): a timestamp
+// endpoint (/items), a token/delta endpoint (/sync) and a paged full listing (/list), with
+// scripted faults and a rate limiter (faults.go).
+//
+// The API has its own clock (SetNow, Advance, Now) that never moves by itself: every Put and
+// Delete stamps the item's updated_at with it, so tests decide which items share a timestamp.
 package fakeapi
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/watukuy/watukuy/internal/core"
 )
@@ -21,15 +30,21 @@ type Change struct {
 	ID      string
 	Version int
 	Deleted bool
+	// At is the API clock when the change was made (the item's updated_at, to the second).
+	At time.Time
 }
 
 type record struct {
 	id      string
 	version int
 	seq     int64
+	updated time.Time // API clock at the last Put/Delete, UTC, truncated to the second
 	fields  map[string]any
 	deleted bool
 }
+
+// defaultNow is where a new API's clock starts.
+var defaultNow = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // API is an in-process fake of a third-party API. It is safe for concurrent use.
 type API struct {
@@ -39,15 +54,68 @@ type API struct {
 	log     []Change
 	onFetch func(ctx context.Context, req core.FetchRequest) error
 	fetches int
+	now     time.Time
+	idx     *index // sorted views for the HTTP server, valid while idx.seq == seq
 }
 
-// New returns an empty API.
-func New() *API { return &API{items: map[string]*record{}} }
+// New returns an empty API whose clock stands at 2026-01-01T00:00:00Z.
+func New() *API { return &API{items: map[string]*record{}, now: defaultNow} }
+
+// Now returns the API clock. It moves only by SetNow and Advance.
+func (a *API) Now() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.clock()
+}
+
+// SetNow sets the API clock.
+func (a *API) SetNow(t time.Time) {
+	a.mu.Lock()
+	a.now = t
+	a.mu.Unlock()
+}
+
+// Advance moves the API clock forward by d (backward when d < 0).
+func (a *API) Advance(d time.Duration) {
+	a.mu.Lock()
+	a.now = a.clock().Add(d)
+	a.mu.Unlock()
+}
+
+// clock is Now with a.mu held; the zero API (not made by New) starts at the default too.
+func (a *API) clock() time.Time {
+	if a.now.IsZero() {
+		return defaultNow
+	}
+	return a.now
+}
+
+// stamp is the updated_at of a change made now: UTC, to the second.
+func (a *API) stamp() time.Time { return a.clock().UTC().Truncate(time.Second) }
 
 // Put creates or updates an item (its version goes up by one) and returns the new version.
+// Its updated_at becomes the API clock. fields is copied (shallowly); fields named like the
+// served keys (id, version, updated_seq, updated_at) override them in the JSON only.
 func (a *API) Put(id string, fields map[string]any) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.put(id, fields)
+}
+
+// PutMany puts n items with the ids prefix0000, prefix0001, … (at least four digits), each with
+// a copy of fields, all stamped with the same clock value: a run of timestamp ties.
+func (a *API) PutMany(n int, prefix string, fields map[string]any) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := range n {
+		a.put(fmt.Sprintf("%s%04d", prefix, i), fields)
+	}
+}
+
+func (a *API) put(id string, fields map[string]any) int {
+	if a.items == nil {
+		a.items = map[string]*record{}
+	}
 	a.seq++
 	r := a.items[id]
 	if r == nil || r.deleted {
@@ -60,8 +128,9 @@ func (a *API) Put(id string, fields map[string]any) int {
 	}
 	r.version++
 	r.seq = a.seq
-	r.fields = fields
-	a.log = append(a.log, Change{Seq: a.seq, ID: id, Version: r.version})
+	r.updated = a.stamp()
+	r.fields = maps.Clone(fields)
+	a.log = append(a.log, Change{Seq: a.seq, ID: id, Version: r.version, At: r.updated})
 	return r.version
 }
 
@@ -76,7 +145,8 @@ func (a *API) Delete(id string) {
 	a.seq++
 	r.deleted = true
 	r.seq = a.seq
-	a.log = append(a.log, Change{Seq: a.seq, ID: id, Version: r.version, Deleted: true})
+	r.updated = a.stamp()
+	a.log = append(a.log, Change{Seq: a.seq, ID: id, Version: r.version, Deleted: true, At: r.updated})
 }
 
 // Changes returns the ground-truth log.
@@ -125,7 +195,8 @@ func (a *API) enter(ctx context.Context, req core.FetchRequest) error {
 }
 
 func (r *record) json() json.RawMessage {
-	m := map[string]any{"id": r.id, "version": r.version, "updated_seq": r.seq}
+	m := map[string]any{"id": r.id, "version": r.version, "updated_seq": r.seq,
+		"updated_at": r.updated.Format(time.RFC3339)}
 	for k, v := range r.fields {
 		m[k] = v
 	}
