@@ -139,7 +139,7 @@ func (e *env) settle(eng *Engine) {
 			return
 		}
 	}
-	e.t.Fatal("keys still busy after 20 ticks")
+	e.t.Fatalf("keys still busy after 20 ticks: %+v", e.tick(eng))
 }
 
 var errKilled = errors.New("killed")

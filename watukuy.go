@@ -24,6 +24,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/cursor"
+	"github.com/watukuy/watukuy/internal/httpx"
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/internal/schedule"
 )
@@ -95,6 +97,38 @@ const (
 
 // Field returns an Identity or Version function reading a gjson path of the item.
 func Field(path string) func(item json.RawMessage) (string, error) { return core.Field(path) }
+
+// Flag returns a Tombstone function: true when the gjson path of the item is true.
+func Flag(path string) func(item json.RawMessage) bool { return core.Flag(path) }
+
+// Reconcile is a periodic full listing that detects deletes (G6).
+type Reconcile = core.Reconcile
+
+// RateLimit is a rate-limit window an API reported.
+type RateLimit = core.RateLimit
+
+// CursorStallError is a timestamp cursor that cannot advance (a full page of one time and
+// no tie-breaker).
+type CursorStallError = core.CursorStallError
+
+// HTTPClient sends a poller's requests: timeout, size limit, gzip, ETag, rate-limit and
+// Retry-After parsing, redacted logs.
+type HTTPClient = httpx.Client
+
+// HTTPSource is an HTTP endpoint returning a page of JSON items.
+type HTTPSource = cursor.Source
+
+// TimestampCursor pages by change time with an inclusive re-query; use its Fetch method.
+type TimestampCursor = cursor.Timestamp
+
+// TokenCursor follows an opaque next/sync token; use its Fetch method.
+type TokenCursor = cursor.Token
+
+// PageCursor walks a full listing by page number or offset; use its Fetch method.
+type PageCursor = cursor.Page
+
+// ParseTime reads an API date: "rfc3339", "epoch_s", "epoch_ms", "epoch" or a Go layout.
+func ParseTime(v string, formats []string) (time.Time, error) { return cursor.Parse(v, formats) }
 
 // Options configures an Engine.
 type Options struct {

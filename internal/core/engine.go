@@ -177,7 +177,7 @@ func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (TickRepor
 		if !e.enter() {
 			break
 		}
-		keys, err := e.store.ClaimDue(ctx, e.tickN, e.claimTO)
+		keys, err := e.store.ClaimDue(ctx, e.tickN, e.claimTO, e.pollerNames())
 		e.inflight.Done()
 		if err != nil {
 			return rep, fmt.Errorf("watukuy: claim due keys: %w", err)
@@ -199,6 +199,17 @@ func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (TickRepor
 		wg.Wait()
 	}
 	return rep, nil
+}
+
+// pollerNames lists the registered pollers, the only ones whose keys this engine claims.
+func (e *Engine) pollerNames() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	names := make([]string, 0, len(e.pollers))
+	for n := range e.pollers {
+		names = append(names, n)
+	}
+	return names
 }
 
 // enter counts an in-flight call unless the engine is stopping.

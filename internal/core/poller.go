@@ -102,6 +102,11 @@ func Field(path string) func(item json.RawMessage) (string, error) {
 	}
 }
 
+// Flag returns a Tombstone function that is true when the gjson path of the item is true.
+func Flag(path string) func(item json.RawMessage) bool {
+	return func(item json.RawMessage) bool { return gjson.GetBytes(item, path).Bool() }
+}
+
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 var partitionRE = regexp.MustCompile(`^[A-Za-z0-9_.:@-]{1,128}$`)
 

@@ -10,9 +10,9 @@ import (
 // epoch is stale or the lease expired. Methods without a Lease are unfenced and safe to call
 // from any process.
 type Store interface {
-	// ClaimDue atomically takes up to limit keys whose due time has passed and pushes them
-	// forward by claimTimeout.
-	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration) ([]Key, error)
+	// ClaimDue atomically takes up to limit keys of the named pollers (all when none) whose
+	// due time has passed, and pushes them forward by claimTimeout.
+	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]Key, error)
 	// Begin starts a cycle (op=false: checks paused and due) or an operator action (op=true:
 	// checks the lease only), taking the lease when allowed.
 	Begin(ctx context.Context, key Key, owner string, ttl time.Duration, op bool) (BeginResult, error)

@@ -112,9 +112,13 @@ func (t *Timestamp) Fetch(ctx context.Context, req core.FetchRequest) (core.Page
 		hasMore = t.Limit > 0 && len(r.items) >= t.Limit
 	}
 	if hasMore && allAtCursor && (t.TieBreaker == "" || next.After == cur.After) {
+		why := "no tie-breaker parameter is set"
+		if t.TieBreaker != "" {
+			why = fmt.Sprintf("the API ignored the tie-breaker parameter %q", t.TieBreaker)
+		}
 		return core.Page{}, &core.CursorStallError{Key: req.Key, Cursor: req.Cursor, Msg: fmt.Sprintf(
-			"a full page of %d items all at %s; the API offers no tie-breaker, so the cursor cannot advance (set a tie-breaker parameter or a larger page size)",
-			len(r.items), cur.Since)}
+			"a full page of %d items all at %s and %s, so the cursor cannot advance (set a tie-breaker or a larger page size)",
+			len(r.items), cur.Since, why)}
 	}
 	if t.TieBreaker == "" {
 		next.After = ""

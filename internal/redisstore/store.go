@@ -127,8 +127,12 @@ func appendList(args []any, vs []string) []any {
 }
 
 // ClaimDue implements core.Store.
-func (s *Store) ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration) ([]core.Key, error) {
-	v, err := s.run(ctx, "claim_due", nil, []string{s.dueKey()}, s.nowArg(), limit, claimTimeout.Milliseconds())
+func (s *Store) ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]core.Key, error) {
+	args := []any{s.nowArg(), limit, claimTimeout.Milliseconds()}
+	for _, p := range pollers {
+		args = append(args, p)
+	}
+	v, err := s.run(ctx, "claim_due", nil, []string{s.dueKey()}, args...)
 	if err != nil {
 		return nil, err
 	}

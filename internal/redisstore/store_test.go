@@ -136,7 +136,7 @@ func TestClaimDue(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for {
-					ks, err := s.ClaimDue(ctx, 3, time.Minute)
+					ks, err := s.ClaimDue(ctx, 3, time.Minute, nil)
 					if err != nil {
 						t.Error(err)
 						return
@@ -161,11 +161,11 @@ func TestClaimDue(t *testing.T) {
 				t.Fatalf("%s claimed %d times", k, n)
 			}
 		}
-		if ks, _ := s.ClaimDue(ctx, 100, time.Minute); len(ks) != 0 {
+		if ks, _ := s.ClaimDue(ctx, 100, time.Minute, nil); len(ks) != 0 {
 			t.Fatalf("claimed again before the timeout: %d", len(ks))
 		}
 		clk.add(time.Minute)
-		if ks, _ := s.ClaimDue(ctx, 100, time.Minute); len(ks) != 50 {
+		if ks, _ := s.ClaimDue(ctx, 100, time.Minute, nil); len(ks) != 50 {
 			t.Fatalf("after the claim timeout: %d keys due, want 50", len(ks))
 		}
 	})
