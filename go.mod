@@ -8,6 +8,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/rs/zerolog v1.35.1
 	github.com/tidwall/gjson v1.20.2
+	pgregory.net/rapid v1.3.0
 )
 
 require (

@@ -66,8 +66,7 @@ func countPer(evs []Event) map[string]int {
 
 // checkFinal asserts the delivered events reproduce the API's final state and that versions
 // per identity never go backwards.
-func checkFinal(t *testing.T, e *env) {
-	t.Helper()
+func checkFinal(t interface{ Errorf(string, ...any) }, e *env) {
 	got, want := e.rec.final(), e.api.Final()
 	for id, v := range want {
 		if got[id] != strconv.Itoa(v) {
@@ -377,6 +376,25 @@ func TestMalformedResponses(t *testing.T) {
 		}
 		if n := len(e.rec.events()); n != 2 {
 			t.Fatalf("delivered %d, want the 2 valid items", n)
+		}
+	})
+}
+
+// A write in the cursor's own second that sorts before the tie-breaker (a smaller identity)
+// is still found: each cycle's first request re-reads that whole second.
+func TestTimestampSameSecondWriteBehindTieBreaker(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		srv, _ := e.server(fakeapi.ServerOptions{TieBreaker: true})
+		e.api.PutMany(3, "b", nil)
+		eng := e.engine(e.poller(func(p *Poller) { p.Fetch = timestampCursor(srv, 2, true).Fetch }), nil)
+		e.settle(eng)
+		e.api.Put("a0", nil)    // same second as the cursor, sorts before "b0002"
+		e.api.Put("b0000", nil) // an update in the same second
+		e.settle(eng)
+		checkFinal(t, e)
+		if n := len(e.rec.events()); n != 5 {
+			t.Fatalf("delivered %d events, want 5", n)
 		}
 	})
 }

@@ -42,7 +42,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		if f := c.politeness(ctx); f != nil {
 			return res, f
 		}
-		page, err := ln.fetch(ctx, FetchRequest{Key: c.key, Cursor: cursor, Lane: ln.name})
+		page, err := ln.fetch(ctx, FetchRequest{Key: c.key, Cursor: cursor, Lane: ln.name, Page: pages})
 		c.rep.Pages++
 		if err != nil {
 			return res, c.fetchFailure(ctx, ln, cursor, err)

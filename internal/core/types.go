@@ -49,8 +49,10 @@ type FetchRequest struct {
 	Key Key
 	// Cursor is the lane's cursor ("" at the very start).
 	Cursor string
-	// Lane is "live" (more lanes come with later issues).
+	// Lane is "live" or "reconcile".
 	Lane string
+	// Page counts the pages of this lane's pass in the cycle, from 0.
+	Page int
 }
 
 // FetchFunc fetches one page.

@@ -17,8 +17,9 @@ import (
 // seen; the query re-asks from that time inclusively (>=), so items sharing the time at a
 // page boundary are never lost, and the items seen again are suppressed by the diff (G7).
 // A full page in which every item has the cursor's own time cannot advance: with a
-// TieBreaker parameter the last identity is sent along; without one the cycle stops with a
-// *core.CursorStallError instead of asking the same page forever.
+// TieBreaker parameter the last identity is sent along (on every page but a cycle's first,
+// which re-reads the whole second so that items written in it later are not missed); without
+// one the cycle stops with a *core.CursorStallError instead of asking the same page forever.
 type Timestamp struct {
 	Source
 	// Field is the gjson path of the item's change time.
@@ -58,7 +59,9 @@ func (t *Timestamp) Fetch(ctx context.Context, req core.FetchRequest) (core.Page
 	params := url.Values{}
 	if cur.Since != "" {
 		params.Set(t.Param, cur.Since)
-		if t.TieBreaker != "" && cur.After != "" {
+		// A cycle's first request re-reads the cursor's whole second: items written in that
+		// second after the last pass may sort before the tie-breaker (a smaller identity).
+		if t.TieBreaker != "" && cur.After != "" && req.Page > 0 {
 			params.Set(t.TieBreaker, cur.After)
 		}
 	}
@@ -111,7 +114,8 @@ func (t *Timestamp) Fetch(ctx context.Context, req core.FetchRequest) (core.Page
 	if !ok {
 		hasMore = t.Limit > 0 && len(r.items) >= t.Limit
 	}
-	if hasMore && allAtCursor && (t.TieBreaker == "" || next.After == cur.After) {
+	sentAfter := params.Get(t.TieBreaker)
+	if hasMore && allAtCursor && (t.TieBreaker == "" || sentAfter != "" && next.After == sentAfter) {
 		why := "no tie-breaker parameter is set"
 		if t.TieBreaker != "" {
 			why = fmt.Sprintf("the API ignored the tie-breaker parameter %q", t.TieBreaker)
