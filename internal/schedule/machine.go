@@ -18,7 +18,7 @@ import "time"
 //	   │   │     ┌───────────┐                                                    ▼
 //	   │   │     │ throttled │                                             ┌────────────┐
 //	   │   │     └───────────┘                                             │    open    │ due after ProbeEvery
-//	   │   │                                                               └────────────┘ (trigger: now)
+//	   │   │                                                               └────────────┘ (Trigger: at once)
 //	   │   │ probe succeeds                                                      │ due
 //	   │   └──────────────────────────────────────────────────── ┌───────────┐ ◀─┘
 //	   │                                                          │ half-open │ probe fails: open again
@@ -135,13 +135,6 @@ func Next(p Policy, s State, res Result, now time.Time, r float64) State {
 		s.NextDue = later(s.NextDue, now.Add(res.Pace))
 	}
 	s.NextDue = later(s.NextDue, s.ThrottledUntil)
-	return s
-}
-
-// Trigger makes the key due now: an open circuit gets its probe at once. It never moves the
-// next request inside a throttle window (G8).
-func Trigger(s State, now time.Time) State {
-	s.NextDue = later(now, s.ThrottledUntil)
 	return s
 }
 

@@ -61,18 +61,6 @@ func TestNextTransitions(t *testing.T) {
 	}
 }
 
-func TestTriggerNeverEntersAThrottleWindow(t *testing.T) {
-	now := time.Unix(1_800_000_000, 0)
-	open := State{Circuit: Open, NextDue: now.Add(time.Hour)}
-	if got := Trigger(open, now); !got.NextDue.Equal(now) {
-		t.Fatalf("trigger on an open circuit: due %v, want now", got.NextDue)
-	}
-	throttled := State{ThrottledUntil: now.Add(time.Minute), NextDue: now.Add(time.Minute)}
-	if got := Trigger(throttled, now); !got.NextDue.Equal(now.Add(time.Minute)) {
-		t.Fatalf("trigger inside a throttle window: due %v", got.NextDue)
-	}
-}
-
 func TestPace(t *testing.T) {
 	for _, tc := range []struct {
 		remaining int
