@@ -66,6 +66,15 @@ type Strategy = core.Strategy
 // PoisonMode says what happens to an event whose handler keeps failing.
 type PoisonMode = core.PoisonMode
 
+// Hooks observe the engine; every field is optional and must not block.
+type Hooks = core.Hooks
+
+// CycleReport is what one cycle did.
+type CycleReport = core.CycleReport
+
+// Key names one partition of a poller.
+type Key = core.Key
+
 // TickReport sums what one Tick did.
 type TickReport = core.TickReport
 
@@ -146,6 +155,9 @@ type Options struct {
 	ClaimTimeout time.Duration
 	// Clock replaces the Redis server clock; for tests only.
 	Clock func() time.Time
+	// Hooks observe cycles, requests, deliveries, parking, circuits, throttles and lost
+	// leases (the metrics use them).
+	Hooks Hooks
 
 	wrapStore func(core.Store) core.Store // tests inject faults here
 }
@@ -176,7 +188,7 @@ func New(opts Options) (*Engine, error) {
 		s = opts.wrapStore(s)
 	}
 	ce, err := core.NewEngine(core.Options{Store: s, InstanceID: opts.InstanceID, Logger: opts.Logger,
-		TickConcurrency: opts.TickConcurrency, ClaimTimeout: opts.ClaimTimeout})
+		TickConcurrency: opts.TickConcurrency, ClaimTimeout: opts.ClaimTimeout, Hooks: opts.Hooks})
 	if err != nil {
 		return nil, err
 	}

@@ -79,6 +79,15 @@ func (c *cycle) now() time.Time { return c.serverAt.Add(time.Since(c.localAt)) }
 
 // RunCycle runs one cycle for key: begin, drain the outbox, the live lane page by page, end.
 func (e *Engine) RunCycle(ctx context.Context, key Key) CycleReport {
+	start := time.Now()
+	rep := e.runCycle(ctx, key)
+	if h := e.hooks.OnCycle; h != nil {
+		h(rep, time.Since(start))
+	}
+	return rep
+}
+
+func (e *Engine) runCycle(ctx context.Context, key Key) CycleReport {
 	rep := CycleReport{Key: key, Outcome: Failed}
 	if !e.enter() {
 		rep.Err = errors.New("watukuy: engine is stopping")
@@ -171,6 +180,11 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 		c.abandon(failure.err)
 		return
 	}
+	if failure != nil && failure.kind != schedule.ResultThrottled {
+		if h := c.e.hooks.OnError; h != nil {
+			h(c.key, failure.phase, failure.err)
+		}
+	}
 	if failure != nil && failure.phase == "store" {
 		// Redis trouble: the lease lapses by itself and the claim timeout brings the key back.
 		c.rep.Err = failure.err
@@ -194,6 +208,9 @@ func (c *cycle) abandon(err error) {
 	c.rep.Outcome = Failed
 	c.rep.Err = err
 	c.log.Warn().Err(err).Msg("lease lost: cycle abandoned")
+	if h := c.e.hooks.OnLeaseLost; h != nil {
+		h(c.key, err)
+	}
 }
 
 // cycleError is a failure with the phase and code it is reported under and what the
@@ -293,7 +310,16 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		"events": c.rep.Events, "delivered": c.rep.Delivered, "parked": c.rep.Parked, "invalid": c.rep.Invalid,
 		"truncated": c.rep.Truncated, "notModified": c.rep.NotModified, "reconciled": reconciled})
 	st[fieldLastPoll] = string(summary)
-	return c.e.store.End(ctx, c.lease, EndRequest{State: st, Delete: del, NextDue: next.NextDue})
+	if err := c.e.store.End(ctx, c.lease, EndRequest{State: st, Delete: del, NextDue: next.NextDue}); err != nil {
+		return err
+	}
+	if h := c.e.hooks.OnCircuitOpen; h != nil && next.Circuit == schedule.Open && failure != nil {
+		h(c.key, next.NextDue, failure.err)
+	}
+	if h := c.e.hooks.OnThrottled; h != nil && failure != nil && failure.kind == schedule.ResultThrottled {
+		h(c.key, next.ThrottledUntil)
+	}
+	return nil
 }
 
 // mergeCancel returns a context cancelled when either parent is.

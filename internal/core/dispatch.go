@@ -21,7 +21,7 @@ type delivery struct {
 // order in one fenced call; exhausted events are parked and hold their ordering key (G4), or
 // halt the cycle with PoisonHalt. Undelivered entries stay in the outbox (G1).
 func (c *cycle) deliver(ctx context.Context, batch []delivery) *cycleError {
-	d := &dispatch{c: c, acked: make([]bool, len(batch))}
+	d := &dispatch{c: c, acked: make([]bool, len(batch)), evs: make([]*Event, len(batch))}
 	groups := map[string][]int{}
 	var order []string
 	for i, b := range batch {
@@ -76,6 +76,14 @@ feed:
 			return storeErr(err)
 		}
 		c.rep.Delivered += len(ids)
+		if h := c.e.hooks.OnDelivered; h != nil {
+			now := c.now()
+			for i, ok := range d.acked {
+				if ok && d.evs[i] != nil {
+					h(c.key, *d.evs[i], now.Sub(d.evs[i].ObservedAt))
+				}
+			}
+		}
 	}
 	if d.halt != nil {
 		return d.halt
@@ -95,6 +103,7 @@ type dispatch struct {
 	c      *cycle
 	mu     sync.Mutex
 	acked  []bool
+	evs    []*Event // decoded events, for the OnDelivered hook
 	poison []Poison
 	held   []Held
 	halt   *cycleError
@@ -108,10 +117,10 @@ func (d *dispatch) runGroup(ctx context.Context, stop context.CancelFunc, batch 
 			return // left in the outbox: redelivered by the next lease holder (G1)
 		}
 		b := batch[i]
-		errs, err := d.attempt(ctx, b)
+		ev, errs, err := d.attempt(ctx, b)
 		if err == nil {
 			d.mu.Lock()
-			d.acked[i] = true
+			d.acked[i], d.evs[i] = true, ev
 			d.mu.Unlock()
 			continue
 		}
@@ -134,15 +143,16 @@ func (d *dispatch) runGroup(ctx context.Context, stop context.CancelFunc, batch 
 	}
 }
 
-// attempt calls the handler up to Attempts times with backoff; it returns every error seen.
-func (d *dispatch) attempt(ctx context.Context, b delivery) ([]string, error) {
+// attempt calls the handler up to Attempts times with backoff; it returns the event and
+// every error seen.
+func (d *dispatch) attempt(ctx context.Context, b delivery) (*Event, []string, error) {
 	c := d.c
 	ev := b.ev
 	if ev == nil {
 		ev = new(Event)
 		if err := json.Unmarshal(b.entry.Envelope, ev); err != nil {
 			err = fmt.Errorf("corrupt envelope of %s: %w", b.entry.ID, err)
-			return []string{err.Error()}, err
+			return nil, []string{err.Error()}, err
 		}
 		ev.Seq = b.entry.Seq
 	}
@@ -154,23 +164,23 @@ func (d *dispatch) attempt(ctx context.Context, b delivery) ([]string, error) {
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return errs, ctx.Err()
+				return ev, errs, ctx.Err()
 			case <-t.C:
 			}
 			if err := ctx.Err(); err != nil {
-				return errs, err
+				return ev, errs, err
 			}
 			if !c.keeper.valid() {
-				return errs, &LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "lease may have expired during handler retries"}
+				return ev, errs, &LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "lease may have expired during handler retries"}
 			}
 		}
 		if last = c.p.callHandler(ctx, *ev); last == nil {
-			return nil, nil
+			return ev, nil, nil
 		}
 		errs = append(errs, last.Error())
 		c.log.Warn().Str("eventId", ev.ID).Int("attempt", a).Err(last).Msg("handler failed")
 	}
-	return errs, last
+	return ev, errs, last
 }
 
 func (d *dispatch) park(b delivery, errs []string) {
@@ -182,6 +192,9 @@ func (d *dispatch) park(b delivery, errs []string) {
 	c.holds[b.entry.OrderingKey] = true
 	d.mu.Unlock()
 	c.log.Error().Str("eventId", b.entry.ID).Str("orderingKey", b.entry.OrderingKey).Str("error", errs[len(errs)-1]).Msg("event parked as poison; its ordering key is held")
+	if h := c.e.hooks.OnParked; h != nil {
+		h(c.key, parkedPoison, b.entry.ID, errs[len(errs)-1])
+	}
 }
 
 func (d *dispatch) hold(b delivery) {

@@ -31,6 +31,8 @@ type Options struct {
 	ClaimTimeout time.Duration
 	// Rand returns uniform numbers in [0,1) for jitter; default math/rand/v2.
 	Rand func() float64
+	// Hooks observe cycles, requests, deliveries and failures.
+	Hooks Hooks
 }
 
 // Engine runs the cycles of registered pollers.
@@ -41,6 +43,7 @@ type Engine struct {
 	rand    func() float64
 	tickN   int
 	claimTO time.Duration
+	hooks   Hooks
 
 	mu         sync.Mutex
 	pollers    map[string]*Poller
@@ -61,7 +64,7 @@ func NewEngine(opts Options) (*Engine, error) {
 		return nil, &ConfigError{Field: "instanceID", Msg: "is required"}
 	}
 	e := &Engine{store: opts.Store, owner: opts.InstanceID, log: opts.Logger, rand: opts.Rand,
-		tickN: opts.TickConcurrency, claimTO: opts.ClaimTimeout, pollers: map[string]*Poller{}}
+		tickN: opts.TickConcurrency, claimTO: opts.ClaimTimeout, hooks: opts.Hooks, pollers: map[string]*Poller{}}
 	if e.rand == nil {
 		e.rand = rand.Float64
 	}

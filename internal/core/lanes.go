@@ -42,7 +42,11 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		if f := c.politeness(ctx); f != nil {
 			return res, f
 		}
+		sent := time.Now()
 		page, err := ln.fetch(ctx, FetchRequest{Key: c.key, Cursor: cursor, Lane: ln.name, Page: pages})
+		if h := c.e.hooks.OnFetch; h != nil {
+			h(c.key, ln.name, time.Since(sent), err)
+		}
 		c.rep.Pages++
 		if err != nil {
 			return res, c.fetchFailure(ctx, ln, cursor, err)

@@ -167,6 +167,9 @@ func (c *cycle) parkInvalid(cm *Commit, raw json.RawMessage, identity, lane, iss
 	cm.Invalid = append(cm.Invalid, ParkedRow{ID: id, Row: row})
 	c.rep.Invalid++
 	c.log.Warn().Str("parkedId", id).Str("identity", identity).Str("issue", issue).Msg("item parked as invalid")
+	if h := c.e.hooks.OnParked; h != nil {
+		h(c.key, parkedInvalid, id, issue)
+	}
 }
 
 func (c *cycle) addEvent(cm *Commit, ev Event) error {
