@@ -203,6 +203,13 @@ func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (TickRepor
 	return e.core.Tick(ctx, maxDuration)
 }
 
+// Setup writes every registered key to the registry and the due set, so that schedulers
+// find them; Tick does it by itself, a worker calls it once at start.
+func (e *Engine) Setup(ctx context.Context) error { return e.core.Setup(ctx) }
+
+// RunCycle runs one cycle of a key now (the worker's task handler); most programs use Tick.
+func (e *Engine) RunCycle(ctx context.Context, key Key) CycleReport { return e.core.RunCycle(ctx, key) }
+
 // Trigger makes a key due now; an open circuit gets its probe.
 func (e *Engine) Trigger(ctx context.Context, poller, partition string) error {
 	return e.core.Trigger(ctx, core.Key{Poller: poller, Partition: partition})

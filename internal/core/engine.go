@@ -110,6 +110,10 @@ func (e *Engine) poller(key Key) (*Poller, error) {
 	return nil, &ConfigError{Poller: key.Poller, Field: "partitions", Msg: fmt.Sprintf("unknown partition %q", key.Partition)}
 }
 
+// Setup writes every registered key to the registry and, for new keys, the due set, so the
+// schedulers find them. Tick does it by itself; workers call it at start.
+func (e *Engine) Setup(ctx context.Context) error { return e.ensureRegistered(ctx) }
+
 // ensureRegistered writes every key to the registry and due set once per registration change.
 func (e *Engine) ensureRegistered(ctx context.Context) error {
 	e.mu.Lock()

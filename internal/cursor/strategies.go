@@ -261,5 +261,8 @@ func (p *Page) Fetch(ctx context.Context, req core.FetchRequest) (core.Page, err
 	if !ok {
 		hasMore = len(r.items) > 0 && (p.Size <= 0 || len(r.items) >= p.Size)
 	}
-	return r.page(strconv.Itoa(next), hasMore), nil
+	if !hasMore {
+		return r.page("", false), nil // the pass is over: a committed cursor starts the next one afresh
+	}
+	return r.page(strconv.Itoa(next), true), nil
 }

@@ -68,6 +68,37 @@ func (s *Store) k(key core.Key, suffix string) string {
 func (s *Store) dueKey() string      { return s.prefix + ":{global}:due" }
 func (s *Store) registryKey() string { return s.prefix + ":{global}:registry" }
 
+// WakeChannel is the pub/sub channel on which trigger and resume wake the schedulers.
+func (s *Store) WakeChannel() string { return s.prefix + ":{global}:wake" }
+
+// Prefix is the deployment's key prefix.
+func (s *Store) Prefix() string { return s.prefix }
+
+// CheckEviction returns the server's maxmemory-policy and an error unless it is noeviction:
+// an evicted lease or outbox would break the guarantees.
+func (s *Store) CheckEviction(ctx context.Context) (string, error) {
+	var policy string
+	check := func(ctx context.Context, c *redis.Client) error {
+		v, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		if err != nil {
+			return fmt.Errorf("redisstore: read maxmemory-policy: %w", err)
+		}
+		policy = v["maxmemory-policy"]
+		if policy != "noeviction" {
+			return fmt.Errorf("redisstore: maxmemory-policy is %q on %s; watukuy needs noeviction (evicted leases or outboxes lose events)", policy, c.Options().Addr)
+		}
+		return nil
+	}
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		return policy, cc.ForEachShard(ctx, check)
+	}
+	c, ok := s.rdb.(*redis.Client)
+	if !ok {
+		return "", fmt.Errorf("redisstore: cannot check maxmemory-policy on a %T", s.rdb)
+	}
+	return policy, check(ctx, c)
+}
+
 // Key returns the Redis key of one of key's structures (state, lease, items, outbox, parked,
 // holds, held), for tests and tools.
 func (s *Store) Key(key core.Key, suffix string) string { return s.k(key, suffix) }
@@ -400,7 +431,10 @@ func (s *Store) Trigger(ctx context.Context, key core.Key) error {
 	if err := s.rdb.HSet(ctx, s.k(key, "state"), core.FieldNextDue, "0").Err(); err != nil {
 		return err
 	}
-	return s.SetDue(ctx, key, now)
+	if err := s.SetDue(ctx, key, now); err != nil {
+		return err
+	}
+	return s.rdb.Publish(ctx, s.WakeChannel(), key.String()).Err()
 }
 
 // Inspect implements core.Store.

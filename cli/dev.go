@@ -1,0 +1,190 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/spf13/cobra"
+
+	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/internal/app"
+	"github.com/watukuy/watukuy/internal/fakeapi"
+)
+
+func devCmd() *cobra.Command {
+	c := &common{}
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Everything in one process: embedded Redis, a demo shop API, scheduler, worker, asynqmon, metrics",
+		Long: `dev runs watukuy end to end in one process: an embedded miniredis (or --redis), a fake shop
+API whose orders and customers change every few seconds, the scheduler, a worker, asynqmon at
+/monitoring and the metrics. Events print as readable lines as they are detected. With --config
+it runs your pollers instead of the demo.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := c.prepare(cmd); err != nil {
+				return err
+			}
+			log, err := app.Logger(c.s.LogFormat, cmd.ErrOrStderr())
+			if err != nil {
+				return usageError{err}
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			out := cmd.OutOrStdout()
+			if c.s.Redis == "" {
+				mr, err := miniredis.Run()
+				if err != nil {
+					return fmt.Errorf("start the embedded miniredis: %w", err)
+				}
+				defer mr.Close()
+				c.s.Redis = "redis://" + mr.Addr()
+				c.s.AllowEviction = true // miniredis keeps everything in memory and has no eviction
+			}
+			if !c.s.ConfigGiven {
+				c.s.Config = ""
+			}
+			env, err := app.Open(ctx, c.s, log)
+			if err != nil {
+				return err
+			}
+			defer env.RDB.Close()
+			if env.Config == nil {
+				shop := startDemoShop(ctx)
+				defer shop.srv.Close()
+				if err := env.Register(shop.pollers(printEvents(out))...); err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "demo shop API   %s/items  %s/list\n", shop.srv.URL, shop.srv.URL)
+			}
+			fmt.Fprintf(out, "redis           %s\n", c.s.Redis)
+			if c.s.Listen != "off" {
+				fmt.Fprintf(out, "metrics         http://%s/metrics  (health: /healthz, /readyz)\n", c.s.Listen)
+				if c.s.UI {
+					fmt.Fprintf(out, "asynqmon        http://%s/monitoring/\n", c.s.Listen)
+				}
+			}
+			fmt.Fprintln(out, "events (Ctrl-C stops):")
+			return app.RunAll(ctx, env, c.s)
+		},
+	}
+	c.bind(cmd.Flags())
+	c.bindProcess(cmd.Flags(), "127.0.0.1:9090")
+	c.bindWorker(cmd.Flags())
+	_ = cmd.Flags().Set("log-format", "console")
+	_ = cmd.Flags().Set("ui", "true")
+	_ = cmd.Flags().Set("concurrency", "4")
+	for _, n := range []string{"log-format", "ui", "concurrency"} {
+		cmd.Flags().Lookup(n).Changed = false
+	}
+	return cmd
+}
+
+// printEvents is the demo's handler: one readable line per event.
+func printEvents(w io.Writer) watukuy.Handler {
+	var mu sync.Mutex
+	return func(ctx context.Context, ev watukuy.Event) error {
+		detail := ""
+		var m map[string]any
+		if json.Unmarshal(ev.Item, &m) == nil {
+			for _, k := range []string{"status", "total", "name"} {
+				if v, ok := m[k]; ok {
+					detail += fmt.Sprintf(" %s=%v", k, v)
+				}
+			}
+		}
+		version := "-"
+		if ev.Version != "" {
+			version = "v" + ev.Version
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		_, err := fmt.Fprintf(w, "%s  %-9s %-8s %-9s %-4s%s  %s\n", ev.ObservedAt.Local().Format(time.TimeOnly),
+			ev.Poller, ev.Type, ev.Identity, version, detail, ev.ID)
+		return err
+	}
+}
+
+// demoShop is a fake shop whose orders and customers change every few seconds.
+type demoShop struct {
+	api *fakeapi.API
+	srv *fakeapi.Server
+}
+
+func startDemoShop(ctx context.Context) *demoShop {
+	api := fakeapi.New()
+	api.SetNow(time.Now().UTC())
+	for i := 1; i <= 5; i++ {
+		api.Put(fmt.Sprintf("ord-%04d", i), map[string]any{"status": "open", "total": 10 * i})
+		api.Put(fmt.Sprintf("cus-%04d", i), map[string]any{"name": fmt.Sprintf("Customer %d", i), "kind": "customer"})
+	}
+	shop := &demoShop{api: api, srv: fakeapi.NewServer(api, fakeapi.ServerOptions{TieBreaker: true})}
+	go shop.mutate(ctx)
+	return shop
+}
+
+func (d *demoShop) mutate(ctx context.Context) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	n := 5
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.api.SetNow(time.Now().UTC())
+		n++
+		switch rand.IntN(4) {
+		case 0:
+			d.api.Put(fmt.Sprintf("ord-%04d", n), map[string]any{"status": "open", "total": n})
+		case 1:
+			d.api.Put(fmt.Sprintf("ord-%04d", 1+rand.IntN(n-1)), map[string]any{"status": "paid"})
+		case 2:
+			d.api.Put(fmt.Sprintf("cus-%04d", n), map[string]any{"name": fmt.Sprintf("Customer %d", n), "kind": "customer"})
+		default:
+			d.api.Delete(fmt.Sprintf("cus-%04d", 1+rand.IntN(n-1)))
+		}
+	}
+}
+
+// pollers are the demo's: orders through the timestamp feed, customers through a snapshot
+// listing (which also sees deletes).
+func (d *demoShop) pollers(h watukuy.Handler) []watukuy.Poller {
+	every := watukuy.Schedule{Min: time.Second, Max: 5 * time.Second}
+	orders := &watukuy.TimestampCursor{Source: watukuy.HTTPSource{URL: d.srv.URL + "/items", Items: "data"},
+		Field: "updated_at", Param: "updated_since", LimitParam: "limit", Limit: 50, HasMore: "has_more", TieBreaker: "after_id"}
+	customers := &watukuy.PageCursor{Source: watukuy.HTTPSource{URL: d.srv.URL + "/list", Items: "data"},
+		Param: "page", SizeParam: "per_page", Size: 50, HasMore: "has_more", CollectionETag: true}
+	isOrder := func(item json.RawMessage) bool { return json.Valid(item) && !isCustomer(item) }
+	return []watukuy.Poller{
+		{Name: "orders", Fetch: filter(orders.Fetch, isOrder), Version: watukuy.Field("version"), Handler: h, Schedule: every},
+		{Name: "customers", Strategy: watukuy.SnapshotDiff, Fetch: filter(customers.Fetch, isCustomer), Version: watukuy.Field("version"), Handler: h, Schedule: every},
+	}
+}
+
+func isCustomer(item json.RawMessage) bool {
+	var m struct{ Kind string }
+	return json.Unmarshal(item, &m) == nil && m.Kind == "customer"
+}
+
+// filter keeps the items of one kind: the demo's two collections share one fake API.
+func filter(f watukuy.FetchFunc, keep func(json.RawMessage) bool) watukuy.FetchFunc {
+	return func(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
+		p, err := f(ctx, req)
+		kept := p.Items[:0]
+		for _, it := range p.Items {
+			if keep(it) {
+				kept = append(kept, it)
+			}
+		}
+		p.Items = kept
+		return p, err
+	}
+}

@@ -1,0 +1,252 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/hibiken/asynqmon"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/internal/config"
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/health"
+	"github.com/watukuy/watukuy/internal/metrics"
+	"github.com/watukuy/watukuy/internal/queue"
+	"github.com/watukuy/watukuy/internal/redisstore"
+)
+
+// Settings are the flags every process shares (each also WATUKUY_<FLAG>).
+type Settings struct {
+	Redis         string
+	Config        string
+	ConfigGiven   bool // --config was set: a missing file is an error
+	Prefix        string
+	LogFormat     string
+	Listen        string
+	UI            bool
+	AllowEviction bool
+	Concurrency   int
+	Drain         time.Duration
+	InstanceID    string
+	Out           io.Writer // stdout sink; default os.Stdout
+}
+
+// Env is what a process runs on.
+type Env struct {
+	Log      zerolog.Logger
+	RDB      redis.UniversalClient
+	Store    *redisstore.Store
+	Engine   *watukuy.Engine
+	Registry *prometheus.Registry
+	Metrics  *metrics.Metrics
+	Pollers  []watukuy.Poller
+	Config   *config.Config
+}
+
+// Open loads the config file (when there is one), connects to Redis (flag > env > file),
+// checks the eviction policy, and builds the engine with its pollers and metrics.
+func Open(ctx context.Context, s Settings, log zerolog.Logger) (*Env, error) {
+	env := &Env{Log: log}
+	if s.Config != "" {
+		if _, err := os.Stat(s.Config); err == nil || s.ConfigGiven {
+			cfg, err := config.Load(s.Config, nil)
+			if err != nil {
+				return nil, err
+			}
+			env.Config = cfg
+			if s.Redis == "" {
+				s.Redis = cfg.Redis
+			}
+			if s.Prefix == "" {
+				s.Prefix = cfg.Prefix
+			}
+		}
+	}
+	rdb, err := Connect(ctx, s.Redis)
+	if err != nil {
+		return nil, err
+	}
+	return env, env.finish(ctx, s, rdb)
+}
+
+// finish builds the store, metrics and engine on an open client.
+func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClient) error {
+	env.RDB = rdb
+	st, err := redisstore.New(rdb, redisstore.Options{Prefix: s.Prefix})
+	if err != nil {
+		return err
+	}
+	env.Store = st
+	if policy, err := st.CheckEviction(ctx); err != nil {
+		if !s.AllowEviction {
+			return fmt.Errorf("%w (start with --allow-eviction to run anyway)", err)
+		}
+		env.Log.Warn().Str("maxmemory-policy", policy).Err(err).Msg("running with eviction allowed: events can be lost")
+	}
+	env.Registry = prometheus.NewRegistry()
+	env.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	env.Metrics = metrics.New(env.Registry)
+	eng, err := watukuy.New(watukuy.Options{Redis: rdb, Prefix: s.Prefix, InstanceID: s.InstanceID, Logger: env.Log,
+		Hooks: env.Metrics.Hooks(core.Hooks{})})
+	if err != nil {
+		return err
+	}
+	env.Engine = eng
+	if env.Config != nil {
+		out := s.Out
+		if out == nil {
+			out = os.Stdout
+		}
+		pollers, err := Build(env.Config, rdb, out, env.Log)
+		if err != nil {
+			return err
+		}
+		env.Pollers = append(env.Pollers, pollers...)
+	}
+	for _, p := range env.Pollers {
+		if err := eng.Register(p); err != nil {
+			return err
+		}
+	}
+	env.Metrics.WatchKeys(env.Registry, env.keyInfos)
+	return nil
+}
+
+// Register adds Go-defined pollers (the dev demo) to the engine.
+func (env *Env) Register(ps ...watukuy.Poller) error {
+	for _, p := range ps {
+		if err := env.Engine.Register(p); err != nil {
+			return err
+		}
+		env.Pollers = append(env.Pollers, p)
+	}
+	return nil
+}
+
+func (env *Env) keyInfos(ctx context.Context) ([]core.KeyInfo, error) {
+	var out []core.KeyInfo
+	for _, p := range env.Pollers {
+		parts := p.Partitions
+		if len(parts) == 0 {
+			parts = []string{""}
+		}
+		for _, part := range parts {
+			ki, err := env.Engine.Inspect(ctx, p.Name, part)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, ki)
+		}
+	}
+	return out, nil
+}
+
+func (env *Env) pollerNames() []string {
+	var names []string
+	for _, p := range env.Pollers {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
+// serve starts the health, readiness, metrics and (with ui) asynqmon endpoints.
+func (env *Env) serve(ctx context.Context, s Settings, ready func(context.Context) error) (string, error) {
+	hs := &health.Server{Listen: s.Listen, Logger: env.Log, Ready: ready,
+		Metrics: promhttp.HandlerFor(env.Registry, promhttp.HandlerOpts{})}
+	if s.UI {
+		hs.UI = asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: connOpt{env.RDB}})
+	}
+	addr, err := hs.Start(ctx)
+	if err != nil {
+		return "", fmt.Errorf("listen %s: %w", s.Listen, err)
+	}
+	if addr != "" {
+		env.Log.Info().Str("addr", addr).Bool("ui", s.UI).Msg("serving /healthz /readyz /metrics")
+	}
+	return addr, nil
+}
+
+// connOpt hands asynqmon the process's own Redis client.
+type connOpt struct{ c redis.UniversalClient }
+
+func (o connOpt) MakeRedisClient() interface{} { return o.c }
+
+func (env *Env) ping(ctx context.Context) error { return env.RDB.Ping(ctx).Err() }
+
+// RunScheduler claims due keys and enqueues their cycles until ctx ends.
+func RunScheduler(ctx context.Context, env *Env, s Settings) error {
+	if _, err := env.serve(ctx, s, env.ping); err != nil {
+		return err
+	}
+	sch := env.scheduler()
+	env.Log.Info().Strs("pollers", sch.Pollers).Msg("scheduler started")
+	return sch.Run(ctx)
+}
+
+func (env *Env) scheduler() *queue.Scheduler {
+	return &queue.Scheduler{Store: env.Store, Client: asynq.NewClientFromRedisClient(env.RDB), Redis: env.RDB,
+		Prefix: env.Store.Prefix(), Logger: env.Log}
+}
+
+// RunWorker serves cycles from asynq until ctx ends; then it stops taking tasks and lets
+// running cycles finish for up to s.Drain before they are cancelled (their unacked events
+// stay in the outbox, G1).
+func RunWorker(ctx context.Context, env *Env, s Settings) error {
+	if len(env.Pollers) == 0 {
+		return errors.New("no pollers: a worker needs --config (or WATUKUY_CONFIG) with at least one poller")
+	}
+	if err := env.Engine.Setup(ctx); err != nil {
+		return err
+	}
+	var running atomic.Bool
+	ready := func(ctx context.Context) error {
+		if !running.Load() {
+			return errors.New("the asynq server is not running")
+		}
+		return env.ping(ctx)
+	}
+	if _, err := env.serve(ctx, s, ready); err != nil {
+		return err
+	}
+	srv := asynq.NewServerFromRedisClient(env.RDB, queue.ServerConfig(max(s.Concurrency, 1), s.Drain, "", env.Log))
+	if err := srv.Start(queue.Handler(env.Engine, env.Log)); err != nil {
+		return fmt.Errorf("start the asynq server: %w", err)
+	}
+	running.Store(true)
+	env.Log.Info().Int("concurrency", s.Concurrency).Strs("pollers", env.pollerNames()).Msg("worker started")
+	<-ctx.Done()
+	running.Store(false)
+	env.Log.Info().Dur("drain", s.Drain).Msg("worker stopping: no new cycles, draining running ones")
+	srv.Shutdown()
+	return env.Engine.Stop(false, time.Second)
+}
+
+// RunAll runs a scheduler and a worker in one process (watukuy run, watukuy dev).
+func RunAll(ctx context.Context, env *Env, s Settings) error {
+	if len(env.Pollers) == 0 {
+		return errors.New("no pollers: pass --config with at least one poller")
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- RunWorker(ctx, env, s) }() // the worker serves the process's endpoints
+	go func() {
+		sch := env.scheduler()
+		sch.Pollers = env.pollerNames()
+		errc <- sch.Run(ctx)
+	}()
+	err := <-errc
+	if err2 := <-errc; err == nil {
+		err = err2
+	}
+	return err
+}

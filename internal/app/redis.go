@@ -1,0 +1,74 @@
+// Package app wires the processes: Redis connection, logging, the engine built from the
+// config file, the asynq scheduler and worker, health and metrics. cmd/* and the CLI are thin
+// layers over it.
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+)
+
+// Connect opens a Redis client from a URL: redis://, rediss:// and unix:// for one node;
+// redis+cluster://host:port?addr=host2:port2 (or rediss+cluster://) for a cluster.
+func Connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
+	if rawURL == "" {
+		return nil, fmt.Errorf("no Redis URL: pass --redis, set WATUKUY_REDIS_URL, or put redis: in the config file")
+	}
+	var c redis.UniversalClient
+	if rest, ok := strings.CutPrefix(rawURL, "redis+cluster://"); ok {
+		opt, err := redis.ParseClusterURL("redis://" + rest)
+		if err != nil {
+			return nil, fmt.Errorf("redis URL: %w", err)
+		}
+		c = redis.NewClusterClient(opt)
+	} else if rest, ok := strings.CutPrefix(rawURL, "rediss+cluster://"); ok {
+		opt, err := redis.ParseClusterURL("rediss://" + rest)
+		if err != nil {
+			return nil, fmt.Errorf("redis URL: %w", err)
+		}
+		c = redis.NewClusterClient(opt)
+	} else {
+		opt, err := redis.ParseURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("redis URL: %w", err)
+		}
+		c = redis.NewClient(opt)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("redis at %s does not answer: %w", redactURL(rawURL), err)
+	}
+	return c, nil
+}
+
+func redactURL(u string) string {
+	if at := strings.LastIndex(u, "@"); at >= 0 {
+		if s := strings.Index(u, "://"); s >= 0 && s < at {
+			return u[:s+3] + "[redacted]@" + u[at+1:]
+		}
+	}
+	return u
+}
+
+// Logger returns the process logger: JSON by default, "console" for humans.
+func Logger(format string, w io.Writer) (zerolog.Logger, error) {
+	if w == nil {
+		w = os.Stderr
+	}
+	switch format {
+	case "", "json":
+		return zerolog.New(w).With().Timestamp().Logger(), nil
+	case "console":
+		return zerolog.New(zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}).With().Timestamp().Logger(), nil
+	}
+	return zerolog.Logger{}, fmt.Errorf("--log-format %q: want json or console", format)
+}

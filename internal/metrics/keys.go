@@ -1,0 +1,150 @@
+package metrics
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/schedule"
+)
+
+// KeySource lists the keys with their status. WatchKeys calls it on every scrape, for the
+// gauges that need Redis. It may return the keys it could read together with an error; those
+// keys are exported and watukuy_key_source_up is 0.
+type KeySource func(ctx context.Context) ([]core.KeyInfo, error)
+
+const (
+	// keySourceTimeout bounds one call of the KeySource per scrape.
+	keySourceTimeout = 5 * time.Second
+	// staleLeaseAfter is how long past its expiry a lease whose owner is still recorded counts
+	// as stale: its worker died mid-cycle and no one has taken the key over since.
+	staleLeaseAfter = time.Minute
+	// unknownCode labels a lastError that carries no readable code.
+	unknownCode = "UNKNOWN"
+)
+
+// WatchKeys registers on reg a collector that calls src on each scrape (with a 5s timeout) and
+// exports, per key (labels poller, partition):
+//
+//	watukuy_outbox_pending            events committed and not yet acked
+//	watukuy_parked                    parked rows (poison and invalid)
+//	watukuy_held                      events held behind a parked event of their ordering key
+//	watukuy_lag_seconds               how far past its due time the key is
+//	watukuy_circuit_open              1 while the circuit is open
+//	watukuy_throttled_until_seconds   end of the Retry-After window (unix seconds; 0 if none)
+//	watukuy_last_error{code}          1 for the code of the key's last error (absent when none)
+//	watukuy_lease_stale               1 when the lease expired more than 1 minute ago while its owner is still set
+//	watukuy_paused                    1 while the key is paused
+//	watukuy_consecutive_failures      failures since the last success (the circuit opens at the poller's limit)
+//
+// and, unlabelled, watukuy_key_source_up (1 when src succeeded) and
+// watukuy_key_source_duration_seconds. Every process that calls WatchKeys exports the same
+// keys (they come from Redis), so the alert rules aggregate with max by (poller, partition).
+// It panics if reg already has such a collector, like prometheus.MustRegister.
+func (m *Metrics) WatchKeys(reg prometheus.Registerer, src KeySource) {
+	reg.MustRegister(newKeyCollector(src, time.Now))
+}
+
+type keyCollector struct {
+	src     KeySource
+	now     func() time.Time
+	timeout time.Duration
+
+	outboxPending, parked, held, lag, circuitOpen, throttledUntil, lastError, leaseStale, paused, failures,
+	up, duration *prometheus.Desc
+}
+
+func newKeyCollector(src KeySource, now func() time.Time) *keyCollector {
+	key := []string{"poller", "partition"}
+	desc := func(name, help string, labels []string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
+	}
+	return &keyCollector{src: src, now: now, timeout: keySourceTimeout,
+		outboxPending:  desc("outbox_pending", "Events in the key's outbox, committed and not yet acked.", key),
+		parked:         desc("parked", "Parked rows of the key (poison events and invalid items).", key),
+		held:           desc("held", "Events held behind a parked event of their ordering key.", key),
+		lag:            desc("lag_seconds", "How long past its due time the key is (0 when not overdue).", key),
+		circuitOpen:    desc("circuit_open", "1 while the key's circuit is open.", key),
+		throttledUntil: desc("throttled_until_seconds", "End of the key's Retry-After window, unix seconds (0 when not throttled).", key),
+		lastError:      desc("last_error", "1 for the code of the key's last error; absent after a successful cycle.", append(key, "code")),
+		leaseStale:     desc("lease_stale", "1 when the key's lease expired more than 1 minute ago while its owner is still recorded (a worker died mid-cycle and nobody took the key over).", key),
+		paused:         desc("paused", "1 while the key is paused.", key),
+		failures:       desc("consecutive_failures", "Consecutive failed cycles of the key.", key),
+		up:             desc("key_source_up", "1 when the last read of the keys' status from Redis succeeded.", nil),
+		duration:       desc("key_source_duration_seconds", "Time the last read of the keys' status from Redis took.", nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *keyCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.outboxPending, c.parked, c.held, c.lag, c.circuitOpen, c.throttledUntil,
+		c.lastError, c.leaseStale, c.paused, c.failures, c.up, c.duration} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *keyCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	start := time.Now()
+	keys, err := c.src(ctx)
+	ch <- prometheus.MustNewConstMetric(c.duration, prometheus.GaugeValue, time.Since(start).Seconds())
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, boolValue(err == nil))
+
+	now := c.now()
+	seen := make(map[core.Key]bool, len(keys))
+	for _, k := range keys {
+		// Label values must be valid UTF-8, or the const metric panics.
+		poller, partition := strings.ToValidUTF8(k.Poller, "\uFFFD"), strings.ToValidUTF8(k.Partition, "\uFFFD")
+		id := core.Key{Poller: poller, Partition: partition}
+		if seen[id] {
+			continue // a duplicate would fail the whole scrape
+		}
+		seen[id] = true
+		gauge := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, poller, partition)
+		}
+		gauge(c.outboxPending, float64(k.OutboxPending))
+		gauge(c.parked, float64(k.Parked))
+		gauge(c.held, float64(k.Held))
+		gauge(c.lag, float64(k.LagMs)/1000)
+		gauge(c.circuitOpen, boolValue(k.Circuit == string(schedule.Open)))
+		throttled := 0.0
+		if k.ThrottledUntil != nil {
+			throttled = float64(k.ThrottledUntil.UnixMilli()) / 1000
+		}
+		gauge(c.throttledUntil, throttled)
+		gauge(c.leaseStale, boolValue(k.LeaseOwner != "" && k.LeaseExpires != nil && now.Sub(*k.LeaseExpires) > staleLeaseAfter))
+		gauge(c.paused, boolValue(k.Paused))
+		gauge(c.failures, float64(k.Failures))
+		if code, ok := errorCode(k.LastError); ok {
+			ch <- prometheus.MustNewConstMetric(c.lastError, prometheus.GaugeValue, 1, poller, partition, strings.ToValidUTF8(code, "\uFFFD"))
+		}
+	}
+}
+
+// errorCode reads the code of a key's lastError JSON ({"code": "CONFIG", "phase": ...}).
+func errorCode(raw json.RawMessage) (string, bool) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", false
+	}
+	var le struct {
+		Code string `json:"code"`
+	}
+	if err := json.Unmarshal(raw, &le); err != nil || le.Code == "" {
+		return unknownCode, true
+	}
+	return le.Code, true
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,218 @@
+// Package metrics exports watukuy's Prometheus metrics. The counters and histograms are fed by
+// the engine's hooks (Metrics.Hooks); the per-key gauges (outbox, parked, lag, circuit, ...) are
+// read from Redis on every scrape (Metrics.WatchKeys).
+//
+// Labels are kept to the poller name (plus the lane, phase, outcome or kind where a metric says
+// so); only the WatchKeys gauges carry the partition, because they describe one key each.
+package metrics
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/watukuy/watukuy/internal/core"
+)
+
+const namespace = "watukuy"
+
+// Cycle outcome label values, in core.Outcome order.
+var outcomes = [...]string{
+	core.Ran:           "ran",
+	core.SkippedNotDue: "skipped_not_due",
+	core.SkippedLeased: "skipped_leased",
+	core.SkippedPaused: "skipped_paused",
+	core.Failed:        "failed",
+}
+
+// The phases OnError reports and the kinds OnParked reports; they are initialised at zero for
+// every poller seen, so rate() and increase() work from the first failure on.
+var (
+	phases = []string{"fetch", "handler", "store", "config"}
+	kinds  = []string{"poison", "invalid"}
+	lanes  = []string{"live", "reconcile"}
+)
+
+func outcomeLabel(o core.Outcome) string {
+	if o >= 0 && int(o) < len(outcomes) {
+		return outcomes[o]
+	}
+	return "unknown"
+}
+
+// Histogram buckets (seconds).
+var (
+	// A cycle drains, fetches a few pages and commits: milliseconds to minutes.
+	cycleBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	// One third-party request.
+	fetchBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	// From observation to ack: 5ms (delivered in the same cycle) to 1h (held, parked and retried).
+	latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
+)
+
+// Metrics holds watukuy's collectors.
+type Metrics struct {
+	cycles          *prometheus.CounterVec   // poller, outcome
+	cycleDuration   *prometheus.HistogramVec // poller
+	eventsEmitted   *prometheus.CounterVec   // poller
+	delivered       *prometheus.CounterVec   // poller
+	deliveryLatency *prometheus.HistogramVec // poller
+	parked          *prometheus.CounterVec   // poller, kind
+	fetchDuration   *prometheus.HistogramVec // poller, lane
+	fetchErrors     *prometheus.CounterVec   // poller, lane
+	errors          *prometheus.CounterVec   // poller, phase
+	leaseLost       *prometheus.CounterVec   // poller
+	circuitOpened   *prometheus.CounterVec   // poller
+	throttled       *prometheus.CounterVec   // poller
+
+	seen sync.Map // poller name -> struct{}: pollers whose series were initialised at zero
+}
+
+// New creates the collectors and registers them on reg (it panics if they are already
+// registered there, like prometheus.MustRegister). A nil reg registers nothing.
+func New(reg prometheus.Registerer) *Metrics {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	}
+	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets}, labels)
+	}
+	m := &Metrics{
+		cycles: counter("cycles_total",
+			"Cycles by outcome: ran, skipped_not_due, skipped_leased, skipped_paused, failed.", "poller", "outcome"),
+		cycleDuration: histogram("cycle_duration_seconds",
+			"Wall time of a cycle, ran or skipped.", cycleBuckets, "poller"),
+		eventsEmitted: counter("events_emitted_total",
+			"Change events committed to the outbox (created, updated, deleted).", "poller"),
+		delivered: counter("events_delivered_total",
+			"Events delivered to the handler and acked.", "poller"),
+		deliveryLatency: histogram("delivery_latency_seconds",
+			"Time from an event's observation to its ack.", latencyBuckets, "poller"),
+		parked: counter("events_parked_total",
+			"Events parked as poison and items parked as invalid.", "poller", "kind"),
+		fetchDuration: histogram("fetch_duration_seconds",
+			"Duration of one request to the third-party API, by lane.", fetchBuckets, "poller", "lane"),
+		fetchErrors: counter("fetch_errors_total",
+			"Requests to the third-party API that returned an error (429s included), by lane.", "poller", "lane"),
+		errors: counter("errors_total",
+			"Cycle failures by phase: fetch, handler, store, config (throttles are not failures).", "poller", "phase"),
+		leaseLost: counter("lease_lost_total",
+			"Cycles abandoned because their lease was lost (fencing).", "poller"),
+		circuitOpened: counter("circuit_opened_total",
+			"Cycles that ended with the key's circuit open.", "poller"),
+		throttled: counter("throttled_total",
+			"Throttles by a 429 or a 503 with Retry-After.", "poller"),
+	}
+	if reg != nil {
+		reg.MustRegister(m.collectors()...)
+	}
+	return m
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.cycles, m.cycleDuration, m.eventsEmitted, m.delivered, m.deliveryLatency,
+		m.parked, m.fetchDuration, m.fetchErrors, m.errors, m.leaseLost, m.circuitOpened, m.throttled}
+}
+
+// Init creates every labelled series of the given pollers at zero, so dashboards and alerts
+// see them before the first event (a series that does not exist yet breaks rate() and
+// increase()). Hooks do the same for a poller the first time they see it.
+func (m *Metrics) Init(pollers ...string) {
+	for _, p := range pollers {
+		m.init(p)
+	}
+}
+
+func (m *Metrics) init(poller string) {
+	if _, loaded := m.seen.LoadOrStore(poller, struct{}{}); loaded {
+		return
+	}
+	for _, o := range outcomes {
+		m.cycles.WithLabelValues(poller, o)
+	}
+	for _, k := range kinds {
+		m.parked.WithLabelValues(poller, k)
+	}
+	for _, ph := range phases {
+		m.errors.WithLabelValues(poller, ph)
+	}
+	for _, l := range lanes {
+		m.fetchErrors.WithLabelValues(poller, l)
+	}
+	for _, c := range []*prometheus.CounterVec{m.eventsEmitted, m.delivered, m.leaseLost, m.circuitOpened, m.throttled} {
+		c.WithLabelValues(poller)
+	}
+}
+
+// Hooks returns core.Hooks that update the metrics; every hook of chain (the user's hooks) runs
+// too, after the metrics are updated.
+func (m *Metrics) Hooks(chain core.Hooks) core.Hooks {
+	return core.Hooks{
+		OnCycle: func(r core.CycleReport, d time.Duration) {
+			m.init(r.Key.Poller)
+			m.cycles.WithLabelValues(r.Key.Poller, outcomeLabel(r.Outcome)).Inc()
+			m.cycleDuration.WithLabelValues(r.Key.Poller).Observe(d.Seconds())
+			if r.Events > 0 {
+				m.eventsEmitted.WithLabelValues(r.Key.Poller).Add(float64(r.Events))
+			}
+			if chain.OnCycle != nil {
+				chain.OnCycle(r, d)
+			}
+		},
+		OnFetch: func(key core.Key, lane string, d time.Duration, err error) {
+			m.init(key.Poller)
+			m.fetchDuration.WithLabelValues(key.Poller, lane).Observe(d.Seconds())
+			if err != nil {
+				m.fetchErrors.WithLabelValues(key.Poller, lane).Inc()
+			}
+			if chain.OnFetch != nil {
+				chain.OnFetch(key, lane, d, err)
+			}
+		},
+		OnDelivered: func(key core.Key, ev core.Event, latency time.Duration) {
+			m.init(key.Poller)
+			m.delivered.WithLabelValues(key.Poller).Inc()
+			// Observation and ack times come from different clocks only in tests; never go negative.
+			m.deliveryLatency.WithLabelValues(key.Poller).Observe(max(latency, 0).Seconds())
+			if chain.OnDelivered != nil {
+				chain.OnDelivered(key, ev, latency)
+			}
+		},
+		OnParked: func(key core.Key, kind, id, reason string) {
+			m.init(key.Poller)
+			m.parked.WithLabelValues(key.Poller, kind).Inc()
+			if chain.OnParked != nil {
+				chain.OnParked(key, kind, id, reason)
+			}
+		},
+		OnCircuitOpen: func(key core.Key, until time.Time, err error) {
+			m.init(key.Poller)
+			m.circuitOpened.WithLabelValues(key.Poller).Inc()
+			if chain.OnCircuitOpen != nil {
+				chain.OnCircuitOpen(key, until, err)
+			}
+		},
+		OnThrottled: func(key core.Key, until time.Time) {
+			m.init(key.Poller)
+			m.throttled.WithLabelValues(key.Poller).Inc()
+			if chain.OnThrottled != nil {
+				chain.OnThrottled(key, until)
+			}
+		},
+		OnLeaseLost: func(key core.Key, err error) {
+			m.init(key.Poller)
+			m.leaseLost.WithLabelValues(key.Poller).Inc()
+			if chain.OnLeaseLost != nil {
+				chain.OnLeaseLost(key, err)
+			}
+		},
+		OnError: func(key core.Key, phase string, err error) {
+			m.init(key.Poller)
+			m.errors.WithLabelValues(key.Poller, phase).Inc()
+			if chain.OnError != nil {
+				chain.OnError(key, phase, err)
+			}
+		},
+	}
+}

@@ -1,0 +1,282 @@
+package metrics
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/watukuy/watukuy/internal/core"
+)
+
+var (
+	orders = core.Key{Poller: "orders", Partition: "t_1"}
+	users  = core.Key{Poller: "users"}
+)
+
+func TestCycleOutcomes(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	h := m.Hooks(core.Hooks{})
+	h.OnCycle(core.CycleReport{Key: orders, Outcome: core.Ran, Events: 3}, 120*time.Millisecond)
+	h.OnCycle(core.CycleReport{Key: orders, Outcome: core.Ran, Events: 2}, 80*time.Millisecond)
+	h.OnCycle(core.CycleReport{Key: orders, Outcome: core.SkippedNotDue}, time.Millisecond)
+	h.OnCycle(core.CycleReport{Key: orders, Outcome: core.SkippedLeased}, time.Millisecond)
+	h.OnCycle(core.CycleReport{Key: orders, Outcome: core.SkippedPaused}, time.Millisecond)
+	h.OnCycle(core.CycleReport{Key: orders, Outcome: core.Failed, Err: errors.New("boom")}, time.Second)
+	h.OnCycle(core.CycleReport{Key: users, Outcome: core.Ran, Events: 7}, time.Second)
+
+	for outcome, want := range map[string]float64{"ran": 2, "skipped_not_due": 1, "skipped_leased": 1, "skipped_paused": 1, "failed": 1} {
+		if got := testutil.ToFloat64(m.cycles.WithLabelValues("orders", outcome)); got != want {
+			t.Errorf("cycles{orders,%s} = %v, want %v", outcome, got, want)
+		}
+	}
+	if got := testutil.ToFloat64(m.cycles.WithLabelValues("users", "ran")); got != 1 {
+		t.Errorf("cycles{users,ran} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.eventsEmitted.WithLabelValues("orders")); got != 5 {
+		t.Errorf("events_emitted{orders} = %v, want 5", got)
+	}
+	if got := testutil.ToFloat64(m.eventsEmitted.WithLabelValues("users")); got != 7 {
+		t.Errorf("events_emitted{users} = %v, want 7", got)
+	}
+	// One histogram series per poller; the partition is never a label.
+	if n := testutil.CollectAndCount(m.cycleDuration, "watukuy_cycle_duration_seconds"); n != 2 {
+		t.Errorf("cycle_duration series = %d, want 2", n)
+	}
+}
+
+func TestCycleDuration(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	m.Hooks(core.Hooks{}).OnCycle(core.CycleReport{Key: users, Outcome: core.Ran}, 750*time.Millisecond)
+	if err := testutil.CollectAndCompare(m.cycleDuration, strings.NewReader(`
+# HELP watukuy_cycle_duration_seconds Wall time of a cycle, ran or skipped.
+# TYPE watukuy_cycle_duration_seconds histogram
+watukuy_cycle_duration_seconds_bucket{poller="users",le="0.005"} 0
+watukuy_cycle_duration_seconds_bucket{poller="users",le="0.01"} 0
+watukuy_cycle_duration_seconds_bucket{poller="users",le="0.025"} 0
+watukuy_cycle_duration_seconds_bucket{poller="users",le="0.05"} 0
+watukuy_cycle_duration_seconds_bucket{poller="users",le="0.1"} 0
+watukuy_cycle_duration_seconds_bucket{poller="users",le="0.25"} 0
+watukuy_cycle_duration_seconds_bucket{poller="users",le="0.5"} 0
+watukuy_cycle_duration_seconds_bucket{poller="users",le="1"} 1
+watukuy_cycle_duration_seconds_bucket{poller="users",le="2.5"} 1
+watukuy_cycle_duration_seconds_bucket{poller="users",le="5"} 1
+watukuy_cycle_duration_seconds_bucket{poller="users",le="10"} 1
+watukuy_cycle_duration_seconds_bucket{poller="users",le="30"} 1
+watukuy_cycle_duration_seconds_bucket{poller="users",le="60"} 1
+watukuy_cycle_duration_seconds_bucket{poller="users",le="120"} 1
+watukuy_cycle_duration_seconds_bucket{poller="users",le="300"} 1
+watukuy_cycle_duration_seconds_bucket{poller="users",le="+Inf"} 1
+watukuy_cycle_duration_seconds_sum{poller="users"} 0.75
+watukuy_cycle_duration_seconds_count{poller="users"} 1
+`), "watukuy_cycle_duration_seconds"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestUnknownOutcome(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	m.Hooks(core.Hooks{}).OnCycle(core.CycleReport{Key: users, Outcome: core.Outcome(42)}, 0)
+	if got := testutil.ToFloat64(m.cycles.WithLabelValues("users", "unknown")); got != 1 {
+		t.Errorf("cycles{users,unknown} = %v, want 1", got)
+	}
+}
+
+func TestDeliveryAndParking(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	h := m.Hooks(core.Hooks{})
+	h.OnDelivered(orders, core.Event{ID: "e1"}, 3*time.Millisecond)
+	h.OnDelivered(orders, core.Event{ID: "e2"}, 2*time.Second)
+	h.OnDelivered(orders, core.Event{ID: "e3"}, 2*time.Hour)
+	h.OnDelivered(orders, core.Event{ID: "e4"}, -time.Second) // clock skew: counted as 0
+	h.OnParked(orders, "poison", "e5", "handler: 500")
+	h.OnParked(orders, "invalid", "inv_1", "missing id")
+	h.OnParked(orders, "invalid", "inv_2", "missing id")
+
+	if got := testutil.ToFloat64(m.delivered.WithLabelValues("orders")); got != 4 {
+		t.Errorf("delivered = %v, want 4", got)
+	}
+	if got := testutil.ToFloat64(m.parked.WithLabelValues("orders", "poison")); got != 1 {
+		t.Errorf("parked{poison} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.parked.WithLabelValues("orders", "invalid")); got != 2 {
+		t.Errorf("parked{invalid} = %v, want 2", got)
+	}
+	want := `
+# HELP watukuy_delivery_latency_seconds Time from an event's observation to its ack.
+# TYPE watukuy_delivery_latency_seconds histogram
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="0.005"} 2
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="0.01"} 2
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="0.025"} 2
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="0.05"} 2
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="0.1"} 2
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="0.25"} 2
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="0.5"} 2
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="1"} 2
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="2.5"} 3
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="5"} 3
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="10"} 3
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="30"} 3
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="60"} 3
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="120"} 3
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="300"} 3
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="600"} 3
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="1800"} 3
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="3600"} 3
+watukuy_delivery_latency_seconds_bucket{poller="orders",le="+Inf"} 4
+watukuy_delivery_latency_seconds_sum{poller="orders"} 7202.003
+watukuy_delivery_latency_seconds_count{poller="orders"} 4
+`
+	if err := testutil.CollectAndCompare(m.deliveryLatency, strings.NewReader(want), "watukuy_delivery_latency_seconds"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestFetchErrorsAndFailures(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	h := m.Hooks(core.Hooks{})
+	h.OnFetch(orders, "live", 50*time.Millisecond, nil)
+	h.OnFetch(orders, "live", 70*time.Millisecond, errors.New("502"))
+	h.OnFetch(orders, "reconcile", time.Second, errors.New("timeout"))
+	h.OnError(orders, "fetch", errors.New("502"))
+	h.OnError(orders, "config", errors.New("bad cursor"))
+	h.OnLeaseLost(orders, errors.New("lost"))
+	h.OnCircuitOpen(orders, time.Now().Add(time.Minute), errors.New("502"))
+	h.OnThrottled(orders, time.Now().Add(time.Minute))
+	h.OnThrottled(users, time.Now().Add(time.Minute))
+
+	checks := []struct {
+		name string
+		c    prometheus.Collector
+		want float64
+	}{
+		{"fetch_errors{live}", m.fetchErrors.WithLabelValues("orders", "live"), 1},
+		{"fetch_errors{reconcile}", m.fetchErrors.WithLabelValues("orders", "reconcile"), 1},
+		{"errors{fetch}", m.errors.WithLabelValues("orders", "fetch"), 1},
+		{"errors{config}", m.errors.WithLabelValues("orders", "config"), 1},
+		{"errors{handler}", m.errors.WithLabelValues("orders", "handler"), 0},
+		{"lease_lost", m.leaseLost.WithLabelValues("orders"), 1},
+		{"circuit_opened", m.circuitOpened.WithLabelValues("orders"), 1},
+		{"throttled{orders}", m.throttled.WithLabelValues("orders"), 1},
+		{"throttled{users}", m.throttled.WithLabelValues("users"), 1},
+	}
+	for _, c := range checks {
+		if got := testutil.ToFloat64(c.c); got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, got, c.want)
+		}
+	}
+	// Histogram per (poller, lane): live and reconcile.
+	if n := testutil.CollectAndCount(m.fetchDuration, "watukuy_fetch_duration_seconds"); n != 2 {
+		t.Errorf("fetch_duration series = %d, want 2", n)
+	}
+}
+
+// The first hook call for a poller creates its labelled counters at zero, so rate() and
+// increase() see a series before the first failure.
+func TestSeriesInitialisedAtZero(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	m.Hooks(core.Hooks{}).OnDelivered(orders, core.Event{}, time.Millisecond)
+	if n := testutil.CollectAndCount(m.cycles, "watukuy_cycles_total"); n != len(outcomes) {
+		t.Errorf("cycles series = %d, want %d", n, len(outcomes))
+	}
+	if n := testutil.CollectAndCount(m.errors, "watukuy_errors_total"); n != len(phases) {
+		t.Errorf("errors series = %d, want %d", n, len(phases))
+	}
+	if got := testutil.ToFloat64(m.cycles.WithLabelValues("orders", "failed")); got != 0 {
+		t.Errorf("cycles{failed} = %v, want 0", got)
+	}
+	m.Init("users", "orders")
+	if n := testutil.CollectAndCount(m.parked, "watukuy_events_parked_total"); n != 2*len(kinds) {
+		t.Errorf("parked series = %d, want %d", n, 2*len(kinds))
+	}
+}
+
+func TestHooksChainUserHooks(t *testing.T) {
+	var calls []string
+	user := core.Hooks{
+		OnCycle:       func(r core.CycleReport, d time.Duration) { calls = append(calls, "cycle:"+r.Key.Poller) },
+		OnFetch:       func(k core.Key, lane string, d time.Duration, err error) { calls = append(calls, "fetch:"+lane) },
+		OnDelivered:   func(k core.Key, ev core.Event, l time.Duration) { calls = append(calls, "delivered:"+ev.ID) },
+		OnParked:      func(k core.Key, kind, id, reason string) { calls = append(calls, "parked:"+kind) },
+		OnCircuitOpen: func(k core.Key, until time.Time, err error) { calls = append(calls, "circuit") },
+		OnThrottled:   func(k core.Key, until time.Time) { calls = append(calls, "throttled") },
+		OnLeaseLost:   func(k core.Key, err error) { calls = append(calls, "leaseLost") },
+		OnError:       func(k core.Key, phase string, err error) { calls = append(calls, "error:"+phase) },
+	}
+	m := New(prometheus.NewRegistry())
+	h := m.Hooks(user)
+	h.OnCycle(core.CycleReport{Key: orders, Outcome: core.Ran}, time.Millisecond)
+	h.OnFetch(orders, "live", time.Millisecond, nil)
+	h.OnDelivered(orders, core.Event{ID: "e1"}, time.Millisecond)
+	h.OnParked(orders, "poison", "e1", "x")
+	h.OnCircuitOpen(orders, time.Now(), errors.New("x"))
+	h.OnThrottled(orders, time.Now())
+	h.OnLeaseLost(orders, errors.New("x"))
+	h.OnError(orders, "store", errors.New("x"))
+
+	want := "cycle:orders fetch:live delivered:e1 parked:poison circuit throttled leaseLost error:store"
+	if got := strings.Join(calls, " "); got != want {
+		t.Errorf("user hooks = %q, want %q", got, want)
+	}
+	// The metrics were updated too.
+	if got := testutil.ToFloat64(m.errors.WithLabelValues("orders", "store")); got != 1 {
+		t.Errorf("errors{store} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.delivered.WithLabelValues("orders")); got != 1 {
+		t.Errorf("delivered = %v, want 1", got)
+	}
+}
+
+// Hooks with no user hooks never call a nil function; every hook is set.
+func TestHooksWithoutChain(t *testing.T) {
+	h := New(nil).Hooks(core.Hooks{})
+	if h.OnCycle == nil || h.OnFetch == nil || h.OnDelivered == nil || h.OnParked == nil ||
+		h.OnCircuitOpen == nil || h.OnThrottled == nil || h.OnLeaseLost == nil || h.OnError == nil {
+		t.Fatal("a hook is nil")
+	}
+	h.OnCycle(core.CycleReport{Key: orders}, 0)
+	h.OnFetch(orders, "live", 0, nil)
+	h.OnDelivered(orders, core.Event{}, 0)
+	h.OnParked(orders, "poison", "", "")
+	h.OnCircuitOpen(orders, time.Time{}, nil)
+	h.OnThrottled(orders, time.Time{})
+	h.OnLeaseLost(orders, nil)
+	h.OnError(orders, "fetch", nil)
+}
+
+func TestNewRegistersOnce(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	New(reg)
+	defer func() {
+		if recover() == nil {
+			t.Error("registering twice on one registry did not panic")
+		}
+	}()
+	New(reg)
+}
+
+// Hooks run concurrently from many cycles (checked under -race).
+func TestHooksConcurrent(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	h := m.Hooks(core.Hooks{})
+	done := make(chan struct{})
+	for i := range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			k := core.Key{Poller: []string{"a", "b"}[i%2]}
+			for range 100 {
+				h.OnCycle(core.CycleReport{Key: k, Outcome: core.Ran, Events: 1}, time.Millisecond)
+				h.OnDelivered(k, core.Event{}, time.Millisecond)
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+	if got := testutil.ToFloat64(m.eventsEmitted.WithLabelValues("a")) + testutil.ToFloat64(m.eventsEmitted.WithLabelValues("b")); got != 800 {
+		t.Errorf("events emitted = %v, want 800", got)
+	}
+}

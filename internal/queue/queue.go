@@ -1,0 +1,186 @@
+// Package queue runs cycles across processes on asynq: a Scheduler claims due keys from the
+// global due set (the atomic claim script) and enqueues one task per key, whose task ID is
+// derived from the key so a key is never queued twice; Workers are asynq servers whose
+// handler runs the key's cycle.
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/watukuy/watukuy/internal/core"
+)
+
+// TaskType is the asynq task type of a cycle.
+const TaskType = "watukuy:cycle"
+
+// DefaultQueue is the asynq queue cycles go to.
+const DefaultQueue = "watukuy"
+
+// TaskID is the asynq task ID of key's cycle: one queued or running cycle per key at most.
+func TaskID(prefix string, key core.Key) string { return prefix + ":cycle:" + key.String() }
+
+// Claimer is the part of the store the scheduler needs.
+type Claimer interface {
+	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]core.Key, error)
+	SetDue(ctx context.Context, key core.Key, at time.Time) error
+	WakeChannel() string
+}
+
+// Scheduler moves due keys into asynq tasks. Several schedulers may run at once: the claim
+// is atomic, and task IDs are per key.
+type Scheduler struct {
+	Store  Claimer
+	Client *asynq.Client
+	// Redis receives the wake-up messages of trigger and resume (pub/sub).
+	Redis redis.UniversalClient
+	// Prefix names the deployment in task IDs (the store's key prefix).
+	Prefix string
+	// Queue is the asynq queue; default DefaultQueue.
+	Queue string
+	// Pollers limits the claim to these pollers; none claims every key.
+	Pollers []string
+	// Batch is how many keys one claim takes; default 100.
+	Batch int
+	// ClaimTimeout brings a claimed key back if its cycle never ends; default 2m.
+	ClaimTimeout time.Duration
+	// Idle is the longest sleep when nothing is due; default 1s. A wake-up message cuts it short.
+	Idle time.Duration
+	// TaskTimeout bounds one cycle in the worker; default 30m.
+	TaskTimeout time.Duration
+	Logger      zerolog.Logger
+	// OnEnqueued, when set, counts enqueued cycles (metrics).
+	OnEnqueued func(n int)
+}
+
+// Run claims and enqueues until ctx ends.
+func (s *Scheduler) Run(ctx context.Context) error {
+	s.defaults()
+	wake := make(chan struct{}, 1)
+	if s.Redis != nil {
+		sub := s.Redis.Subscribe(ctx, s.Store.WakeChannel())
+		defer sub.Close()
+		go func() {
+			for range sub.Channel() {
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	}
+	for ctx.Err() == nil {
+		n, err := s.Once(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.Logger.Error().Err(err).Msg("scheduler: claim or enqueue failed")
+		}
+		if n == s.Batch && err == nil {
+			continue // more may be due right away
+		}
+		t := time.NewTimer(s.Idle)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return nil
+}
+
+func (s *Scheduler) defaults() {
+	if s.Queue == "" {
+		s.Queue = DefaultQueue
+	}
+	if s.Batch <= 0 {
+		s.Batch = 100
+	}
+	if s.ClaimTimeout <= 0 {
+		s.ClaimTimeout = 2 * time.Minute
+	}
+	if s.Idle <= 0 {
+		s.Idle = time.Second
+	}
+	if s.TaskTimeout <= 0 {
+		s.TaskTimeout = 30 * time.Minute
+	}
+}
+
+// Once claims one batch of due keys and enqueues their cycles; it returns how many keys it
+// claimed.
+func (s *Scheduler) Once(ctx context.Context) (int, error) {
+	s.defaults()
+	keys, err := s.Store.ClaimDue(ctx, s.Batch, s.ClaimTimeout, s.Pollers)
+	if err != nil {
+		return 0, fmt.Errorf("scheduler: claim: %w", err)
+	}
+	enqueued := 0
+	var errs []error
+	for _, k := range keys {
+		task := asynq.NewTask(TaskType, []byte(k.String()), asynq.TaskID(TaskID(s.Prefix, k)), asynq.Queue(s.Queue),
+			asynq.MaxRetry(0), asynq.Timeout(s.TaskTimeout), asynq.Retention(0))
+		_, err := s.Client.EnqueueContext(ctx, task)
+		switch {
+		case err == nil:
+			enqueued++
+		case errors.Is(err, asynq.ErrTaskIDConflict), errors.Is(err, asynq.ErrDuplicateTask):
+			// Already queued or running: that cycle writes the due time when it ends.
+		default:
+			errs = append(errs, fmt.Errorf("enqueue %s: %w", k, err))
+		}
+	}
+	if s.OnEnqueued != nil && enqueued > 0 {
+		s.OnEnqueued(enqueued)
+	}
+	return len(keys), errors.Join(errs...)
+}
+
+// CycleRunner runs one key's cycle (the engine).
+type CycleRunner interface {
+	RunCycle(ctx context.Context, key core.Key) core.CycleReport
+}
+
+// Handler is the worker's asynq handler: it runs the cycle of the task's key. A cycle never
+// fails the task: its outcome lives in the key's state, and the due set brings it back.
+func Handler(eng CycleRunner, log zerolog.Logger) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		key, err := core.ParseKey(string(t.Payload()))
+		if err != nil {
+			log.Error().Err(err).Msg("worker: dropping a malformed task")
+			return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
+		}
+		eng.RunCycle(ctx, key)
+		return nil
+	})
+}
+
+// ServerConfig is the asynq configuration of a worker.
+func ServerConfig(concurrency int, drain time.Duration, queue string, log zerolog.Logger) asynq.Config {
+	if queue == "" {
+		queue = DefaultQueue
+	}
+	return asynq.Config{
+		Concurrency:              concurrency,
+		Queues:                   map[string]int{queue: 1},
+		ShutdownTimeout:          drain,
+		TaskCheckInterval:        50 * time.Millisecond,
+		DelayedTaskCheckInterval: time.Second,
+		Logger:                   asynqLogger{log},
+		LogLevel:                 asynq.WarnLevel,
+	}
+}
+
+// asynqLogger routes asynq's logs into zerolog.
+type asynqLogger struct{ l zerolog.Logger }
+
+func (a asynqLogger) Debug(args ...any) { a.l.Debug().Msg(fmt.Sprint(args...)) }
+func (a asynqLogger) Info(args ...any)  { a.l.Info().Msg(fmt.Sprint(args...)) }
+func (a asynqLogger) Warn(args ...any)  { a.l.Warn().Msg(fmt.Sprint(args...)) }
+func (a asynqLogger) Error(args ...any) { a.l.Error().Msg(fmt.Sprint(args...)) }
+func (a asynqLogger) Fatal(args ...any) { a.l.Error().Msg(fmt.Sprint(args...)) }
