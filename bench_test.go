@@ -44,7 +44,7 @@ type benchEnv struct {
 	count redistest.Counter
 }
 
-func newBenchEnv(b *testing.B, items *[]json.RawMessage) *benchEnv {
+func newBenchEnv(b *testing.B, items *[]json.RawMessage, version string) *benchEnv {
 	be := &benchEnv{key: core.Key{Poller: "bench"}}
 	rb := redistest.Real(b)
 	be.rdb = rb.Client
@@ -54,7 +54,7 @@ func newBenchEnv(b *testing.B, items *[]json.RawMessage) *benchEnv {
 		b.Fatal(err)
 	}
 	err = eng.Register(Poller{Name: "bench", Strategy: SnapshotDiff, Fetch: listingOf(items, 1000),
-		Version: Field("version"), Handler: func(context.Context, Event) error { return nil },
+		Version: Field(version), Handler: func(context.Context, Event) error { return nil },
 		Delivery: Delivery{Concurrency: 8}, MaxPagesPerCycle: 1000})
 	if err != nil {
 		b.Fatal(err)
@@ -82,7 +82,7 @@ func (be *benchEnv) cycle(b *testing.B) core.CycleReport {
 // 1,000 against a real redis-server. Goal: >= 150,000 items/s.
 func BenchmarkDiffUnchanged(b *testing.B) {
 	items := benchItems(10_000, 0)
-	be := newBenchEnv(b, &items)
+	be := newBenchEnv(b, &items, "version")
 	be.cycle(b) // baseline: creates every row
 	var trips int64
 	b.ResetTimer()
@@ -103,7 +103,7 @@ func BenchmarkDiffUnchanged(b *testing.B) {
 func BenchmarkCommitDeliver(b *testing.B) {
 	gens := [2][]json.RawMessage{benchItems(10_000, 1), benchItems(10_000, 2)}
 	items := gens[0]
-	be := newBenchEnv(b, &items)
+	be := newBenchEnv(b, &items, "version")
 	be.cycle(b)
 	var events int
 	var trips int64
@@ -122,25 +122,29 @@ func BenchmarkCommitDeliver(b *testing.B) {
 }
 
 // BenchmarkBytesPerItem: Redis memory of the items hash per tracked identity (10-character
-// identities) after the engine created 100,000 of them (MEMORY USAGE, all samples). Goal:
-// <= 100 bytes.
+// identities) after the engine created 100,000 of them (MEMORY USAGE, all samples), with a
+// one-character version and with a 20-character timestamp version. Goal: <= 100 bytes.
 func BenchmarkBytesPerItem(b *testing.B) {
-	const n = 100_000
-	var perItem float64
-	for i := 0; i < b.N; i++ {
-		items := benchItems(n, 0)
-		be := newBenchEnv(b, &items)
-		be.cycle(b)
-		bytes, err := be.rdb.MemoryUsage(b.Context(), be.eng.store.Key(be.key, "items"), 0).Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if got := be.rdb.HLen(b.Context(), be.eng.store.Key(be.key, "items")).Val(); got != n {
-			b.Fatalf("tracked %d items, want %d", got, n)
-		}
-		perItem = float64(bytes) / n
+	for _, version := range []string{"version", "updated_at"} {
+		b.Run("version="+version, func(b *testing.B) {
+			const n = 100_000
+			var perItem float64
+			for i := 0; i < b.N; i++ {
+				items := benchItems(n, 0)
+				be := newBenchEnv(b, &items, version)
+				be.cycle(b)
+				bytes, err := be.rdb.MemoryUsage(b.Context(), be.eng.store.Key(be.key, "items"), 0).Result()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if got := be.rdb.HLen(b.Context(), be.eng.store.Key(be.key, "items")).Val(); got != n {
+					b.Fatalf("tracked %d items, want %d", got, n)
+				}
+				perItem = float64(bytes) / n
+			}
+			b.ReportMetric(perItem, "bytes/item")
+		})
 	}
-	b.ReportMetric(perItem, "bytes/item")
 }
 
 // BenchmarkHTTPPoll: a full poll of a 10,000-item listing served by the fake API over real

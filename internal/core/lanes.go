@@ -181,7 +181,7 @@ func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string
 	var events []Event
 	for i, id := range gone {
 		r, _ := diff.ParseRow(rows[i])
-		ev := c.newEvent(Deleted, lane, id, "", r.VF, nil)
+		ev := c.newEvent(Deleted, lane, id, r.Version, r.VF, nil)
 		events = append(events, ev)
 		cm.Deletes = append(cm.Deletes, id)
 		if err := c.addEvent(&cm, ev); err != nil {

@@ -67,7 +67,7 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 				continue // never seen, or already deleted
 			}
 			r, _ := diff.ParseRow(rows[i])
-			ev := c.newEvent(Deleted, lane, o.identity, "", r.VF, nil)
+			ev := c.newEvent(Deleted, lane, o.identity, r.Version, r.VF, nil)
 			rows[i], written[i] = nil, true
 			if err := c.addEvent(cm, ev); err != nil {
 				return nil, err
@@ -79,7 +79,7 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 		if kind == diff.Unchanged {
 			continue
 		}
-		rows[i] = diff.AppendRow(make([]byte, 0, diff.VFSize+2), diff.Row{VF: o.vf, Schema: schema})
+		rows[i] = diff.AppendRow(make([]byte, 0, diff.VFSize+2+len(o.version)), diff.Row{VF: o.vf, Schema: schema, Version: o.version})
 		written[i] = true // a later duplicate in the page compares with this row
 		if kind == diff.Rebaseline {
 			continue

@@ -38,12 +38,16 @@ func VersionFingerprint(version string, fingerprint []byte) VF {
 type Row struct {
 	VF     VF
 	Schema int
+	// Version is the last version seen, so that a deleted event can name it.
+	Version string
 }
 
-// AppendRow encodes r compactly: the 8-byte hash, then the schema version as a uvarint.
+// AppendRow encodes r compactly: the 8-byte hash, the schema version as a uvarint, then the
+// version text.
 func AppendRow(dst []byte, r Row) []byte {
 	dst = append(dst, r.VF[:]...)
-	return binary.AppendUvarint(dst, uint64(r.Schema))
+	dst = binary.AppendUvarint(dst, uint64(r.Schema))
+	return append(dst, r.Version...)
 }
 
 // ParseRow decodes a stored row; ok is false for a missing or corrupt one.
@@ -53,10 +57,11 @@ func ParseRow(b []byte) (r Row, ok bool) {
 	}
 	copy(r.VF[:], b)
 	s, n := binary.Uvarint(b[VFSize:])
-	if n <= 0 || VFSize+n != len(b) {
+	if n <= 0 {
 		return Row{}, false
 	}
 	r.Schema = int(s)
+	r.Version = string(b[VFSize+n:])
 	return r, true
 }
 

@@ -7,15 +7,15 @@ import (
 
 func TestRowRoundTrip(t *testing.T) {
 	for _, schema := range []int{0, 1, 127, 128, 1 << 20} {
-		r := Row{VF: VersionFingerprint("v1", []byte("fp")), Schema: schema}
+		r := Row{VF: VersionFingerprint("v1", []byte("fp")), Schema: schema, Version: "2026-11-29T10:00:00Z"}
 		b := AppendRow(nil, r)
 		got, ok := ParseRow(b)
 		if !ok || got != r {
 			t.Fatalf("schema %d: round trip gave %+v ok=%v", schema, got, ok)
 		}
 	}
-	if len(AppendRow(nil, Row{Schema: 1})) != 9 {
-		t.Fatal("a row of schema 1 must take 9 bytes")
+	if n := len(AppendRow(nil, Row{Schema: 1, Version: "42"})); n != 11 {
+		t.Fatalf("a row of schema 1 and version \"42\" takes %d bytes, want 9 + 2", n)
 	}
 	for _, bad := range [][]byte{nil, make([]byte, 8), append(make([]byte, 8), 0x80)} {
 		if _, ok := ParseRow(bad); ok {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -48,6 +49,11 @@ type Scheduler struct {
 	Pollers []string
 	// Batch is how many keys one claim takes; default 100.
 	Batch int
+	// PerTask is the most claimed keys one task carries (run one after another by a worker);
+	// default 10. Tasks carry fewer when few keys are due, so that a claim still spreads over
+	// at least 8 tasks: batching saves asynq operations in bursts without serializing the
+	// cycles of a quiet system. 1 gives every key its own task.
+	PerTask int
 	// ClaimTimeout brings a claimed key back if its cycle never ends; default 2m.
 	ClaimTimeout time.Duration
 	// Idle is the longest sleep when nothing is due; default 1s. A wake-up message cuts it short.
@@ -101,6 +107,9 @@ func (s *Scheduler) defaults() {
 	if s.Batch <= 0 {
 		s.Batch = 100
 	}
+	if s.PerTask <= 0 {
+		s.PerTask = 10
+	}
 	if s.ClaimTimeout <= 0 {
 		s.ClaimTimeout = 2 * time.Minute
 	}
@@ -120,25 +129,40 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("scheduler: claim: %w", err)
 	}
-	enqueued := 0
+	claimed, enqueued := len(keys), 0
+	per := max(1, min(s.PerTask, claimed/8))
 	var errs []error
-	for _, k := range keys {
-		task := asynq.NewTask(TaskType, []byte(k.String()), asynq.TaskID(TaskID(s.Prefix, k)), asynq.Queue(s.Queue),
+	for len(keys) > 0 {
+		n := min(per, len(keys))
+		chunk := keys[:n]
+		keys = keys[n:]
+		members := make([]string, n)
+		for i, k := range chunk {
+			members[i] = k.String()
+		}
+		// One key: its ID is the key's, so a key is never queued twice. Several: the claim
+		// already made them exclusive, and a duplicate that slips past a claim timeout is
+		// fenced by the lease.
+		id := TaskID(s.Prefix, chunk[0])
+		if n > 1 {
+			id += fmt.Sprintf("+%d", n-1)
+		}
+		task := asynq.NewTask(TaskType, []byte(strings.Join(members, "\n")), asynq.TaskID(id), asynq.Queue(s.Queue),
 			asynq.MaxRetry(0), asynq.Timeout(s.TaskTimeout), asynq.Retention(0))
 		_, err := s.Client.EnqueueContext(ctx, task)
 		switch {
 		case err == nil:
-			enqueued++
+			enqueued += n
 		case errors.Is(err, asynq.ErrTaskIDConflict), errors.Is(err, asynq.ErrDuplicateTask):
 			// Already queued or running: that cycle writes the due time when it ends.
 		default:
-			errs = append(errs, fmt.Errorf("enqueue %s: %w", k, err))
+			errs = append(errs, fmt.Errorf("enqueue %v: %w", members, err))
 		}
 	}
 	if s.OnEnqueued != nil && enqueued > 0 {
 		s.OnEnqueued(enqueued)
 	}
-	return len(keys), errors.Join(errs...)
+	return claimed, errors.Join(errs...)
 }
 
 // CycleRunner runs one key's cycle (the engine).
@@ -146,16 +170,22 @@ type CycleRunner interface {
 	RunCycle(ctx context.Context, key core.Key) core.CycleReport
 }
 
-// Handler is the worker's asynq handler: it runs the cycle of the task's key. A cycle never
-// fails the task: its outcome lives in the key's state, and the due set brings it back.
+// Handler is the worker's asynq handler: it runs the cycle of each key of the task, one
+// after another. A cycle never fails the task: its outcome lives in the key's state, and the
+// due set brings the key back.
 func Handler(eng CycleRunner, log zerolog.Logger) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		key, err := core.ParseKey(string(t.Payload()))
-		if err != nil {
-			log.Error().Err(err).Msg("worker: dropping a malformed task")
-			return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
+		for _, member := range strings.Split(string(t.Payload()), "\n") {
+			key, err := core.ParseKey(member)
+			if err != nil {
+				log.Error().Err(err).Msg("worker: skipping a malformed task key")
+				continue
+			}
+			if ctx.Err() != nil {
+				return nil // shutting down: the claim timeout brings the remaining keys back
+			}
+			eng.RunCycle(ctx, key)
 		}
-		eng.RunCycle(ctx, key)
 		return nil
 	})
 }

@@ -35,6 +35,8 @@ type Backend struct {
 	Client redis.UniversalClient
 	// Mini is the embedded server, nil for a real redis-server.
 	Mini *miniredis.Miniredis
+	// URL reaches the backend from another process (redis://, unix://, redis+cluster://).
+	URL string
 }
 
 // Miniredis starts an embedded miniredis that lives until the test ends.
@@ -43,7 +45,7 @@ func Miniredis(tb testing.TB) Backend {
 	m := miniredis.RunT(tb)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	tb.Cleanup(func() { _ = c.Close() })
-	return Backend{Name: "miniredis", Client: c, Mini: m}
+	return Backend{Name: "miniredis", Client: c, Mini: m, URL: "redis://" + m.Addr()}
 }
 
 // Real starts a private redis-server on a unix socket under tb.TempDir() with no
@@ -57,7 +59,7 @@ func Real(tb testing.TB, extraArgs ...string) Backend {
 	c := redis.NewClient(&redis.Options{Network: "unix", Addr: sock})
 	tb.Cleanup(func() { _ = c.Close() })
 	waitReady(tb, func() error { return c.Ping(context.Background()).Err() }, exited, out)
-	return Backend{Name: "redis-server", Client: c}
+	return Backend{Name: "redis-server", Client: c, URL: "unix://" + sock}
 }
 
 // Cluster starts a private three-master Redis Cluster on loopback ports (the cluster bus
@@ -110,7 +112,7 @@ func Cluster(tb testing.TB) Backend {
 		}
 		time.Sleep(20 * time.Millisecond) // gossip has no event to wait on
 	}
-	return Backend{Name: "redis-cluster", Client: cc}
+	return Backend{Name: "redis-cluster", Client: cc, URL: "redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2]}
 }
 
 func portOf(addr string) int {

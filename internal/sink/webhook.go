@@ -1,0 +1,330 @@
+package sink
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/httpx"
+)
+
+// Defaults and limits of the webhook sink.
+const (
+	// DefaultWebhookTimeout bounds one delivery attempt (connect, request, response headers
+	// and the part of the body that is read) when Webhook.Timeout is 0.
+	DefaultWebhookTimeout = 10 * time.Second
+	// DefaultTolerance is how far a webhook-timestamp may be from the receiver's clock, in
+	// either direction, when Verify is given a tolerance <= 0.
+	DefaultTolerance = 5 * time.Minute
+	// SecretPrefix starts every secret, as in the Standard Webhooks spec.
+	SecretPrefix = "whsec_"
+	// MinSecretBytes is the shortest decoded key accepted (the spec asks for 24 to 64 bytes).
+	MinSecretBytes = 24
+
+	// Header names of the Standard Webhooks spec.
+	HeaderID        = "webhook-id"
+	HeaderTimestamp = "webhook-timestamp"
+	HeaderSignature = "webhook-signature"
+
+	// drainLimit bounds what is read of a response body so the connection can be reused.
+	drainLimit = 64 << 10
+	// snippetLen is the size of StatusError.Body.
+	snippetLen = 256
+	userAgent  = "watukuy-webhook"
+)
+
+// Errors Verify wraps, for errors.Is.
+var (
+	// ErrMissingHeader: webhook-id, webhook-timestamp or webhook-signature is absent.
+	ErrMissingHeader = errors.New("sink: webhook: missing header")
+	// ErrTimestamp: webhook-timestamp is malformed or outside the tolerance.
+	ErrTimestamp = errors.New("sink: webhook: bad timestamp")
+	// ErrSignature: no v1 signature of the header matches any of the secrets.
+	ErrSignature = errors.New("sink: webhook: no matching signature")
+)
+
+// Webhook POSTs the envelope per the Standard Webhooks spec (https://www.standardwebhooks.com/):
+//
+//	webhook-id: <event id>
+//	webhook-timestamp: <unix seconds>
+//	webhook-signature: v1,<base64(HMAC-SHA256(key, "<id>.<timestamp>.<body>"))>  (one per secret, space-separated)
+//	Content-Type: application/json
+//
+// Secrets are "whsec_<base64>"; the HMAC key is the decoded part. With several secrets every
+// one signs, so a receiver can rotate its secret without downtime. A 2xx status acks; any
+// other status (redirects included), a transport error or a timeout is an error.
+//
+// Build it with NewWebhook; the fields of the returned value show the effective settings and
+// must not be changed afterwards (URL and Secrets are parsed once).
+type Webhook struct {
+	URL     string
+	Secrets []string
+	// Timeout bounds one attempt (default 10s).
+	Timeout time.Duration
+	// Client sends the requests; nil means a client that does not follow redirects. A
+	// client of your own keeps its redirect policy: make it return http.ErrUseLastResponse,
+	// because a 301/302 turns the POST into a GET whose 2xx would ack an undelivered event.
+	Client *http.Client
+	// Now is the clock of webhook-timestamp (default time.Now).
+	Now func() time.Time
+
+	u        *url.URL
+	redacted string
+	keys     [][]byte
+}
+
+// NewWebhook validates the URL (absolute http or https) and the secrets (at least one, each
+// "whsec_" + standard base64 of at least 24 bytes) and fills in the defaults. Errors name the
+// secret by position, never by value.
+func NewWebhook(w Webhook) (*Webhook, error) {
+	if strings.TrimSpace(w.URL) == "" {
+		return nil, errors.New("sink: webhook: url is empty")
+	}
+	u, err := url.Parse(w.URL)
+	if err != nil {
+		return nil, fmt.Errorf("sink: webhook: url %s does not parse", httpx.RedactURL(w.URL))
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("sink: webhook: url %s: scheme must be http or https", httpx.RedactURL(w.URL))
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("sink: webhook: url %s has no host", httpx.RedactURL(w.URL))
+	}
+	if len(w.Secrets) == 0 {
+		return nil, errors.New("sink: webhook: no secret: give at least one \"whsec_...\" secret")
+	}
+	keys, err := parseSecrets(w.Secrets)
+	if err != nil {
+		return nil, fmt.Errorf("sink: webhook: %w", err)
+	}
+	if w.Timeout < 0 {
+		return nil, fmt.Errorf("sink: webhook: negative timeout %s", w.Timeout)
+	}
+	out := &Webhook{
+		URL:      w.URL,
+		Secrets:  append([]string(nil), w.Secrets...),
+		Timeout:  w.Timeout,
+		Client:   w.Client,
+		Now:      w.Now,
+		u:        u,
+		redacted: httpx.RedactURL(w.URL),
+		keys:     keys,
+	}
+	if out.Timeout == 0 {
+		out.Timeout = DefaultWebhookTimeout
+	}
+	if out.Client == nil {
+		out.Client = &http.Client{
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return out, nil
+}
+
+// StatusError is a non-2xx answer of the webhook receiver.
+type StatusError struct {
+	StatusCode int
+	// Body is the start of the response body (at most 256 bytes, whole UTF-8 characters).
+	Body string
+}
+
+func (e *StatusError) Error() string {
+	if e.Body == "" {
+		return fmt.Sprintf("HTTP %d", e.StatusCode)
+	}
+	return fmt.Sprintf("HTTP %d: %q", e.StatusCode, e.Body)
+}
+
+// Handle delivers one event. It is safe for concurrent use.
+func (w *Webhook) Handle(ctx context.Context, ev core.Event) error {
+	if w == nil || w.u == nil {
+		return errors.New("sink: webhook: not initialized (build it with NewWebhook)")
+	}
+	body, err := Envelope(ev)
+	if err != nil {
+		return err
+	}
+	ts := w.Now().Unix()
+	actx, cancel := context.WithTimeout(ctx, w.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, w.URL, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("sink: webhook %s: event %s: build request: %w", w.redacted, ev.ID, unwrapURLError(err))
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", userAgent)
+	req.Header.Set(HeaderID, ev.ID)
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
+	req.Header.Set(HeaderSignature, sign(w.keys, ev.ID, ts, body))
+
+	resp, err := w.Client.Do(req)
+	if err != nil {
+		err = unwrapURLError(err)
+		if ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("sink: webhook %s: event %s: timed out after %s: %w", w.redacted, ev.ID, w.Timeout, err)
+		}
+		return fmt.Errorf("sink: webhook %s: event %s: %w", w.redacted, ev.ID, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
+		return nil
+	}
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, snippetLen))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
+	return fmt.Errorf("sink: webhook %s: event %s: %w", w.redacted, ev.ID,
+		&StatusError{StatusCode: resp.StatusCode, Body: strings.TrimSpace(cutUTF8(snippet))})
+}
+
+// Sign returns the webhook-signature header value for a message: one "v1,<base64>" per
+// secret, space-separated, in the order of secrets. Webhook.Handle sends exactly this.
+func Sign(secrets []string, id string, timestamp int64, body []byte) (string, error) {
+	if len(secrets) == 0 {
+		return "", errors.New("sink: webhook: no secret")
+	}
+	keys, err := parseSecrets(secrets)
+	if err != nil {
+		return "", fmt.Errorf("sink: webhook: %w", err)
+	}
+	return sign(keys, id, timestamp, body), nil
+}
+
+// Verify checks a received webhook the way a receiver should: the three headers are present,
+// webhook-timestamp is within tolerance of now in either direction (tolerance <= 0 means 5
+// minutes), and at least one "v1,<sig>" entry of webhook-signature is the HMAC of
+// "<id>.<timestamp>.<body>" under one of the secrets. body must be the raw request body, byte
+// for byte. Entries of other versions (e.g. v1a) are ignored. The error wraps
+// ErrMissingHeader, ErrTimestamp or ErrSignature, or describes a malformed secret.
+func Verify(secrets []string, header http.Header, body []byte, now time.Time, tolerance time.Duration) error {
+	if len(secrets) == 0 {
+		return errors.New("sink: webhook: verify: no secret")
+	}
+	keys, err := parseSecrets(secrets)
+	if err != nil {
+		return fmt.Errorf("sink: webhook: verify: %w", err)
+	}
+	if tolerance <= 0 {
+		tolerance = DefaultTolerance
+	}
+	id, tsText, sigs := header.Get(HeaderID), header.Get(HeaderTimestamp), header.Get(HeaderSignature)
+	for _, h := range []struct{ name, v string }{{HeaderID, id}, {HeaderTimestamp, tsText}, {HeaderSignature, sigs}} {
+		if h.v == "" {
+			return fmt.Errorf("%w %s", ErrMissingHeader, h.name)
+		}
+	}
+	ts, err := strconv.ParseInt(tsText, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: %s %q is not unix seconds", ErrTimestamp, HeaderTimestamp, tsText)
+	}
+	// Compare in seconds: a time.Duration overflows for absurd timestamps.
+	tol := int64(tolerance / time.Second)
+	nowS := now.Unix()
+	if ts < nowS-tol {
+		return fmt.Errorf("%w: message timestamp %d is more than %s older than now (%d)", ErrTimestamp, ts, tolerance, nowS)
+	}
+	if ts > nowS+tol {
+		return fmt.Errorf("%w: message timestamp %d is more than %s ahead of now (%d)", ErrTimestamp, ts, tolerance, nowS)
+	}
+	expected := make([][]byte, len(keys))
+	for i, k := range keys {
+		expected[i] = mac(k, id, ts, body)
+	}
+	for _, entry := range strings.Fields(sigs) {
+		version, sig, ok := strings.Cut(entry, ",")
+		if !ok || version != "v1" {
+			continue
+		}
+		got, err := base64.StdEncoding.DecodeString(sig)
+		if err != nil {
+			continue
+		}
+		for _, e := range expected {
+			if hmac.Equal(got, e) {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%w for message %s", ErrSignature, id)
+}
+
+func sign(keys [][]byte, id string, ts int64, body []byte) string {
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString("v1,")
+		b.WriteString(base64.StdEncoding.EncodeToString(mac(k, id, ts, body)))
+	}
+	return b.String()
+}
+
+func mac(key []byte, id string, ts int64, body []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(id))
+	m.Write([]byte{'.'})
+	m.Write(strconv.AppendInt(nil, ts, 10))
+	m.Write([]byte{'.'})
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+// parseSecrets decodes "whsec_<base64>" secrets. Errors name a secret by its position (1-based)
+// and never repeat any part of it.
+func parseSecrets(secrets []string) ([][]byte, error) {
+	keys := make([][]byte, 0, len(secrets))
+	for i, s := range secrets {
+		s = strings.TrimSpace(s)
+		rest, ok := strings.CutPrefix(s, SecretPrefix)
+		if !ok {
+			return nil, fmt.Errorf("secret %d of %d: must start with %q", i+1, len(secrets), SecretPrefix)
+		}
+		k, err := base64.StdEncoding.DecodeString(rest)
+		if err != nil {
+			return nil, fmt.Errorf("secret %d of %d: the part after %q is not standard base64", i+1, len(secrets), SecretPrefix)
+		}
+		if len(k) < MinSecretBytes {
+			return nil, fmt.Errorf("secret %d of %d: key is %d bytes, want at least %d (Standard Webhooks: 24 to 64 random bytes)",
+				i+1, len(secrets), len(k), MinSecretBytes)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// unwrapURLError drops *url.Error, whose message repeats the raw URL (query tokens included).
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// cutUTF8 drops a character cut in half at the end of b and replaces other invalid bytes.
+func cutUTF8(b []byte) string {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				b = b[:i]
+			}
+			break
+		}
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
+}
