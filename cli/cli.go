@@ -110,6 +110,7 @@ func (c *common) prepare(cmd *cobra.Command) error {
 	if f := cmd.Flags().Lookup("config"); f != nil {
 		c.s.ConfigGiven = f.Changed
 	}
+	c.s.Out = cmd.OutOrStdout() // the stdout sink writes where the command does
 	return nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,7 +110,9 @@ func start(t *testing.T, bin string, args ...string) *proc {
 	}
 	t.Cleanup(func() {
 		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Wait()
+		}
 		if t.Failed() {
 			t.Logf("--- %s output:\n%s", p.name, lastBytes(p.out.String(), 3000))
 		}
@@ -158,7 +161,7 @@ pollers:
 	}
 	os.Setenv("HOOK_SECRET", secret)
 	common := []string{"--config", cfg, "--listen", "off", "--log-format", "console"}
-	start(t, filepath.Join(bins, "watukuy-scheduler"), common...)
+	scheduler := start(t, filepath.Join(bins, "watukuy-scheduler"), common...)
 	workers := make([]*proc, 3)
 	for i := range workers {
 		workers[i] = start(t, filepath.Join(bins, "watukuy-worker"), append(common, "--concurrency", "4", "--drain-timeout", "2s")...)
@@ -227,6 +230,25 @@ pollers:
 		}
 	}
 	t.Logf("%d deliveries of %d changes, 2 worker kills", len(rec.events), len(api.Changes()))
+
+	// SIGTERM: every process stops taking work, drains and exits 0.
+	for _, p := range append(workers, scheduler) {
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range append(workers, scheduler) {
+		exited := make(chan error, 1)
+		go func() { exited <- p.cmd.Wait() }()
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("%s exited with %v after SIGTERM", p.name, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Errorf("%s did not exit within 20s of SIGTERM", p.name)
+		}
+	}
 }
 
 func equal(a, b map[string]string) bool {

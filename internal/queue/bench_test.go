@@ -52,7 +52,9 @@ func benchNoop(b *testing.B, perTask int) {
 	for i := range parts {
 		parts[i] = fmt.Sprintf("p%04d", i)
 	}
-	noop := func(ctx context.Context, req core.FetchRequest) (core.Page, error) { return core.Page{Next: req.Cursor}, nil }
+	noop := func(ctx context.Context, req core.FetchRequest) (core.Page, error) {
+		return core.Page{Next: req.Cursor}, nil
+	}
 	if err := eng.Register(core.Poller{Name: "noop", Partitions: parts, Fetch: noop,
 		Handler: func(context.Context, core.Event) error { return nil }}); err != nil {
 		b.Fatal(err)

@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/redistest"
+)
+
+// run executes the command tree with args and returns stdout, stderr and the error.
+func run(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	root := Root()
+	var out, errb bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.SetArgs(args)
+	root.SilenceErrors, root.SilenceUsage = true, true
+	err := root.Execute()
+	return out.String(), errb.String(), err
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "watukuy.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// tick runs the due cycles of a config file's pollers against a real Redis, prints the
+// report (human and --json) and delivers through the stdout sink.
+func TestTick(t *testing.T) {
+	b := redistest.Real(t)
+	api := fakeapi.New()
+	api.PutMany(3, "o", map[string]any{"total": 1})
+	srv := fakeapi.NewServer(api, fakeapi.ServerOptions{})
+	defer srv.Close()
+	cfg := writeConfig(t, fmt.Sprintf(`pollers:
+  - name: orders
+    request: {url: %s/list}
+    items: data
+    version: version
+    cursor: {strategy: snapshotDiff, param: page, sizeParam: per_page, size: 10, hasMore: has_more}
+    delivery: {stdout: {}}
+`, srv.URL))
+	t.Setenv("WATUKUY_REDIS_URL", b.URL) // the environment supplies --redis
+	out, _, err := run(t, "tick", "--config", cfg, "--log-format", "console")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[3], "ran 1") || !strings.Contains(lines[3], "events 3") {
+		t.Fatalf("tick output:\n%s", out)
+	}
+	var ev struct{ Type, Identity string }
+	if err := json.Unmarshal([]byte(lines[0]), &ev); err != nil || ev.Type != "created" {
+		t.Fatalf("the stdout sink line %q: %v", lines[0], err)
+	}
+	api.Put("o0001", map[string]any{"total": 2})
+	// Make the key due now, as a trigger does.
+	if err := b.Client.HSet(t.Context(), "wk:{orders|}:state", "nextDue", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Client.ZAdd(t.Context(), "wk:{global}:due", redisZ("orders|")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = run(t, "tick", "--config", cfg, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:]
+	var rep struct {
+		Ran, Events, Delivered int
+		Errors                 []string
+	}
+	if err := json.Unmarshal([]byte(last), &rep); err != nil || rep.Ran != 1 || rep.Events != 1 || rep.Delivered != 1 {
+		t.Fatalf("tick --json: %q (%v)", last, err)
+	}
+}
+
+// A broken config file is reported with file:line and field, and nothing runs.
+func TestConfigErrorsNameFileLineField(t *testing.T) {
+	cfg := writeConfig(t, "pollers:\n  - name: orders\n    request: {url: http://x}\n    cursor: {strategy: sideways}\n    delivery: {stdout: {}}\n")
+	_, _, err := run(t, "tick", "--config", cfg, "--redis", "redis://127.0.0.1:1")
+	if err == nil || !strings.Contains(err.Error(), filepath.Base(cfg)+":4:") || !strings.Contains(err.Error(), "cursor.strategy") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// A missing Redis URL and a bad flag are usage errors that say what to do.
+func TestUsageErrors(t *testing.T) {
+	t.Setenv("WATUKUY_REDIS_URL", "")
+	os.Unsetenv("WATUKUY_REDIS_URL")
+	_, _, err := run(t, "tick", "--config", filepath.Join(t.TempDir(), "none.yaml"))
+	if err == nil || !strings.Contains(err.Error(), "--config") && !strings.Contains(err.Error(), "no such file") {
+		t.Fatalf("missing config: %v", err)
+	}
+	if _, _, err := run(t, "tick", "--log-format", "xml", "--redis", "redis://127.0.0.1:1"); err == nil || !strings.Contains(err.Error(), "json or console") {
+		t.Fatalf("bad log format: %v", err)
+	}
+	if _, _, err := run(t, "tick", "--no-such-flag"); err == nil {
+		t.Fatal("an unknown flag was accepted")
+	}
+}
+
+func redisZ(member string) redis.Z { return redis.Z{Score: 0, Member: member} }

@@ -1,0 +1,135 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/rs/zerolog"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/redisstore"
+	"github.com/watukuy/watukuy/internal/redistest"
+)
+
+// recordingRunner records the keys whose cycles a worker ran.
+type recordingRunner struct {
+	mu   sync.Mutex
+	keys []core.Key
+	ran  chan struct{}
+}
+
+func (r *recordingRunner) RunCycle(ctx context.Context, key core.Key) core.CycleReport {
+	r.mu.Lock()
+	r.keys = append(r.keys, key)
+	r.mu.Unlock()
+	r.ran <- struct{}{}
+	return core.CycleReport{Key: key, Outcome: core.Ran}
+}
+
+func keys(n int) []core.Key {
+	ks := make([]core.Key, n)
+	for i := range ks {
+		ks[i] = core.Key{Poller: "p", Partition: fmt.Sprintf("k%02d", i)}
+	}
+	return ks
+}
+
+// Two schedulers claim concurrently; every due key is enqueued once, and a key already
+// queued is not queued again.
+func TestSchedulersEnqueueEachKeyOnce(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "q"})
+		if err := st.Register(ctx, keys(30), map[string][]byte{}); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		total := 0
+		var wg sync.WaitGroup
+		for i := 0; i < 2; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s := &Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "q", Batch: 4, PerTask: 1,
+					OnEnqueued: func(n int) { mu.Lock(); total += n; mu.Unlock() }}
+				for {
+					n, err := s.Once(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if n == 0 {
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		insp := asynq.NewInspectorFromRedisClient(b.Client)
+		info, err := insp.GetQueueInfo(DefaultQueue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if total != 30 || info.Pending != 30 {
+			t.Fatalf("enqueued %d, pending %d; want 30 each", total, info.Pending)
+		}
+		// The same keys due again while their tasks are still queued: not queued twice.
+		for _, k := range keys(30) {
+			_ = st.SetDue(ctx, k, time.UnixMilli(0))
+		}
+		s := &Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "q", Batch: 100, PerTask: 1}
+		if _, err := s.Once(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if info, _ := insp.GetQueueInfo(DefaultQueue); info.Pending != 30 {
+			t.Fatalf("pending %d after a second claim, want 30", info.Pending)
+		}
+	})
+}
+
+// The worker's handler runs the cycle of every key a task carries; a trigger wakes a
+// sleeping scheduler at once.
+func TestWorkerRunsTasksAndTriggerWakesScheduler(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "w"})
+		run := &recordingRunner{ran: make(chan struct{}, 100)}
+		srv := asynq.NewServerFromRedisClient(b.Client, ServerConfig(4, time.Second, "", zerolog.Nop()))
+		if err := srv.Start(Handler(run, zerolog.Nop())); err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Shutdown()
+		ks := keys(16)
+		if err := st.Register(ctx, ks, map[string][]byte{}); err != nil {
+			t.Fatal(err)
+		}
+		sch := &Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Redis: b.Client, Prefix: "w",
+			Batch: 16, PerTask: 2, Idle: time.Hour}
+		go sch.Run(ctx)
+		for range ks {
+			<-run.ran
+		}
+		// The scheduler now sleeps for an hour; a trigger must wake it.
+		for _, k := range ks {
+			_ = st.SetDue(ctx, k, time.Now().Add(time.Hour))
+		}
+		if err := st.Trigger(ctx, ks[3]); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-run.ran:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the trigger did not wake the scheduler")
+		}
+		run.mu.Lock()
+		defer run.mu.Unlock()
+		if last := run.keys[len(run.keys)-1]; last != ks[3] {
+			t.Fatalf("ran %v after the trigger, want %v", last, ks[3])
+		}
+	})
+}
