@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -114,11 +115,6 @@ func (c *common) prepare(cmd *cobra.Command) error {
 	return nil
 }
 
-// signalContext ends on SIGINT or SIGTERM.
-func signalContext(parent context.Context) (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
-}
-
 // Root returns the watukuy command.
 func Root() *cobra.Command {
 	root := &cobra.Command{
@@ -136,54 +132,46 @@ func Worker() *cobra.Command { return workerCmd("watukuy-worker") }
 func Scheduler() *cobra.Command { return schedulerCmd("watukuy-scheduler") }
 
 func workerCmd(use string) *cobra.Command {
-	c := &common{}
-	cmd := &cobra.Command{
-		Use:   use,
-		Short: "Run cycles from the asynq queue (scale by starting more)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.process(cmd, app.RunWorker)
-		},
-	}
-	c.bind(cmd.Flags())
-	c.bindProcess(cmd.Flags(), "127.0.0.1:9090")
-	c.bindWorker(cmd.Flags())
-	return cmd
+	return processCmd(use, "Run cycles from the asynq queue (scale by starting more)", "127.0.0.1:9090", true, app.RunWorker)
 }
 
 func schedulerCmd(use string) *cobra.Command {
-	c := &common{}
-	cmd := &cobra.Command{
-		Use:   use,
-		Short: "Move due keys into asynq tasks (several may run at once)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.process(cmd, app.RunScheduler)
-		},
-	}
-	c.bind(cmd.Flags())
-	c.bindProcess(cmd.Flags(), "127.0.0.1:9091")
-	return cmd
+	return processCmd(use, "Move due keys into asynq tasks (several may run at once)", "127.0.0.1:9091", false, app.RunScheduler)
 }
 
 func runCmd() *cobra.Command {
+	return processCmd("run", "Run a scheduler and a worker in one process against a Redis URL", "127.0.0.1:9090", true, app.RunAll)
+}
+
+// processCmd is a long-lived process: it opens the environment and runs until a signal.
+func processCmd(use, short, listen string, worker bool, run func(context.Context, *app.Env, app.Settings) error) *cobra.Command {
 	c := &common{}
 	cmd := &cobra.Command{
-		Use:   "run",
-		Short: "Run a scheduler and a worker in one process against a Redis URL",
+		Use:   use,
+		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.process(cmd, app.RunAll)
+			return c.run(cmd, func(ctx context.Context, log zerolog.Logger) error {
+				env, err := app.Open(ctx, c.s, log)
+				if err != nil {
+					return err
+				}
+				defer env.RDB.Close()
+				return run(ctx, env, c.s)
+			})
 		},
 	}
 	c.bind(cmd.Flags())
-	c.bindProcess(cmd.Flags(), "127.0.0.1:9090")
-	c.bindWorker(cmd.Flags())
+	c.bindProcess(cmd.Flags(), listen)
+	if worker {
+		c.bindWorker(cmd.Flags())
+	}
 	return cmd
 }
 
-// process opens the environment and runs a long-lived process until a signal.
-func (c *common) process(cmd *cobra.Command, run func(context.Context, *app.Env, app.Settings) error) error {
+// run prepares the flags (environment, logger) and calls fn with a context that ends on
+// SIGINT or SIGTERM.
+func (c *common) run(cmd *cobra.Command, fn func(ctx context.Context, log zerolog.Logger) error) error {
 	if err := c.prepare(cmd); err != nil {
 		return err
 	}
@@ -191,12 +179,7 @@ func (c *common) process(cmd *cobra.Command, run func(context.Context, *app.Env,
 	if err != nil {
 		return usageError{err}
 	}
-	ctx, stop := signalContext(cmd.Context())
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	env, err := app.Open(ctx, c.s, log)
-	if err != nil {
-		return err
-	}
-	defer env.RDB.Close()
-	return run(ctx, env, c.s)
+	return fn(ctx, log)
 }

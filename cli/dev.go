@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/watukuy/watukuy"
@@ -28,50 +29,7 @@ API whose orders and customers change every few seconds, the scheduler, a worker
 it runs your pollers instead of the demo.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := c.prepare(cmd); err != nil {
-				return err
-			}
-			log, err := app.Logger(c.s.LogFormat, cmd.ErrOrStderr())
-			if err != nil {
-				return usageError{err}
-			}
-			ctx, stop := signalContext(cmd.Context())
-			defer stop()
-			out := cmd.OutOrStdout()
-			if c.s.Redis == "" {
-				mr, err := miniredis.Run()
-				if err != nil {
-					return fmt.Errorf("start the embedded miniredis: %w", err)
-				}
-				defer mr.Close()
-				c.s.Redis = "redis://" + mr.Addr()
-				c.s.AllowEviction = true // miniredis keeps everything in memory and has no eviction
-			}
-			if !c.s.ConfigGiven {
-				c.s.Config = ""
-			}
-			env, err := app.Open(ctx, c.s, log)
-			if err != nil {
-				return err
-			}
-			defer env.RDB.Close()
-			if env.Config == nil {
-				shop := startDemoShop(ctx)
-				defer shop.srv.Close()
-				if err := env.Register(shop.pollers(printEvents(out))...); err != nil {
-					return err
-				}
-				fmt.Fprintf(out, "demo shop API   %s/items  %s/list\n", shop.srv.URL, shop.srv.URL)
-			}
-			fmt.Fprintf(out, "redis           %s\n", c.s.Redis)
-			if c.s.Listen != "off" {
-				fmt.Fprintf(out, "metrics         http://%s/metrics  (health: /healthz, /readyz)\n", c.s.Listen)
-				if c.s.UI {
-					fmt.Fprintf(out, "asynqmon        http://%s/monitoring/\n", c.s.Listen)
-				}
-			}
-			fmt.Fprintln(out, "events (Ctrl-C stops):")
-			return app.RunAll(ctx, env, c.s)
+			return c.run(cmd, func(ctx context.Context, log zerolog.Logger) error { return c.dev(ctx, cmd.OutOrStdout(), log) })
 		},
 	}
 	c.bind(cmd.Flags())
@@ -84,6 +42,45 @@ it runs your pollers instead of the demo.`,
 		cmd.Flags().Lookup(n).Changed = false
 	}
 	return cmd
+}
+
+// dev starts the embedded Redis (unless --redis), the demo shop (unless --config) and
+// everything else in this process.
+func (c *common) dev(ctx context.Context, out io.Writer, log zerolog.Logger) error {
+	if c.s.Redis == "" {
+		mr, err := miniredis.Run()
+		if err != nil {
+			return fmt.Errorf("start the embedded miniredis: %w", err)
+		}
+		defer mr.Close()
+		c.s.Redis = "redis://" + mr.Addr()
+		c.s.AllowEviction = true // miniredis keeps everything in memory and has no eviction
+	}
+	if !c.s.ConfigGiven {
+		c.s.Config = ""
+	}
+	env, err := app.Open(ctx, c.s, log)
+	if err != nil {
+		return err
+	}
+	defer env.RDB.Close()
+	if env.Config == nil {
+		shop := startDemoShop(ctx)
+		defer shop.srv.Close()
+		if err := env.Register(shop.pollers(printEvents(out))...); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "demo shop API   %s/items  %s/list\n", shop.srv.URL, shop.srv.URL)
+	}
+	fmt.Fprintf(out, "redis           %s\n", c.s.Redis)
+	if c.s.Listen != "off" {
+		fmt.Fprintf(out, "metrics         http://%s/metrics  (health: /healthz, /readyz)\n", c.s.Listen)
+		if c.s.UI {
+			fmt.Fprintf(out, "asynqmon        http://%s/monitoring/\n", c.s.Listen)
+		}
+	}
+	fmt.Fprintln(out, "events (Ctrl-C stops):")
+	return app.RunAll(ctx, env, c.s)
 }
 
 // printEvents is the demo's handler: one readable line per event.

@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/watukuy/watukuy"
@@ -20,49 +23,14 @@ func tickCmd() *cobra.Command {
 		Short: "Claim and run due cycles in this process, then exit (cron, serverless)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := c.prepare(cmd); err != nil {
-				return err
-			}
-			log, err := app.Logger(c.s.LogFormat, cmd.ErrOrStderr())
-			if err != nil {
-				return usageError{err}
-			}
-			ctx, stop := signalContext(cmd.Context())
-			defer stop()
-			env, err := app.Open(ctx, c.s, log)
-			if err != nil {
-				return err
-			}
-			defer env.RDB.Close()
-			if len(env.Pollers) == 0 {
-				return fmt.Errorf("no pollers: pass --config with at least one poller")
-			}
-			rep, err := env.Engine.Tick(ctx, maxDuration)
-			if err != nil {
-				return err
-			}
-			errs := make([]string, len(rep.Errors))
-			for i, e := range rep.Errors {
-				errs[i] = e.Error()
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				b, _ := json.Marshal(struct {
-					watukuy.TickReport
-					Errors []string `json:"errors"`
-				}{rep, errs})
-				fmt.Fprintln(out, string(b))
-			} else {
-				fmt.Fprintf(out, "ran %d  skippedNotDue %d  skippedLeased %d  skippedPaused %d  events %d  delivered %d  errors %d\n",
-					rep.Ran, rep.SkippedNotDue, rep.SkippedLeased, rep.SkippedPaused, rep.Events, rep.Delivered, len(rep.Errors))
-				for _, e := range errs {
-					fmt.Fprintln(out, "  error:", e)
+			return c.run(cmd, func(ctx context.Context, log zerolog.Logger) error {
+				env, err := app.Open(ctx, c.s, log)
+				if err != nil {
+					return err
 				}
-			}
-			if len(rep.Errors) > 0 {
-				return fmt.Errorf("%d cycle(s) failed", len(rep.Errors))
-			}
-			return nil
+				defer env.RDB.Close()
+				return tick(ctx, cmd.OutOrStdout(), env, maxDuration, asJSON)
+			})
 		},
 	}
 	c.bind(cmd.Flags())
@@ -70,4 +38,36 @@ func tickCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&maxDuration, "max-duration", 50*time.Second, "stop claiming new cycles after this long")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
+}
+
+// tick claims and runs due cycles, then prints the report.
+func tick(ctx context.Context, out io.Writer, env *app.Env, maxDuration time.Duration, asJSON bool) error {
+	if len(env.Pollers) == 0 {
+		return fmt.Errorf("no pollers: pass --config with at least one poller")
+	}
+	rep, err := env.Engine.Tick(ctx, maxDuration)
+	if err != nil {
+		return err
+	}
+	errs := make([]string, len(rep.Errors))
+	for i, e := range rep.Errors {
+		errs[i] = e.Error()
+	}
+	if asJSON {
+		b, _ := json.Marshal(struct {
+			watukuy.TickReport
+			Errors []string `json:"errors"`
+		}{rep, errs})
+		fmt.Fprintln(out, string(b))
+	} else {
+		fmt.Fprintf(out, "ran %d  skippedNotDue %d  skippedLeased %d  skippedPaused %d  events %d  delivered %d  errors %d\n",
+			rep.Ran, rep.SkippedNotDue, rep.SkippedLeased, rep.SkippedPaused, rep.Events, rep.Delivered, len(rep.Errors))
+		for _, e := range errs {
+			fmt.Fprintln(out, "  error:", e)
+		}
+	}
+	if len(rep.Errors) > 0 {
+		return fmt.Errorf("%d cycle(s) failed", len(rep.Errors))
+	}
+	return nil
 }
