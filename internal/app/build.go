@@ -1,14 +1,18 @@
 package app
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/tidwall/gjson"
 
 	"github.com/watukuy/watukuy"
@@ -95,7 +99,11 @@ func buildPoller(cfg *config.Config, pc config.Poller, rdb redis.UniversalClient
 			Offset: r.Offset, SizeParam: r.SizeParam, Size: r.Size, HasMore: r.HasMore}).Fetch}
 	}
 	if pc.Schema != "" {
-		return p, bad("schema", "JSON Schema validation is not available in this version; remove schema: (items are still checked for identity and JSON)")
+		v, err := schemaValidator(pc.Schema)
+		if err != nil {
+			return p, bad("schema", "%v", err)
+		}
+		p.Validate = v
 	}
 	if pc.Log != nil {
 		log.Warn().Msg("log.retention is accepted, but the replay log comes with a later version: nothing is logged yet")
@@ -130,6 +138,40 @@ func buildPoller(cfg *config.Config, pc config.Poller, rdb redis.UniversalClient
 		p.Handler = (&sink.Stdout{W: out}).Handle
 	}
 	return p, nil
+}
+
+// schemaValidator compiles a JSON Schema file; items it rejects are parked as invalid with
+// the schema's own explanation.
+func schemaValidator(path string) (func(item json.RawMessage) error, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	doc, err := jsonschema.UnmarshalJSON(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	loc := "file://" + filepath.ToSlash(abs)
+	if err := c.AddResource(loc, doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	sch, err := c.Compile(loc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return func(item json.RawMessage) error {
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(item))
+		if err != nil {
+			return err
+		}
+		return sch.Validate(inst)
+	}, nil
 }
 
 // fieldsFingerprint makes only the named fields count as a change: the canonical JSON of an

@@ -1,0 +1,108 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/watukuy/watukuy/internal/config"
+	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/redistest"
+)
+
+// A poller built from the config file: its JSON Schema parks failing items as invalid, its
+// fingerprint fields decide what counts as a change, and the stdout sink delivers.
+func TestBuildFromConfig(t *testing.T) {
+	b := redistest.Real(t)
+	api := fakeapi.New()
+	api.Put("a", map[string]any{"status": "open", "total": 1, "seen": 1})
+	api.Put("b", map[string]any{"status": "open", "total": -4, "seen": 1})
+	srv := fakeapi.NewServer(api, fakeapi.ServerOptions{})
+	defer srv.Close()
+	dir := t.TempDir()
+	schema := `{"type":"object","required":["id","total"],"properties":{"total":{"type":"number","minimum":0}}}`
+	if err := os.WriteFile(filepath.Join(dir, "order.json"), []byte(schema), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(dir, "watukuy.yaml")
+	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(`pollers:
+  - name: orders
+    request: {url: %s/list}
+    items: data
+    fingerprint: [status, total]
+    schema: ./order.json
+    cursor: {strategy: snapshotDiff, param: page, sizeParam: per_page, size: 10, hasMore: has_more}
+    delivery: {stdout: {}, orderingKey: status}
+`, srv.URL)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	env, err := Open(context.Background(), Settings{Redis: b.URL, Config: cfgPath, ConfigGiven: true, Out: &out}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := func() {
+		t.Helper()
+		if err := env.Engine.Trigger(context.Background(), "orders", ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.Engine.Tick(context.Background(), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick()
+	if lines := strings.Count(out.String(), "\n"); lines != 1 || !strings.Contains(out.String(), `"identity":"a"`) {
+		t.Fatalf("delivered:\n%s", out.String())
+	}
+	rows, err := env.Engine.Parked().List(context.Background(), "orders", "", "invalid")
+	if err != nil || len(rows) != 1 || rows[0].Identity != "b" || !strings.Contains(rows[0].Error, "minimum") {
+		t.Fatalf("schema failures must be parked invalid: %+v %v", rows, err)
+	}
+	api.Put("a", map[string]any{"status": "open", "total": 1, "seen": 2}) // outside the fingerprint
+	tick()
+	if lines := strings.Count(out.String(), "\n"); lines != 1 {
+		t.Fatalf("a change outside the fingerprint fields was emitted:\n%s", out.String())
+	}
+	api.Put("a", map[string]any{"status": "paid", "total": 1, "seen": 2})
+	tick()
+	var ev struct{ Type, Identity string }
+	last := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if err := json.Unmarshal([]byte(last[len(last)-1]), &ev); err != nil || ev.Type != "updated" || ev.Identity != "a" {
+		t.Fatalf("a fingerprint change: %q %v", last[len(last)-1], err)
+	}
+}
+
+// Processes refuse a Redis that may evict keys, unless told to run anyway.
+func TestEvictionPolicyChecked(t *testing.T) {
+	b := redistest.Real(t, "--maxmemory-policy", "allkeys-lru")
+	_, err := Open(context.Background(), Settings{Redis: b.URL}, zerolog.Nop())
+	if err == nil || !strings.Contains(err.Error(), "noeviction") || !strings.Contains(err.Error(), "--allow-eviction") {
+		t.Fatalf("err = %v", err)
+	}
+	env, err := Open(context.Background(), Settings{Redis: b.URL, AllowEviction: true}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.RDB.Close()
+}
+
+// A schema that does not compile is a config error naming the field.
+func TestBadSchemaIsAConfigError(t *testing.T) {
+	dir := t.TempDir()
+	_ = os.WriteFile(filepath.Join(dir, "bad.json"), []byte(`{"type": 12}`), 0o600)
+	cfg, err := config.Parse(filepath.Join(dir, "w.yaml"), []byte("pollers:\n  - name: o\n    request: {url: http://x}\n    schema: ./bad.json\n    cursor: {strategy: snapshotDiff}\n    delivery: {stdout: {}}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Build(cfg, nil, &bytes.Buffer{}, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "schema") {
+		t.Fatalf("err = %v", err)
+	}
+}
