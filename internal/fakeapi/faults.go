@@ -46,6 +46,13 @@ func (s *Server) Inject(f ...Fault) {
 	}
 }
 
+// ClearFaults drops every queued fault: the API behaves again.
+func (s *Server) ClearFaults() {
+	s.mu.Lock()
+	s.faults = nil
+	s.mu.Unlock()
+}
+
 // PendingFaults returns how many requests the queued faults still apply to (the sum of their
 // remaining Times).
 func (s *Server) PendingFaults() int {

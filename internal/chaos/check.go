@@ -1,0 +1,332 @@
+package chaos
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/diff"
+	"github.com/watukuy/watukuy/internal/fakeapi"
+)
+
+// Truth is the fake API's ground truth for one key.
+type Truth struct {
+	// Changes is every mutation, in order.
+	Changes []fakeapi.Change
+	// Final maps each live identity to its version at the end.
+	Final map[string]int
+}
+
+// TruthOf reads an API's ground truth.
+func TruthOf(a *fakeapi.API) Truth { return Truth{Changes: a.Changes(), Final: a.Final()} }
+
+// Violation is one broken guarantee, with what shows it.
+type Violation struct {
+	Key    core.Key
+	Detail string
+}
+
+// Guarantees in report order, with their one-line names.
+var guarantees = [][2]string{
+	{"G1", "no loss (committed events delivered)"},
+	{"G2", "deterministic ids"},
+	{"G3", "no skipped change (final state reproduced)"},
+	{"G4", "per-key order"},
+	{"G5", "fencing (no stale-epoch write accepted)"},
+	{"G6", "no false deletes"},
+	{"G7", "suppression (no duplicate emission)"},
+	{"G8", "politeness (no request in a Retry-After window)"},
+	{"G9", "drain before fetch"},
+}
+
+// Report is what a run did and what it broke.
+type Report struct {
+	Deliveries     int
+	UniqueEvents   int
+	DuplicateRatio float64
+	Commits        int
+	// Violations maps a guarantee (G1…G9) to its violations; NotMeasured lists the ones the
+	// recorder had no data for.
+	Violations  map[string][]Violation
+	NotMeasured map[string]bool
+}
+
+// Failed reports whether any guarantee was violated.
+func (r Report) Failed() bool {
+	for _, v := range r.Violations {
+		if len(v) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Lines renders one line per guarantee: its violations (must be 0) and the first example.
+func (r Report) Lines() []string {
+	var out []string
+	for _, g := range guarantees {
+		switch vs := r.Violations[g[0]]; {
+		case r.NotMeasured[g[0]]:
+			out = append(out, fmt.Sprintf("%s %-48s not measured in this mode", g[0], g[1]))
+		case len(vs) == 0:
+			out = append(out, fmt.Sprintf("%s %-48s 0 violations", g[0], g[1]))
+		default:
+			out = append(out, fmt.Sprintf("%s %-48s %d violations, e.g. %s: %s", g[0], g[1], len(vs), vs[0].Key, vs[0].Detail))
+		}
+	}
+	return out
+}
+
+// Check compares what the recorder saw with the ground truth of every key.
+func Check(truth map[core.Key]Truth, rec *Recorder) Report {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	r := Report{Violations: map[string][]Violation{}, NotMeasured: map[string]bool{}, Deliveries: len(rec.deliveries), Commits: len(rec.commits)}
+	add := func(g string, k core.Key, format string, a ...any) {
+		r.Violations[g] = append(r.Violations[g], Violation{Key: k, Detail: fmt.Sprintf(format, a...)})
+	}
+	need := func(g string, kinds ...string) bool {
+		for _, k := range kinds {
+			if !rec.measured[k] {
+				r.NotMeasured[g] = true
+				return false
+			}
+		}
+		return true
+	}
+	keyOf := func(ev core.Event) core.Key { return core.Key{Poller: ev.Poller, Partition: ev.Partition} }
+
+	delivered := map[string]int64{} // event id -> logical time of its first delivery
+	for _, d := range rec.deliveries {
+		if _, ok := delivered[d.Event.ID]; !ok {
+			delivered[d.Event.ID] = d.N
+		}
+	}
+	r.UniqueEvents = len(delivered)
+	if r.UniqueEvents > 0 {
+		r.DuplicateRatio = float64(r.Deliveries-r.UniqueEvents) / float64(r.UniqueEvents)
+	}
+
+	// G1: every committed event is delivered, unless parked.
+	if need("G1", "deliveries", "commits") {
+		for _, c := range rec.commits {
+			for _, ev := range c.Events {
+				if _, ok := delivered[ev.ID]; !ok && !rec.parked[ev.ID] {
+					add("G1", c.Key, "event %s (%s %s v%s) committed by %s, never delivered", ev.ID, ev.Type, ev.Identity, ev.Version, c.Instance)
+				}
+			}
+		}
+	}
+
+	// G2: one change, one id; one id, one change.
+	if need("G2", "deliveries") {
+		idsOf := map[string]map[string]bool{}
+		whatOf := map[string]string{}
+		for _, d := range rec.deliveries {
+			ev := d.Event
+			h := sha256.Sum256(canonical(ev.Item))
+			what := fmt.Sprintf("%s %s %s v%s %x", keyOf(ev), ev.Type, ev.Identity, ev.Version, h[:6])
+			if idsOf[what] == nil {
+				idsOf[what] = map[string]bool{}
+			}
+			idsOf[what][ev.ID] = true
+			if w, ok := whatOf[ev.ID]; ok && w != what {
+				add("G2", keyOf(ev), "id %s names two changes: %s and %s", ev.ID, w, what)
+			}
+			whatOf[ev.ID] = what
+		}
+		for what, ids := range idsOf {
+			if len(ids) > 1 {
+				add("G2", core.Key{}, "%s delivered with %d ids", what, len(ids))
+			}
+		}
+	}
+
+	// G3: the last delivered state per identity is the API's final state.
+	if need("G3", "deliveries") {
+		last := map[core.Key]map[string]string{}
+		for _, d := range rec.deliveries {
+			k := keyOf(d.Event)
+			if last[k] == nil {
+				last[k] = map[string]string{}
+			}
+			if d.Event.Type == core.Deleted {
+				delete(last[k], d.Event.Identity)
+			} else {
+				last[k][d.Event.Identity] = d.Event.Version
+			}
+		}
+		for k, t := range truth {
+			for id, v := range t.Final {
+				if got := last[k][id]; got != strconv.Itoa(v) {
+					add("G3", k, "%s: API has v%d, last delivered %q", id, v, got)
+				}
+			}
+			for id, v := range last[k] {
+				if _, live := t.Final[id]; !live {
+					add("G3", k, "%s: deleted in the API, last delivered v%s", id, v)
+				}
+			}
+		}
+	}
+
+	// G4: per ordering key (the identity), first deliveries come in commit order.
+	if need("G4", "deliveries") {
+		lastSeq := map[string]string{}
+		seen := map[string]bool{}
+		for _, d := range rec.deliveries {
+			ev := d.Event
+			if seen[ev.ID] {
+				continue
+			}
+			seen[ev.ID] = true
+			ok := keyOf(ev).String() + "/" + ev.Identity
+			if prev, has := lastSeq[ok]; has && seqLess(ev.Seq, prev) {
+				add("G4", keyOf(ev), "%s: seq %s delivered after seq %s", ev.Identity, ev.Seq, prev)
+			}
+			if prev, has := lastSeq[ok]; !has || seqLess(prev, ev.Seq) {
+				lastSeq[ok] = ev.Seq
+			}
+		}
+	}
+
+	// G5: no write accepted that was sent after a newer epoch was granted.
+	if need("G5", "writes", "grants") {
+		newest := map[core.Key][]Grant{}
+		for _, g := range rec.grants {
+			newest[g.Key] = append(newest[g.Key], g)
+		}
+		for _, w := range rec.writes {
+			for _, g := range newest[w.Key] {
+				if g.Epoch > w.Epoch && g.N < w.N {
+					add("G5", w.Key, "%s by %s with epoch %d accepted after epoch %d was granted", w.Op, w.Instance, w.Epoch, g.Epoch)
+					break
+				}
+			}
+		}
+	}
+
+	// G6: every delete matches a deletion in the API of that version or a later one (the
+	// item may have changed again before it was deleted).
+	if need("G6", "deliveries") {
+		lastDeleted := map[core.Key]map[string][]int{}
+		for k, t := range truth {
+			lastDeleted[k] = map[string][]int{}
+			for _, c := range t.Changes {
+				if c.Deleted {
+					lastDeleted[k][c.ID] = append(lastDeleted[k][c.ID], c.Version)
+				}
+			}
+		}
+		for _, d := range rec.deliveries {
+			ev := d.Event
+			if ev.Type != core.Deleted {
+				continue
+			}
+			v, _ := strconv.Atoi(ev.Version)
+			ok := false
+			for _, dv := range lastDeleted[keyOf(ev)][ev.Identity] {
+				ok = ok || dv >= v
+			}
+			if !ok {
+				add("G6", keyOf(ev), "%s deleted at v%s, but the API never deleted it at or after that version", ev.Identity, ev.Version)
+			}
+		}
+	}
+
+	// G7: a change is committed once.
+	if need("G7", "commits") {
+		count := map[string]int{}
+		for _, c := range rec.commits {
+			for _, ev := range c.Events {
+				count[fmt.Sprintf("%s %s %s v%s", c.Key, ev.Type, ev.Identity, ev.Version)]++
+			}
+		}
+		for what, n := range count {
+			if n > 1 {
+				add("G7", core.Key{}, "%s emitted %d times", what, n)
+			}
+		}
+	}
+
+	// G8: no request inside a Retry-After window.
+	if need("G8", "fetches", "throttles") {
+		for _, f := range rec.fetches {
+			for _, t := range rec.throttles {
+				if t.Key == f.Key && f.At.After(t.From) && f.At.Before(t.To) {
+					add("G8", f.Key, "request at %s inside the window %s–%s", f.At.Format(time.RFC3339Nano), t.From.Format(time.TimeOnly), t.To.Format(time.TimeOnly))
+					break
+				}
+			}
+		}
+	}
+
+	// G9: no request while an older deliverable event of the key waits.
+	if need("G9", "fetches", "commits", "deliveries") {
+		type pending struct {
+			id        string
+			committed int64
+		}
+		// A parked event holds its ordering key (the identity): the key's later events wait
+		// behind it by design, so they are not "deliverable".
+		held := map[string]bool{}
+		for _, c := range rec.commits {
+			for _, ev := range c.Events {
+				if rec.parked[ev.ID] {
+					held[c.Key.String()+"/"+ev.Identity] = true
+				}
+			}
+		}
+		byKey := map[core.Key][]pending{}
+		for _, c := range rec.commits {
+			for _, ev := range c.Events {
+				if !held[c.Key.String()+"/"+ev.Identity] {
+					byKey[c.Key] = append(byKey[c.Key], pending{ev.ID, c.N})
+				}
+			}
+		}
+		for _, f := range rec.fetches {
+			for _, p := range byKey[f.Key] {
+				d, ok := delivered[p.id]
+				if p.committed < f.N && (!ok || d > f.N) {
+					add("G9", f.Key, "request by %s while event %s, committed earlier, waited", f.Instance, p.id)
+					break
+				}
+			}
+		}
+	}
+	for g := range r.Violations {
+		sort.SliceStable(r.Violations[g], func(i, j int) bool { return r.Violations[g][i].Key.String() < r.Violations[g][j].Key.String() })
+	}
+	return r
+}
+
+// seqLess orders outbox sequences "ms-n".
+func seqLess(a, b string) bool {
+	am, an, _ := strings.Cut(a, "-")
+	bm, bn, _ := strings.Cut(b, "-")
+	ai, _ := strconv.ParseUint(am, 10, 64)
+	bi, _ := strconv.ParseUint(bm, 10, 64)
+	if ai != bi {
+		return ai < bi
+	}
+	x, _ := strconv.ParseUint(an, 10, 64)
+	y, _ := strconv.ParseUint(bn, 10, 64)
+	return x < y
+}
+
+// canonical is the RFC 8785 form of an item ("" for none or invalid JSON).
+func canonical(item []byte) []byte {
+	if len(item) == 0 {
+		return nil
+	}
+	c, err := diff.AppendCanonical(nil, item)
+	if err != nil {
+		return item
+	}
+	return c
+}

@@ -1,0 +1,222 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/watukuy/watukuy/internal/core"
+)
+
+// KillPoint names the exact call at which a FaultyStore "crashes" its engine.
+type KillPoint string
+
+// The kill points of DESIGN.md.
+const (
+	K1BeforeAcquire KillPoint = "K1-before-acquire" // Begin is never sent
+	K2AfterFetch    KillPoint = "K2-after-fetch"    // a page was fetched; its commit is never sent
+	K3AfterCommit   KillPoint = "K3-after-commit"   // the commit is written; nothing is delivered
+	K4BeforeAck     KillPoint = "K4-before-ack"     // events were delivered; the ack is never sent
+	K5AfterAck      KillPoint = "K5-after-ack"      // the ack is written; the schedule is not
+	K6BeforeEnd     KillPoint = "K6-before-end"     // after the acks, the end is never sent
+	K7DuringRelease KillPoint = "K7-during-release" // the end is written; the process dies on its way out
+)
+
+// KillPoints lists every kill point.
+func KillPoints() []KillPoint {
+	return []KillPoint{K1BeforeAcquire, K2AfterFetch, K3AfterCommit, K4BeforeAck, K5AfterAck, K6BeforeEnd, K7DuringRelease}
+}
+
+// ErrKilled is what every call of a killed store returns.
+var ErrKilled = errors.New("chaos: process killed")
+
+// FaultyStore wraps the real store of one engine instance. Once an armed kill point fires,
+// the store is dead: every later call fails without reaching Redis, as if the process had
+// died at that exact call. It also records grants, commits, accepted writes and parked ids.
+type FaultyStore struct {
+	core.Store
+	Instance string
+	Rec      *Recorder
+	Clock    func() time.Time
+
+	mu    sync.Mutex
+	armed KillPoint
+	fired KillPoint
+}
+
+// Arm makes the next call at p kill the store.
+func (f *FaultyStore) Arm(p KillPoint) {
+	f.mu.Lock()
+	f.armed = p
+	f.mu.Unlock()
+}
+
+// Killed returns the kill point that fired, or "".
+func (f *FaultyStore) Killed() KillPoint {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fired
+}
+
+// at reports whether the store is dead, or dies now at point p.
+func (f *FaultyStore) at(p KillPoint) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fired != "" {
+		return true
+	}
+	if p != "" && f.armed == p {
+		f.fired = p
+		return true
+	}
+	return false
+}
+
+func (f *FaultyStore) dead() bool { return f.at("") }
+
+func (f *FaultyStore) now() time.Time {
+	if f.Clock != nil {
+		return f.Clock()
+	}
+	return time.Now()
+}
+
+// write runs a fenced call and records it when accepted.
+func (f *FaultyStore) write(op string, l core.Lease, before, after KillPoint, call func() error) error {
+	if f.at(before) {
+		return ErrKilled
+	}
+	n, start := f.Rec.Next(), f.now()
+	if err := call(); err != nil {
+		return err
+	}
+	f.Rec.Wrote(Write{Instance: f.Instance, Op: op, Key: l.Key, Epoch: l.Epoch, Start: start, N: n})
+	if f.at(after) {
+		return ErrKilled
+	}
+	return nil
+}
+
+// Begin implements core.Store.
+func (f *FaultyStore) Begin(ctx context.Context, key core.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
+	if f.at(K1BeforeAcquire) {
+		return core.BeginResult{}, ErrKilled
+	}
+	b, err := f.Store.Begin(ctx, key, owner, ttl, op)
+	if err == nil && b.Status == core.BeginOK {
+		f.Rec.Granted(Grant{Key: key, Epoch: b.Lease.Epoch, At: f.now()})
+	}
+	return b, err
+}
+
+// CommitPoll implements core.Store.
+func (f *FaultyStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
+	var res core.CommitResult
+	err := f.write("commitPoll", l, K2AfterFetch, "", func() error {
+		var err error
+		res, err = f.Store.CommitPoll(ctx, l, c)
+		return err
+	})
+	if err != nil {
+		return res, err
+	}
+	if len(c.Events) > 0 {
+		evs := make([]core.Event, len(c.Events))
+		for i, e := range c.Events {
+			_ = json.Unmarshal(e.Envelope, &evs[i])
+			evs[i].Seq = res.StreamIDs[i]
+		}
+		f.Rec.Committed(Commit{Instance: f.Instance, Key: l.Key, Epoch: l.Epoch, Events: evs, At: f.now()})
+	}
+	if f.at(K3AfterCommit) {
+		return core.CommitResult{}, ErrKilled
+	}
+	return res, nil
+}
+
+// Ack implements core.Store.
+func (f *FaultyStore) Ack(ctx context.Context, l core.Lease, ids []string) error {
+	return f.write("ack", l, K4BeforeAck, K5AfterAck, func() error { return f.Store.Ack(ctx, l, ids) })
+}
+
+// End implements core.Store.
+func (f *FaultyStore) End(ctx context.Context, l core.Lease, e core.EndRequest) error {
+	return f.write("end", l, K6BeforeEnd, K7DuringRelease, func() error { return f.Store.End(ctx, l, e) })
+}
+
+// Renew implements core.Store.
+func (f *FaultyStore) Renew(ctx context.Context, l core.Lease) (time.Time, error) {
+	var t time.Time
+	err := f.write("renew", l, "", "", func() error {
+		var err error
+		t, err = f.Store.Renew(ctx, l)
+		return err
+	})
+	return t, err
+}
+
+// ReadOutbox implements core.Store.
+func (f *FaultyStore) ReadOutbox(ctx context.Context, l core.Lease, n int) ([]core.Entry, error) {
+	var out []core.Entry
+	err := f.write("readOutbox", l, "", "", func() error {
+		var err error
+		out, err = f.Store.ReadOutbox(ctx, l, n)
+		return err
+	})
+	return out, err
+}
+
+// Park implements core.Store.
+func (f *FaultyStore) Park(ctx context.Context, l core.Lease, poison []core.Poison, held []core.Held) error {
+	err := f.write("park", l, "", "", func() error { return f.Store.Park(ctx, l, poison, held) })
+	if err == nil {
+		for _, p := range poison {
+			f.Rec.Parked(p.ParkedID)
+		}
+		for _, h := range held {
+			var e struct{ ID string }
+			_ = json.Unmarshal(h.JSON, &e)
+			f.Rec.Parked(e.ID)
+		}
+	}
+	return err
+}
+
+// ReleaseParked implements core.Store.
+func (f *FaultyStore) ReleaseParked(ctx context.Context, l core.Lease, retry bool, ids []string) (int, int, error) {
+	var a, b int
+	err := f.write("releaseParked", l, "", "", func() error {
+		var err error
+		a, b, err = f.Store.ReleaseParked(ctx, l, retry, ids)
+		return err
+	})
+	return a, b, err
+}
+
+// The unfenced calls of a dead process never reach Redis either.
+
+// ClaimDue implements core.Store.
+func (f *FaultyStore) ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]core.Key, error) {
+	if f.dead() {
+		return nil, ErrKilled
+	}
+	return f.Store.ClaimDue(ctx, limit, claimTimeout, pollers)
+}
+
+// LoadRows implements core.Store.
+func (f *FaultyStore) LoadRows(ctx context.Context, key core.Key, ids []string) ([][]byte, error) {
+	if f.dead() {
+		return nil, ErrKilled
+	}
+	return f.Store.LoadRows(ctx, key, ids)
+}
+
+// SetDue implements core.Store.
+func (f *FaultyStore) SetDue(ctx context.Context, key core.Key, at time.Time) error {
+	if f.dead() {
+		return ErrKilled
+	}
+	return f.Store.SetDue(ctx, key, at)
+}

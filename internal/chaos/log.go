@@ -1,0 +1,165 @@
+// Package chaos puts the engine under fire and checks the guarantees. A FaultyStore fails at
+// the exact call of each kill point, after which its engine is dropped as a crashed process
+// would be; a Recorder logs what every engine and the fake API did; Check compares that log
+// with the fake API's ground truth and counts violations per guarantee; Run drives seeded,
+// reproducible scenarios.
+package chaos
+
+import (
+	"sync"
+	"time"
+
+	"github.com/watukuy/watukuy/internal/core"
+)
+
+// Delivery is one successful handler call.
+type Delivery struct {
+	Instance string
+	Event    core.Event
+	At       time.Time
+	// N orders every record of a run (the recorder's logical clock); it is set on record.
+	N int64
+}
+
+// Commit is one accepted CommitPoll: the events it wrote, with their sequence.
+type Commit struct {
+	Instance string
+	Key      core.Key
+	Epoch    int64
+	Events   []core.Event
+	Start    time.Time
+	At       time.Time
+	N        int64
+}
+
+// Fetch is one request a lane sent for a key.
+type Fetch struct {
+	Instance string
+	Key      core.Key
+	At       time.Time
+	N        int64
+}
+
+// Throttle is a Retry-After window an API answer opened for a key.
+type Throttle struct {
+	Key      core.Key
+	From, To time.Time
+}
+
+// Grant is a lease acquisition.
+type Grant struct {
+	Key   core.Key
+	Epoch int64
+	At    time.Time
+	N     int64
+}
+
+// Write is a fenced write that the store accepted, with the epoch it carried and the time it
+// was sent.
+type Write struct {
+	Instance string
+	Op       string
+	Key      core.Key
+	Epoch    int64
+	Start    time.Time
+	// N is the logical time at which the write was sent (take it with Next before the call).
+	N int64
+}
+
+// Recorder collects what happened, from every engine, safely for concurrent use. Any part may
+// stay empty: the checks that need it then report "not measured".
+type Recorder struct {
+	mu         sync.Mutex
+	deliveries []Delivery
+	commits    []Commit
+	fetches    []Fetch
+	throttles  []Throttle
+	grants     []Grant
+	writes     []Write
+	parked     map[string]bool // event ids parked as poison or held behind one
+	measured   map[string]bool
+	n          int64
+}
+
+// Next advances the logical clock and returns it: records made later order after it.
+func (r *Recorder) Next() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n++
+	return r.n
+}
+
+// stamp gives a record the next logical time unless it has one; r.mu is held.
+func (r *Recorder) stamp(n *int64) {
+	if *n == 0 {
+		r.n++
+		*n = r.n
+	}
+}
+
+// NewRecorder returns an empty recorder.
+func NewRecorder() *Recorder {
+	return &Recorder{parked: map[string]bool{}, measured: map[string]bool{}}
+}
+
+func (r *Recorder) add(kind string, f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.measured[kind] = true
+	f()
+}
+
+// Delivered records a successful handler call.
+func (r *Recorder) Delivered(d Delivery) {
+	r.add("deliveries", func() { r.stamp(&d.N); r.deliveries = append(r.deliveries, d) })
+}
+
+// Committed records an accepted commit.
+func (r *Recorder) Committed(c Commit) {
+	r.add("commits", func() { r.stamp(&c.N); r.commits = append(r.commits, c) })
+}
+
+// Fetched records a request.
+func (r *Recorder) Fetched(f Fetch) {
+	r.add("fetches", func() { r.stamp(&f.N); r.fetches = append(r.fetches, f) })
+}
+
+// Throttled records a Retry-After window.
+func (r *Recorder) Throttled(t Throttle) {
+	r.add("throttles", func() { r.throttles = append(r.throttles, t) })
+}
+
+// Granted records a lease acquisition.
+func (r *Recorder) Granted(g Grant) {
+	r.add("grants", func() { r.stamp(&g.N); r.grants = append(r.grants, g) })
+}
+
+// Wrote records an accepted fenced write.
+func (r *Recorder) Wrote(w Write) {
+	r.add("writes", func() { r.stamp(&w.N); r.writes = append(r.writes, w) })
+}
+
+// Parked records event ids parked as poison or held behind a poison event.
+func (r *Recorder) Parked(ids ...string) {
+	r.add("parked", func() {
+		for _, id := range ids {
+			r.parked[id] = true
+		}
+	})
+}
+
+// MarkMeasured declares a part measured even if it stayed empty (e.g. no throttle happened).
+func (r *Recorder) MarkMeasured(kinds ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, k := range kinds {
+		r.measured[k] = true
+	}
+}
+
+// Deliveries returns the deliveries so far.
+func (r *Recorder) Deliveries() []Delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Delivery(nil), r.deliveries...)
+}

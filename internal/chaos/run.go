@@ -1,0 +1,390 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/cursor"
+	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/redisstore"
+	"github.com/watukuy/watukuy/internal/schedule"
+)
+
+// Options configures an in-process chaos run. Everything random derives from Seed, so a
+// seed reproduces the run's choices (goroutine timing aside).
+type Options struct {
+	Seed uint64
+	// Steps is how many rounds of mutations, faults and ticks run; default 200.
+	Steps int
+	// Redis is where the engines keep their state (miniredis or a real server); the run uses
+	// its own key prefix.
+	Redis redis.UniversalClient
+	// Engines is how many engines compete for the keys at once; default 2.
+	Engines int
+	// KillRate is the chance per engine and step that a random kill point is armed; default 0.3.
+	KillRate float64
+	// FailRate is the chance that a handler call fails once; default 0.05.
+	FailRate float64
+	// Log receives one line per kill and per step summary; may be nil.
+	Log io.Writer
+}
+
+// Result is a run's report with what the run did.
+type Result struct {
+	Report
+	Seed    uint64
+	Steps   int
+	Cycles  int
+	Kills   map[KillPoint]int
+	Faults  int // 429 / 503 / 5xx answers injected
+	Changes int
+}
+
+// key is one (poller, partition) of the run with its own fake API.
+type runKey struct {
+	key core.Key
+	api *fakeapi.API
+	srv *fakeapi.Server
+}
+
+// Run drives a seeded scenario: fake APIs change (ties included) and answer with 429s and
+// 5xx, engines are killed at random kill points and replaced by new instances, handlers fail
+// and some events are poison; then faults stop, parked events are retried, everything
+// settles, and Check reports per guarantee.
+func Run(ctx context.Context, o Options) (Result, error) {
+	if o.Redis == nil {
+		return Result{}, errors.New("chaos: Options.Redis is required")
+	}
+	if o.Steps <= 0 {
+		o.Steps = 200
+	}
+	if o.Engines <= 0 {
+		o.Engines = 2
+	}
+	if o.KillRate == 0 {
+		o.KillRate = 0.3
+	}
+	if o.FailRate == 0 {
+		o.FailRate = 0.05
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
+	s := &scenario{o: o, rng: rng, rec: NewRecorder(), clock: newClock(), prefix: fmt.Sprintf("chaos%d", o.Seed),
+		handlerFail: true, res: Result{Seed: o.Seed, Steps: o.Steps, Kills: map[KillPoint]int{}}}
+	s.rec.MarkMeasured("throttles", "parked")
+	defer s.close()
+	s.keys = s.newKeys()
+	for i := range o.Engines {
+		if err := s.spawn(i); err != nil {
+			return s.res, err
+		}
+	}
+	for step := 0; step < o.Steps && ctx.Err() == nil; step++ {
+		s.mutate()
+		s.clock.advance(time.Duration(100+rng.IntN(1400)) * time.Millisecond)
+		for i := range s.engines {
+			if rng.Float64() < o.KillRate {
+				s.engines[i].store.Arm(KillPoints()[rng.IntN(len(KillPoints()))])
+			}
+		}
+		var wg sync.WaitGroup
+		for i := range s.engines {
+			wg.Add(1)
+			go func() { defer wg.Done(); s.tick(ctx, i) }()
+		}
+		wg.Wait()
+		for i := range s.engines {
+			if p := s.engines[i].store.Killed(); p != "" {
+				s.res.Kills[p]++
+				fmt.Fprintf(o.Log, "step %d: %s killed at %s\n", step, s.engines[i].store.Instance, p)
+				if err := s.spawn(i); err != nil {
+					return s.res, err
+				}
+			}
+		}
+	}
+	if err := s.quiesce(ctx); err != nil {
+		return s.res, err
+	}
+	truth := map[core.Key]Truth{}
+	for _, k := range s.keys {
+		truth[k.key] = TruthOf(k.api)
+		s.res.Changes += len(truth[k.key].Changes)
+	}
+	s.res.Report = Check(truth, s.rec)
+	return s.res, nil
+}
+
+// scenario is one run's world.
+type scenario struct {
+	o       Options
+	rng     *rand.Rand
+	rec     *Recorder
+	clock   *clock
+	prefix  string
+	keys    []*runKey
+	engines []*engineSlot
+	gen     int
+	res     Result
+
+	mu          sync.Mutex
+	handlerFail bool // poison and random failures are on until quiesce
+}
+
+type engineSlot struct {
+	eng   *core.Engine
+	store *FaultyStore
+}
+
+// newKeys makes three pollers over their own fake APIs: timestamp with a tie-breaker and
+// a reconcile lane (two partitions), token with tombstones, snapshotDiff over a listing.
+func (s *scenario) newKeys() []*runKey {
+	mk := func(poller, part string) *runKey {
+		api := fakeapi.New()
+		return &runKey{key: core.Key{Poller: poller, Partition: part}, api: api, srv: fakeapi.NewServer(api, fakeapi.ServerOptions{TieBreaker: true})}
+	}
+	return []*runKey{mk("ts", "a"), mk("ts", "b"), mk("tok", ""), mk("snap", "")}
+}
+
+func (s *scenario) close() {
+	for _, k := range s.keys {
+		k.srv.Close()
+	}
+}
+
+// pollers defines the run's pollers; fetches go to the key's own fake API.
+func (s *scenario) pollers(instance string) []core.Poller {
+	byKey := map[core.Key]*runKey{}
+	for _, k := range s.keys {
+		byKey[k.key] = k
+	}
+	type fetcher interface {
+		Fetch(context.Context, core.FetchRequest) (core.Page, error)
+	}
+	route := func(make func(k *runKey) fetcher) core.FetchFunc {
+		fs := map[core.Key]fetcher{}
+		for _, k := range s.keys {
+			fs[k.key] = make(k)
+		}
+		return func(ctx context.Context, req core.FetchRequest) (core.Page, error) {
+			s.rec.Fetched(Fetch{Instance: instance, Key: req.Key, At: s.clock.now()})
+			p, err := fs[req.Key].Fetch(ctx, req)
+			var he *core.HTTPError
+			if errors.As(err, &he) && he.RetryAfter > 0 {
+				now := s.clock.now()
+				s.rec.Throttled(Throttle{Key: req.Key, From: now, To: now.Add(he.RetryAfter)})
+			}
+			return p, err
+		}
+	}
+	ts := route(func(k *runKey) fetcher {
+		return &cursor.Timestamp{Source: cursor.Source{URL: k.srv.URL + "/items", Items: "data"}, Field: "updated_at",
+			Param: "updated_since", LimitParam: "limit", Limit: 1 + s.rng.IntN(6), HasMore: "has_more", TieBreaker: "after_id"}
+	})
+	list := route(func(k *runKey) fetcher {
+		return &cursor.Page{Source: cursor.Source{URL: k.srv.URL + "/list", Items: "data"}, Param: "page",
+			SizeParam: "per_page", Size: 2 + s.rng.IntN(6), HasMore: "has_more"}
+	})
+	tok := route(func(k *runKey) fetcher {
+		return &cursor.Token{Source: cursor.Source{URL: k.srv.URL + "/sync", Items: "data"}, Param: "cursor",
+			Next: "next_cursor", HasMore: "has_more", LimitParam: "limit", Limit: 1 + s.rng.IntN(6)}
+	})
+	common := func(p core.Poller) core.Poller {
+		p.Version = core.Field("version")
+		p.Handler = s.handler(instance)
+		p.Schedule = schedule.Config{Min: 200 * time.Millisecond, Max: 2 * time.Second}
+		p.LeaseTTL = 5 * time.Second
+		p.MaxPagesPerCycle = 1000
+		p.Delivery = core.Delivery{Attempts: 2, Backoff: schedule.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}
+		return p
+	}
+	return []core.Poller{
+		common(core.Poller{Name: "ts", Partitions: []string{"a", "b"}, Fetch: ts,
+			Reconcile: &core.Reconcile{Every: 20 * time.Second, Fetch: list}}),
+		common(core.Poller{Name: "tok", Fetch: tok, Tombstone: core.Flag("deleted")}),
+		common(core.Poller{Name: "snap", Strategy: core.SnapshotDiff, Fetch: list}),
+	}
+}
+
+// handler records deliveries; until quiesce, it fails at random and always fails poison
+// events (identities ending in 7 at an odd version).
+func (s *scenario) handler(instance string) core.Handler {
+	return func(ctx context.Context, ev core.Event) error {
+		s.mu.Lock()
+		failing := s.handlerFail
+		fail := failing && s.rng.Float64() < s.o.FailRate
+		s.mu.Unlock()
+		if failing && ev.Identity[len(ev.Identity)-1] == '7' && len(ev.Version) > 0 && (ev.Version[len(ev.Version)-1]-'0')%2 == 1 {
+			return errors.New("poison: the downstream rejects this event")
+		}
+		if fail {
+			return errors.New("transient handler failure")
+		}
+		s.rec.Delivered(Delivery{Instance: instance, Event: ev, At: s.clock.now()})
+		return nil
+	}
+}
+
+// spawn starts a new engine instance in slot i (after a kill: the old one is dropped, never stopped).
+func (s *scenario) spawn(i int) error {
+	s.gen++
+	instance := fmt.Sprintf("engine%d-gen%d", i, s.gen)
+	st, err := redisstore.New(s.o.Redis, redisstore.Options{Prefix: s.prefix, Clock: s.clock.now, Consumer: instance})
+	if err != nil {
+		return err
+	}
+	fs := &FaultyStore{Store: st, Instance: instance, Rec: s.rec, Clock: s.clock.now}
+	eng, err := core.NewEngine(core.Options{Store: fs, InstanceID: instance, TickConcurrency: 4, ClaimTimeout: 10 * time.Second,
+		Rand: func() float64 { return 0.5 }, Hooks: core.Hooks{OnCycle: func(r core.CycleReport, _ time.Duration) {
+			if r.Outcome == core.Ran {
+				s.mu.Lock()
+				s.res.Cycles++
+				s.mu.Unlock()
+			}
+		}}})
+	if err != nil {
+		return err
+	}
+	for _, p := range s.pollers(instance) {
+		if err := eng.Register(p); err != nil {
+			return err
+		}
+	}
+	slot := &engineSlot{eng: eng, store: fs}
+	if i < len(s.engines) {
+		s.engines[i] = slot
+	} else {
+		s.engines = append(s.engines, slot)
+	}
+	return nil
+}
+
+func (s *scenario) tick(ctx context.Context, i int) {
+	_, _ = s.engines[i].eng.Tick(ctx, 2*time.Second)
+}
+
+// mutate changes the APIs: creates, updates, deletes over a few identities per key, often
+// within one second (ties), and now and then a 429, a 503 or a 5xx burst.
+func (s *scenario) mutate() {
+	for _, k := range s.keys {
+		if s.rng.IntN(3) > 0 {
+			k.api.Advance(time.Second)
+		}
+		for n := s.rng.IntN(4); n > 0; n-- {
+			id := fmt.Sprintf("%s-%d", k.key.Poller, s.rng.IntN(12))
+			if s.rng.IntN(5) == 0 {
+				k.api.Delete(id)
+			} else {
+				k.api.Put(id, map[string]any{"n": s.rng.IntN(100)})
+			}
+		}
+		switch s.rng.IntN(40) {
+		case 0:
+			k.srv.Inject(fakeapi.Fault{Status: 429, RetryAfter: fmt.Sprint(1 + s.rng.IntN(5))})
+			s.res.Faults++
+		case 1:
+			k.srv.Inject(fakeapi.Fault{Status: 503, RetryAfter: "2"})
+			s.res.Faults++
+		case 2:
+			k.srv.Inject(fakeapi.Fault{Status: 500, Times: 1 + s.rng.IntN(3)})
+			s.res.Faults++
+		}
+	}
+}
+
+// quiesce stops the faults, retries every parked event with a working handler, and ticks
+// until a round emits and delivers nothing.
+func (s *scenario) quiesce(ctx context.Context) error {
+	s.mu.Lock()
+	s.handlerFail = false
+	s.mu.Unlock()
+	for i := range s.engines {
+		s.engines[i].store.Arm("")
+	}
+	eng := s.engines[0].eng
+	for _, k := range s.keys {
+		fmt.Fprintf(s.o.Log, "quiesce: %s drops %d pending faults\n", k.key, k.srv.PendingFaults())
+		k.srv.ClearFaults()
+		if err := eng.Trigger(ctx, k.key); err != nil { // an open circuit gets its probe now
+			return err
+		}
+	}
+	quiet := 0
+	round := 0
+	defer func() { fmt.Fprintf(s.o.Log, "quiesce: %d rounds\n", round) }()
+	for ; round < 200 && quiet < 3; round++ {
+		s.clock.advance(30 * time.Second)
+		for _, k := range s.keys {
+			rows, err := eng.ListParked(ctx, k.key, "")
+			if err != nil {
+				return err
+			}
+			var ids []string
+			for _, r := range rows {
+				ids = append(ids, r.ID)
+			}
+			if len(ids) > 0 {
+				if _, err := eng.RetryParked(ctx, k.key, ids); err != nil && !core.IsLeaseLost(err) {
+					fmt.Fprintf(s.o.Log, "quiesce: retry parked on %s: %v\n", k.key, err)
+				}
+			}
+		}
+		rep, err := eng.Tick(ctx, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		if rep.Events == 0 && rep.Delivered == 0 && len(rep.Errors) == 0 && rep.Ran > 0 && s.settled(ctx, eng) {
+			quiet++
+		} else {
+			quiet = 0
+		}
+	}
+	for _, k := range s.keys {
+		if ki, err := eng.Inspect(ctx, k.key); err == nil {
+			fmt.Fprintf(s.o.Log, "after quiesce %s: status %s cursor %q items %d outbox %d parked %d held %d lastError %s\n",
+				k.key, ki.Status, ki.Cursor, ki.Items, ki.OutboxPending, ki.Parked, ki.Held, ki.LastError)
+		}
+	}
+	return nil
+}
+
+// settled reports whether every key is healthy: no last error, nothing waiting.
+func (s *scenario) settled(ctx context.Context, eng *core.Engine) bool {
+	for _, k := range s.keys {
+		ki, err := eng.Inspect(ctx, k.key)
+		if err != nil || ki.LastError != nil || ki.OutboxPending > 0 || ki.Parked > 0 || ki.Held > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// clock is the run's shared fake clock (the engines' Redis time).
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.UnixMilli(1_800_000_000_000)} }
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}

@@ -1,0 +1,42 @@
+package chaos
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/watukuy/watukuy/internal/redistest"
+)
+
+// A seeded run with every kill point, handler failures, poison events, 429s and 5xx, two
+// engines competing: zero violations on every guarantee the in-process run measures.
+func TestRunHasNoViolations(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		var log strings.Builder
+		res, err := Run(t.Context(), Options{Seed: 42, Steps: 300, Redis: b.Client, Log: &log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range res.Lines() {
+			t.Log(l)
+		}
+		t.Logf("cycles %d, kills %v, faults %d, changes %d, deliveries %d (unique %d, duplicate ratio %.3f)",
+			res.Cycles, res.Kills, res.Faults, res.Changes, res.Deliveries, res.UniqueEvents, res.DuplicateRatio)
+		if res.Failed() {
+			if os.Getenv("CHAOS_LOG") != "" {
+				t.Log(log.String())
+			}
+			t.Fatal("guarantees violated")
+		}
+		if len(res.NotMeasured) != 0 {
+			t.Fatalf("in-process runs measure every guarantee: %v", res.NotMeasured)
+		}
+		total := 0
+		for _, n := range res.Kills {
+			total += n
+		}
+		if len(res.Kills) < 4 || total < 10 || res.Deliveries < 100 || res.Faults == 0 {
+			t.Fatalf("the run did not exercise enough: kills %v, deliveries %d, faults %d", res.Kills, res.Deliveries, res.Faults)
+		}
+	})
+}
