@@ -111,12 +111,42 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		r.DuplicateRatio = float64(r.Deliveries-r.UniqueEvents) / float64(r.UniqueEvents)
 	}
 
-	// G1: every committed event is delivered, unless parked.
-	if need("G1", "deliveries", "commits") {
+	// The order that counts is the acks' (G4: "acked in commit order"): a frozen instance may
+	// finish a handler call after it lost its lease, but its ack is fenced off. Without acks
+	// (processes observed from outside) the handler's order stands in for them.
+	type seen struct {
+		key core.Key
+		ev  core.Event
+	}
+	byID := map[string]core.Event{}
+	for _, c := range rec.commits {
+		for _, ev := range c.Events {
+			byID[ev.ID] = ev
+		}
+	}
+	var order []seen
+	if rec.measured["acks"] && rec.measured["commits"] {
+		for _, a := range rec.acks {
+			if ev, ok := byID[a.EventID]; ok {
+				order = append(order, seen{a.Key, ev})
+			}
+		}
+	} else {
+		for _, d := range rec.deliveries {
+			order = append(order, seen{keyOf(d.Event), d.Event})
+		}
+	}
+	acked := map[string]bool{}
+	for _, o := range order {
+		acked[o.ev.ID] = true
+	}
+
+	// G1: every committed event is delivered and acked, unless parked.
+	if need("G1", "deliveries", "commits", "acks") {
 		for _, c := range rec.commits {
 			for _, ev := range c.Events {
-				if _, ok := delivered[ev.ID]; !ok && !rec.parked[ev.ID] {
-					add("G1", c.Key, "event %s (%s %s v%s) committed by %s, never delivered", ev.ID, ev.Type, ev.Identity, ev.Version, c.Instance)
+				if _, ok := delivered[ev.ID]; (!ok || !acked[ev.ID]) && !rec.parked[ev.ID] {
+					add("G1", c.Key, "event %s (%s %s v%s) committed by %s, never delivered and acked", ev.ID, ev.Type, ev.Identity, ev.Version, c.Instance)
 				}
 			}
 		}
@@ -149,15 +179,15 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 	// G3: the last delivered state per identity is the API's final state.
 	if need("G3", "deliveries") {
 		last := map[core.Key]map[string]string{}
-		for _, d := range rec.deliveries {
-			k := keyOf(d.Event)
+		for _, o := range order {
+			k := o.key
 			if last[k] == nil {
 				last[k] = map[string]string{}
 			}
-			if d.Event.Type == core.Deleted {
-				delete(last[k], d.Event.Identity)
+			if o.ev.Type == core.Deleted {
+				delete(last[k], o.ev.Identity)
 			} else {
-				last[k][d.Event.Identity] = d.Event.Version
+				last[k][o.ev.Identity] = o.ev.Version
 			}
 		}
 		for k, t := range truth {
@@ -174,19 +204,19 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		}
 	}
 
-	// G4: per ordering key (the identity), first deliveries come in commit order.
+	// G4: per ordering key (the identity), events are first acked in commit order.
 	if need("G4", "deliveries") {
 		lastSeq := map[string]string{}
-		seen := map[string]bool{}
-		for _, d := range rec.deliveries {
-			ev := d.Event
-			if seen[ev.ID] {
+		first := map[string]bool{}
+		for _, o := range order {
+			ev := o.ev
+			if first[ev.ID] {
 				continue
 			}
-			seen[ev.ID] = true
-			ok := keyOf(ev).String() + "/" + ev.Identity
+			first[ev.ID] = true
+			ok := o.key.String() + "/" + ev.Identity
 			if prev, has := lastSeq[ok]; has && seqLess(ev.Seq, prev) {
-				add("G4", keyOf(ev), "%s: seq %s delivered after seq %s", ev.Identity, ev.Seq, prev)
+				add("G4", o.key, "%s: seq %s acked after seq %s", ev.Identity, ev.Seq, prev)
 			}
 			if prev, has := lastSeq[ok]; !has || seqLess(prev, ev.Seq) {
 				lastSeq[ok] = ev.Seq

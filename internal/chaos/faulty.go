@@ -93,7 +93,9 @@ func (f *FaultyStore) write(op string, l core.Lease, before, after KillPoint, ca
 		return err
 	}
 	f.Rec.Wrote(Write{Instance: f.Instance, Op: op, Key: l.Key, Epoch: l.Epoch, Start: start, N: n})
-	if f.at(after) {
+	// The write happened: record it whatever happens next. With no kill point after it, a
+	// kill that fired meanwhile in another of the engine's cycles ends this one at its next call.
+	if after != "" && f.at(after) {
 		return ErrKilled
 	}
 	return nil
@@ -114,31 +116,35 @@ func (f *FaultyStore) Begin(ctx context.Context, key core.Key, owner string, ttl
 // CommitPoll implements core.Store.
 func (f *FaultyStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
 	var res core.CommitResult
-	err := f.write("commitPoll", l, K2AfterFetch, "", func() error {
+	err := f.write("commitPoll", l, K2AfterFetch, K3AfterCommit, func() error {
 		var err error
-		res, err = f.Store.CommitPoll(ctx, l, c)
-		return err
-	})
-	if err != nil {
-		return res, err
-	}
-	if len(c.Events) > 0 {
+		if res, err = f.Store.CommitPoll(ctx, l, c); err != nil || len(c.Events) == 0 {
+			return err
+		}
 		evs := make([]core.Event, len(c.Events))
 		for i, e := range c.Events {
 			_ = json.Unmarshal(e.Envelope, &evs[i])
 			evs[i].Seq = res.StreamIDs[i]
+			f.Rec.Entry(l.Key, res.StreamIDs[i], e.ID)
 		}
 		f.Rec.Committed(Commit{Instance: f.Instance, Key: l.Key, Epoch: l.Epoch, Events: evs, At: f.now()})
-	}
-	if f.at(K3AfterCommit) {
-		return core.CommitResult{}, ErrKilled
+		return nil
+	})
+	if err != nil {
+		return core.CommitResult{}, err
 	}
 	return res, nil
 }
 
 // Ack implements core.Store.
 func (f *FaultyStore) Ack(ctx context.Context, l core.Lease, ids []string) error {
-	return f.write("ack", l, K4BeforeAck, K5AfterAck, func() error { return f.Store.Ack(ctx, l, ids) })
+	return f.write("ack", l, K4BeforeAck, K5AfterAck, func() error {
+		err := f.Store.Ack(ctx, l, ids)
+		if err == nil {
+			f.Rec.Acked(f.Instance, l.Key, ids)
+		}
+		return err
+	})
 }
 
 // End implements core.Store.
@@ -165,6 +171,9 @@ func (f *FaultyStore) ReadOutbox(ctx context.Context, l core.Lease, n int) ([]co
 		out, err = f.Store.ReadOutbox(ctx, l, n)
 		return err
 	})
+	for _, e := range out {
+		f.Rec.Entry(l.Key, e.StreamID, e.ID)
+	}
 	return out, err
 }
 

@@ -79,6 +79,37 @@ type Recorder struct {
 	parked     map[string]bool // event ids parked as poison or held behind one
 	measured   map[string]bool
 	n          int64
+	entries    map[string]string // "key/streamID" -> event id
+	acks       []Ack
+}
+
+// Ack is an event whose acknowledgement the store accepted.
+type Ack struct {
+	Instance string
+	Key      core.Key
+	EventID  string
+	N        int64
+}
+
+// Entry records which event an outbox entry holds, so acks can be resolved.
+func (r *Recorder) Entry(key core.Key, streamID, eventID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.entries == nil {
+		r.entries = map[string]string{}
+	}
+	r.entries[key.String()+"/"+streamID] = eventID
+}
+
+// Acked records accepted acks of outbox entries, in sequence order.
+func (r *Recorder) Acked(instance string, key core.Key, streamIDs []string) {
+	r.add("acks", func() {
+		for _, id := range streamIDs {
+			a := Ack{Instance: instance, Key: key, EventID: r.entries[key.String()+"/"+id]}
+			r.stamp(&a.N)
+			r.acks = append(r.acks, a)
+		}
+	})
 }
 
 // Next advances the logical clock and returns it: records made later order after it.

@@ -33,6 +33,10 @@ type Options struct {
 	KillRate float64
 	// FailRate is the chance that a handler call fails once; default 0.05.
 	FailRate float64
+	// PauseRate is the chance per step of a stop-the-world: an engine freezes inside a
+	// handler past its lease, another instance takes the key over, then the frozen one
+	// resumes and must be fenced off (G5); default 0.1.
+	PauseRate float64
 	// Log receives one line per kill and per step summary; may be nil.
 	Log io.Writer
 }
@@ -45,6 +49,7 @@ type Result struct {
 	Cycles  int
 	Kills   map[KillPoint]int
 	Faults  int // 429 / 503 / 5xx answers injected
+	Pauses  int // stop-the-world pauses past the lease, with a takeover
 	Changes int
 }
 
@@ -75,6 +80,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.FailRate == 0 {
 		o.FailRate = 0.05
 	}
+	if o.PauseRate == 0 {
+		o.PauseRate = 0.1
+	}
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
@@ -96,6 +104,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			if rng.Float64() < o.KillRate {
 				s.engines[i].store.Arm(KillPoints()[rng.IntN(len(KillPoints()))])
 			}
+		}
+		if len(s.engines) > 1 && rng.Float64() < o.PauseRate {
+			s.stopTheWorld(ctx, rng.IntN(len(s.engines)))
 		}
 		var wg sync.WaitGroup
 		for i := range s.engines {
@@ -139,6 +150,14 @@ type scenario struct {
 
 	mu          sync.Mutex
 	handlerFail bool // poison and random failures are on until quiesce
+	freeze      *freeze
+}
+
+// freeze is a pending stop-the-world: the next handler call of instance blocks.
+type freeze struct {
+	instance string
+	frozen   chan core.Key // the handler reports the key it froze in
+	thaw     chan struct{}
 }
 
 type engineSlot struct {
@@ -221,6 +240,13 @@ func (s *scenario) pollers(instance string) []core.Poller {
 func (s *scenario) handler(instance string) core.Handler {
 	return func(ctx context.Context, ev core.Event) error {
 		s.mu.Lock()
+		if f := s.freeze; f != nil && f.instance == instance {
+			s.freeze = nil
+			s.mu.Unlock()
+			f.frozen <- core.Key{Poller: ev.Poller, Partition: ev.Partition}
+			<-f.thaw
+			s.mu.Lock()
+		}
 		failing := s.handlerFail
 		fail := failing && s.rng.Float64() < s.o.FailRate
 		s.mu.Unlock()
@@ -269,6 +295,32 @@ func (s *scenario) spawn(i int) error {
 	return nil
 }
 
+// stopTheWorld freezes engine i inside a handler, lets its lease expire, has another engine
+// take the key over, then thaws it: whatever it writes afterwards must be fenced off.
+func (s *scenario) stopTheWorld(ctx context.Context, i int) {
+	f := &freeze{instance: s.engines[i].store.Instance, frozen: make(chan core.Key, 1), thaw: make(chan struct{})}
+	s.mu.Lock()
+	s.freeze = f
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.tick(ctx, i); close(done) }()
+	select {
+	case key := <-f.frozen:
+		s.res.Pauses++
+		s.clock.advance(6 * time.Second) // past the 5s lease
+		other := (i + 1) % len(s.engines)
+		_ = s.engines[other].eng.Trigger(ctx, key)
+		s.tick(ctx, other)
+		close(f.thaw)
+		<-done
+	case <-done: // nothing to deliver this time
+		s.mu.Lock()
+		s.freeze = nil
+		s.mu.Unlock()
+	}
+	fmt.Fprintf(s.o.Log, "stop-the-world on %s\n", f.instance)
+}
+
 func (s *scenario) tick(ctx context.Context, i int) {
 	_, _ = s.engines[i].eng.Tick(ctx, 2*time.Second)
 }
@@ -281,7 +333,7 @@ func (s *scenario) mutate() {
 			k.api.Advance(time.Second)
 		}
 		for n := s.rng.IntN(4); n > 0; n-- {
-			id := fmt.Sprintf("%s-%d", k.key.Poller, s.rng.IntN(12))
+			id := fmt.Sprintf("%s-%d", k.key.Poller, s.rng.IntN(40))
 			if s.rng.IntN(5) == 0 {
 				k.api.Delete(id)
 			} else {
