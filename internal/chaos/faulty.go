@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
@@ -118,8 +119,16 @@ func (f *FaultyStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commi
 	var res core.CommitResult
 	err := f.write("commitPoll", l, K2AfterFetch, K3AfterCommit, func() error {
 		var err error
-		if res, err = f.Store.CommitPoll(ctx, l, c); err != nil || len(c.Events) == 0 {
+		if res, err = f.Store.CommitPoll(ctx, l, c); err != nil {
 			return err
+		}
+		if v, ok := c.State[core.FieldThrottled]; ok {
+			if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+				f.Rec.Throttled(Throttle{Instance: f.Instance, Key: l.Key, From: f.now(), To: time.UnixMilli(ms)})
+			}
+		}
+		if len(c.Events) == 0 {
+			return nil
 		}
 		evs := make([]core.Event, len(c.Events))
 		for i, e := range c.Events {

@@ -40,10 +40,14 @@ type Fetch struct {
 	N        int64
 }
 
-// Throttle is a Retry-After window an API answer opened for a key.
+// Throttle is a Retry-After window for a key. In-process runs record the windows watukuy
+// saved (a process that dies between a 429 and saving it takes the window with it); process
+// runs record what the API answered.
 type Throttle struct {
+	Instance string
 	Key      core.Key
 	From, To time.Time
+	N        int64
 }
 
 // Grant is a lease acquisition.
@@ -157,7 +161,7 @@ func (r *Recorder) Fetched(f Fetch) {
 
 // Throttled records a Retry-After window.
 func (r *Recorder) Throttled(t Throttle) {
-	r.add("throttles", func() { r.throttles = append(r.throttles, t) })
+	r.add("throttles", func() { r.stamp(&t.N); r.throttles = append(r.throttles, t) })
 }
 
 // Granted records a lease acquisition.

@@ -153,11 +153,26 @@ type scenario struct {
 	freeze      *freeze
 }
 
-// freeze is a pending stop-the-world: the next handler call of instance blocks.
+// freeze is a pending stop-the-world: the next fetch or handler call (at) of instance blocks.
 type freeze struct {
 	instance string
-	frozen   chan core.Key // the handler reports the key it froze in
+	at       string        // "fetch" or "handler"
+	frozen   chan core.Key // reports the key it froze in
 	thaw     chan struct{}
+}
+
+// maybeFreeze blocks the caller when a stop-the-world waits for this instance at this point.
+func (s *scenario) maybeFreeze(instance string, key core.Key, at string) {
+	s.mu.Lock()
+	f := s.freeze
+	if f == nil || f.instance != instance || f.at != at {
+		s.mu.Unlock()
+		return
+	}
+	s.freeze = nil
+	s.mu.Unlock()
+	f.frozen <- key
+	<-f.thaw
 }
 
 type engineSlot struct {
@@ -198,11 +213,8 @@ func (s *scenario) pollers(instance string) []core.Poller {
 		return func(ctx context.Context, req core.FetchRequest) (core.Page, error) {
 			s.rec.Fetched(Fetch{Instance: instance, Key: req.Key, At: s.clock.now()})
 			p, err := fs[req.Key].Fetch(ctx, req)
-			var he *core.HTTPError
-			if errors.As(err, &he) && he.RetryAfter > 0 {
-				now := s.clock.now()
-				s.rec.Throttled(Throttle{Key: req.Key, From: now, To: now.Add(he.RetryAfter)})
-			}
+			// Frozen with the answer in hand: what it commits next comes from a stale lease.
+			s.maybeFreeze(instance, req.Key, "fetch")
 			return p, err
 		}
 	}
@@ -239,14 +251,8 @@ func (s *scenario) pollers(instance string) []core.Poller {
 // events (identities ending in 7 at an odd version).
 func (s *scenario) handler(instance string) core.Handler {
 	return func(ctx context.Context, ev core.Event) error {
+		s.maybeFreeze(instance, core.Key{Poller: ev.Poller, Partition: ev.Partition}, "handler")
 		s.mu.Lock()
-		if f := s.freeze; f != nil && f.instance == instance {
-			s.freeze = nil
-			s.mu.Unlock()
-			f.frozen <- core.Key{Poller: ev.Poller, Partition: ev.Partition}
-			<-f.thaw
-			s.mu.Lock()
-		}
 		failing := s.handlerFail
 		fail := failing && s.rng.Float64() < s.o.FailRate
 		s.mu.Unlock()
@@ -295,10 +301,12 @@ func (s *scenario) spawn(i int) error {
 	return nil
 }
 
-// stopTheWorld freezes engine i inside a handler, lets its lease expire, has another engine
-// take the key over, then thaws it: whatever it writes afterwards must be fenced off.
+// stopTheWorld freezes engine i inside a fetch or a handler, lets its lease expire, has
+// another engine take the key over, then thaws it: whatever it writes afterwards must be
+// fenced off.
 func (s *scenario) stopTheWorld(ctx context.Context, i int) {
-	f := &freeze{instance: s.engines[i].store.Instance, frozen: make(chan core.Key, 1), thaw: make(chan struct{})}
+	at := []string{"fetch", "handler"}[s.rng.IntN(2)]
+	f := &freeze{instance: s.engines[i].store.Instance, at: at, frozen: make(chan core.Key, 1), thaw: make(chan struct{})}
 	s.mu.Lock()
 	s.freeze = f
 	s.mu.Unlock()
@@ -318,7 +326,7 @@ func (s *scenario) stopTheWorld(ctx context.Context, i int) {
 		s.freeze = nil
 		s.mu.Unlock()
 	}
-	fmt.Fprintf(s.o.Log, "stop-the-world on %s\n", f.instance)
+	fmt.Fprintf(s.o.Log, "stop-the-world on %s in a %s\n", f.instance, at)
 }
 
 func (s *scenario) tick(ctx context.Context, i int) {
@@ -333,7 +341,12 @@ func (s *scenario) mutate() {
 			k.api.Advance(time.Second)
 		}
 		for n := s.rng.IntN(4); n > 0; n-- {
-			id := fmt.Sprintf("%s-%d", k.key.Poller, s.rng.IntN(40))
+			// Half the changes hit a few hot identities, half a long tail changed once or
+			// twice: a change skipped there stays visible in the final state.
+			id := fmt.Sprintf("%s-%d", k.key.Poller, s.rng.IntN(8))
+			if s.rng.IntN(2) == 0 {
+				id = fmt.Sprintf("%s-c%d", k.key.Poller, s.rng.IntN(300))
+			}
 			if s.rng.IntN(5) == 0 {
 				k.api.Delete(id)
 			} else {

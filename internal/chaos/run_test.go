@@ -13,7 +13,7 @@ import (
 func TestRunHasNoViolations(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		var log strings.Builder
-		res, err := Run(t.Context(), Options{Seed: 42, Steps: 300, Redis: b.Client, Log: &log})
+		res, err := Run(t.Context(), Options{Seed: 42, Steps: 300, Redis: b.Client, Log: &log, PauseRate: 0.2})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -265,7 +265,7 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	}
 	res.Pace = max(paced, c.pace())
 	prev := schedule.State{Interval: c.state.duration(fieldInterval), Failures: c.state.int(fieldFailures),
-		Circuit: schedule.Circuit(c.state.circuit()), ThrottledUntil: c.state.time(fieldThrottled)}
+		Circuit: schedule.Circuit(c.state.circuit()), ThrottledUntil: c.state.time(FieldThrottled)}
 	at := now
 	if res.Kind == schedule.ResultTruncated {
 		at = c.serverAt // due again at once, whatever clock the next claimer reads
@@ -281,9 +281,9 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	}
 	var del []string
 	if next.ThrottledUntil.After(now) {
-		st[fieldThrottled] = strconv.FormatInt(next.ThrottledUntil.UnixMilli(), 10)
+		st[FieldThrottled] = strconv.FormatInt(next.ThrottledUntil.UnixMilli(), 10)
 	} else {
-		del = append(del, fieldThrottled)
+		del = append(del, FieldThrottled)
 	}
 	if c.rateLimit != nil {
 		rl, _ := json.Marshal(map[string]any{"limit": c.rateLimit.Limit, "remaining": c.rateLimit.Remaining,

@@ -329,7 +329,7 @@ func (e *Engine) Inspect(ctx context.Context, key Key) (KeyInfo, error) {
 	if v := st.get(fieldRateLimit); v != "" {
 		ki.RateLimit = json.RawMessage(v)
 	}
-	if t := st.time(fieldThrottled); t.After(s.Now) {
+	if t := st.time(FieldThrottled); t.After(s.Now) {
 		ki.ThrottledUntil = &t
 	}
 	if t := st.time(fieldReconcileDue); !t.IsZero() {
@@ -561,7 +561,7 @@ const (
 	fieldLastError  = "lastError"
 	FieldPaused     = "paused"
 	fieldSchema     = "schemaVersion"
-	fieldThrottled  = "throttledUntil"
+	FieldThrottled  = "throttledUntil"
 	fieldRateLimit  = "rateLimit"
 
 	fieldReconcileDue = "reconcileDue"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/watukuy/watukuy/internal/diff"
@@ -97,7 +98,7 @@ func (c *cycle) politeness(ctx context.Context) *cycleError {
 	if err := context.Cause(ctx); err != nil {
 		return storeErr(err)
 	}
-	if until := c.state.time(fieldThrottled); c.now().Before(until) {
+	if until := c.state.time(FieldThrottled); c.now().Before(until) {
 		return &cycleError{phase: "fetch", code: "THROTTLED", kind: schedule.ResultThrottled, retryAfter: until.Sub(c.now()),
 			err: fmt.Errorf("%s is throttled until %s", c.key, until.Format(time.RFC3339Nano))}
 	}
@@ -138,6 +139,14 @@ func (c *cycle) fetchFailure(ctx context.Context, ln lane, cursor string, err er
 	case errors.As(err, &he) && (he.StatusCode == 429 || he.StatusCode == 503 && he.RetryAfter > 0):
 		if he.RateLimit != nil {
 			c.rateLimit, c.rateLimitAt = he.RateLimit, c.now()
+		}
+		if he.RetryAfter > 0 {
+			// Saved at once, not only at the end of the cycle: if this process dies first, the
+			// next owner still keeps out of the window (G8).
+			until := strconv.FormatInt(c.now().Add(he.RetryAfter).UnixMilli(), 10)
+			if _, werr := c.e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{FieldThrottled: until}}); werr != nil {
+				return storeErr(werr)
+			}
 		}
 		return &cycleError{phase: "fetch", code: "THROTTLED", kind: schedule.ResultThrottled, retryAfter: he.RetryAfter, err: err}
 	case errors.As(err, &ce):
