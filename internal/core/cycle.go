@@ -58,6 +58,7 @@ type cycle struct {
 
 	rateLimit   *RateLimit // the last rate-limit headers seen in this cycle
 	rateLimitAt time.Time
+	confirmed   bool // a fenced write succeeded since the last request
 
 	serverAt time.Time // server clock at Begin
 	localAt  time.Time // local clock at Begin (monotonic)

@@ -75,6 +75,7 @@ feed:
 		if err := c.e.store.Ack(ctx, c.lease, ids); err != nil {
 			return storeErr(err)
 		}
+		c.confirmed = true
 		c.rep.Delivered += len(ids)
 		if h := c.e.hooks.OnDelivered; h != nil {
 			now := c.now()

@@ -43,6 +43,17 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		if f := c.politeness(ctx); f != nil {
 			return res, f
 		}
+		if pages > 0 && !c.confirmed {
+			// Nothing fenced since the last request (an unchanged page): make sure the lease
+			// is still ours before asking for more, so a paused-and-resumed instance does not
+			// keep paging after another took the key over.
+			sent := time.Now()
+			if _, err := c.e.store.Renew(ctx, c.lease); err != nil {
+				return res, storeErr(err)
+			}
+			c.keeper.touched(sent)
+		}
+		c.confirmed = false
 		sent := time.Now()
 		page, err := ln.fetch(ctx, FetchRequest{Key: c.key, Cursor: cursor, Lane: ln.name, Page: pages})
 		if h := c.e.hooks.OnFetch; h != nil {

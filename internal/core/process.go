@@ -194,6 +194,7 @@ func (c *cycle) commitAndDeliver(ctx context.Context, cm Commit, events []Event)
 		return storeErr(err)
 	}
 	c.keeper.touched(sent)
+	c.confirmed = true
 	c.rep.Events += len(events)
 	if len(events) == 0 {
 		return nil
