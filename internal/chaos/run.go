@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -24,6 +25,8 @@ type Options struct {
 	Seed uint64
 	// Steps is how many rounds of mutations, faults and ticks run; default 200.
 	Steps int
+	// Duration, when set, runs rounds until that much wall time has passed (Steps is ignored).
+	Duration time.Duration
 	// Redis is where the engines keep their state (miniredis or a real server); the run uses
 	// its own key prefix.
 	Redis redis.UniversalClient
@@ -39,6 +42,13 @@ type Options struct {
 	PauseRate float64
 	// Log receives one line per kill and per step summary; may be nil.
 	Log io.Writer
+	// Pollers replaces the built-in scenario (fake APIs with every cursor strategy) with your
+	// own pollers; their Fetch and Handler are wrapped to record what happens and to inject
+	// handler failures and pauses. Between runs before each step (change your fake API
+	// there); Truth, when set, gives the ground truth that G3 and G6 need.
+	Pollers []core.Poller
+	Between func(step int)
+	Truth   func() map[core.Key]Truth
 }
 
 // Result is a run's report with what the run did.
@@ -71,6 +81,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.Steps <= 0 {
 		o.Steps = 200
 	}
+	deadline := time.Time{}
+	if o.Duration > 0 {
+		deadline = time.Now().Add(o.Duration)
+		o.Steps = math.MaxInt
+	}
 	if o.Engines <= 0 {
 		o.Engines = 2
 	}
@@ -91,14 +106,17 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		handlerFail: true, res: Result{Seed: o.Seed, Steps: o.Steps, Kills: map[KillPoint]int{}}}
 	s.rec.MarkMeasured("throttles", "parked")
 	defer s.close()
-	s.keys = s.newKeys()
+	if o.Pollers == nil {
+		s.keys = s.newKeys()
+	}
 	for i := range o.Engines {
 		if err := s.spawn(i); err != nil {
 			return s.res, err
 		}
 	}
-	for step := 0; step < o.Steps && ctx.Err() == nil; step++ {
-		s.mutate()
+	step := 0
+	for ; step < o.Steps && ctx.Err() == nil && (deadline.IsZero() || time.Now().Before(deadline)); step++ {
+		s.mutate(step)
 		s.clock.advance(time.Duration(100+rng.IntN(1400)) * time.Millisecond)
 		for i := range s.engines {
 			if rng.Float64() < o.KillRate {
@@ -124,13 +142,22 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			}
 		}
 	}
+	s.res.Steps = step
 	if err := s.quiesce(ctx); err != nil {
 		return s.res, err
 	}
-	truth := map[core.Key]Truth{}
-	for _, k := range s.keys {
-		truth[k.key] = TruthOf(k.api)
-		s.res.Changes += len(truth[k.key].Changes)
+	var truth map[core.Key]Truth
+	switch {
+	case o.Pollers == nil:
+		truth = map[core.Key]Truth{}
+		for _, k := range s.keys {
+			truth[k.key] = TruthOf(k.api)
+		}
+	case o.Truth != nil:
+		truth = o.Truth()
+	}
+	for _, t := range truth {
+		s.res.Changes += len(t.Changes)
 	}
 	s.res.Report = Check(truth, s.rec)
 	return s.res, nil
@@ -190,14 +217,51 @@ func (s *scenario) newKeys() []*runKey {
 	return []*runKey{mk("ts", "a"), mk("ts", "b"), mk("tok", ""), mk("snap", "")}
 }
 
+// allKeys lists the run's keys.
+func (s *scenario) allKeys() []core.Key {
+	var ks []core.Key
+	for _, k := range s.keys {
+		ks = append(ks, k.key)
+	}
+	for _, p := range s.o.Pollers {
+		if len(p.Partitions) == 0 {
+			ks = append(ks, core.Key{Poller: p.Name})
+		}
+		for _, part := range p.Partitions {
+			ks = append(ks, core.Key{Poller: p.Name, Partition: part})
+		}
+	}
+	return ks
+}
+
 func (s *scenario) close() {
 	for _, k := range s.keys {
 		k.srv.Close()
 	}
 }
 
-// pollers defines the run's pollers; fetches go to the key's own fake API.
+// pollers defines the run's pollers for one engine instance.
 func (s *scenario) pollers(instance string) []core.Poller {
+	if s.o.Pollers != nil {
+		var ps []core.Poller
+		for _, p := range s.o.Pollers {
+			fetch := p.Fetch
+			p.Fetch = func(ctx context.Context, req core.FetchRequest) (core.Page, error) {
+				s.rec.Fetched(Fetch{Instance: instance, Key: req.Key, At: s.clock.now()})
+				page, err := fetch(ctx, req)
+				s.maybeFreeze(instance, req.Key, "fetch")
+				return page, err
+			}
+			p.Handler = s.handler(instance, p.Handler)
+			ps = append(ps, p)
+		}
+		return ps
+	}
+	return s.builtinPollers(instance)
+}
+
+// builtinPollers are the default scenario's; fetches go to the key's own fake API.
+func (s *scenario) builtinPollers(instance string) []core.Poller {
 	byKey := map[core.Key]*runKey{}
 	for _, k := range s.keys {
 		byKey[k.key] = k
@@ -232,7 +296,7 @@ func (s *scenario) pollers(instance string) []core.Poller {
 	})
 	common := func(p core.Poller) core.Poller {
 		p.Version = core.Field("version")
-		p.Handler = s.handler(instance)
+		p.Handler = s.handler(instance, nil)
 		p.Schedule = schedule.Config{Min: 200 * time.Millisecond, Max: 2 * time.Second}
 		p.LeaseTTL = 5 * time.Second
 		p.MaxPagesPerCycle = 1000
@@ -247,20 +311,26 @@ func (s *scenario) pollers(instance string) []core.Poller {
 	}
 }
 
-// handler records deliveries; until quiesce, it fails at random and always fails poison
-// events (identities ending in 7 at an odd version).
-func (s *scenario) handler(instance string) core.Handler {
+// handler records deliveries; until quiesce, it fails at random and, in the built-in
+// scenario, always fails poison events (identities ending in 7 at an odd version). inner is
+// the user's handler, if any.
+func (s *scenario) handler(instance string, inner core.Handler) core.Handler {
 	return func(ctx context.Context, ev core.Event) error {
 		s.maybeFreeze(instance, core.Key{Poller: ev.Poller, Partition: ev.Partition}, "handler")
 		s.mu.Lock()
 		failing := s.handlerFail
 		fail := failing && s.rng.Float64() < s.o.FailRate
 		s.mu.Unlock()
-		if failing && ev.Identity[len(ev.Identity)-1] == '7' && len(ev.Version) > 0 && (ev.Version[len(ev.Version)-1]-'0')%2 == 1 {
+		if failing && inner == nil && ev.Identity[len(ev.Identity)-1] == '7' && len(ev.Version) > 0 && (ev.Version[len(ev.Version)-1]-'0')%2 == 1 {
 			return errors.New("poison: the downstream rejects this event")
 		}
 		if fail {
 			return errors.New("transient handler failure")
+		}
+		if inner != nil {
+			if err := inner(ctx, ev); err != nil {
+				return err
+			}
 		}
 		s.rec.Delivered(Delivery{Instance: instance, Event: ev, At: s.clock.now()})
 		return nil
@@ -335,7 +405,10 @@ func (s *scenario) tick(ctx context.Context, i int) {
 
 // mutate changes the APIs: creates, updates, deletes over a few identities per key, often
 // within one second (ties), and now and then a 429, a 503 or a 5xx burst.
-func (s *scenario) mutate() {
+func (s *scenario) mutate(step int) {
+	if s.o.Between != nil {
+		s.o.Between(step)
+	}
 	for _, k := range s.keys {
 		if s.rng.IntN(3) > 0 {
 			k.api.Advance(time.Second)
@@ -380,7 +453,9 @@ func (s *scenario) quiesce(ctx context.Context) error {
 	for _, k := range s.keys {
 		fmt.Fprintf(s.o.Log, "quiesce: %s drops %d pending faults\n", k.key, k.srv.PendingFaults())
 		k.srv.ClearFaults()
-		if err := eng.Trigger(ctx, k.key); err != nil { // an open circuit gets its probe now
+	}
+	for _, k := range s.allKeys() {
+		if err := eng.Trigger(ctx, k); err != nil { // an open circuit gets its probe now
 			return err
 		}
 	}
@@ -389,8 +464,8 @@ func (s *scenario) quiesce(ctx context.Context) error {
 	defer func() { fmt.Fprintf(s.o.Log, "quiesce: %d rounds\n", round) }()
 	for ; round < 200 && quiet < 3; round++ {
 		s.clock.advance(30 * time.Second)
-		for _, k := range s.keys {
-			rows, err := eng.ListParked(ctx, k.key, "")
+		for _, k := range s.allKeys() {
+			rows, err := eng.ListParked(ctx, k, "")
 			if err != nil {
 				return err
 			}
@@ -399,8 +474,8 @@ func (s *scenario) quiesce(ctx context.Context) error {
 				ids = append(ids, r.ID)
 			}
 			if len(ids) > 0 {
-				if _, err := eng.RetryParked(ctx, k.key, ids); err != nil && !core.IsLeaseLost(err) {
-					fmt.Fprintf(s.o.Log, "quiesce: retry parked on %s: %v\n", k.key, err)
+				if _, err := eng.RetryParked(ctx, k, ids); err != nil && !core.IsLeaseLost(err) {
+					fmt.Fprintf(s.o.Log, "quiesce: retry parked on %s: %v\n", k, err)
 				}
 			}
 		}
@@ -414,10 +489,10 @@ func (s *scenario) quiesce(ctx context.Context) error {
 			quiet = 0
 		}
 	}
-	for _, k := range s.keys {
-		if ki, err := eng.Inspect(ctx, k.key); err == nil {
+	for _, k := range s.allKeys() {
+		if ki, err := eng.Inspect(ctx, k); err == nil {
 			fmt.Fprintf(s.o.Log, "after quiesce %s: status %s cursor %q items %d outbox %d parked %d held %d lastError %s\n",
-				k.key, ki.Status, ki.Cursor, ki.Items, ki.OutboxPending, ki.Parked, ki.Held, ki.LastError)
+				k, ki.Status, ki.Cursor, ki.Items, ki.OutboxPending, ki.Parked, ki.Held, ki.LastError)
 		}
 	}
 	return nil
@@ -425,8 +500,8 @@ func (s *scenario) quiesce(ctx context.Context) error {
 
 // settled reports whether every key is healthy: no last error, nothing waiting.
 func (s *scenario) settled(ctx context.Context, eng *core.Engine) bool {
-	for _, k := range s.keys {
-		ki, err := eng.Inspect(ctx, k.key)
+	for _, k := range s.allKeys() {
+		ki, err := eng.Inspect(ctx, k)
 		if err != nil || ki.LastError != nil || ki.OutboxPending > 0 || ki.Parked > 0 || ki.Held > 0 {
 			return false
 		}
