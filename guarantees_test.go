@@ -444,3 +444,43 @@ func TestG9DrainBeforeFetch(t *testing.T) {
 		}
 	})
 }
+
+// G4 across a crash: a newer event of a held ordering key that a dying instance committed but
+// never delivered waits in the outbox; a retry of the parked event puts it after the parked one.
+func TestG4RetryAfterCrashKeepsOrder(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		e.api.Put("a", nil)
+		e.rec.setFail(func(ev Event) error {
+			if ev.Version == "1" {
+				return errors.New("downstream rejects a@1")
+			}
+			return nil
+		})
+		p := e.poller(func(p *Poller) { p.Delivery.Attempts = 1 })
+		first := e.engine(p, nil)
+		e.tick(first) // a@1 parked, "a" held
+		e.api.Put("a", nil)
+		dying := e.engine(p, faulty(&faultyStore{dieCommit: 1}))
+		e.clock.Advance(3 * time.Minute)
+		e.tick(dying) // commits a@2, dies before delivering it
+		e.rec.setFail(nil)
+		next := e.engine(p, nil)
+		e.clock.Advance(3 * time.Minute) // past the dead instance's lease
+		parked, err := next.Parked().List(t.Context(), "orders", "", "poison")
+		if err != nil || len(parked) != 1 {
+			t.Fatalf("parked: %v %v", parked, err)
+		}
+		if _, err := next.Parked().Retry(t.Context(), "orders", "", parked[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		e.settle(next)
+		var versions []string
+		for _, ev := range e.rec.events() {
+			versions = append(versions, ev.Version)
+		}
+		if !slices.Equal(versions, []string{"1", "2"}) {
+			t.Fatalf("a delivered in order %v, want [1 2]", versions)
+		}
+	})
+}
