@@ -473,10 +473,12 @@ func (s *scenario) quiesce(ctx context.Context) error {
 			for _, r := range rows {
 				ids = append(ids, r.ID)
 			}
-			if len(ids) > 0 {
-				if _, err := eng.RetryParked(ctx, k, ids); err != nil && !core.IsLeaseLost(err) {
+			for len(ids) > 0 { // in batches, as an operator would
+				n := min(len(ids), 200)
+				if _, err := eng.RetryParked(ctx, k, ids[:n]); err != nil && !core.IsLeaseLost(err) {
 					fmt.Fprintf(s.o.Log, "quiesce: retry parked on %s: %v\n", k, err)
 				}
+				ids = ids[n:]
 			}
 		}
 		rep, err := eng.Tick(ctx, 10*time.Second)

@@ -21,60 +21,67 @@ local function requeue(e)
   redis.call('XADD', KEYS[2], '*', 'id', e.id, 'ok', e.ok, 'ev', e.ev, 'seq', e.seq)
 end
 
--- take_pending removes the outbox entries of ordering key ok that wait undelivered (e.g.
--- committed by a process that died before delivering them): they are newer than the parked
--- event and must follow it and the held events back into the outbox.
-local function take_pending(ok)
-  local out = {}
+-- The rows, and the ordering keys whose holds they release.
+local rows, releasing = {}, {}
+for k = 4, #ARGV do
+  local raw = redis.call('HGET', KEYS[3], ARGV[k])
+  if raw then
+    local row = cjson.decode(raw)
+    row.pid = ARGV[k]
+    rows[#rows + 1] = row
+    if row.kind == 'poison' and redis.call('HGET', KEYS[4], row.event.ok) == row.pid then
+      releasing[row.event.ok] = true
+    end
+  end
+end
+
+-- One pass over the held hash and the outbox for all released ordering keys: the held events
+-- and the entries still waiting (e.g. committed by a process that died before delivering
+-- them) are newer than the parked event and follow it.
+local held, pending = {}, {}
+if next(releasing) then
+  local all = redis.call('HGETALL', KEYS[5])
+  for h = 1, #all, 2 do
+    local e = cjson.decode(all[h + 1])
+    if releasing[e.ok] then
+      held[e.ok] = held[e.ok] or {}
+      table.insert(held[e.ok], e)
+      redis.call('HDEL', KEYS[5], all[h])
+    end
+  end
   for _, e in ipairs(redis.call('XRANGE', KEYS[2], '-', '+')) do
     local f = {}
     for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
-    if f['ok'] == ok then
-      out[#out + 1] = {id = f['id'], ok = f['ok'], ev = f['ev'], seq = f['seq'] or e[1]}
+    if releasing[f['ok']] then
+      pending[f['ok']] = pending[f['ok']] or {}
+      table.insert(pending[f['ok']], {id = f['id'], ok = f['ok'], ev = f['ev'], seq = f['seq'] or e[1]})
       redis.call('XACK', KEYS[2], 'dispatch', e[1])
       redis.call('XDEL', KEYS[2], e[1])
     end
   end
-  return out
 end
 
 local released, returned = 0, 0
-for k = 4, #ARGV do
-  local pid = ARGV[k]
-  local raw = redis.call('HGET', KEYS[3], pid)
-  if raw then
-    local row = cjson.decode(raw)
-    if row.kind == 'poison' then
-      local holds = redis.call('HGET', KEYS[4], row.event.ok) == pid
-      local pending = {}
-      if holds then pending = take_pending(row.event.ok) end
-      if ARGV[3] == 'retry' then
-        requeue(row.event)
+for _, row in ipairs(rows) do
+  if row.kind == 'poison' then
+    local ok = row.event.ok
+    if ARGV[3] == 'retry' then
+      requeue(row.event)
+      returned = returned + 1
+    end
+    if releasing[ok] then
+      redis.call('HDEL', KEYS[4], ok)
+      local hs = held[ok] or {}
+      table.sort(hs, seq_less)
+      for _, e in ipairs(hs) do
+        requeue(e)
         returned = returned + 1
       end
-      if holds then
-        redis.call('HDEL', KEYS[4], row.event.ok)
-        local held = {}
-        local all = redis.call('HGETALL', KEYS[5])
-        for h = 1, #all, 2 do
-          local e = cjson.decode(all[h + 1])
-          if e.ok == row.event.ok then
-            held[#held + 1] = e
-            redis.call('HDEL', KEYS[5], all[h])
-          end
-        end
-        table.sort(held, seq_less)
-        for _, e in ipairs(held) do
-          requeue(e)
-          returned = returned + 1
-        end
-        for _, e in ipairs(pending) do
-          requeue(e)
-        end
-      end
+      for _, e in ipairs(pending[ok] or {}) do requeue(e) end
+      releasing[ok] = nil
     end
-    redis.call('HDEL', KEYS[3], pid)
-    released = released + 1
   end
+  redis.call('HDEL', KEYS[3], row.pid)
+  released = released + 1
 end
 return {released, returned}
