@@ -228,17 +228,33 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		}
 	}
 
-	// G5: no write accepted that was sent after a newer epoch was granted.
+	// G5: no write accepted that was sent after a newer epoch was granted. Per key, a sweep in
+	// logical time keeps the newest epoch granted so far.
 	if need("G5", "writes", "grants") {
-		newest := map[core.Key][]Grant{}
-		for _, g := range rec.grants {
-			newest[g.Key] = append(newest[g.Key], g)
+		type item struct {
+			n     int64
+			grant *Grant
+			write *Write
 		}
-		for _, w := range rec.writes {
-			for _, g := range newest[w.Key] {
-				if g.Epoch > w.Epoch && g.N < w.N {
-					add("G5", w.Key, "%s by %s with epoch %d accepted after epoch %d was granted", w.Op, w.Instance, w.Epoch, g.Epoch)
-					break
+		byKey := map[core.Key][]item{}
+		for i := range rec.grants {
+			g := &rec.grants[i]
+			byKey[g.Key] = append(byKey[g.Key], item{n: g.N, grant: g})
+		}
+		for i := range rec.writes {
+			w := &rec.writes[i]
+			byKey[w.Key] = append(byKey[w.Key], item{n: w.N, write: w})
+		}
+		for k, items := range byKey {
+			sort.Slice(items, func(i, j int) bool { return items[i].n < items[j].n })
+			newest := int64(0)
+			for _, it := range items {
+				switch {
+				case it.grant != nil:
+					newest = max(newest, it.grant.Epoch)
+				case it.write.Epoch < newest:
+					w := it.write
+					add("G5", k, "%s by %s with epoch %d accepted after epoch %d was granted", w.Op, w.Instance, w.Epoch, newest)
 				}
 			}
 		}
@@ -287,13 +303,33 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		}
 	}
 
-	// G8: no request inside a Retry-After window.
+	// G8: no request inside a Retry-After window. Per key, a sweep in time keeps the latest
+	// end of the windows opened so far.
 	if need("G8", "fetches", "throttles") {
+		windows := map[core.Key][]Throttle{}
+		for _, t := range rec.throttles {
+			windows[t.Key] = append(windows[t.Key], t)
+		}
+		fetches := map[core.Key][]Fetch{}
 		for _, f := range rec.fetches {
-			for _, t := range rec.throttles {
-				if t.Key == f.Key && f.At.After(t.From) && f.At.Before(t.To) {
-					add("G8", f.Key, "request at %s inside the window %s–%s", f.At.Format(time.RFC3339Nano), t.From.Format(time.TimeOnly), t.To.Format(time.TimeOnly))
-					break
+			fetches[f.Key] = append(fetches[f.Key], f)
+		}
+		for k, ws := range windows {
+			sort.Slice(ws, func(i, j int) bool { return ws[i].From.Before(ws[j].From) })
+			fs := fetches[k]
+			sort.SliceStable(fs, func(i, j int) bool { return fs[i].At.Before(fs[j].At) })
+			var until time.Time
+			var open Throttle
+			next := 0
+			for _, f := range fs {
+				for next < len(ws) && ws[next].From.Before(f.At) {
+					if ws[next].To.After(until) {
+						until, open = ws[next].To, ws[next]
+					}
+					next++
+				}
+				if f.At.Before(until) {
+					add("G8", k, "request at %s inside the window %s–%s", f.At.Format(time.RFC3339Nano), open.From.Format(time.TimeOnly), open.To.Format(time.TimeOnly))
 				}
 			}
 		}
@@ -301,10 +337,6 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 
 	// G9: no request while an older deliverable event of the key waits.
 	if need("G9", "fetches", "commits", "deliveries") {
-		type pending struct {
-			id        string
-			committed int64
-		}
 		// A parked event holds its ordering key (the identity): the key's later events wait
 		// behind it by design, so they are not "deliverable".
 		held := map[string]bool{}
@@ -315,20 +347,45 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 				}
 			}
 		}
-		byKey := map[core.Key][]pending{}
+		// Per key, a sweep in logical time: the latest first delivery among the events
+		// committed so far (never delivered counts as forever) must come before each request.
+		const never = int64(1) << 62
+		type item struct {
+			n     int64
+			fetch *Fetch
+			done  int64 // a commit's event: when it was first delivered
+			id    string
+		}
+		byKey := map[core.Key][]item{}
 		for _, c := range rec.commits {
 			for _, ev := range c.Events {
-				if !held[c.Key.String()+"/"+ev.Identity] {
-					byKey[c.Key] = append(byKey[c.Key], pending{ev.ID, c.N})
+				if held[c.Key.String()+"/"+ev.Identity] {
+					continue
 				}
+				d, ok := delivered[ev.ID]
+				if !ok {
+					d = never
+				}
+				byKey[c.Key] = append(byKey[c.Key], item{n: c.N, done: d, id: ev.ID})
 			}
 		}
-		for _, f := range rec.fetches {
-			for _, p := range byKey[f.Key] {
-				d, ok := delivered[p.id]
-				if p.committed < f.N && (!ok || d > f.N) {
-					add("G9", f.Key, "request by %s while event %s, committed earlier, waited", f.Instance, p.id)
-					break
+		for i := range rec.fetches {
+			f := &rec.fetches[i]
+			byKey[f.Key] = append(byKey[f.Key], item{n: f.N, fetch: f})
+		}
+		for k, items := range byKey {
+			sort.SliceStable(items, func(i, j int) bool { return items[i].n < items[j].n })
+			var waiting int64
+			var id string
+			for _, it := range items {
+				if it.fetch == nil {
+					if it.done > waiting {
+						waiting, id = it.done, it.id
+					}
+					continue
+				}
+				if waiting > it.n {
+					add("G9", k, "request by %s while event %s, committed earlier, waited", it.fetch.Instance, id)
 				}
 			}
 		}
