@@ -121,7 +121,7 @@ func Root() *cobra.Command {
 		Use:   "watukuy",
 		Short: "Turn third-party HTTP APIs without webhooks into reliable change streams",
 	}
-	root.AddCommand(devCmd(), runCmd(), tickCmd(), workerCmd("worker"), schedulerCmd("scheduler"))
+	root.AddCommand(devCmd(), runCmd(), tickCmd(), chaosCmd(), workerCmd("worker"), schedulerCmd("scheduler"))
 	return root
 }
 

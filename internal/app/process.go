@@ -195,8 +195,8 @@ func RunScheduler(ctx context.Context, env *Env, s Settings) error {
 }
 
 func (env *Env) scheduler() *queue.Scheduler {
-	return &queue.Scheduler{Store: env.Store, Client: asynq.NewClientFromRedisClient(env.RDB), Redis: env.RDB,
-		Prefix: env.Store.Prefix(), Logger: env.Log}
+	return &queue.Scheduler{Store: env.Store, Client: asynq.NewClientFromRedisClient(env.RDB),
+		Inspector: asynq.NewInspectorFromRedisClient(env.RDB), Redis: env.RDB, Prefix: env.Store.Prefix(), Logger: env.Log}
 }
 
 // RunWorker serves cycles from asynq until ctx ends; then it stops taking tasks and lets

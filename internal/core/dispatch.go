@@ -125,8 +125,8 @@ func (d *dispatch) runGroup(ctx context.Context, stop context.CancelFunc, batch 
 			d.mu.Unlock()
 			continue
 		}
-		if ctx.Err() != nil {
-			return
+		if ctx.Err() != nil || IsLeaseLost(err) {
+			return // not exhausted: the next lease holder delivers it (G1)
 		}
 		if c.p.Delivery.Poison == PoisonHalt {
 			d.mu.Lock()

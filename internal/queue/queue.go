@@ -39,6 +39,9 @@ type Claimer interface {
 type Scheduler struct {
 	Store  Claimer
 	Client *asynq.Client
+	// Inspector, when set, lets a claim replace a key's task that asynq archived (its worker
+	// died mid-cycle): without it the task ID would block the key for good.
+	Inspector *asynq.Inspector
 	// Redis receives the wake-up messages of trigger and resume (pub/sub).
 	Redis redis.UniversalClient
 	// Prefix names the deployment in task IDs (the store's key prefix).
@@ -147,9 +150,14 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 		if n > 1 {
 			id += fmt.Sprintf("+%d", n-1)
 		}
+		// Retries only matter for tasks orphaned by a dead worker: asynq's recoverer requeues
+		// them (a cycle itself never fails its task).
 		task := asynq.NewTask(TaskType, []byte(strings.Join(members, "\n")), asynq.TaskID(id), asynq.Queue(s.Queue),
-			asynq.MaxRetry(0), asynq.Timeout(s.TaskTimeout), asynq.Retention(0))
+			asynq.MaxRetry(5), asynq.Timeout(s.TaskTimeout), asynq.Retention(0))
 		_, err := s.Client.EnqueueContext(ctx, task)
+		if conflict(err) && s.replaceDead(id) {
+			_, err = s.Client.EnqueueContext(ctx, task)
+		}
 		switch {
 		case err == nil:
 			enqueued += n
@@ -163,6 +171,28 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 		s.OnEnqueued(enqueued)
 	}
 	return claimed, errors.Join(errs...)
+}
+
+func conflict(err error) bool {
+	return errors.Is(err, asynq.ErrTaskIDConflict) || errors.Is(err, asynq.ErrDuplicateTask)
+}
+
+// replaceDead deletes the task with this ID when it can never run again (archived after its
+// workers died, or kept completed), so the key can be queued anew.
+func (s *Scheduler) replaceDead(id string) bool {
+	if s.Inspector == nil {
+		return false
+	}
+	info, err := s.Inspector.GetTaskInfo(s.Queue, id)
+	if err != nil || info.State != asynq.TaskStateArchived && info.State != asynq.TaskStateCompleted {
+		return false
+	}
+	if err := s.Inspector.DeleteTask(s.Queue, id); err != nil {
+		s.Logger.Warn().Err(err).Str("task", id).Msg("scheduler: could not delete a dead task")
+		return false
+	}
+	s.Logger.Warn().Str("task", id).Str("state", info.State.String()).Msg("scheduler: replaced a task whose worker died")
+	return true
 }
 
 // CycleRunner runs one key's cycle (the engine).

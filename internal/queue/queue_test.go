@@ -133,3 +133,33 @@ func TestWorkerRunsTasksAndTriggerWakesScheduler(t *testing.T) {
 		}
 	})
 }
+
+// A key whose task asynq archived (its worker died mid-cycle and the recoverer gave up) is
+// queued again at its next claim instead of conflicting with the dead task's ID for good.
+func TestArchivedTaskIsReplaced(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "a"})
+		k := keys(1)
+		if err := st.Register(ctx, k, map[string][]byte{}); err != nil {
+			t.Fatal(err)
+		}
+		insp := asynq.NewInspectorFromRedisClient(b.Client)
+		s := &Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Inspector: insp, Prefix: "a", PerTask: 1}
+		if _, err := s.Once(ctx); err != nil {
+			t.Fatal(err)
+		}
+		id := TaskID("a", k[0])
+		if err := insp.ArchiveTask(DefaultQueue, id); err != nil {
+			t.Fatal(err)
+		}
+		_ = st.SetDue(ctx, k[0], time.UnixMilli(0))
+		if _, err := s.Once(ctx); err != nil {
+			t.Fatal(err)
+		}
+		info, err := insp.GetTaskInfo(DefaultQueue, id)
+		if err != nil || info.State != asynq.TaskStatePending {
+			t.Fatalf("after the claim the key's task is %v (%v), want pending", info, err)
+		}
+	})
+}
