@@ -31,17 +31,10 @@ func TestProcessChaos(t *testing.T) {
 	runProcessChaos(t, ProcessOptions{})
 }
 
-// KillHolderEnv opts in to TestProcessChaosKillCycleHolder.
-const KillHolderEnv = "WATUKUY_CHAOS_KILL_HOLDER"
-
 // TestProcessChaosKillCycleHolder is TestProcessChaos with every SIGKILL aimed at the worker
-// running the key's cycle. Today it fails: the killed worker's asynq task stays active, is
-// archived when its lease expires, and its task ID then makes every later enqueue of the key
-// conflict, so the key never runs again. It is opt-in until that is fixed.
+// running the key's cycle. It once wedged the key for good (the killed cycle's asynq task kept
+// the key's task ID); the scheduler now replaces a task whose worker died.
 func TestProcessChaosKillCycleHolder(t *testing.T) {
-	if os.Getenv(KillHolderEnv) == "" {
-		t.Skipf("known to wedge the key today (a killed cycle's asynq task blocks the key's task ID); set %s=1 to run", KillHolderEnv)
-	}
 	runProcessChaos(t, ProcessOptions{KillCycleHolder: true})
 }
 

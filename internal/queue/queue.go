@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,6 +31,8 @@ func TaskID(prefix string, key core.Key) string { return prefix + ":cycle:" + ke
 // Claimer is the part of the store the scheduler needs.
 type Claimer interface {
 	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]core.Key, error)
+	// LeaseLive reports whether some instance holds the key's lease right now.
+	LeaseLive(ctx context.Context, key core.Key) (bool, error)
 	SetDue(ctx context.Context, key core.Key, at time.Time) error
 	WakeChannel() string
 }
@@ -158,6 +161,14 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 		if conflict(err) && s.replaceDead(id) {
 			_, err = s.Client.EnqueueContext(ctx, task)
 		}
+		if conflict(err) && n == 1 && s.orphaned(ctx, chunk[0], id) {
+			// The task is "active" but no one holds the key's lease: its worker died
+			// mid-cycle. asynq recovers such tasks only a minute or two later, so the key
+			// gets a fresh task now; if the orphan runs later, its cycle is fenced or skipped.
+			task = asynq.NewTask(TaskType, task.Payload(), asynq.TaskID(id+"~"+strconv.FormatInt(time.Now().UnixNano(), 36)),
+				asynq.Queue(s.Queue), asynq.MaxRetry(5), asynq.Timeout(s.TaskTimeout), asynq.Retention(0))
+			_, err = s.Client.EnqueueContext(ctx, task)
+		}
 		switch {
 		case err == nil:
 			enqueued += n
@@ -193,6 +204,19 @@ func (s *Scheduler) replaceDead(id string) bool {
 	}
 	s.Logger.Warn().Str("task", id).Str("state", info.State.String()).Msg("scheduler: replaced a task whose worker died")
 	return true
+}
+
+// orphaned reports whether the key's task is active while nobody holds the key's lease.
+func (s *Scheduler) orphaned(ctx context.Context, key core.Key, id string) bool {
+	if s.Inspector == nil {
+		return false
+	}
+	info, err := s.Inspector.GetTaskInfo(s.Queue, id)
+	if err != nil || info.State != asynq.TaskStateActive {
+		return false
+	}
+	live, err := s.Store.LeaseLive(ctx, key)
+	return err == nil && !live
 }
 
 // CycleRunner runs one key's cycle (the engine).

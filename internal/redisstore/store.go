@@ -388,6 +388,22 @@ func (s *Store) ReleaseParked(ctx context.Context, l core.Lease, retry bool, ids
 	return int(r[0].(int64)), int(r[1].(int64)), nil
 }
 
+// LeaseLive reports whether some instance holds key's lease now (server clock).
+func (s *Store) LeaseLive(ctx context.Context, key core.Key) (bool, error) {
+	exp, err := s.rdb.HGet(ctx, s.k(key, "lease"), "expiresAt").Int64()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	now, err := s.now(ctx)
+	if err != nil {
+		return false, err
+	}
+	return time.UnixMilli(exp).After(now), nil
+}
+
 // SetDue implements core.Store.
 func (s *Store) SetDue(ctx context.Context, key core.Key, at time.Time) error {
 	return s.rdb.ZAdd(ctx, s.dueKey(), redis.Z{Score: float64(ms(at)), Member: key.String()}).Err()
