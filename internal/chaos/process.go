@@ -202,7 +202,7 @@ func (r *processRun) setup(ctx context.Context) error {
 			return err
 		}
 		r.removeBin = true
-		if err := buildBinaries(ctx, r.binDir); err != nil {
+		if err := BuildBinaries(ctx, r.binDir); err != nil {
 			return err
 		}
 		r.logf("built watukuy-worker and watukuy-scheduler into %s", r.binDir)
@@ -330,7 +330,7 @@ func (r *processRun) staleRedelivery(ev core.Event, signed string, now time.Time
 	secs, err := strconv.ParseInt(signed, 10, 64)
 	late := err == nil && now.Sub(time.Unix(secs, 0)) >= staleLate+time.Second // the header has whole seconds
 	newest, seen := r.newest[ev.Identity], r.whatOf[ev.ID]
-	if late && seen == what && newest != "" && seqBefore(ev.Seq, newest) {
+	if late && seen == what && newest != "" && seqLess(ev.Seq, newest) {
 		r.stale++
 		r.logf("stale redelivery dropped: %s (%s %s v%s, seq %s) signed %s ago, after seq %s of its identity was delivered",
 			ev.ID, ev.Type, ev.Identity, ev.Version, ev.Seq, now.Sub(time.Unix(secs, 0)).Round(time.Second), newest)
@@ -339,24 +339,10 @@ func (r *processRun) staleRedelivery(ev core.Event, signed string, now time.Time
 	if seen == "" {
 		r.whatOf[ev.ID] = what
 	}
-	if newest == "" || seqBefore(newest, ev.Seq) {
+	if newest == "" || seqLess(newest, ev.Seq) {
 		r.newest[ev.Identity] = ev.Seq
 	}
 	return false
-}
-
-// seqBefore orders outbox sequences "ms-n".
-func seqBefore(a, b string) bool {
-	am, an, _ := strings.Cut(a, "-")
-	bm, bn, _ := strings.Cut(b, "-")
-	ai, _ := strconv.ParseUint(am, 10, 64)
-	bi, _ := strconv.ParseUint(bm, 10, 64)
-	if ai != bi {
-		return ai < bi
-	}
-	x, _ := strconv.ParseUint(an, 10, 64)
-	y, _ := strconv.ParseUint(bn, 10, 64)
-	return x < y
 }
 
 func (r *processRun) run(ctx context.Context) (ProcessReport, error) {
@@ -1183,13 +1169,14 @@ func freeLoopbackPort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// buildBinaries compiles watukuy-worker and watukuy-scheduler into dir.
-func buildBinaries(ctx context.Context, dir string) error {
+// BuildBinaries compiles watukuy, watukuy-worker and watukuy-scheduler into dir (for tests
+// that run the real processes).
+func BuildBinaries(ctx context.Context, dir string) error {
 	root, err := moduleRoot()
 	if err != nil {
 		return err
 	}
-	for name, pkg := range map[string]string{"watukuy-worker": "./cmd/worker", "watukuy-scheduler": "./cmd/scheduler"} {
+	for name, pkg := range map[string]string{"watukuy": "./cmd/cli", "watukuy-worker": "./cmd/worker", "watukuy-scheduler": "./cmd/scheduler"} {
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, name), pkg)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {

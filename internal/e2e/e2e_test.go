@@ -15,13 +15,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/chaos"
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
@@ -30,18 +30,12 @@ import (
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-// build compiles the binaries once per test run.
+// build compiles the binaries into a temporary directory.
 func build(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	for name, pkg := range map[string]string{"watukuy": "./cmd/cli", "watukuy-worker": "./cmd/worker", "watukuy-scheduler": "./cmd/scheduler"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
+	if err := chaos.BuildBinaries(context.Background(), dir); err != nil {
+		t.Fatal(err)
 	}
 	return dir
 }
