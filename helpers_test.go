@@ -7,30 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/chaos"
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
 )
 
-// fakeClock is the shared test clock every engine in a test uses in place of Redis TIME.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{t: time.UnixMilli(1_800_000_000_000)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+// newClock is the shared test clock every engine in a test uses in place of Redis TIME.
+func newClock() *chaos.Clock { return chaos.NewClock(time.UnixMilli(1_800_000_000_000)) }
 
 // recorder is a handler that records every delivery attempt that succeeded, in order.
 type recorder struct {
@@ -83,7 +67,7 @@ func (r *recorder) final() map[string]string {
 type env struct {
 	t     *testing.T
 	b     redistest.Backend
-	clock *fakeClock
+	clock *chaos.Clock
 	api   *fakeapi.API
 	rec   *recorder
 	n     int

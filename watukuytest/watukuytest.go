@@ -6,7 +6,6 @@ package watukuytest
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,25 +17,8 @@ import (
 	"github.com/watukuy/watukuy/internal/core"
 )
 
-// Clock is a test clock that stands in for the Redis server clock.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock forward.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+// Clock is a test clock that stands in for the Redis server clock: Now, Advance.
+type Clock = chaos.Clock
 
 // Env is an engine on its own embedded Redis.
 type Env struct {
@@ -54,7 +36,7 @@ func New(tb testing.TB, pollers ...watukuy.Poller) *Env {
 	m := miniredis.RunT(tb)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	tb.Cleanup(func() { _ = rdb.Close() })
-	clk := &Clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := chaos.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	eng, err := watukuy.New(watukuy.Options{Redis: rdb, InstanceID: "watukuytest", Clock: clk.Now})
 	if err != nil {
 		tb.Fatal(err)

@@ -102,7 +102,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		o.Log = io.Discard
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
-	s := &scenario{o: o, rng: rng, rec: NewRecorder(), clock: newClock(), prefix: fmt.Sprintf("chaos%d", o.Seed),
+	s := &scenario{o: o, rng: rng, rec: NewRecorder(), clock: NewClock(time.UnixMilli(1_800_000_000_000)), prefix: fmt.Sprintf("chaos%d", o.Seed),
 		handlerFail: true, res: Result{Seed: o.Seed, Steps: o.Steps, Kills: map[KillPoint]int{}}}
 	s.rec.MarkMeasured("throttles", "parked")
 	defer s.close()
@@ -117,7 +117,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	step := 0
 	for ; step < o.Steps && ctx.Err() == nil && (deadline.IsZero() || time.Now().Before(deadline)); step++ {
 		s.mutate(step)
-		s.clock.advance(time.Duration(100+rng.IntN(1400)) * time.Millisecond)
+		s.clock.Advance(time.Duration(100+rng.IntN(1400)) * time.Millisecond)
 		for i := range s.engines {
 			if rng.Float64() < o.KillRate {
 				s.engines[i].store.Arm(KillPoints()[rng.IntN(len(KillPoints()))])
@@ -168,7 +168,7 @@ type scenario struct {
 	o       Options
 	rng     *rand.Rand
 	rec     *Recorder
-	clock   *clock
+	clock   *Clock
 	prefix  string
 	keys    []*runKey
 	engines []*engineSlot
@@ -247,7 +247,7 @@ func (s *scenario) pollers(instance string) []core.Poller {
 		for _, p := range s.o.Pollers {
 			fetch := p.Fetch
 			p.Fetch = func(ctx context.Context, req core.FetchRequest) (core.Page, error) {
-				s.rec.Fetched(Fetch{Instance: instance, Key: req.Key, At: s.clock.now()})
+				s.rec.Fetched(Fetch{Instance: instance, Key: req.Key, At: s.clock.Now()})
 				page, err := fetch(ctx, req)
 				s.maybeFreeze(instance, req.Key, "fetch")
 				return page, err
@@ -275,7 +275,7 @@ func (s *scenario) builtinPollers(instance string) []core.Poller {
 			fs[k.key] = make(k)
 		}
 		return func(ctx context.Context, req core.FetchRequest) (core.Page, error) {
-			s.rec.Fetched(Fetch{Instance: instance, Key: req.Key, At: s.clock.now()})
+			s.rec.Fetched(Fetch{Instance: instance, Key: req.Key, At: s.clock.Now()})
 			p, err := fs[req.Key].Fetch(ctx, req)
 			// Frozen with the answer in hand: what it commits next comes from a stale lease.
 			s.maybeFreeze(instance, req.Key, "fetch")
@@ -332,7 +332,7 @@ func (s *scenario) handler(instance string, inner core.Handler) core.Handler {
 				return err
 			}
 		}
-		s.rec.Delivered(Delivery{Instance: instance, Event: ev, At: s.clock.now()})
+		s.rec.Delivered(Delivery{Instance: instance, Event: ev, At: s.clock.Now()})
 		return nil
 	}
 }
@@ -341,11 +341,11 @@ func (s *scenario) handler(instance string, inner core.Handler) core.Handler {
 func (s *scenario) spawn(i int) error {
 	s.gen++
 	instance := fmt.Sprintf("engine%d-gen%d", i, s.gen)
-	st, err := redisstore.New(s.o.Redis, redisstore.Options{Prefix: s.prefix, Clock: s.clock.now, Consumer: instance})
+	st, err := redisstore.New(s.o.Redis, redisstore.Options{Prefix: s.prefix, Clock: s.clock.Now, Consumer: instance})
 	if err != nil {
 		return err
 	}
-	fs := &FaultyStore{Store: st, Instance: instance, Rec: s.rec, Clock: s.clock.now}
+	fs := &FaultyStore{Store: st, Instance: instance, Rec: s.rec, Clock: s.clock.Now}
 	eng, err := core.NewEngine(core.Options{Store: fs, InstanceID: instance, TickConcurrency: 4, ClaimTimeout: 10 * time.Second,
 		Rand: func() float64 { return 0.5 }, Hooks: core.Hooks{OnCycle: func(r core.CycleReport, _ time.Duration) {
 			if r.Outcome == core.Ran {
@@ -385,7 +385,7 @@ func (s *scenario) stopTheWorld(ctx context.Context, i int) {
 	select {
 	case key := <-f.frozen:
 		s.res.Pauses++
-		s.clock.advance(6 * time.Second) // past the 5s lease
+		s.clock.Advance(6 * time.Second) // past the 5s lease
 		other := (i + 1) % len(s.engines)
 		_ = s.engines[other].eng.Trigger(ctx, key)
 		s.tick(ctx, other)
@@ -463,7 +463,7 @@ func (s *scenario) quiesce(ctx context.Context) error {
 	round := 0
 	defer func() { fmt.Fprintf(s.o.Log, "quiesce: %d rounds\n", round) }()
 	for ; round < 200 && quiet < 3; round++ {
-		s.clock.advance(30 * time.Second)
+		s.clock.Advance(30 * time.Second)
 		for _, k := range s.allKeys() {
 			rows, err := eng.ListParked(ctx, k, "")
 			if err != nil {
@@ -511,21 +511,25 @@ func (s *scenario) settled(ctx context.Context, eng *core.Engine) bool {
 	return true
 }
 
-// clock is the run's shared fake clock (the engines' Redis time).
-type clock struct {
+// Clock is a fake clock that stands in for the Redis server clock (and the engines' time)
+// in tests and chaos runs. It moves only when told to.
+type Clock struct {
 	mu sync.Mutex
 	t  time.Time
 }
 
-func newClock() *clock { return &clock{t: time.UnixMilli(1_800_000_000_000)} }
+// NewClock returns a clock at t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
 
-func (c *clock) now() time.Time {
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.t
 }
 
-func (c *clock) advance(d time.Duration) {
+// Advance moves the clock.
+func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
