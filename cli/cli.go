@@ -151,14 +151,7 @@ func processCmd(use, short, listen string, worker bool, run func(context.Context
 		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.run(cmd, func(ctx context.Context, log zerolog.Logger) error {
-				env, err := app.Open(ctx, c.s, log)
-				if err != nil {
-					return err
-				}
-				defer env.RDB.Close()
-				return run(ctx, env, c.s)
-			})
+			return c.withEnv(cmd, func(ctx context.Context, env *app.Env) error { return run(ctx, env, c.s) })
 		},
 	}
 	c.bind(cmd.Flags())
@@ -167,6 +160,18 @@ func processCmd(use, short, listen string, worker bool, run func(context.Context
 		c.bindWorker(cmd.Flags())
 	}
 	return cmd
+}
+
+// withEnv is run with the environment opened (config, Redis, engine) and closed afterwards.
+func (c *common) withEnv(cmd *cobra.Command, fn func(ctx context.Context, env *app.Env) error) error {
+	return c.run(cmd, func(ctx context.Context, log zerolog.Logger) error {
+		env, err := app.Open(ctx, c.s, log)
+		if err != nil {
+			return err
+		}
+		defer env.RDB.Close()
+		return fn(ctx, env)
+	})
 }
 
 // run prepares the flags (environment, logger) and calls fn with a context that ends on

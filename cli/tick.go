@@ -7,7 +7,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/watukuy/watukuy"
@@ -23,12 +22,7 @@ func tickCmd() *cobra.Command {
 		Short: "Claim and run due cycles in this process, then exit (cron, serverless)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.run(cmd, func(ctx context.Context, log zerolog.Logger) error {
-				env, err := app.Open(ctx, c.s, log)
-				if err != nil {
-					return err
-				}
-				defer env.RDB.Close()
+			return c.withEnv(cmd, func(ctx context.Context, env *app.Env) error {
 				return tick(ctx, cmd.OutOrStdout(), env, maxDuration, asJSON)
 			})
 		},

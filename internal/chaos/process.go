@@ -238,21 +238,7 @@ func (r *processRun) setup(ctx context.Context) error {
 	r.hook = httptest.NewServer(http.HandlerFunc(r.receive))
 
 	r.cfgPath = filepath.Join(r.dir, "watukuy.yaml")
-	cfg := fmt.Sprintf(`redis: redis://%s/0
-prefix: %s
-pollers:
-  - name: orders
-    request: {url: %s/items, timeout: 5s}
-    items: data
-    version: version
-    cursor: {strategy: timestamp, field: updated_at, param: updated_since, limitParam: limit, limit: 20, hasMore: has_more, tieBreaker: after_id}
-    schedule: {min: 100ms, max: 500ms}
-    reconcile: {every: 1s, url: %s/list, param: page, sizeParam: per_page, size: 50, hasMore: has_more}
-    leaseTTL: %s
-    delivery:
-      webhook: {url: %s/hook, secret: "${HOOK_SECRET}", timeout: 5s}
-      concurrency: 4
-`, r.proxy.Addr(), processPrefix, r.srv.URL, r.srv.URL, processLeaseTTL, r.hook.URL)
+	cfg := OrdersConfig("redis://"+r.proxy.Addr()+"/0", processPrefix, r.srv.URL, r.hook.URL, processLeaseTTL)
 	if err := os.WriteFile(r.cfgPath, []byte(cfg), 0o600); err != nil {
 		return err
 	}
@@ -1213,4 +1199,25 @@ func moduleRoot() (string, error) {
 		}
 	}
 	return "", errors.New("chaos: cannot find the module root (go.mod of github.com/watukuy/watukuy) to build the binaries; set BinDir")
+}
+
+// OrdersConfig is the config file of the process-level tests: one timestamp poller over the
+// fake API's /items with a reconcile lane over /list, delivering to a signed webhook whose
+// secret comes from ${HOOK_SECRET}.
+func OrdersConfig(redisURL, prefix, apiURL, hookURL string, leaseTTL time.Duration) string {
+	return fmt.Sprintf(`redis: %s
+prefix: %s
+pollers:
+  - name: orders
+    request: {url: %s/items, timeout: 5s}
+    items: data
+    version: version
+    cursor: {strategy: timestamp, field: updated_at, param: updated_since, limitParam: limit, limit: 20, hasMore: has_more, tieBreaker: after_id}
+    schedule: {min: 100ms, max: 500ms}
+    reconcile: {every: 1s, url: %s/list, param: page, sizeParam: per_page, size: 50, hasMore: has_more}
+    leaseTTL: %s
+    delivery:
+      webhook: {url: %s/hook, secret: "${HOOK_SECRET}", timeout: 5s}
+      concurrency: 4
+`, redisURL, prefix, apiURL, apiURL, leaseTTL, hookURL)
 }

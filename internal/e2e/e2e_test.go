@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -137,20 +136,7 @@ func TestEndToEndProcesses(t *testing.T) {
 	defer hook.Close()
 
 	cfg := filepath.Join(t.TempDir(), "watukuy.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`redis: %s
-pollers:
-  - name: orders
-    request: {url: %s/items, timeout: 5s}
-    items: data
-    version: version
-    cursor: {strategy: timestamp, field: updated_at, param: updated_since, limitParam: limit, limit: 20, hasMore: has_more, tieBreaker: after_id}
-    schedule: {min: 100ms, max: 500ms}
-    reconcile: {every: 1s, url: %s/list, param: page, sizeParam: per_page, size: 50, hasMore: has_more}
-    leaseTTL: 2s
-    delivery:
-      webhook: {url: %s/hook, secret: "${HOOK_SECRET}", timeout: 5s}
-      concurrency: 4
-`, rb.URL, srv.URL, srv.URL, hook.URL)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(chaos.OrdersConfig(rb.URL, "wk", srv.URL, hook.URL, 2*time.Second)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	os.Setenv("HOOK_SECRET", secret)
