@@ -126,10 +126,11 @@ func TestRegisterConfigErrors(t *testing.T) {
 	if err := eng.Register(ok); !errors.As(err, &ce) || ce.Field != "name" {
 		t.Fatalf("duplicate poller: %v", err)
 	}
-	if err := eng.Trigger(t.Context(), "nope", ""); !errors.As(err, &ce) {
+	var nf *NotFoundError
+	if err := eng.Trigger(t.Context(), "nope", ""); !errors.As(err, &nf) || nf.PartitionMissing || !strings.Contains(err.Error(), `known: "orders"`) {
 		t.Fatalf("unknown poller: %v", err)
 	}
-	if err := eng.Trigger(t.Context(), "orders", "t9"); !errors.As(err, &ce) || ce.Field != "partitions" {
+	if err := eng.Trigger(t.Context(), "orders", "t9"); !errors.As(err, &nf) || !nf.PartitionMissing {
 		t.Fatalf("unknown partition: %v", err)
 	}
 }

@@ -93,6 +93,34 @@ type LeaseLostError = core.LeaseLostError
 // HTTPError is a non-success answer of a third-party API.
 type HTTPError = core.HTTPError
 
+// NotFoundError names a poller or partition that neither the engine nor the registry knows.
+type NotFoundError = core.NotFoundError
+
+// ReplayUnavailableError is a replay of a poller without log.retention.
+type ReplayUnavailableError = core.ReplayUnavailableError
+
+// LayoutError is a Redis data layout this build cannot run on (newer, or older until
+// Migrate).
+type LayoutError = core.LayoutError
+
+// BackfillRequest asks for a backfill: from, to (nil: the live cursor now) and force.
+type BackfillRequest = core.BackfillRequest
+
+// BackfillProgress is a backfill's range, cursor, counters and whether it is done.
+type BackfillProgress = core.BackfillProgress
+
+// ProbeResult is what Probe saw on a poller's first page.
+type ProbeResult = core.ProbeResult
+
+// ProbeItem is one probed item: identity, version, fingerprint, or why it is invalid.
+type ProbeItem = core.ProbeItem
+
+// Layout is the Redis data layout: recorded version, this build's, and whether it is empty.
+type Layout = core.Layout
+
+// Migration is what Migrate did.
+type Migration = core.Migration
+
 // Cursor strategies, poison modes and event types.
 const (
 	Custom       = core.Custom
@@ -253,4 +281,73 @@ func (p Parked) Retry(ctx context.Context, poller, partition string, ids ...stri
 // Discard drops parked rows; events their ordering keys held go back to delivery.
 func (p Parked) Discard(ctx context.Context, poller, partition string, ids ...string) (int, error) {
 	return p.e.DiscardParked(ctx, core.Key{Poller: poller, Partition: partition}, ids)
+}
+
+// InspectAll reports every known key of poller ("" for all pollers), from the registered
+// pollers and the Redis registry.
+func (e *Engine) InspectAll(ctx context.Context, poller string) ([]KeyInfo, error) {
+	return e.core.InspectAll(ctx, poller)
+}
+
+// Keys lists the known keys of poller ("" for all), sorted.
+func (e *Engine) Keys(ctx context.Context, poller string) ([]Key, error) { return e.core.Keys(ctx, poller) }
+
+// Backfill runs the live lane's logic again from an older cursor, in a lane of its own with
+// lower priority than live; see BackfillRequest. snapshotDiff pollers refuse (*ConfigError).
+func (e *Engine) Backfill(ctx context.Context, poller, partition string, req BackfillRequest) (BackfillProgress, error) {
+	return e.core.Backfill(ctx, core.Key{Poller: poller, Partition: partition}, req)
+}
+
+// Replay copies logged events committed in [from, to] (to zero: up to now) back into the
+// outbox with their original ids and lane "replay"; it returns how many. Without
+// log.retention it fails with *ReplayUnavailableError.
+func (e *Engine) Replay(ctx context.Context, poller, partition string, from, to time.Time) (int, error) {
+	return e.core.Replay(ctx, core.Key{Poller: poller, Partition: partition}, from, to)
+}
+
+// ResetCursor rewinds the live lane to cursor ("" for the beginning); clearSnapshot makes
+// every item count as new again (re-emitted as created with its original ids).
+func (e *Engine) ResetCursor(ctx context.Context, poller, partition, cursor string, clearSnapshot bool) error {
+	return e.core.ResetCursor(ctx, core.Key{Poller: poller, Partition: partition}, cursor, clearSnapshot)
+}
+
+// Partitions adds, removes and deletes partitions at run time.
+func (e *Engine) Partitions() Partitions { return Partitions{e: e.core} }
+
+// Partitions manages a poller's partitions.
+type Partitions struct{ e *core.Engine }
+
+// List reports every partition of poller.
+func (p Partitions) List(ctx context.Context, poller string) ([]KeyInfo, error) {
+	if poller == "" {
+		return nil, &ConfigError{Field: "poller", Msg: "name the poller whose partitions to list"}
+	}
+	return p.e.InspectAll(ctx, poller)
+}
+
+// Add registers a new partition; workers running the poller pick it up at once.
+func (p Partitions) Add(ctx context.Context, poller, partition string) error {
+	return p.e.AddPartition(ctx, core.Key{Poller: poller, Partition: partition})
+}
+
+// Remove pauses a partition and keeps its state; Resume brings it back from its last cursor.
+func (p Partitions) Remove(ctx context.Context, poller, partition string) error {
+	return p.e.RemovePartition(ctx, core.Key{Poller: poller, Partition: partition})
+}
+
+// Delete removes a partition with its state and snapshot.
+func (p Partitions) Delete(ctx context.Context, poller, partition string) error {
+	return p.e.DeletePartition(ctx, core.Key{Poller: poller, Partition: partition})
+}
+
+// Layout reads the Redis data layout.
+func (e *Engine) Layout(ctx context.Context) (Layout, error) { return e.core.Layout(ctx) }
+
+// Migrate upgrades the Redis data layout in place and records it; it is idempotent.
+func (e *Engine) Migrate(ctx context.Context) (Migration, error) { return e.core.Migrate(ctx) }
+
+// Probe fetches the first page of p for partition and reports what the engine would see:
+// identities, versions, fingerprints, invalid items and the next cursor. It writes nothing.
+func Probe(ctx context.Context, p Poller, partition string) (ProbeResult, error) {
+	return core.Probe(ctx, p, partition)
 }

@@ -61,8 +61,9 @@ func buildPoller(cfg *config.Config, pc config.Poller, rdb redis.UniversalClient
 	}
 	switch c.Strategy {
 	case "timestamp":
-		p.Fetch = (&cursor.Timestamp{Source: src, Field: c.Field, Formats: c.Formats, Param: c.Param, LimitParam: c.LimitParam,
-			Limit: c.Limit, HasMore: c.HasMore, TieBreaker: c.TieBreaker, Identity: pc.Identity}).Fetch
+		ts := &cursor.Timestamp{Source: src, Field: c.Field, Formats: c.Formats, Param: c.Param, LimitParam: c.LimitParam,
+			Limit: c.Limit, HasMore: c.HasMore, TieBreaker: c.TieBreaker, Identity: pc.Identity}
+		p.Fetch, p.CursorPosition = ts.Fetch, ts.Position
 	case "token":
 		p.Fetch = (&cursor.Token{Source: src, Param: c.Param, Next: c.Next, HasMore: c.HasMore, LimitParam: c.LimitParam, Limit: c.Limit}).Fetch
 	case "page":
@@ -106,11 +107,9 @@ func buildPoller(cfg *config.Config, pc config.Poller, rdb redis.UniversalClient
 		p.Validate = v
 	}
 	if pc.Log != nil {
-		log.Warn().Msg("log.retention is accepted, but the replay log comes with a later version: nothing is logged yet")
+		p.LogRetention = pc.Log.Retention
 	}
-	if pc.Shadow {
-		log.Warn().Msg("shadow: true is accepted, but shadow mode comes with a later version: events are delivered")
-	}
+	p.Shadow = pc.Shadow
 	d := pc.Delivery
 	p.Delivery = watukuy.Delivery{Concurrency: d.Concurrency, Attempts: d.Attempts}
 	if d.Poison == "halt" {

@@ -134,19 +134,14 @@ func (env *Env) Register(ps ...watukuy.Poller) error {
 	return nil
 }
 
+// keyInfos inspects every key of the process's pollers, partitions added at run time too.
 func (env *Env) keyInfos(ctx context.Context) ([]core.KeyInfo, error) {
 	var out []core.KeyInfo
 	for _, p := range env.Pollers {
-		parts := p.Partitions
-		if len(parts) == 0 {
-			parts = []string{""}
-		}
-		for _, part := range parts {
-			ki, err := env.Engine.Inspect(ctx, p.Name, part)
-			if err != nil {
-				return out, err
-			}
-			out = append(out, ki)
+		kis, err := env.Engine.InspectAll(ctx, p.Name)
+		out = append(out, kis...)
+		if err != nil {
+			return out, err
 		}
 	}
 	return out, nil
@@ -186,6 +181,13 @@ func (env *Env) ping(ctx context.Context) error { return env.RDB.Ping(ctx).Err()
 
 // RunScheduler claims due keys and enqueues their cycles until ctx ends.
 func RunScheduler(ctx context.Context, env *Env, s Settings) error {
+	l, err := env.Engine.Layout(ctx)
+	if err != nil {
+		return fmt.Errorf("read the data layout: %w", err)
+	}
+	if l.Version > l.Current {
+		return &watukuy.LayoutError{Found: l.Version, Known: l.Current}
+	}
 	if _, err := env.serve(ctx, s, env.ping); err != nil {
 		return err
 	}

@@ -60,6 +60,10 @@ type cycle struct {
 	rateLimitAt time.Time
 	confirmed   bool // a fenced write succeeded since the last request
 
+	backfilling *BackfillProgress // the backfill lane's progress while it runs
+	force       int64             // while a forced backfill runs: its generation
+	released    bool              // an operation gave the lease up itself (partition deleted)
+
 	serverAt time.Time // server clock at Begin
 	localAt  time.Time // local clock at Begin (monotonic)
 }
@@ -114,6 +118,11 @@ func (e *Engine) runCycle(ctx context.Context, key Key) CycleReport {
 		// skip is never overwritten.
 		rep.Outcome = SkippedPaused
 		return rep
+	case BeginDeleted:
+		// A task of a deleted partition: forget the key (partitions add brings it back).
+		rep.Outcome = SkippedPaused
+		rep.Err = e.wrapStore(key, "unschedule deleted key", e.store.Unschedule(ctx, key))
+		return rep
 	case BeginNotDue:
 		rep.Outcome = SkippedNotDue
 		rep.Err = e.wrapStore(key, "set due", e.store.SetDue(ctx, key, b.NextDue))
@@ -148,7 +157,7 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 	c.rep.Outcome = Ran
 	var failure *cycleError
 	// G9: deliver what is pending before any request.
-	if outboxLen > 0 {
+	if outboxLen > 0 && !c.p.Shadow {
 		failure = c.drain(ctx)
 	}
 	var live laneResult
@@ -173,6 +182,20 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 				"reconcile listing of %s is longer than reconcile.maxPages (%d): deletes cannot be detected", c.key, c.p.Reconcile.MaxPages)}
 		}
 	}
+	backfillPending := false
+	if bp := c.state.backfill(); failure == nil && bp != nil && !bp.Done {
+		backfillPending = true
+		// Only once the live lane has caught up does the backfill get the pages it left.
+		if ln, ok := c.backfillLane(live, c.p.MaxPagesPerCycle-live.pages); ok {
+			var bf laneResult
+			bf, failure = c.runLane(ctx, ln)
+			c.force = 0
+			if failure == nil && bf.complete && !c.backfilling.Done {
+				failure = c.endBackfill(ctx) // a 304: nothing more at the cursor
+			}
+			backfillPending = failure == nil && !c.backfilling.Done
+		}
+	}
 	if cause := context.Cause(ctx); cause != nil && IsLeaseLost(cause) {
 		c.abandon(cause)
 		return
@@ -193,7 +216,7 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 		return
 	}
 	c.rep.Truncated = failure == nil && !live.complete
-	if err := c.finish(ctx, failure, live.paced, reconciled); err != nil {
+	if err := c.finish(ctx, failure, live.paced, reconciled, backfillPending); err != nil {
 		if IsLeaseLost(err) {
 			c.abandon(err)
 			return
@@ -253,7 +276,7 @@ func (c *cycle) drain(ctx context.Context) *cycleError {
 
 // finish runs the schedule state machine (pure functions), saves its state and releases
 // the lease.
-func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Duration, reconciled bool) error {
+func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Duration, reconciled, backfillPending bool) error {
 	now := c.now()
 	res := schedule.Result{Kind: schedule.ResultIdle}
 	switch {
@@ -272,6 +295,12 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		at = c.serverAt // due again at once, whatever clock the next claimer reads
 	}
 	next := schedule.Next(c.p.policy(), prev, res, at, c.e.rand())
+	if backfillPending && failure == nil {
+		// More backfill to do: come back as soon as the API's pace allows.
+		if soon := now.Add(max(c.pace(), 0)); soon.Before(next.NextDue) {
+			next.NextDue = soon
+		}
+	}
 
 	st := map[string]string{
 		fieldInterval: strconv.FormatInt(next.Interval.Milliseconds(), 10),
@@ -309,7 +338,7 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	summary, _ := json.Marshal(map[string]any{"at": now.UTC().Format(time.RFC3339Nano), "outcome": outcome,
 		"durationMs": time.Since(c.localAt).Milliseconds(), "pages": c.rep.Pages, "items": c.rep.Items,
 		"events": c.rep.Events, "delivered": c.rep.Delivered, "parked": c.rep.Parked, "invalid": c.rep.Invalid,
-		"truncated": c.rep.Truncated, "notModified": c.rep.NotModified, "reconciled": reconciled})
+		"truncated": c.rep.Truncated, "notModified": c.rep.NotModified, "reconciled": reconciled, "backfillPending": backfillPending})
 	st[fieldLastPoll] = string(summary)
 	if err := c.e.store.End(ctx, c.lease, EndRequest{State: st, Delete: del, NextDue: next.NextDue}); err != nil {
 		return err

@@ -94,24 +94,25 @@ func (e *Engine) Register(p Poller) error {
 	return nil
 }
 
-// poller returns the registered poller of key, checking the partition too.
+// poller returns the registered poller of key for a cycle. Partitions added at run time
+// (partitions add) are not in the definition: any well-formed partition name is accepted,
+// since only registered keys ever become due.
 func (e *Engine) poller(key Key) (*Poller, error) {
 	e.mu.Lock()
 	p, ok := e.pollers[key.Poller]
 	e.mu.Unlock()
 	if !ok {
-		return nil, &ConfigError{Poller: key.Poller, Field: "name", Msg: "no such poller is registered"}
+		return nil, &NotFoundError{Poller: key.Poller, Hint: "this engine has no such poller registered"}
 	}
-	for _, k := range p.keys() {
-		if k == key {
-			return p, nil
-		}
+	if key.Partition != "" && !partitionRE.MatchString(key.Partition) {
+		return nil, &ConfigError{Poller: key.Poller, Field: "partitions", Msg: fmt.Sprintf("malformed partition %q", key.Partition)}
 	}
-	return nil, &ConfigError{Poller: key.Poller, Field: "partitions", Msg: fmt.Sprintf("unknown partition %q", key.Partition)}
+	return p, nil
 }
 
-// Setup writes every registered key to the registry and, for new keys, the due set, so the
-// schedulers find them. Tick does it by itself; workers call it at start.
+// Setup checks the data layout, then writes every registered key to the registry and, for new
+// keys, the due set, so the schedulers find them. Tick does it by itself; workers call it at
+// start. A layout newer than this build knows is a *LayoutError.
 func (e *Engine) Setup(ctx context.Context) error { return e.ensureRegistered(ctx) }
 
 // ensureRegistered writes every key to the registry and due set once per registration change.
@@ -121,19 +122,22 @@ func (e *Engine) ensureRegistered(ctx context.Context) error {
 		e.mu.Unlock()
 		return nil
 	}
-	var keys []Key
-	info := map[string][]byte{}
+	e.mu.Unlock()
+	if err := e.checkLayout(ctx); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	pollers := map[string][]byte{}
+	keys := map[Key][]byte{}
+	entry, _ := json.Marshal(keyEntry{Source: "config"})
 	for _, p := range e.pollers {
-		b, _ := json.Marshal(map[string]any{"poller": p.Name, "partitions": p.Partitions,
-			"min": p.Schedule.Min.String(), "max": p.Schedule.Max.String(), "leaseTTL": p.LeaseTTL.String(),
-			"schemaVersion": p.SchemaVersion})
+		pollers[p.Name], _ = json.Marshal(p.info())
 		for _, k := range p.keys() {
-			keys = append(keys, k)
-			info[k.String()] = b
+			keys[k] = entry
 		}
 	}
 	e.mu.Unlock()
-	if err := e.store.Register(ctx, keys, info); err != nil {
+	if err := e.store.Register(ctx, pollers, keys); err != nil {
 		return fmt.Errorf("watukuy: register keys: %w", err)
 	}
 	e.mu.Lock()
@@ -268,10 +272,7 @@ func (e *Engine) Resume(ctx context.Context, key Key) error {
 }
 
 func (e *Engine) keyOp(ctx context.Context, key Key, name string, op func(context.Context, Key) error) error {
-	if _, err := e.poller(key); err != nil {
-		return err
-	}
-	if err := e.ensureRegistered(ctx); err != nil {
+	if _, err := e.resolve(ctx, key); err != nil {
 		return err
 	}
 	if err := op(ctx, key); err != nil {
@@ -282,33 +283,63 @@ func (e *Engine) keyOp(ctx context.Context, key Key, name string, op func(contex
 
 // KeyInfo is what Inspect reports for a key.
 type KeyInfo struct {
-	Poller         string          `json:"poller"`
-	Partition      string          `json:"partition"`
-	Status         string          `json:"status"`
-	Paused         bool            `json:"paused"`
-	Cursor         string          `json:"cursor"`
-	LeaseOwner     string          `json:"leaseOwner,omitempty"`
-	LeaseEpoch     int64           `json:"leaseEpoch"`
-	LeaseExpires   *time.Time      `json:"leaseExpiresAt,omitempty"`
-	NextDueAt      *time.Time      `json:"nextDueAt,omitempty"`
-	Interval       time.Duration   `json:"intervalMs"`
-	Circuit        string          `json:"circuit"`
-	Failures       int             `json:"consecutiveFailures"`
-	ThrottledUntil *time.Time      `json:"throttledUntil,omitempty"`
-	RateLimit      json.RawMessage `json:"rateLimit,omitempty"`
-	ReconcileDue   *time.Time      `json:"reconcileDueAt,omitempty"`
-	LastPoll       json.RawMessage `json:"lastPoll,omitempty"`
-	LastError      json.RawMessage `json:"lastError,omitempty"`
-	LagMs          int64           `json:"lagMs"`
-	OutboxPending  int64           `json:"outboxPending"`
-	Parked         int64           `json:"parked"`
-	Held           int64           `json:"held"`
-	Items          int64           `json:"items"`
+	Poller    string `json:"poller"`
+	Partition string `json:"partition"`
+	// Status is idle, running, paused, removed, deleted, circuitOpen, throttled or failing.
+	Status string `json:"status"`
+	Paused bool   `json:"paused"`
+	// Source is where the key comes from: "config" or "cli" (partitions add).
+	Source string `json:"source,omitempty"`
+	// Cursor is the live lane's cursor; Cursors holds every lane's (live, backfill).
+	Cursor         string            `json:"cursor"`
+	Cursors        map[string]string `json:"cursors"`
+	LeaseOwner     string            `json:"leaseOwner,omitempty"`
+	LeaseEpoch     int64             `json:"leaseEpoch"`
+	LeaseExpires   *time.Time        `json:"leaseExpiresAt,omitempty"`
+	NextDueAt      *time.Time        `json:"nextDueAt,omitempty"`
+	Interval       time.Duration     `json:"intervalMs"`
+	Circuit        string            `json:"circuit"`
+	Failures       int               `json:"consecutiveFailures"`
+	ThrottledUntil *time.Time        `json:"throttledUntil,omitempty"`
+	RateLimit      json.RawMessage   `json:"rateLimit,omitempty"`
+	ReconcileDue   *time.Time        `json:"reconcileDueAt,omitempty"`
+	LastPoll       json.RawMessage   `json:"lastPoll,omitempty"`
+	// LastError is {code, phase, message, at} of the last failed cycle, until one succeeds.
+	LastError     json.RawMessage `json:"lastError,omitempty"`
+	LagMs         int64           `json:"lagMs"`
+	OutboxPending int64           `json:"outboxPending"`
+	// Parked counts every parked row; ParkedPoison and ParkedInvalid split it by kind.
+	Parked        int64 `json:"parked"`
+	ParkedPoison  int64 `json:"parkedPoison"`
+	ParkedInvalid int64 `json:"parkedInvalid"`
+	Held          int64 `json:"held"`
+	Items         int64 `json:"items"`
+	SchemaVersion int   `json:"schemaVersion"`
+	// Backfill is the last backfill's progress, nil when none was started.
+	Backfill *BackfillProgress `json:"backfill,omitempty"`
+	// Shadow is true for a poller in shadow mode; ShadowEvents counts the events it would
+	// have delivered, by type.
+	Shadow       bool           `json:"shadow,omitempty"`
+	ShadowEvents map[string]int `json:"shadowEvents,omitempty"`
+	// LogRetention is how long events are kept for replay (0: no log).
+	LogRetention time.Duration `json:"logRetentionMs,omitempty"`
+}
+
+// MarshalJSON writes the durations as milliseconds, as their names say.
+func (ki KeyInfo) MarshalJSON() ([]byte, error) {
+	type plain KeyInfo
+	out := struct {
+		plain
+		Interval     int64 `json:"intervalMs"`
+		LogRetention int64 `json:"logRetentionMs,omitempty"`
+	}{plain(ki), ki.Interval.Milliseconds(), ki.LogRetention.Milliseconds()}
+	return json.Marshal(out)
 }
 
 // Inspect reads one key's status.
 func (e *Engine) Inspect(ctx context.Context, key Key) (KeyInfo, error) {
-	if _, err := e.poller(key); err != nil {
+	t, err := e.resolve(ctx, key)
+	if err != nil {
 		return KeyInfo{}, err
 	}
 	s, err := e.store.Inspect(ctx, key)
@@ -316,10 +347,12 @@ func (e *Engine) Inspect(ctx context.Context, key Key) (KeyInfo, error) {
 		return KeyInfo{}, fmt.Errorf("watukuy: inspect %s: %w", key, err)
 	}
 	st := newState(s.State)
-	ki := KeyInfo{Poller: key.Poller, Partition: key.Partition, Paused: st.paused(),
-		Cursor: st.get(fieldCursorLive), LeaseOwner: s.LeaseOwner, LeaseEpoch: s.LeaseEpoch,
+	ki := KeyInfo{Poller: key.Poller, Partition: key.Partition, Paused: st.paused(), Source: t.source,
+		Cursor: st.get(fieldCursorLive), Cursors: map[string]string{"live": st.get(fieldCursorLive)},
+		LeaseOwner: s.LeaseOwner, LeaseEpoch: s.LeaseEpoch,
 		Interval: st.duration(fieldInterval), Circuit: st.circuit(), Failures: st.int(fieldFailures),
-		OutboxPending: s.OutboxLen, Parked: s.Parked, Held: s.Held, Items: s.Items}
+		OutboxPending: s.OutboxLen, Parked: s.Parked, ParkedInvalid: s.ParkedInvalid, ParkedPoison: s.Parked - s.ParkedInvalid,
+		Held: s.Held, Items: s.Items, SchemaVersion: t.info.SchemaVersion, Shadow: t.info.Shadow, LogRetention: t.info.logRetention()}
 	if v := st.get(fieldLastPoll); v != "" {
 		ki.LastPoll = json.RawMessage(v)
 	}
@@ -328,6 +361,18 @@ func (e *Engine) Inspect(ctx context.Context, key Key) (KeyInfo, error) {
 	}
 	if v := st.get(fieldRateLimit); v != "" {
 		ki.RateLimit = json.RawMessage(v)
+	}
+	if bp := st.backfill(); bp != nil {
+		ki.Backfill = bp
+		ki.Cursors["backfill"] = bp.Cursor
+	}
+	for _, typ := range []EventType{Created, Updated, Deleted} {
+		if n := st.int(fieldShadowPrefix + string(typ)); n > 0 {
+			if ki.ShadowEvents == nil {
+				ki.ShadowEvents = map[string]int{}
+			}
+			ki.ShadowEvents[string(typ)] = n
+		}
 	}
 	if t := st.time(FieldThrottled); t.After(s.Now) {
 		ki.ThrottledUntil = &t
@@ -340,11 +385,15 @@ func (e *Engine) Inspect(ctx context.Context, key Key) (KeyInfo, error) {
 	}
 	if due := st.time(FieldNextDue); !due.IsZero() {
 		ki.NextDueAt = &due
-		if lag := s.Now.Sub(due); lag > 0 {
+		if lag := s.Now.Sub(due); lag > 0 && !ki.Paused {
 			ki.LagMs = lag.Milliseconds()
 		}
 	}
 	switch {
+	case st.get(fieldDeleted) == "1":
+		ki.Status = "deleted"
+	case st.get(fieldRemoved) == "1":
+		ki.Status = "removed"
 	case ki.Paused:
 		ki.Status = "paused"
 	case ki.LeaseExpires != nil && ki.LeaseExpires.After(s.Now):
@@ -359,6 +408,23 @@ func (e *Engine) Inspect(ctx context.Context, key Key) (KeyInfo, error) {
 		ki.Status = "idle"
 	}
 	return ki, nil
+}
+
+// InspectAll reads every known key of poller (all pollers when "").
+func (e *Engine) InspectAll(ctx context.Context, poller string) ([]KeyInfo, error) {
+	keys, err := e.Keys(ctx, poller)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]KeyInfo, 0, len(keys))
+	for _, k := range keys {
+		ki, err := e.Inspect(ctx, k)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, ki)
+	}
+	return out, nil
 }
 
 // ParkedInfo is one parked row.
@@ -399,7 +465,7 @@ type heldEntry struct {
 
 // ListParked returns the key's parked rows, oldest first; kind "" lists all.
 func (e *Engine) ListParked(ctx context.Context, key Key, kind string) ([]ParkedInfo, error) {
-	if _, err := e.poller(key); err != nil {
+	if _, err := e.resolve(ctx, key); err != nil {
 		return nil, err
 	}
 	rows, err := e.store.ListParked(ctx, key)
@@ -453,12 +519,12 @@ func (e *Engine) DiscardParked(ctx context.Context, key Key, ids []string) (int,
 }
 
 func (e *Engine) releaseParked(ctx context.Context, key Key, ids []string, retry bool) (int, error) {
-	p, err := e.poller(key)
+	t, err := e.resolve(ctx, key)
 	if err != nil {
 		return 0, err
 	}
 	released := 0
-	err = e.withOpLease(ctx, key, p, func(c *cycle) error {
+	err = e.withOpLease(ctx, t, func(c *cycle) error {
 		rows, err := e.store.ListParked(ctx, key)
 		if err != nil {
 			return err
@@ -471,6 +537,9 @@ func (e *Engine) releaseParked(ctx context.Context, key Key, ids []string, retry
 			}
 			var r parkedRow
 			if err := json.Unmarshal(raw, &r); err == nil && r.Kind == parkedInvalid && retry {
+				if c.p == nil {
+					return fmt.Errorf("parked row %s is an invalid item: retrying it runs the poller's checks, so pass --config with poller %q", id, key.Poller)
+				}
 				if err := c.retryInvalid(ctx, r); err != nil {
 					return err
 				}
@@ -493,16 +562,24 @@ func (e *Engine) releaseParked(ctx context.Context, key Key, ids []string, retry
 }
 
 // withOpLease runs fn under the key's lease, waiting up to 5s for another holder to finish.
-func (e *Engine) withOpLease(ctx context.Context, key Key, p *Poller, fn func(c *cycle) error) error {
+// The cycle's poller is nil when this engine does not have the key's definition.
+func (e *Engine) withOpLease(ctx context.Context, t target, fn func(c *cycle) error) error {
 	deadline := time.Now().Add(5 * time.Second)
+	ttl := t.info.leaseTTL()
+	if t.p != nil {
+		ttl = t.p.LeaseTTL
+	}
 	for {
-		b, err := e.store.Begin(ctx, key, e.owner, p.LeaseTTL, true)
+		b, err := e.store.Begin(ctx, t.key, e.owner, ttl, true)
 		if err != nil {
 			return err
 		}
 		if b.Status == BeginOK {
-			c := newCycle(e, p, b)
+			c := newCycle(e, t.p, b)
 			ferr := fn(c)
+			if c.released {
+				return ferr
+			}
 			if err := e.store.End(ctx, c.lease, EndRequest{NextDue: b.Now}); err != nil && ferr == nil {
 				ferr = err
 			}
@@ -543,6 +620,17 @@ func (s state) time(f string) time.Time {
 	}
 	return time.UnixMilli(n).UTC()
 }
+func (s state) backfill() *BackfillProgress {
+	v := s[fieldBackfill]
+	if v == "" {
+		return nil
+	}
+	var bp BackfillProgress
+	if json.Unmarshal([]byte(v), &bp) != nil {
+		return nil
+	}
+	return &bp
+}
 func (s state) circuit() string {
 	if c := s[fieldCircuit]; c != "" {
 		return c
@@ -565,6 +653,10 @@ const (
 	fieldRateLimit  = "rateLimit"
 
 	fieldReconcileDue = "reconcileDue"
+	fieldBackfill     = "backfill"
+	fieldShadowPrefix = "shadow."
+	fieldRemoved      = "removed"
+	fieldDeleted      = "deleted"
 
 	parkedInvalid = "invalid"
 	parkedPoison  = "poison"

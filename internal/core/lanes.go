@@ -13,18 +13,24 @@ import (
 
 // lane is one pass over an API within a cycle.
 type lane struct {
-	name     string // live, reconcile
+	name     string // live, reconcile, backfill
 	fetch    FetchFunc
 	cursor   string // where the pass starts
-	persist  bool   // commit the cursor with each page (live lane of a cursor strategy)
 	listing  bool   // a full listing: unlisted identities are deleted when it completes
 	maxPages int
+	// save returns the state to commit with a page (the lane's cursor) and whether the lane
+	// is done although the API has more (a backfill at its target); nil commits nothing.
+	save func(page Page, events int) (state map[string]string, done bool)
+	// yield ends the lane, unfinished, whenever the API asks to slow down (backfill: the
+	// live lane gets the remaining budget).
+	yield bool
 }
 
 // laneResult is how a lane ended.
 type laneResult struct {
-	complete bool          // the API said there is no more
+	complete bool          // the API said there is no more (or the lane reached its end)
 	paced    time.Duration // stopped early to respect the API's rate limit; wait this long
+	pages    int
 }
 
 // longestInCycleWait is the longest pause between two pages that a cycle sits out itself;
@@ -60,6 +66,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 			h(c.key, ln.name, time.Since(sent), err)
 		}
 		c.rep.Pages++
+		res.pages++
 		if err != nil {
 			return res, c.fetchFailure(ctx, ln, cursor, err)
 		}
@@ -77,19 +84,20 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		if err != nil {
 			return res, storeErr(err)
 		}
-		if ln.persist && page.Next != cursor {
-			cm.State = map[string]string{fieldCursorLive: page.Next}
+		done := false
+		if ln.save != nil {
+			cm.State, done = ln.save(page, len(events))
 		}
 		if f := c.commitAndDeliver(ctx, cm, events); f != nil {
 			return res, f
 		}
 		cursor = page.Next
-		if !page.HasMore {
+		if !page.HasMore || done {
 			res.complete = true
 			break
 		}
 		if gap := c.pace(); gap > 0 {
-			if gap > longestInCycleWait {
+			if gap > longestInCycleWait || ln.yield {
 				res.paced = gap
 				return res, nil
 			}
@@ -215,9 +223,17 @@ func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string
 // liveLane is the poller's live pass: from the committed cursor, or a full listing for
 // snapshotDiff.
 func (c *cycle) liveLane() lane {
-	ln := lane{name: "live", fetch: c.p.Fetch, cursor: c.state.get(fieldCursorLive), persist: true, maxPages: c.p.MaxPagesPerCycle}
+	ln := lane{name: "live", fetch: c.p.Fetch, cursor: c.state.get(fieldCursorLive), maxPages: c.p.MaxPagesPerCycle}
 	if c.p.Strategy == SnapshotDiff {
-		ln.cursor, ln.persist, ln.listing = "", false, true
+		ln.cursor, ln.listing = "", true
+		return ln
+	}
+	ln.save = func(page Page, _ int) (map[string]string, bool) {
+		if page.Next == c.state.get(fieldCursorLive) {
+			return nil, false
+		}
+		c.state[fieldCursorLive] = page.Next
+		return map[string]string{fieldCursorLive: page.Next}, false
 	}
 	return ln
 }

@@ -56,6 +56,16 @@ type Poller struct {
 	Failures int
 	// ProbeEvery is how long an open circuit waits for its probe; default Schedule.Max.
 	ProbeEvery time.Duration
+	// LogRetention, when set, keeps every committed event in the key's replay log for this
+	// long (log.retention), so Replay can deliver it again.
+	LogRetention time.Duration
+	// Shadow polls and commits state but delivers nothing: the would-be events are only
+	// counted (Inspect shows them). For onboarding a new API safely.
+	Shadow bool
+	// CursorPosition places a cursor on a line (e.g. its time in seconds) so a backfill can
+	// stop at its target and report how far it is; optional (then a backfill runs until its
+	// cursor equals the target or the API has no more).
+	CursorPosition func(cursor string) (float64, bool)
 }
 
 // Reconcile is a periodic full listing.
@@ -173,6 +183,9 @@ func (p Poller) withDefaults() (Poller, error) {
 	}
 	if p.MaxPagesPerCycle < 0 {
 		return bad("maxPagesPerCycle", "must be positive")
+	}
+	if p.LogRetention < 0 {
+		return bad("log.retention", "must not be negative")
 	}
 	if p.Failures == 0 {
 		p.Failures = 5

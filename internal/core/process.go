@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/watukuy/watukuy/internal/diff"
@@ -77,6 +78,17 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 		}
 		kind := diff.Classify(rows[i], o.vf, schema, c.p.EmitOnSchemaChange)
 		if kind == diff.Unchanged {
+			if c.force == 0 || lane != "backfill" {
+				continue
+			}
+			// A forced backfill re-emits what is known; its ids are new for each backfill
+			// generation (so consumers that dedupe by id receive them) and stable within it.
+			ev := c.newEvent(Updated, lane, o.identity, o.version, o.vf, o.raw)
+			ev.ID = diff.EventID(c.key.Poller, c.key.Partition, o.identity, "updated/backfill-"+strconv.FormatInt(c.force, 10), o.vf, schema)
+			if err := c.addEvent(cm, ev); err != nil {
+				return nil, err
+			}
+			events = append(events, ev)
 			continue
 		}
 		rows[i] = diff.AppendRow(make([]byte, 0, diff.VFSize+2+len(o.version)), diff.Row{VF: o.vf, Schema: schema, Version: o.version})
@@ -188,6 +200,7 @@ func (c *cycle) commitAndDeliver(ctx context.Context, cm Commit, events []Event)
 		len(cm.Invalid) == 0 && len(cm.Unpark) == 0 {
 		return nil
 	}
+	shadow := c.routeEvents(&cm, events)
 	sent := time.Now()
 	res, err := c.e.store.CommitPoll(ctx, c.lease, cm)
 	if err != nil {
@@ -196,7 +209,7 @@ func (c *cycle) commitAndDeliver(ctx context.Context, cm Commit, events []Event)
 	c.keeper.touched(sent)
 	c.confirmed = true
 	c.rep.Events += len(events)
-	if len(events) == 0 {
+	if len(events) == 0 || shadow {
 		return nil
 	}
 	ds := make([]delivery, len(events))
@@ -206,6 +219,24 @@ func (c *cycle) commitAndDeliver(ctx context.Context, cm Commit, events []Event)
 			Envelope: cm.Events[i].Envelope, Seq: res.StreamIDs[i]}, ev: &events[i]}
 	}
 	return c.deliver(ctx, ds)
+}
+
+// routeEvents prepares a commit's events: in shadow mode they are only counted (and false is
+// returned, nothing to deliver), otherwise they are logged when the poller keeps a log.
+func (c *cycle) routeEvents(cm *Commit, events []Event) (shadow bool) {
+	if len(cm.Events) == 0 {
+		return false
+	}
+	if c.p.Shadow {
+		cm.Count = map[string]int{}
+		for _, ev := range events {
+			cm.Count[fieldShadowPrefix+string(ev.Type)]++
+		}
+		cm.Events = nil
+		return true
+	}
+	cm.LogRetention = c.p.LogRetention
+	return false
 }
 
 // retryInvalid runs a parked invalid item through the diff again; if it now passes it is
@@ -225,6 +256,7 @@ func (c *cycle) retryInvalid(ctx context.Context, r parkedRow) error {
 		return err
 	}
 	cm.Unpark = []string{r.ID}
+	c.routeEvents(&cm, events)
 	if _, err := c.e.store.CommitPoll(ctx, c.lease, cm); err != nil {
 		return err
 	}

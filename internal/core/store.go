@@ -36,8 +36,28 @@ type Store interface {
 	ReleaseParked(ctx context.Context, l Lease, retry bool, ids []string) (released, returned int, err error)
 	// SetDue writes the key's due time without touching its state (skipped cycles).
 	SetDue(ctx context.Context, key Key, at time.Time) error
-	// Register records keys in the registry and puts new ones in the due set, due now.
-	Register(ctx context.Context, keys []Key, info map[string][]byte) error
+	// Register records pollers and keys in the registry and puts new keys in the due set,
+	// due now. A key of a deleted partition stays deleted.
+	Register(ctx context.Context, pollers map[string][]byte, keys map[Key][]byte) error
+	// Lookup reads the registry entries of key's poller and of key (nil when absent).
+	Lookup(ctx context.Context, key Key) (poller, entry []byte, err error)
+	// Registry reads every registered poller (by name) and key (by Key.String()).
+	Registry(ctx context.Context) (pollers, keys map[string][]byte, err error)
+	// AddPartition registers key (entry), lifts a deletion, and makes it due now.
+	AddPartition(ctx context.Context, key Key, entry []byte) error
+	// DeleteKey removes key's state, snapshot, outbox, parked rows and log under the lease,
+	// leaves a deletion mark, and drops it from the registry and due set.
+	DeleteKey(ctx context.Context, l Lease) error
+	// Unschedule drops key from the due set (a deleted key found by a stale task).
+	Unschedule(ctx context.Context, key Key) error
+	// ReadLog returns at most n of the key's logged events committed in [from, to], oldest
+	// first, starting after the entry whose StreamID is after (when not "").
+	ReadLog(ctx context.Context, key Key, from, to time.Time, after string, n int) ([]Entry, error)
+	// Layout reads the recorded data layout and the one this build writes.
+	Layout(ctx context.Context) (Layout, error)
+	// Migrate upgrades the data layout in place to the current one and records it; it is
+	// idempotent. An empty database is simply marked current.
+	Migrate(ctx context.Context) (Migration, error)
 	// Pause stops cycles of key until Resume.
 	Pause(ctx context.Context, key Key) error
 	// Resume lifts a pause and makes the key due now.
@@ -67,6 +87,7 @@ const (
 	BeginPaused
 	BeginNotDue
 	BeginLeased
+	BeginDeleted
 )
 
 // BeginResult is what Begin returns.
@@ -103,6 +124,13 @@ type Commit struct {
 	Invalid []ParkedRow
 	// Unpark removes parked rows (an invalid item that now passes).
 	Unpark []string
+	// ClearItems drops every item row before the upserts (reset-cursor --clear-snapshot).
+	ClearItems bool
+	// LogRetention, when set, also appends the events to the key's replay log and trims
+	// entries older than this.
+	LogRetention time.Duration
+	// Count increments numeric state fields (shadow mode's would-be events).
+	Count map[string]int
 }
 
 // Upsert is one item row.
@@ -171,8 +199,27 @@ type Snapshot struct {
 	LeaseExpires time.Time
 	OutboxLen    int64
 	Parked       int64
-	Held         int64
-	Items        int64
-	NextDue      time.Time
-	Now          time.Time
+	// ParkedInvalid counts the parked rows that are invalid items (the rest are poison).
+	ParkedInvalid int64
+	Held          int64
+	Items         int64
+	NextDue       time.Time
+	Now           time.Time
+}
+
+// Layout describes the data layout of a database.
+type Layout struct {
+	// Version is the recorded layout (0 when none is recorded).
+	Version int `json:"version"`
+	// Current is the layout this build writes.
+	Current int `json:"current"`
+	// Empty is true when the database holds no watukuy data yet.
+	Empty bool `json:"empty"`
+}
+
+// Migration is what Migrate did.
+type Migration struct {
+	From  int      `json:"from"`
+	To    int      `json:"to"`
+	Steps []string `json:"steps"`
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -49,7 +50,7 @@ type FetchRequest struct {
 	Key Key
 	// Cursor is the lane's cursor ("" at the very start).
 	Cursor string
-	// Lane is "live" or "reconcile".
+	// Lane is "live", "reconcile" or "backfill".
 	Lane string
 	// Page counts the pages of this lane's pass in the cycle, from 0.
 	Page int
@@ -173,4 +174,61 @@ func (e *CursorStallError) Error() string {
 func IsLeaseLost(err error) bool {
 	var l *LeaseLostError
 	return errors.As(err, &l)
+}
+
+// NotFoundError names a poller or partition that neither this engine nor the registry knows.
+type NotFoundError struct {
+	Poller    string
+	Partition string
+	// PartitionMissing is true when the poller exists but the partition does not.
+	PartitionMissing bool
+	// Known lists the pollers (or the poller's partitions) that exist.
+	Known []string
+	// Hint says what to do, when there is more to say than the list.
+	Hint string
+}
+
+func (e *NotFoundError) Error() string {
+	var msg string
+	if e.PartitionMissing {
+		msg = fmt.Sprintf("watukuy: poller %q has no partition %q", e.Poller, e.Partition)
+	} else {
+		msg = fmt.Sprintf("watukuy: unknown poller %q", e.Poller)
+	}
+	if len(e.Known) > 0 {
+		shown := make([]string, len(e.Known))
+		for i, k := range e.Known {
+			shown[i] = fmt.Sprintf("%q", k)
+		}
+		msg += "; known: " + strings.Join(shown, ", ")
+	} else if !e.PartitionMissing {
+		msg += "; no poller is registered in this Redis (start a worker with the config, or check --redis and --prefix)"
+	}
+	if e.Hint != "" {
+		msg += "; " + e.Hint
+	}
+	return msg
+}
+
+// ReplayUnavailableError reports a replay of a poller that keeps no event log.
+type ReplayUnavailableError struct {
+	Key Key
+}
+
+func (e *ReplayUnavailableError) Error() string {
+	return fmt.Sprintf("watukuy: replay of %s is unavailable: poller %q keeps no event log; set log.retention (e.g. 168h) in its config and restart the workers: events committed from then on can be replayed",
+		e.Key, e.Key.Poller)
+}
+
+// LayoutError reports a database whose data layout this build cannot run on.
+type LayoutError struct {
+	Found int
+	Known int
+}
+
+func (e *LayoutError) Error() string {
+	if e.Found > e.Known {
+		return fmt.Sprintf("watukuy: the Redis data layout is version %d, newer than this build knows (%d): upgrade watukuy before starting workers against it", e.Found, e.Known)
+	}
+	return fmt.Sprintf("watukuy: the Redis data layout is version %d, older than this build's %d: run `watukuy migrate` first", e.Found, e.Known)
 }

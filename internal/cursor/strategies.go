@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -50,11 +51,9 @@ type timestampCursor struct {
 
 // Fetch is the lane's FetchFunc.
 func (t *Timestamp) Fetch(ctx context.Context, req core.FetchRequest) (core.Page, error) {
-	var cur timestampCursor
-	if req.Cursor != "" {
-		if err := json.Unmarshal([]byte(req.Cursor), &cur); err != nil {
-			return core.Page{}, &core.ConfigError{Poller: req.Key.Poller, Field: "cursor", Msg: fmt.Sprintf("stored cursor %q is not a timestamp cursor: %v", req.Cursor, err)}
-		}
+	cur, err := parseTimestampCursor(req.Cursor, t.Formats)
+	if err != nil {
+		return core.Page{}, &core.ConfigError{Poller: req.Key.Poller, Field: "cursor", Msg: err.Error()}
 	}
 	params := url.Values{}
 	if cur.Since != "" {
@@ -128,6 +127,39 @@ func (t *Timestamp) Fetch(ctx context.Context, req core.FetchRequest) (core.Page
 		next.After = ""
 	}
 	return r.page(next.encode(), hasMore), nil
+}
+
+// parseTimestampCursor reads a committed cursor ({"since":...,"after":...}) or a bare time
+// as an operator types it (backfill --from 2026-01-01T00:00:00Z).
+func parseTimestampCursor(s string, formats []string) (timestampCursor, error) {
+	var cur timestampCursor
+	switch {
+	case s == "":
+	case strings.HasPrefix(s, "{"):
+		if err := json.Unmarshal([]byte(s), &cur); err != nil {
+			return cur, fmt.Errorf("cursor %q is not a timestamp cursor: %v", s, err)
+		}
+	default:
+		if _, err := Parse(s, formats); err != nil {
+			return cur, fmt.Errorf("cursor %q is neither a timestamp cursor nor a time: %v", s, err)
+		}
+		cur.Since = s
+	}
+	return cur, nil
+}
+
+// Position places a cursor on the time line (Unix seconds), so a backfill knows when it has
+// reached its target and how far it is (Poller.CursorPosition).
+func (t *Timestamp) Position(cursor string) (float64, bool) {
+	cur, err := parseTimestampCursor(cursor, t.Formats)
+	if err != nil || cur.Since == "" {
+		return 0, false
+	}
+	ts, err := Parse(cur.Since, t.Formats)
+	if err != nil {
+		return 0, false
+	}
+	return float64(ts.UnixNano()) / 1e9, true
 }
 
 func (c timestampCursor) encode() string {

@@ -3,14 +3,16 @@
 -- KEYS[5] items hash
 -- ARGV[1] owner (instance id), ARGV[2] lease TTL ms, ARGV[3] now override ms or '',
 -- ARGV[4] mode: 'cycle' (checks paused and due) or 'op' (operator action: checks the lease only)
--- Returns {'paused'} | {'notDue', nextDue, now} | {'leased', expiresAt, now}
+-- Returns {'deleted'} | {'paused'} | {'notDue', nextDue, now} | {'leased', expiresAt, now}
 --       | {'ok', epoch, now, outboxLen, {state field, value, ...}, {held ordering keys}, itemCount}
--- Checks, in order, before any write: paused, due (nextDue <= now or outbox non-empty), live lease.
+-- Checks, in order, before any write: deleted (partitions delete), paused, due (nextDue <= now
+-- or outbox non-empty), live lease.
 local now = now_ms(ARGV[3])
 local mode = ARGV[4]
 local outbox_len = redis.call('XLEN', KEYS[3])
 if mode == 'cycle' then
-  local s = redis.call('HMGET', KEYS[1], 'paused', 'nextDue')
+  local s = redis.call('HMGET', KEYS[1], 'paused', 'nextDue', 'deleted')
+  if s[3] == '1' then return {'deleted'} end
   if s[1] == '1' then return {'paused'} end
   local next_due = tonumber(s[2] or '0')
   if next_due > now and outbox_len == 0 then return {'notDue', next_due, now} end

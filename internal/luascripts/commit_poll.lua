@@ -1,20 +1,24 @@
 -- commit_poll.lua: the atomic write of one page: cursor and state patch, item rows, deletes,
--- outbox events, invalid items parked, parked rows removed; also renews the lease (G3: the
--- cursor moves only together with its page's events).
+-- outbox events (and their replay log copies), invalid items parked, parked rows removed;
+-- also renews the lease (G3: the cursor moves only together with its page's events).
 -- KEYS[1] state hash, KEYS[2] lease hash, KEYS[3] items hash, KEYS[4] outbox stream,
--- KEYS[5] parked hash
--- ARGV[1] epoch, ARGV[2] now override ms or '', ARGV[3] lease TTL ms, then sections, each a
--- count followed by its values:
---   state pairs (field, value), item upserts (identity, row), item deletes (identity),
---   events (id, orderingKey, envelope JSON), invalid rows (parkedId, row JSON; HSETNX so the
---   same invalid item is parked once), unparked ids (HDEL)
--- Returns {expiresAt, streamId...} with one stream id per event, in order.
+-- KEYS[5] parked hash, KEYS[6] replay log stream
+-- ARGV[1] epoch, ARGV[2] now override ms or '', ARGV[3] lease TTL ms, ARGV[4] '1' to drop
+-- every item row first (reset-cursor --clear-snapshot), ARGV[5] log retention ms ('0': no
+-- log), then sections, each a count followed by its values:
+--   state pairs (field, value), state counters (field, increment), item upserts (identity,
+--   row), item deletes (identity), events (id, orderingKey, envelope JSON), invalid rows
+--   (parkedId, row JSON; HSETNX so the same invalid item is parked once), unparked ids (HDEL)
+-- Returns {expiresAt, streamId...} with one outbox stream id per event, in order.
 -- Fence check first: LEASE_LOST when stale or expired, before any write.
 local now = now_ms(ARGV[2])
 local err = fence(KEYS[2], ARGV[1], now)
 if err then return err end
 
-local i = 4
+if ARGV[4] == '1' then redis.call('DEL', KEYS[3]) end
+local retention = tonumber(ARGV[5])
+
+local i = 6
 local function section(width)
   local n = tonumber(ARGV[i])
   local from = i + 1
@@ -22,18 +26,31 @@ local function section(width)
   return from, from + n * width - 1, n
 end
 
-local from, to = section(2)
+local from, to, n = section(2)
 if to >= from then chunked('HSET', KEYS[1], ARGV, from, to, 1000) end
+from, to, n = section(2)
+for k = 0, n - 1 do
+  local j = from + k * 2
+  redis.call('HINCRBY', KEYS[1], ARGV[j], ARGV[j + 1])
+end
 from, to = section(2)
 if to >= from then chunked('HSET', KEYS[3], ARGV, from, to, 1000) end
 from, to = section(1)
 if to >= from then chunked('HDEL', KEYS[3], ARGV, from, to, 1000) end
 local out = {}
-local n
 from, to, n = section(3)
 for k = 0, n - 1 do
   local j = from + k * 3
   out[#out + 1] = redis.call('XADD', KEYS[4], '*', 'id', ARGV[j], 'ok', ARGV[j + 1], 'ev', ARGV[j + 2])
+  if retention > 0 then
+    redis.call('XADD', KEYS[6], '*', 'id', ARGV[j], 'ok', ARGV[j + 1], 'ev', ARGV[j + 2])
+  end
+end
+if retention > 0 and n > 0 then
+  -- Log ids are the server's real time (XADD *), whatever the test clock says.
+  local t = redis.call('TIME')
+  local real = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('XTRIM', KEYS[6], 'MINID', tostring(real - retention))
 end
 from, to, n = section(2)
 for k = 0, n - 1 do

@@ -38,13 +38,22 @@ func keys(n int) []core.Key {
 	return ks
 }
 
+// entries makes registry entries of ks, as workers write them.
+func entries(ks []core.Key) map[core.Key][]byte {
+	m := make(map[core.Key][]byte, len(ks))
+	for _, k := range ks {
+		m[k] = []byte(`{"source":"config"}`)
+	}
+	return m
+}
+
 // Two schedulers claim concurrently; every due key is enqueued once, and a key already
 // queued is not queued again.
 func TestSchedulersEnqueueEachKeyOnce(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "q"})
-		if err := st.Register(ctx, keys(30), map[string][]byte{}); err != nil {
+		if err := st.Register(ctx, nil, entries(keys(30))); err != nil {
 			t.Fatal(err)
 		}
 		var mu sync.Mutex
@@ -105,7 +114,7 @@ func TestWorkerRunsTasksAndTriggerWakesScheduler(t *testing.T) {
 		}
 		defer srv.Shutdown()
 		ks := keys(16)
-		if err := st.Register(ctx, ks, map[string][]byte{}); err != nil {
+		if err := st.Register(ctx, nil, entries(ks)); err != nil {
 			t.Fatal(err)
 		}
 		sch := &Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Redis: b.Client, Prefix: "w",
@@ -141,7 +150,7 @@ func TestArchivedTaskIsReplaced(t *testing.T) {
 		ctx := context.Background()
 		st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "a"})
 		k := keys(1)
-		if err := st.Register(ctx, k, map[string][]byte{}); err != nil {
+		if err := st.Register(ctx, nil, entries(k)); err != nil {
 			t.Fatal(err)
 		}
 		insp := asynq.NewInspectorFromRedisClient(b.Client)

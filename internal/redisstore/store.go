@@ -67,6 +67,8 @@ func (s *Store) k(key core.Key, suffix string) string {
 }
 func (s *Store) dueKey() string      { return s.prefix + ":{global}:due" }
 func (s *Store) registryKey() string { return s.prefix + ":{global}:registry" }
+func (s *Store) pollersKey() string  { return s.prefix + ":{global}:pollers" }
+func (s *Store) layoutKey() string   { return s.prefix + ":{global}:layout" }
 
 // WakeChannel is the pub/sub channel on which trigger and resume wake the schedulers.
 func (s *Store) WakeChannel() string { return s.prefix + ":{global}:wake" }
@@ -192,6 +194,8 @@ func (s *Store) Begin(ctx context.Context, key core.Key, owner string, ttl time.
 	r := v.([]any)
 	var res core.BeginResult
 	switch r[0].(string) {
+	case "deleted":
+		res.Status = core.BeginDeleted
 	case "paused":
 		res.Status = core.BeginPaused
 	case "notDue":
@@ -264,10 +268,18 @@ func (s *Store) Identities(ctx context.Context, key core.Key) ([]string, error) 
 
 // CommitPoll implements core.Store.
 func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
-	args := make([]any, 0, 10+2*len(c.State)+2*len(c.Upserts)+len(c.Deletes)+3*len(c.Events)+2*len(c.Invalid)+len(c.Unpark))
+	args := make([]any, 0, 14+2*len(c.State)+2*len(c.Count)+2*len(c.Upserts)+len(c.Deletes)+3*len(c.Events)+2*len(c.Invalid)+len(c.Unpark))
 	args = append(args, s.fencedArgs(l)...)
-	args = append(args, l.TTL.Milliseconds())
+	clear := "0"
+	if c.ClearItems {
+		clear = "1"
+	}
+	args = append(args, l.TTL.Milliseconds(), clear, c.LogRetention.Milliseconds())
 	args = appendPairs(args, c.State)
+	args = append(args, len(c.Count))
+	for f, n := range c.Count {
+		args = append(args, f, n)
+	}
 	args = append(args, len(c.Upserts))
 	for _, u := range c.Upserts {
 		args = append(args, u.Identity, u.Row)
@@ -283,7 +295,7 @@ func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (co
 	}
 	args = appendList(args, c.Unpark)
 	k := l.Key
-	v, err := s.run(ctx, "commit_poll", &l, []string{s.k(k, "state"), s.k(k, "lease"), s.k(k, "items"), s.k(k, "outbox"), s.k(k, "parked")}, args...)
+	v, err := s.run(ctx, "commit_poll", &l, []string{s.k(k, "state"), s.k(k, "lease"), s.k(k, "items"), s.k(k, "outbox"), s.k(k, "parked"), s.k(k, "log")}, args...)
 	if err != nil {
 		return core.CommitResult{}, err
 	}
@@ -410,19 +422,115 @@ func (s *Store) SetDue(ctx context.Context, key core.Key, at time.Time) error {
 }
 
 // Register implements core.Store.
-func (s *Store) Register(ctx context.Context, keys []core.Key, info map[string][]byte) error {
+func (s *Store) Register(ctx context.Context, pollers map[string][]byte, keys map[core.Key][]byte) error {
+	if len(pollers) == 0 && len(keys) == 0 {
+		return nil
+	}
 	now, err := s.now(ctx)
 	if err != nil {
 		return err
 	}
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, k := range keys {
-			p.HSet(ctx, s.registryKey(), k.String(), info[k.String()])
+		for name, info := range pollers {
+			p.HSet(ctx, s.pollersKey(), name, info)
+		}
+		for k, entry := range keys {
+			p.HSet(ctx, s.registryKey(), k.String(), entry)
 			p.ZAddNX(ctx, s.dueKey(), redis.Z{Score: float64(ms(now)), Member: k.String()})
 		}
 		return nil
 	})
 	return err
+}
+
+// Lookup implements core.Store.
+func (s *Store) Lookup(ctx context.Context, key core.Key) ([]byte, []byte, error) {
+	var pc, kc *redis.StringCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		pc = p.HGet(ctx, s.pollersKey(), key.Poller)
+		kc = p.HGet(ctx, s.registryKey(), key.String())
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, nil, err
+	}
+	bytesOf := func(c *redis.StringCmd) []byte {
+		if c.Err() != nil {
+			return nil
+		}
+		return []byte(c.Val())
+	}
+	return bytesOf(pc), bytesOf(kc), nil
+}
+
+// Registry implements core.Store.
+func (s *Store) Registry(ctx context.Context) (map[string][]byte, map[string][]byte, error) {
+	var pc, kc *redis.MapStringStringCmd
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		pc = p.HGetAll(ctx, s.pollersKey())
+		kc = p.HGetAll(ctx, s.registryKey())
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	toBytes := func(m map[string]string) map[string][]byte {
+		out := make(map[string][]byte, len(m))
+		for k, v := range m {
+			out[k] = []byte(v)
+		}
+		return out
+	}
+	return toBytes(pc.Val()), toBytes(kc.Val()), nil
+}
+
+// AddPartition implements core.Store.
+func (s *Store) AddPartition(ctx context.Context, key core.Key, entry []byte) error {
+	if err := s.rdb.HSet(ctx, s.registryKey(), key.String(), entry).Err(); err != nil {
+		return err
+	}
+	if err := s.rdb.HDel(ctx, s.k(key, "state"), "deleted").Err(); err != nil {
+		return err
+	}
+	return s.Trigger(ctx, key)
+}
+
+// DeleteKey implements core.Store. The key leaves the registry and the due set first, so no
+// scheduler claims it while its data goes.
+func (s *Store) DeleteKey(ctx context.Context, l core.Lease) error {
+	k := l.Key
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HDel(ctx, s.registryKey(), k.String())
+		p.ZRem(ctx, s.dueKey(), k.String())
+		return nil
+	}); err != nil {
+		return err
+	}
+	_, err := s.run(ctx, "delete_key", &l, []string{s.k(k, "lease"), s.k(k, "state"), s.k(k, "items"), s.k(k, "outbox"),
+		s.k(k, "parked"), s.k(k, "holds"), s.k(k, "held"), s.k(k, "log")}, s.fencedArgs(l)...)
+	return err
+}
+
+// Unschedule implements core.Store.
+func (s *Store) Unschedule(ctx context.Context, key core.Key) error {
+	return s.rdb.ZRem(ctx, s.dueKey(), key.String()).Err()
+}
+
+// ReadLog implements core.Store. Log entries are ids of the server's real time, in ms.
+func (s *Store) ReadLog(ctx context.Context, key core.Key, from, to time.Time, after string, n int) ([]core.Entry, error) {
+	start := strconv.FormatInt(ms(from), 10)
+	if after != "" {
+		start = "(" + after
+	}
+	msgs, err := s.rdb.XRangeN(ctx, s.k(key, "log"), start, strconv.FormatInt(ms(to), 10), int64(n)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: read the log of %s: %w", key, err)
+	}
+	out := make([]core.Entry, len(msgs))
+	for i, m := range msgs {
+		str := func(f string) string { v, _ := m.Values[f].(string); return v }
+		out[i] = core.Entry{StreamID: m.ID, ID: str("id"), OrderingKey: str("ok"), Envelope: []byte(str("ev")), Seq: m.ID}
+	}
+	return out, nil
 }
 
 // Pause implements core.Store.
@@ -432,7 +540,7 @@ func (s *Store) Pause(ctx context.Context, key core.Key) error {
 
 // Resume implements core.Store.
 func (s *Store) Resume(ctx context.Context, key core.Key) error {
-	if err := s.rdb.HDel(ctx, s.k(key, "state"), core.FieldPaused).Err(); err != nil {
+	if err := s.rdb.HDel(ctx, s.k(key, "state"), core.FieldPaused, "removed").Err(); err != nil {
 		return err
 	}
 	return s.Trigger(ctx, key)
@@ -457,12 +565,13 @@ func (s *Store) Trigger(ctx context.Context, key core.Key) error {
 func (s *Store) Inspect(ctx context.Context, key core.Key) (core.Snapshot, error) {
 	var st *redis.MapStringStringCmd
 	var lease *redis.SliceCmd
-	var outbox, parked, held, items *redis.IntCmd
+	var outbox, held, items *redis.IntCmd
+	var parked *redis.StringSliceCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		st = p.HGetAll(ctx, s.k(key, "state"))
 		lease = p.HMGet(ctx, s.k(key, "lease"), "owner", "epoch", "expiresAt")
 		outbox = p.XLen(ctx, s.k(key, "outbox"))
-		parked = p.HLen(ctx, s.k(key, "parked"))
+		parked = p.HKeys(ctx, s.k(key, "parked"))
 		held = p.HLen(ctx, s.k(key, "held"))
 		items = p.HLen(ctx, s.k(key, "items"))
 		return nil
@@ -474,7 +583,12 @@ func (s *Store) Inspect(ctx context.Context, key core.Key) (core.Snapshot, error
 	if err != nil {
 		return core.Snapshot{}, err
 	}
-	snap := core.Snapshot{State: st.Val(), OutboxLen: outbox.Val(), Parked: parked.Val(), Held: held.Val(), Items: items.Val(), Now: now}
+	snap := core.Snapshot{State: st.Val(), OutboxLen: outbox.Val(), Parked: int64(len(parked.Val())), Held: held.Val(), Items: items.Val(), Now: now}
+	for _, id := range parked.Val() {
+		if strings.HasPrefix(id, "inv_") { // invalid rows; poison rows are named by event id
+			snap.ParkedInvalid++
+		}
+	}
 	lv := lease.Val()
 	if o, ok := lv[0].(string); ok {
 		snap.LeaseOwner = o

@@ -121,11 +121,11 @@ func TestClaimDue(t *testing.T) {
 		ctx := context.Background()
 		clk := &clock{t: time.UnixMilli(1_800_000_000_000)}
 		s, _ := New(b.Client, Options{Clock: clk.now})
-		var keys []core.Key
+		keys := map[core.Key][]byte{}
 		for i := 0; i < 50; i++ {
-			keys = append(keys, core.Key{Poller: "p", Partition: fmt.Sprint(i)})
+			keys[core.Key{Poller: "p", Partition: fmt.Sprint(i)}] = []byte(`{"source":"config"}`)
 		}
-		if err := s.Register(ctx, keys, map[string][]byte{}); err != nil {
+		if err := s.Register(ctx, nil, keys); err != nil {
 			t.Fatal(err)
 		}
 		var mu sync.Mutex

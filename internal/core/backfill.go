@@ -1,0 +1,132 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// BackfillProgress is a backfill's state: its range, where its cursor is, what it did.
+type BackfillProgress struct {
+	From string `json:"from"`
+	// To is the target cursor ("" runs until the API has no more).
+	To     string `json:"to"`
+	Cursor string `json:"cursor"`
+	Force  bool   `json:"force"`
+	// Generation counts the backfills of the key; forced events carry it in their ids.
+	Generation int64 `json:"generation"`
+	Pages      int   `json:"pages"`
+	Items      int   `json:"items"`
+	Events     int   `json:"events"`
+	Done       bool  `json:"done"`
+	// Fraction is how far the cursor is between From and To, when the poller can place
+	// cursors (CursorPosition).
+	Fraction  *float64   `json:"fraction,omitempty"`
+	StartedAt time.Time  `json:"startedAt"`
+	UpdatedAt time.Time  `json:"updatedAt"`
+	DoneAt    *time.Time `json:"doneAt,omitempty"`
+}
+
+// BackfillRequest is what Backfill is asked for.
+type BackfillRequest struct {
+	// From is the cursor to start at ("" from the very beginning).
+	From string
+	// To is the cursor to stop at; nil means the live cursor at the time of the call.
+	To *string
+	// Force re-emits identities already known at the same version, as updated.
+	Force bool
+}
+
+// Backfill (re)starts the key's backfill lane: the live lane's logic from an older cursor,
+// run with the page budget the live lane leaves, committing per page, events tagged lane
+// "backfill". Calling it again replaces cursor and target. snapshotDiff pollers have no
+// cursor to go back to and refuse with a *ConfigError.
+func (e *Engine) Backfill(ctx context.Context, key Key, req BackfillRequest) (BackfillProgress, error) {
+	t, err := e.resolve(ctx, key)
+	if err != nil {
+		return BackfillProgress{}, err
+	}
+	if t.info.Strategy == "snapshotDiff" {
+		return BackfillProgress{}, &ConfigError{Poller: key.Poller, Field: "cursor.strategy",
+			Msg: "snapshotDiff lists everything every cycle and has no cursor to backfill from; use reset-cursor --clear-snapshot to re-emit every item"}
+	}
+	var bp BackfillProgress
+	err = e.withOpLease(ctx, t, func(c *cycle) error {
+		now := c.now()
+		bp = BackfillProgress{From: req.From, Cursor: req.From, Force: req.Force, StartedAt: now, UpdatedAt: now}
+		if req.To != nil {
+			bp.To = *req.To
+		} else {
+			bp.To = c.state.get(fieldCursorLive)
+		}
+		if prev := c.state.backfill(); prev != nil {
+			bp.Generation = prev.Generation
+		}
+		bp.Generation++
+		raw, _ := json.Marshal(bp)
+		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{fieldBackfill: string(raw)}})
+		return err
+	})
+	if err != nil {
+		return bp, fmt.Errorf("watukuy: backfill %s: %w", key, err)
+	}
+	return bp, e.store.Trigger(ctx, key)
+}
+
+// backfillLane is the key's active backfill as a lane with budget pages, or false when there
+// is none to run or the live lane has not caught up.
+func (c *cycle) backfillLane(live laneResult, budget int) (lane, bool) {
+	bp := c.state.backfill()
+	if bp == nil || bp.Done || c.p.Strategy == SnapshotDiff || budget <= 0 || !live.complete || live.paced > 0 {
+		return lane{}, false
+	}
+	pos := c.p.CursorPosition
+	ln := lane{name: "backfill", fetch: c.p.Fetch, cursor: bp.Cursor, maxPages: budget, yield: true}
+	ln.save = func(page Page, events int) (map[string]string, bool) {
+		now := c.now()
+		bp.Cursor = page.Next
+		bp.Pages++
+		bp.Items += len(page.Items)
+		bp.Events += events
+		bp.UpdatedAt = now
+		reached := bp.To != "" && page.Next == bp.To
+		if pos != nil && bp.To != "" {
+			at, ok1 := pos(page.Next)
+			end, ok2 := pos(bp.To)
+			start, ok3 := pos(bp.From)
+			if bp.From == "" {
+				start, ok3 = 0, true
+			}
+			if ok1 && ok2 {
+				reached = reached || at >= end
+				if ok3 && end > start {
+					f := min(max((at-start)/(end-start), 0), 1)
+					bp.Fraction = &f
+				}
+			}
+		}
+		if reached || !page.HasMore {
+			bp.Done, bp.DoneAt = true, &now
+			one := 1.0
+			bp.Fraction = &one
+		}
+		raw, _ := json.Marshal(bp)
+		return map[string]string{fieldBackfill: string(raw)}, reached
+	}
+	c.force = 0
+	if bp.Force {
+		c.force = bp.Generation
+	}
+	c.backfilling = bp
+	return ln, true
+}
+
+// endBackfill marks the running backfill done without a page.
+func (c *cycle) endBackfill(ctx context.Context) *cycleError {
+	now := c.now()
+	bp := c.backfilling
+	bp.Done, bp.DoneAt, bp.UpdatedAt = true, &now, now
+	raw, _ := json.Marshal(bp)
+	return c.commitAndDeliver(ctx, Commit{State: map[string]string{fieldBackfill: string(raw)}}, nil)
+}

@@ -1,0 +1,151 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// replayBatch is how many logged events one fenced commit copies into the outbox.
+const replayBatch = 500
+
+// Replay copies the key's logged events observed in [from, to] back into the outbox, with
+// their original ids, a fresh sequence and lane "replay", under the key's lease (waiting a few
+// seconds for a running cycle). The next cycle delivers them. A poller without log.retention
+// fails with *ReplayUnavailableError.
+func (e *Engine) Replay(ctx context.Context, key Key, from, to time.Time) (int, error) {
+	t, err := e.resolve(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	if t.info.logRetention() <= 0 {
+		return 0, &ReplayUnavailableError{Key: key}
+	}
+	if to.IsZero() {
+		to = time.Now().Add(time.Hour) // everything logged so far
+	}
+	if to.Before(from) {
+		return 0, fmt.Errorf("watukuy: replay %s: --to %s is before --from %s", key, to.Format(time.RFC3339), from.Format(time.RFC3339))
+	}
+	n := 0
+	err = e.withOpLease(ctx, t, func(c *cycle) error {
+		after := ""
+		for {
+			entries, err := e.store.ReadLog(ctx, key, from, to, after, replayBatch)
+			if err != nil {
+				return err
+			}
+			if len(entries) == 0 {
+				return nil
+			}
+			var cm Commit
+			for _, en := range entries {
+				env, err := withLane(en.Envelope, "replay")
+				if err != nil {
+					return fmt.Errorf("logged event %s (%s): %w", en.ID, en.StreamID, err)
+				}
+				cm.Events = append(cm.Events, OutboxEvent{ID: en.ID, OrderingKey: en.OrderingKey, Envelope: env})
+			}
+			if _, err := e.store.CommitPoll(ctx, c.lease, cm); err != nil {
+				return err
+			}
+			n += len(entries)
+			after = entries[len(entries)-1].StreamID
+		}
+	})
+	if err != nil {
+		return n, fmt.Errorf("watukuy: replay %s: %w", key, err)
+	}
+	return n, e.store.Trigger(ctx, key)
+}
+
+// withLane rewrites an envelope's lane, keeping everything else byte for byte.
+func withLane(env []byte, lane string) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(env, &m); err != nil {
+		return nil, err
+	}
+	m["lane"], _ = json.Marshal(lane)
+	delete(m, "seq")
+	return json.Marshal(m)
+}
+
+// ResetCursor rewinds the live lane to cursor ("" is the very beginning) and makes the key
+// due now. Without clearSnapshot only real differences are emitted as the lane passes items
+// again; with it the stored snapshot is dropped, so every item is emitted as created again,
+// with the same ids as the first time (G2).
+func (e *Engine) ResetCursor(ctx context.Context, key Key, cursor string, clearSnapshot bool) error {
+	t, err := e.resolve(ctx, key)
+	if err != nil {
+		return err
+	}
+	err = e.withOpLease(ctx, t, func(c *cycle) error {
+		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{fieldCursorLive: cursor}, ClearItems: clearSnapshot})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("watukuy: reset-cursor %s: %w", key, err)
+	}
+	return e.store.Trigger(ctx, key)
+}
+
+// AddPartition adds a partition to a poller at run time: it is registered and due now, and
+// workers running the poller pick it up. A deleted partition comes back empty; an existing
+// one is an error (resume brings back a removed one).
+func (e *Engine) AddPartition(ctx context.Context, key Key) error {
+	if key.Partition == "" || !partitionRE.MatchString(key.Partition) {
+		return &ConfigError{Poller: key.Poller, Field: "partitions", Msg: fmt.Sprintf("%q must match %s", key.Partition, partitionRE)}
+	}
+	if _, err := e.resolve(ctx, key); err == nil {
+		ki, err := e.Inspect(ctx, key)
+		if err != nil {
+			return err
+		}
+		if ki.Status != "deleted" {
+			return fmt.Errorf("watukuy: partition %q of %q already exists (status %s); use resume to bring back a removed or paused one", key.Partition, key.Poller, ki.Status)
+		}
+	} else if nf, ok := err.(*NotFoundError); !ok || !nf.PartitionMissing {
+		return err
+	}
+	entry, _ := json.Marshal(keyEntry{Source: "cli", AddedAt: time.Now().UnixMilli()})
+	if err := e.store.AddPartition(ctx, key, entry); err != nil {
+		return fmt.Errorf("watukuy: partitions add %s: %w", key, err)
+	}
+	return nil
+}
+
+// RemovePartition takes a partition out of service and keeps its state: it is paused and
+// marked removed; Resume brings it back from its last cursor.
+func (e *Engine) RemovePartition(ctx context.Context, key Key) error {
+	t, err := e.resolve(ctx, key)
+	if err != nil {
+		return err
+	}
+	err = e.withOpLease(ctx, t, func(c *cycle) error {
+		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{FieldPaused: "1", fieldRemoved: "1"}})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("watukuy: partitions remove %s: %w", key, err)
+	}
+	return nil
+}
+
+// DeletePartition removes a partition with its state, snapshot, outbox, parked rows and log,
+// under its lease. A partition still listed in a running config stays deleted (workers skip
+// it) until AddPartition.
+func (e *Engine) DeletePartition(ctx context.Context, key Key) error {
+	t, err := e.resolve(ctx, key)
+	if err != nil {
+		return err
+	}
+	err = e.withOpLease(ctx, t, func(c *cycle) error {
+		c.released = true
+		return e.store.DeleteKey(ctx, c.lease)
+	})
+	if err != nil {
+		return fmt.Errorf("watukuy: partitions delete %s: %w", key, err)
+	}
+	return nil
+}

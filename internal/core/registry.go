@@ -1,0 +1,227 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+)
+
+// pollerInfo is a poller's registry entry: what an operator's tool needs about a poller when
+// it has only the Redis URL and not the poller's definition.
+type pollerInfo struct {
+	Name          string   `json:"poller"`
+	Partitions    []string `json:"partitions,omitempty"`
+	Strategy      string   `json:"strategy,omitempty"`
+	Min           string   `json:"min,omitempty"`
+	Max           string   `json:"max,omitempty"`
+	LeaseTTL      string   `json:"leaseTTL,omitempty"`
+	SchemaVersion int      `json:"schemaVersion"`
+	LogRetention  string   `json:"logRetention,omitempty"`
+	Shadow        bool     `json:"shadow,omitempty"`
+}
+
+// keyEntry is a key's registry entry.
+type keyEntry struct {
+	// Source is "config" (a partition of a registered definition) or "cli" (partitions add).
+	Source  string `json:"source"`
+	AddedAt int64  `json:"addedAt,omitempty"`
+}
+
+func (p *Poller) info() pollerInfo {
+	strategy := "custom"
+	if p.Strategy == SnapshotDiff {
+		strategy = "snapshotDiff"
+	}
+	pi := pollerInfo{Name: p.Name, Partitions: p.Partitions, Strategy: strategy, Min: p.Schedule.Min.String(),
+		Max: p.Schedule.Max.String(), LeaseTTL: p.LeaseTTL.String(), SchemaVersion: p.SchemaVersion, Shadow: p.Shadow}
+	if p.LogRetention > 0 {
+		pi.LogRetention = p.LogRetention.String()
+	}
+	return pi
+}
+
+func (pi pollerInfo) leaseTTL() time.Duration {
+	if d, err := time.ParseDuration(pi.LeaseTTL); err == nil && d > 0 {
+		return d
+	}
+	return 30 * time.Second
+}
+
+func (pi pollerInfo) logRetention() time.Duration {
+	d, _ := time.ParseDuration(pi.LogRetention)
+	return d
+}
+
+// target is a key resolved for an operation: the poller's definition when this engine has it
+// registered (p), and its registry entry either way.
+type target struct {
+	key  Key
+	p    *Poller
+	info pollerInfo
+	// source is where the key comes from: "config" or "cli".
+	source string
+}
+
+// resolve finds key among the registered pollers and the registry, so that operations work
+// with the Redis URL alone. An unknown poller or partition is a *NotFoundError.
+func (e *Engine) resolve(ctx context.Context, key Key) (target, error) {
+	t := target{key: key}
+	e.mu.Lock()
+	t.p = e.pollers[key.Poller]
+	e.mu.Unlock()
+	if t.p != nil {
+		t.info = t.p.info()
+		if slices.Contains(t.p.keys(), key) {
+			t.source = "config"
+			return t, nil
+		}
+	}
+	praw, kraw, err := e.store.Lookup(ctx, key)
+	if err != nil {
+		return t, fmt.Errorf("watukuy: look up %s: %w", key, err)
+	}
+	if t.p == nil {
+		if praw == nil {
+			return t, e.notFound(ctx, key, "")
+		}
+		if err := json.Unmarshal(praw, &t.info); err != nil {
+			return t, fmt.Errorf("watukuy: registry entry of poller %q is corrupt: %w", key.Poller, err)
+		}
+	}
+	if kraw == nil {
+		return t, e.notFound(ctx, key, key.Poller)
+	}
+	var ke keyEntry
+	_ = json.Unmarshal(kraw, &ke)
+	t.source = ke.Source
+	return t, nil
+}
+
+// notFound builds the error for an unknown poller (poller == "") or partition, listing what
+// exists.
+func (e *Engine) notFound(ctx context.Context, key Key, poller string) error {
+	nf := &NotFoundError{Poller: key.Poller, Partition: key.Partition, PartitionMissing: poller != ""}
+	pollers, keys, err := e.registry(ctx)
+	if err != nil {
+		return nf
+	}
+	if poller == "" {
+		for name := range pollers {
+			nf.Known = append(nf.Known, name)
+		}
+	} else {
+		for _, k := range keys {
+			if k.Poller == poller {
+				nf.Known = append(nf.Known, k.Partition)
+			}
+		}
+	}
+	sort.Strings(nf.Known)
+	if len(pollers) == 0 {
+		if l, err := e.store.Layout(ctx); err == nil && !l.Empty && l.Version < l.Current {
+			nf.Hint = "the data layout is older than this version: run `watukuy migrate`"
+		}
+	}
+	return nf
+}
+
+// registry merges the registered pollers with the Redis registry: every known poller's
+// info, and every known key.
+func (e *Engine) registry(ctx context.Context) (map[string]pollerInfo, []Key, error) {
+	praw, kraw, err := e.store.Registry(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("watukuy: read the registry: %w", err)
+	}
+	pollers := map[string]pollerInfo{}
+	for name, raw := range praw {
+		var pi pollerInfo
+		if json.Unmarshal(raw, &pi) == nil {
+			pollers[name] = pi
+		}
+	}
+	seen := map[Key]bool{}
+	var keys []Key
+	for s := range kraw {
+		if k, err := ParseKey(s); err == nil && !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	e.mu.Lock()
+	for _, p := range e.pollers {
+		pollers[p.Name] = p.info()
+		for _, k := range p.keys() {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	e.mu.Unlock()
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].Poller != keys[j].Poller {
+			return keys[i].Poller < keys[j].Poller
+		}
+		return keys[i].Partition < keys[j].Partition
+	})
+	return pollers, keys, nil
+}
+
+// Keys lists the known keys of poller (every poller when ""), sorted. An unknown poller is a
+// *NotFoundError.
+func (e *Engine) Keys(ctx context.Context, poller string) ([]Key, error) {
+	pollers, keys, err := e.registry(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if poller == "" {
+		return keys, nil
+	}
+	if _, ok := pollers[poller]; !ok {
+		return nil, e.notFound(ctx, Key{Poller: poller}, "")
+	}
+	var out []Key
+	for _, k := range keys {
+		if k.Poller == poller {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+// checkLayout refuses a database whose layout is newer than this build knows, or older
+// (until `watukuy migrate`); an empty database is marked current.
+func (e *Engine) checkLayout(ctx context.Context) error {
+	l, err := e.store.Layout(ctx)
+	if err != nil {
+		return fmt.Errorf("watukuy: read the data layout: %w", err)
+	}
+	switch {
+	case l.Version == l.Current:
+		return nil
+	case l.Version > l.Current:
+		return &LayoutError{Found: l.Version, Known: l.Current}
+	case l.Empty:
+		_, err := e.store.Migrate(ctx)
+		return err
+	}
+	return &LayoutError{Found: l.Version, Known: l.Current}
+}
+
+// Layout reads the database's data layout.
+func (e *Engine) Layout(ctx context.Context) (Layout, error) { return e.store.Layout(ctx) }
+
+// Migrate upgrades the data layout in place; running it again changes nothing.
+func (e *Engine) Migrate(ctx context.Context) (Migration, error) {
+	m, err := e.store.Migrate(ctx)
+	if err != nil {
+		return m, fmt.Errorf("watukuy: migrate: %w", err)
+	}
+	e.mu.Lock()
+	e.registered = false
+	e.mu.Unlock()
+	return m, nil
+}
