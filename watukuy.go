@@ -290,7 +290,9 @@ func (e *Engine) InspectAll(ctx context.Context, poller string) ([]KeyInfo, erro
 }
 
 // Keys lists the known keys of poller ("" for all), sorted.
-func (e *Engine) Keys(ctx context.Context, poller string) ([]Key, error) { return e.core.Keys(ctx, poller) }
+func (e *Engine) Keys(ctx context.Context, poller string) ([]Key, error) {
+	return e.core.Keys(ctx, poller)
+}
 
 // Backfill runs the live lane's logic again from an older cursor, in a lane of its own with
 // lower priority than live; see BackfillRequest. snapshotDiff pollers refuse (*ConfigError).

@@ -296,8 +296,13 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	}
 	next := schedule.Next(c.p.policy(), prev, res, at, c.e.rand())
 	if backfillPending && failure == nil {
-		// More backfill to do: come back as soon as the API's pace allows.
-		if soon := now.Add(max(c.pace(), 0)); soon.Before(next.NextDue) {
+		// More backfill to do: come back as soon as the API's pace allows (at once: the
+		// Begin time, whatever clock the next claimer reads).
+		soon := c.serverAt
+		if pace := c.pace(); pace > 0 {
+			soon = now.Add(pace)
+		}
+		if soon.Before(next.NextDue) {
 			next.NextDue = soon
 		}
 	}

@@ -383,7 +383,9 @@ func (e *Engine) Inspect(ctx context.Context, key Key) (KeyInfo, error) {
 	if !s.LeaseExpires.IsZero() {
 		ki.LeaseExpires = &s.LeaseExpires
 	}
-	if due := st.time(FieldNextDue); !due.IsZero() {
+	if st.get(FieldNextDue) == "0" {
+		ki.NextDueAt = &s.Now // triggered: due now
+	} else if due := st.time(FieldNextDue); !due.IsZero() {
 		ki.NextDueAt = &due
 		if lag := s.Now.Sub(due); lag > 0 && !ki.Paused {
 			ki.LagMs = lag.Milliseconds()

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -105,7 +106,7 @@ func (e *Engine) AddPartition(ctx context.Context, key Key) error {
 		if ki.Status != "deleted" {
 			return fmt.Errorf("watukuy: partition %q of %q already exists (status %s); use resume to bring back a removed or paused one", key.Partition, key.Poller, ki.Status)
 		}
-	} else if nf, ok := err.(*NotFoundError); !ok || !nf.PartitionMissing {
+	} else if nf := (*NotFoundError)(nil); !errors.As(err, &nf) || !nf.PartitionMissing {
 		return err
 	}
 	entry, _ := json.Marshal(keyEntry{Source: "cli", AddedAt: time.Now().UnixMilli()})

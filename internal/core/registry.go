@@ -69,6 +69,9 @@ type target struct {
 // with the Redis URL alone. An unknown poller or partition is a *NotFoundError.
 func (e *Engine) resolve(ctx context.Context, key Key) (target, error) {
 	t := target{key: key}
+	if err := e.ensureRegistered(ctx); err != nil {
+		return t, err
+	}
 	e.mu.Lock()
 	t.p = e.pollers[key.Poller]
 	e.mu.Unlock()

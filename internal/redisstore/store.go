@@ -494,19 +494,19 @@ func (s *Store) AddPartition(ctx context.Context, key core.Key, entry []byte) er
 	return s.Trigger(ctx, key)
 }
 
-// DeleteKey implements core.Store. The key leaves the registry and the due set first, so no
-// scheduler claims it while its data goes.
+// DeleteKey implements core.Store. The data goes first, under the fence; a scheduler that
+// claims the key before it leaves the registry and due set finds the deletion mark.
 func (s *Store) DeleteKey(ctx context.Context, l core.Lease) error {
 	k := l.Key
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	if _, err := s.run(ctx, "delete_key", &l, []string{s.k(k, "lease"), s.k(k, "state"), s.k(k, "items"), s.k(k, "outbox"),
+		s.k(k, "parked"), s.k(k, "holds"), s.k(k, "held"), s.k(k, "log")}, s.fencedArgs(l)...); err != nil {
+		return err
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.HDel(ctx, s.registryKey(), k.String())
 		p.ZRem(ctx, s.dueKey(), k.String())
 		return nil
-	}); err != nil {
-		return err
-	}
-	_, err := s.run(ctx, "delete_key", &l, []string{s.k(k, "lease"), s.k(k, "state"), s.k(k, "items"), s.k(k, "outbox"),
-		s.k(k, "parked"), s.k(k, "holds"), s.k(k, "held"), s.k(k, "log")}, s.fencedArgs(l)...)
+	})
 	return err
 }
 
