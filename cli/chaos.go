@@ -19,7 +19,7 @@ func chaosCmd() *cobra.Command {
 	c := &common{}
 	var seed uint64
 	var duration time.Duration
-	var processes, verbose bool
+	var processes, verbose, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "chaos",
 		Short: "Put watukuy under fire (kills, pauses, 429s, 5xx, competing instances) and check every guarantee",
@@ -37,14 +37,17 @@ frozen past their lease; with --processes it runs the real binaries against its 
 					progress = cmd.ErrOrStderr()
 				}
 				var rep chaos.Report
+				var result any // what --json prints
 				if processes {
 					pr, err := chaos.RunProcesses(ctx, chaos.ProcessOptions{Seed: seed, Duration: duration, Log: progress})
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(out, "process chaos, seed %d, %v: %d worker kills, %d stops past the lease, %d redis restarts, %d proxy faults, %d API changes\n",
-						seed, duration, pr.Kills, pr.Stops, pr.RedisRestarts, pr.ProxyFaults, pr.Changes)
-					rep = pr.Report
+					result, rep = pr, pr.Report
+					if !asJSON {
+						fmt.Fprintf(out, "process chaos, seed %d, %v: %d worker kills, %d stops past the lease, %d redis restarts, %d proxy faults, %d API changes\n",
+							seed, duration, pr.Kills, pr.Stops, pr.RedisRestarts, pr.ProxyFaults, pr.Changes)
+					}
 				} else {
 					redisURL := c.s.Redis
 					if redisURL == "" {
@@ -64,12 +67,26 @@ frozen past their lease; with --processes it runs the real binaries against its 
 					if err != nil {
 						return err
 					}
-					printRun(out, res)
-					rep = res.Report
+					result, rep = res, res.Report
+					if !asJSON {
+						printRun(out, res)
+					}
 				}
-				fmt.Fprintf(out, "deliveries %d, unique events %d, duplicate ratio %.3f\n", rep.Deliveries, rep.UniqueEvents, rep.DuplicateRatio)
-				for _, l := range rep.Lines() {
-					fmt.Fprintln(out, l)
+				if asJSON {
+					if err := writeJSON(out, struct {
+						Mode   string   `json:"mode"`
+						Seed   uint64   `json:"seed"`
+						Failed bool     `json:"failed"`
+						Lines  []string `json:"guarantees"`
+						Result any      `json:"result"`
+					}{map[bool]string{true: "processes", false: "in-process"}[processes], seed, rep.Failed(), rep.Lines(), result}); err != nil {
+						return err
+					}
+				} else {
+					fmt.Fprintf(out, "deliveries %d, unique events %d, duplicate ratio %.3f\n", rep.Deliveries, rep.UniqueEvents, rep.DuplicateRatio)
+					for _, l := range rep.Lines() {
+						fmt.Fprintln(out, l)
+					}
 				}
 				if rep.Failed() {
 					return fmt.Errorf("guarantees violated (reproduce with --seed %d)", seed)
@@ -83,6 +100,7 @@ frozen past their lease; with --processes it runs the real binaries against its 
 	cmd.Flags().DurationVar(&duration, "duration", 30*time.Second, "how long faults are injected")
 	cmd.Flags().BoolVar(&processes, "processes", false, "run real processes against a private redis-server")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "print every kill, pause and restart to stderr")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as one JSON document")
 	return cmd
 }
 

@@ -1,9 +1,14 @@
 // Package cli is the watukuy command tree. cmd/cli, cmd/worker and cmd/scheduler are thin
 // mains over it, and a program that embeds the engine can mount Root() in its own main.
 //
-// Every flag can also be set in the environment as WATUKUY_<FLAG> (dashes become
+// Every setting flag can also be set in the environment as WATUKUY_<FLAG> (dashes become
 // underscores); --redis also reads WATUKUY_REDIS_URL. A flag beats the environment, which
-// beats the config file.
+// beats the config file. The flags that say what an operator command acts on (--poller,
+// --partition, --ids, --yes, --from, --to, ...) are read from the command line only: a
+// forgotten WATUKUY_YES must never confirm a delete.
+//
+// Exit codes: 0 success, 1 the operation failed, 2 a usage error (a missing or invalid flag,
+// an unknown command, an unknown poller or partition).
 package cli
 
 import (
@@ -20,6 +25,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/app"
 )
 
@@ -35,27 +41,58 @@ const (
 // usageError marks a command-line mistake (exit code 2).
 type usageError struct{ error }
 
-// Execute runs cmd with the process arguments and exits: 0 on success, 1 when the operation
-// failed, 2 on a usage error. Errors go to stderr.
+func (e usageError) Unwrap() error { return e.error }
+
+// usagef is a usage error with a message.
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// flagError turns cobra's flag parsing errors into usage errors.
+func flagError(_ *cobra.Command, err error) error { return usageError{err} }
+
+// Execute runs cmd with the process arguments and exits with exitCode. Errors go to stderr.
 func Execute(cmd *cobra.Command) {
 	cmd.SilenceErrors, cmd.SilenceUsage = true, true
-	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	err := cmd.Execute()
+	cmd.SetFlagErrorFunc(flagError)
+	ran, err := cmd.ExecuteC()
+	code := exitCode(err)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "watukuy:", err)
+	}
+	if code == ExitUsage && !isNotFound(err) { // a not-found error already lists what exists
+		fmt.Fprintf(os.Stderr, "Run '%s --help' for usage.\n", ran.CommandPath())
+	}
+	os.Exit(code)
+}
+
+// exitCode maps a command's error to the process exit code: 0 on success, 2 for a usage
+// error (flags, unknown command, unknown poller or partition), 1 for anything else.
+func exitCode(err error) int {
 	if err == nil {
-		os.Exit(ExitOK)
+		return ExitOK
 	}
-	fmt.Fprintln(os.Stderr, "watukuy:", err)
 	var ue usageError
-	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") {
-		fmt.Fprintf(os.Stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
-		os.Exit(ExitUsage)
+	if errors.As(err, &ue) || isNotFound(err) {
+		return ExitUsage
 	}
-	os.Exit(ExitFailed)
+	// cobra's own mistakes that reach us without the flag error func
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "required flag", "flag needs an argument", "invalid argument"} {
+		if strings.HasPrefix(err.Error(), p) {
+			return ExitUsage
+		}
+	}
+	return ExitFailed
+}
+
+func isNotFound(err error) bool {
+	var nf *watukuy.NotFoundError
+	return errors.As(err, &nf)
 }
 
 // common holds the flags shared by every command.
 type common struct {
 	s app.Settings
+	// json is --json of a long-running process: JSON logs (and, in dev, events as JSON lines).
+	json bool
 }
 
 func (c *common) bind(fs *pflag.FlagSet) {
@@ -70,6 +107,7 @@ func (c *common) bindProcess(fs *pflag.FlagSet, listen string) {
 	fs.BoolVar(&c.s.UI, "ui", false, "serve asynqmon at /monitoring")
 	fs.BoolVar(&c.s.AllowEviction, "allow-eviction", false, "start even when Redis maxmemory-policy is not noeviction")
 	fs.StringVar(&c.s.InstanceID, "instance-id", "", "name of this process in leases (default host-pid-random)")
+	fs.BoolVar(&c.json, "json", false, "JSON logs (the same as --log-format json)")
 }
 
 func (c *common) bindWorker(fs *pflag.FlagSet) {
@@ -77,11 +115,22 @@ func (c *common) bindWorker(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.s.Drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long running cycles may finish before they are cancelled")
 }
 
-// fromEnv fills every flag not given on the command line from WATUKUY_<FLAG>.
+// noEnvAnnotation marks a flag that fromEnv leaves alone.
+const noEnvAnnotation = "watukuy_no_env"
+
+// cmdLineOnly marks flags that name what a command acts on: they come from the command line
+// only, never from the environment.
+func cmdLineOnly(fs *pflag.FlagSet, names ...string) {
+	for _, n := range names {
+		_ = fs.SetAnnotation(n, noEnvAnnotation, []string{"true"})
+	}
+}
+
+// fromEnv fills every setting flag not given on the command line from WATUKUY_<FLAG>.
 func fromEnv(cmd *cobra.Command) error {
 	var err error
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if f.Changed || err != nil {
+		if f.Changed || err != nil || f.Annotations[noEnvAnnotation] != nil {
 			return
 		}
 		names := []string{envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))}
@@ -111,6 +160,12 @@ func (c *common) prepare(cmd *cobra.Command) error {
 	if f := cmd.Flags().Lookup("config"); f != nil {
 		c.s.ConfigGiven = f.Changed
 	}
+	if c.json {
+		if f := cmd.Flags().Lookup("log-format"); f != nil && f.Changed && c.s.LogFormat != "json" {
+			return usagef("--json and --log-format %s contradict each other: drop one", c.s.LogFormat)
+		}
+		c.s.LogFormat = "json"
+	}
 	c.s.Out = cmd.OutOrStdout() // the stdout sink writes where the command does
 	return nil
 }
@@ -121,7 +176,9 @@ func Root() *cobra.Command {
 		Use:   "watukuy",
 		Short: "Turn third-party HTTP APIs without webhooks into reliable change streams",
 	}
+	root.SetFlagErrorFunc(flagError) // subcommands inherit it: bad flags are usage errors
 	root.AddCommand(devCmd(), runCmd(), tickCmd(), chaosCmd(), workerCmd("worker"), schedulerCmd("scheduler"))
+	root.AddCommand(opsCmds()...)
 	return root
 }
 

@@ -38,6 +38,7 @@ it runs your pollers instead of the demo.`,
 	_ = cmd.Flags().Set("log-format", "console")
 	_ = cmd.Flags().Set("ui", "true")
 	_ = cmd.Flags().Set("concurrency", "4")
+	cmd.Flags().Lookup("json").Usage = "JSON logs, and events printed as JSON lines instead of readable lines"
 	for _, n := range []string{"log-format", "ui", "concurrency"} {
 		cmd.Flags().Lookup(n).Changed = false
 	}
@@ -64,29 +65,49 @@ func (c *common) dev(ctx context.Context, out io.Writer, log zerolog.Logger) err
 		return err
 	}
 	defer env.RDB.Close()
+	type line struct{ field, label, value string }
+	var banner []line
 	if env.Config == nil {
 		shop := startDemoShop(ctx)
 		defer shop.srv.Close()
-		if err := env.Register(shop.pollers(printEvents(out))...); err != nil {
+		if err := env.Register(shop.pollers(printEvents(out, c.json))...); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "demo shop API   %s/items  %s/list\n", shop.srv.URL, shop.srv.URL)
+		banner = append(banner, line{"demoShop", "demo shop API", fmt.Sprintf("%s/items  %s/list", shop.srv.URL, shop.srv.URL)})
 	}
-	fmt.Fprintf(out, "redis           %s\n", c.s.Redis)
+	banner = append(banner, line{"redis", "redis", c.s.Redis})
 	if c.s.Listen != "off" {
-		fmt.Fprintf(out, "metrics         http://%s/metrics  (health: /healthz, /readyz)\n", c.s.Listen)
+		banner = append(banner, line{"metrics", "metrics", fmt.Sprintf("http://%s/metrics  (health: /healthz, /readyz)", c.s.Listen)})
 		if c.s.UI {
-			fmt.Fprintf(out, "asynqmon        http://%s/monitoring/\n", c.s.Listen)
+			banner = append(banner, line{"asynqmon", "asynqmon", fmt.Sprintf("http://%s/monitoring/", c.s.Listen)})
 		}
 	}
-	fmt.Fprintln(out, "events (Ctrl-C stops):")
+	if c.json {
+		// stdout carries only events: the banner goes to the (JSON) log
+		ev := log.Info()
+		for _, b := range banner {
+			ev = ev.Str(b.field, b.value)
+		}
+		ev.Msg("watukuy dev started")
+	} else {
+		for _, b := range banner {
+			fmt.Fprintf(out, "%-15s %s\n", b.label, b.value)
+		}
+		fmt.Fprintln(out, "events (Ctrl-C stops):")
+	}
 	return app.RunAll(ctx, env, c.s)
 }
 
-// printEvents is the demo's handler: one readable line per event.
-func printEvents(w io.Writer) watukuy.Handler {
+// printEvents is the demo's handler: one readable line per event, or with asJSON the event
+// envelope as one JSON line.
+func printEvents(w io.Writer, asJSON bool) watukuy.Handler {
 	var mu sync.Mutex
 	return func(ctx context.Context, ev watukuy.Event) error {
+		if asJSON {
+			mu.Lock()
+			defer mu.Unlock()
+			return writeJSON(w, ev)
+		}
 		detail := ""
 		var m map[string]any
 		if json.Unmarshal(ev.Item, &m) == nil {

@@ -127,6 +127,8 @@ func (c *cycle) endBackfill(ctx context.Context) *cycleError {
 	now := c.now()
 	bp := c.backfilling
 	bp.Done, bp.DoneAt, bp.UpdatedAt = true, &now, now
+	one := 1.0
+	bp.Fraction = &one
 	raw, _ := json.Marshal(bp)
 	return c.commitAndDeliver(ctx, Commit{State: map[string]string{fieldBackfill: string(raw)}}, nil)
 }

@@ -489,6 +489,14 @@ func (e *Engine) ListParked(ctx context.Context, key Key, kind string) ([]Parked
 		if r.Event != nil {
 			pi.OrderingKey = r.Event.OK
 			pi.Event = json.RawMessage(r.Event.EV)
+			if pi.Identity == "" {
+				var ev struct {
+					Identity string `json:"identity"`
+				}
+				if json.Unmarshal(pi.Event, &ev) == nil {
+					pi.Identity = ev.Identity
+				}
+			}
 		}
 		if r.Item != "" {
 			if json.Valid([]byte(r.Item)) {
