@@ -56,7 +56,8 @@ func Execute(cmd *cobra.Command) {
 	ran, err := cmd.ExecuteC()
 	code := exitCode(err)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "watukuy:", err)
+		// Engine errors already start with "watukuy: ".
+		fmt.Fprintln(os.Stderr, "watukuy:", strings.TrimPrefix(err.Error(), "watukuy: "))
 	}
 	if code == ExitUsage && !isNotFound(err) { // a not-found error already lists what exists
 		fmt.Fprintf(os.Stderr, "Run '%s --help' for usage.\n", ran.CommandPath())
