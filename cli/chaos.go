@@ -117,4 +117,14 @@ func printRun(w io.Writer, r chaos.Result) {
 		fmt.Fprintf(w, " %s=%d", p, r.Kills[chaos.KillPoint(p)])
 	}
 	fmt.Fprintln(w)
+	var ops []string
+	for op := range r.Ops {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	fmt.Fprint(w, "operator actions:")
+	for _, op := range ops {
+		fmt.Fprintf(w, " %s=%d", op, r.Ops[op])
+	}
+	fmt.Fprintln(w)
 }

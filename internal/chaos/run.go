@@ -40,6 +40,9 @@ type Options struct {
 	// handler past its lease, another instance takes the key over, then the frozen one
 	// resumes and must be fenced off (G5); default 0.1.
 	PauseRate float64
+	// OpRate is the chance per step of an operator action (backfill, reset-cursor, pause
+	// lifted a few steps later) on a random key; default 0.1, negative for none.
+	OpRate float64
 	// Log receives one line per kill and per step summary; may be nil.
 	Log io.Writer
 	// Pollers replaces the built-in scenario (fake APIs with every cursor strategy) with your
@@ -54,12 +57,14 @@ type Options struct {
 // Result is a run's report with what the run did.
 type Result struct {
 	Report
-	Seed    uint64
-	Steps   int
-	Cycles  int
-	Kills   map[KillPoint]int
-	Faults  int // 429 / 503 / 5xx answers injected
-	Pauses  int // stop-the-world pauses past the lease, with a takeover
+	Seed   uint64
+	Steps  int
+	Cycles int
+	Kills  map[KillPoint]int
+	Faults int // 429 / 503 / 5xx answers injected
+	Pauses int // stop-the-world pauses past the lease, with a takeover
+	// Ops counts the operator actions by name ("backfill", "pause", "reset-cursor refused", …).
+	Ops     map[string]int
 	Changes int
 }
 
@@ -98,12 +103,15 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.PauseRate == 0 {
 		o.PauseRate = 0.1
 	}
+	if o.OpRate == 0 {
+		o.OpRate = 0.1
+	}
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
 	s := &scenario{o: o, rng: rng, rec: NewRecorder(), clock: NewClock(time.UnixMilli(1_800_000_000_000)), prefix: fmt.Sprintf("chaos%d", o.Seed),
-		handlerFail: true, res: Result{Seed: o.Seed, Steps: o.Steps, Kills: map[KillPoint]int{}}}
+		handlerFail: true, paused: map[core.Key]int{}, res: Result{Seed: o.Seed, Steps: o.Steps, Kills: map[KillPoint]int{}, Ops: map[string]int{}}}
 	s.rec.MarkMeasured("throttles", "parked")
 	defer s.close()
 	if o.Pollers == nil {
@@ -117,6 +125,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	step := 0
 	for ; step < o.Steps && ctx.Err() == nil && (deadline.IsZero() || time.Now().Before(deadline)); step++ {
 		s.mutate(step)
+		s.operate(ctx, step)
 		s.clock.Advance(time.Duration(100+rng.IntN(1400)) * time.Millisecond)
 		for i := range s.engines {
 			if rng.Float64() < o.KillRate {
@@ -178,6 +187,8 @@ type scenario struct {
 	mu          sync.Mutex
 	handlerFail bool // poison and random failures are on until quiesce
 	freeze      *freeze
+
+	paused map[core.Key]int // keys the operator paused → the step that resumes them
 }
 
 // freeze is a pending stop-the-world: the next fetch or handler call (at) of instance blocks.
@@ -448,6 +459,9 @@ func (s *scenario) quiesce(ctx context.Context) error {
 	s.mu.Unlock()
 	for i := range s.engines {
 		s.engines[i].store.Arm("")
+	}
+	if err := s.resumeAll(ctx); err != nil {
+		return err
 	}
 	eng := s.engines[0].eng
 	for _, k := range s.keys {

@@ -20,8 +20,8 @@ func TestRunHasNoViolations(t *testing.T) {
 		for _, l := range res.Lines() {
 			t.Log(l)
 		}
-		t.Logf("cycles %d, kills %v, pauses %d, faults %d, changes %d, deliveries %d (unique %d, duplicate ratio %.3f)",
-			res.Cycles, res.Kills, res.Pauses, res.Faults, res.Changes, res.Deliveries, res.UniqueEvents, res.DuplicateRatio)
+		t.Logf("cycles %d, kills %v, pauses %d, faults %d, operator actions %v, changes %d, deliveries %d (unique %d, duplicate ratio %.3f)",
+			res.Cycles, res.Kills, res.Pauses, res.Faults, res.Ops, res.Changes, res.Deliveries, res.UniqueEvents, res.DuplicateRatio)
 		if res.Failed() {
 			if os.Getenv("CHAOS_LOG") != "" {
 				t.Log(log.String())
@@ -35,8 +35,9 @@ func TestRunHasNoViolations(t *testing.T) {
 		for _, n := range res.Kills {
 			total += n
 		}
-		if len(res.Kills) < 4 || total < 10 || res.Deliveries < 100 || res.Faults == 0 || res.Pauses == 0 {
-			t.Fatalf("the run did not exercise enough: kills %v, deliveries %d, faults %d", res.Kills, res.Deliveries, res.Faults)
+		if len(res.Kills) < 4 || total < 10 || res.Deliveries < 100 || res.Faults == 0 || res.Pauses == 0 ||
+			res.Ops["backfill"] == 0 || res.Ops["pause"] == 0 || res.Ops["reset-cursor"] == 0 {
+			t.Fatalf("the run did not exercise enough: kills %v, deliveries %d, faults %d, operator actions %v", res.Kills, res.Deliveries, res.Faults, res.Ops)
 		}
 	})
 }
