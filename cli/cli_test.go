@@ -114,3 +114,38 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func redisZ(member string) redis.Z { return redis.Z{Score: 0, Member: member} }
+
+// tick --poller runs only the named pollers of the config; a name the config lacks is a usage
+// error that lists the known ones.
+func TestTickOnlyNamedPollers(t *testing.T) {
+	b := redistest.Real(t)
+	api := fakeapi.New()
+	api.PutMany(2, "o", nil)
+	srv := fakeapi.NewServer(api, fakeapi.ServerOptions{})
+	defer srv.Close()
+	poller := func(name string) string {
+		return fmt.Sprintf(`  - name: %s
+    request: {url: %s/list}
+    items: data
+    cursor: {strategy: snapshotDiff, param: page, sizeParam: per_page, size: 10, hasMore: has_more}
+    delivery: {stdout: {}}
+`, name, srv.URL)
+	}
+	cfg := writeConfig(t, "pollers:\n"+poller("orders")+poller("customers"))
+	out, _, err := run(t, "tick", "--config", cfg, "--redis", b.URL, "--poller", "customers", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct{ Ran, Events int }
+	last := out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:]
+	if err := json.Unmarshal([]byte(last), &rep); err != nil || rep.Ran != 1 || rep.Events != 2 {
+		t.Fatalf("tick --poller customers: %q (%v)", last, err)
+	}
+	if n, _ := b.Client.Exists(t.Context(), "wk:{orders|}:items").Result(); n != 0 {
+		t.Fatal("tick --poller customers ran orders")
+	}
+	_, _, err = run(t, "tick", "--config", cfg, "--redis", b.URL, "--poller", "nope")
+	if exitCode(err) != ExitUsage || !strings.Contains(err.Error(), `known: "orders", "customers"`) {
+		t.Fatalf("unknown --poller: exit %d, %v", exitCode(err), err)
+	}
+}

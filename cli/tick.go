@@ -31,6 +31,8 @@ func tickCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&c.s.AllowEviction, "allow-eviction", false, "start even when Redis maxmemory-policy is not noeviction")
 	cmd.Flags().DurationVar(&maxDuration, "max-duration", 50*time.Second, "stop claiming new cycles after this long")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	cmd.Flags().StringSliceVar(&c.s.Pollers, "poller", nil, "run only these pollers of the config (repeatable; default: all)")
+	cmdLineOnly(cmd.Flags(), "poller")
 	return cmd
 }
 

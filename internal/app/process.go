@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,8 @@ type Settings struct {
 	Drain         time.Duration
 	InstanceID    string
 	Out           io.Writer // stdout sink; default os.Stdout
+	// Pollers, when set, keeps only these pollers of the config file (tick --poller).
+	Pollers []string
 }
 
 // Env is what a process runs on.
@@ -112,6 +115,9 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 		if err != nil {
 			return err
 		}
+		if pollers, err = only(pollers, s.Pollers); err != nil {
+			return err
+		}
 		env.Pollers = append(env.Pollers, pollers...)
 	}
 	for _, p := range env.Pollers {
@@ -121,6 +127,27 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 	}
 	env.Metrics.WatchKeys(env.Registry, env.keyInfos)
 	return nil
+}
+
+// only keeps the named pollers (all when names is empty); a name the config lacks is a
+// *watukuy.NotFoundError.
+func only(ps []watukuy.Poller, names []string) ([]watukuy.Poller, error) {
+	if len(names) == 0 {
+		return ps, nil
+	}
+	var kept []watukuy.Poller
+	for _, n := range names {
+		i := slices.IndexFunc(ps, func(p watukuy.Poller) bool { return p.Name == n })
+		if i < 0 {
+			nf := &watukuy.NotFoundError{Poller: n, Hint: "the config file has no such poller"}
+			for _, p := range ps {
+				nf.Known = append(nf.Known, p.Name)
+			}
+			return nil, nf
+		}
+		kept = append(kept, ps[i])
+	}
+	return kept, nil
 }
 
 // Register adds Go-defined pollers (the dev demo) to the engine.
