@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
 )
@@ -147,5 +150,89 @@ func TestTickOnlyNamedPollers(t *testing.T) {
 	_, _, err = run(t, "tick", "--config", cfg, "--redis", b.URL, "--poller", "nope")
 	if exitCode(err) != ExitUsage || !strings.Contains(err.Error(), `known: "orders", "customers"`) {
 		t.Fatalf("unknown --poller: exit %d, %v", exitCode(err), err)
+	}
+}
+
+// drain reads a background command's remaining output after Ctrl-C and returns its error.
+func drain(s *bufio.Scanner, errc <-chan error) error {
+	for s.Scan() {
+	}
+	return <-errc
+}
+
+// run: a scheduler and a worker in one process against a real Redis deliver the config's
+// pollers to the stdout sink; Ctrl-C stops it cleanly.
+func TestRunCommand(t *testing.T) {
+	b := redistest.Real(t)
+	api := fakeapi.New()
+	api.PutMany(3, "o", nil)
+	srv := fakeapi.NewServer(api, fakeapi.ServerOptions{})
+	defer srv.Close()
+	cfg := writeConfig(t, fmt.Sprintf(`pollers:
+  - name: orders
+    request: {url: %s/list}
+    items: data
+    cursor: {strategy: snapshotDiff, param: page, sizeParam: per_page, size: 10, hasMore: has_more}
+    delivery: {stdout: {}}
+`, srv.URL))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	lines, errc := startCLI(t, ctx, "run", "--config", cfg, "--redis", b.URL, "--listen", "off")
+	seen := map[string]bool{}
+	for len(seen) < 3 {
+		ev := jsonOf[watukuy.Event](t, next(t, lines))
+		if ev.Type != watukuy.Created || ev.Poller != "orders" {
+			t.Fatalf("run delivered %+v", ev)
+		}
+		seen[ev.Identity] = true
+	}
+	if n, _ := b.Client.HLen(ctx, "wk:{orders|}:items").Result(); n != 3 {
+		t.Fatalf("run tracked %d items, want 3", n)
+	}
+	cancel()
+	if err := drain(lines, errc); err != nil {
+		t.Fatalf("run after Ctrl-C: %v", err)
+	}
+}
+
+// dev: the embedded Redis and demo shop; the banner names the Redis URL (operator commands
+// work against it), events print as readable lines, or as JSON lines with --json.
+func TestDevCommand(t *testing.T) {
+	for _, asJSON := range []bool{false, true} {
+		t.Run(fmt.Sprint("json=", asJSON), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			args := []string{"dev", "--listen", "off"}
+			if asJSON {
+				args = append(args, "--json")
+			}
+			lines, errc := startCLI(t, ctx, args...)
+			created := map[string]int{}
+			url := ""
+			for created["orders"] < 5 || created["customers"] < 5 {
+				l := next(t, lines)
+				switch {
+				case asJSON:
+					ev := jsonOf[watukuy.Event](t, l)
+					if ev.Type == watukuy.Created {
+						created[ev.Poller]++
+					}
+				case strings.HasPrefix(l, "redis "):
+					url = strings.TrimSpace(strings.TrimPrefix(l, "redis"))
+				case strings.Contains(l, " created "):
+					created[strings.Fields(l)[1]]++
+				}
+			}
+			if !asJSON { // events came, so the keys are registered
+				out, _, err := run(t, "inspect", "--redis", url, "--json")
+				if err != nil || !strings.Contains(out, `"poller":"orders"`) {
+					t.Fatalf("inspect against dev's Redis %q: %v\n%s", url, err, out)
+				}
+			}
+			cancel()
+			if err := drain(lines, errc); err != nil {
+				t.Fatalf("dev after Ctrl-C: %v", err)
+			}
+		})
 	}
 }

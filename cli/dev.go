@@ -182,7 +182,8 @@ func (d *demoShop) pollers(h watukuy.Handler) []watukuy.Poller {
 		Param: "page", SizeParam: "per_page", Size: 50, HasMore: "has_more", CollectionETag: true}
 	isOrder := func(item json.RawMessage) bool { return json.Valid(item) && !isCustomer(item) }
 	return []watukuy.Poller{
-		{Name: "orders", Fetch: filter(orders.Fetch, isOrder), Version: watukuy.Field("version"), Handler: h, Schedule: every},
+		{Name: "orders", Fetch: filter(orders.Fetch, isOrder), Version: watukuy.Field("version"), Handler: h, Schedule: every,
+			CursorPosition: orders.Position, LogRetention: time.Hour}, // try backfill --wait and replay on it
 		{Name: "customers", Strategy: watukuy.SnapshotDiff, Fetch: filter(customers.Fetch, isCustomer), Version: watukuy.Field("version"), Handler: h, Schedule: every},
 	}
 }
