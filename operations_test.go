@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/diff"
+	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
 )
 
@@ -547,6 +549,31 @@ func TestLayoutAndMigrate(t *testing.T) {
 		}
 		if _, err := eng.Migrate(ctx); !errors.As(err, &le) {
 			t.Fatalf("migrate of a newer layout: %v", err)
+		}
+	})
+}
+
+// A backfill never asks conditionally: a 304 means "unchanged since *you* last asked", and
+// the live lane's ETag would end a forced backfill of an unchanged collection at once.
+func TestBackfillIgnoresConditionalRequests(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		e := newEnv(t, b)
+		putN(e, 25)
+		srv, _ := e.server(fakeapi.ServerOptions{})
+		eng := e.engine(e.poller(func(p *Poller) { p.Fetch = listCursor(srv, 10).Fetch }), nil) // page strategy, collection ETag
+		e.settle(eng)
+		if ki, _ := eng.Inspect(ctx, "orders", ""); ki.LastPoll == nil || !strings.Contains(string(ki.LastPoll), `"notModified":true`) {
+			t.Fatalf("the live lane does not get 304s, the test proves nothing: %s", ki.LastPoll)
+		}
+		start := len(e.rec.events())
+		null := ""
+		if _, err := eng.Backfill(ctx, "orders", "", BackfillRequest{To: &null, Force: true}); err != nil {
+			t.Fatal(err)
+		}
+		e.backfillDone(eng)
+		if n := len(e.rec.events()) - start; n != 25 {
+			t.Fatalf("a forced backfill of an unchanged collection emitted %d events, want 25", n)
 		}
 	})
 }

@@ -112,23 +112,30 @@ func (r *response) boolAt(path string) (v, ok bool) {
 	return res.Bool(), res.Exists()
 }
 
-// etags remembers the last ETag per key and URL, so an unchanged answer costs a 304.
+// etags remembers the last ETag per key and URL, so an unchanged answer costs a 304. Only
+// the live lane asks conditionally: a 304 says "what you saw last time", which a backfill
+// passing the same page does not know, and it would lose the page's next cursor.
 type etags struct {
 	mu sync.Mutex
 	m  map[core.Key][2]string // url, etag
 }
 
-func (e *etags) get(key core.Key, u string) string {
+func conditional(req core.FetchRequest) bool { return req.Lane == "" || req.Lane == "live" }
+
+func (e *etags) get(req core.FetchRequest, u string) string {
+	if !conditional(req) {
+		return ""
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if v, ok := e.m[key]; ok && v[0] == u {
+	if v, ok := e.m[req.Key]; ok && v[0] == u {
 		return v[1]
 	}
 	return ""
 }
 
-func (e *etags) put(key core.Key, u, etag string) {
-	if etag == "" {
+func (e *etags) put(req core.FetchRequest, u, etag string) {
+	if etag == "" || !conditional(req) {
 		return
 	}
 	e.mu.Lock()
@@ -136,5 +143,5 @@ func (e *etags) put(key core.Key, u, etag string) {
 	if e.m == nil {
 		e.m = map[core.Key][2]string{}
 	}
-	e.m[key] = [2]string{u, etag}
+	e.m[req.Key] = [2]string{u, etag}
 }

@@ -68,11 +68,11 @@ func (t *Timestamp) Fetch(ctx context.Context, req core.FetchRequest) (core.Page
 		params.Set(t.LimitParam, strconv.Itoa(t.Limit))
 	}
 	tagKey := params.Encode()
-	r, err := t.get(ctx, req.Key, "", params, t.tags.get(req.Key, tagKey))
+	r, err := t.get(ctx, req.Key, "", params, t.tags.get(req, tagKey))
 	if err != nil {
 		return core.Page{}, err
 	}
-	t.tags.put(req.Key, tagKey, r.ETag)
+	t.tags.put(req, tagKey, r.ETag)
 	if r.NotModified {
 		return r.page(req.Cursor, false), nil
 	}
@@ -203,11 +203,11 @@ func (t *Token) Fetch(ctx context.Context, req core.FetchRequest) (core.Page, er
 		params.Set(t.LimitParam, strconv.Itoa(t.Limit))
 	}
 	tagKey := rawURL + "?" + params.Encode()
-	r, err := t.get(ctx, req.Key, rawURL, params, t.tags.get(req.Key, tagKey))
+	r, err := t.get(ctx, req.Key, rawURL, params, t.tags.get(req, tagKey))
 	if err != nil {
 		return core.Page{}, err
 	}
-	t.tags.put(req.Key, tagKey, r.ETag)
+	t.tags.put(req, tagKey, r.ETag)
 	if r.NotModified {
 		return r.page(req.Cursor, false), nil
 	}
@@ -273,14 +273,14 @@ func (p *Page) Fetch(ctx context.Context, req core.FetchRequest) (core.Page, err
 	}
 	etag := ""
 	if first && p.CollectionETag {
-		etag = p.tags.get(req.Key, "")
+		etag = p.tags.get(req, "")
 	}
 	r, err := p.get(ctx, req.Key, "", params, etag)
 	if err != nil {
 		return core.Page{}, err
 	}
 	if first && p.CollectionETag {
-		p.tags.put(req.Key, "", r.ETag)
+		p.tags.put(req, "", r.ETag)
 	}
 	if r.NotModified {
 		return r.page("", false), nil
