@@ -811,3 +811,17 @@ func TestProcessJSON(t *testing.T) {
 		t.Fatalf("dev --json event line: %q", b.String())
 	}
 }
+
+// Looking at an empty database (a wrong --redis or --prefix) writes nothing into it.
+func TestReadOnlyOnEmptyDatabase(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	out := w.ok("inspect", "--prefix", "typo")
+	if !strings.Contains(out, "no keys") {
+		t.Fatalf("inspect of an empty database: %s", out)
+	}
+	w.fails(ExitUsage, `unknown poller "orders"`, "pause", "--prefix", "typo", "--poller", "orders")
+	if keys := w.b.Client.Keys(context.Background(), "typo:*").Val(); len(keys) != 0 {
+		t.Fatalf("operator commands wrote %v into an empty database", keys)
+	}
+}
