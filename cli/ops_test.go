@@ -820,7 +820,8 @@ func TestReadOnlyOnEmptyDatabase(t *testing.T) {
 	if !strings.Contains(out, "no keys") {
 		t.Fatalf("inspect of an empty database: %s", out)
 	}
-	w.fails(ExitUsage, `unknown poller "orders"`, "pause", "--prefix", "typo", "--poller", "orders")
+	w.fails(ExitUsage, `unknown poller "orders"`, "pause", "--prefix", "typo", "--poller", "orders", "--partition", "")
+	w.fails(ExitUsage, `unknown poller "orders"`, "inspect", "--prefix", "typo", "--poller", "orders", "--partition", "eu")
 	if keys := w.b.Client.Keys(context.Background(), "typo:*").Val(); len(keys) != 0 {
 		t.Fatalf("operator commands wrote %v into an empty database", keys)
 	}
