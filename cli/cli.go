@@ -111,6 +111,12 @@ func (c *common) bindProcess(fs *pflag.FlagSet, listen string) {
 	fs.BoolVar(&c.json, "json", false, "JSON logs (the same as --log-format json)")
 }
 
+// bindClaim is --claim-timeout, for the processes that claim keys (scheduler, run, tick).
+func (c *common) bindClaim(fs *pflag.FlagSet) {
+	fs.DurationVar(&c.s.ClaimTimeout, "claim-timeout", 2*time.Minute,
+		"how long a claimed key stays claimed: a key whose cycle died (worker killed) is due again after it; keep it above the longest lease TTL")
+}
+
 func (c *common) bindWorker(fs *pflag.FlagSet) {
 	fs.IntVar(&c.s.Concurrency, "concurrency", 10, "cycles run at once")
 	fs.DurationVar(&c.s.Drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long running cycles may finish before they are cancelled")
@@ -190,19 +196,19 @@ func Worker() *cobra.Command { return workerCmd("watukuy-worker") }
 func Scheduler() *cobra.Command { return schedulerCmd("watukuy-scheduler") }
 
 func workerCmd(use string) *cobra.Command {
-	return processCmd(use, "Run cycles from the asynq queue (scale by starting more)", "127.0.0.1:9090", true, app.RunWorker)
+	return processCmd(use, "Run cycles from the asynq queue (scale by starting more)", "127.0.0.1:9090", true, false, app.RunWorker)
 }
 
 func schedulerCmd(use string) *cobra.Command {
-	return processCmd(use, "Move due keys into asynq tasks (several may run at once)", "127.0.0.1:9091", false, app.RunScheduler)
+	return processCmd(use, "Move due keys into asynq tasks (several may run at once)", "127.0.0.1:9091", false, true, app.RunScheduler)
 }
 
 func runCmd() *cobra.Command {
-	return processCmd("run", "Run a scheduler and a worker in one process against a Redis URL", "127.0.0.1:9090", true, app.RunAll)
+	return processCmd("run", "Run a scheduler and a worker in one process against a Redis URL", "127.0.0.1:9090", true, true, app.RunAll)
 }
 
 // processCmd is a long-lived process: it opens the environment and runs until a signal.
-func processCmd(use, short, listen string, worker bool, run func(context.Context, *app.Env, app.Settings) error) *cobra.Command {
+func processCmd(use, short, listen string, worker, claims bool, run func(context.Context, *app.Env, app.Settings) error) *cobra.Command {
 	c := &common{}
 	cmd := &cobra.Command{
 		Use:   use,
@@ -216,6 +222,9 @@ func processCmd(use, short, listen string, worker bool, run func(context.Context
 	c.bindProcess(cmd.Flags(), listen)
 	if worker {
 		c.bindWorker(cmd.Flags())
+	}
+	if claims {
+		c.bindClaim(cmd.Flags())
 	}
 	return cmd
 }

@@ -35,6 +35,7 @@ it runs your pollers instead of the demo.`,
 	c.bind(cmd.Flags())
 	c.bindProcess(cmd.Flags(), "127.0.0.1:9090")
 	c.bindWorker(cmd.Flags())
+	c.bindClaim(cmd.Flags())
 	_ = cmd.Flags().Set("log-format", "console")
 	_ = cmd.Flags().Set("ui", "true")
 	_ = cmd.Flags().Set("concurrency", "4")

@@ -33,6 +33,7 @@ func tickCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	cmd.Flags().StringSliceVar(&c.s.Pollers, "poller", nil, "run only these pollers of the config (repeatable; default: all)")
 	cmdLineOnly(cmd.Flags(), "poller")
+	c.bindClaim(cmd.Flags())
 	return cmd
 }
 

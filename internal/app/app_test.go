@@ -106,3 +106,16 @@ func TestBadSchemaIsAConfigError(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// --claim-timeout reaches the scheduler's claims (a dead worker's key comes back after it).
+func TestClaimTimeoutSetting(t *testing.T) {
+	b := redistest.Miniredis(t)
+	env := &Env{Log: zerolog.Nop()}
+	s := Settings{ClaimTimeout: 45 * time.Second, AllowEviction: true}
+	if err := env.finish(context.Background(), s, b.Client); err != nil {
+		t.Fatal(err)
+	}
+	if got := env.scheduler(s).ClaimTimeout; got != 45*time.Second {
+		t.Fatalf("scheduler claim timeout %v, want 45s", got)
+	}
+}

@@ -43,6 +43,9 @@ type Settings struct {
 	Out           io.Writer // stdout sink; default os.Stdout
 	// Pollers, when set, keeps only these pollers of the config file (tick --poller).
 	Pollers []string
+	// ClaimTimeout is how long a claimed key stays claimed: a key whose cycle died comes back
+	// after it (0: the default, 2m). Keep it above the longest lease TTL.
+	ClaimTimeout time.Duration
 }
 
 // Env is what a process runs on.
@@ -100,7 +103,7 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 	env.Registry = prometheus.NewRegistry()
 	env.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	env.Metrics = metrics.New(env.Registry)
-	eng, err := watukuy.New(watukuy.Options{Redis: rdb, Prefix: s.Prefix, InstanceID: s.InstanceID, Logger: env.Log,
+	eng, err := watukuy.New(watukuy.Options{Redis: rdb, Prefix: s.Prefix, InstanceID: s.InstanceID, Logger: env.Log, ClaimTimeout: s.ClaimTimeout,
 		Hooks: env.Metrics.Hooks(core.Hooks{})})
 	if err != nil {
 		return err
@@ -218,14 +221,15 @@ func RunScheduler(ctx context.Context, env *Env, s Settings) error {
 	if _, err := env.serve(ctx, s, env.ping); err != nil {
 		return err
 	}
-	sch := env.scheduler()
+	sch := env.scheduler(s)
 	env.Log.Info().Strs("pollers", sch.Pollers).Msg("scheduler started")
 	return sch.Run(ctx)
 }
 
-func (env *Env) scheduler() *queue.Scheduler {
+func (env *Env) scheduler(s Settings) *queue.Scheduler {
 	return &queue.Scheduler{Store: env.Store, Client: asynq.NewClientFromRedisClient(env.RDB),
-		Inspector: asynq.NewInspectorFromRedisClient(env.RDB), Redis: env.RDB, Prefix: env.Store.Prefix(), Logger: env.Log}
+		Inspector: asynq.NewInspectorFromRedisClient(env.RDB), Redis: env.RDB, Prefix: env.Store.Prefix(), Logger: env.Log,
+		ClaimTimeout: s.ClaimTimeout}
 }
 
 // RunWorker serves cycles from asynq until ctx ends; then it stops taking tasks and lets
@@ -269,7 +273,7 @@ func RunAll(ctx context.Context, env *Env, s Settings) error {
 	errc := make(chan error, 2)
 	go func() { errc <- RunWorker(ctx, env, s) }() // the worker serves the process's endpoints
 	go func() {
-		sch := env.scheduler()
+		sch := env.scheduler(s)
 		sch.Pollers = env.pollerNames()
 		errc <- sch.Run(ctx)
 	}()
