@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,7 +52,8 @@ func (e *env) backfillDone(eng *Engine) {
 			e.settle(eng)
 			return
 		}
-		e.tick(eng) // due at once while a backfill is pending: no clock advance
+		e.clock.Advance(time.Minute) // past the interval, for a backfill retried after a failure
+		e.tick(eng)
 	}
 	e.t.Fatal("the backfill did not finish in 50 cycles")
 }
@@ -574,6 +576,68 @@ func TestBackfillIgnoresConditionalRequests(t *testing.T) {
 		e.backfillDone(eng)
 		if n := len(e.rec.events()) - start; n != 25 {
 			t.Fatalf("a forced backfill of an unchanged collection emitted %d events, want 25", n)
+		}
+	})
+}
+
+// A failing backfill request does not fail the key: the live lane goes on, no failure is
+// counted and no circuit opens. A transient failure is retried at the next cycle; a cursor the
+// poller refuses stops the backfill, with the reason in inspect.
+func TestBackfillFailureSparesTheLiveLane(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		e := newEnv(t, b)
+		putN(e, 30)
+		var mu sync.Mutex
+		failNext := false
+		e.api.OnFetch(func(ctx context.Context, req FetchRequest) error {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case req.Lane == "backfill" && req.Cursor == "garbage":
+				return &ConfigError{Poller: req.Key.Poller, Field: "cursor", Msg: "not a sequence number"}
+			case req.Lane == "backfill" && failNext:
+				failNext = false
+				return errors.New("503 from the API")
+			}
+			return nil
+		})
+		eng := e.engine(e.poller(), nil)
+		e.settle(eng)
+		if _, err := eng.Backfill(ctx, "orders", "", BackfillRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		failNext = true
+		mu.Unlock()
+		e.api.Put("o01", map[string]any{"total": 100})
+		start := len(e.rec.events())
+		e.tick(eng)
+		ki, _ := eng.Inspect(ctx, "orders", "")
+		if evs := e.rec.events()[start:]; len(evs) != 1 || evs[0].Identity != "o01" || evs[0].Lane != "live" {
+			t.Fatalf("the live lane beside a failing backfill delivered %+v", evs)
+		}
+		if bf := ki.Backfill; bf == nil || bf.Done || bf.Failed || !strings.Contains(bf.LastError, "503") ||
+			ki.LastError != nil || ki.Failures != 0 || ki.Circuit != "closed" {
+			t.Fatalf("after a transient backfill failure: backfill %+v, lastError %s, failures %d, circuit %s", bf, ki.LastError, ki.Failures, ki.Circuit)
+		}
+		e.backfillDone(eng)
+		if ki, _ = eng.Inspect(ctx, "orders", ""); ki.Backfill.LastError != "" {
+			t.Fatalf("a finished backfill keeps the old error: %+v", ki.Backfill)
+		}
+
+		if _, err := eng.Backfill(ctx, "orders", "", BackfillRequest{From: "garbage"}); err != nil {
+			t.Fatal(err)
+		}
+		e.tick(eng)
+		fetches := e.api.Fetches()
+		e.settle(eng)
+		ki, _ = eng.Inspect(ctx, "orders", "")
+		if bf := ki.Backfill; bf == nil || !bf.Failed || bf.Done || !strings.Contains(bf.LastError, "CONFIG") || ki.LastError != nil || ki.Status != "idle" {
+			t.Fatalf("a refused cursor: backfill %+v, lastError %s, status %s", bf, ki.LastError, ki.Status)
+		}
+		if n := e.api.Fetches() - fetches; n > 5 {
+			t.Fatalf("a failed backfill is retried: %d requests while settling", n)
 		}
 	})
 }

@@ -425,6 +425,7 @@ func printKeyDetail(w io.Writer, ki watukuy.KeyInfo, now time.Time) error {
 		t.row("backfill.startedAt", when(&bp.StartedAt, now))
 		t.row("backfill.updatedAt", when(&bp.UpdatedAt, now))
 		t.row("backfill.doneAt", when(bp.DoneAt, now))
+		t.row("backfill.lastError", bp.LastError)
 	} else {
 		t.row("backfill", "none")
 	}
@@ -436,8 +437,13 @@ func backfillProgressText(bp *watukuy.BackfillProgress) string {
 	if bp.Fraction != nil {
 		s += fmt.Sprintf(", %.0f%%", *bp.Fraction*100)
 	}
-	if bp.Done {
+	switch {
+	case bp.Done:
 		return s + ", done"
+	case bp.Failed:
+		return s + ", failed"
+	case bp.LastError != "":
+		return s + ", running (last request failed; retried at the next cycle)"
 	}
 	return s + ", running"
 }
@@ -609,6 +615,9 @@ func (o *op) waitBackfills(ctx context.Context, eng *watukuy.Engine, started []k
 			case bp.Done:
 				finished[i] = true
 				next.Event = "done"
+			case bp.Failed:
+				finished[i] = true
+				next.Event, next.Note = "failed", "failed: "+bp.LastError+"; start a new backfill with another --from"
 			}
 			changed := next.Event != "progress" || progressChanged(kb.Backfill, bp)
 			cur[i] = next
@@ -640,10 +649,13 @@ func (o *op) waitBackfills(ctx context.Context, eng *watukuy.Engine, started []k
 			kb.Event = ""
 			final[i] = kb
 		}
-		return writeJSON(o.out, struct {
+		if err := writeJSON(o.out, struct {
 			Event     string        `json:"event"`
 			Backfills []keyBackfill `json:"backfills"`
-		}{"finished", final})
+		}{"finished", final}); err != nil {
+			return err
+		}
+		return failedBackfills(cur)
 	}
 	fmt.Fprintln(o.out)
 	t := newTable(o.out, "POLLER", "PARTITION", "PAGES", "ITEMS", "EVENTS", "CURSOR", "RESULT")
@@ -661,8 +673,24 @@ func (o *op) waitBackfills(ctx context.Context, eng *watukuy.Engine, started []k
 	if err := t.flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(o.out, "backfill of %s finished\n", o.poller)
-	return err
+	if _, err := fmt.Fprintf(o.out, "backfill of %s finished\n", o.poller); err != nil {
+		return err
+	}
+	return failedBackfills(cur)
+}
+
+// failedBackfills makes a wait that ended in a failed backfill an operation failure (exit 1).
+func failedBackfills(cur []keyBackfill) error {
+	var failed []string
+	for _, kb := range cur {
+		if kb.Backfill.Failed {
+			failed = append(failed, keyName(kb.Poller, kb.Partition))
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the backfill of %s failed: see backfill.lastError in `watukuy inspect`; start a new one with another --from", strings.Join(failed, ", "))
 }
 
 // progressChanged reports whether a backfill moved since the last look.

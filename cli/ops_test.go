@@ -826,3 +826,49 @@ func TestReadOnlyOnEmptyDatabase(t *testing.T) {
 		t.Fatalf("operator commands wrote %v into an empty database", keys)
 	}
 }
+
+// backfill --wait ends when the backfill fails for good (a cursor the poller refuses), says
+// why, and exits 1; the key itself keeps running.
+func TestBackfillWaitEndsOnFailure(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.api.PutMany(5, "o", nil)
+	w.api.OnFetch(func(ctx context.Context, req watukuy.FetchRequest) error {
+		if req.Lane == "backfill" && req.Cursor == "garbage" {
+			return &watukuy.ConfigError{Poller: req.Key.Poller, Field: "cursor", Msg: `"garbage" is not a sequence number`}
+		}
+		return nil
+	})
+	w.register(w.poller("orders"))
+	w.tick()
+	done := make(chan struct {
+		errb string
+		code int
+	}, 1)
+	go func() {
+		_, errb, code := w.cli("backfill", "--poller", "orders", "--from", "garbage", "--wait", "--poll-interval", "5ms")
+		done <- struct {
+			errb string
+			code int
+		}{errb, code}
+	}()
+	for {
+		select {
+		case r := <-done:
+			if r.code != ExitFailed || !strings.Contains(r.errb, "backfill of orders failed") {
+				t.Fatalf("backfill --wait of a refused cursor: exit %d\n%s", r.code, r.errb)
+			}
+			ki := w.inspect("orders", "")
+			if !ki.Backfill.Failed || !strings.Contains(ki.Backfill.LastError, "not a sequence number") || ki.Status != "idle" {
+				t.Fatalf("after the failure: %+v, status %s", ki.Backfill, ki.Status)
+			}
+			out := w.ok("inspect", "--poller", "orders", "--partition", "")
+			if d := detail(out); !strings.Contains(d["backfill.progress"], "failed") || !strings.Contains(d["backfill.lastError"], "CONFIG") {
+				t.Fatalf("inspect of a failed backfill:\n%s", out)
+			}
+			return
+		case <-time.After(5 * time.Millisecond):
+			w.tick()
+		}
+	}
+}

@@ -20,6 +20,12 @@ type BackfillProgress struct {
 	Items      int   `json:"items"`
 	Events     int   `json:"events"`
 	Done       bool  `json:"done"`
+	// Failed stops a backfill whose cursor the API or the poller refuses (a malformed cursor,
+	// a cursor stall); start a new one.
+	Failed bool `json:"failed,omitempty"`
+	// LastError is the backfill's last failed request; a transient one is retried at the
+	// key's next cycle.
+	LastError string `json:"lastError,omitempty"`
 	// Fraction is how far the cursor is between From and To, when the poller can place
 	// cursors (CursorPosition).
 	Fraction  *float64   `json:"fraction,omitempty"`
@@ -78,7 +84,7 @@ func (e *Engine) Backfill(ctx context.Context, key Key, req BackfillRequest) (Ba
 // is none to run or the live lane has not caught up.
 func (c *cycle) backfillLane(live laneResult, budget int) (lane, bool) {
 	bp := c.state.backfill()
-	if bp == nil || bp.Done || c.p.Strategy == SnapshotDiff || budget <= 0 || !live.complete || live.paced > 0 {
+	if !bp.active() || c.p.Strategy == SnapshotDiff || budget <= 0 || !live.complete || live.paced > 0 {
 		return lane{}, false
 	}
 	pos := c.p.CursorPosition
@@ -89,7 +95,7 @@ func (c *cycle) backfillLane(live laneResult, budget int) (lane, bool) {
 		bp.Pages++
 		bp.Items += len(page.Items)
 		bp.Events += events
-		bp.UpdatedAt = now
+		bp.UpdatedAt, bp.LastError = now, ""
 		reached := bp.To != "" && page.Next == bp.To
 		if pos != nil && bp.To != "" {
 			at, ok1 := pos(page.Next)
@@ -122,13 +128,28 @@ func (c *cycle) backfillLane(live laneResult, budget int) (lane, bool) {
 	return ln, true
 }
 
-// endBackfill marks the running backfill done without a page.
-func (c *cycle) endBackfill(ctx context.Context) *cycleError {
+// active reports whether a backfill is waiting to run.
+func (bp *BackfillProgress) active() bool { return bp != nil && !bp.Done && !bp.Failed }
+
+// endBackfill records how the running backfill lane ended without a page: done (no failure:
+// a 304 at its cursor), failed for good (a cursor the poller or API refuses), or a transient
+// failure retried at the key's next cycle. The live lane's schedule is not affected.
+func (c *cycle) endBackfill(ctx context.Context, f *cycleError) *cycleError {
 	now := c.now()
 	bp := c.backfilling
-	bp.Done, bp.DoneAt, bp.UpdatedAt = true, &now, now
-	one := 1.0
-	bp.Fraction = &one
+	bp.UpdatedAt = now
+	switch {
+	case f == nil:
+		one := 1.0
+		bp.Done, bp.DoneAt, bp.Fraction, bp.LastError = true, &now, &one, ""
+	default:
+		bp.LastError = f.code + ": " + f.err.Error()
+		bp.Failed = f.code == "CONFIG" || f.code == "CURSOR_STALL"
+		c.log.Warn().Err(f.err).Bool("stopped", bp.Failed).Msg("backfill request failed")
+		if h := c.e.hooks.OnError; h != nil {
+			h(c.key, "backfill", f.err)
+		}
+	}
 	raw, _ := json.Marshal(bp)
 	return c.commitAndDeliver(ctx, Commit{State: map[string]string{fieldBackfill: string(raw)}}, nil)
 }

@@ -183,17 +183,23 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 		}
 	}
 	backfillPending := false
-	if bp := c.state.backfill(); failure == nil && bp != nil && !bp.Done {
+	if bp := c.state.backfill(); failure == nil && bp.active() && c.p.Strategy != SnapshotDiff {
 		backfillPending = true
 		// Only once the live lane has caught up does the backfill get the pages it left.
 		if ln, ok := c.backfillLane(live, c.p.MaxPagesPerCycle-live.pages); ok {
-			var bf laneResult
-			bf, failure = c.runLane(ctx, ln)
+			bf, f := c.runLane(ctx, ln)
 			c.force = 0
-			if failure == nil && bf.complete && !c.backfilling.Done {
-				failure = c.endBackfill(ctx) // a 304: nothing more at the cursor
+			switch {
+			case f == nil && bf.complete && !c.backfilling.Done:
+				failure = c.endBackfill(ctx, nil) // a 304: nothing more at the cursor
+			case f == nil:
+			case f.kind == schedule.ResultThrottled || f.phase == "store":
+				failure = f // the key's own trouble: throttled (G8) or Redis
+			default:
+				// The backfill's trouble is not the live lane's: no failure count, no circuit.
+				failure = c.endBackfill(ctx, f)
 			}
-			backfillPending = failure == nil && !c.backfilling.Done
+			backfillPending = f == nil && failure == nil && !c.backfilling.Done
 		}
 	}
 	if cause := context.Cause(ctx); cause != nil && IsLeaseLost(cause) {

@@ -19,6 +19,7 @@ type Hooks struct {
 	OnThrottled func(key Key, until time.Time)
 	// OnLeaseLost runs when a cycle is abandoned because its lease was lost.
 	OnLeaseLost func(key Key, err error)
-	// OnError runs for every failure, with its phase: fetch, handler, store or config.
+	// OnError runs for every failure, with its phase: fetch, handler, store, config or backfill
+	// (a backfill request that failed; the live lane goes on).
 	OnError func(key Key, phase string, err error)
 }
