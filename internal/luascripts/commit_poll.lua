@@ -15,7 +15,7 @@ local now = now_ms(ARGV[2])
 local err = fence(KEYS[2], ARGV[1], now)
 if err then return err end
 
-if ARGV[4] == '1' then redis.call('DEL', KEYS[3]) end
+if ARGV[4] == '1' then redis.call('UNLINK', KEYS[3]) end -- freed in the background
 local retention = tonumber(ARGV[5])
 
 local i = 6

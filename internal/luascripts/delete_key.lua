@@ -9,7 +9,7 @@
 local now = now_ms(ARGV[2])
 local err = fence(KEYS[1], ARGV[1], now)
 if err then return err end
-for k = 2, 8 do redis.call('DEL', KEYS[k]) end
+for k = 2, 8 do redis.call('UNLINK', KEYS[k]) end -- big hashes are freed in the background
 redis.call('HSET', KEYS[2], 'deleted', '1')
 redis.call('HDEL', KEYS[1], 'owner', 'expiresAt')
 return 1
