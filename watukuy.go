@@ -81,6 +81,12 @@ type TickReport = core.TickReport
 // KeyInfo is Inspect's report for one key.
 type KeyInfo = core.KeyInfo
 
+// LastError is the JSON of KeyInfo.LastError: code, phase, message, at.
+type LastError = core.LastError
+
+// PollSummary is the JSON of KeyInfo.LastPoll: what a key's last cycle did.
+type PollSummary = core.PollSummary
+
 // ParkedInfo is one parked row.
 type ParkedInfo = core.ParkedInfo
 

@@ -182,10 +182,7 @@ func requireLayout(ctx context.Context, eng *watukuy.Engine) error {
 	if err != nil {
 		return fmt.Errorf("read the data layout: %w", err)
 	}
-	if l.Version != l.Current && !l.Empty {
-		return &watukuy.LayoutError{Found: l.Version, Known: l.Current}
-	}
-	return nil
+	return l.Err()
 }
 
 // keyName renders a key for messages: "orders" for an unpartitioned poller, "orders|eu"
@@ -308,33 +305,8 @@ registry that workers write. --json prints an array of keys, or one object with 
 	})
 }
 
-// lastErrorInfo is the lastError field of a key's state.
-type lastErrorInfo struct {
-	Code    string `json:"code"`
-	Phase   string `json:"phase"`
-	Message string `json:"message"`
-	At      string `json:"at"`
-}
-
-// lastPollInfo is the lastPoll field of a key's state.
-type lastPollInfo struct {
-	At              string `json:"at"`
-	Outcome         string `json:"outcome"`
-	DurationMs      int64  `json:"durationMs"`
-	Pages           int    `json:"pages"`
-	Items           int    `json:"items"`
-	Events          int    `json:"events"`
-	Delivered       int    `json:"delivered"`
-	Parked          int    `json:"parked"`
-	Invalid         int    `json:"invalid"`
-	Truncated       bool   `json:"truncated"`
-	NotModified     bool   `json:"notModified"`
-	Reconciled      bool   `json:"reconciled"`
-	BackfillPending bool   `json:"backfillPending"`
-}
-
-func lastError(ki watukuy.KeyInfo) (lastErrorInfo, bool) {
-	var le lastErrorInfo
+func lastError(ki watukuy.KeyInfo) (watukuy.LastError, bool) {
+	var le watukuy.LastError
 	return le, len(ki.LastError) > 0 && json.Unmarshal(ki.LastError, &le) == nil
 }
 
@@ -378,7 +350,7 @@ func printKeyDetail(w io.Writer, ki watukuy.KeyInfo, now time.Time) error {
 	t.row("throttledUntil", when(ki.ThrottledUntil, now))
 	t.row("rateLimit", string(ki.RateLimit))
 	t.row("reconcileDueAt", when(ki.ReconcileDue, now))
-	var lp lastPollInfo
+	var lp watukuy.PollSummary
 	if len(ki.LastPoll) > 0 && json.Unmarshal(ki.LastPoll, &lp) == nil {
 		flags := ""
 		for _, f := range []struct {
@@ -854,11 +826,8 @@ log.retention in its config: without it there is no log and replay fails.`,
 
 // parseTime reads a time flag: RFC 3339 or unix milliseconds.
 func parseTime(flag, v string) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+	if t, err := watukuy.ParseTime(v, []string{"rfc3339", "epoch_ms"}); err == nil {
 		return t, nil
-	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		return time.UnixMilli(n), nil
 	}
 	return time.Time{}, usagef("--%s %q: want an RFC 3339 time (2026-01-02T15:04:05Z) or unix milliseconds", flag, v)
 }

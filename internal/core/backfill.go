@@ -80,11 +80,10 @@ func (e *Engine) Backfill(ctx context.Context, key Key, req BackfillRequest) (Ba
 	return bp, e.store.Trigger(ctx, key)
 }
 
-// backfillLane is the key's active backfill as a lane with budget pages, or false when there
-// is none to run or the live lane has not caught up.
-func (c *cycle) backfillLane(live laneResult, budget int) (lane, bool) {
-	bp := c.state.backfill()
-	if !bp.active() || c.p.Strategy == SnapshotDiff || budget <= 0 || !live.complete || live.paced > 0 {
+// backfillLane is the key's active backfill bp as a lane with budget pages, or false when the
+// live lane has not caught up or left no page.
+func (c *cycle) backfillLane(bp *BackfillProgress, live laneResult, budget int) (lane, bool) {
+	if budget <= 0 || !live.complete || live.paced > 0 {
 		return lane{}, false
 	}
 	pos := c.p.CursorPosition

@@ -186,7 +186,7 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 	if bp := c.state.backfill(); failure == nil && bp.active() && c.p.Strategy != SnapshotDiff {
 		backfillPending = true
 		// Only once the live lane has caught up does the backfill get the pages it left.
-		if ln, ok := c.backfillLane(live, c.p.MaxPagesPerCycle-live.pages); ok {
+		if ln, ok := c.backfillLane(bp, live, c.p.MaxPagesPerCycle-live.pages); ok {
 			bf, f := c.runLane(ctx, ln)
 			c.force = 0
 			switch {
@@ -241,6 +241,33 @@ func (c *cycle) abandon(err error) {
 	if h := c.e.hooks.OnLeaseLost; h != nil {
 		h(c.key, err)
 	}
+}
+
+// LastError is the JSON of KeyInfo.LastError: a key's last failed cycle, kept until one
+// succeeds.
+type LastError struct {
+	// Code is FETCH, THROTTLED, CURSOR_STALL, POISON_HALT, STORE or CONFIG.
+	Code    string `json:"code"`
+	Phase   string `json:"phase"`
+	Message string `json:"message"`
+	At      string `json:"at"`
+}
+
+// PollSummary is the JSON of KeyInfo.LastPoll: what a key's last cycle did.
+type PollSummary struct {
+	At              string `json:"at"`
+	Outcome         string `json:"outcome"` // "ok" or the failure's code
+	DurationMs      int64  `json:"durationMs"`
+	Pages           int    `json:"pages"`
+	Items           int    `json:"items"`
+	Events          int    `json:"events"`
+	Delivered       int    `json:"delivered"`
+	Parked          int    `json:"parked"`
+	Invalid         int    `json:"invalid"`
+	Truncated       bool   `json:"truncated"`
+	NotModified     bool   `json:"notModified"`
+	Reconciled      bool   `json:"reconciled"`
+	BackfillPending bool   `json:"backfillPending"`
 }
 
 // cycleError is a failure with the phase and code it is reported under and what the
@@ -336,8 +363,8 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	}
 	switch {
 	case failure != nil && failure.kind != schedule.ResultThrottled:
-		le, _ := json.Marshal(map[string]any{"code": failure.code, "phase": failure.phase,
-			"message": failure.err.Error(), "at": now.UTC().Format(time.RFC3339Nano)})
+		le, _ := json.Marshal(LastError{Code: failure.code, Phase: failure.phase,
+			Message: failure.err.Error(), At: now.UTC().Format(time.RFC3339Nano)})
 		st[fieldLastError] = string(le)
 	case failure == nil:
 		del = append(del, fieldLastError)
@@ -346,10 +373,10 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	if failure != nil {
 		outcome = failure.code
 	}
-	summary, _ := json.Marshal(map[string]any{"at": now.UTC().Format(time.RFC3339Nano), "outcome": outcome,
-		"durationMs": time.Since(c.localAt).Milliseconds(), "pages": c.rep.Pages, "items": c.rep.Items,
-		"events": c.rep.Events, "delivered": c.rep.Delivered, "parked": c.rep.Parked, "invalid": c.rep.Invalid,
-		"truncated": c.rep.Truncated, "notModified": c.rep.NotModified, "reconciled": reconciled, "backfillPending": backfillPending})
+	summary, _ := json.Marshal(PollSummary{At: now.UTC().Format(time.RFC3339Nano), Outcome: outcome,
+		DurationMs: time.Since(c.localAt).Milliseconds(), Pages: c.rep.Pages, Items: c.rep.Items,
+		Events: c.rep.Events, Delivered: c.rep.Delivered, Parked: c.rep.Parked, Invalid: c.rep.Invalid,
+		Truncated: c.rep.Truncated, NotModified: c.rep.NotModified, Reconciled: reconciled, BackfillPending: backfillPending})
 	st[fieldLastPoll] = string(summary)
 	if err := c.e.store.End(ctx, c.lease, EndRequest{State: st, Delete: del, NextDue: next.NextDue}); err != nil {
 		return err

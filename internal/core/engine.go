@@ -342,6 +342,12 @@ func (e *Engine) Inspect(ctx context.Context, key Key) (KeyInfo, error) {
 	if err != nil {
 		return KeyInfo{}, err
 	}
+	return e.inspect(ctx, t)
+}
+
+// inspect reads a resolved key's status.
+func (e *Engine) inspect(ctx context.Context, t target) (KeyInfo, error) {
+	key := t.key
 	s, err := e.store.Inspect(ctx, key)
 	if err != nil {
 		return KeyInfo{}, fmt.Errorf("watukuy: inspect %s: %w", key, err)
@@ -414,13 +420,16 @@ func (e *Engine) Inspect(ctx context.Context, key Key) (KeyInfo, error) {
 
 // InspectAll reads every known key of poller (all pollers when "").
 func (e *Engine) InspectAll(ctx context.Context, poller string) ([]KeyInfo, error) {
-	keys, err := e.Keys(ctx, poller)
+	if err := e.ensureRegistered(ctx); err != nil {
+		return nil, err
+	}
+	ts, err := e.targets(ctx, poller) // one registry read, no lookup per key
 	if err != nil {
 		return nil, err
 	}
-	out := make([]KeyInfo, 0, len(keys))
-	for _, k := range keys {
-		ki, err := e.Inspect(ctx, k)
+	out := make([]KeyInfo, 0, len(ts))
+	for _, t := range ts {
+		ki, err := e.inspect(ctx, t)
 		if err != nil {
 			return out, err
 		}

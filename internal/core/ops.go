@@ -98,8 +98,8 @@ func (e *Engine) AddPartition(ctx context.Context, key Key) error {
 	if key.Partition == "" || !partitionRE.MatchString(key.Partition) {
 		return &ConfigError{Poller: key.Poller, Field: "partitions", Msg: fmt.Sprintf("%q must match %s", key.Partition, partitionRE)}
 	}
-	if _, err := e.resolve(ctx, key); err == nil {
-		ki, err := e.Inspect(ctx, key)
+	if t, err := e.resolve(ctx, key); err == nil {
+		ki, err := e.inspect(ctx, t)
 		if err != nil {
 			return err
 		}

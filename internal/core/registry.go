@@ -1,9 +1,11 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -116,9 +118,9 @@ func (e *Engine) notFound(ctx context.Context, key Key, poller string) error {
 			nf.Known = append(nf.Known, name)
 		}
 	} else {
-		for _, k := range keys {
-			if k.Poller == poller {
-				nf.Known = append(nf.Known, k.Partition)
+		for _, t := range keys {
+			if t.key.Poller == poller {
+				nf.Known = append(nf.Known, t.key.Partition)
 			}
 		}
 	}
@@ -132,8 +134,8 @@ func (e *Engine) notFound(ctx context.Context, key Key, poller string) error {
 }
 
 // registry merges the registered pollers with the Redis registry: every known poller's
-// info, and every known key.
-func (e *Engine) registry(ctx context.Context) (map[string]pollerInfo, []Key, error) {
+// info, and every known key as a target, sorted.
+func (e *Engine) registry(ctx context.Context) (map[string]pollerInfo, []target, error) {
 	praw, kraw, err := e.store.Registry(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("watukuy: read the registry: %w", err)
@@ -145,54 +147,59 @@ func (e *Engine) registry(ctx context.Context) (map[string]pollerInfo, []Key, er
 			pollers[name] = pi
 		}
 	}
-	seen := map[Key]bool{}
-	var keys []Key
-	for s := range kraw {
-		if k, err := ParseKey(s); err == nil && !seen[k] {
-			seen[k] = true
-			keys = append(keys, k)
-		}
-	}
 	e.mu.Lock()
-	for _, p := range e.pollers {
+	local := maps.Clone(e.pollers)
+	e.mu.Unlock()
+	for _, p := range local {
 		pollers[p.Name] = p.info()
+	}
+	byKey := map[Key]target{}
+	for s, raw := range kraw {
+		k, err := ParseKey(s)
+		if err != nil {
+			continue
+		}
+		var ke keyEntry
+		_ = json.Unmarshal(raw, &ke)
+		byKey[k] = target{key: k, p: local[k.Poller], info: pollers[k.Poller], source: ke.Source}
+	}
+	for _, p := range local {
 		for _, k := range p.keys() {
-			if !seen[k] {
-				seen[k] = true
-				keys = append(keys, k)
-			}
+			byKey[k] = target{key: k, p: p, info: pollers[k.Poller], source: "config"}
 		}
 	}
-	e.mu.Unlock()
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].Poller != keys[j].Poller {
-			return keys[i].Poller < keys[j].Poller
-		}
-		return keys[i].Partition < keys[j].Partition
+	ts := slices.Collect(maps.Values(byKey))
+	slices.SortFunc(ts, func(a, b target) int {
+		return cmp.Or(cmp.Compare(a.key.Poller, b.key.Poller), cmp.Compare(a.key.Partition, b.key.Partition))
 	})
-	return pollers, keys, nil
+	return pollers, ts, nil
+}
+
+// targets lists the known keys of poller (every poller when "") with what resolve would find
+// for each, from one read of the registry. An unknown poller is a *NotFoundError.
+func (e *Engine) targets(ctx context.Context, poller string) ([]target, error) {
+	pollers, ts, err := e.registry(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if poller == "" {
+		return ts, nil
+	}
+	if _, ok := pollers[poller]; !ok {
+		return nil, e.notFound(ctx, Key{Poller: poller}, "")
+	}
+	return slices.DeleteFunc(ts, func(t target) bool { return t.key.Poller != poller }), nil
 }
 
 // Keys lists the known keys of poller (every poller when ""), sorted. An unknown poller is a
 // *NotFoundError.
 func (e *Engine) Keys(ctx context.Context, poller string) ([]Key, error) {
-	pollers, keys, err := e.registry(ctx)
-	if err != nil {
-		return nil, err
+	ts, err := e.targets(ctx, poller)
+	keys := make([]Key, len(ts))
+	for i, t := range ts {
+		keys[i] = t.key
 	}
-	if poller == "" {
-		return keys, nil
-	}
-	if _, ok := pollers[poller]; !ok {
-		return nil, e.notFound(ctx, Key{Poller: poller}, "")
-	}
-	var out []Key
-	for _, k := range keys {
-		if k.Poller == poller {
-			out = append(out, k)
-		}
-	}
-	return out, nil
+	return keys, err
 }
 
 // checkLayout refuses a database whose layout is newer than this build knows, or older
@@ -202,22 +209,17 @@ func (e *Engine) checkLayout(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("watukuy: read the data layout: %w", err)
 	}
-	switch {
-	case l.Version == l.Current:
-		return nil
-	case l.Version > l.Current:
-		return &LayoutError{Found: l.Version, Known: l.Current}
-	case l.Empty:
-		e.mu.Lock()
-		none := len(e.pollers) == 0
-		e.mu.Unlock()
-		if none {
-			return nil // an operator's look at an empty (or the wrong) database writes nothing
-		}
-		_, err := e.store.Migrate(ctx)
+	if err := l.Err(); err != nil || !l.Empty {
 		return err
 	}
-	return &LayoutError{Found: l.Version, Known: l.Current}
+	e.mu.Lock()
+	none := len(e.pollers) == 0
+	e.mu.Unlock()
+	if none {
+		return nil // an operator's look at an empty (or the wrong) database writes nothing
+	}
+	_, err = e.store.Migrate(ctx)
+	return err
 }
 
 // Layout reads the database's data layout.

@@ -217,6 +217,15 @@ type Layout struct {
 	Empty bool `json:"empty"`
 }
 
+// Err is what a worker makes of the layout: nil when it is this build's (or the database is
+// empty), else a *LayoutError (newer: upgrade watukuy; older: run migrate).
+func (l Layout) Err() error {
+	if l.Version == l.Current || l.Empty {
+		return nil
+	}
+	return &LayoutError{Found: l.Version, Known: l.Current}
+}
+
 // Migration is what Migrate did.
 type Migration struct {
 	From  int      `json:"from"`

@@ -133,9 +133,7 @@ func errorCode(raw json.RawMessage) (string, bool) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", false
 	}
-	var le struct {
-		Code string `json:"code"`
-	}
+	var le core.LastError
 	if err := json.Unmarshal(raw, &le); err != nil || le.Code == "" {
 		return unknownCode, true
 	}
