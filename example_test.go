@@ -52,8 +52,8 @@ func ExampleEngine_Tick() {
 	}
 	fmt.Printf("ran %d cycle, %d events, %d delivered\n", report.Ran, report.Events, report.Delivered)
 	// Output:
-	// created A-1 2026-11-29T10:00:00Z ev_576a4a201f839bb345c01a11357c2243
-	// created A-2 2026-11-29T10:05:00Z ev_ebbff03aae356ebf45a06614b2772beb
+	// created A-1 2026-11-29T10:00:00Z ev_826873893bc7d35ca6a824fbd26d9704
+	// created A-2 2026-11-29T10:05:00Z ev_cd54a99c253f94a198aec8f1e27292e5
 	// ran 1 cycle, 2 events, 2 delivered
 }
 
@@ -113,13 +113,13 @@ func ExampleEngine_Replay() {
 		panic(err)
 	}
 	// Output:
-	// live created A-1 ev_be485b5c2608a888512370fbbfaac450
-	// live created A-2 ev_99e19d827566bcf1746f5fde2f31f480
-	// live created A-3 ev_623be769cf485ad56a14d6240e8fa818
+	// live created A-1 ev_53a7474ec96a98727ba74b4e398dbc8e
+	// live created A-2 ev_33b46f8b420e98543d6005825f6c27c4
+	// live created A-3 ev_f6f374511b41de0d064be4222a177a14
 	// replayed 3
-	// replay created A-1 ev_be485b5c2608a888512370fbbfaac450
-	// replay created A-2 ev_99e19d827566bcf1746f5fde2f31f480
-	// replay created A-3 ev_623be769cf485ad56a14d6240e8fa818
+	// replay created A-1 ev_53a7474ec96a98727ba74b4e398dbc8e
+	// replay created A-2 ev_33b46f8b420e98543d6005825f6c27c4
+	// replay created A-3 ev_f6f374511b41de0d064be4222a177a14
 }
 
 // A forced backfill from the beginning re-emits every known item as updated, in a lane of its
@@ -145,12 +145,12 @@ func ExampleEngine_Backfill() {
 	}
 	fmt.Printf("done %v: %d pages, %d items, %d events\n", ki.Backfill.Done, ki.Backfill.Pages, ki.Backfill.Items, ki.Backfill.Events)
 	// Output:
-	// live created A-1 ev_be485b5c2608a888512370fbbfaac450
-	// live created A-2 ev_99e19d827566bcf1746f5fde2f31f480
-	// live created A-3 ev_623be769cf485ad56a14d6240e8fa818
+	// live created A-1 ev_53a7474ec96a98727ba74b4e398dbc8e
+	// live created A-2 ev_33b46f8b420e98543d6005825f6c27c4
+	// live created A-3 ev_f6f374511b41de0d064be4222a177a14
 	// backfill 1 from "" to "3"
-	// backfill updated A-1 ev_f3f68f7af8d72886fbfc6a238e8f5dc4
-	// backfill updated A-2 ev_000a89a69601949626649f4705d02bd8
-	// backfill updated A-3 ev_e0c32141a7577a40e290267ebc6587bb
+	// backfill updated A-1 ev_166eaa696d5e780f76dedd74fef35730
+	// backfill updated A-2 ev_68e28a87866847d4632d665640eb9204
+	// backfill updated A-3 ev_5e95b0d8420fc8eb54067d71e9c98b38
 	// done true: 2 pages, 3 items, 3 events
 }

@@ -92,7 +92,7 @@ func (e *env) poller(mod ...func(*Poller)) Poller {
 func (e *env) engine(p Poller, wrap func(core.Store) core.Store) *Engine {
 	e.t.Helper()
 	e.n++
-	eng, err := New(Options{Redis: e.b.Client, InstanceID: "instance-" + string(rune('a'-1+e.n)), Clock: e.clock.Now, wrapStore: wrap})
+	eng, err := New(Options{Redis: e.b.Client, InstanceID: "instance-" + string(rune('a'-1+e.n)), clock: e.clock.Now, wrapStore: wrap})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -116,14 +116,14 @@ func (e *env) tick(eng *Engine) TickReport {
 // tick runs cleanly with nothing to emit or deliver.
 func (e *env) settle(eng *Engine) {
 	e.t.Helper()
-	for i := 0; i < 20; i++ {
+	for i := 0; i < 40; i++ {
 		e.clock.Advance(3 * time.Minute)
 		rep := e.tick(eng)
-		if rep.Ran > 0 && rep.Events == 0 && rep.Delivered == 0 && len(rep.Errors) == 0 && rep.SkippedLeased == 0 {
+		if rep.Ran > 0 && rep.Events == 0 && rep.Delivered == 0 && len(rep.Errors) == 0 && rep.SkippedLeased == 0 && rep.DeleteCandidates == 0 {
 			return
 		}
 	}
-	e.t.Fatalf("keys still busy after 20 ticks: %+v", e.tick(eng))
+	e.t.Fatalf("keys still busy after 40 ticks: %+v", e.tick(eng))
 }
 
 var errKilled = errors.New("killed")
@@ -149,9 +149,9 @@ func (f *faultyStore) take(n *int) bool {
 	return false
 }
 
-func (f *faultyStore) Ack(ctx context.Context, l core.Lease, ids []string) error {
+func (f *faultyStore) Ack(ctx context.Context, l core.Lease, ids []string) (bool, error) {
 	if f.take(&f.failAck) {
-		return errKilled
+		return false, errKilled
 	}
 	return f.Store.Ack(ctx, l, ids)
 }
@@ -196,7 +196,7 @@ type renewStore struct {
 	renewed chan struct{}
 }
 
-func (r *renewStore) Renew(ctx context.Context, l core.Lease) (time.Time, error) {
+func (r *renewStore) Renew(ctx context.Context, l core.Lease) (core.Confirm, error) {
 	t, err := r.Store.Renew(ctx, l)
 	if err == nil {
 		select {

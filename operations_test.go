@@ -375,7 +375,7 @@ func TestSchemaDrift(t *testing.T) {
 		}
 		// Same item, same content, two schema versions: two different ids.
 		var vf diff.VF
-		if diff.EventID("orders", "", "o0001", "updated", vf, 1) == diff.EventID("orders", "", "o0001", "updated", vf, 2) {
+		if diff.EventID("orders", "", "o0001", "updated", vf, 1, 0, 2) == diff.EventID("orders", "", "o0001", "updated", vf, 2, 0, 2) {
 			t.Fatal("event ids do not include the schema version")
 		}
 	})
@@ -419,7 +419,7 @@ func TestPartitionsAtRunTime(t *testing.T) {
 		putN(e, 4)
 		eng := e.engine(e.poller(func(p *Poller) { p.Partitions = []string{"a"} }), nil)
 		e.settle(eng)
-		ops, err := New(Options{Redis: b.Client, Clock: e.clock.Now}) // an operator's: the Redis URL only
+		ops, err := New(Options{Redis: b.Client, clock: e.clock.Now}) // an operator's: the Redis URL only
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -187,12 +187,14 @@ type Options struct {
 	TickConcurrency int
 	// ClaimTimeout is how long a claimed key stays claimed before it is due again; default 2m.
 	ClaimTimeout time.Duration
-	// Clock replaces the Redis server clock; for tests only.
-	Clock func() time.Time
 	// Hooks observe cycles, requests, deliveries, parking, circuits, throttles and lost
 	// leases (the metrics use them).
 	Hooks Hooks
 
+	// Leases and throttle windows run on the Redis server's clock (TIME), never on one of the
+	// caller's: the tests of this package alone replace it (and the local clock leases are
+	// kept by) with a fake one; watukuytest moves miniredis' own clock instead.
+	clock     func() time.Time
 	wrapStore func(core.Store) core.Store // tests inject faults here
 }
 
@@ -213,7 +215,7 @@ func New(opts Options) (*Engine, error) {
 		_, _ = rand.Read(b[:])
 		opts.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
-	st, err := redisstore.New(opts.Redis, redisstore.Options{Prefix: opts.Prefix, Clock: opts.Clock, Consumer: opts.InstanceID})
+	st, err := redisstore.New(opts.Redis, redisstore.Options{Prefix: opts.Prefix, Clock: opts.clock})
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +224,7 @@ func New(opts Options) (*Engine, error) {
 		s = opts.wrapStore(s)
 	}
 	ce, err := core.NewEngine(core.Options{Store: s, InstanceID: opts.InstanceID, Logger: opts.Logger,
-		TickConcurrency: opts.TickConcurrency, ClaimTimeout: opts.ClaimTimeout, Hooks: opts.Hooks})
+		TickConcurrency: opts.TickConcurrency, ClaimTimeout: opts.ClaimTimeout, Hooks: opts.Hooks, Clock: opts.clock})
 	if err != nil {
 		return nil, err
 	}

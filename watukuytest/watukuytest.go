@@ -6,6 +6,7 @@ package watukuytest
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,8 +18,28 @@ import (
 	"github.com/watukuy/watukuy/internal/core"
 )
 
-// Clock is a test clock that stands in for the Redis server clock: Now, Advance.
-type Clock = chaos.Clock
+// Clock is the embedded Redis server's clock (TIME), which leases, due times and throttle
+// windows follow. It moves only when the test moves it.
+type Clock struct {
+	mu sync.Mutex
+	m  *miniredis.Miniredis
+	t  time.Time
+}
+
+// Now returns the server's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Advance moves the server's time forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+	c.m.SetTime(c.t)
+}
 
 // Env is an engine on its own embedded Redis.
 type Env struct {
@@ -36,8 +57,9 @@ func New(tb testing.TB, pollers ...watukuy.Poller) *Env {
 	m := miniredis.RunT(tb)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	tb.Cleanup(func() { _ = rdb.Close() })
-	clk := chaos.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	eng, err := watukuy.New(watukuy.Options{Redis: rdb, InstanceID: "watukuytest", Clock: clk.Now})
+	clk := &Clock{m: m, t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	m.SetTime(clk.t)
+	eng, err := watukuy.New(watukuy.Options{Redis: rdb, InstanceID: "watukuytest"})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -67,7 +89,7 @@ func (e *Env) Settle(rounds int) {
 	for i := 0; i < rounds; i++ {
 		e.Clock.Advance(time.Hour)
 		rep := e.Tick()
-		if rep.Ran > 0 && rep.Events == 0 && rep.Delivered == 0 && len(rep.Errors) == 0 {
+		if rep.Ran > 0 && rep.Events == 0 && rep.Delivered == 0 && len(rep.Errors) == 0 && rep.DeleteCandidates == 0 {
 			return
 		}
 	}

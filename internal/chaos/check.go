@@ -228,8 +228,9 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		}
 	}
 
-	// G5: no write accepted that was sent after a newer epoch was granted. Per key, a sweep in
-	// logical time keeps the newest epoch granted so far.
+	// G5: no write accepted that was sent after another grant of the key (a newer epoch, or
+	// the same epoch granted again after a failover lost the first grant: another token). Per
+	// key, a sweep in logical time keeps the latest grant.
 	if need("G5", "writes", "grants") {
 		type item struct {
 			n     int64
@@ -247,14 +248,14 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		}
 		for k, items := range byKey {
 			sort.Slice(items, func(i, j int) bool { return items[i].n < items[j].n })
-			newest := int64(0)
+			var latest *Grant
 			for _, it := range items {
 				switch {
 				case it.grant != nil:
-					newest = max(newest, it.grant.Epoch)
-				case it.write.Epoch < newest:
+					latest = it.grant
+				case latest != nil && (it.write.Epoch != latest.Epoch || it.write.Token != latest.Token):
 					w := it.write
-					add("G5", k, "%s by %s with epoch %d accepted after epoch %d was granted", w.Op, w.Instance, w.Epoch, newest)
+					add("G5", k, "%s by %s with epoch %d (token %.6s) accepted after epoch %d (token %.6s) was granted", w.Op, w.Instance, w.Epoch, w.Token, latest.Epoch, latest.Token)
 				}
 			}
 		}

@@ -93,7 +93,7 @@ func (f *FaultyStore) write(op string, l core.Lease, before, after KillPoint, ca
 	if err := call(); err != nil {
 		return err
 	}
-	f.Rec.Wrote(Write{Instance: f.Instance, Op: op, Key: l.Key, Epoch: l.Epoch, Start: start, N: n})
+	f.Rec.Wrote(Write{Instance: f.Instance, Op: op, Key: l.Key, Epoch: l.Epoch, Token: l.Token, Start: start, N: n})
 	// The write happened: record it whatever happens next. With no kill point after it, a
 	// kill that fired meanwhile in another of the engine's cycles ends this one at its next call.
 	if after != "" && f.at(after) {
@@ -109,7 +109,7 @@ func (f *FaultyStore) Begin(ctx context.Context, key core.Key, owner string, ttl
 	}
 	b, err := f.Store.Begin(ctx, key, owner, ttl, op)
 	if err == nil && b.Status == core.BeginOK {
-		f.Rec.Granted(Grant{Key: key, Epoch: b.Lease.Epoch, At: f.now()})
+		f.Rec.Granted(Grant{Key: key, Epoch: b.Lease.Epoch, Token: b.Lease.Token, At: f.now()})
 	}
 	return b, err
 }
@@ -146,14 +146,16 @@ func (f *FaultyStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commi
 }
 
 // Ack implements core.Store.
-func (f *FaultyStore) Ack(ctx context.Context, l core.Lease, ids []string) error {
-	return f.write("ack", l, K4BeforeAck, K5AfterAck, func() error {
-		err := f.Store.Ack(ctx, l, ids)
-		if err == nil {
+func (f *FaultyStore) Ack(ctx context.Context, l core.Lease, ids []string) (bool, error) {
+	var paused bool
+	err := f.write("ack", l, K4BeforeAck, K5AfterAck, func() error {
+		var err error
+		if paused, err = f.Store.Ack(ctx, l, ids); err == nil {
 			f.Rec.Acked(f.Instance, l.Key, ids)
 		}
 		return err
 	})
+	return paused, err
 }
 
 // End implements core.Store.
@@ -162,8 +164,8 @@ func (f *FaultyStore) End(ctx context.Context, l core.Lease, e core.EndRequest) 
 }
 
 // Renew implements core.Store.
-func (f *FaultyStore) Renew(ctx context.Context, l core.Lease) (time.Time, error) {
-	var t time.Time
+func (f *FaultyStore) Renew(ctx context.Context, l core.Lease) (core.Confirm, error) {
+	var t core.Confirm
 	err := f.write("renew", l, "", "", func() error {
 		var err error
 		t, err = f.Store.Renew(ctx, l)
@@ -173,14 +175,14 @@ func (f *FaultyStore) Renew(ctx context.Context, l core.Lease) (time.Time, error
 }
 
 // ReadOutbox implements core.Store.
-func (f *FaultyStore) ReadOutbox(ctx context.Context, l core.Lease, n int) ([]core.Entry, error) {
-	var out []core.Entry
+func (f *FaultyStore) ReadOutbox(ctx context.Context, l core.Lease, n int) (core.Batch, error) {
+	var out core.Batch
 	err := f.write("readOutbox", l, "", "", func() error {
 		var err error
 		out, err = f.Store.ReadOutbox(ctx, l, n)
 		return err
 	})
-	for _, e := range out {
+	for _, e := range out.Entries {
 		f.Rec.Entry(l.Key, e.StreamID, e.ID)
 	}
 	return out, err
@@ -224,9 +226,9 @@ func (f *FaultyStore) ClaimDue(ctx context.Context, limit int, claimTimeout time
 }
 
 // LoadRows implements core.Store.
-func (f *FaultyStore) LoadRows(ctx context.Context, key core.Key, ids []string) ([][]byte, error) {
+func (f *FaultyStore) LoadRows(ctx context.Context, key core.Key, ids []string) ([][]byte, []int64, error) {
 	if f.dead() {
-		return nil, ErrKilled
+		return nil, nil, ErrKilled
 	}
 	return f.Store.LoadRows(ctx, key, ids)
 }

@@ -54,6 +54,7 @@ type Throttle struct {
 type Grant struct {
 	Key   core.Key
 	Epoch int64
+	Token string
 	At    time.Time
 	N     int64
 }
@@ -65,6 +66,7 @@ type Write struct {
 	Op       string
 	Key      core.Key
 	Epoch    int64
+	Token    string
 	Start    time.Time
 	// N is the logical time at which the write was sent (take it with Next before the call).
 	N int64

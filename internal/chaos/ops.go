@@ -46,7 +46,7 @@ func (s *scenario) operate(ctx context.Context, step int) {
 func (s *scenario) op(ctx context.Context, name string, k core.Key, leased bool, fn func(eng *core.Engine) error) {
 	s.gen++
 	instance := fmt.Sprintf("operator-gen%d", s.gen)
-	st, err := redisstore.New(s.o.Redis, redisstore.Options{Prefix: s.prefix, Clock: s.clock.Now, Consumer: instance})
+	st, err := redisstore.New(s.o.Redis, redisstore.Options{Prefix: s.prefix, Clock: s.clock.Now})
 	if err != nil {
 		s.res.Ops[name+" failed"]++
 		return
@@ -55,7 +55,7 @@ func (s *scenario) op(ctx context.Context, name string, k core.Key, leased bool,
 	if s.rng.Float64() < s.o.KillRate {
 		fs.Arm(KillPoints()[s.rng.IntN(len(KillPoints()))])
 	}
-	eng, err := core.NewEngine(core.Options{Store: fs, InstanceID: instance})
+	eng, err := core.NewEngine(core.Options{Store: fs, InstanceID: instance, Clock: s.clock.Now})
 	if err != nil {
 		s.res.Ops[name+" failed"]++
 		return

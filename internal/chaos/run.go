@@ -352,12 +352,12 @@ func (s *scenario) handler(instance string, inner core.Handler) core.Handler {
 func (s *scenario) spawn(i int) error {
 	s.gen++
 	instance := fmt.Sprintf("engine%d-gen%d", i, s.gen)
-	st, err := redisstore.New(s.o.Redis, redisstore.Options{Prefix: s.prefix, Clock: s.clock.Now, Consumer: instance})
+	st, err := redisstore.New(s.o.Redis, redisstore.Options{Prefix: s.prefix, Clock: s.clock.Now})
 	if err != nil {
 		return err
 	}
 	fs := &FaultyStore{Store: st, Instance: instance, Rec: s.rec, Clock: s.clock.Now}
-	eng, err := core.NewEngine(core.Options{Store: fs, InstanceID: instance, TickConcurrency: 4, ClaimTimeout: 10 * time.Second,
+	eng, err := core.NewEngine(core.Options{Store: fs, InstanceID: instance, TickConcurrency: 4, ClaimTimeout: 10 * time.Second, Clock: s.clock.Now,
 		Rand: func() float64 { return 0.5 }, Hooks: core.Hooks{OnCycle: func(r core.CycleReport, _ time.Duration) {
 			if r.Outcome == core.Ran {
 				s.mu.Lock()
@@ -499,7 +499,7 @@ func (s *scenario) quiesce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if rep.Events == 0 && rep.Delivered == 0 && len(rep.Errors) == 0 && rep.Ran > 0 && s.settled(ctx, eng) {
+		if rep.Events == 0 && rep.Delivered == 0 && len(rep.Errors) == 0 && rep.DeleteCandidates == 0 && rep.Ran > 0 && s.settled(ctx, eng) {
 			quiet++
 		} else {
 			quiet = 0

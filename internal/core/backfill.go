@@ -150,5 +150,5 @@ func (c *cycle) endBackfill(ctx context.Context, f *cycleError) *cycleError {
 		}
 	}
 	raw, _ := json.Marshal(bp)
-	return c.commitAndDeliver(ctx, Commit{State: map[string]string{fieldBackfill: string(raw)}}, nil)
+	return c.commitAndDeliver(ctx, &pageWrites{Commit: Commit{State: map[string]string{fieldBackfill: string(raw)}}})
 }

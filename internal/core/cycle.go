@@ -28,17 +28,20 @@ const (
 
 // CycleReport is what one cycle did.
 type CycleReport struct {
-	Key         Key
-	Outcome     Outcome
-	Pages       int
-	Items       int
-	Events      int
-	Delivered   int
-	Parked      int
-	Invalid     int
-	Truncated   bool
-	NotModified bool
-	Err         error
+	Key       Key
+	Outcome   Outcome
+	Pages     int
+	Items     int
+	Events    int
+	Delivered int
+	Parked    int
+	Invalid   int
+	// DeleteCandidates counts stored identities a complete listing missed that are not
+	// deleted yet: the next listings (or a Detail request) confirm them first (G6).
+	DeleteCandidates int
+	Truncated        bool
+	NotModified      bool
+	Err              error
 }
 
 // cycle is one run for a key under its lease; it is dropped whole on LEASE_LOST.
@@ -65,29 +68,35 @@ type cycle struct {
 	released    bool              // an operation gave the lease up itself (partition deleted)
 
 	serverAt time.Time // server clock at Begin
-	localAt  time.Time // local clock at Begin (monotonic)
+	localAt  time.Time // local clock when Begin was sent
 }
 
-func newCycle(e *Engine, p *Poller, b BeginResult) *cycle {
+// newCycle starts a cycle under the lease b granted; sentAt is the local time Begin was sent.
+func newCycle(e *Engine, p *Poller, b BeginResult, sentAt time.Time) *cycle {
 	c := &cycle{e: e, p: p, key: b.Lease.Key, lease: b.Lease, state: newState(b.State),
-		holds: map[string]bool{}, items: b.Items, serverAt: b.Now, localAt: time.Now(),
+		holds: map[string]bool{}, items: b.Items, serverAt: b.Now, localAt: sentAt,
 		log: e.log.With().Str("poller", b.Lease.Key.Poller).Str("partition", b.Lease.Key.Partition).Int64("epoch", b.Lease.Epoch).Logger()}
 	c.rep.Key = c.key
+	c.rep.DeleteCandidates = c.state.int(fieldDeleteCandidates) // until a listing counts them anew
 	for _, h := range b.Holds {
 		c.holds[h] = true
 	}
 	return c
 }
 
-// now is the server clock read at Begin plus the local time elapsed since.
-func (c *cycle) now() time.Time { return c.serverAt.Add(time.Since(c.localAt)) }
+// now is the server clock read at Begin plus the local time elapsed since Begin was sent: never
+// later than the server's own clock, so a throttle window is never taken for over too early.
+func (c *cycle) now() time.Time { return c.serverAt.Add(c.e.now().Sub(c.localAt)) }
+
+// paused reports whether a fenced reply of this cycle found the key paused by an operator.
+func (c *cycle) paused() bool { return c.keeper != nil && c.keeper.paused.Load() }
 
 // RunCycle runs one cycle for key: begin, drain the outbox, the live lane page by page, end.
 func (e *Engine) RunCycle(ctx context.Context, key Key) CycleReport {
-	start := time.Now()
+	start := e.now()
 	rep := e.runCycle(ctx, key)
 	if h := e.hooks.OnCycle; h != nil {
-		h(rep, time.Since(start))
+		h(rep, e.now().Sub(start))
 	}
 	return rep
 }
@@ -107,6 +116,7 @@ func (e *Engine) runCycle(ctx context.Context, key Key) CycleReport {
 		rep.Err = err
 		return rep
 	}
+	sent := e.now()
 	b, err := e.store.Begin(ctx, key, e.owner, p.LeaseTTL, false)
 	if err != nil {
 		rep.Err = fmt.Errorf("watukuy: begin %s: %w", key, err)
@@ -133,10 +143,10 @@ func (e *Engine) runCycle(ctx context.Context, key Key) CycleReport {
 		return rep
 	}
 
-	c := newCycle(e, p, b)
+	c := newCycle(e, p, b, sent)
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	c.keeper = startLeaseKeeper(cctx, e.store, c.lease, c.localAt, cancel)
+	c.keeper = startLeaseKeeper(cctx, e.store, c.lease, e.now, sent, cancel)
 	defer c.keeper.close()
 	c.run(cctx, b.OutboxLen)
 	if c.rep.Err != nil && !IsLeaseLost(c.rep.Err) {
@@ -163,7 +173,7 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 	var live laneResult
 	if failure == nil {
 		live, failure = c.runLane(ctx, c.liveLane())
-		if failure == nil && !live.complete && live.paced == 0 && c.p.Strategy == SnapshotDiff {
+		if failure == nil && !live.complete && live.paced == 0 && !live.paused && c.p.Strategy == SnapshotDiff {
 			// Deletes need a listing completed in one cycle (G6); this one never completes.
 			failure = &cycleError{phase: "config", code: "CONFIG", kind: schedule.ResultFailed, err: fmt.Errorf(
 				"snapshotDiff listing of %s is longer than maxPagesPerCycle (%d): deletes cannot be detected; raise maxPagesPerCycle",
@@ -177,7 +187,7 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 		switch {
 		case failure == nil && rec.complete:
 			reconciled = true
-		case failure == nil && rec.paced == 0:
+		case failure == nil && rec.paced == 0 && !rec.paused:
 			failure = &cycleError{phase: "config", code: "CONFIG", kind: schedule.ResultFailed, err: fmt.Errorf(
 				"reconcile listing of %s is longer than reconcile.maxPages (%d): deletes cannot be detected", c.key, c.p.Reconcile.MaxPages)}
 		}
@@ -221,7 +231,10 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 		c.rep.Outcome = Failed
 		return
 	}
-	c.rep.Truncated = failure == nil && !live.complete
+	c.rep.Truncated = failure == nil && !live.complete && !c.paused()
+	if c.paused() {
+		c.log.Info().Msg("key paused by an operator: cycle stopped at its next step")
+	}
 	if err := c.finish(ctx, failure, live.paced, reconciled, backfillPending); err != nil {
 		if IsLeaseLost(err) {
 			c.abandon(err)
@@ -255,19 +268,21 @@ type LastError struct {
 
 // PollSummary is the JSON of KeyInfo.LastPoll: what a key's last cycle did.
 type PollSummary struct {
-	At              string `json:"at"`
-	Outcome         string `json:"outcome"` // "ok" or the failure's code
-	DurationMs      int64  `json:"durationMs"`
-	Pages           int    `json:"pages"`
-	Items           int    `json:"items"`
-	Events          int    `json:"events"`
-	Delivered       int    `json:"delivered"`
-	Parked          int    `json:"parked"`
-	Invalid         int    `json:"invalid"`
-	Truncated       bool   `json:"truncated"`
-	NotModified     bool   `json:"notModified"`
-	Reconciled      bool   `json:"reconciled"`
-	BackfillPending bool   `json:"backfillPending"`
+	At         string `json:"at"`
+	Outcome    string `json:"outcome"` // "ok" or the failure's code
+	DurationMs int64  `json:"durationMs"`
+	Pages      int    `json:"pages"`
+	Items      int    `json:"items"`
+	Events     int    `json:"events"`
+	Delivered  int    `json:"delivered"`
+	Parked     int    `json:"parked"`
+	Invalid    int    `json:"invalid"`
+	// DeleteCandidates are identities a complete listing missed, not deleted until confirmed.
+	DeleteCandidates int  `json:"deleteCandidates,omitempty"`
+	Truncated        bool `json:"truncated"`
+	NotModified      bool `json:"notModified"`
+	Reconciled       bool `json:"reconciled"`
+	BackfillPending  bool `json:"backfillPending"`
 }
 
 // cycleError is a failure with the phase and code it is reported under and what the
@@ -287,25 +302,38 @@ func storeErr(err error) *cycleError {
 	return &cycleError{phase: "store", code: "STORE", kind: schedule.ResultFailed, err: err}
 }
 
-// drain delivers the outbox until it holds nothing deliverable.
+// drain delivers the outbox until it holds nothing deliverable: it goes on while a read took
+// anything, since a batch whose entries were all held (moved aside) says nothing of the
+// entries behind it (G9, G4). A pause stops it.
 func (c *cycle) drain(ctx context.Context) *cycleError {
-	for {
-		entries, err := c.e.store.ReadOutbox(ctx, c.lease, 512)
+	for !c.paused() {
+		b, err := c.e.store.ReadOutbox(ctx, c.lease, drainBatch)
 		if err != nil {
 			return storeErr(err)
 		}
-		if len(entries) == 0 {
+		if b.Paused {
+			c.keeper.paused.Store(true)
 			return nil
 		}
-		ds := make([]delivery, len(entries))
-		for i, en := range entries {
+		if b.Read == 0 {
+			return nil
+		}
+		if len(b.Entries) == 0 {
+			continue
+		}
+		ds := make([]delivery, len(b.Entries))
+		for i, en := range b.Entries {
 			ds[i] = delivery{entry: en}
 		}
 		if f := c.deliver(ctx, ds); f != nil {
 			return f
 		}
 	}
+	return nil
 }
+
+// drainBatch is how many outbox entries one read takes.
+const drainBatch = 512
 
 // finish runs the schedule state machine (pure functions), saves its state and releases
 // the lease.
@@ -374,8 +402,8 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		outcome = failure.code
 	}
 	summary, _ := json.Marshal(PollSummary{At: now.UTC().Format(time.RFC3339Nano), Outcome: outcome,
-		DurationMs: time.Since(c.localAt).Milliseconds(), Pages: c.rep.Pages, Items: c.rep.Items,
-		Events: c.rep.Events, Delivered: c.rep.Delivered, Parked: c.rep.Parked, Invalid: c.rep.Invalid,
+		DurationMs: c.e.now().Sub(c.localAt).Milliseconds(), Pages: c.rep.Pages, Items: c.rep.Items,
+		Events: c.rep.Events, Delivered: c.rep.Delivered, Parked: c.rep.Parked, Invalid: c.rep.Invalid, DeleteCandidates: c.rep.DeleteCandidates,
 		Truncated: c.rep.Truncated, NotModified: c.rep.NotModified, Reconciled: reconciled, BackfillPending: backfillPending})
 	st[fieldLastPoll] = string(summary)
 	if err := c.e.store.End(ctx, c.lease, EndRequest{State: st, Delete: del, NextDue: next.NextDue}); err != nil {

@@ -72,8 +72,12 @@ feed:
 		}
 	}
 	if len(ids) > 0 {
-		if err := c.e.store.Ack(ctx, c.lease, ids); err != nil {
+		paused, err := c.e.store.Ack(ctx, c.lease, ids)
+		if err != nil {
 			return storeErr(err)
+		}
+		if paused {
+			c.keeper.paused.Store(true)
 		}
 		c.confirmed = true
 		c.rep.Delivered += len(ids)
@@ -114,7 +118,7 @@ type dispatch struct {
 func (d *dispatch) runGroup(ctx context.Context, stop context.CancelFunc, batch []delivery, idx []int) {
 	c := d.c
 	for n, i := range idx {
-		if ctx.Err() != nil || !c.keeper.valid() {
+		if ctx.Err() != nil || !c.keeper.valid() || c.paused() {
 			return // left in the outbox: redelivered by the next lease holder (G1)
 		}
 		b := batch[i]

@@ -33,6 +33,10 @@ type Options struct {
 	Rand func() float64
 	// Hooks observe cycles, requests, deliveries and failures.
 	Hooks Hooks
+	// Clock is the local clock leases are kept by (validity counted from when a confirming
+	// call was sent); default time.Now. Tests that move the store's server clock pass the
+	// same fake clock here, so a simulated pause ages the lease on both sides.
+	Clock func() time.Time
 }
 
 // Engine runs the cycles of registered pollers.
@@ -44,6 +48,7 @@ type Engine struct {
 	tickN   int
 	claimTO time.Duration
 	hooks   Hooks
+	clock   func() time.Time
 
 	mu         sync.Mutex
 	pollers    map[string]*Poller
@@ -64,7 +69,10 @@ func NewEngine(opts Options) (*Engine, error) {
 		return nil, &ConfigError{Field: "instanceID", Msg: "is required"}
 	}
 	e := &Engine{store: opts.Store, owner: opts.InstanceID, log: opts.Logger, rand: opts.Rand,
-		tickN: opts.TickConcurrency, claimTO: opts.ClaimTimeout, hooks: opts.Hooks, pollers: map[string]*Poller{}}
+		tickN: opts.TickConcurrency, claimTO: opts.ClaimTimeout, hooks: opts.Hooks, clock: opts.Clock, pollers: map[string]*Poller{}}
+	if e.clock == nil {
+		e.clock = time.Now
+	}
 	if e.rand == nil {
 		e.rand = rand.Float64
 	}
@@ -77,6 +85,9 @@ func NewEngine(opts Options) (*Engine, error) {
 	e.root, e.stopRoot = context.WithCancel(context.Background())
 	return e, nil
 }
+
+// now reads the engine's local clock.
+func (e *Engine) now() time.Time { return e.clock() }
 
 // Register adds a poller; an invalid definition is a *ConfigError naming the field.
 func (e *Engine) Register(p Poller) error {
@@ -148,13 +159,15 @@ func (e *Engine) ensureRegistered(ctx context.Context) error {
 
 // TickReport sums the cycles of one Tick.
 type TickReport struct {
-	Ran           int     `json:"ran"`
-	SkippedNotDue int     `json:"skippedNotDue"`
-	SkippedLeased int     `json:"skippedLeased"`
-	SkippedPaused int     `json:"skippedPaused"`
-	Events        int     `json:"events"`
-	Delivered     int     `json:"delivered"`
-	Errors        []error `json:"-"`
+	Ran           int `json:"ran"`
+	SkippedNotDue int `json:"skippedNotDue"`
+	SkippedLeased int `json:"skippedLeased"`
+	SkippedPaused int `json:"skippedPaused"`
+	Events        int `json:"events"`
+	Delivered     int `json:"delivered"`
+	// DeleteCandidates counts identities missed by a complete listing and not yet deleted.
+	DeleteCandidates int     `json:"deleteCandidates,omitempty"`
+	Errors           []error `json:"-"`
 }
 
 func (r *TickReport) add(c CycleReport) {
@@ -170,6 +183,7 @@ func (r *TickReport) add(c CycleReport) {
 	}
 	r.Events += c.Events
 	r.Delivered += c.Delivered
+	r.DeleteCandidates += c.DeleteCandidates
 	if c.Err != nil {
 		r.Errors = append(r.Errors, c.Err)
 	}
@@ -589,12 +603,13 @@ func (e *Engine) withOpLease(ctx context.Context, t target, fn func(c *cycle) er
 		ttl = t.p.LeaseTTL
 	}
 	for {
+		sent := e.now()
 		b, err := e.store.Begin(ctx, t.key, e.owner, ttl, true)
 		if err != nil {
 			return err
 		}
 		if b.Status == BeginOK {
-			c := newCycle(e, t.p, b)
+			c := newCycle(e, t.p, b, sent)
 			ferr := fn(c)
 			if c.released {
 				return ferr
@@ -671,11 +686,12 @@ const (
 	FieldThrottled  = "throttledUntil"
 	fieldRateLimit  = "rateLimit"
 
-	fieldReconcileDue = "reconcileDue"
-	fieldBackfill     = "backfill"
-	fieldShadowPrefix = "shadow."
-	fieldRemoved      = "removed"
-	fieldDeleted      = "deleted"
+	fieldReconcileDue     = "reconcileDue"
+	fieldDeleteCandidates = "deleteCandidates"
+	fieldBackfill         = "backfill"
+	fieldShadowPrefix     = "shadow."
+	fieldRemoved          = "removed"
+	fieldDeleted          = "deleted"
 
 	parkedInvalid = "invalid"
 	parkedPoison  = "poison"

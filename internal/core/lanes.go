@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -24,6 +25,8 @@ type lane struct {
 	// yield ends the lane, unfinished, whenever the API asks to slow down (backfill: the
 	// live lane gets the remaining budget).
 	yield bool
+	// fresh sends no conditional request (see FetchRequest.Fresh).
+	fresh bool
 }
 
 // laneResult is how a lane ended.
@@ -31,6 +34,7 @@ type laneResult struct {
 	complete bool          // the API said there is no more (or the lane reached its end)
 	paced    time.Duration // stopped early to respect the API's rate limit; wait this long
 	pages    int
+	paused   bool // an operator paused the key: the lane stopped at a page boundary
 }
 
 // longestInCycleWait is the longest pause between two pages that a cycle sits out itself;
@@ -46,22 +50,16 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 	}
 	cursor := ln.cursor
 	for pages := 0; pages < ln.maxPages; pages++ {
-		if f := c.politeness(ctx); f != nil {
+		if f := c.beforeRequest(ctx, pages); f != nil {
 			return res, f
 		}
-		if pages > 0 && !c.confirmed {
-			// Nothing fenced since the last request (an unchanged page): make sure the lease
-			// is still ours before asking for more, so a paused-and-resumed instance does not
-			// keep paging after another took the key over.
-			sent := time.Now()
-			if _, err := c.e.store.Renew(ctx, c.lease); err != nil {
-				return res, storeErr(err)
-			}
-			c.keeper.touched(sent)
+		if c.paused() {
+			res.paused = true
+			return res, nil
 		}
 		c.confirmed = false
 		sent := time.Now()
-		page, err := ln.fetch(ctx, FetchRequest{Key: c.key, Cursor: cursor, Lane: ln.name, Page: pages})
+		page, err := ln.fetch(ctx, FetchRequest{Key: c.key, Cursor: cursor, Lane: ln.name, Page: pages, Fresh: ln.fresh})
 		if h := c.e.hooks.OnFetch; h != nil {
 			h(c.key, ln.name, time.Since(sent), err)
 		}
@@ -79,16 +77,15 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 			res.complete = true
 			return res, nil // idle, and never a source of deletes (G6)
 		}
-		var cm Commit
-		events, err := c.process(ctx, ln.name, page.Items, seen, &cm)
-		if err != nil {
+		var w pageWrites
+		if err := c.process(ctx, ln.name, page.Items, seen, &w); err != nil {
 			return res, storeErr(err)
 		}
 		done := false
 		if ln.save != nil {
-			cm.State, done = ln.save(page, len(events))
+			w.State, done = ln.save(page, len(w.events))
 		}
-		if f := c.commitAndDeliver(ctx, cm, events); f != nil {
+		if f := c.commitAndDeliver(ctx, &w); f != nil {
 			return res, f
 		}
 		cursor = page.Next
@@ -112,10 +109,23 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 	return res, nil
 }
 
-// politeness refuses a request inside the key's throttle window (G8).
-func (c *cycle) politeness(ctx context.Context) *cycleError {
+// beforeRequest runs before every request a lane sends. The lease is confirmed first when
+// nothing fenced confirmed it since the last request (an unchanged page) or the last
+// confirmation is older than the validity margin (the process may have been frozen since): a
+// confirmed lease means no other instance held the key since Begin, so the throttle window and
+// pause flag this cycle knows are current. Then the lease must still be surely valid, and the
+// request must not fall in the key's throttle window (G8).
+func (c *cycle) beforeRequest(ctx context.Context, page int) *cycleError {
 	if err := context.Cause(ctx); err != nil {
 		return storeErr(err)
+	}
+	if (page > 0 && !c.confirmed) || c.keeper.stale() {
+		if err := c.keeper.confirm(ctx); err != nil {
+			return storeErr(err)
+		}
+	}
+	if !c.keeper.valid() {
+		return storeErr(&LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "the lease may have expired before a request (a pause past its validity)"})
 	}
 	if until := c.state.time(FieldThrottled); c.now().Before(until) {
 		return &cycleError{phase: "fetch", code: "THROTTLED", kind: schedule.ResultThrottled, retryAfter: until.Sub(c.now()),
@@ -163,7 +173,7 @@ func (c *cycle) fetchFailure(ctx context.Context, ln lane, cursor string, err er
 			// Saved at once, not only at the end of the cycle: if this process dies first, the
 			// next owner still keeps out of the window (G8).
 			until := strconv.FormatInt(c.now().Add(he.RetryAfter).UnixMilli(), 10)
-			if _, werr := c.e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{FieldThrottled: until}}); werr != nil {
+			if _, werr := c.commit(ctx, &pageWrites{Commit: Commit{State: map[string]string{FieldThrottled: until}}}); werr != nil {
 				return storeErr(werr)
 			}
 		}
@@ -176,8 +186,12 @@ func (c *cycle) fetchFailure(ctx context.Context, ln lane, cursor string, err er
 	return &cycleError{phase: "fetch", code: "FETCH", kind: schedule.ResultFailed, err: err}
 }
 
-// listingDeletes emits deleted for stored identities a complete listing did not show (G6).
-// seen maps every listed identity to whether it was valid (and so is stored).
+// listingDeletes handles the stored identities a complete listing did not show (G6). A
+// listing that changes while it is paged can miss an item the API never deleted (a delete
+// shifts later items onto pages already read), so an identity is deleted only when the
+// poller's Detail request finds it gone, or, without a Detail (or when it fails), once
+// ConfirmDeletes consecutive complete listings have missed it; until then its row counts the
+// misses. seen maps every listed identity to whether it was valid (and so is stored).
 func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string]bool) *cycleError {
 	stored := int64(0)
 	for _, valid := range seen {
@@ -185,39 +199,88 @@ func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string
 			stored++
 		}
 	}
-	if stored == c.items {
-		return nil // every stored identity was listed: skip reading them all
+	var w pageWrites
+	c.rep.DeleteCandidates = 0
+	if pending := c.state.int(fieldDeleteCandidates); stored == c.items {
+		// Every stored identity was listed: skip reading them all.
+		if pending > 0 {
+			w.State = map[string]string{fieldDeleteCandidates: "0"}
+		}
+		return c.commitAndDeliver(ctx, &w)
 	}
 	all, err := c.e.store.Identities(ctx, c.key)
 	if err != nil {
 		return storeErr(err)
 	}
-	var gone []string
+	var missing []string
 	for _, id := range all {
 		if _, listed := seen[id]; !listed {
-			gone = append(gone, id)
+			missing = append(missing, id)
 		}
 	}
-	if len(gone) == 0 {
+	if len(missing) == 0 {
 		return nil
 	}
-	rows, err := c.e.store.LoadRows(ctx, c.key, gone)
+	known, err := c.load(ctx, missing)
 	if err != nil {
 		return storeErr(err)
 	}
-	var cm Commit
-	var events []Event
-	for i, id := range gone {
-		r, _ := diff.ParseRow(rows[i])
-		ev := c.newEvent(Deleted, lane, id, r.Version, r.VF, nil)
-		events = append(events, ev)
-		cm.Deletes = append(cm.Deletes, id)
-		if err := c.addEvent(&cm, ev); err != nil {
+	var found []json.RawMessage
+	for i, id := range missing {
+		k := &known[i]
+		if k.row == nil {
+			continue
+		}
+		if c.p.Detail != nil {
+			item, ok, f := c.detail(ctx, id)
+			switch {
+			case f != nil && (f.kind == schedule.ResultThrottled || f.phase == "store"):
+				return c.commitAndDeliver(ctx, &w) // the rest waits for the next listing
+			case f == nil && ok:
+				found = append(found, item) // still there: diffed like a listed item
+				continue
+			case f == nil:
+				c.delete(&w, lane, id, k)
+				continue
+			}
+			// The request failed: the listings decide.
+		}
+		r := *k.row
+		r.Missing++
+		if r.Missing >= c.p.ConfirmDeletes {
+			c.delete(&w, lane, id, k)
+			continue
+		}
+		w.steps = append(w.steps, step{identity: id, row: diff.AppendRow(nil, r), event: -1})
+		c.rep.DeleteCandidates++
+	}
+	c.items -= int64(len(w.events))
+	// The next listing of a key with candidates must be a full one: a 304 confirms nothing.
+	w.State = map[string]string{fieldDeleteCandidates: strconv.Itoa(c.rep.DeleteCandidates)}
+	if len(found) > 0 {
+		if err := c.process(ctx, lane, found, nil, &w); err != nil {
 			return storeErr(err)
 		}
 	}
-	c.items -= int64(len(gone))
-	return c.commitAndDeliver(ctx, cm, events)
+	return c.commitAndDeliver(ctx, &w)
+}
+
+// detail asks the poller's Detail request for one identity missing from a listing, under the
+// same rules as any request (lease confirmed, throttle window respected).
+func (c *cycle) detail(ctx context.Context, identity string) (json.RawMessage, bool, *cycleError) {
+	if f := c.beforeRequest(ctx, 1); f != nil {
+		return nil, false, f
+	}
+	c.confirmed = false
+	sent := time.Now()
+	item, found, err := c.p.Detail(ctx, c.key, identity)
+	if h := c.e.hooks.OnFetch; h != nil {
+		h(c.key, "detail", time.Since(sent), err)
+	}
+	if err != nil {
+		return nil, false, c.fetchFailure(ctx, lane{name: "detail"}, identity, err)
+	}
+	return item, found, nil
 }
 
 // liveLane is the poller's live pass: from the committed cursor, or a full listing for
@@ -225,7 +288,7 @@ func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string
 func (c *cycle) liveLane() lane {
 	ln := lane{name: "live", fetch: c.p.Fetch, cursor: c.state.get(fieldCursorLive), maxPages: c.p.MaxPagesPerCycle}
 	if c.p.Strategy == SnapshotDiff {
-		ln.cursor, ln.listing = "", true
+		ln.cursor, ln.listing, ln.fresh = "", true, c.state.int(fieldDeleteCandidates) > 0
 		return ln
 	}
 	ln.save = func(page Page, _ int) (map[string]string, bool) {

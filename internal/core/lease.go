@@ -3,25 +3,31 @@ package core
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // leaseKeeper renews a cycle's lease every ttl/3 and after each committed page, and cancels
-// the cycle as soon as the lease is lost or may have expired.
+// the cycle as soon as the lease is lost or may have expired. Validity is counted on the
+// local clock from when a confirming call was sent, never from when its reply arrived: a
+// reply can come late (a GC pause, a stalled network), and the server counted from before.
 type leaseKeeper struct {
 	store  Store
 	lease  Lease
+	now    func() time.Time
 	cancel context.CancelCauseFunc
 
 	mu         sync.Mutex
-	validUntil time.Time // local monotonic clock: last renewal's send time + ttl
+	validUntil time.Time // local clock: the last confirmation's send time + ttl
+
+	paused atomic.Bool // a confirmation found the key paused
 
 	stop chan struct{}
 	done chan struct{}
 }
 
-func startLeaseKeeper(ctx context.Context, s Store, l Lease, acquiredAt time.Time, cancel context.CancelCauseFunc) *leaseKeeper {
-	k := &leaseKeeper{store: s, lease: l, cancel: cancel, validUntil: acquiredAt.Add(l.TTL),
+func startLeaseKeeper(ctx context.Context, s Store, l Lease, now func() time.Time, sentAt time.Time, cancel context.CancelCauseFunc) *leaseKeeper {
+	k := &leaseKeeper{store: s, lease: l, now: now, cancel: cancel, validUntil: sentAt.Add(l.TTL),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go k.loop(ctx)
 	return k
@@ -38,37 +44,62 @@ func (k *leaseKeeper) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			sent := time.Now()
-			_, err := k.store.Renew(ctx, k.lease)
-			switch {
-			case err == nil:
-				k.touched(sent)
-			case IsLeaseLost(err):
-				k.cancel(err)
-				return
-			case !k.valid():
-				k.cancel(&LeaseLostError{Key: k.lease.Key, Epoch: k.lease.Epoch, Reason: "could not renew before expiry: " + err.Error()})
-				return
+			if err := k.confirm(ctx); err != nil {
+				if IsLeaseLost(err) {
+					k.cancel(err)
+					return
+				}
+				if !k.valid() {
+					k.cancel(&LeaseLostError{Key: k.lease.Key, Epoch: k.lease.Epoch, Reason: "could not renew before expiry: " + err.Error()})
+					return
+				}
 			}
 		}
 	}
 }
 
-// touched records a successful renewal (or commit) sent at local time sent.
-func (k *leaseKeeper) touched(sent time.Time) {
+// confirm renews the lease now and records what the renewal found.
+func (k *leaseKeeper) confirm(ctx context.Context) error {
+	sent := k.now()
+	c, err := k.store.Renew(ctx, k.lease)
+	if err != nil {
+		return err
+	}
+	k.touched(sent, c.Paused)
+	return nil
+}
+
+// touched records a fenced call (a renewal or a commit) that succeeded, sent at local time
+// sent, and whether it found the key paused.
+func (k *leaseKeeper) touched(sent time.Time, paused bool) {
 	k.mu.Lock()
 	if v := sent.Add(k.lease.TTL); v.After(k.validUntil) {
 		k.validUntil = v
 	}
 	k.mu.Unlock()
+	if paused {
+		k.paused.Store(true)
+	}
 }
 
-// valid reports whether the lease is surely still ours, with a tenth of the TTL as margin
-// for clock drift between this process and Redis.
+// margin is kept back from the lease's validity for clock drift between this process and
+// Redis, and bounds how long a cycle goes without confirming its lease before a request.
+func (k *leaseKeeper) margin() time.Duration { return k.lease.TTL / 10 }
+
+// valid reports whether the lease is surely still ours.
 func (k *leaseKeeper) valid() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return time.Now().Before(k.validUntil.Add(-k.lease.TTL / 10))
+	return k.now().Before(k.validUntil.Add(-k.margin()))
+}
+
+// stale reports whether the last confirmation is older than the margin: the process may have
+// been paused since, and whatever it believes of the key (lease, pause, throttle window) is to
+// be confirmed before it sends a request.
+func (k *leaseKeeper) stale() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.now().Sub(k.validUntil.Add(-k.lease.TTL)) > k.margin()
 }
 
 func (k *leaseKeeper) close() {

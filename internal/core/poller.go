@@ -37,6 +37,15 @@ type Poller struct {
 	EmitOnSchemaChange bool
 	// Validate checks an item; an error parks it as invalid with the error's text.
 	Validate func(item json.RawMessage) error
+	// ConfirmDeletes is how many consecutive complete listings (snapshotDiff, reconcile) must
+	// miss a stored identity before it is deleted: a listing paged while the API deletes items
+	// can miss items that shifted onto pages already read (G6). Default 2; 1 deletes at the
+	// first miss.
+	ConfirmDeletes int
+	// Detail, when set, fetches one item by identity: an identity a complete listing missed is
+	// deleted at once when Detail reports it not found (HTTP 404/410), and diffed like a listed
+	// item when found. When it fails, ConfirmDeletes decides.
+	Detail DetailFunc
 	// Tombstone marks items that report a deletion (sync/delta APIs); optional.
 	Tombstone func(item json.RawMessage) bool
 	// Reconcile, when set, lists everything every Reconcile.Every with the same diff and
@@ -62,6 +71,14 @@ type Poller struct {
 	// Shadow polls and commits state but delivers nothing: the would-be events are only
 	// counted (Inspect shows them). For onboarding a new API safely.
 	Shadow bool
+	// CommitMaxItems and CommitMaxBytes bound one commit script: a larger page is committed in
+	// chunks (only the last moves the cursor), so no single script holds Redis for long.
+	// Defaults 1,000 changes and 1 MiB.
+	CommitMaxItems int
+	CommitMaxBytes int
+	// TombstoneRetention is how long a deleted identity is remembered, so that if it is
+	// created again its events get ids of their own; default 30 days.
+	TombstoneRetention time.Duration
 	// CursorPosition places a cursor on a line (e.g. its time in seconds) so a backfill can
 	// stop at its target and report how far it is; optional (then a backfill runs until its
 	// cursor equals the target or the API has no more).
@@ -184,8 +201,29 @@ func (p Poller) withDefaults() (Poller, error) {
 	if p.MaxPagesPerCycle < 0 {
 		return bad("maxPagesPerCycle", "must be positive")
 	}
+	if p.CommitMaxItems == 0 {
+		p.CommitMaxItems = defaultCommitMaxItems
+	}
+	if p.CommitMaxBytes == 0 {
+		p.CommitMaxBytes = defaultCommitMaxBytes
+	}
+	if p.CommitMaxItems < 0 || p.CommitMaxBytes < 0 {
+		return bad("commit", "maxItems and maxBytes must be positive")
+	}
+	if p.TombstoneRetention == 0 {
+		p.TombstoneRetention = defaultTombstoneRetention
+	}
+	if p.TombstoneRetention < 0 {
+		return bad("tombstoneRetention", "must not be negative")
+	}
 	if p.LogRetention < 0 {
 		return bad("log.retention", "must not be negative")
+	}
+	if p.ConfirmDeletes == 0 {
+		p.ConfirmDeletes = 2
+	}
+	if p.ConfirmDeletes < 0 {
+		return bad("confirmDeletes", "must be positive")
 	}
 	if p.Failures == 0 {
 		p.Failures = 5
@@ -242,6 +280,13 @@ func (p Poller) keys() []Key {
 	}
 	return ks
 }
+
+// Defaults of the commit chunks and tombstones.
+const (
+	defaultCommitMaxItems     = 1000
+	defaultCommitMaxBytes     = 1 << 20
+	defaultTombstoneRetention = 30 * 24 * time.Hour
+)
 
 // orderingKey applies the poller's ordering key function.
 func (p *Poller) orderingKey(ev Event) string {

@@ -21,10 +21,44 @@ type observation struct {
 	tombstone bool
 }
 
-// process diffs a page's items against the stored rows, in page order, and fills cm; it
-// returns the events in the order they are committed. Tombstones (Poller.Tombstone) delete
-// known identities. seen, when not nil, records every listed identity and whether it was valid.
-func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessage, seen map[string]bool, cm *Commit) ([]Event, error) {
+// step is one change to one identity, in page order: the identity's row as it stands after
+// it, and the event it emits. A large page is committed in chunks of steps, each with the rows
+// as they stand after its own steps, so a death between chunks leaves every committed event
+// with its row written and the re-fetch finds those items unchanged (G3, G7).
+type step struct {
+	identity string
+	row      []byte // nil: the identity is deleted
+	tomb     int64  // with row == nil: the generation its tombstone remembers
+	revived  bool   // a tombstone is lifted (the identity is created again)
+	event    int    // index of the step's event in pageWrites.events, -1 for none
+}
+
+// pageWrites is what one page (or one operation) writes. The embedded Commit's state patch and
+// counters go with the last chunk, ClearItems with the first; the steps, their events and the
+// invalid rows are spread over the chunks.
+type pageWrites struct {
+	Commit
+	steps  []step
+	events []Event
+}
+
+// event appends ev as the event of a step on identity.
+func (w *pageWrites) event(identity string, row []byte, ev Event) {
+	w.steps = append(w.steps, step{identity: identity, row: row, event: len(w.events)})
+	w.events = append(w.events, ev)
+}
+
+// stored is what the diff knows of an identity while a page is processed.
+type stored struct {
+	row      *diff.Row
+	tomb     int64 // without a row: the generation of its last deletion, if remembered
+	wasThere bool  // it had a row when the page started
+}
+
+// process diffs a page's items against the stored rows, in page order, and adds the steps to
+// w. Tombstones (Poller.Tombstone) delete known identities. seen, when not nil, records every
+// listed identity and whether it was valid.
+func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessage, seen map[string]bool, w *pageWrites) error {
 	c.rep.Items += len(items)
 	obs := make([]observation, 0, len(items))
 	for _, raw := range items {
@@ -34,13 +68,13 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 			seen[o.identity] = seen[o.identity] || issue == ""
 		}
 		if issue != "" {
-			c.parkInvalid(cm, raw, o.identity, lane, issue)
+			c.parkInvalid(&w.Commit, raw, o.identity, lane, issue)
 			continue
 		}
 		obs = append(obs, o)
 	}
 	if len(obs) == 0 {
-		return nil, nil
+		return nil
 	}
 	ids := make([]string, 0, len(obs))
 	index := make(map[string]int, len(obs))
@@ -50,83 +84,104 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 			ids = append(ids, o.identity)
 		}
 	}
-	rows, err := c.e.store.LoadRows(ctx, c.key, ids)
+	known, err := c.load(ctx, ids)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	stored := make([]bool, len(rows))
-	for i, r := range rows {
-		stored[i] = r != nil
-	}
-	written := make([]bool, len(rows)) // rows[i] is the identity's state after this page
-	var events []Event
 	schema := c.p.SchemaVersion
 	for _, o := range obs {
-		i := index[o.identity]
+		k := &known[index[o.identity]]
 		if o.tombstone {
-			if rows[i] == nil {
-				continue // never seen, or already deleted
+			if k.row != nil {
+				c.delete(w, lane, o.identity, k)
 			}
-			r, _ := diff.ParseRow(rows[i])
-			ev := c.newEvent(Deleted, lane, o.identity, r.Version, r.VF, nil)
-			rows[i], written[i] = nil, true
-			if err := c.addEvent(cm, ev); err != nil {
-				return nil, err
-			}
-			events = append(events, ev)
 			continue
 		}
-		kind := diff.Classify(rows[i], o.vf, schema, c.p.EmitOnSchemaChange)
-		if kind == diff.Unchanged {
-			if c.force == 0 || lane != "backfill" {
+		switch kind := diff.Classify(k.row, o.vf, schema, c.p.EmitOnSchemaChange); kind {
+		case diff.Unchanged:
+			r := *k.row
+			if c.force > 0 && lane == "backfill" {
+				// A forced backfill re-emits what is known; its ids are new for each backfill
+				// generation (so consumers that dedupe by id receive them) and stable within it.
+				ev := c.newEvent(Updated, lane, o.identity, o.version, o.vf, o.raw, r)
+				ev.ID = diff.EventID(c.key.Poller, c.key.Partition, o.identity, "updated/backfill-"+strconv.FormatInt(c.force, 10), o.vf, schema, r.Life, r.Changes)
+				w.event(o.identity, diff.AppendRow(nil, r), ev)
 				continue
 			}
-			// A forced backfill re-emits what is known; its ids are new for each backfill
-			// generation (so consumers that dedupe by id receive them) and stable within it.
-			ev := c.newEvent(Updated, lane, o.identity, o.version, o.vf, o.raw)
-			ev.ID = diff.EventID(c.key.Poller, c.key.Partition, o.identity, "updated/backfill-"+strconv.FormatInt(c.force, 10), o.vf, schema)
-			if err := c.addEvent(cm, ev); err != nil {
-				return nil, err
+			if r.Missing > 0 {
+				// Listed again: no longer a delete candidate.
+				r.Missing = 0
+				k.row = &r
+				w.steps = append(w.steps, step{identity: o.identity, row: diff.AppendRow(nil, r), event: -1})
 			}
-			events = append(events, ev)
-			continue
+		case diff.Rebaseline:
+			r := *k.row
+			r.VF, r.Schema, r.Version, r.Missing = o.vf, schema, o.version, 0
+			k.row = &r
+			w.steps = append(w.steps, step{identity: o.identity, row: diff.AppendRow(nil, r), event: -1})
+		case diff.Created, diff.Updated:
+			r := diff.Row{VF: o.vf, Schema: schema, Version: o.version, Changes: 1, Life: k.tomb}
+			typ := Created
+			if k.row != nil {
+				typ = Updated
+				r.Life, r.Changes = k.row.Life, k.row.Changes+1
+			}
+			revived := k.row == nil && k.tomb != 0
+			k.row, k.tomb = &r, 0
+			w.event(o.identity, diff.AppendRow(nil, r), c.newEvent(typ, lane, o.identity, o.version, o.vf, o.raw, r))
+			w.steps[len(w.steps)-1].revived = revived
 		}
-		rows[i] = diff.AppendRow(make([]byte, 0, diff.VFSize+2+len(o.version)), diff.Row{VF: o.vf, Schema: schema, Version: o.version})
-		written[i] = true // a later duplicate in the page compares with this row
-		if kind == diff.Rebaseline {
-			continue
-		}
-		typ := Updated
-		if kind == diff.Created {
-			typ = Created
-		}
-		ev := c.newEvent(typ, lane, o.identity, o.version, o.vf, o.raw)
-		if err := c.addEvent(cm, ev); err != nil {
-			return nil, err
-		}
-		events = append(events, ev)
 	}
-	// Rows are written as they stand after the whole page, so a delete followed by a
-	// re-creation in one page keeps the row.
-	for i, id := range ids {
+	for _, k := range known {
 		switch {
-		case !written[i]:
-		case rows[i] != nil:
-			cm.Upserts = append(cm.Upserts, Upsert{Identity: id, Row: rows[i]})
-			if !stored[i] {
-				c.items++
-			}
-		case stored[i]:
-			cm.Deletes = append(cm.Deletes, id)
+		case k.row != nil && !k.wasThere:
+			c.items++
+		case k.row == nil && k.wasThere:
 			c.items--
 		}
 	}
-	return events, nil
+	return nil
 }
 
-// newEvent builds an event with its deterministic id (G2).
-func (c *cycle) newEvent(typ EventType, lane, identity, version string, vf diff.VF, item json.RawMessage) Event {
-	return Event{ID: diff.EventID(c.key.Poller, c.key.Partition, identity, string(typ), vf, c.p.SchemaVersion),
+// load reads the stored rows (and tombstones) of identities.
+func (c *cycle) load(ctx context.Context, ids []string) ([]stored, error) {
+	rows, tombs, err := c.e.store.LoadRows(ctx, c.key, ids)
+	if err != nil {
+		return nil, err
+	}
+	known := make([]stored, len(ids))
+	for i := range ids {
+		known[i].tomb = tombs[i]
+		if rows[i] == nil {
+			continue
+		}
+		r, ok := diff.ParseRow(rows[i])
+		if !ok {
+			// A corrupt row counts as absent: the identity is created again (at worst a
+			// duplicate), never skipped.
+			c.log.Warn().Str("identity", ids[i]).Msg("corrupt item row: treated as absent")
+			continue
+		}
+		known[i].row, known[i].wasThere = &r, true
+	}
+	return known, nil
+}
+
+// delete emits deleted for a known identity and remembers it in a tombstone, so that if it is
+// created again its new life's ids differ from this one's (G2).
+func (c *cycle) delete(w *pageWrites, lane, identity string, k *stored) {
+	r := *k.row
+	r.Changes++
+	gen := max(c.now().UnixMilli(), r.Life+1)
+	w.steps = append(w.steps, step{identity: identity, tomb: gen, event: len(w.events)})
+	w.events = append(w.events, c.newEvent(Deleted, lane, identity, r.Version, r.VF, nil, r))
+	k.row, k.tomb = nil, gen
+}
+
+// newEvent builds an event with its deterministic id (G2); r is the identity's row with this
+// change counted.
+func (c *cycle) newEvent(typ EventType, lane, identity, version string, vf diff.VF, item json.RawMessage, r diff.Row) Event {
+	return Event{ID: diff.EventID(c.key.Poller, c.key.Partition, identity, string(typ), vf, c.p.SchemaVersion, r.Life, r.Changes),
 		Poller: c.key.Poller, Partition: c.key.Partition, Type: typ, Lane: lane, Identity: identity,
 		Version: version, ObservedAt: c.now(), SchemaVersion: c.p.SchemaVersion, Item: item}
 }
@@ -184,58 +239,188 @@ func (c *cycle) parkInvalid(cm *Commit, raw json.RawMessage, identity, lane, iss
 	}
 }
 
-func (c *cycle) addEvent(cm *Commit, ev Event) error {
-	env, err := json.Marshal(ev)
-	if err != nil {
-		return fmt.Errorf("encode event %s: %w", ev.ID, err)
-	}
-	cm.Events = append(cm.Events, OutboxEvent{ID: ev.ID, OrderingKey: c.p.orderingKey(ev), Envelope: env})
-	return nil
+// commitResult is what committing a page's writes did.
+type commitResult struct {
+	// seqs is each event's outbox sequence; "" for the events of a chunk found already
+	// applied (a re-sent commit), which sit in the outbox.
+	seqs      []string
+	envelopes [][]byte
+	keys      []string // ordering keys
+	paused    bool
+	duplicate bool
 }
 
-// commitAndDeliver commits a page (G3: cursor and events in one write) and delivers what it
-// committed straight from memory.
-func (c *cycle) commitAndDeliver(ctx context.Context, cm Commit, events []Event) *cycleError {
-	if len(cm.State) == 0 && len(cm.Upserts) == 0 && len(cm.Deletes) == 0 && len(cm.Events) == 0 &&
-		len(cm.Invalid) == 0 && len(cm.Unpark) == 0 {
+// commit writes w (G3: the cursor goes with its page's events) in chunks of at most the
+// poller's CommitMaxItems changes and CommitMaxBytes, so that no single script holds Redis for
+// long whatever the page's size. Only the last chunk carries the state patch (the cursor); each
+// chunk writes the rows as they stand after its own changes.
+func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error) {
+	res := commitResult{seqs: make([]string, len(w.events)), envelopes: make([][]byte, len(w.events)), keys: make([]string, len(w.events))}
+	shadow := c.routeEvents(w)
+	maxItems, maxBytes := defaultCommitMaxItems, defaultCommitMaxBytes
+	if c.p != nil {
+		maxItems, maxBytes = c.p.CommitMaxItems, c.p.CommitMaxBytes
+	}
+	var chunk []step
+	var invalid []ParkedRow
+	size := 0
+	first := true
+	flush := func(last bool) error {
+		cm := Commit{ClearItems: first && w.ClearItems, LogRetention: w.LogRetention, Invalid: invalid,
+			TombstoneRetention: c.tombstoneRetention()}
+		if last {
+			cm.State, cm.Count, cm.Unpark = w.State, w.Count, w.Unpark
+		}
+		var evIdx []int
+		lastStep := map[string]int{}
+		revived := map[string]bool{}
+		for i, st := range chunk {
+			lastStep[st.identity] = i
+			revived[st.identity] = revived[st.identity] || st.revived
+			if st.event < 0 || shadow {
+				continue
+			}
+			ev := w.events[st.event]
+			env, err := json.Marshal(ev)
+			if err != nil {
+				return fmt.Errorf("encode event %s: %w", ev.ID, err)
+			}
+			ok := c.orderingKey(ev)
+			res.envelopes[st.event], res.keys[st.event] = env, ok
+			cm.Events = append(cm.Events, OutboxEvent{ID: ev.ID, OrderingKey: ok, Envelope: env})
+			evIdx = append(evIdx, st.event)
+		}
+		for i, st := range chunk {
+			if lastStep[st.identity] != i {
+				continue
+			}
+			if st.row == nil {
+				cm.Deletes = append(cm.Deletes, st.identity)
+				cm.Tombstones = append(cm.Tombstones, Tombstone{Identity: st.identity, Gen: st.tomb})
+				continue
+			}
+			cm.Upserts = append(cm.Upserts, Upsert{Identity: st.identity, Row: st.row})
+			if revived[st.identity] {
+				cm.Revived = append(cm.Revived, st.identity)
+			}
+		}
+		if !last && len(cm.Upserts)+len(cm.Deletes)+len(cm.Invalid) == 0 {
+			return nil
+		}
+		if last && cm.empty() {
+			return nil
+		}
+		sent := c.e.now()
+		r, err := c.e.store.CommitPoll(ctx, c.lease, cm)
+		if err != nil {
+			return err
+		}
+		if c.keeper != nil {
+			c.keeper.touched(sent, r.Paused)
+		}
+		res.paused = res.paused || r.Paused
+		res.duplicate = res.duplicate || r.Duplicate
+		for i, ev := range evIdx {
+			if !r.Duplicate {
+				res.seqs[ev] = r.StreamIDs[i]
+			}
+		}
+		chunk, invalid, size, first = chunk[:0], nil, 0, false
 		return nil
 	}
-	shadow := c.routeEvents(&cm, events)
-	sent := time.Now()
-	res, err := c.e.store.CommitPoll(ctx, c.lease, cm)
+	add := func(n int) error {
+		if len(chunk)+len(invalid) > 0 && (len(chunk)+len(invalid)+1 > maxItems || size+n > maxBytes) {
+			if err := flush(false); err != nil {
+				return err
+			}
+		}
+		size += n
+		return nil
+	}
+	for _, st := range w.steps {
+		n := len(st.identity) + len(st.row) + 64
+		if st.event >= 0 {
+			n += len(w.events[st.event].Item) + 256
+		}
+		if err := add(n); err != nil {
+			return res, err
+		}
+		chunk = append(chunk, st)
+	}
+	for _, iv := range w.Invalid {
+		if err := add(len(iv.Row)); err != nil {
+			return res, err
+		}
+		invalid = append(invalid, iv)
+	}
+	if err := flush(true); err != nil {
+		return res, err
+	}
+	c.confirmed = true
+	return res, nil
+}
+
+// orderingKey is an event's ordering key; operations without the poller's definition keep
+// the default, the identity.
+func (c *cycle) orderingKey(ev Event) string {
+	if c.p == nil {
+		return ev.Identity
+	}
+	return c.p.orderingKey(ev)
+}
+
+// tombstoneRetention is how long this key's tombstones are kept.
+func (c *cycle) tombstoneRetention() time.Duration {
+	if c.p == nil {
+		return defaultTombstoneRetention
+	}
+	return c.p.TombstoneRetention
+}
+
+// empty reports whether cm writes nothing.
+func (cm *Commit) empty() bool {
+	return len(cm.State) == 0 && len(cm.Count) == 0 && len(cm.Upserts) == 0 && len(cm.Deletes) == 0 &&
+		len(cm.Events) == 0 && len(cm.Invalid) == 0 && len(cm.Unpark) == 0 && !cm.ClearItems
+}
+
+// commitAndDeliver commits a page and delivers what it committed straight from memory; when a
+// chunk turned out to have been applied already (a re-sent commit), its events are read back
+// from the outbox instead. A pause seen by the commit leaves them there.
+func (c *cycle) commitAndDeliver(ctx context.Context, w *pageWrites) *cycleError {
+	res, err := c.commit(ctx, w)
 	if err != nil {
 		return storeErr(err)
 	}
-	c.keeper.touched(sent)
-	c.confirmed = true
-	c.rep.Events += len(events)
-	if len(events) == 0 || shadow {
+	c.rep.Events += len(w.events)
+	switch {
+	case res.paused || c.p.Shadow || len(w.events) == 0:
 		return nil
+	case res.duplicate:
+		return c.drain(ctx)
 	}
-	ds := make([]delivery, len(events))
-	for i := range events {
-		events[i].Seq = res.StreamIDs[i]
-		ds[i] = delivery{entry: Entry{StreamID: res.StreamIDs[i], ID: events[i].ID, OrderingKey: cm.Events[i].OrderingKey,
-			Envelope: cm.Events[i].Envelope, Seq: res.StreamIDs[i]}, ev: &events[i]}
+	ds := make([]delivery, len(w.events))
+	for i := range w.events {
+		w.events[i].Seq = res.seqs[i]
+		ds[i] = delivery{entry: Entry{StreamID: res.seqs[i], ID: w.events[i].ID, OrderingKey: res.keys[i],
+			Envelope: res.envelopes[i], Seq: res.seqs[i]}, ev: &w.events[i]}
 	}
 	return c.deliver(ctx, ds)
 }
 
-// routeEvents prepares a commit's events: in shadow mode they are only counted (and false is
-// returned, nothing to deliver), otherwise they are logged when the poller keeps a log.
-func (c *cycle) routeEvents(cm *Commit, events []Event) (shadow bool) {
-	if len(cm.Events) == 0 {
+// routeEvents prepares a page's events: in shadow mode they are only counted (and true is
+// returned: nothing goes to the outbox), otherwise they are logged when the poller keeps a log.
+func (c *cycle) routeEvents(w *pageWrites) (shadow bool) {
+	if len(w.events) == 0 || c.p == nil {
 		return false
 	}
 	if c.p.Shadow {
-		cm.Count = map[string]int{}
-		for _, ev := range events {
-			cm.Count[fieldShadowPrefix+string(ev.Type)]++
+		w.Count = map[string]int{}
+		for _, ev := range w.events {
+			w.Count[fieldShadowPrefix+string(ev.Type)]++
 		}
-		cm.Events = nil
 		return true
 	}
-	cm.LogRetention = c.p.LogRetention
+	w.LogRetention = c.p.LogRetention
 	return false
 }
 
@@ -250,16 +435,14 @@ func (c *cycle) retryInvalid(ctx context.Context, r parkedRow) error {
 	if lane == "" {
 		lane = "live"
 	}
-	var cm Commit
-	events, err := c.process(ctx, lane, []json.RawMessage{raw}, nil, &cm)
-	if err != nil {
+	var w pageWrites
+	if err := c.process(ctx, lane, []json.RawMessage{raw}, nil, &w); err != nil {
 		return err
 	}
-	cm.Unpark = []string{r.ID}
-	c.routeEvents(&cm, events)
-	if _, err := c.e.store.CommitPoll(ctx, c.lease, cm); err != nil {
+	w.Unpark = []string{r.ID}
+	if _, err := c.commit(ctx, &w); err != nil {
 		return err
 	}
-	c.rep.Events += len(events)
+	c.rep.Events += len(w.events)
 	return nil
 }

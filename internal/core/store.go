@@ -16,18 +16,24 @@ type Store interface {
 	// Begin starts a cycle (op=false: checks paused and due) or an operator action (op=true:
 	// checks the lease only), taking the lease when allowed.
 	Begin(ctx context.Context, key Key, owner string, ttl time.Duration, op bool) (BeginResult, error)
-	// Renew extends the lease and returns its new expiry (server clock).
-	Renew(ctx context.Context, l Lease) (time.Time, error)
-	// LoadRows returns the stored rows for identities (nil where absent), in order.
-	LoadRows(ctx context.Context, key Key, identities []string) ([][]byte, error)
+	// Renew extends the lease and returns its new expiry (server clock) and whether the key
+	// was paused meanwhile.
+	Renew(ctx context.Context, l Lease) (Confirm, error)
+	// LoadRows returns the stored rows for identities (nil where absent), in order, and for
+	// each the generation of its last deletion that a tombstone still remembers (0 if none).
+	LoadRows(ctx context.Context, key Key, identities []string) (rows [][]byte, tombstones []int64, err error)
 	// Identities lists every tracked identity of key.
 	Identities(ctx context.Context, key Key) ([]string, error)
-	// CommitPoll writes one page atomically and returns the outbox sequence of each event.
+	// CommitPoll writes one page atomically and returns the outbox sequence of each event. A
+	// commit the store finds already applied (the client re-sent it) writes nothing again
+	// and reports Duplicate.
 	CommitPoll(ctx context.Context, l Lease, c Commit) (CommitResult, error)
-	// ReadOutbox takes the next deliverable entries: pending ones of earlier owners first.
-	ReadOutbox(ctx context.Context, l Lease, n int) ([]Entry, error)
-	// Ack acknowledges and deletes delivered entries, given in sequence order.
-	Ack(ctx context.Context, l Lease, streamIDs []string) error
+	// ReadOutbox takes up to n entries: pending ones of earlier owners first. Entries of held
+	// ordering keys move aside; the batch counts them in Read.
+	ReadOutbox(ctx context.Context, l Lease, n int) (Batch, error)
+	// Ack acknowledges and deletes delivered entries, given in sequence order, and reports
+	// whether the key was paused meanwhile.
+	Ack(ctx context.Context, l Lease, streamIDs []string) (paused bool, err error)
 	// Park parks poison entries (holding their ordering keys) and moves held entries aside.
 	Park(ctx context.Context, l Lease, poison []Poison, held []Held) error
 	// End saves the schedule, releases the lease and writes the key's next due time.
@@ -70,12 +76,34 @@ type Store interface {
 	ListParked(ctx context.Context, key Key) (map[string][]byte, error)
 }
 
-// Lease is the right to mutate one key, valid while its epoch is current and unexpired.
+// Lease is the right to mutate one key, valid while its epoch and token are current and it
+// has not expired. The token is random per grant: a failover that loses the grant that raised
+// the epoch can make an epoch repeat, never a token.
 type Lease struct {
 	Key   Key
 	Owner string
 	Epoch int64
+	Token string
 	TTL   time.Duration
+}
+
+// Confirm is what a renewal found.
+type Confirm struct {
+	// Expires is the lease's new expiry (server clock).
+	Expires time.Time
+	// Paused is true when an operator paused the key: the cycle stops at its next step.
+	Paused bool
+}
+
+// Batch is what one ReadOutbox took.
+type Batch struct {
+	// Read counts every entry taken from the outbox, held ones (moved aside) included: a
+	// batch with Read > 0 and no Entries does not mean the outbox is drained.
+	Read int
+	// Paused is true when an operator paused the key.
+	Paused bool
+	// Entries are the deliverable entries, in sequence order.
+	Entries []Entry
 }
 
 // BeginStatus is the outcome of Begin.
@@ -118,6 +146,11 @@ type Commit struct {
 	Upserts []Upsert
 	// Deletes removes item rows.
 	Deletes []string
+	// Tombstones remember deleted identities (identity → generation of the deletion) for
+	// TombstoneRetention, so a re-created identity starts a new life; Revived lifts them.
+	Tombstones         []Tombstone
+	Revived            []string
+	TombstoneRetention time.Duration
 	// Events go to the outbox in this order.
 	Events []OutboxEvent
 	// Invalid parks rows of items that failed validation (once per id).
@@ -131,6 +164,12 @@ type Commit struct {
 	LogRetention time.Duration
 	// Count increments numeric state fields (shadow mode's would-be events).
 	Count map[string]int
+}
+
+// Tombstone is a deleted identity and the generation of its deletion.
+type Tombstone struct {
+	Identity string
+	Gen      int64
 }
 
 // Upsert is one item row.
@@ -158,6 +197,11 @@ type CommitResult struct {
 	StreamIDs []string
 	// LeaseExpires is the renewed lease expiry.
 	LeaseExpires time.Time
+	// Paused is true when an operator paused the key.
+	Paused bool
+	// Duplicate reports a commit that had been applied already (its first attempt's reply
+	// was lost): StreamIDs is empty, and its events are in the outbox.
+	Duplicate bool
 }
 
 // Entry is one outbox entry read back for delivery.

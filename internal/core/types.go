@@ -54,10 +54,17 @@ type FetchRequest struct {
 	Lane string
 	// Page counts the pages of this lane's pass in the cycle, from 0.
 	Page int
+	// Fresh asks for a full answer, not a conditional one (no If-None-Match): the lane must see
+	// the listing again, e.g. to confirm that identities a listing missed are gone.
+	Fresh bool
 }
 
 // FetchFunc fetches one page.
 type FetchFunc func(ctx context.Context, req FetchRequest) (Page, error)
+
+// DetailFunc fetches one item by identity; found is false when the API says it does not
+// exist (HTTP 404 or 410).
+type DetailFunc func(ctx context.Context, key Key, identity string) (item json.RawMessage, found bool, err error)
 
 // Strategy is how a poller's cursor works.
 type Strategy int

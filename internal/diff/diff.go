@@ -40,28 +40,60 @@ type Row struct {
 	Schema int
 	// Version is the last version seen, so that a deleted event can name it.
 	Version string
+	// Changes counts the events emitted for the identity in its current life; it is part of
+	// every event id, so content that comes back (A→B→A) gets a new id (G2: an id names one
+	// change, not one content).
+	Changes uint64
+	// Life is 0 for an identity's first life, then the generation of the deletion that ended
+	// the previous one (kept meanwhile in a tombstone), so a re-created identity never
+	// repeats the ids of an earlier life.
+	Life int64
+	// Missing counts the consecutive complete listings that did not show the identity; it is
+	// deleted once enough of them agree (G6).
+	Missing int
 }
 
-// AppendRow encodes r compactly: the 8-byte hash, the schema version as a uvarint, then the
-// version text.
+// rowV2 follows the schema varint in rows that carry Changes, Life and Missing. Rows written
+// before them hold the version text there, which is UTF-8 and so never starts with 0xFF.
+const rowV2 = 0xFF
+
+// AppendRow encodes r compactly: the 8-byte hash, the schema version as a uvarint, a marker,
+// the change count, life and missing count as uvarints, then the version text.
 func AppendRow(dst []byte, r Row) []byte {
 	dst = append(dst, r.VF[:]...)
 	dst = binary.AppendUvarint(dst, uint64(r.Schema))
+	dst = append(dst, rowV2)
+	dst = binary.AppendUvarint(dst, r.Changes)
+	dst = binary.AppendUvarint(dst, uint64(r.Life))
+	dst = binary.AppendUvarint(dst, uint64(r.Missing))
 	return append(dst, r.Version...)
 }
 
-// ParseRow decodes a stored row; ok is false for a missing or corrupt one.
+// ParseRow decodes a stored row (either encoding); ok is false for a missing or corrupt one.
 func ParseRow(b []byte) (r Row, ok bool) {
 	if len(b) <= VFSize {
 		return Row{}, false
 	}
 	copy(r.VF[:], b)
-	s, n := binary.Uvarint(b[VFSize:])
+	b = b[VFSize:]
+	s, n := binary.Uvarint(b)
 	if n <= 0 {
 		return Row{}, false
 	}
 	r.Schema = int(s)
-	r.Version = string(b[VFSize+n:])
+	b = b[n:]
+	if len(b) > 0 && b[0] == rowV2 {
+		b = b[1:]
+		var vs [3]uint64
+		for i := range vs {
+			if vs[i], n = binary.Uvarint(b); n <= 0 {
+				return Row{}, false
+			}
+			b = b[n:]
+		}
+		r.Changes, r.Life, r.Missing = vs[0], int64(vs[1]), int(vs[2])
+	}
+	r.Version = string(b)
 	return r, true
 }
 
@@ -79,13 +111,12 @@ const (
 	Rebaseline
 )
 
-// Classify compares an observation (vf under schema) with the stored row. With
-// emitOnSchemaChange, a hash that differs across a schema bump is an update; otherwise the
-// row is rebaselined silently.
-func Classify(stored []byte, vf VF, schema int, emitOnSchemaChange bool) Kind {
-	r, ok := ParseRow(stored)
-	switch {
-	case !ok:
+// Classify compares an observation (vf under schema) with the stored row (nil when the
+// identity has none). With emitOnSchemaChange, a hash that differs across a schema bump is an
+// update; otherwise the row is rebaselined silently.
+func Classify(stored *Row, vf VF, schema int, emitOnSchemaChange bool) Kind {
+	switch r := stored; {
+	case r == nil:
 		return Created
 	case r.Schema == schema && r.VF == vf:
 		return Unchanged
@@ -99,16 +130,21 @@ func Classify(stored []byte, vf VF, schema int, emitOnSchemaChange bool) Kind {
 }
 
 // EventID is the deterministic id of an event (G2): a pure function of poller, partition,
-// identity, type, the (version, fingerprint) hash and the schema version.
-func EventID(poller, partition, identity, typ string, vf VF, schema int) string {
+// identity, type, the (version, fingerprint) hash, the schema version, and which change of
+// the identity it is (its life and its change count in that life). Computed from committed
+// state, it is the same however often a change is re-emitted, and never the same for two
+// changes.
+func EventID(poller, partition, identity, typ string, vf VF, schema int, life int64, change uint64) string {
 	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
 	for _, s := range []string{poller, partition, identity, typ} {
-		var n [binary.MaxVarintLen64]byte
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
 		h.Write([]byte(s))
 	}
 	h.Write(vf[:])
 	h.Write([]byte(strconv.Itoa(schema)))
+	h.Write(n[:binary.PutUvarint(n[:], uint64(life))])
+	h.Write(n[:binary.PutUvarint(n[:], change)])
 	var sum [sha256.Size]byte
 	return "ev_" + hex.EncodeToString(h.Sum(sum[:0])[:16])
 }

@@ -7,17 +7,23 @@ import (
 
 func TestRowRoundTrip(t *testing.T) {
 	for _, schema := range []int{0, 1, 127, 128, 1 << 20} {
-		r := Row{VF: VersionFingerprint("v1", []byte("fp")), Schema: schema, Version: "2026-11-29T10:00:00Z"}
+		r := Row{VF: VersionFingerprint("v1", []byte("fp")), Schema: schema, Version: "2026-11-29T10:00:00Z",
+			Changes: uint64(schema) + 3, Life: 1_800_000_000_123, Missing: 1}
 		b := AppendRow(nil, r)
 		got, ok := ParseRow(b)
 		if !ok || got != r {
 			t.Fatalf("schema %d: round trip gave %+v ok=%v", schema, got, ok)
 		}
 	}
-	if n := len(AppendRow(nil, Row{Schema: 1, Version: "42"})); n != 11 {
-		t.Fatalf("a row of schema 1 and version \"42\" takes %d bytes, want 9 + 2", n)
+	if n := len(AppendRow(nil, Row{Schema: 1, Version: "42", Changes: 5})); n != 15 {
+		t.Fatalf("a row of schema 1, 5 changes and version \"42\" takes %d bytes, want 9 + 4 + 2", n)
 	}
-	for _, bad := range [][]byte{nil, make([]byte, 8), append(make([]byte, 8), 0x80)} {
+	// Rows written before change counts existed still parse, with a count of 0.
+	old := append(append(make([]byte, 8), 1), "2026-11-29T10:00:00Z"...)
+	if got, ok := ParseRow(old); !ok || got.Schema != 1 || got.Version != "2026-11-29T10:00:00Z" || got.Changes != 0 || got.Life != 0 {
+		t.Fatalf("a layout-2 row parsed as %+v ok=%v", got, ok)
+	}
+	for _, bad := range [][]byte{nil, make([]byte, 8), append(make([]byte, 8), 0x80), append(make([]byte, 8), 0, rowV2, 0x80)} {
 		if _, ok := ParseRow(bad); ok {
 			t.Errorf("ParseRow(%x) accepted a corrupt row", bad)
 		}
@@ -27,10 +33,10 @@ func TestRowRoundTrip(t *testing.T) {
 func TestClassify(t *testing.T) {
 	a := VersionFingerprint("1", []byte("a"))
 	b := VersionFingerprint("2", []byte("a"))
-	rowA1 := AppendRow(nil, Row{VF: a, Schema: 1})
+	rowA1 := &Row{VF: a, Schema: 1}
 	tests := []struct {
 		name   string
-		stored []byte
+		stored *Row
 		vf     VF
 		schema int
 		emit   bool
@@ -58,18 +64,20 @@ func TestVersionFingerprintIsUnambiguous(t *testing.T) {
 
 func TestEventIDDependsOnEveryInput(t *testing.T) {
 	vf := VersionFingerprint("1", []byte("x"))
-	base := EventID("orders", "t1", "42", "created", vf, 1)
-	if base != EventID("orders", "t1", "42", "created", vf, 1) {
+	base := EventID("orders", "t1", "42", "created", vf, 1, 0, 1)
+	if base != EventID("orders", "t1", "42", "created", vf, 1, 0, 1) {
 		t.Fatal("EventID is not deterministic")
 	}
 	others := []string{
-		EventID("orders2", "t1", "42", "created", vf, 1),
-		EventID("orders", "t2", "42", "created", vf, 1),
-		EventID("orders", "t1", "43", "created", vf, 1),
-		EventID("orders", "t1", "42", "updated", vf, 1),
-		EventID("orders", "t1", "42", "created", VersionFingerprint("2", []byte("x")), 1),
-		EventID("orders", "t1", "42", "created", vf, 2),
-		EventID("orders", "t14", "2", "created", vf, 1),
+		EventID("orders2", "t1", "42", "created", vf, 1, 0, 1),
+		EventID("orders", "t2", "42", "created", vf, 1, 0, 1),
+		EventID("orders", "t1", "43", "created", vf, 1, 0, 1),
+		EventID("orders", "t1", "42", "updated", vf, 1, 0, 1),
+		EventID("orders", "t1", "42", "created", VersionFingerprint("2", []byte("x")), 1, 0, 1),
+		EventID("orders", "t1", "42", "created", vf, 2, 0, 1),
+		EventID("orders", "t14", "2", "created", vf, 1, 0, 1),
+		EventID("orders", "t1", "42", "created", vf, 1, 0, 3),                 // the same content, a later change
+		EventID("orders", "t1", "42", "created", vf, 1, 1_800_000_000_000, 1), // a later life
 	}
 	for i, o := range others {
 		if o == base {
@@ -80,6 +88,6 @@ func TestEventIDDependsOnEveryInput(t *testing.T) {
 
 func ExampleEventID() {
 	vf := VersionFingerprint("2026-11-29T10:00:00Z", []byte("fingerprint"))
-	fmt.Println(len(EventID("orders", "t_1", "A-1001", "created", vf, 1)))
+	fmt.Println(len(EventID("orders", "t_1", "A-1001", "created", vf, 1, 0, 1)))
 	// Output: 35
 }

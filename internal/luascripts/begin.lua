@@ -2,14 +2,23 @@
 -- KEYS[1] state hash, KEYS[2] lease hash, KEYS[3] outbox stream, KEYS[4] holds hash,
 -- KEYS[5] items hash
 -- ARGV[1] owner (instance id), ARGV[2] lease TTL ms, ARGV[3] now override ms or '',
--- ARGV[4] mode: 'cycle' (checks paused and due) or 'op' (operator action: checks the lease only)
+-- ARGV[4] mode: 'cycle' (checks paused and due) or 'op' (operator action: checks the lease only),
+-- ARGV[5] token: a random value the caller made for this grant; every fenced script checks it
+-- with the epoch
 -- Returns {'deleted'} | {'paused'} | {'notDue', nextDue, now} | {'leased', expiresAt, now}
 --       | {'ok', epoch, now, outboxLen, {state field, value, ...}, {held ordering keys}, itemCount}
 -- Checks, in order, before any write: deleted (partitions delete), paused, due (nextDue <= now
--- or outbox non-empty), live lease.
+-- or outbox non-empty), live lease. A live lease that carries ARGV[5] is this very grant, sent
+-- again by the client after a read timeout: it is returned as granted, not taken twice.
 local now = now_ms(ARGV[3])
 local mode = ARGV[4]
+local token = ARGV[5]
 local outbox_len = redis.call('XLEN', KEYS[3])
+local function granted(epoch)
+  return {'ok', epoch, now, outbox_len, redis.call('HGETALL', KEYS[1]), redis.call('HKEYS', KEYS[4]), redis.call('HLEN', KEYS[5])}
+end
+local l = redis.call('HMGET', KEYS[2], 'epoch', 'token', 'expiresAt')
+if l[3] and tonumber(l[3]) > now and l[2] == token then return granted(tonumber(l[1])) end
 if mode == 'cycle' then
   local s = redis.call('HMGET', KEYS[1], 'paused', 'nextDue', 'deleted')
   if s[3] == '1' then return {'deleted'} end
@@ -17,12 +26,12 @@ if mode == 'cycle' then
   local next_due = tonumber(s[2] or '0')
   if next_due > now and outbox_len == 0 then return {'notDue', next_due, now} end
 end
-local l = redis.call('HMGET', KEYS[2], 'owner', 'expiresAt')
-if l[2] and tonumber(l[2]) > now then return {'leased', tonumber(l[2]), now} end
+if l[3] and tonumber(l[3]) > now then return {'leased', tonumber(l[3]), now} end
 
 local epoch = redis.call('HINCRBY', KEYS[2], 'epoch', 1)
-redis.call('HSET', KEYS[2], 'owner', ARGV[1], 'expiresAt', now + tonumber(ARGV[2]))
+redis.call('HSET', KEYS[2], 'owner', ARGV[1], 'token', token, 'expiresAt', now + tonumber(ARGV[2]))
+redis.call('HDEL', KEYS[2], 'write')
 if redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('XGROUP', 'CREATE', KEYS[3], 'dispatch', '0', 'MKSTREAM')
 end
-return {'ok', epoch, now, outbox_len, redis.call('HGETALL', KEYS[1]), redis.call('HKEYS', KEYS[4]), redis.call('HLEN', KEYS[5])}
+return granted(epoch)

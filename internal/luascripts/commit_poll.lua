@@ -1,24 +1,30 @@
--- commit_poll.lua: the atomic write of one page: cursor and state patch, item rows, deletes,
--- outbox events (and their replay log copies), invalid items parked, parked rows removed;
--- also renews the lease (G3: the cursor moves only together with its page's events).
+-- commit_poll.lua: the atomic write of one page (or one chunk of a large page): cursor and
+-- state patch, item rows, deletes and their tombstones, outbox events (and their replay log
+-- copies), invalid items parked, parked rows removed; also renews the lease (G3: the cursor
+-- moves only together with its page's events; a chunked page moves it with its last chunk).
 -- KEYS[1] state hash, KEYS[2] lease hash, KEYS[3] items hash, KEYS[4] outbox stream,
--- KEYS[5] parked hash, KEYS[6] replay log stream
--- ARGV[1] epoch, ARGV[2] now override ms or '', ARGV[3] lease TTL ms, ARGV[4] '1' to drop
--- every item row first (reset-cursor --clear-snapshot), ARGV[5] log retention ms ('0': no
--- log), then sections, each a count followed by its values:
+-- KEYS[5] parked hash, KEYS[6] replay log stream, KEYS[7] tombstones sorted set
+-- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] write id, ARGV[5] lease
+-- TTL ms, ARGV[6] '1' to drop every item row and tombstone first (reset-cursor
+-- --clear-snapshot), ARGV[7] log retention ms ('0': no log), ARGV[8] tombstone retention ms,
+-- then sections, each a count followed by its values:
 --   state pairs (field, value), state counters (field, increment), item upserts (identity,
---   row), item deletes (identity), events (id, orderingKey, envelope JSON), invalid rows
---   (parkedId, row JSON; HSETNX so the same invalid item is parked once), unparked ids (HDEL)
--- Returns {expiresAt, streamId...} with one outbox stream id per event, in order.
+--   row), item deletes (identity), tombstones (identity, generation), tombstones lifted
+--   (identity), events (id, orderingKey, envelope JSON), invalid rows (parkedId, row JSON;
+--   HSETNX so the same invalid item is parked once), unparked ids (HDEL)
+-- Returns {expiresAt, paused 0|1, {streamId...}} with one outbox stream id per event, in
+-- order; or DUPLICATE when this write id was applied before (the client re-sent it after a
+-- read timeout): nothing is written twice.
 -- Fence check first: LEASE_LOST when stale or expired, before any write.
-local now = now_ms(ARGV[2])
-local err = fence(KEYS[2], ARGV[1], now)
+local now = now_ms(ARGV[3])
+local err, dup = fence(KEYS[2], ARGV[1], ARGV[2], now, ARGV[4])
 if err then return err end
+if dup then return DUPLICATE end
 
-if ARGV[4] == '1' then redis.call('UNLINK', KEYS[3]) end -- freed in the background
-local retention = tonumber(ARGV[5])
+if ARGV[6] == '1' then redis.call('UNLINK', KEYS[3], KEYS[7]) end -- freed in the background
+local retention = tonumber(ARGV[7])
 
-local i = 6
+local i = 9
 local function section(width)
   local n = tonumber(ARGV[i])
   local from = i + 1
@@ -37,11 +43,22 @@ from, to = section(2)
 if to >= from then chunked('HSET', KEYS[3], ARGV, from, to, 1000) end
 from, to = section(1)
 if to >= from then chunked('HDEL', KEYS[3], ARGV, from, to, 1000) end
-local out = {}
+from, to, n = section(2)
+for k = 0, n - 1 do
+  local j = from + k * 2
+  redis.call('ZADD', KEYS[7], ARGV[j + 1], ARGV[j])
+end
+if n > 0 then
+  -- Tombstones keep an identity's generation past its deletion for a while only.
+  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', '(' .. tostring(now - tonumber(ARGV[8])))
+end
+from, to = section(1)
+if to >= from then chunked('ZREM', KEYS[7], ARGV, from, to, 1000) end
+local ids = {}
 from, to, n = section(3)
 for k = 0, n - 1 do
   local j = from + k * 3
-  out[#out + 1] = redis.call('XADD', KEYS[4], '*', 'id', ARGV[j], 'ok', ARGV[j + 1], 'ev', ARGV[j + 2])
+  ids[#ids + 1] = redis.call('XADD', KEYS[4], '*', 'id', ARGV[j], 'ok', ARGV[j + 1], 'ev', ARGV[j + 2])
   if retention > 0 then
     redis.call('XADD', KEYS[6], '*', 'id', ARGV[j], 'ok', ARGV[j + 1], 'ev', ARGV[j + 2])
   end
@@ -60,7 +77,6 @@ end
 from, to = section(1)
 if to >= from then chunked('HDEL', KEYS[5], ARGV, from, to, 1000) end
 
-local exp = now + tonumber(ARGV[3])
-redis.call('HSET', KEYS[2], 'expiresAt', exp)
-table.insert(out, 1, exp)
-return out
+local exp = now + tonumber(ARGV[5])
+redis.call('HSET', KEYS[2], 'expiresAt', exp, 'write', ARGV[4])
+return {exp, paused(KEYS[1]), ids}

@@ -1,17 +1,21 @@
 -- end.lua: finish a cycle: save the schedule into the state and release the lease (the epoch
--- stays, so it only ever grows).
+-- stays, so it only ever grows; the token and the write id stay, so a re-sent end is
+-- recognised).
 -- KEYS[1] state hash, KEYS[2] lease hash
--- ARGV[1] epoch, ARGV[2] now override ms or '', ARGV[3] count of state pairs, then the pairs,
--- then a count of state fields to delete, then the fields
--- Returns 1.
+-- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] write id,
+-- ARGV[5] count of state pairs, then the pairs, then a count of state fields to delete, then
+-- the fields
+-- Returns 1, or DUPLICATE when this write was applied before.
 -- Fence check first: LEASE_LOST when stale or expired, before any write.
-local now = now_ms(ARGV[2])
-local err = fence(KEYS[2], ARGV[1], now)
+local now = now_ms(ARGV[3])
+local err, dup = fence(KEYS[2], ARGV[1], ARGV[2], now, ARGV[4])
 if err then return err end
-local n = tonumber(ARGV[3])
-if n > 0 then chunked('HSET', KEYS[1], ARGV, 4, 3 + n * 2, 1000) end
-local d = 4 + n * 2
+if dup then return DUPLICATE end
+local n = tonumber(ARGV[5])
+if n > 0 then chunked('HSET', KEYS[1], ARGV, 6, 5 + n * 2, 1000) end
+local d = 6 + n * 2
 local m = tonumber(ARGV[d])
 if m > 0 then redis.call('HDEL', KEYS[1], unpack(ARGV, d + 1, d + m)) end
 redis.call('HDEL', KEYS[2], 'owner', 'expiresAt')
+redis.call('HSET', KEYS[2], 'write', ARGV[4])
 return 1

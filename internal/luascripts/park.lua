@@ -2,14 +2,14 @@
 -- keys out of the outbox into the held hash (they return, in order, on retry or discard).
 -- KEYS[1] lease hash, KEYS[2] outbox stream, KEYS[3] parked hash, KEYS[4] holds hash,
 -- KEYS[5] held hash
--- ARGV[1] epoch, ARGV[2] now override ms or '', then two sections, each a count and values:
---   poison (streamId, parkedId, orderingKey, row JSON), held (streamId, held JSON)
--- Returns the number of entries moved out of the outbox.
+-- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', then two sections, each a count
+-- and values: poison (streamId, parkedId, orderingKey, row JSON), held (streamId, held JSON)
+-- Returns the number of entries moved out of the outbox. Running it twice moves nothing more.
 -- Fence check first: LEASE_LOST when stale or expired, before any write.
-local now = now_ms(ARGV[2])
-local err = fence(KEYS[1], ARGV[1], now)
+local now = now_ms(ARGV[3])
+local err = fence(KEYS[1], ARGV[1], ARGV[2], now)
 if err then return err end
-local i = 3
+local i = 4
 local moved = 0
 local n = tonumber(ARGV[i])
 for k = 0, n - 1 do

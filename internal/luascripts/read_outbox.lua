@@ -1,21 +1,27 @@
 -- read_outbox.lua: take the next deliverable outbox entries for this lease holder. Entries
--- left pending by an earlier owner come first (XAUTOCLAIM), then new ones (XREADGROUP >).
+-- left pending by an earlier holder come first (XAUTOCLAIM), then new ones (XREADGROUP >).
 -- Entries whose ordering key is held by a parked event move to the held hash instead (G4).
--- KEYS[1] lease hash, KEYS[2] outbox stream, KEYS[3] holds hash, KEYS[4] held hash
--- ARGV[1] epoch, ARGV[2] now override ms or '', ARGV[3] consumer name, ARGV[4] count
--- Returns {{streamId, id, orderingKey, envelope, origSeq}, ...} in stream order.
+-- Every holder reads as the one consumer 'holder': the lease already makes readers
+-- exclusive, and a consumer per process would pile up in the group for good.
+-- KEYS[1] lease hash, KEYS[2] outbox stream, KEYS[3] holds hash, KEYS[4] held hash,
+-- KEYS[5] state hash
+-- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] count
+-- Returns {read, paused 0|1, {{streamId, id, orderingKey, envelope, origSeq}, ...}}: read counts
+-- every entry taken, held ones included, so a batch that was all held is not taken for an
+-- empty outbox; the entries are the deliverable ones, in stream order. Running it twice
+-- returns the same entries (the second run reclaims them).
 -- Fence check first: LEASE_LOST when stale or expired, before any write.
-local now = now_ms(ARGV[2])
-local err = fence(KEYS[1], ARGV[1], now)
+local now = now_ms(ARGV[3])
+local err = fence(KEYS[1], ARGV[1], ARGV[2], now)
 if err then return err end
 
 local entries = {}
-local claimed = redis.call('XAUTOCLAIM', KEYS[2], 'dispatch', ARGV[3], 0, '0-0', 'COUNT', ARGV[4])
+local claimed = redis.call('XAUTOCLAIM', KEYS[2], 'dispatch', 'holder', 0, '0-0', 'COUNT', ARGV[4])
 for _, e in ipairs(claimed[2]) do
   if e and e[2] then entries[#entries + 1] = e end
 end
 if #entries == 0 then
-  local r = redis.call('XREADGROUP', 'GROUP', 'dispatch', ARGV[3], 'COUNT', ARGV[4], 'STREAMS', KEYS[2], '>')
+  local r = redis.call('XREADGROUP', 'GROUP', 'dispatch', 'holder', 'COUNT', ARGV[4], 'STREAMS', KEYS[2], '>')
   if r and r[1] then entries = r[1][2] end
 end
 
@@ -33,4 +39,4 @@ for _, e in ipairs(entries) do
     out[#out + 1] = {e[1], f['id'], f['ok'], f['ev'], seq}
   end
 end
-return out
+return {#entries, paused(KEYS[5]), out}

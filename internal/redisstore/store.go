@@ -6,10 +6,13 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,34 +25,30 @@ import (
 type Options struct {
 	// Prefix starts every key; default "wk". Deployments sharing a Redis use different ones.
 	Prefix string
-	// Clock overrides the Redis server clock (TIME) for tests; nil uses the server's.
+	// Clock overrides the Redis server clock (TIME) for tests; nil uses the server's. Only
+	// code inside this module can set it: production always runs on the server's clock.
 	Clock func() time.Time
-	// Consumer names this process in the outbox consumer group; default "watukuy".
-	Consumer string
 }
 
 // Store is core.Store on Redis.
 type Store struct {
-	rdb      redis.UniversalClient
-	prefix   string
-	clock    func() time.Time
-	consumer string
-	scripts  map[string]*redis.Script
+	rdb     redis.UniversalClient
+	prefix  string
+	clock   func() time.Time
+	scripts map[string]*redis.Script
+	writes  atomic.Uint64 // write ids of fenced scripts that must not apply twice
 }
 
 var _ core.Store = (*Store)(nil)
 
 // New returns a store on rdb (a single-node or cluster client).
 func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
-	s := &Store{rdb: rdb, prefix: opts.Prefix, clock: opts.Clock, consumer: opts.Consumer, scripts: map[string]*redis.Script{}}
+	s := &Store{rdb: rdb, prefix: opts.Prefix, clock: opts.Clock, scripts: map[string]*redis.Script{}}
 	if s.prefix == "" {
 		s.prefix = "wk"
 	}
 	if strings.ContainsAny(s.prefix, "{}") {
 		return nil, fmt.Errorf("redisstore: prefix %q must not contain braces", s.prefix)
-	}
-	if s.consumer == "" {
-		s.consumer = "watukuy"
 	}
 	for _, name := range luascripts.Names() {
 		src, err := luascripts.Source(name)
@@ -132,6 +131,20 @@ func (s *Store) run(ctx context.Context, name string, l *core.Lease, keys []stri
 	return v, nil
 }
 
+// duplicate is a fenced script's reply when its write id was applied before: go-redis
+// re-sends a command after a read timeout, and the first attempt may have run.
+const duplicate = "DUPLICATE"
+
+// newToken makes a lease token: random, so that no two grants share one even when a failover
+// makes an epoch repeat.
+func newToken() (string, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("redisstore: lease token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
 func (s *Store) mapErr(name string, l *core.Lease, err error) error {
 	if l != nil && strings.Contains(err.Error(), "LEASE_LOST") {
 		return &core.LeaseLostError{Key: l.Key, Epoch: l.Epoch, Reason: err.Error()}
@@ -186,8 +199,12 @@ func (s *Store) Begin(ctx context.Context, key core.Key, owner string, ttl time.
 	if op {
 		mode = "op"
 	}
+	token, err := newToken()
+	if err != nil {
+		return core.BeginResult{}, err
+	}
 	v, err := s.run(ctx, "begin", nil, []string{s.k(key, "state"), s.k(key, "lease"), s.k(key, "outbox"), s.k(key, "holds"), s.k(key, "items")},
-		owner, ttl.Milliseconds(), s.nowArg(), mode)
+		owner, ttl.Milliseconds(), s.nowArg(), mode, token)
 	if err != nil {
 		return core.BeginResult{}, err
 	}
@@ -208,7 +225,7 @@ func (s *Store) Begin(ctx context.Context, key core.Key, owner string, ttl time.
 		res.Now = time.UnixMilli(r[2].(int64))
 	case "ok":
 		res.Status = core.BeginOK
-		res.Lease = core.Lease{Key: key, Owner: owner, Epoch: r[1].(int64), TTL: ttl}
+		res.Lease = core.Lease{Key: key, Owner: owner, Epoch: r[1].(int64), Token: token, TTL: ttl}
 		res.Now = time.UnixMilli(r[2].(int64))
 		res.OutboxLen = r[3].(int64)
 		flat := r[4].([]any)
@@ -226,35 +243,52 @@ func (s *Store) Begin(ctx context.Context, key core.Key, owner string, ttl time.
 	return res, nil
 }
 
+// fencedArgs are the first arguments of every fenced script: epoch, token, clock override.
 func (s *Store) fencedArgs(l core.Lease) []any {
-	return []any{l.Epoch, s.nowArg()}
+	return []any{l.Epoch, l.Token, s.nowArg()}
+}
+
+// writeArgs are fencedArgs plus a fresh write id, for the scripts whose effect must not
+// happen twice when the client re-sends them.
+func (s *Store) writeArgs(l core.Lease) []any {
+	return append(s.fencedArgs(l), strconv.FormatUint(s.writes.Add(1), 36))
 }
 
 // Renew implements core.Store.
-func (s *Store) Renew(ctx context.Context, l core.Lease) (time.Time, error) {
-	v, err := s.run(ctx, "renew", &l, []string{s.k(l.Key, "lease")}, append(s.fencedArgs(l), l.TTL.Milliseconds())...)
+func (s *Store) Renew(ctx context.Context, l core.Lease) (core.Confirm, error) {
+	v, err := s.run(ctx, "renew", &l, []string{s.k(l.Key, "lease"), s.k(l.Key, "state")}, append(s.fencedArgs(l), l.TTL.Milliseconds())...)
 	if err != nil {
-		return time.Time{}, err
+		return core.Confirm{}, err
 	}
-	return time.UnixMilli(v.(int64)), nil
+	r := v.([]any)
+	return core.Confirm{Expires: time.UnixMilli(r[0].(int64)), Paused: r[1].(int64) == 1}, nil
 }
 
-// LoadRows implements core.Store.
-func (s *Store) LoadRows(ctx context.Context, key core.Key, identities []string) ([][]byte, error) {
+// LoadRows implements core.Store: the rows and the tombstones in one round trip.
+func (s *Store) LoadRows(ctx context.Context, key core.Key, identities []string) ([][]byte, []int64, error) {
 	if len(identities) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	v, err := s.rdb.HMGet(ctx, s.k(key, "items"), identities...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("redisstore: load rows of %s: %w", key, err)
+	var rc *redis.SliceCmd
+	var tc *redis.FloatSliceCmd
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		rc = p.HMGet(ctx, s.k(key, "items"), identities...)
+		tc = p.ZMScore(ctx, s.k(key, "gone"), identities...)
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("redisstore: load rows of %s: %w", key, err)
 	}
-	rows := make([][]byte, len(v))
-	for i, x := range v {
+	rows := make([][]byte, len(identities))
+	for i, x := range rc.Val() {
 		if str, ok := x.(string); ok {
 			rows[i] = []byte(str)
 		}
 	}
-	return rows, nil
+	tombs := make([]int64, len(identities))
+	for i, f := range tc.Val() {
+		tombs[i] = int64(f)
+	}
+	return rows, tombs, nil
 }
 
 // Identities implements core.Store.
@@ -268,13 +302,13 @@ func (s *Store) Identities(ctx context.Context, key core.Key) ([]string, error) 
 
 // CommitPoll implements core.Store.
 func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
-	args := make([]any, 0, 14+2*len(c.State)+2*len(c.Count)+2*len(c.Upserts)+len(c.Deletes)+3*len(c.Events)+2*len(c.Invalid)+len(c.Unpark))
-	args = append(args, s.fencedArgs(l)...)
+	args := make([]any, 0, 20+2*len(c.State)+2*len(c.Count)+2*len(c.Upserts)+len(c.Deletes)+2*len(c.Tombstones)+len(c.Revived)+3*len(c.Events)+2*len(c.Invalid)+len(c.Unpark))
+	args = append(args, s.writeArgs(l)...)
 	clear := "0"
 	if c.ClearItems {
 		clear = "1"
 	}
-	args = append(args, l.TTL.Milliseconds(), clear, c.LogRetention.Milliseconds())
+	args = append(args, l.TTL.Milliseconds(), clear, c.LogRetention.Milliseconds(), c.TombstoneRetention.Milliseconds())
 	args = appendPairs(args, c.State)
 	args = append(args, len(c.Count))
 	for f, n := range c.Count {
@@ -285,6 +319,11 @@ func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (co
 		args = append(args, u.Identity, u.Row)
 	}
 	args = appendList(args, c.Deletes)
+	args = append(args, len(c.Tombstones))
+	for _, t := range c.Tombstones {
+		args = append(args, t.Identity, t.Gen)
+	}
+	args = appendList(args, c.Revived)
 	args = append(args, len(c.Events))
 	for _, e := range c.Events {
 		args = append(args, e.ID, e.OrderingKey, e.Envelope)
@@ -295,43 +334,51 @@ func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (co
 	}
 	args = appendList(args, c.Unpark)
 	k := l.Key
-	v, err := s.run(ctx, "commit_poll", &l, []string{s.k(k, "state"), s.k(k, "lease"), s.k(k, "items"), s.k(k, "outbox"), s.k(k, "parked"), s.k(k, "log")}, args...)
+	v, err := s.run(ctx, "commit_poll", &l, []string{s.k(k, "state"), s.k(k, "lease"), s.k(k, "items"), s.k(k, "outbox"), s.k(k, "parked"), s.k(k, "log"), s.k(k, "gone")}, args...)
 	if err != nil {
 		return core.CommitResult{}, err
 	}
+	if v == duplicate {
+		return core.CommitResult{Duplicate: true}, nil
+	}
 	r := v.([]any)
-	res := core.CommitResult{LeaseExpires: time.UnixMilli(r[0].(int64)), StreamIDs: make([]string, len(r)-1)}
-	for i, id := range r[1:] {
+	ids := r[2].([]any)
+	res := core.CommitResult{LeaseExpires: time.UnixMilli(r[0].(int64)), Paused: r[1].(int64) == 1, StreamIDs: make([]string, len(ids))}
+	for i, id := range ids {
 		res.StreamIDs[i] = id.(string)
 	}
 	return res, nil
 }
 
 // ReadOutbox implements core.Store.
-func (s *Store) ReadOutbox(ctx context.Context, l core.Lease, n int) ([]core.Entry, error) {
+func (s *Store) ReadOutbox(ctx context.Context, l core.Lease, n int) (core.Batch, error) {
 	k := l.Key
-	v, err := s.run(ctx, "read_outbox", &l, []string{s.k(k, "lease"), s.k(k, "outbox"), s.k(k, "holds"), s.k(k, "held")},
-		append(s.fencedArgs(l), s.consumer, n)...)
+	v, err := s.run(ctx, "read_outbox", &l, []string{s.k(k, "lease"), s.k(k, "outbox"), s.k(k, "holds"), s.k(k, "held"), s.k(k, "state")},
+		append(s.fencedArgs(l), n)...)
 	if err != nil {
-		return nil, err
+		return core.Batch{}, err
 	}
-	rows := v.([]any)
-	out := make([]core.Entry, len(rows))
+	r := v.([]any)
+	rows := r[2].([]any)
+	b := core.Batch{Read: int(r[0].(int64)), Paused: r[1].(int64) == 1, Entries: make([]core.Entry, len(rows))}
 	for i, x := range rows {
-		r := x.([]any)
-		out[i] = core.Entry{StreamID: r[0].(string), ID: r[1].(string), OrderingKey: r[2].(string), Envelope: []byte(r[3].(string)), Seq: r[4].(string)}
+		e := x.([]any)
+		b.Entries[i] = core.Entry{StreamID: e[0].(string), ID: e[1].(string), OrderingKey: e[2].(string), Envelope: []byte(e[3].(string)), Seq: e[4].(string)}
 	}
-	return out, nil
+	return b, nil
 }
 
 // Ack implements core.Store.
-func (s *Store) Ack(ctx context.Context, l core.Lease, streamIDs []string) error {
+func (s *Store) Ack(ctx context.Context, l core.Lease, streamIDs []string) (bool, error) {
 	args := s.fencedArgs(l)
 	for _, id := range streamIDs {
 		args = append(args, id)
 	}
-	_, err := s.run(ctx, "ack", &l, []string{s.k(l.Key, "lease"), s.k(l.Key, "outbox")}, args...)
-	return err
+	v, err := s.run(ctx, "ack", &l, []string{s.k(l.Key, "lease"), s.k(l.Key, "outbox"), s.k(l.Key, "state")}, args...)
+	if err != nil {
+		return false, err
+	}
+	return v.([]any)[1].(int64) == 1, nil
 }
 
 // Park implements core.Store.
@@ -351,9 +398,10 @@ func (s *Store) Park(ctx context.Context, l core.Lease, poison []core.Poison, he
 
 // End implements core.Store. The end script and the due-set ZADD travel in one pipeline (one
 // round trip). They cannot share a script (different hash tags), so when the script reports
-// LEASE_LOST the due score is healed from the state the current owner wrote.
+// LEASE_LOST the due score is healed from the state the current owner wrote. A re-sent end
+// whose first attempt was applied (DUPLICATE) succeeded.
 func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error {
-	args := appendList(appendPairs(s.fencedArgs(l), e.State), e.Delete)
+	args := appendList(appendPairs(s.writeArgs(l), e.State), e.Delete)
 	keys := []string{s.k(l.Key, "state"), s.k(l.Key, "lease")}
 	script := s.scripts["end"]
 	member := l.Key.String()
@@ -387,7 +435,7 @@ func (s *Store) ReleaseParked(ctx context.Context, l core.Lease, retry bool, ids
 	if retry {
 		mode = "retry"
 	}
-	args := append(s.fencedArgs(l), mode)
+	args := append(s.writeArgs(l), mode)
 	for _, id := range ids {
 		args = append(args, id)
 	}
@@ -499,7 +547,7 @@ func (s *Store) AddPartition(ctx context.Context, key core.Key, entry []byte) er
 func (s *Store) DeleteKey(ctx context.Context, l core.Lease) error {
 	k := l.Key
 	if _, err := s.run(ctx, "delete_key", &l, []string{s.k(k, "lease"), s.k(k, "state"), s.k(k, "items"), s.k(k, "outbox"),
-		s.k(k, "parked"), s.k(k, "holds"), s.k(k, "held"), s.k(k, "log")}, s.fencedArgs(l)...); err != nil {
+		s.k(k, "parked"), s.k(k, "holds"), s.k(k, "held"), s.k(k, "log"), s.k(k, "gone")}, s.writeArgs(l)...); err != nil {
 		return err
 	}
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
