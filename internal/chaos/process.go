@@ -32,6 +32,7 @@ import (
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/diff"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/netproxy"
 	"github.com/watukuy/watukuy/internal/queue"
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/internal/sink"
@@ -138,7 +139,7 @@ type processRun struct {
 	direct *redis.Client // the harness's own connection, not through the proxy
 	ins    *asynq.Inspector
 	store  *redisstore.Store
-	proxy  *Proxy
+	proxy  *netproxy.Proxy
 	api    *fakeapi.API
 	srv    *fakeapi.Server
 	hook   *httptest.Server
@@ -227,7 +228,7 @@ func (r *processRun) setup(ctx context.Context) error {
 		return err
 	}
 	r.ins = asynq.NewInspectorFromRedisClient(r.direct)
-	if r.proxy, err = NewProxy(r.redis.addr()); err != nil {
+	if r.proxy, err = netproxy.New(r.redis.addr()); err != nil {
 		return err
 	}
 	r.logf("redis-server on %s (AOF, appendfsync always), proxy on %s, scratch dir %s", r.redis.addr(), r.proxy.Addr(), r.dir)

@@ -1,6 +1,7 @@
 // Package redistest gives tests a Redis of their own: an embedded miniredis, or a real
 // redis-server started on a unix socket in the test's temporary directory. Nothing ever
-// connects to a shared instance.
+// connects to a shared instance. Replicas starts a primary and replica pair (on loopback
+// ports, the replication link through a netproxy.Proxy) for failover tests.
 //
 // Set WATUKUY_REQUIRE_REAL_REDIS=1 (CI does) to turn "redis-server not installed" from a
 // skip into a failure, so a green run always includes the real-Redis proof.
@@ -55,10 +56,10 @@ func Real(tb testing.TB, extraArgs ...string) Backend {
 	tb.Helper()
 	dir := tb.TempDir()
 	sock := filepath.Join(dir, "redis.sock")
-	exited, out := startServer(tb, dir, append([]string{"--port", "0", "--unixsocket", sock, "--unixsocketperm", "700"}, extraArgs...))
+	s := startServer(tb, dir, append([]string{"--port", "0", "--unixsocket", sock, "--unixsocketperm", "700"}, extraArgs...))
 	c := redis.NewClient(&redis.Options{Network: "unix", Addr: sock})
 	tb.Cleanup(func() { _ = c.Close() })
-	waitReady(tb, func() error { return c.Ping(context.Background()).Err() }, exited, out)
+	waitReady(tb, func() error { return c.Ping(context.Background()).Err() }, s.exited, s.out)
 	return Backend{Name: "redis-server", Client: c, URL: "unix://" + sock}
 }
 
@@ -73,11 +74,11 @@ func Cluster(tb testing.TB) Backend {
 	for i := 0; i < nodes; i++ {
 		dir := tb.TempDir()
 		port := freePort(tb)
-		exited, out := startServer(tb, dir, []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		s := startServer(tb, dir, []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "5000"})
 		addr := "127.0.0.1:" + strconv.Itoa(port)
 		c := redis.NewClient(&redis.Options{Addr: addr})
-		waitReady(tb, func() error { return c.Ping(ctx).Err() }, exited, out)
+		waitReady(tb, func() error { return c.Ping(ctx).Err() }, s.exited, s.out)
 		lo, hi := i*16384/nodes, (i+1)*16384/nodes-1
 		if err := c.ClusterAddSlotsRange(ctx, lo, hi).Err(); err != nil {
 			tb.Fatalf("cluster addslots on %s: %v", addr, err)
@@ -145,9 +146,22 @@ func freePort(tb testing.TB) int {
 	return 0
 }
 
+// server is a redis-server process started by startServer.
+type server struct {
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the process has exited
+	out    *strings.Builder
+}
+
+// kill SIGKILLs the process and waits until it has exited.
+func (s *server) kill() {
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+}
+
 // startServer runs redis-server with its data in dir, no persistence and noeviction; it is
 // killed when the test ends.
-func startServer(tb testing.TB, dir string, args []string) (exited chan struct{}, out *strings.Builder) {
+func startServer(tb testing.TB, dir string, args []string) *server {
 	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -158,19 +172,14 @@ func startServer(tb testing.TB, dir string, args []string) (exited chan struct{}
 	}
 	args = append([]string{"--dir", dir, "--save", "", "--appendonly", "no",
 		"--maxmemory-policy", "noeviction", "--loglevel", "warning"}, args...)
-	cmd := exec.Command(bin, args...)
-	out = &strings.Builder{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
+	s := &server{cmd: exec.Command(bin, args...), exited: make(chan struct{}), out: &strings.Builder{}}
+	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
+	if err := s.cmd.Start(); err != nil {
 		tb.Fatalf("start redis-server: %v", err)
 	}
-	exited = make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	tb.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	return exited, out
+	go func() { _ = s.cmd.Wait(); close(s.exited) }()
+	tb.Cleanup(s.kill)
+	return s
 }
 
 // waitReady polls ping until the server answers (bounded), failing early if it exits.
