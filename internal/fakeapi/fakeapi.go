@@ -4,8 +4,11 @@
 // listing (snapshotDiff). Faults are injected per request with OnFetch.
 //
 // The same collection is also served over real HTTP by NewServer (server.go): a timestamp
-// endpoint (/items), a token/delta endpoint (/sync) and a paged full listing (/list), with
-// scripted faults and a rate limiter (faults.go).
+// endpoint (/items), a token/delta endpoint (/sync), a paged full listing (/list) and a detail
+// endpoint (/items/{id}, in-process: Detail) that a poller can use to confirm a delete, with
+// scripted faults and a rate limiter (faults.go). Server.DeleteWhilePaging deletes items between
+// the pages of one /list listing, so an offset-paged full listing misses live items: the
+// setup of a snapshotDiff poller's false delete.
 //
 // The API has its own clock (SetNow, Advance, Now) that never moves by itself: every Put and
 // Delete stamps the item's updated_at with it, so tests decide which items share a timestamp.
@@ -138,15 +141,21 @@ func (a *API) put(id string, fields map[string]any) int {
 func (a *API) Delete(id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.delete(id)
+}
+
+// delete is Delete with a.mu held; it reports whether a live item was deleted.
+func (a *API) delete(id string) bool {
 	r := a.items[id]
 	if r == nil || r.deleted {
-		return
+		return false
 	}
 	a.seq++
 	r.deleted = true
 	r.seq = a.seq
 	r.updated = a.stamp()
 	a.log = append(a.log, Change{Seq: a.seq, ID: id, Version: r.version, Deleted: true, At: r.updated})
+	return true
 }
 
 // Changes returns the ground-truth log.
@@ -274,4 +283,30 @@ func (a *API) Listing(pageSize int) core.FetchFunc {
 		p.HasMore = end < len(ids)
 		return p, nil
 	}
+}
+
+// Detail returns the in-process equivalent of GET /items/{id}: the live item with that
+// identity as it appears in the listings, found = false when it was never created or is
+// deleted. err is non-nil only when ctx is done. It neither counts as a Fetch nor runs the
+// OnFetch hook (a detail request is not a page); wrap the returned function to inject
+// failures.
+func (a *API) Detail() func(ctx context.Context, identity string) (json.RawMessage, bool, error) {
+	return func(ctx context.Context, identity string) (json.RawMessage, bool, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
+		item, found := a.detail(identity)
+		return item, found, nil
+	}
+}
+
+// detail returns the live item with that id as served, found = false when there is none.
+func (a *API) detail(id string) (json.RawMessage, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.items[id]
+	if r == nil || r.deleted {
+		return nil, false
+	}
+	return r.json(), true
 }

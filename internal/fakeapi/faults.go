@@ -11,7 +11,9 @@ import (
 // first queued fault whose Path matches, and a fault leaves the queue after Times requests.
 // Several effects of one Fault combine (e.g. Delay then Status 503 with a Header).
 type Fault struct {
-	// Path is the endpoint the fault applies to ("/items", "/sync", "/list"); "" = any request.
+	// Path is the endpoint the fault applies to ("/items", "/sync", "/list", or "/items/{id}"
+	// for every detail request); a detail path with a real id ("/items/" + the unescaped id)
+	// targets that item's detail only; "" = any request. "/items" is the timestamp feed alone.
 	Path string
 	// Status answers with this status and a JSON error body instead of the page (0 = no
 	// override).
@@ -65,13 +67,14 @@ func (s *Server) PendingFaults() int {
 	return n
 }
 
-// takeFault consumes one use of the first queued fault matching path.
-func (s *Server) takeFault(path string) (Fault, bool) {
+// takeFault consumes one use of the first queued fault matching the request's endpoint or its
+// path.
+func (s *Server) takeFault(endpoint, path string) (Fault, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range s.faults {
 		f := &s.faults[i]
-		if f.Path != "" && f.Path != path {
+		if f.Path != "" && f.Path != endpoint && f.Path != path {
 			continue
 		}
 		out := *f

@@ -36,6 +36,7 @@ type Request struct {
 	At     time.Time // API clock on arrival
 	Wall   time.Time // time.Now on arrival
 	Method string
+	// Path is the URL path, unescaped: for the detail endpoint "/items/" + the item's id.
 	Path   string
 	Query  url.Values
 	Header http.Header
@@ -51,8 +52,11 @@ type Request struct {
 //	/items?updated_since=<RFC 3339>&limit=N[&after_id=ID]   timestamp API
 //	/sync?cursor=<token>&limit=N                             token/delta API with tombstones
 //	/list?page=P&per_page=N  or  /list?offset=O&limit=N      full listing by id, with ETag
+//	/items/<url-escaped id>                                  one item (detail)
 //
-// Errors are {"error": "<message>", "status": <code>}.
+// Pages are {"data": [items…], …}; the detail endpoint answers the bare item object, the same
+// object as in the pages, or 404 when the id was never created or is deleted. Errors are
+// {"error": "<message>", "status": <code>}.
 type Server struct {
 	// URL is the base URL, e.g. http://127.0.0.1:41234 (no trailing slash).
 	URL string
@@ -69,6 +73,7 @@ type Server struct {
 	faults    []Fault // queue; Times already normalized to >= 1
 	onRequest func(n int, r *http.Request)
 	rl        rateLimiter
+	pagingDel pagingDeletes
 
 	afterHandle func(n int) // test hook: runs when a handler returns
 }
@@ -117,9 +122,10 @@ func (s *Server) OnRequest(f func(n int, r *http.Request)) {
 //
 // Order of work: record the request; OnRequest; take the first queued Fault whose Path
 // matches; wait out its Delay; consume one unit of the rate-limit quota; then answer with the
-// fault's Status if it has one, else 429 if the quota is exhausted, else the endpoint's page
-// (rewritten by Malformed / NoIdentity). The fault's Header and Retry-After are added to
-// whatever is answered.
+// fault's Status if it has one, else 429 if the quota is exhausted, else the endpoint's page or
+// item (rewritten by Malformed / NoIdentity; a /list page after the first is served after
+// DeleteWhilePaging's deletes). The fault's Header and Retry-After are added to whatever is
+// answered.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	at := s.api.Now() // before s.mu: the server never holds s.mu while taking the API's lock
 	s.mu.Lock()
@@ -139,7 +145,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if hook != nil {
 		hook(n, r)
 	}
-	f, faulted := s.takeFault(r.URL.Path)
+	f, faulted := s.takeFault(endpoint(r.URL.Path), r.URL.Path)
 	if faulted && f.Delay > 0 {
 		t := time.NewTimer(f.Delay)
 		select {
@@ -184,13 +190,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err *apiError
 	)
 	q := r.URL.Query()
-	switch r.URL.Path {
+	switch endpoint(r.URL.Path) {
 	case "/items":
 		res, err = s.items(q)
 	case "/sync":
 		res, err = s.sync(q)
 	case "/list":
 		res, err = s.list(q)
+	case detailEndpoint:
+		res, err = s.detail(r.URL)
 	default:
 		err = &apiError{http.StatusNotFound, "no such endpoint: " + r.URL.Path}
 	}
@@ -214,14 +222,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		u := url.URL{Scheme: scheme, Host: r.Host, Path: r.URL.Path, RawQuery: res.next.Encode()}
 		h.Set("Link", "<"+u.String()+`>; rel="next"`)
 	}
-	if faulted && f.NoIdentity {
-		res.data = stripFirstID(res.data)
+	var b []byte
+	if res.item != nil {
+		b = res.item
+		if faulted && f.NoIdentity {
+			b = stripID(b)
+		}
+	} else {
+		if faulted && f.NoIdentity {
+			res.data = stripFirstID(res.data)
+		}
+		body := map[string]any{"data": res.data}
+		for k, v := range res.extra {
+			body[k] = v
+		}
+		b, _ = json.Marshal(body)
 	}
-	body := map[string]any{"data": res.data}
-	for k, v := range res.extra {
-		body[k] = v
-	}
-	b, _ := json.Marshal(body)
 	if faulted && f.Malformed {
 		b = b[:len(b)/2]
 	}
@@ -261,8 +277,9 @@ type apiError struct {
 	msg    string
 }
 
-// result is an endpoint's 200 answer before encoding.
+// result is an endpoint's 200 answer before encoding: a page, or one item.
 type result struct {
+	item  json.RawMessage // the detail endpoint's body; nil for a page
 	data  []json.RawMessage
 	extra map[string]any // has_more, next_cursor, total
 	next  url.Values     // query of the next page, nil on the last one
@@ -444,9 +461,14 @@ func (s *Server) list(q url.Values) (*result, *apiError) {
 		}
 		off = (page - 1) * size
 	}
+	del := 0
+	if off > 0 {
+		del = s.claimPagingDelete()
+	}
 	a := s.api
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	// The deletes and the page are one critical section, so no other change slips between.
+	deleted := a.deleteBefore(off, del)
 	ix := a.index()
 	recs := ix.byID
 	start := min(off, len(recs))
@@ -454,6 +476,12 @@ func (s *Server) list(q url.Values) (*result, *apiError) {
 	res := &result{etag: ix.etag, data: make([]json.RawMessage, 0, end-start)}
 	for _, r := range recs[start:end] {
 		res.data = append(res.data, r.json())
+	}
+	a.mu.Unlock()
+	if deleted > 0 {
+		s.mu.Lock() // only once a.mu is released: the two locks are never nested
+		s.pagingDel.deleted += deleted
+		s.mu.Unlock()
 	}
 	res.extra = map[string]any{"has_more": end < len(recs), "total": len(recs)}
 	if end < len(recs) {
@@ -464,6 +492,98 @@ func (s *Server) list(q url.Values) (*result, *apiError) {
 		}
 	}
 	return res, nil
+}
+
+// detailEndpoint is the endpoint name of GET /items/<id>, the Path a Fault names to target
+// every detail request.
+const detailEndpoint = "/items/{id}"
+
+// endpoint names the endpoint a request path belongs to: the path itself, except that every
+// detail path is detailEndpoint.
+func endpoint(path string) string {
+	if strings.HasPrefix(path, "/items/") {
+		return detailEndpoint
+	}
+	return path
+}
+
+// detail serves GET /items/<id>: the live item, or 404. The id is the rest of the escaped path,
+// unescaped, so an id with "/" must be sent as %2F; a literal "/" there is another path, as in
+// a real router.
+func (s *Server) detail(u *url.URL) (*result, *apiError) {
+	rest, ok := strings.CutPrefix(u.EscapedPath(), "/items/")
+	if !ok || strings.Contains(rest, "/") {
+		return nil, &apiError{http.StatusNotFound, "no such endpoint: " + u.Path}
+	}
+	id, err := url.PathUnescape(rest)
+	if err != nil {
+		return nil, &apiError{http.StatusBadRequest, fmt.Sprintf("invalid item id %q", rest)}
+	}
+	item, found := s.api.detail(id)
+	if !found {
+		return nil, &apiError{http.StatusNotFound, fmt.Sprintf("no such item %q", id)}
+	}
+	return &result{item: item}, nil
+}
+
+// pagingDeletes is DeleteWhilePaging's state.
+type pagingDeletes struct {
+	n       int // items to delete per request
+	times   int // requests left that delete
+	deleted int // items deleted so far
+}
+
+// DeleteWhilePaging makes each of the next `times` /list requests for a page after the first
+// (offset > 0, or page > 1) delete, before that page is read, the n live items that sort just
+// before the page's start. Later items shift onto pages the client has already read, so a
+// client paging through one listing never sees some items that stay live: the false-delete
+// setup of a snapshotDiff poller. The deletes are the API's own (Delete), recorded in Changes
+// and Final. Only a request answered with a page counts: one answered by a Fault's Status, a
+// 429 or a 400 deletes nothing. n <= 0 or times <= 0 turns it off.
+func (s *Server) DeleteWhilePaging(n, times int) {
+	if n <= 0 || times <= 0 {
+		n, times = 0, 0
+	}
+	s.mu.Lock()
+	s.pagingDel.n, s.pagingDel.times = n, times
+	s.mu.Unlock()
+}
+
+// DeletedWhilePaging returns how many items DeleteWhilePaging has deleted over the server's
+// life.
+func (s *Server) DeletedWhilePaging() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pagingDel.deleted
+}
+
+// claimPagingDelete takes one of DeleteWhilePaging's requests and returns how many items it
+// deletes (0 when off or used up).
+func (s *Server) claimPagingDelete() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pagingDel.times <= 0 {
+		return 0
+	}
+	s.pagingDel.times--
+	return s.pagingDel.n
+}
+
+// deleteBefore deletes the n live items that sort (by id) just before position off of the
+// listing, and returns how many it deleted; a.mu must be held.
+func (a *API) deleteBefore(off, n int) int {
+	if n <= 0 {
+		return 0
+	}
+	recs := a.index().byID // a snapshot: delete marks records, it never reorders this slice
+	start := min(off, len(recs))
+	deleted := 0
+	for _, r := range recs[max(start-n, 0):start] {
+		if a.delete(r.id) {
+			deleted++
+		}
+	}
+	return deleted
 }
 
 // index holds sorted views of the collection, rebuilt lazily after a change.
@@ -526,12 +646,16 @@ func stripFirstID(data []json.RawMessage) []json.RawMessage {
 	if len(data) == 0 {
 		return []json.RawMessage{json.RawMessage(`{"version":1}`)}
 	}
+	return append([]json.RawMessage{stripID(data[0])}, data[1:]...)
+}
+
+// stripID removes "id" from one item.
+func stripID(item json.RawMessage) json.RawMessage {
 	var m map[string]any
-	if err := json.Unmarshal(data[0], &m); err != nil {
-		return data
+	if err := json.Unmarshal(item, &m); err != nil {
+		return item
 	}
 	delete(m, "id")
 	b, _ := json.Marshal(m)
-	out := append([]json.RawMessage{b}, data[1:]...)
-	return out
+	return b
 }
