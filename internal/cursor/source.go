@@ -120,7 +120,9 @@ type etags struct {
 	m  map[core.Key][2]string // url, etag
 }
 
-func conditional(req core.FetchRequest) bool { return (req.Lane == "" || req.Lane == "live") && !req.Fresh }
+func conditional(req core.FetchRequest) bool {
+	return (req.Lane == "" || req.Lane == "live") && !req.Fresh
+}
 
 func (e *etags) get(req core.FetchRequest, u string) string {
 	if !conditional(req) {
