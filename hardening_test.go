@@ -1,0 +1,427 @@
+package watukuy
+
+// Regression tests for the holes an adversarial review reproduced (issue "Guarantees that hold
+// against an outside adversary"), each named for the guarantee it broke. Each fails when its
+// fix is reverted; the README's "Guarantees under chaos" names which.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/redistest"
+)
+
+// hookStore runs test code around chosen store calls, to land a fault or another instance's
+// move at an exact point of a cycle.
+type hookStore struct {
+	core.Store
+	afterBegin  func(b core.BeginResult)
+	afterCommit func(c core.Commit, r core.CommitResult)
+	beforeAck   func(l core.Lease, ids []string) error
+	afterAck    func()
+	afterPark   func()
+}
+
+func (h *hookStore) Begin(ctx context.Context, key core.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
+	b, err := h.Store.Begin(ctx, key, owner, ttl, op)
+	if err == nil && h.afterBegin != nil {
+		h.afterBegin(b)
+	}
+	return b, err
+}
+
+func (h *hookStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
+	r, err := h.Store.CommitPoll(ctx, l, c)
+	if err == nil && h.afterCommit != nil {
+		h.afterCommit(c, r)
+	}
+	return r, err
+}
+
+func (h *hookStore) Ack(ctx context.Context, l core.Lease, ids []string) (bool, error) {
+	if h.beforeAck != nil {
+		if err := h.beforeAck(l, ids); err != nil {
+			return false, err
+		}
+	}
+	paused, err := h.Store.Ack(ctx, l, ids)
+	if err == nil && h.afterAck != nil {
+		h.afterAck()
+	}
+	return paused, err
+}
+
+func (h *hookStore) Park(ctx context.Context, l core.Lease, poison []core.Poison, held []core.Held) error {
+	err := h.Store.Park(ctx, l, poison, held)
+	if err == nil && h.afterPark != nil {
+		h.afterPark()
+	}
+	return err
+}
+
+func hooked(h *hookStore) func(core.Store) core.Store {
+	return func(s core.Store) core.Store { h.Store = s; return h }
+}
+
+// G9, G4 (hole 3): a drain whose batch of 512 is all held (the hot ordering key of a parked
+// event) must go on reading: entries of other keys wait behind it. The old drain took the
+// empty batch for "drained", fetched, and delivered y1@2 before y1@1.
+func TestG9DrainGoesOnPastAHeldBatch(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		hot := func(p *Poller) {
+			p.Fetch = e.api.ChangeFeed(5000)
+			p.CommitMaxItems = 5000 // the page commits in one write, y1@1 with it
+			p.Delivery.Attempts = 1
+			p.Delivery.OrderingKey = func(ev Event) string {
+				if strings.HasPrefix(ev.Identity, "x") {
+					return "X"
+				}
+				return ev.Identity
+			}
+		}
+		e.rec.setFail(func(ev Event) error {
+			if ev.Identity == "x0000" {
+				return errors.New("poison")
+			}
+			return nil
+		})
+		e.api.Put("x0000", nil)
+		e.tick(e.engine(e.poller(hot), nil)) // x0000 parked: X is held
+		// 1,099 more events of X, then y1@1, committed by an instance that dies before it
+		// delivers anything (K3).
+		e.api.PutMany(1100, "x", map[string]any{"n": 1})
+		e.api.Put("y1", nil)
+		e.clock.Advance(3 * time.Minute)
+		e.tick(e.engine(e.poller(hot), faulty(&faultyStore{dieCommit: 1})))
+		if got := len(e.rec.events()); got != 0 {
+			t.Fatalf("%d events delivered before the drain", got)
+		}
+		e.api.Put("y1", nil) // y1@2
+		var fetchedBeforeY1 bool
+		e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+			if !slices.ContainsFunc(e.rec.events(), func(ev Event) bool { return ev.Identity == "y1" }) {
+				fetchedBeforeY1 = true
+			}
+			return nil
+		})
+		e.clock.Advance(3 * time.Minute)
+		e.tick(e.engine(e.poller(hot), nil))
+		var ys []string
+		for _, ev := range e.rec.events() {
+			if ev.Identity == "y1" {
+				ys = append(ys, ev.Version)
+			}
+		}
+		if !slices.Equal(ys, []string{"1", "2"}) {
+			t.Fatalf("y1 delivered as versions %v, want 1 then 2", ys)
+		}
+		if fetchedBeforeY1 {
+			t.Fatal("a request was sent while y1@1 waited in the outbox behind a held batch (G9)")
+		}
+	})
+}
+
+// G4 (hole 4): the dispatcher parks the poison event, then acks the ones delivered before it;
+// a death between the two leaves an older, delivered but unacked event of the held key in the
+// outbox, which the next drain moves aside. A retry must requeue by sequence, the poison event
+// included: handler successes per ordering key never go back in commit order.
+func TestG4RetryAfterDeathBetweenParkAndAck(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		sameKey := func(p *Poller) {
+			p.Delivery.Attempts = 1
+			p.Delivery.OrderingKey = func(ev Event) string { return "A" }
+		}
+		e.rec.setFail(func(ev Event) error {
+			if ev.Identity == "a2" {
+				return errors.New("poison")
+			}
+			return nil
+		})
+		e.api.Put("a1", nil)
+		e.api.Put("a2", nil)
+		parked := false
+		h := &hookStore{afterPark: func() { parked = true }, beforeAck: func(core.Lease, []string) error {
+			if parked {
+				return errKilled // the process dies between park and ack
+			}
+			return nil
+		}}
+		e.tick(e.engine(e.poller(sameKey), hooked(h)))
+		if !parked {
+			t.Fatal("a2 was not parked")
+		}
+		eng := e.engine(e.poller(sameKey), nil)
+		e.clock.Advance(3 * time.Minute)
+		e.tick(eng) // the drain moves the unacked a1 aside: A is held
+		e.rec.setFail(nil)
+		rows, err := eng.Parked().List(t.Context(), "orders", "", "poison")
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("parked: %v %v", rows, err)
+		}
+		if _, err := eng.Parked().Retry(t.Context(), "orders", "", rows[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		e.settle(eng)
+		var got []string
+		for _, ev := range e.rec.events() {
+			got = append(got, ev.Identity)
+		}
+		// a1 may come twice (delivered, never acked), a2 once, and never a1 after a2.
+		if i := slices.Index(got, "a2"); i < 0 || slices.Contains(got[i:], "a1") {
+			t.Fatalf("handler successes %v: a1 (committed first) after a2", got)
+		}
+	})
+}
+
+// delayStore makes Begin's reply arrive late: the test clock (the server's and this process's)
+// moves on between the script's run and the reply.
+type delayStore struct {
+	core.Store
+	clock interface{ Advance(time.Duration) }
+	delay time.Duration
+	once  sync.Once
+}
+
+func (d *delayStore) Begin(ctx context.Context, key core.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
+	b, err := d.Store.Begin(ctx, key, owner, ttl, op)
+	if err == nil && b.Status == core.BeginOK {
+		d.once.Do(func() { d.clock.Advance(d.delay) })
+	}
+	return b, err
+}
+
+// G5 (hole 5): a lease is valid from when Begin was sent, not from when its reply arrived. With
+// a reply 2.4 s late on a 3 s lease, the old engine believed it had 3 s left and delivered
+// after the server-side expiry, when another instance may already hold the key.
+func TestG5ValidityCountsFromBeginsRequest(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 6)
+		short := func(p *Poller) { p.LeaseTTL = 3 * time.Second }
+		e.tick(e.engine(e.poller(short), faulty(&faultyStore{dieCommit: 1}))) // 6 events wait in the outbox
+		var mu sync.Mutex
+		var late []string
+		var expires time.Time
+		e.rec.setFail(func(ev Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if now := e.clock.Now(); !now.Before(expires) {
+				late = append(late, fmt.Sprintf("%s at %s, lease expired at %s", ev.Identity, now.Format("15:04:05.000"), expires.Format("15:04:05.000")))
+			}
+			e.clock.Advance(400 * time.Millisecond) // each delivery takes 0.4 s
+			return nil
+		})
+		e.clock.Advance(3 * time.Minute)
+		begun := e.clock.Now()
+		mu.Lock()
+		expires = begun.Add(3 * time.Second) // the server's expiry: counted from Begin's run
+		mu.Unlock()
+		e.tick(e.engine(e.poller(short), func(s core.Store) core.Store {
+			return &delayStore{Store: s, clock: e.clock, delay: 2400 * time.Millisecond}
+		}))
+		if len(late) > 0 {
+			t.Fatalf("delivered after the lease expired on the server: %v", late)
+		}
+	})
+}
+
+// G8 (hole 6): an instance frozen between two pages past its lease must not send its next
+// request when it resumes: another instance took the key meanwhile, got a 429 and saved a
+// Retry-After window. The old engine checked only the window read at Begin and never its
+// lease's validity before a request.
+func TestG8FrozenInstanceStaysOutOfTheNewOwnersWindow(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 20)
+		var mu sync.Mutex
+		var requests []string
+		var window time.Time
+		fetchAs := func(instance string, status int) func(p *Poller) {
+			return func(p *Poller) {
+				feed := e.api.ChangeFeed(10)
+				p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+					mu.Lock()
+					requests = append(requests, fmt.Sprintf("%s page %d at %s", instance, req.Page, e.clock.Now().Format("15:04:05")))
+					mu.Unlock()
+					if status == 429 {
+						mu.Lock()
+						window = e.clock.Now().Add(time.Minute)
+						mu.Unlock()
+						return Page{}, &HTTPError{Key: req.Key, StatusCode: 429, RetryAfter: time.Minute}
+					}
+					return feed(ctx, req)
+				}
+			}
+		}
+		frozen, thaw := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		h := &hookStore{afterAck: func() {
+			once.Do(func() {
+				close(frozen)
+				<-thaw // frozen after page 1 was committed, delivered and acked: before page 2's request
+			})
+		}}
+		a := e.engine(e.poller(fetchAs("A", 200)), hooked(h))
+		done := make(chan TickReport)
+		go func() { done <- e.tick(a) }()
+		<-frozen
+		e.clock.Advance(31 * time.Second) // past A's 30 s lease
+		bb := e.engine(e.poller(fetchAs("B", 429)), nil)
+		if err := bb.Trigger(t.Context(), "orders", ""); err != nil {
+			t.Fatal(err)
+		}
+		e.tick(bb)
+		e.clock.Advance(time.Second) // A resumes inside B's window
+		close(thaw)
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		if window.IsZero() {
+			t.Fatalf("B never got its 429: %v", requests)
+		}
+		if got := requests[len(requests)-1]; !strings.HasPrefix(got, "B ") {
+			t.Fatalf("after B's 429 (window until %s) the requests were %v", window.Format("15:04:05"), requests)
+		}
+	})
+}
+
+// G2 (hole 7): an id names one change, not one content. Without a version (fingerprint ids),
+// content that comes back (closed → open → closed) and an identity deleted and created again
+// got the ids of earlier changes, so a consumer that dedupes by id ended in a stale state.
+func TestG2ContentThatComesBackGetsNewIDs(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		// Only the state field is content: no version, no timestamp in the fingerprint.
+		p := e.poller(func(p *Poller) {
+			p.Version = nil
+			p.Fingerprint = func(item json.RawMessage) ([]byte, error) {
+				var it struct {
+					State string `json:"state"`
+				}
+				err := json.Unmarshal(item, &it)
+				return []byte(it.State), err
+			}
+			p.Strategy = SnapshotDiff
+			p.Fetch = e.api.Listing(10)
+			p.ConfirmDeletes = 1
+		})
+		eng := e.engine(p, nil)
+		for _, s := range []string{"closed", "open", "closed", "open", "closed"} {
+			e.api.Put("o1", map[string]any{"state": s})
+			e.settle(eng)
+		}
+		e.api.Delete("o1")
+		e.settle(eng)
+		e.api.Put("o1", map[string]any{"state": "closed"}) // created again, same content
+		e.settle(eng)
+		e.api.Put("o1", map[string]any{"state": "open"})
+		e.settle(eng)
+		evs := e.rec.events()
+		seen := map[string]int{}
+		applied := map[string]string{} // a consumer that dedupes by id
+		for i, ev := range evs {
+			if j, dup := seen[ev.ID]; dup {
+				t.Errorf("event %d (%s %s) repeats the id of event %d (%s %s)", i, ev.Type, ev.Item, j, evs[j].Type, evs[j].Item)
+				continue
+			}
+			seen[ev.ID] = i
+			if ev.Type == Deleted {
+				delete(applied, ev.Identity)
+				continue
+			}
+			var it struct {
+				State string `json:"state"`
+			}
+			_ = json.Unmarshal(ev.Item, &it)
+			applied[ev.Identity] = it.State
+		}
+		if len(evs) != 8 {
+			t.Fatalf("%d events, want 8 (created, 4 updates, deleted, created, updated)", len(evs))
+		}
+		if applied["o1"] != "open" {
+			t.Fatalf("a consumer that dedupes by id ends with o1 %q, the API has \"open\"", applied["o1"])
+		}
+	})
+}
+
+// G5 (hole 8): leases and throttle windows follow the Redis server's clock; no public option
+// lets a caller's clock decide. An engine with a clock an hour ahead took a lease that Redis
+// TIME said was live.
+func TestG5LeasesFollowTheServerClock(t *testing.T) {
+	var clocks []string
+	var walk func(typ reflect.Type, path string)
+	walk = func(typ reflect.Type, path string) {
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			if f.Type == reflect.TypeOf(time.Now) {
+				clocks = append(clocks, path+f.Name)
+			}
+			if f.Type.Kind() == reflect.Struct {
+				walk(f.Type, path+f.Name+".")
+			}
+		}
+	}
+	walk(reflect.TypeOf(Options{}), "Options.")
+	if len(clocks) > 0 {
+		t.Fatalf("public options that replace the server clock: %v", clocks)
+	}
+	// The server's clock decides: miniredis' TIME is moved, the engines are not told.
+	b := redistest.Miniredis(t)
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b.Mini.SetTime(start)
+	e := newEnv(t, b)
+	putN(e, 1)
+	hold := make(chan struct{})
+	var first atomic.Bool
+	began := make(chan struct{})
+	p := e.poller(func(p *Poller) {
+		feed := e.api.ChangeFeed(10)
+		p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+			if first.CompareAndSwap(false, true) {
+				close(began)
+				<-hold // the first holder stays inside its lease
+			}
+			return feed(ctx, req)
+		}
+	})
+	newEngine := func(id string) *Engine {
+		eng, err := New(Options{Redis: b.Client, InstanceID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := eng.Register(p); err != nil {
+			t.Fatal(err)
+		}
+		return eng
+	}
+	a := newEngine("a")
+	done := make(chan struct{})
+	go func() { defer close(done); _, _ = a.Tick(context.Background(), time.Second) }()
+	<-began
+	other := newEngine("b")
+	b.Mini.SetTime(start.Add(29 * time.Second)) // the lease (30 s) is live on the server
+	if rep := other.RunCycle(t.Context(), Key{Poller: "orders"}); rep.Outcome != core.SkippedLeased {
+		t.Fatalf("a live lease was taken over: %+v", rep)
+	}
+	b.Mini.SetTime(start.Add(31 * time.Second)) // expired on the server
+	if rep := other.RunCycle(t.Context(), Key{Poller: "orders"}); rep.Outcome != core.Ran {
+		t.Fatalf("an expired lease was not taken over: %+v", rep)
+	}
+	close(hold)
+	<-done
+}
