@@ -11,13 +11,18 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/netproxy"
 	"github.com/watukuy/watukuy/internal/redistest"
 )
 
@@ -25,11 +30,12 @@ import (
 // move at an exact point of a cycle.
 type hookStore struct {
 	core.Store
-	afterBegin  func(b core.BeginResult)
-	afterCommit func(c core.Commit, r core.CommitResult)
-	beforeAck   func(l core.Lease, ids []string) error
-	afterAck    func()
-	afterPark   func()
+	afterBegin   func(b core.BeginResult)
+	beforeCommit func(c core.Commit)
+	afterCommit  func(c core.Commit, r core.CommitResult)
+	beforeAck    func(l core.Lease, ids []string) error
+	afterAck     func()
+	afterPark    func()
 }
 
 func (h *hookStore) Begin(ctx context.Context, key core.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
@@ -41,6 +47,9 @@ func (h *hookStore) Begin(ctx context.Context, key core.Key, owner string, ttl t
 }
 
 func (h *hookStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
+	if h.beforeCommit != nil {
+		h.beforeCommit(c)
+	}
 	r, err := h.Store.CommitPoll(ctx, l, c)
 	if err == nil && h.afterCommit != nil {
 		h.afterCommit(c, r)
@@ -239,8 +248,9 @@ func TestG5ValidityCountsFromBeginsRequest(t *testing.T) {
 
 // G8 (hole 6): an instance frozen between two pages past its lease must not send its next
 // request when it resumes: another instance took the key meanwhile, got a 429 and saved a
-// Retry-After window. The old engine checked only the window read at Begin and never its
-// lease's validity before a request.
+// Retry-After window. The old engine checked only the window read at Begin, and never its
+// lease, before a request. Here A pauses between pages as the API's rate limit asks, and its
+// process is frozen meanwhile (the test clock, A's as well as Redis', jumps past the lease).
 func TestG8FrozenInstanceStaysOutOfTheNewOwnersWindow(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
@@ -253,38 +263,36 @@ func TestG8FrozenInstanceStaysOutOfTheNewOwnersWindow(t *testing.T) {
 				feed := e.api.ChangeFeed(10)
 				p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
 					mu.Lock()
+					defer mu.Unlock()
 					requests = append(requests, fmt.Sprintf("%s page %d at %s", instance, req.Page, e.clock.Now().Format("15:04:05")))
-					mu.Unlock()
 					if status == 429 {
-						mu.Lock()
 						window = e.clock.Now().Add(time.Minute)
-						mu.Unlock()
 						return Page{}, &HTTPError{Key: req.Key, StatusCode: 429, RetryAfter: time.Minute}
 					}
-					return feed(ctx, req)
+					page, err := feed(ctx, req)
+					// One request left in a 900 ms window: the engine waits before page 2.
+					page.RateLimit = &RateLimit{Limit: 2, Remaining: 1, Reset: 900 * time.Millisecond}
+					return page, err
 				}
 			}
 		}
-		frozen, thaw := make(chan struct{}), make(chan struct{})
-		var once sync.Once
+		paged := make(chan struct{}, 1)
 		h := &hookStore{afterAck: func() {
-			once.Do(func() {
-				close(frozen)
-				<-thaw // frozen after page 1 was committed, delivered and acked: before page 2's request
-			})
+			select {
+			case paged <- struct{}{}:
+			default:
+			}
 		}}
 		a := e.engine(e.poller(fetchAs("A", 200)), hooked(h))
 		done := make(chan TickReport)
 		go func() { done <- e.tick(a) }()
-		<-frozen
-		e.clock.Advance(31 * time.Second) // past A's 30 s lease
+		<-paged                           // page 1 delivered and acked: A waits for the rate limit
+		e.clock.Advance(31 * time.Second) // A is frozen past its 30 s lease
 		bb := e.engine(e.poller(fetchAs("B", 429)), nil)
 		if err := bb.Trigger(t.Context(), "orders", ""); err != nil {
 			t.Fatal(err)
 		}
 		e.tick(bb)
-		e.clock.Advance(time.Second) // A resumes inside B's window
-		close(thaw)
 		<-done
 		mu.Lock()
 		defer mu.Unlock()
@@ -424,4 +432,217 @@ func TestG5LeasesFollowTheServerClock(t *testing.T) {
 	}
 	close(hold)
 	<-done
+}
+
+// tcpAddr is the host:port a backend's single-node client dials.
+func tcpAddr(t *testing.T, b redistest.Backend) string {
+	t.Helper()
+	c, ok := b.Client.(*redis.Client)
+	if !ok {
+		t.Fatalf("%s: not a single-node client", b.Name)
+	}
+	return c.Options().Addr
+}
+
+// G5 (hole 1): a failover that lost writes can grant one epoch twice. Primary and replica,
+// the replication link cut, A begins (epoch 2 lands on the primary only), the primary dies, the
+// replica is promoted as Sentinel would and the clients follow it: B begins and also gets
+// epoch 2. The lease token tells the two grants apart: A's commit and end are refused while B
+// holds the key, and A's end does not release B's lease.
+func TestG5FailoverThatLostTheGrant(t *testing.T) {
+	r := redistest.Replicas(t)
+	ctx := t.Context()
+	clients, err := netproxy.New(tcpAddr(t, r.Primary)) // where Sentinel sends the clients
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = clients.Close() })
+	api := fakeapi.New()
+	api.Put("o1", nil)
+	var mu sync.Mutex
+	var delivered []string
+	var epochs []int64
+	type gate struct{ in, out chan struct{} }
+	gates := map[string]*gate{}
+	instance := func(name string) *Engine {
+		rdb := redis.NewClient(&redis.Options{Addr: clients.Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		g := &gate{in: make(chan struct{}), out: make(chan struct{})}
+		gates[name] = g
+		armed := false
+		h := &hookStore{afterBegin: func(b core.BeginResult) {
+			if b.Status == core.BeginOK {
+				mu.Lock()
+				epochs = append(epochs, b.Lease.Epoch)
+				mu.Unlock()
+			}
+		}}
+		eng, err := New(Options{Redis: rdb, InstanceID: name, wrapStore: hooked(h)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := eng.Setup(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		feed := api.ChangeFeed(10)
+		p := Poller{Name: "orders", Version: Field("version"), Schedule: Schedule{Min: time.Second, Max: time.Second},
+			Fetch: func(ctx context.Context, req FetchRequest) (Page, error) {
+				if armed {
+					close(g.in) // inside its lease, the request sent
+					<-g.out
+				}
+				return feed(ctx, req)
+			},
+			Handler: func(ctx context.Context, ev Event) error {
+				mu.Lock()
+				delivered = append(delivered, name+":"+ev.Identity+"@"+ev.Version)
+				mu.Unlock()
+				return nil
+			}}
+		if err := eng.Register(p); err != nil {
+			t.Fatal(err)
+		}
+		armed = name != "setup"
+		return eng
+	}
+	key := Key{Poller: "orders"}
+	if rep := instance("setup").RunCycle(ctx, key); rep.Outcome != core.Ran || rep.Err != nil {
+		t.Fatalf("first cycle: %+v", rep)
+	}
+	r.WaitSynced(t)
+	r.CutLink()
+	api.Put("o1", nil)
+	a := instance("A")
+	if err := a.Trigger(ctx, "orders", ""); err != nil {
+		t.Fatal(err)
+	}
+	aDone := make(chan core.CycleReport)
+	go func() { aDone <- a.RunCycle(context.Background(), key) }()
+	<-gates["A"].in // A holds epoch 2, on the primary only
+	r.KillPrimary()
+	r.Promote(t)
+	clients.Retarget(tcpAddr(t, r.Replica))
+	bb := instance("B")
+	if err := bb.Trigger(ctx, "orders", ""); err != nil {
+		t.Fatal(err)
+	}
+	bDone := make(chan core.CycleReport)
+	go func() { bDone <- bb.RunCycle(context.Background(), key) }()
+	<-gates["B"].in // B holds the key on the promoted replica
+	close(gates["A"].out)
+	repA := <-aDone
+	mu.Lock()
+	if len(epochs) != 3 || epochs[1] != epochs[2] {
+		t.Fatalf("grants %v: the failover did not repeat an epoch, the scenario did not happen", epochs)
+	}
+	mu.Unlock()
+	if !errors.As(repA.Err, new(*LeaseLostError)) {
+		t.Errorf("A's cycle on a lost grant of epoch %d: %+v, want LeaseLost", epochs[1], repA)
+	}
+	owner, err := r.Replica.Client.HGet(ctx, bb.store.Key(key, "lease"), "owner").Result()
+	if err != nil || owner != "B" {
+		t.Errorf("B's lease after A's end: owner %q (%v)", owner, err)
+	}
+	close(gates["B"].out)
+	if repB := <-bDone; repB.Outcome != core.Ran || repB.Err != nil {
+		t.Errorf("B's cycle: %+v", repB)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, d := range delivered {
+		if strings.HasPrefix(d, "A:") {
+			t.Errorf("A delivered %s on a grant it lost", d)
+		}
+	}
+	if !slices.Contains(delivered, "B:o1@2") {
+		t.Errorf("deliveries %v: B never delivered o1@2", delivered)
+	}
+}
+
+// G7 (hole 2): go-redis re-sends a command after a read timeout (MaxRetries), and the first
+// attempt may have run: a commit must never be applied twice. The replies of Redis are held
+// back (a proxy) past the client's 200 ms read timeout while its commit runs, so the client
+// re-sends it; the page's events reach the outbox once, and are delivered once.
+func TestG7ResentCommitAppliedOnce(t *testing.T) {
+	srv := redistest.RealTCP(t)
+	proxy, err := netproxy.New(tcpAddr(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 200 * time.Millisecond, MaxRetries: 3})
+	t.Cleanup(func() { _ = rdb.Close() })
+	e := newEnv(t, srv)
+	var armed atomic.Bool
+	h := &hookStore{beforeCommit: func(c core.Commit) {
+		if len(c.Events) > 0 && armed.CompareAndSwap(true, false) {
+			proxy.StallReplies(300 * time.Millisecond) // the commit runs; its reply comes after the client gave up
+		}
+	}}
+	eng, err := New(Options{Redis: rdb, InstanceID: "resend", clock: e.clock.Now, wrapStore: hooked(h)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Register(e.poller(func(p *Poller) { p.Fetch = e.api.ChangeFeed(100) })); err != nil {
+		t.Fatal(err)
+	}
+	e.api.Put("warm-up", nil)
+	e.settle(eng) // the scripts are loaded (a first EVALSHA would only get NOSCRIPT)
+	outbox := eng.store.Key(Key{Poller: "orders"}, "outbox")
+	// round commits 30 new events in one tick and returns the EVALSHA calls Redis ran and the
+	// entries the outbox received meanwhile.
+	round := func(arm bool) (calls, added int64) {
+		t.Helper()
+		putN(e, 30)
+		calls0, added0 := evalshaCalls(t, srv), entriesAdded(t, srv, outbox)
+		armed.Store(arm)
+		e.clock.Advance(3 * time.Minute)
+		if rep, err := eng.Tick(t.Context(), 10*time.Second); err != nil || rep.Events != 30 || len(rep.Errors) > 0 {
+			t.Fatalf("tick: %+v %v", rep, err)
+		}
+		return evalshaCalls(t, srv) - calls0, entriesAdded(t, srv, outbox) - added0
+	}
+	plainCalls, _ := round(false)
+	calls, added := round(true)
+	if calls <= plainCalls {
+		t.Fatalf("%d script calls reached Redis, as many as without the stall (%d): the client re-sent nothing", calls, plainCalls)
+	}
+	if added != 30 {
+		t.Errorf("the outbox received %d entries for 30 events: the re-sent commit was applied again", added)
+	}
+	ids := map[string]int{}
+	for _, ev := range e.rec.events() {
+		ids[ev.ID]++
+	}
+	if len(ids) != 61 || len(e.rec.events()) != 61 {
+		t.Errorf("delivered %d events (%d distinct), want 61 once each", len(e.rec.events()), len(ids))
+	}
+}
+
+// evalshaCalls reads how many EVALSHA commands the server has run.
+func evalshaCalls(t *testing.T, b redistest.Backend) int64 {
+	t.Helper()
+	info, err := b.Client.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// entriesAdded reads how many entries a stream ever received (XINFO STREAM entries-added).
+func entriesAdded(t *testing.T, b redistest.Backend, stream string) int64 {
+	t.Helper()
+	v, err := b.Client.Do(t.Context(), "XINFO", "STREAM", stream).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.(map[any]any)["entries-added"].(int64)
 }

@@ -63,6 +63,15 @@ func Real(tb testing.TB, extraArgs ...string) Backend {
 	return Backend{Name: "redis-server", Client: c, URL: "unix://" + sock}
 }
 
+// RealTCP is Real on a free loopback TCP port instead of a unix socket, for tests that put
+// a proxy between the client and the server.
+func RealTCP(tb testing.TB, extraArgs ...string) Backend {
+	tb.Helper()
+	port := freePort(tb)
+	s := startServer(tb, tb.TempDir(), append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1"}, extraArgs...))
+	return tcpBackend(tb, "redis-server", port, s)
+}
+
 // Cluster starts a private three-master Redis Cluster on loopback ports (the cluster bus
 // needs TCP), assigns the slots itself and returns a cluster client. It skips or fails like
 // Real when redis-server is missing.
