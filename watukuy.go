@@ -259,6 +259,11 @@ func (e *Engine) Resume(ctx context.Context, poller, partition string) error {
 	return e.core.Resume(ctx, core.Key{Poller: poller, Partition: partition})
 }
 
+// RepairDue gives every registered key that is not deleted and lacks a due entry (it would
+// never run again) one, and returns those keys; each is logged at warn level and reported to
+// Hooks.OnDueRepaired. Schedulers run it every minute and Tick at most once a minute.
+func (e *Engine) RepairDue(ctx context.Context) ([]Key, error) { return e.core.RepairDue(ctx) }
+
 // Inspect reports a key's status, cursor, lease, schedule and counters.
 func (e *Engine) Inspect(ctx context.Context, poller, partition string) (KeyInfo, error) {
 	return e.core.Inspect(ctx, core.Key{Poller: poller, Partition: partition})

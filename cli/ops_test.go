@@ -313,7 +313,7 @@ func TestTriggerPauseResume(t *testing.T) {
 	if !strings.Contains(out, "triggered 1 key(s) of tenants: due now") {
 		t.Fatalf("trigger: %s", out)
 	}
-	score := w.b.Client.ZScore(ctx, "wk:{global}:due", "tenants|a").Val()
+	score := w.b.Client.ZScore(ctx, "wk:{global}:due:tenants", "tenants|a").Val()
 	if w.hget("wk:{tenants|a}:state", "nextDue") != "0" || score > float64(time.Now().UnixMilli()) || score < float64(before.Add(-time.Second).UnixMilli()) {
 		t.Fatalf("trigger: due score %v, nextDue %q", score, w.hget("wk:{tenants|a}:state", "nextDue"))
 	}

@@ -2,8 +2,10 @@
 -- stays, so it only ever grows).
 -- KEYS[1] state hash, KEYS[2] lease hash
 -- ARGV[1] epoch, ARGV[2] now override ms or '', ARGV[3] count of state pairs, then the pairs,
--- then a count of state fields to delete, then the fields
--- Returns 1.
+-- then a count of state fields to delete, then the fields, then the trigger generation
+-- (state field 'trig') the cycle saw at Begin
+-- Returns 1, or 2 when a trigger (or resume) landed during the cycle: nextDue then stays 0
+-- (due now) whatever the pairs said, and the caller keeps the due entry due now.
 -- Fence check first: LEASE_LOST when stale or expired, before any write.
 local now = now_ms(ARGV[2])
 local err = fence(KEYS[2], ARGV[1], now)
@@ -13,5 +15,8 @@ if n > 0 then chunked('HSET', KEYS[1], ARGV, 4, 3 + n * 2, 1000) end
 local d = 4 + n * 2
 local m = tonumber(ARGV[d])
 if m > 0 then redis.call('HDEL', KEYS[1], unpack(ARGV, d + 1, d + m)) end
+local triggered = (redis.call('HGET', KEYS[1], 'trig') or '') ~= ARGV[d + m + 1]
+if triggered then redis.call('HSET', KEYS[1], 'nextDue', '0') end
 redis.call('HDEL', KEYS[2], 'owner', 'expiresAt')
+if triggered then return 2 end
 return 1
