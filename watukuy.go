@@ -232,7 +232,8 @@ func New(opts Options) (*Engine, error) {
 // Register adds a poller. An invalid definition is a *ConfigError naming poller and field.
 func (e *Engine) Register(p Poller) error { return e.core.Register(p) }
 
-// Tick claims due keys and runs their cycles for at most maxDuration, then returns.
+// Tick claims due keys and runs their cycles for at most maxDuration, then returns; at most
+// once a minute it also runs the due-set repair sweep (RepairDue).
 func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (TickReport, error) {
 	return e.core.Tick(ctx, maxDuration)
 }

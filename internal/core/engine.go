@@ -179,7 +179,8 @@ func (r *TickReport) add(c CycleReport) {
 }
 
 // Tick claims due keys with the scheduler's claim script and runs their cycles, for at most
-// maxDuration of claiming, then returns what it did (cron and serverless mode).
+// maxDuration of claiming, then returns what it did (cron and serverless mode). Tick mode has
+// no scheduler process, so Tick also runs the due-set repair sweep, at most once a minute.
 func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (TickReport, error) {
 	var rep TickReport
 	if err := e.ensureRegistered(ctx); err != nil {

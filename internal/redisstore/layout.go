@@ -43,8 +43,9 @@ func (s *Store) Layout(ctx context.Context) (core.Layout, error) {
 		return l, nil
 	}
 	// Cluster clients route EXISTS per slot; the global keys share one. Data without a
-	// recorded layout predates layout 2, so only the keys of layout 1 need looking at: the
-	// per-poller due sets of layout 3 are always written after the layout is recorded.
+	// recorded layout is layout 1, so only its keys count: the per-poller due sets of layout 3
+	// are written after the layout is recorded, and were one found alone, marking the
+	// database current would be right for it (it is layout-3 data).
 	n, err := s.rdb.Exists(ctx, s.registryKey(), s.legacyDueKey(), s.pollersKey()).Result()
 	if err != nil {
 		return l, err
