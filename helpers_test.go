@@ -206,3 +206,23 @@ func (r *renewStore) Renew(ctx context.Context, l core.Lease) (core.Confirm, err
 	}
 	return t, err
 }
+
+// raceStore runs an operator's action right after Begin returns, as an operator racing a
+// cycle (or a stale task) would land between its Begin and its next write.
+type raceStore struct {
+	core.Store
+	afterBegin func(b core.BeginResult)
+}
+
+func (r *raceStore) Begin(ctx context.Context, key core.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
+	b, err := r.Store.Begin(ctx, key, owner, ttl, op)
+	if err == nil {
+		r.afterBegin(b)
+	}
+	return b, err
+}
+
+// racing returns a wrapper that installs a raceStore running afterBegin around the real store.
+func racing(afterBegin func(b core.BeginResult)) func(core.Store) core.Store {
+	return func(s core.Store) core.Store { return &raceStore{Store: s, afterBegin: afterBegin} }
+}

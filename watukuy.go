@@ -234,7 +234,8 @@ func New(opts Options) (*Engine, error) {
 // Register adds a poller. An invalid definition is a *ConfigError naming poller and field.
 func (e *Engine) Register(p Poller) error { return e.core.Register(p) }
 
-// Tick claims due keys and runs their cycles for at most maxDuration, then returns.
+// Tick claims due keys and runs their cycles for at most maxDuration, then returns; at most
+// once a minute it also runs the due-set repair sweep (RepairDue).
 func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (TickReport, error) {
 	return e.core.Tick(ctx, maxDuration)
 }
@@ -260,6 +261,11 @@ func (e *Engine) Pause(ctx context.Context, poller, partition string) error {
 func (e *Engine) Resume(ctx context.Context, poller, partition string) error {
 	return e.core.Resume(ctx, core.Key{Poller: poller, Partition: partition})
 }
+
+// RepairDue gives every registered key that is not deleted and lacks a due entry (it would
+// never run again) one, and returns those keys; each is logged at warn level and reported to
+// Hooks.OnDueRepaired. Schedulers run it every minute and Tick at most once a minute.
+func (e *Engine) RepairDue(ctx context.Context) ([]Key, error) { return e.core.RepairDue(ctx) }
 
 // Inspect reports a key's status, cursor, lease, schedule and counters.
 func (e *Engine) Inspect(ctx context.Context, poller, partition string) (KeyInfo, error) {

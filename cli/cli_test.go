@@ -74,7 +74,7 @@ func TestTick(t *testing.T) {
 	if err := b.Client.HSet(t.Context(), "wk:{orders|}:state", "nextDue", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Client.ZAdd(t.Context(), "wk:{global}:due", redisZ("orders|")).Err(); err != nil {
+	if err := b.Client.ZAdd(t.Context(), "wk:{global}:due:orders", redisZ("orders|")).Err(); err != nil {
 		t.Fatal(err)
 	}
 	out, _, err = run(t, "tick", "--config", cfg, "--json")

@@ -313,7 +313,7 @@ func TestTriggerPauseResume(t *testing.T) {
 	if !strings.Contains(out, "triggered 1 key(s) of tenants: due now") {
 		t.Fatalf("trigger: %s", out)
 	}
-	score := w.b.Client.ZScore(ctx, "wk:{global}:due", "tenants|a").Val()
+	score := w.b.Client.ZScore(ctx, "wk:{global}:due:tenants", "tenants|a").Val()
 	if w.hget("wk:{tenants|a}:state", "nextDue") != "0" || score > float64(time.Now().UnixMilli()) || score < float64(before.Add(-time.Second).UnixMilli()) {
 		t.Fatalf("trigger: due score %v, nextDue %q", score, w.hget("wk:{tenants|a}:state", "nextDue"))
 	}
@@ -647,10 +647,10 @@ func TestMigrate(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
 	out := w.ok("migrate")
-	if !strings.Contains(out, "none (empty database) → 2") || w.b.Client.Get(ctx, "wk:{global}:layout").Val() != "2" {
+	if !strings.Contains(out, "none (empty database) → 3") || w.b.Client.Get(ctx, "wk:{global}:layout").Val() != "3" {
 		t.Fatalf("migrate of an empty database: %s", out)
 	}
-	if out := w.ok("migrate"); !strings.Contains(out, "already at layout 2") {
+	if out := w.ok("migrate"); !strings.Contains(out, "already at layout 3") {
 		t.Fatalf("second migrate: %s", out)
 	}
 
@@ -661,13 +661,13 @@ func TestMigrate(t *testing.T) {
 	}
 	old.fails(ExitFailed, "run `watukuy migrate` first", "inspect")
 	m := jsonOf[watukuy.Migration](t, old.ok("migrate", "--json"))
-	if m.From != 1 || m.To != 2 || len(m.Steps) != 1 {
-		t.Fatalf("migrate 1→2: %+v", m)
+	if m.From != 1 || m.To != 3 || len(m.Steps) != 2 {
+		t.Fatalf("migrate 1→3: %+v", m)
 	}
-	if old.hget("wk:{global}:pollers", "p") != v1 || old.hget("wk:{global}:registry", "p|") != `{"source":"config"}` || old.b.Client.Get(ctx, "wk:{global}:layout").Val() != "2" {
+	if old.hget("wk:{global}:pollers", "p") != v1 || old.hget("wk:{global}:registry", "p|") != `{"source":"config"}` || old.b.Client.Get(ctx, "wk:{global}:layout").Val() != "3" {
 		t.Fatalf("after migrate: pollers %q registry %q", old.hget("wk:{global}:pollers", "p"), old.hget("wk:{global}:registry", "p|"))
 	}
-	if m := jsonOf[watukuy.Migration](t, old.ok("migrate", "--json")); m.From != 2 || m.To != 2 || len(m.Steps) != 0 {
+	if m := jsonOf[watukuy.Migration](t, old.ok("migrate", "--json")); m.From != 3 || m.To != 3 || len(m.Steps) != 0 {
 		t.Fatalf("second migrate: %+v", m)
 	}
 	rowWhere(t, parseTable(t, old.ok("inspect"), "POLLER"), "POLLER", "p", "PARTITION", "-")

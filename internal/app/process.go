@@ -229,7 +229,7 @@ func RunScheduler(ctx context.Context, env *Env, s Settings) error {
 func (env *Env) scheduler(s Settings) *queue.Scheduler {
 	return &queue.Scheduler{Store: env.Store, Client: asynq.NewClientFromRedisClient(env.RDB),
 		Inspector: asynq.NewInspectorFromRedisClient(env.RDB), Redis: env.RDB, Prefix: env.Store.Prefix(), Logger: env.Log,
-		ClaimTimeout: s.ClaimTimeout}
+		ClaimTimeout: s.ClaimTimeout, Repair: env.Engine.RepairDue}
 }
 
 // RunWorker serves cycles from asynq until ctx ends; then it stops taking tasks and lets

@@ -697,7 +697,7 @@ func (r *processRun) watchdog() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		score, serr := r.direct.ZScore(ctx, processPrefix+":{global}:due", processKey.String()).Result()
+		score, serr := r.direct.ZScore(ctx, r.store.DueKey(processKey.Poller), processKey.String()).Result()
 		snap, ierr := r.store.Inspect(ctx, processKey)
 		cancel()
 		if serr != nil || ierr != nil {
@@ -818,7 +818,7 @@ func (r *processRun) diagnose(ctx context.Context) {
 	if wasKilled {
 		r.logf("diagnosis: the last lease holder %s was SIGKILLed at %.2fs, mid-cycle", owner, at.Sub(r.start).Seconds())
 	}
-	if score, err := r.direct.ZScore(ctx, processPrefix+":{global}:due", processKey.String()).Result(); err == nil {
+	if score, err := r.direct.ZScore(ctx, r.store.DueKey(processKey.Poller), processKey.String()).Result(); err == nil {
 		r.logf("diagnosis: due at %s", time.UnixMilli(int64(score)).Format(time.TimeOnly))
 	}
 	id := queue.TaskID(processPrefix, processKey)

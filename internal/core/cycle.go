@@ -129,11 +129,13 @@ func (e *Engine) runCycle(ctx context.Context, key Key) CycleReport {
 		rep.Outcome = SkippedPaused
 		return rep
 	case BeginDeleted:
-		// A task of a deleted partition: forget the key (partitions add brings it back).
+		// A task of a deleted partition: forget the key, unless a partitions add since the
+		// claim made it due again (Unschedule keeps a due-now entry).
 		rep.Outcome = SkippedPaused
 		rep.Err = e.wrapStore(key, "unschedule deleted key", e.store.Unschedule(ctx, key))
 		return rep
 	case BeginNotDue:
+		// SetDue keeps a due-now entry: a trigger racing this Begin is not overwritten.
 		rep.Outcome = SkippedNotDue
 		rep.Err = e.wrapStore(key, "set due", e.store.SetDue(ctx, key, b.NextDue))
 		return rep
@@ -406,7 +408,7 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		Events: c.rep.Events, Delivered: c.rep.Delivered, Parked: c.rep.Parked, Invalid: c.rep.Invalid, DeleteCandidates: c.rep.DeleteCandidates,
 		Truncated: c.rep.Truncated, NotModified: c.rep.NotModified, Reconciled: reconciled, BackfillPending: backfillPending})
 	st[fieldLastPoll] = string(summary)
-	if err := c.e.store.End(ctx, c.lease, EndRequest{State: st, Delete: del, NextDue: next.NextDue}); err != nil {
+	if err := c.e.store.End(ctx, c.lease, EndRequest{State: st, Delete: del, NextDue: next.NextDue, Trigger: c.state.get(FieldTrigger)}); err != nil {
 		return err
 	}
 	if h := c.e.hooks.OnCircuitOpen; h != nil && next.Circuit == schedule.Open && failure != nil {

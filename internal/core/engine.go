@@ -52,7 +52,8 @@ type Engine struct {
 
 	mu         sync.Mutex
 	pollers    map[string]*Poller
-	registered bool // keys written to the registry and due set
+	registered bool      // keys written to the registry and due set
+	repairedAt time.Time // when Tick last ran the repair sweep (local clock)
 
 	root     context.Context
 	stopRoot context.CancelFunc
@@ -166,8 +167,10 @@ type TickReport struct {
 	Events        int `json:"events"`
 	Delivered     int `json:"delivered"`
 	// DeleteCandidates counts identities missed by a complete listing and not yet deleted.
-	DeleteCandidates int     `json:"deleteCandidates,omitempty"`
-	Errors           []error `json:"-"`
+	DeleteCandidates int `json:"deleteCandidates,omitempty"`
+	// Repaired counts the keys the repair sweep gave back their missing due entry.
+	Repaired int     `json:"repaired"`
+	Errors   []error `json:"-"`
 }
 
 func (r *TickReport) add(c CycleReport) {
@@ -190,12 +193,14 @@ func (r *TickReport) add(c CycleReport) {
 }
 
 // Tick claims due keys with the scheduler's claim script and runs their cycles, for at most
-// maxDuration of claiming, then returns what it did (cron and serverless mode).
+// maxDuration of claiming, then returns what it did (cron and serverless mode). Tick mode has
+// no scheduler process, so Tick also runs the due-set repair sweep, at most once a minute.
 func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (TickReport, error) {
 	var rep TickReport
 	if err := e.ensureRegistered(ctx); err != nil {
 		return rep, err
 	}
+	rep.Repaired = len(e.repairIfStale(ctx))
 	deadline := time.Now().Add(maxDuration)
 	var mu sync.Mutex
 	for time.Now().Before(deadline) && ctx.Err() == nil {
@@ -224,6 +229,56 @@ func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (TickRepor
 		wg.Wait()
 	}
 	return rep, nil
+}
+
+// tickRepairEvery is how often Tick runs the repair sweep at most: tick mode has no
+// scheduler process to run it.
+const tickRepairEvery = time.Minute
+
+// repairIfStale runs the repair sweep unless Tick ran it less than tickRepairEvery ago. A
+// failed sweep is logged and the tick goes on: its claims do not depend on it.
+func (e *Engine) repairIfStale(ctx context.Context) []Key {
+	e.mu.Lock()
+	stale := e.repairedAt.IsZero() || time.Since(e.repairedAt) >= tickRepairEvery
+	if stale {
+		e.repairedAt = time.Now()
+	}
+	e.mu.Unlock()
+	if !stale {
+		return nil
+	}
+	keys, err := e.RepairDue(ctx)
+	if err != nil {
+		e.log.Error().Err(err).Msg("due-set repair sweep failed")
+	}
+	return keys
+}
+
+// RepairDue gives every registered key that is not deleted and lacks a due entry one again
+// (at its state's next due time, or now), logs each at warn level and reports it to
+// Hooks.OnDueRepaired. A key without a due entry would never be claimed again, whatever its
+// state says, so schedulers run this periodically and Tick at most once a minute. A database
+// of another layout is refused with a *LayoutError.
+func (e *Engine) RepairDue(ctx context.Context) ([]Key, error) {
+	l, err := e.store.Layout(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("watukuy: repair due entries: read the data layout: %w", err)
+	}
+	if err := l.Err(); err != nil {
+		return nil, err
+	}
+	keys, err := e.store.RepairDue(ctx)
+	for _, k := range keys {
+		e.log.Warn().Str("poller", k.Poller).Str("partition", k.Partition).
+			Msg("a registered key had no due entry (it would never run again): due again")
+		if h := e.hooks.OnDueRepaired; h != nil {
+			h(k)
+		}
+	}
+	if err != nil {
+		return keys, fmt.Errorf("watukuy: repair due entries: %w", err)
+	}
+	return keys, nil
 }
 
 // pollerNames lists the registered pollers, the only ones whose keys this engine claims.
@@ -614,7 +669,7 @@ func (e *Engine) withOpLease(ctx context.Context, t target, fn func(c *cycle) er
 			if c.released {
 				return ferr
 			}
-			if err := e.store.End(ctx, c.lease, EndRequest{NextDue: b.Now}); err != nil && ferr == nil {
+			if err := e.store.End(ctx, c.lease, EndRequest{NextDue: b.Now, Trigger: c.state.get(FieldTrigger)}); err != nil && ferr == nil {
 				ferr = err
 			}
 			return ferr
@@ -684,7 +739,10 @@ const (
 	FieldPaused     = "paused"
 	fieldSchema     = "schemaVersion"
 	FieldThrottled  = "throttledUntil"
-	fieldRateLimit  = "rateLimit"
+	// FieldTrigger counts triggers (trigger, resume, partitions add): a cycle that ends after
+	// one landed stays due now.
+	FieldTrigger   = "trig"
+	fieldRateLimit = "rateLimit"
 
 	fieldReconcileDue     = "reconcileDue"
 	fieldDeleteCandidates = "deleteCandidates"

@@ -19,6 +19,8 @@ type Hooks struct {
 	OnThrottled func(key Key, until time.Time)
 	// OnLeaseLost runs when a cycle is abandoned because its lease was lost.
 	OnLeaseLost func(key Key, err error)
+	// OnDueRepaired runs for each key the repair sweep gave back its missing due entry.
+	OnDueRepaired func(key Key)
 	// OnError runs for every failure, with its phase: fetch, handler, store, config or backfill
 	// (a backfill request that failed; the live lane goes on).
 	OnError func(key Key, phase string, err error)

@@ -10,8 +10,9 @@ import (
 // epoch is stale or the lease expired. Methods without a Lease are unfenced and safe to call
 // from any process.
 type Store interface {
-	// ClaimDue atomically takes up to limit keys of the named pollers (all when none) whose
-	// due time has passed, and pushes them forward by claimTimeout.
+	// ClaimDue atomically takes up to limit keys of the named pollers (all registered pollers
+	// when none) whose due time has passed, earliest due first, and pushes them forward by
+	// claimTimeout. Its cost does not depend on the keys of other pollers.
 	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]Key, error)
 	// Begin starts a cycle (op=false: checks paused and due) or an operator action (op=true:
 	// checks the lease only), taking the lease when allowed.
@@ -36,11 +37,15 @@ type Store interface {
 	Ack(ctx context.Context, l Lease, streamIDs []string) (paused bool, err error)
 	// Park parks poison entries (holding their ordering keys) and moves held entries aside.
 	Park(ctx context.Context, l Lease, poison []Poison, held []Held) error
-	// End saves the schedule, releases the lease and writes the key's next due time.
+	// End saves the schedule, releases the lease and writes the key's next due time (as
+	// SetDue does). A trigger that landed since Begin (the generation moved) keeps the key
+	// due now.
 	End(ctx context.Context, l Lease, e EndRequest) error
 	// ReleaseParked retries or discards parked rows under the lease.
 	ReleaseParked(ctx context.Context, l Lease, retry bool, ids []string) (released, returned int, err error)
-	// SetDue writes the key's due time without touching its state (skipped cycles).
+	// SetDue writes the key's due time without touching its state (skipped cycles), unless
+	// the key is due now: a claim pushes a claimed key past now before its Begin, so a due
+	// time <= now was written since by a trigger, resume or partitions add, and is kept.
 	SetDue(ctx context.Context, key Key, at time.Time) error
 	// Register records pollers and keys in the registry and puts new keys in the due set,
 	// due now. A key of a deleted partition stays deleted.
@@ -52,10 +57,15 @@ type Store interface {
 	// AddPartition registers key (entry), lifts a deletion, and makes it due now.
 	AddPartition(ctx context.Context, key Key, entry []byte) error
 	// DeleteKey removes key's state, snapshot, outbox, parked rows and log under the lease,
-	// leaves a deletion mark, and drops it from the registry and due set.
+	// leaves a deletion mark, and drops it from the registry and due set unless a partitions
+	// add registered it again meanwhile.
 	DeleteKey(ctx context.Context, l Lease) error
-	// Unschedule drops key from the due set (a deleted key found by a stale task).
+	// Unschedule drops key from the due set (a deleted key found by a stale task), unless it
+	// is due now (a partitions add since the claim brought it back), as SetDue.
 	Unschedule(ctx context.Context, key Key) error
+	// RepairDue gives every registered key that is not deleted and has no due entry one (at
+	// its state's next due time, or now), and returns those keys.
+	RepairDue(ctx context.Context) ([]Key, error)
 	// ReadLog returns at most n of the key's logged events committed in [from, to], oldest
 	// first, starting after the entry whose StreamID is after (when not "").
 	ReadLog(ctx context.Context, key Key, from, to time.Time, after string, n int) ([]Entry, error)
@@ -233,6 +243,9 @@ type EndRequest struct {
 	State   map[string]string
 	Delete  []string
 	NextDue time.Time
+	// Trigger is the trigger generation (state field FieldTrigger) seen at Begin: when a
+	// trigger moved it since, End keeps the key due now instead of NextDue.
+	Trigger string
 }
 
 // Snapshot is a key's stored picture, as Inspect reads it.

@@ -1,35 +1,31 @@
--- claim_due.lua: claim due keys from the global due set. Claimed keys are pushed forward by
--- the claim timeout, so a key whose worker dies becomes due again by itself, and two
--- claimers never take the same key at once. A claimer names the pollers it runs; keys of
--- other pollers (another deployment's, a removed poller's) are left for others.
--- KEYS[1] due sorted set (member: "poller|partition", score: due time ms)
--- ARGV[1] now override ms or '', ARGV[2] limit, ARGV[3] claim timeout ms,
--- ARGV[4...] poller names to claim for (none: every poller)
+-- claim_due.lua: claim due keys from the due sets of the named pollers (one sorted set per
+-- poller, so a claim never reads the keys of pollers it does not run: a retired poller's
+-- thousands of overdue keys cost nothing). The earliest-due members across the sets are
+-- taken first. Claimed keys are pushed forward by the claim timeout, so a key whose worker
+-- dies becomes due again by itself, and two claimers never take the same key at once.
+-- KEYS[1], KEYS[2], ... the due sets of the pollers to claim for, all under {global}
+--   (member: "poller|partition", score: due time ms)
+-- ARGV[1] now override ms or '', ARGV[2] limit, ARGV[3] claim timeout ms
 -- Returns the claimed members, earliest due first.
--- First check: only members with score <= now and of a named poller are taken; nothing is
--- written otherwise.
+-- First check: only members with score <= now are taken; nothing is written otherwise.
 local now = now_ms(ARGV[1])
 local limit = tonumber(ARGV[2])
 local until_ms = now + tonumber(ARGV[3])
-local allowed = nil
-if #ARGV >= 4 then
-  allowed = {}
-  for i = 4, #ARGV do allowed[ARGV[i]] = true end
-end
-local out = {}
-local skipped = 0
-local batch = math.max(limit * 4, 100)
--- Claimed members leave the due range, so the next batch starts after the skipped ones.
-while #out < limit and skipped < 10000 do
-  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', skipped, batch)
-  if #due == 0 then break end
-  for _, m in ipairs(due) do
-    if #out < limit and (allowed == nil or allowed[string.match(m, '^(.-)|')]) then
-      redis.call('ZADD', KEYS[1], until_ms, m)
-      out[#out + 1] = m
-    else
-      skipped = skipped + 1
-    end
+-- Each set gives at most limit candidates: the merge reads limit x sets members at most.
+local due = {}
+for k = 1, #KEYS do
+  local r = redis.call('ZRANGEBYSCORE', KEYS[k], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+  for i = 1, #r, 2 do
+    due[#due + 1] = {member = r[i], score = tonumber(r[i + 1]), set = k}
   end
+end
+table.sort(due, function(a, b)
+  if a.score ~= b.score then return a.score < b.score end
+  return a.member < b.member
+end)
+local out = {}
+for i = 1, math.min(limit, #due) do
+  redis.call('ZADD', KEYS[due[i].set], until_ms, due[i].member)
+  out[#out + 1] = due[i].member
 end
 return out

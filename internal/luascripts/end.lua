@@ -4,8 +4,10 @@
 -- KEYS[1] state hash, KEYS[2] lease hash
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] write id,
 -- ARGV[5] count of state pairs, then the pairs, then a count of state fields to delete, then
--- the fields
--- Returns 1, or DUPLICATE when this write was applied before.
+-- the fields, then the trigger generation (state field 'trig') the cycle saw at Begin
+-- Returns 1, or 2 when a trigger (or resume) landed during the cycle: nextDue then stays 0
+-- (due now) whatever the pairs said, and the caller keeps the due entry due now; DUPLICATE
+-- when this write was applied before (the due entry, kept due now by a trigger, stays so).
 -- Fence check first: LEASE_LOST when stale or expired, before any write.
 local now = now_ms(ARGV[3])
 local err, dup = fence(KEYS[2], ARGV[1], ARGV[2], now, ARGV[4])
@@ -16,6 +18,9 @@ if n > 0 then chunked('HSET', KEYS[1], ARGV, 6, 5 + n * 2, 1000) end
 local d = 6 + n * 2
 local m = tonumber(ARGV[d])
 if m > 0 then redis.call('HDEL', KEYS[1], unpack(ARGV, d + 1, d + m)) end
+local triggered = (redis.call('HGET', KEYS[1], 'trig') or '') ~= ARGV[d + m + 1]
+if triggered then redis.call('HSET', KEYS[1], 'nextDue', '0') end
 redis.call('HDEL', KEYS[2], 'owner', 'expiresAt')
 redis.call('HSET', KEYS[2], 'write', ARGV[4])
+if triggered then return 2 end
 return 1

@@ -59,6 +59,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	h.OnThrottled(k, time.Now())
 	h.OnLeaseLost(k, errors.New("x"))
 	h.OnError(k, "fetch", errors.New("x"))
+	h.OnDueRepaired(k)
 
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -84,7 +85,7 @@ func TestExportedNames(t *testing.T) {
 		"watukuy_cycles_total", "watukuy_cycle_duration_seconds", "watukuy_events_emitted_total",
 		"watukuy_events_delivered_total", "watukuy_delivery_latency_seconds", "watukuy_events_parked_total",
 		"watukuy_fetch_duration_seconds", "watukuy_fetch_errors_total", "watukuy_errors_total",
-		"watukuy_lease_lost_total", "watukuy_circuit_opened_total", "watukuy_throttled_total",
+		"watukuy_lease_lost_total", "watukuy_circuit_opened_total", "watukuy_throttled_total", "watukuy_due_repaired_total",
 		"watukuy_outbox_pending", "watukuy_parked", "watukuy_held", "watukuy_lag_seconds", "watukuy_circuit_open",
 		"watukuy_throttled_until_seconds", "watukuy_last_error", "watukuy_lease_stale", "watukuy_paused",
 		"watukuy_consecutive_failures", "watukuy_key_source_up", "watukuy_key_source_duration_seconds",

@@ -65,6 +65,7 @@ type Metrics struct {
 	leaseLost       *prometheus.CounterVec   // poller
 	circuitOpened   *prometheus.CounterVec   // poller
 	throttled       *prometheus.CounterVec   // poller
+	dueRepaired     *prometheus.CounterVec   // poller
 
 	seen sync.Map // poller name -> struct{}: pollers whose series were initialised at zero
 }
@@ -103,6 +104,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Cycles that ended with the key's circuit open.", "poller"),
 		throttled: counter("throttled_total",
 			"Throttles by a 429 or a 503 with Retry-After.", "poller"),
+		dueRepaired: counter("due_repaired_total",
+			"Registered keys the repair sweep found without a due entry (they would never have run again) and made due.", "poller"),
 	}
 	if reg != nil {
 		reg.MustRegister(m.collectors()...)
@@ -112,7 +115,7 @@ func New(reg prometheus.Registerer) *Metrics {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.cycles, m.cycleDuration, m.eventsEmitted, m.delivered, m.deliveryLatency,
-		m.parked, m.fetchDuration, m.fetchErrors, m.errors, m.leaseLost, m.circuitOpened, m.throttled}
+		m.parked, m.fetchDuration, m.fetchErrors, m.errors, m.leaseLost, m.circuitOpened, m.throttled, m.dueRepaired}
 }
 
 // Init creates every labelled series of the given pollers at zero, so dashboards and alerts
@@ -140,7 +143,7 @@ func (m *Metrics) init(poller string) {
 	for _, l := range lanes {
 		m.fetchErrors.WithLabelValues(poller, l)
 	}
-	for _, c := range []*prometheus.CounterVec{m.eventsEmitted, m.delivered, m.leaseLost, m.circuitOpened, m.throttled} {
+	for _, c := range []*prometheus.CounterVec{m.eventsEmitted, m.delivered, m.leaseLost, m.circuitOpened, m.throttled, m.dueRepaired} {
 		c.WithLabelValues(poller)
 	}
 }
@@ -205,6 +208,13 @@ func (m *Metrics) Hooks(chain core.Hooks) core.Hooks {
 			m.leaseLost.WithLabelValues(key.Poller).Inc()
 			if chain.OnLeaseLost != nil {
 				chain.OnLeaseLost(key, err)
+			}
+		},
+		OnDueRepaired: func(key core.Key) {
+			m.init(key.Poller)
+			m.dueRepaired.WithLabelValues(key.Poller).Inc()
+			if chain.OnDueRepaired != nil {
+				chain.OnDueRepaired(key)
 			}
 		},
 		OnError: func(key core.Key, phase string, err error) {

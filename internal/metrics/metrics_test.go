@@ -205,6 +205,7 @@ func TestHooksChainUserHooks(t *testing.T) {
 		OnThrottled:   func(k core.Key, until time.Time) { calls = append(calls, "throttled") },
 		OnLeaseLost:   func(k core.Key, err error) { calls = append(calls, "leaseLost") },
 		OnError:       func(k core.Key, phase string, err error) { calls = append(calls, "error:"+phase) },
+		OnDueRepaired: func(k core.Key) { calls = append(calls, "dueRepaired") },
 	}
 	m := New(prometheus.NewRegistry())
 	h := m.Hooks(user)
@@ -216,8 +217,9 @@ func TestHooksChainUserHooks(t *testing.T) {
 	h.OnThrottled(orders, time.Now())
 	h.OnLeaseLost(orders, errors.New("x"))
 	h.OnError(orders, "store", errors.New("x"))
+	h.OnDueRepaired(orders)
 
-	want := "cycle:orders fetch:live delivered:e1 parked:poison circuit throttled leaseLost error:store"
+	want := "cycle:orders fetch:live delivered:e1 parked:poison circuit throttled leaseLost error:store dueRepaired"
 	if got := strings.Join(calls, " "); got != want {
 		t.Errorf("user hooks = %q, want %q", got, want)
 	}
@@ -228,13 +230,16 @@ func TestHooksChainUserHooks(t *testing.T) {
 	if got := testutil.ToFloat64(m.delivered.WithLabelValues("orders")); got != 1 {
 		t.Errorf("delivered = %v, want 1", got)
 	}
+	if got := testutil.ToFloat64(m.dueRepaired.WithLabelValues("orders")); got != 1 {
+		t.Errorf("due repaired = %v, want 1", got)
+	}
 }
 
 // Hooks with no user hooks never call a nil function; every hook is set.
 func TestHooksWithoutChain(t *testing.T) {
 	h := New(nil).Hooks(core.Hooks{})
 	if h.OnCycle == nil || h.OnFetch == nil || h.OnDelivered == nil || h.OnParked == nil ||
-		h.OnCircuitOpen == nil || h.OnThrottled == nil || h.OnLeaseLost == nil || h.OnError == nil {
+		h.OnCircuitOpen == nil || h.OnThrottled == nil || h.OnLeaseLost == nil || h.OnError == nil || h.OnDueRepaired == nil {
 		t.Fatal("a hook is nil")
 	}
 	h.OnCycle(core.CycleReport{Key: orders}, 0)
@@ -245,6 +250,7 @@ func TestHooksWithoutChain(t *testing.T) {
 	h.OnThrottled(orders, time.Time{})
 	h.OnLeaseLost(orders, nil)
 	h.OnError(orders, "fetch", nil)
+	h.OnDueRepaired(orders)
 }
 
 func TestNewRegistersOnce(t *testing.T) {

@@ -105,7 +105,7 @@ func makeAllDue(b *testing.B, rdb redis.UniversalClient, st *redisstore.Store, p
 		for _, part := range parts {
 			k := core.Key{Poller: "noop", Partition: part}
 			p.HSet(b.Context(), st.Key(k, "state"), core.FieldNextDue, "0")
-			p.ZAdd(b.Context(), st.DueKey(), redis.Z{Score: 0, Member: k.String()})
+			p.ZAdd(b.Context(), st.DueKey(k.Poller), redis.Z{Score: 0, Member: k.String()})
 		}
 		return nil
 	})

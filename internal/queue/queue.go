@@ -1,7 +1,7 @@
 // Package queue runs cycles across processes on asynq: a Scheduler claims due keys from the
-// global due set (the atomic claim script) and enqueues one task per key, whose task ID is
-// derived from the key so a key is never queued twice; Workers are asynq servers whose
-// handler runs the key's cycle.
+// pollers' due sets (the atomic claim script) and enqueues one task per key, whose task ID is
+// derived from the key so a key is never queued twice, and runs the due-set repair sweep;
+// Workers are asynq servers whose handler runs the key's cycle.
 package queue
 
 import (
@@ -69,6 +69,12 @@ type Scheduler struct {
 	Logger      zerolog.Logger
 	// OnEnqueued, when set, counts enqueued cycles (metrics).
 	OnEnqueued func(n int)
+	// Repair, when set, is the due-set repair sweep (the engine's RepairDue, which logs and
+	// counts each key it repairs): a registered key without a due entry is never claimed
+	// again, so the scheduler runs it at start and every RepairEvery.
+	Repair func(ctx context.Context) ([]core.Key, error)
+	// RepairEvery is the period of Repair; default 1m.
+	RepairEvery time.Duration
 }
 
 // Run claims and enqueues until ctx ends.
@@ -86,6 +92,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 				}
 			}
 		}()
+	}
+	if s.Repair != nil {
+		go s.repairLoop(ctx)
 	}
 	for ctx.Err() == nil {
 		n, err := s.Once(ctx)
@@ -124,6 +133,26 @@ func (s *Scheduler) defaults() {
 	}
 	if s.TaskTimeout <= 0 {
 		s.TaskTimeout = 30 * time.Minute
+	}
+	if s.RepairEvery <= 0 {
+		s.RepairEvery = time.Minute
+	}
+}
+
+// repairLoop runs the repair sweep now and then every RepairEvery until ctx ends, apart from
+// the claims, so a long sweep never delays them.
+func (s *Scheduler) repairLoop(ctx context.Context) {
+	t := time.NewTicker(s.RepairEvery)
+	defer t.Stop()
+	for {
+		if _, err := s.Repair(ctx); err != nil && ctx.Err() == nil {
+			s.Logger.Error().Err(err).Msg("scheduler: due-set repair sweep failed")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +39,10 @@ func keys(n int) []core.Key {
 	return ks
 }
 
+// pollerP is the pollers hash entry of poller "p", as workers write it: a scheduler without
+// a poller filter claims for the pollers it lists.
+var pollerP = map[string][]byte{"p": []byte(`{"poller":"p"}`)}
+
 // entries makes registry entries of ks, as workers write them.
 func entries(ks []core.Key) map[core.Key][]byte {
 	m := make(map[core.Key][]byte, len(ks))
@@ -53,7 +58,7 @@ func TestSchedulersEnqueueEachKeyOnce(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "q"})
-		if err := st.Register(ctx, nil, entries(keys(30))); err != nil {
+		if err := st.Register(ctx, pollerP, entries(keys(30))); err != nil {
 			t.Fatal(err)
 		}
 		var mu sync.Mutex
@@ -114,7 +119,7 @@ func TestWorkerRunsTasksAndTriggerWakesScheduler(t *testing.T) {
 		}
 		defer srv.Shutdown()
 		ks := keys(16)
-		if err := st.Register(ctx, nil, entries(ks)); err != nil {
+		if err := st.Register(ctx, pollerP, entries(ks)); err != nil {
 			t.Fatal(err)
 		}
 		sch := &Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Redis: b.Client, Prefix: "w",
@@ -150,7 +155,7 @@ func TestArchivedTaskIsReplaced(t *testing.T) {
 		ctx := context.Background()
 		st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "a"})
 		k := keys(1)
-		if err := st.Register(ctx, nil, entries(k)); err != nil {
+		if err := st.Register(ctx, pollerP, entries(k)); err != nil {
 			t.Fatal(err)
 		}
 		insp := asynq.NewInspectorFromRedisClient(b.Client)
@@ -169,6 +174,58 @@ func TestArchivedTaskIsReplaced(t *testing.T) {
 		info, err := insp.GetTaskInfo(DefaultQueue, id)
 		if err != nil || info.State != asynq.TaskStatePending {
 			t.Fatalf("after the claim the key's task is %v (%v), want pending", info, err)
+		}
+	})
+}
+
+// The scheduler runs the due-set repair sweep at start and then every RepairEvery: a key
+// that lost its due entry is given one again.
+func TestSchedulerRunsRepair(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "r"})
+		ks := keys(3)
+		if err := st.Register(ctx, pollerP, entries(ks)); err != nil {
+			t.Fatal(err)
+		}
+		lose := func(k core.Key) {
+			t.Helper()
+			if err := b.Client.ZRem(ctx, st.DueKey(k.Poller), k.String()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		lose(ks[1])
+		sweeps := make(chan []core.Key)
+		sch := &Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "r", Idle: time.Hour,
+			RepairEvery: 10 * time.Millisecond, Repair: func(ctx context.Context) ([]core.Key, error) {
+				repaired, err := st.RepairDue(ctx)
+				select {
+				case sweeps <- repaired:
+				case <-ctx.Done():
+				}
+				return repaired, err
+			}}
+		go sch.Run(ctx)
+		select {
+		case got := <-sweeps:
+			if !slices.Equal(got, ks[1:2]) {
+				t.Fatalf("the sweep at start repaired %v, want %v", got, ks[1])
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no sweep at start")
+		}
+		lose(ks[2])
+		deadline := time.After(30 * time.Second)
+		for {
+			select {
+			case got := <-sweeps:
+				if slices.Equal(got, ks[2:3]) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no later sweep repaired %v", ks[2])
+			}
 		}
 	})
 }

@@ -17,7 +17,16 @@ import (
 //	1  (unrecorded) every registry entry held its poller's whole definition summary
 //	2  pollers are described once in prefix:{global}:pollers; registry entries name only
 //	   where a key comes from (config or cli); the layout version is recorded
-const CurrentLayout = 2
+//	3  one due set per poller, prefix:{global}:due:<poller>, in place of the global
+//	   prefix:{global}:due (a claim reads only the pollers it runs); the outbox groups keep
+//	   their pending entries under one consumer, holder, instead of one per process lifetime
+const CurrentLayout = 3
+
+// outboxHolder is the one consumer of every outbox group from layout 3 on.
+const outboxHolder = "holder"
+
+// legacyDueKey is the global due set of layouts 1 and 2.
+func (s *Store) legacyDueKey() string { return s.prefix + ":{global}:due" }
 
 // Layout implements core.Store. Data without a recorded version is layout 1.
 func (s *Store) Layout(ctx context.Context) (core.Layout, error) {
@@ -33,8 +42,11 @@ func (s *Store) Layout(ctx context.Context) (core.Layout, error) {
 		}
 		return l, nil
 	}
-	// Cluster clients route EXISTS per slot; the global keys share one.
-	n, err := s.rdb.Exists(ctx, s.registryKey(), s.dueKey(), s.pollersKey()).Result()
+	// Cluster clients route EXISTS per slot; the global keys share one. Data without a
+	// recorded layout is layout 1, so only its keys count: the per-poller due sets of layout 3
+	// are written after the layout is recorded, and were one found alone, marking the
+	// database current would be right for it (it is layout-3 data).
+	n, err := s.rdb.Exists(ctx, s.registryKey(), s.legacyDueKey(), s.pollersKey()).Result()
 	if err != nil {
 		return l, err
 	}
@@ -66,6 +78,18 @@ func (s *Store) Migrate(ctx context.Context) (core.Migration, error) {
 			return m, fmt.Errorf("redisstore: migrate 1→2: %w", err)
 		}
 		m.Steps = append(m.Steps, fmt.Sprintf("1→2: described %d poller(s) once in %s; reduced the registry entries to their source", n, s.pollersKey()))
+	}
+	if !l.Empty && l.Version < 3 {
+		moved, err := s.splitDueSet(ctx)
+		if err != nil {
+			return m, fmt.Errorf("redisstore: migrate 2→3: %w", err)
+		}
+		claimed, deleted, err := s.cleanOutboxes(ctx)
+		if err != nil {
+			return m, fmt.Errorf("redisstore: migrate 2→3: %w", err)
+		}
+		m.Steps = append(m.Steps, fmt.Sprintf("2→3: moved %d due entries from %s into one due set per poller; handed %d pending outbox entries to consumer %q and deleted %d other consumers",
+			moved, s.legacyDueKey(), claimed, outboxHolder, deleted))
 	}
 	if err := s.rdb.Set(ctx, s.layoutKey(), CurrentLayout, 0).Err(); err != nil {
 		return m, err
@@ -110,4 +134,67 @@ func (s *Store) splitRegistry(ctx context.Context) (int, error) {
 		return nil
 	})
 	return len(pollers), err
+}
+
+// dueMoveBatch is how many members of the legacy due set one step of splitDueSet moves.
+const dueMoveBatch = 1000
+
+// splitDueSet moves every member of the legacy global due set into its poller's due set, with
+// its score (a member already there keeps its own: ZADD NX), in batches that each move and
+// remove their members atomically (every key is under {global}), then deletes the legacy
+// key. It returns the number of members moved.
+func (s *Store) splitDueSet(ctx context.Context) (int, error) {
+	moved := 0
+	for {
+		zs, err := s.rdb.ZRangeWithScores(ctx, s.legacyDueKey(), 0, dueMoveBatch-1).Result()
+		if err != nil {
+			return moved, fmt.Errorf("read %s: %w", s.legacyDueKey(), err)
+		}
+		if len(zs) == 0 {
+			return moved, s.rdb.Del(ctx, s.legacyDueKey()).Err()
+		}
+		_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for _, z := range zs {
+				member, _ := z.Member.(string)
+				k, err := core.ParseKey(member)
+				if err != nil {
+					// Not a key (nothing ever wrote one): it cannot be scheduled and would come
+					// back in every batch, so it goes.
+					p.ZRem(ctx, s.legacyDueKey(), z.Member)
+					continue
+				}
+				p.ZAddNX(ctx, s.dueKey(k.Poller), z)
+				p.ZRem(ctx, s.legacyDueKey(), z.Member)
+			}
+			return nil
+		})
+		if err != nil {
+			return moved, fmt.Errorf("move due entries out of %s: %w", s.legacyDueKey(), err)
+		}
+		moved += len(zs)
+	}
+}
+
+// cleanOutboxes runs clean_outbox.lua on the outbox of every registered key: pending entries
+// go to the holder consumer, the other consumers are deleted. It returns the entries handed
+// over and the consumers deleted.
+func (s *Store) cleanOutboxes(ctx context.Context) (claimed, deleted int64, err error) {
+	members, err := s.rdb.HKeys(ctx, s.registryKey()).Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("read %s: %w", s.registryKey(), err)
+	}
+	for _, member := range members {
+		k, err := core.ParseKey(member)
+		if err != nil {
+			continue
+		}
+		v, err := s.run(ctx, "clean_outbox", nil, []string{s.k(k, "outbox")}, outboxHolder)
+		if err != nil {
+			return claimed, deleted, fmt.Errorf("clean the consumers of %s: %w", s.k(k, "outbox"), err)
+		}
+		r := v.([]any)
+		claimed += r[0].(int64)
+		deleted += r[1].(int64)
+	}
+	return claimed, deleted, nil
 }

@@ -64,10 +64,13 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 func (s *Store) k(key core.Key, suffix string) string {
 	return s.prefix + ":{" + key.Poller + "|" + key.Partition + "}:" + suffix
 }
-func (s *Store) dueKey() string      { return s.prefix + ":{global}:due" }
 func (s *Store) registryKey() string { return s.prefix + ":{global}:registry" }
 func (s *Store) pollersKey() string  { return s.prefix + ":{global}:pollers" }
 func (s *Store) layoutKey() string   { return s.prefix + ":{global}:layout" }
+
+// dueKey is the due set of poller's keys. One set per poller, so that a claim reads only the
+// pollers it runs; all share the {global} tag, so one script can claim across several.
+func (s *Store) dueKey(poller string) string { return s.prefix + ":{global}:due:" + poller }
 
 // WakeChannel is the pub/sub channel on which trigger and resume wake the schedulers.
 func (s *Store) WakeChannel() string { return s.prefix + ":{global}:wake" }
@@ -104,8 +107,9 @@ func (s *Store) CheckEviction(ctx context.Context) (string, error) {
 // holds, held), for tests and tools.
 func (s *Store) Key(key core.Key, suffix string) string { return s.k(key, suffix) }
 
-// DueKey is the global due set's key.
-func (s *Store) DueKey() string { return s.dueKey() }
+// DueKey is the due set of poller's keys (member "poller|partition", score: due time ms),
+// for tests and tools.
+func (s *Store) DueKey(poller string) string { return s.dueKey(poller) }
 
 // nowArg is the clock override passed to scripts ("" = the server's TIME).
 func (s *Store) nowArg() string {
@@ -172,21 +176,36 @@ func appendList(args []any, vs []string) []any {
 	return args
 }
 
-// ClaimDue implements core.Store.
+// ClaimDue implements core.Store. Without poller names it claims for every poller of the
+// pollers hash (one more round trip to read their names).
 func (s *Store) ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]core.Key, error) {
-	args := []any{s.nowArg(), limit, claimTimeout.Milliseconds()}
-	for _, p := range pollers {
-		args = append(args, p)
+	if len(pollers) == 0 {
+		var err error
+		if pollers, err = s.rdb.HKeys(ctx, s.pollersKey()).Result(); err != nil {
+			return nil, fmt.Errorf("redisstore: read the poller names in %s: %w", s.pollersKey(), err)
+		}
+		if len(pollers) == 0 {
+			return nil, nil
+		}
 	}
-	v, err := s.run(ctx, "claim_due", nil, []string{s.dueKey()}, args...)
+	keys := make([]string, len(pollers))
+	for i, p := range pollers {
+		keys[i] = s.dueKey(p)
+	}
+	v, err := s.run(ctx, "claim_due", nil, keys, s.nowArg(), limit, claimTimeout.Milliseconds())
 	if err != nil {
 		return nil, err
 	}
+	return parseMembers(v)
+}
+
+// parseMembers reads a script's reply of due-set members as keys.
+func parseMembers(v any) ([]core.Key, error) {
 	var keys []core.Key
 	for _, m := range v.([]any) {
 		k, err := core.ParseKey(m.(string))
 		if err != nil {
-			return nil, err
+			return keys, err
 		}
 		keys = append(keys, k)
 	}
@@ -396,37 +415,48 @@ func (s *Store) Park(ctx context.Context, l core.Lease, poison []core.Poison, he
 	return err
 }
 
-// End implements core.Store. The end script and the due-set ZADD travel in one pipeline (one
-// round trip). They cannot share a script (different hash tags), so when the script reports
-// LEASE_LOST the due score is healed from the state the current owner wrote. A re-sent end
-// whose first attempt was applied (DUPLICATE) succeeded.
+// End implements core.Store. The end script and the due write (set_due.lua, as SetDue) travel
+// in one pipeline (one round trip). They cannot share a script (different hash tags), so when
+// the end script reports LEASE_LOST the due score is healed from the state the current owner
+// wrote, and when it reports a trigger that landed during the cycle, the due entry is made due
+// now (the pipelined write may have pushed it to NextDue). A re-sent end whose first attempt
+// was applied (DUPLICATE) succeeded.
 func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error {
-	args := appendList(appendPairs(s.writeArgs(l), e.State), e.Delete)
+	args := append(appendList(appendPairs(s.writeArgs(l), e.State), e.Delete), e.Trigger)
 	keys := []string{s.k(l.Key, "state"), s.k(l.Key, "lease")}
-	script := s.scripts["end"]
-	member := l.Key.String()
-	var endCmd *redis.Cmd
+	script, due := s.scripts["end"], s.scripts["set_due"]
+	dueKeys, dueArgs := s.setDueArgs(l.Key, strconv.FormatInt(ms(e.NextDue), 10))
+	var endCmd, dueCmd *redis.Cmd
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		endCmd = script.EvalSha(ctx, p, keys, args...)
-		p.ZAdd(ctx, s.dueKey(), redis.Z{Score: float64(ms(e.NextDue)), Member: member})
+		dueCmd = due.EvalSha(ctx, p, dueKeys, dueArgs...)
 		return nil
 	})
-	err := endCmd.Err()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		if err = script.Run(ctx, s.rdb, keys, args...).Err(); err == nil {
-			err = s.SetDue(ctx, l.Key, e.NextDue)
+	// A server that lost its script cache (restart, failover) answers NOSCRIPT: load and run.
+	v, err := endCmd.Result()
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		v, err = script.Run(ctx, s.rdb, keys, args...).Result()
+	}
+	if err != nil {
+		err = s.mapErr("end", &l, err)
+		if core.IsLeaseLost(err) {
+			if next, herr := s.rdb.HGet(ctx, s.k(l.Key, "state"), core.FieldNextDue).Result(); herr == nil {
+				_ = s.setDue(ctx, l.Key, next) // best effort: the repair sweep covers a failure
+			}
 		}
+		return err
 	}
-	if err == nil {
-		return nil
+	derr := dueCmd.Err()
+	if redis.HasErrorPrefix(derr, "NOSCRIPT") {
+		derr = due.Run(ctx, s.rdb, dueKeys, dueArgs...).Err()
 	}
-	err = s.mapErr("end", &l, err)
-	if core.IsLeaseLost(err) {
-		if due, herr := s.rdb.HGet(ctx, s.k(l.Key, "state"), core.FieldNextDue).Int64(); herr == nil {
-			s.rdb.ZAdd(ctx, s.dueKey(), redis.Z{Score: float64(due), Member: member})
-		}
+	if derr != nil {
+		return fmt.Errorf("redisstore: end %s: due entry: %w", l.Key, derr)
 	}
-	return err
+	if v == int64(2) {
+		return s.setDue(ctx, l.Key, "0") // triggered during the cycle: due now
+	}
+	return nil
 }
 
 // ReleaseParked implements core.Store.
@@ -466,7 +496,21 @@ func (s *Store) LeaseLive(ctx context.Context, key core.Key) (bool, error) {
 
 // SetDue implements core.Store.
 func (s *Store) SetDue(ctx context.Context, key core.Key, at time.Time) error {
-	return s.rdb.ZAdd(ctx, s.dueKey(), redis.Z{Score: float64(ms(at)), Member: key.String()}).Err()
+	return s.setDue(ctx, key, strconv.FormatInt(ms(at), 10))
+}
+
+// setDueArgs are set_due.lua's KEYS and ARGV: due is a time in ms or "remove".
+func (s *Store) setDueArgs(key core.Key, due string) ([]string, []any) {
+	return []string{s.dueKey(key.Poller)}, []any{s.nowArg(), key.String(), due}
+}
+
+// setDue writes (or removes) key's due entry unless it is due now (set_due.lua).
+func (s *Store) setDue(ctx context.Context, key core.Key, due string) error {
+	keys, args := s.setDueArgs(key, due)
+	if _, err := s.run(ctx, "set_due", nil, keys, args...); err != nil {
+		return fmt.Errorf("redisstore: due entry of %s: %w", key, err)
+	}
+	return nil
 }
 
 // Register implements core.Store.
@@ -484,7 +528,7 @@ func (s *Store) Register(ctx context.Context, pollers map[string][]byte, keys ma
 		}
 		for k, entry := range keys {
 			p.HSet(ctx, s.registryKey(), k.String(), entry)
-			p.ZAddNX(ctx, s.dueKey(), redis.Z{Score: float64(ms(now)), Member: k.String()})
+			p.ZAddNX(ctx, s.dueKey(k.Poller), redis.Z{Score: float64(ms(now)), Member: k.String()})
 		}
 		return nil
 	})
@@ -543,24 +587,112 @@ func (s *Store) AddPartition(ctx context.Context, key core.Key, entry []byte) er
 }
 
 // DeleteKey implements core.Store. The data goes first, under the fence; a scheduler that
-// claims the key before it leaves the registry and due set finds the deletion mark.
+// claims the key before it leaves the registry and due set finds the deletion mark. The
+// registry entry is read before, so that the global cleanup (forget_key.lua) leaves a key
+// that a partitions add registered again in between.
 func (s *Store) DeleteKey(ctx context.Context, l core.Lease) error {
 	k := l.Key
+	entry, err := s.rdb.HGet(ctx, s.registryKey(), k.String()).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("redisstore: read the registry entry of %s: %w", k, err)
+	}
 	if _, err := s.run(ctx, "delete_key", &l, []string{s.k(k, "lease"), s.k(k, "state"), s.k(k, "items"), s.k(k, "outbox"),
 		s.k(k, "parked"), s.k(k, "holds"), s.k(k, "held"), s.k(k, "log"), s.k(k, "gone")}, s.writeArgs(l)...); err != nil {
 		return err
 	}
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HDel(ctx, s.registryKey(), k.String())
-		p.ZRem(ctx, s.dueKey(), k.String())
-		return nil
-	})
-	return err
+	if _, err := s.run(ctx, "forget_key", nil, []string{s.registryKey(), s.dueKey(k.Poller)}, k.String(), entry); err != nil {
+		return fmt.Errorf("redisstore: drop %s from the registry and due set: %w", k, err)
+	}
+	return nil
 }
 
 // Unschedule implements core.Store.
 func (s *Store) Unschedule(ctx context.Context, key core.Key) error {
-	return s.rdb.ZRem(ctx, s.dueKey(), key.String()).Err()
+	return s.setDue(ctx, key, "remove")
+}
+
+// repairBatch is how many registry entries one step of the repair sweep reads (HSCAN COUNT)
+// and checks in one pipelined round trip.
+const repairBatch = 500
+
+// RepairDue implements core.Store: HSCAN the registry; per batch, one pipelined round trip
+// reads each key's deletion mark, next due time and due entry, and, only when some lack an
+// entry, repair_due.lua gives them one.
+func (s *Store) RepairDue(ctx context.Context) ([]core.Key, error) {
+	var repaired []core.Key
+	var cursor uint64
+	for {
+		kvs, next, err := s.rdb.HScan(ctx, s.registryKey(), cursor, "", repairBatch).Result()
+		if err != nil {
+			return repaired, fmt.Errorf("redisstore: scan %s: %w", s.registryKey(), err)
+		}
+		var keys []core.Key
+		for i := 0; i < len(kvs); i += 2 {
+			if k, err := core.ParseKey(kvs[i]); err == nil {
+				keys = append(keys, k)
+			}
+		}
+		fixed, err := s.repairKeys(ctx, keys)
+		repaired = append(repaired, fixed...)
+		if err != nil {
+			return repaired, err
+		}
+		if cursor = next; cursor == 0 {
+			return repaired, nil
+		}
+	}
+}
+
+// repairKeys gives the keys among keys that are not deleted and lack a due entry one.
+func (s *Store) repairKeys(ctx context.Context, keys []core.Key) ([]core.Key, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	states := make([]*redis.SliceCmd, len(keys))
+	scores := make([]*redis.FloatCmd, len(keys))
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			states[i] = p.HMGet(ctx, s.k(k, "state"), "deleted", core.FieldNextDue)
+			scores[i] = p.ZScore(ctx, s.dueKey(k.Poller), k.String())
+		}
+		return nil
+	})
+	scriptKeys := []string{s.registryKey()}
+	slot := map[string]int{} // due set -> its index in scriptKeys (1-based, as in Lua)
+	args := []any{s.nowArg()}
+	for i, k := range keys {
+		if err := states[i].Err(); err != nil {
+			return nil, fmt.Errorf("redisstore: read the state of %s: %w", k, err)
+		}
+		switch err := scores[i].Err(); {
+		case err == nil:
+			continue // has a due entry
+		case !errors.Is(err, redis.Nil):
+			return nil, fmt.Errorf("redisstore: read the due entry of %s: %w", k, err)
+		}
+		st := states[i].Val()
+		if st[0] == "1" {
+			continue // deleted: stays out of the due set
+		}
+		due := int64(0) // absent, or "0" (triggered): due now
+		if v, ok := st[1].(string); ok {
+			due, _ = strconv.ParseInt(v, 10, 64)
+		}
+		set := s.dueKey(k.Poller)
+		if _, ok := slot[set]; !ok {
+			scriptKeys = append(scriptKeys, set)
+			slot[set] = len(scriptKeys)
+		}
+		args = append(args, k.String(), slot[set], due)
+	}
+	if len(args) == 1 {
+		return nil, nil
+	}
+	v, err := s.run(ctx, "repair_due", nil, scriptKeys, args...)
+	if err != nil {
+		return nil, err
+	}
+	return parseMembers(v)
 }
 
 // ReadLog implements core.Store. Log entries are ids of the server's real time, in ms.
@@ -600,11 +732,17 @@ func (s *Store) Trigger(ctx context.Context, key core.Key) error {
 	if err != nil {
 		return err
 	}
-	if err := s.rdb.HSet(ctx, s.k(key, "state"), core.FieldNextDue, "0").Err(); err != nil {
-		return err
+	// The generation tells a cycle running now to end due now (end.lua), and the due entry is
+	// written unconditionally: a trigger always wins over an older due time.
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, s.k(key, "state"), core.FieldNextDue, "0")
+		p.HIncrBy(ctx, s.k(key, "state"), core.FieldTrigger, 1)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("redisstore: trigger %s: %w", key, err)
 	}
-	if err := s.SetDue(ctx, key, now); err != nil {
-		return err
+	if err := s.rdb.ZAdd(ctx, s.dueKey(key.Poller), redis.Z{Score: float64(ms(now)), Member: key.String()}).Err(); err != nil {
+		return fmt.Errorf("redisstore: trigger %s: due entry: %w", key, err)
 	}
 	return s.rdb.Publish(ctx, s.WakeChannel(), key.String()).Err()
 }

@@ -5,9 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
@@ -91,8 +96,8 @@ func TestFencedWritesLeaveNoTrace(t *testing.T) {
 				if name == "end" {
 					// End's due-time write shares a pipeline with the script; when fenced off,
 					// the store re-writes the due score from the owner's state.
-					delete(before, s.DueKey())
-					delete(after, s.DueKey())
+					delete(before, s.DueKey(key.Poller))
+					delete(after, s.DueKey(key.Poller))
 				}
 				if !reflect.DeepEqual(before, after) {
 					t.Errorf("%s with a dead lease changed Redis:\nbefore %v\nafter  %v", name, before, after)
@@ -138,7 +143,7 @@ func TestClaimDue(t *testing.T) {
 		for i := 0; i < 50; i++ {
 			keys[core.Key{Poller: "p", Partition: fmt.Sprint(i)}] = []byte(`{"source":"config"}`)
 		}
-		if err := s.Register(ctx, nil, keys); err != nil {
+		if err := s.Register(ctx, map[string][]byte{"p": []byte(`{"poller":"p"}`)}, keys); err != nil {
 			t.Fatal(err)
 		}
 		var mu sync.Mutex
@@ -180,6 +185,252 @@ func TestClaimDue(t *testing.T) {
 		clk.add(time.Minute)
 		if ks, _ := s.ClaimDue(ctx, 100, time.Minute, nil); len(ks) != 50 {
 			t.Fatalf("after the claim timeout: %d keys due, want 50", len(ks))
+		}
+	})
+}
+
+// newStore is a store on b with a test clock.
+func newStore(t *testing.T, b redistest.Backend) (*Store, *clock) {
+	t.Helper()
+	clk := &clock{t: time.UnixMilli(1_800_000_000_000)}
+	s, err := New(b.Client, Options{Clock: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, clk
+}
+
+// zadd writes due entries straight into a poller's due set, as any earlier write would have.
+func zadd(t *testing.T, b redistest.Backend, key string, due map[string]time.Time) {
+	t.Helper()
+	for m, at := range due {
+		if err := b.Client.ZAdd(context.Background(), key, redis.Z{Score: float64(at.UnixMilli()), Member: m}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A claim merges the named pollers' due sets (every poller of the pollers hash when none is
+// named): the earliest due first, at most limit, each pushed to now + claim timeout.
+func TestClaimDueMergesPollers(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, clk := newStore(t, b)
+		now := clk.now()
+		if err := s.Register(ctx, map[string][]byte{"a": []byte(`{}`), "b": []byte(`{}`), "c": []byte(`{}`)}, nil); err != nil {
+			t.Fatal(err)
+		}
+		zadd(t, b, s.DueKey("a"), map[string]time.Time{"a|1": now.Add(-30 * time.Second), "a|2": now.Add(-10 * time.Second)})
+		zadd(t, b, s.DueKey("b"), map[string]time.Time{"b|1": now.Add(-20 * time.Second), "b|2": now.Add(10 * time.Second)})
+		zadd(t, b, s.DueKey("c"), map[string]time.Time{"c|1": now.Add(-5 * time.Second)})
+		k := func(p, part string) core.Key { return core.Key{Poller: p, Partition: part} }
+
+		got, err := s.ClaimDue(ctx, 3, time.Minute, nil)
+		if want := []core.Key{k("a", "1"), k("b", "1"), k("a", "2")}; err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("claim across every poller: %v, %v; want %v", got, err, want)
+		}
+		if score := b.Client.ZScore(ctx, s.DueKey("b"), "b|1").Val(); score != float64(now.Add(time.Minute).UnixMilli()) {
+			t.Fatalf("a claimed key is due at %v, want now + the claim timeout", score)
+		}
+		if got, err := s.ClaimDue(ctx, 10, time.Minute, []string{"b"}); err != nil || len(got) != 0 {
+			t.Fatalf("claim of b with nothing due: %v, %v", got, err)
+		}
+		if got, err := s.ClaimDue(ctx, 10, time.Minute, []string{"c", "b", "unknown"}); err != nil || !reflect.DeepEqual(got, []core.Key{k("c", "1")}) {
+			t.Fatalf("claim of c and b: %v, %v", got, err)
+		}
+	})
+}
+
+// The due writes that follow a Begin (SetDue, Unschedule, End's) keep an entry that something
+// made due since the claim pushed it forward; End keeps a key due now when a trigger landed
+// during its cycle, even if a skipped claim pushed its entry again meanwhile.
+func TestDueWritesKeepDueNow(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, clk := newStore(t, b)
+		key := core.Key{Poller: "orders", Partition: "t1"}
+		due := s.DueKey("orders")
+		score := func() float64 {
+			t.Helper()
+			v, err := b.Client.ZScore(ctx, due, key.String()).Result()
+			if errors.Is(err, redis.Nil) {
+				return -1
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		ms := func(d time.Duration) float64 { return float64(clk.now().Add(d).UnixMilli()) }
+
+		if err := s.SetDue(ctx, key, clk.now().Add(time.Minute)); err != nil || score() != ms(time.Minute) {
+			t.Fatalf("SetDue of an absent entry: %v, score %v", err, score())
+		}
+		if err := s.SetDue(ctx, key, clk.now().Add(time.Hour)); err != nil || score() != ms(time.Hour) {
+			t.Fatalf("SetDue over a future entry: %v, score %v", err, score())
+		}
+		if err := s.Trigger(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetDue(ctx, key, clk.now().Add(time.Hour)); err != nil || score() != ms(0) {
+			t.Fatalf("SetDue over a due-now entry: %v, score %v; want it kept", err, score())
+		}
+		if err := s.Unschedule(ctx, key); err != nil || score() != ms(0) {
+			t.Fatalf("Unschedule of a due-now entry: %v, score %v; want it kept", err, score())
+		}
+		if err := s.SetDue(ctx, key, clk.now().Add(-time.Second)); err != nil || score() != ms(0) {
+			t.Fatalf("SetDue over a due-now entry: %v, score %v", err, score())
+		}
+		zadd(t, b, due, map[string]time.Time{key.String(): clk.now().Add(2 * time.Minute)}) // claimed
+		if err := s.Unschedule(ctx, key); err != nil || score() != -1 {
+			t.Fatalf("Unschedule of a claimed entry: %v, score %v; want it removed", err, score())
+		}
+
+		// A cycle: a trigger lands while it runs, then another instance's claim is skipped on
+		// the lease and pushes the entry again.
+		r, err := s.Begin(ctx, key, "a", 30*time.Second, false)
+		if err != nil || r.Status != core.BeginOK {
+			t.Fatalf("begin: %+v, %v", r, err)
+		}
+		if err := s.Trigger(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetDue(ctx, key, clk.now().Add(2*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		zadd(t, b, due, map[string]time.Time{key.String(): clk.now().Add(15 * time.Second)})
+		end := core.EndRequest{State: map[string]string{core.FieldNextDue: strconv.FormatInt(clk.now().Add(time.Hour).UnixMilli(), 10)},
+			NextDue: clk.now().Add(time.Hour), Trigger: r.State[core.FieldTrigger]}
+		if err := s.End(ctx, r.Lease, end); err != nil {
+			t.Fatal(err)
+		}
+		if st := b.Client.HGet(ctx, s.Key(key, "state"), core.FieldNextDue).Val(); st != "0" || score() > ms(0) {
+			t.Fatalf("after a trigger during the cycle: nextDue %q, due entry %v; want due now", st, score())
+		}
+		// The next cycle sees the trigger at Begin: its End writes the schedule.
+		zadd(t, b, due, map[string]time.Time{key.String(): clk.now().Add(2 * time.Minute)}) // claimed
+		if r, err = s.Begin(ctx, key, "a", 30*time.Second, false); err != nil || r.Status != core.BeginOK {
+			t.Fatalf("begin: %+v, %v", r, err)
+		}
+		end.Trigger = r.State[core.FieldTrigger]
+		if err := s.End(ctx, r.Lease, end); err != nil {
+			t.Fatal(err)
+		}
+		if st := b.Client.HGet(ctx, s.Key(key, "state"), core.FieldNextDue).Val(); st != end.State[core.FieldNextDue] || score() != ms(time.Hour) {
+			t.Fatalf("a cycle without a trigger: nextDue %q, due entry %v; want both in an hour", st, score())
+		}
+	})
+}
+
+// partitions delete's global cleanup leaves a key that a partitions add registered again
+// between the deletion of its data and the cleanup.
+func TestDeleteKeyKeepsAKeyAddedMeanwhile(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, _ := newStore(t, b)
+		key := core.Key{Poller: "orders", Partition: "t1"}
+		if err := s.Register(ctx, map[string][]byte{"orders": []byte(`{}`)}, map[core.Key][]byte{key: []byte(`{"source":"cli","addedAt":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+		del := func() {
+			t.Helper()
+			r, err := s.Begin(ctx, key, "op", 30*time.Second, true)
+			if err != nil || r.Status != core.BeginOK {
+				t.Fatalf("begin: %+v, %v", r, err)
+			}
+			if err := s.DeleteKey(ctx, r.Lease); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The add lands just before the cleanup script.
+		add := &beforeScript{key: s.registryKey(), run: func() {
+			if err := s.AddPartition(ctx, key, []byte(`{"source":"cli","addedAt":2}`)); err != nil {
+				t.Error(err)
+			}
+		}}
+		b.Client.AddHook(add)
+		del()
+		if !add.ran.Load() {
+			t.Fatal("the add never ran")
+		}
+		if got := b.Client.HGet(ctx, s.registryKey(), key.String()).Val(); got != `{"source":"cli","addedAt":2}` {
+			t.Fatalf("registry entry after delete and add: %q", got)
+		}
+		if err := b.Client.ZScore(ctx, s.DueKey("orders"), key.String()).Err(); err != nil {
+			t.Fatalf("the added key is not due: %v", err)
+		}
+		// Without a race, the cleanup happens.
+		del()
+		if n := b.Client.HExists(ctx, s.registryKey(), key.String()).Val(); n {
+			t.Fatal("the deleted key is still registered")
+		}
+		if err := b.Client.ZScore(ctx, s.DueKey("orders"), key.String()).Err(); !errors.Is(err, redis.Nil) {
+			t.Fatalf("the deleted key is still due: %v", err)
+		}
+	})
+}
+
+// beforeScript is a go-redis hook that runs run once, before the first script whose first
+// key is key.
+type beforeScript struct {
+	key string
+	run func()
+	ran atomic.Bool
+}
+
+func (h *beforeScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *beforeScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *beforeScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(args) > 3 && args[3] == h.key && h.ran.CompareAndSwap(false, true) {
+			h.run()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// The repair sweep pages through the registry (more keys than one batch) and gives each key
+// that is not deleted and lacks a due entry one, at its state's next due time or now.
+func TestRepairDue(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, clk := newStore(t, b)
+		keys := map[core.Key][]byte{}
+		for i := 0; i < 2*repairBatch+100; i++ {
+			keys[core.Key{Poller: fmt.Sprintf("p%d", i%2), Partition: fmt.Sprint(i)}] = []byte(`{"source":"config"}`)
+		}
+		if err := s.Register(ctx, map[string][]byte{"p0": []byte(`{}`), "p1": []byte(`{}`)}, keys); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.RepairDue(ctx); err != nil || len(got) != 0 {
+			t.Fatalf("a sweep with every entry in place: %v, %v", got, err)
+		}
+		deleted, later := core.Key{Poller: "p0", Partition: "0"}, core.Key{Poller: "p1", Partition: "1"}
+		if err := b.Client.HSet(ctx, s.Key(deleted, "state"), "deleted", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		at := clk.now().Add(time.Hour).UnixMilli()
+		if err := b.Client.HSet(ctx, s.Key(later, "state"), core.FieldNextDue, at).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Client.Del(ctx, s.DueKey("p0"), s.DueKey("p1")).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.RepairDue(ctx)
+		if err != nil || len(got) != len(keys)-1 || slices.Contains(got, deleted) {
+			t.Fatalf("repaired %d keys (the deleted one among them: %v), %v; want %d", len(got), slices.Contains(got, deleted), err, len(keys)-1)
+		}
+		if score := b.Client.ZScore(ctx, s.DueKey("p1"), later.String()).Val(); score != float64(at) {
+			t.Fatalf("a key with a next due time repaired at %v, want %v", score, at)
+		}
+		if score := b.Client.ZScore(ctx, s.DueKey("p1"), "p1|3").Val(); score != float64(clk.now().UnixMilli()) {
+			t.Fatalf("a key without a next due time repaired at %v, want now", score)
+		}
+		if got, err := s.RepairDue(ctx); err != nil || len(got) != 0 {
+			t.Fatalf("a second sweep: %v, %v", got, err)
 		}
 	})
 }

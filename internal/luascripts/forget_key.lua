@@ -1,0 +1,14 @@
+-- forget_key.lua: the global half of partitions delete, after delete_key.lua: drop the key's
+-- registry entry and due entry, but only if the registry entry is still the one read before
+-- the delete. A partitions add landing in between writes a new entry (with its addedAt), and
+-- the key it brings back must stay registered and due.
+-- KEYS[1] registry hash, KEYS[2] the poller's due set (both under {global})
+-- ARGV[1] member "poller|partition", ARGV[2] the registry entry read before the delete
+--   ('' when there was none)
+-- Returns 1 when forgotten, 0 when the key was added again meanwhile.
+-- First check: the registry entry equals ARGV[2]; otherwise nothing is written.
+local entry = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+if entry ~= ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 1
