@@ -646,3 +646,164 @@ func entriesAdded(t *testing.T, b redistest.Backend, stream string) int64 {
 	}
 	return v.(map[any]any)["entries-added"].(int64)
 }
+
+// G6 (false deletes): a snapshotDiff poller pages a listing by offset while the API deletes
+// items; later items shift onto pages already read, the listing completes without them, and
+// the old engine emitted them as deleted although the API never deleted them. Each remedy is
+// run: confirmDeletes (the default, 2: an identity must be missing from two complete listings
+// in a row) and a detail request (404/410 = deleted). With confirmDeletes 1 the same listings
+// do produce false deletes: the setup reproduces the hole.
+func TestG6NoFalseDeletesWhileAListingShifts(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		confirm int
+		detail  bool
+		every   bool // deletes while paging in every listing, not every other one
+		false0  bool // false deletes expected (the hole, with the old setting)
+	}{
+		{"one listing decides (the old behaviour)", 1, false, false, true},
+		{"confirmDeletes 2", 0, false, false, false},
+		{"detail request", 0, true, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+				e := newEnv(t, b)
+				srv, _ := e.server(fakeapi.ServerOptions{})
+				e.api.PutMany(60, "i", nil)
+				p := e.poller(func(p *Poller) {
+					p.Strategy = SnapshotDiff
+					p.Fetch = (&PageCursor{Source: HTTPSource{URL: srv.URL + "/list", Items: "data"}, Param: "offset", Offset: true,
+						SizeParam: "limit", Size: 10, HasMore: "has_more"}).Fetch
+					p.ConfirmDeletes = tc.confirm
+					if tc.detail {
+						p.Detail = (&DetailRequest{Source: HTTPSource{URL: srv.URL + "/items/{id}"}}).Fetch
+					}
+				})
+				eng := e.engine(p, nil)
+				e.settle(eng)
+				for round := range 8 {
+					if tc.every || round%2 == 0 {
+						srv.DeleteWhilePaging(1, 5)
+					} else {
+						srv.DeleteWhilePaging(0, 0)
+					}
+					e.api.Put(fmt.Sprintf("n%02d", round), nil) // the listing changes, so it is read again
+					e.clock.Advance(3 * time.Minute)
+					e.tick(eng)
+				}
+				srv.DeleteWhilePaging(0, 0)
+				e.settle(eng)
+				deletedInAPI := map[string]bool{}
+				for _, c := range e.api.Changes() {
+					if c.Deleted {
+						deletedInAPI[c.ID] = true
+					}
+				}
+				var falseDeletes []string
+				for _, ev := range e.rec.events() {
+					if ev.Type == Deleted && !deletedInAPI[ev.Identity] {
+						falseDeletes = append(falseDeletes, ev.Identity)
+					}
+				}
+				if srv.DeletedWhilePaging() == 0 {
+					t.Fatal("no item was deleted while a listing was paged: the setup did nothing")
+				}
+				switch {
+				case tc.false0 && len(falseDeletes) == 0:
+					t.Fatalf("%d items deleted while paging, no false delete: the setup does not reproduce the hole", srv.DeletedWhilePaging())
+				case !tc.false0 && len(falseDeletes) > 0:
+					t.Fatalf("deleted events for items the API never deleted: %v", falseDeletes)
+				}
+				if !tc.false0 {
+					checkFinal(t, e)
+				}
+			})
+		})
+	}
+}
+
+// Pause (hole 12): the runbook says nothing reaches the API once a key is paused. A cycle
+// running when the pause lands stops at its next step: no further request, no further
+// delivery batch. The old cycle read the pause flag only at Begin: 9 more requests and 45
+// deliveries followed a pause.
+func TestPauseStopsARunningCycle(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 50)
+		var mu sync.Mutex
+		paused := false
+		var after []string
+		ops, err := New(Options{Redis: b.Client, clock: e.clock.Now}) // an operator: the Redis URL only
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := e.poller(func(p *Poller) {
+			feed := e.api.ChangeFeed(10)
+			p.Delivery.Concurrency = 1
+			p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+				mu.Lock()
+				if paused {
+					after = append(after, fmt.Sprintf("request page %d", req.Page))
+				}
+				mu.Unlock()
+				return feed(ctx, req)
+			}
+			p.Handler = func(ctx context.Context, ev Event) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if paused {
+					after = append(after, "deliver "+ev.Identity)
+				}
+				if ev.Identity == "o12" && !paused { // page 2 is being delivered
+					if err := ops.Pause(ctx, "orders", ""); err != nil {
+						return err
+					}
+					paused = true
+				}
+				return nil
+			}
+		})
+		eng := e.engine(p, nil)
+		e.tick(eng)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, a := range after {
+			if strings.HasPrefix(a, "request") {
+				t.Fatalf("after the pause returned: %v", after)
+			}
+		}
+		if len(after) > 9 { // at most the rest of page 2's batch
+			t.Fatalf("after the pause returned, %d more deliveries: %v", len(after), after)
+		}
+		ki, _ := eng.Inspect(t.Context(), "orders", "")
+		if ki.Status != "paused" || ki.OutboxPending == 0 {
+			t.Fatalf("after the cycle: status %s, outbox %d (the undelivered events wait there)", ki.Status, ki.OutboxPending)
+		}
+	})
+}
+
+// Memory (hole 11): the outbox's consumer group kept one consumer per process lifetime for
+// good (200 lifetimes left 199 consumers). Every lease holder now reads as one consumer.
+func TestBoundedMemoryOneOutboxConsumer(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		var eng *Engine
+		for range 200 {
+			e.api.Put("o1", nil)
+			e.clock.Advance(3 * time.Minute)
+			eng = e.engine(e.poller(), nil) // a new process each time
+			e.tick(eng)
+		}
+		outbox := eng.store.Key(Key{Poller: "orders"}, "outbox")
+		cs, err := b.Client.XInfoConsumers(t.Context(), outbox, "dispatch").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cs) > 1 {
+			t.Fatalf("%d consumers in the outbox group after 200 process lifetimes", len(cs))
+		}
+		if n := len(e.rec.events()); n != 200 {
+			t.Fatalf("%d events delivered, want 200", n)
+		}
+	})
+}

@@ -170,6 +170,13 @@ type TokenCursor = cursor.Token
 // PageCursor walks a full listing by page number or offset; use its Fetch method.
 type PageCursor = cursor.Page
 
+// DetailRequest fetches one item by identity over HTTP ("{id}" in its URL), the request that
+// confirms a delete a listing suggests; use its Fetch method as Poller.Detail.
+type DetailRequest = cursor.Detail
+
+// DetailFunc fetches one item by identity; found is false when the API says it is gone.
+type DetailFunc = core.DetailFunc
+
 // ParseTime reads an API date: "rfc3339", "epoch_s", "epoch_ms", "epoch" or a Go layout.
 func ParseTime(v string, formats []string) (time.Time, error) { return cursor.Parse(v, formats) }
 

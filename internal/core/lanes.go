@@ -59,7 +59,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		}
 		c.confirmed = false
 		sent := time.Now()
-		page, err := ln.fetch(ctx, FetchRequest{Key: c.key, Cursor: cursor, Lane: ln.name, Page: pages, Fresh: ln.fresh})
+		page, err := ln.fetch(c.keeper.withRequestGuard(ctx), FetchRequest{Key: c.key, Cursor: cursor, Lane: ln.name, Page: pages, Fresh: ln.fresh})
 		if h := c.e.hooks.OnFetch; h != nil {
 			h(c.key, ln.name, time.Since(sent), err)
 		}
@@ -159,6 +159,9 @@ func (c *cycle) wait(ctx context.Context, d time.Duration) error {
 func (c *cycle) fetchFailure(ctx context.Context, ln lane, cursor string, err error) *cycleError {
 	if cause := context.Cause(ctx); cause != nil {
 		return storeErr(cause)
+	}
+	if IsLeaseLost(err) {
+		return storeErr(err) // the request never left: the cycle is abandoned
 	}
 	err = fmt.Errorf("%s lane of %s at cursor %q: %w", ln.name, c.key, cursor, err)
 	var he *HTTPError
@@ -273,7 +276,7 @@ func (c *cycle) detail(ctx context.Context, identity string) (json.RawMessage, b
 	}
 	c.confirmed = false
 	sent := time.Now()
-	item, found, err := c.p.Detail(ctx, c.key, identity)
+	item, found, err := c.p.Detail(c.keeper.withRequestGuard(ctx), c.key, identity)
 	if h := c.e.hooks.OnFetch; h != nil {
 		h(c.key, "detail", time.Since(sent), err)
 	}

@@ -106,3 +106,34 @@ func (k *leaseKeeper) close() {
 	close(k.stop)
 	<-k.done
 }
+
+// requestGuardKey carries a cycle's last-moment lease check to the code that sends a request.
+type requestGuardKey struct{}
+
+// withRequestGuard returns ctx carrying the keeper's check for the requests sent with it.
+func (k *leaseKeeper) withRequestGuard(ctx context.Context) context.Context {
+	return WithRequestCheck(ctx, func() error {
+		if !k.valid() {
+			return &LeaseLostError{Key: k.lease.Key, Epoch: k.lease.Epoch, Reason: "the lease may have expired before the request left (a pause past its validity)"}
+		}
+		return nil
+	})
+}
+
+// WithRequestCheck returns ctx carrying check, which CheckRequest runs: a cycle passes its
+// lease check to the requests of its lanes this way.
+func WithRequestCheck(ctx context.Context, check func() error) context.Context {
+	return context.WithValue(ctx, requestGuardKey{}, check)
+}
+
+// CheckRequest fails with a *LeaseLostError when the cycle that ctx belongs to may have lost its
+// lease; it is nil outside a cycle. The cycle checks before every request, but a process can
+// be frozen (GC, SIGSTOP) between that check and the moment the request's bytes leave: HTTP
+// clients call CheckRequest as late as they can, so a resumed instance does not send a request
+// decided under a lease that another instance holds by now.
+func CheckRequest(ctx context.Context) error {
+	if g, ok := ctx.Value(requestGuardKey{}).(func() error); ok {
+		return g()
+	}
+	return nil
+}

@@ -34,8 +34,9 @@ const (
 )
 
 // defaultHTTP is used when Client.HTTP is nil: no client-level timeout, because the
-// per-request context deadline already bounds every request.
-var defaultHTTP = &http.Client{}
+// per-request context deadline already bounds every request; its connections run a cycle's
+// lease check before every write (guard.go).
+var defaultHTTP = newDefaultHTTP()
 
 // Client sends requests for one poller. The zero value is ready to use; a Client is safe for
 // concurrent use as long as its fields are not changed meanwhile.
@@ -175,7 +176,16 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 	if hc == nil {
 		hc = defaultHTTP
 	}
+	// A cycle's lease may have lapsed since its own check (a frozen process): no request
+	// leaves then. The default client checks once more before each write on the wire.
+	if err := core.CheckRequest(ctx); err != nil {
+		err = fmt.Errorf("watukuy: %s: %s %s: %w", req.Key, method, shown, err)
+		c.logRequest(req.Key, method, shown, hreq.Header, nil, time.Since(start), err)
+		return nil, err
+	}
+	hreq, disarm := guard(ctx, hreq)
 	hresp, err := hc.Do(hreq)
+	disarm()
 	if err != nil {
 		err = c.transportError(ctx, tctx, req.Key, method, shown, timeout, err)
 		c.logRequest(req.Key, method, shown, hreq.Header, nil, time.Since(start), err)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -713,5 +714,49 @@ func TestDoCustomTransportWithoutRequest(t *testing.T) {
 	resp, err := c.Do(context.Background(), Request{Key: testKey, URL: "https://api.example/items?page=1"})
 	if err != nil || resp.Next != "https://api.example/items?page=2" {
 		t.Fatalf("resp %+v err %v", resp, err)
+	}
+}
+
+// A request whose cycle lost its lease never reaches the API, even when the lease lapses after
+// Do's own check, while the connection is taken (a process frozen there): the connection runs
+// the check again before it writes.
+func TestRequestCheckStopsTheWrite(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		_, _ = w.Write([]byte(`[]`))
+	}))
+	defer srv.Close()
+	lost := errors.New("lease lost")
+	for _, tc := range []struct {
+		name   string
+		passes int // checks that pass before the lease is gone
+	}{
+		{"lost before Do", 0},
+		{"lost after Do's check, before the write", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int64
+			ctx := core.WithRequestCheck(context.Background(), func() error {
+				if calls.Add(1) > int64(tc.passes) {
+					return lost
+				}
+				return nil
+			})
+			before := hits.Load()
+			_, err := (&Client{}).Do(ctx, Request{URL: srv.URL})
+			if !errors.Is(err, lost) {
+				t.Fatalf("Do: %v, want the check's error", err)
+			}
+			if n := hits.Load() - before; n != 0 {
+				t.Fatalf("the API got %d requests", n)
+			}
+		})
+	}
+	if _, err := (&Client{}).Do(context.Background(), Request{URL: srv.URL}); err != nil {
+		t.Fatalf("a request outside a cycle: %v", err)
+	}
+	if hits.Load() != 1 {
+		t.Fatalf("the API got %d requests, want 1", hits.Load())
 	}
 }

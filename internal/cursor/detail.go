@@ -1,0 +1,65 @@
+package cursor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/httpx"
+)
+
+// Detail fetches one item by identity, the request that confirms a delete a listing suggests
+// (core.Poller.Detail): URL holds "{id}", replaced by the path-escaped identity. 404 and 410
+// mean the item is gone; any other failure is an error, and the listings decide.
+type Detail struct {
+	// Source sends the request; its URL holds "{id}", and Items, when set, is the gjson path
+	// of the item in the body ("" means the body is the item).
+	Source
+}
+
+// Fetch is the poller's DetailFunc.
+func (d *Detail) Fetch(ctx context.Context, key core.Key, identity string) (json.RawMessage, bool, error) {
+	u := strings.ReplaceAll(expand(d.URL, key), "{id}", url.PathEscape(identity))
+	q := url.Values{}
+	for k, vs := range d.Query {
+		for _, v := range vs {
+			q.Add(k, expand(v, key))
+		}
+	}
+	h := http.Header{}
+	for k, vs := range d.Header {
+		for _, v := range vs {
+			h.Add(k, expand(v, key))
+		}
+	}
+	client := d.Client
+	if client == nil {
+		client = &httpx.Client{}
+	}
+	resp, err := client.Do(ctx, httpx.Request{Key: key, URL: u, Query: q, Header: h})
+	var he *core.HTTPError
+	if errors.As(err, &he) && (he.StatusCode == http.StatusNotFound || he.StatusCode == http.StatusGone) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if err := httpx.CheckJSON(resp.Body); err != nil {
+		return nil, false, fmt.Errorf("%s: detail of %q: %w", key, identity, err)
+	}
+	item := gjson.ParseBytes(resp.Body)
+	if d.Items != "" {
+		item = item.Get(d.Items)
+	}
+	if !item.IsObject() {
+		return nil, false, fmt.Errorf("%s: detail of %q: no item object at %q", key, identity, d.Items)
+	}
+	return json.RawMessage(item.Raw), true, nil
+}
