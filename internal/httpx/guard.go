@@ -22,7 +22,9 @@ type guardedConn struct {
 
 func (c *guardedConn) Write(b []byte) (int, error) {
 	if g := c.check.Load(); g != nil {
-
+		if err := (*g)(); err != nil {
+			return 0, err
+		}
 	}
 	return c.Conn.Write(b)
 }
