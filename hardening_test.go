@@ -731,7 +731,7 @@ func TestPauseStopsARunningCycle(t *testing.T) {
 		e := newEnv(t, b)
 		putN(e, 50)
 		var mu sync.Mutex
-		paused := false
+		paused, resumed := false, false
 		var after []string
 		ops, err := New(Options{Redis: b.Client, clock: e.clock.Now}) // an operator: the Redis URL only
 		if err != nil {
@@ -754,13 +754,13 @@ func TestPauseStopsARunningCycle(t *testing.T) {
 				if paused {
 					after = append(after, "deliver "+ev.Identity)
 				}
-				if ev.Identity == "o12" && !paused { // page 2 is being delivered
+				if ev.Identity == "o12" && !paused && !resumed { // page 2 is being delivered
 					if err := ops.Pause(ctx, "orders", ""); err != nil {
 						return err
 					}
 					paused = true
 				}
-				return nil
+				return e.rec.handle(ctx, ev)
 			}
 		})
 		eng := e.engine(p, nil)
@@ -776,8 +776,18 @@ func TestPauseStopsARunningCycle(t *testing.T) {
 			t.Fatalf("after the pause returned, %d more deliveries: %v", len(after), after)
 		}
 		ki, _ := eng.Inspect(t.Context(), "orders", "")
-		if ki.Status != "paused" || ki.OutboxPending == 0 {
-			t.Fatalf("after the cycle: status %s, outbox %d (the undelivered events wait there)", ki.Status, ki.OutboxPending)
+		if ki.Status != "paused" || ki.Cursor != "20" {
+			t.Fatalf("after the cycle: status %s, cursor %q (want paused at page 2's end)", ki.Status, ki.Cursor)
+		}
+		paused, resumed = false, true
+		mu.Unlock()
+		if err := ops.Resume(t.Context(), "orders", ""); err != nil {
+			t.Fatal(err)
+		}
+		e.settle(eng)
+		mu.Lock()
+		if got := len(e.api.Final()); len(e.rec.final()) != got {
+			t.Fatalf("after resume: %d identities delivered, the API has %d", len(e.rec.final()), got)
 		}
 	})
 }

@@ -572,13 +572,15 @@ func TestMigrateSplitsDueSetAndKeepsPendingEvents(t *testing.T) {
 		e := newEnv(t, b)
 		putN(e, 5)
 		e.tick(e.engine(e.poller(), faulty(&faultyStore{dieCommit: 1}))) // committed, never delivered
-		// Two processes in turn read the outbox as their own consumer, deliver, and die
-		// before the ack: the second takes the entries over from the first.
-		for i := 0; i < 2; i++ {
-			e.clock.Advance(3 * time.Minute)
-			e.tick(e.engine(e.poller(), faulty(&faultyStore{failAck: 1})))
-		}
+		// Layout 2 read the outbox as one consumer per process: two processes in turn read it
+		// and died before the ack, the second taking the entries over from the first.
 		outbox := "wk:{orders|}:outbox"
+		if err := b.Client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "dispatch", Consumer: "instance-b", Streams: []string{outbox, ">"}, Count: 10, Block: -1}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Client.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: outbox, Group: "dispatch", Consumer: "instance-c", Start: "0-0", Count: 10}).Err(); err != nil {
+			t.Fatal(err)
+		}
 		pending := func() map[string]int64 {
 			t.Helper()
 			cs, err := b.Client.XInfoConsumers(ctx, outbox, "dispatch").Result()
