@@ -799,11 +799,16 @@ func TestBoundedMemoryOneOutboxConsumer(t *testing.T) {
 		e := newEnv(t, b)
 		var eng *Engine
 		for range 200 {
+			// A new process each time: it drains what the last one left in the outbox (a
+			// reader of the group), then commits one event and dies before delivering it.
 			e.api.Put("o1", nil)
 			e.clock.Advance(3 * time.Minute)
-			eng = e.engine(e.poller(), nil) // a new process each time
+			eng = e.engine(e.poller(), faulty(&faultyStore{dieCommit: 1}))
 			e.tick(eng)
 		}
+		e.clock.Advance(3 * time.Minute)
+		eng = e.engine(e.poller(), nil)
+		e.settle(eng)
 		outbox := eng.store.Key(Key{Poller: "orders"}, "outbox")
 		cs, err := b.Client.XInfoConsumers(t.Context(), outbox, "dispatch").Result()
 		if err != nil {
