@@ -59,11 +59,16 @@ feed:
 	close(work)
 	wg.Wait()
 
-	if len(d.poison) > 0 || len(d.held) > 0 {
-		if err := c.e.store.Park(ctx, c.lease, d.poison, d.held); err != nil {
+	// Parks and acks go in slices, so that a page of 100,000 events never makes one long
+	// script: each slice is a fenced call of its own, and each is safe to repeat.
+	step := c.chunkItems()
+	for held := d.held; len(d.poison) > 0 || len(held) > 0; {
+		n := min(len(held), step)
+		if err := c.e.store.Park(ctx, c.lease, d.poison, held[:n]); err != nil {
 			return storeErr(err)
 		}
 		c.rep.Parked += len(d.poison)
+		d.poison, held = nil, held[n:]
 	}
 	var ids []string
 	for i, ok := range d.acked {
@@ -72,12 +77,16 @@ feed:
 		}
 	}
 	if len(ids) > 0 {
-		paused, err := c.e.store.Ack(ctx, c.lease, ids)
-		if err != nil {
-			return storeErr(err)
-		}
-		if paused {
-			c.keeper.paused.Store(true)
+		for rest := ids; len(rest) > 0; {
+			n := min(len(rest), step)
+			paused, err := c.e.store.Ack(ctx, c.lease, rest[:n])
+			if err != nil {
+				return storeErr(err)
+			}
+			if paused {
+				c.keeper.paused.Store(true)
+			}
+			rest = rest[n:]
 		}
 		c.confirmed = true
 		c.rep.Delivered += len(ids)

@@ -143,26 +143,34 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 	return nil
 }
 
+// loadBatch bounds the identities one read of rows asks for: a read of a 100,000-item page's
+// rows in one command would hold Redis for tens of milliseconds.
+const loadBatch = 5000
+
 // load reads the stored rows (and tombstones) of identities.
 func (c *cycle) load(ctx context.Context, ids []string) ([]stored, error) {
-	rows, tombs, err := c.e.store.LoadRows(ctx, c.key, ids)
-	if err != nil {
-		return nil, err
-	}
 	known := make([]stored, len(ids))
-	for i := range ids {
-		known[i].tomb = tombs[i]
-		if rows[i] == nil {
-			continue
+	for from := 0; from < len(ids); from += loadBatch {
+		to := min(from+loadBatch, len(ids))
+		rows, tombs, err := c.e.store.LoadRows(ctx, c.key, ids[from:to])
+		if err != nil {
+			return nil, err
 		}
-		r, ok := diff.ParseRow(rows[i])
-		if !ok {
-			// A corrupt row counts as absent: the identity is created again (at worst a
-			// duplicate), never skipped.
-			c.log.Warn().Str("identity", ids[i]).Msg("corrupt item row: treated as absent")
-			continue
+		for j := range rows {
+			i := from + j
+			known[i].tomb = tombs[j]
+			if rows[j] == nil {
+				continue
+			}
+			r, ok := diff.ParseRow(rows[j])
+			if !ok {
+				// A corrupt row counts as absent: the identity is created again (at worst a
+				// duplicate), never skipped.
+				c.log.Warn().Str("identity", ids[i]).Msg("corrupt item row: treated as absent")
+				continue
+			}
+			known[i].row, known[i].wasThere = &r, true
 		}
-		known[i].row, known[i].wasThere = &r, true
 	}
 	return known, nil
 }
@@ -257,9 +265,9 @@ type commitResult struct {
 func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error) {
 	res := commitResult{seqs: make([]string, len(w.events)), envelopes: make([][]byte, len(w.events)), keys: make([]string, len(w.events))}
 	shadow := c.routeEvents(w)
-	maxItems, maxBytes := defaultCommitMaxItems, defaultCommitMaxBytes
+	maxItems, maxBytes := c.chunkItems(), defaultCommitMaxBytes
 	if c.p != nil {
-		maxItems, maxBytes = c.p.CommitMaxItems, c.p.CommitMaxBytes
+		maxBytes = c.p.CommitMaxBytes
 	}
 	var chunk []step
 	var invalid []ParkedRow
@@ -367,6 +375,15 @@ func (c *cycle) orderingKey(ev Event) string {
 		return ev.Identity
 	}
 	return c.p.orderingKey(ev)
+}
+
+// chunkItems bounds the entries one script handles: a commit's changes, an ack's or a park's
+// entries.
+func (c *cycle) chunkItems() int {
+	if c.p == nil {
+		return defaultCommitMaxItems
+	}
+	return c.p.CommitMaxItems
 }
 
 // tombstoneRetention is how long this key's tombstones are kept.

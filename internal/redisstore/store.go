@@ -312,11 +312,25 @@ func (s *Store) LoadRows(ctx context.Context, key core.Key, identities []string)
 
 // Identities implements core.Store.
 func (s *Store) Identities(ctx context.Context, key core.Key) ([]string, error) {
-	ids, err := s.rdb.HKeys(ctx, s.k(key, "items")).Result()
-	if err != nil {
-		return nil, fmt.Errorf("redisstore: identities of %s: %w", key, err)
+	// HSCAN in steps rather than one HKEYS: a million identities in one command would hold
+	// Redis for a long time.
+	var ids []string
+	seen := map[string]bool{} // HSCAN may return a field twice
+	for cursor := uint64(0); ; {
+		kv, next, err := s.rdb.HScan(ctx, s.k(key, "items"), cursor, "", 2000).Result()
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: identities of %s: %w", key, err)
+		}
+		for i := 0; i < len(kv); i += 2 {
+			if !seen[kv[i]] {
+				seen[kv[i]] = true
+				ids = append(ids, kv[i])
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return ids, nil
+		}
 	}
-	return ids, nil
 }
 
 // CommitPoll implements core.Store.
