@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
@@ -115,10 +116,6 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 	// The order that counts is the acks' (G4: "acked in commit order"): a frozen instance may
 	// finish a handler call after it lost its lease, but its ack is fenced off. Without acks
 	// (processes observed from outside) the handler's order stands in for them.
-	type seen struct {
-		key core.Key
-		ev  core.Event
-	}
 	byID := map[string]core.Event{}
 	for _, c := range rec.commits {
 		for _, ev := range c.Events {
@@ -175,6 +172,21 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 				add("G2", core.Key{}, "%s delivered with %d ids", what, len(ids))
 			}
 		}
+		// An id names one change: a consumer that applies the acked events in order and drops
+		// ids it has seen ends in the API's final state (content that comes back, A→B→A, or
+		// an identity created again must not reuse an earlier change's id).
+		if truth != nil {
+			deduped, plain := finalStates(order, true), finalStates(order, false)
+			for k, t := range truth {
+				for id, v := range t.Final {
+					want := strconv.Itoa(v)
+					// Only where applying every event gets it right, so G3's findings stay G3's.
+					if got, ok := deduped[k][id]; ok && got != want && plain[k][id] == want {
+						add("G2", k, "%s: a consumer that dedupes by id ends at v%s, the API has v%d: an id was reused", id, got, v)
+					}
+				}
+			}
+		}
 	}
 
 	if truth == nil {
@@ -182,18 +194,7 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 	}
 	// G3: the last delivered state per identity is the API's final state.
 	if truth != nil && need("G3", "deliveries") {
-		last := map[core.Key]map[string]string{}
-		for _, o := range order {
-			k := o.key
-			if last[k] == nil {
-				last[k] = map[string]string{}
-			}
-			if o.ev.Type == core.Deleted {
-				delete(last[k], o.ev.Identity)
-			} else {
-				last[k][o.ev.Identity] = o.ev.Version
-			}
-		}
+		last := finalStates(order, false)
 		for k, t := range truth {
 			for id, v := range t.Final {
 				if got := last[k][id]; got != strconv.Itoa(v) {
@@ -261,6 +262,44 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		}
 	}
 
+	// G5: at most one instance acts on a key: no handler call starts after the caller's lease
+	// expired on the server (its grant or last renewal, by the server clock), when another
+	// instance may hold the key. Per instance and key, a sweep in time.
+	if need("G5", "grants", "writes", "deliveries") {
+		type span struct {
+			at, until time.Time
+		}
+		leases := map[string][]span{} // instance/key -> grant and renewal expiries in time order
+		for _, g := range rec.grants {
+			k := g.Instance + "/" + g.Key.String()
+			leases[k] = append(leases[k], span{g.At, g.Expires})
+		}
+		for _, w := range rec.writes {
+			if !w.Expires.IsZero() {
+				k := w.Instance + "/" + w.Key.String()
+				leases[k] = append(leases[k], span{w.Start, w.Expires})
+			}
+		}
+		for k := range leases {
+			sort.Slice(leases[k], func(i, j int) bool { return leases[k][i].at.Before(leases[k][j].at) })
+		}
+		for _, d := range rec.deliveries {
+			if d.Start.IsZero() {
+				continue
+			}
+			var until time.Time
+			for _, sp := range leases[d.Instance+"/"+keyOf(d.Event).String()] {
+				if sp.at.After(d.Start) {
+					break
+				}
+				until = sp.until
+			}
+			if !until.IsZero() && !d.Start.Before(until) {
+				add("G5", keyOf(d.Event), "%s began delivering %s at %s, its lease expired at %s", d.Instance, d.Event.ID, d.Start.Format(time.TimeOnly+".000"), until.Format(time.TimeOnly+".000"))
+			}
+		}
+	}
+
 	// G6: every delete matches a deletion in the API of that version or a later one (the
 	// item may have changed again before it was deleted).
 	if truth != nil && need("G6", "deliveries") {
@@ -278,7 +317,7 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 			if ev.Type != core.Deleted {
 				continue
 			}
-			v, _ := strconv.Atoi(ev.Version)
+			v, _ := strconv.Atoi(versionOf(ev))
 			ok := false
 			for _, dv := range lastDeleted[keyOf(ev)][ev.Identity] {
 				ok = ok || dv >= v
@@ -289,12 +328,30 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		}
 	}
 
+	// G7: an event reaches the outbox once: two deliveries of one id with different commit
+	// sequences mean it was written twice (a re-sent commit applied again). Replays copy
+	// logged events on purpose.
+	if need("G7", "deliveries") {
+		seqOf := map[string]string{}
+		for _, d := range rec.deliveries {
+			ev := d.Event
+			if ev.Lane == "replay" || ev.Seq == "" {
+				continue
+			}
+			if s, ok := seqOf[ev.ID]; ok && s != ev.Seq {
+				add("G7", keyOf(ev), "event %s (%s %s v%s) delivered from two outbox entries, seq %s and %s", ev.ID, ev.Type, ev.Identity, versionOf(ev), s, ev.Seq)
+				continue
+			}
+			seqOf[ev.ID] = ev.Seq
+		}
+	}
+
 	// G7: a change is committed once.
 	if need("G7", "commits") {
 		count := map[string]int{}
 		for _, c := range rec.commits {
 			for _, ev := range c.Events {
-				count[fmt.Sprintf("%s %s %s v%s", c.Key, ev.Type, ev.Identity, ev.Version)]++
+				count[fmt.Sprintf("%s %s %s v%s", c.Key, ev.Type, ev.Identity, versionOf(ev))]++
 			}
 		}
 		for what, n := range count {
@@ -397,6 +454,12 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 	return r
 }
 
+// seen is an event acked (or delivered) for a key.
+type seen struct {
+	key core.Key
+	ev  core.Event
+}
+
 // seqLess orders outbox sequences "ms-n".
 func seqLess(a, b string) bool {
 	am, an, _ := strings.Cut(a, "-")
@@ -421,4 +484,39 @@ func canonical(item []byte) []byte {
 		return item
 	}
 	return c
+}
+
+// versionOf is an event's version, or, for a poller without one (fingerprint ids), the
+// fake API's version inside the item.
+func versionOf(ev core.Event) string {
+	if ev.Version != "" || len(ev.Item) == 0 {
+		return ev.Version
+	}
+	var it struct {
+		Version json.Number `json:"version"`
+	}
+	_ = json.Unmarshal(ev.Item, &it)
+	return it.Version.String()
+}
+
+// finalStates applies the events in order, per key, to a state of identity → version; with
+// dedupe, an id seen before is dropped, as a consumer that dedupes by id does.
+func finalStates(order []seen, dedupe bool) map[core.Key]map[string]string {
+	out := map[core.Key]map[string]string{}
+	seenID := map[string]bool{}
+	for _, o := range order {
+		if dedupe && seenID[o.ev.ID] {
+			continue
+		}
+		seenID[o.ev.ID] = true
+		if out[o.key] == nil {
+			out[o.key] = map[string]string{}
+		}
+		if o.ev.Type == core.Deleted {
+			delete(out[o.key], o.ev.Identity)
+		} else {
+			out[o.key][o.ev.Identity] = versionOf(o.ev)
+		}
+	}
+	return out
 }

@@ -19,6 +19,7 @@ const (
 	K1BeforeAcquire KillPoint = "K1-before-acquire" // Begin is never sent
 	K2AfterFetch    KillPoint = "K2-after-fetch"    // a page was fetched; its commit is never sent
 	K3AfterCommit   KillPoint = "K3-after-commit"   // the commit is written; nothing is delivered
+	K4AfterPark     KillPoint = "K4-after-park"     // a poison event was parked; the acks of the events delivered before it are never sent
 	K4BeforeAck     KillPoint = "K4-before-ack"     // events were delivered; the ack is never sent
 	K5AfterAck      KillPoint = "K5-after-ack"      // the ack is written; the schedule is not
 	K6BeforeEnd     KillPoint = "K6-before-end"     // after the acks, the end is never sent
@@ -27,7 +28,7 @@ const (
 
 // KillPoints lists every kill point.
 func KillPoints() []KillPoint {
-	return []KillPoint{K1BeforeAcquire, K2AfterFetch, K3AfterCommit, K4BeforeAck, K5AfterAck, K6BeforeEnd, K7DuringRelease}
+	return []KillPoint{K1BeforeAcquire, K2AfterFetch, K3AfterCommit, K4AfterPark, K4BeforeAck, K5AfterAck, K6BeforeEnd, K7DuringRelease}
 }
 
 // ErrKilled is what every call of a killed store returns.
@@ -41,6 +42,10 @@ type FaultyStore struct {
 	Instance string
 	Rec      *Recorder
 	Clock    func() time.Time
+	// BeforeBegin and AfterGrant, when set, run around a Begin that grants the lease: the
+	// scenario makes the reply late, or loses the grant (a failover) and freezes the instance.
+	BeforeBegin func(key core.Key)
+	AfterGrant  func(b core.BeginResult)
 
 	mu    sync.Mutex
 	armed KillPoint
@@ -84,16 +89,18 @@ func (f *FaultyStore) now() time.Time {
 	return time.Now()
 }
 
-// write runs a fenced call and records it when accepted.
-func (f *FaultyStore) write(op string, l core.Lease, before, after KillPoint, call func() error) error {
+// write runs a fenced call and records it when accepted; call returns the lease's new expiry
+// when it renewed the lease.
+func (f *FaultyStore) write(op string, l core.Lease, before, after KillPoint, call func() (time.Time, error)) error {
 	if f.at(before) {
 		return ErrKilled
 	}
 	n, start := f.Rec.Next(), f.now()
-	if err := call(); err != nil {
+	exp, err := call()
+	if err != nil {
 		return err
 	}
-	f.Rec.Wrote(Write{Instance: f.Instance, Op: op, Key: l.Key, Epoch: l.Epoch, Token: l.Token, Start: start, N: n})
+	f.Rec.Wrote(Write{Instance: f.Instance, Op: op, Key: l.Key, Epoch: l.Epoch, Token: l.Token, Start: start, Expires: exp, N: n})
 	// The write happened: record it whatever happens next. With no kill point after it, a
 	// kill that fired meanwhile in another of the engine's cycles ends this one at its next call.
 	if after != "" && f.at(after) {
@@ -107,9 +114,15 @@ func (f *FaultyStore) Begin(ctx context.Context, key core.Key, owner string, ttl
 	if f.at(K1BeforeAcquire) {
 		return core.BeginResult{}, ErrKilled
 	}
+	if f.BeforeBegin != nil {
+		f.BeforeBegin(key)
+	}
 	b, err := f.Store.Begin(ctx, key, owner, ttl, op)
 	if err == nil && b.Status == core.BeginOK {
-		f.Rec.Granted(Grant{Key: key, Epoch: b.Lease.Epoch, Token: b.Lease.Token, At: f.now()})
+		f.Rec.Granted(Grant{Instance: f.Instance, Key: key, Epoch: b.Lease.Epoch, Token: b.Lease.Token, At: f.now(), Expires: b.Now.Add(ttl)})
+		if f.AfterGrant != nil {
+			f.AfterGrant(b)
+		}
 	}
 	return b, err
 }
@@ -117,10 +130,10 @@ func (f *FaultyStore) Begin(ctx context.Context, key core.Key, owner string, ttl
 // CommitPoll implements core.Store.
 func (f *FaultyStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
 	var res core.CommitResult
-	err := f.write("commitPoll", l, K2AfterFetch, K3AfterCommit, func() error {
+	err := f.write("commitPoll", l, K2AfterFetch, K3AfterCommit, func() (time.Time, error) {
 		var err error
 		if res, err = f.Store.CommitPoll(ctx, l, c); err != nil {
-			return err
+			return time.Time{}, err
 		}
 		if v, ok := c.State[core.FieldThrottled]; ok {
 			if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
@@ -128,7 +141,7 @@ func (f *FaultyStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commi
 			}
 		}
 		if len(c.Events) == 0 {
-			return nil
+			return res.LeaseExpires, nil
 		}
 		evs := make([]core.Event, len(c.Events))
 		for i, e := range c.Events {
@@ -137,7 +150,7 @@ func (f *FaultyStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commi
 			f.Rec.Entry(l.Key, res.StreamIDs[i], e.ID)
 		}
 		f.Rec.Committed(Commit{Instance: f.Instance, Key: l.Key, Epoch: l.Epoch, Events: evs, At: f.now()})
-		return nil
+		return res.LeaseExpires, nil
 	})
 	if err != nil {
 		return core.CommitResult{}, err
@@ -148,39 +161,39 @@ func (f *FaultyStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commi
 // Ack implements core.Store.
 func (f *FaultyStore) Ack(ctx context.Context, l core.Lease, ids []string) (bool, error) {
 	var paused bool
-	err := f.write("ack", l, K4BeforeAck, K5AfterAck, func() error {
+	err := f.write("ack", l, K4BeforeAck, K5AfterAck, func() (time.Time, error) {
 		var err error
 		if paused, err = f.Store.Ack(ctx, l, ids); err == nil {
 			f.Rec.Acked(f.Instance, l.Key, ids)
 		}
-		return err
+		return time.Time{}, err
 	})
 	return paused, err
 }
 
 // End implements core.Store.
 func (f *FaultyStore) End(ctx context.Context, l core.Lease, e core.EndRequest) error {
-	return f.write("end", l, K6BeforeEnd, K7DuringRelease, func() error { return f.Store.End(ctx, l, e) })
+	return f.write("end", l, K6BeforeEnd, K7DuringRelease, func() (time.Time, error) { return time.Time{}, f.Store.End(ctx, l, e) })
 }
 
 // Renew implements core.Store.
 func (f *FaultyStore) Renew(ctx context.Context, l core.Lease) (core.Confirm, error) {
-	var t core.Confirm
-	err := f.write("renew", l, "", "", func() error {
+	var c core.Confirm
+	err := f.write("renew", l, "", "", func() (time.Time, error) {
 		var err error
-		t, err = f.Store.Renew(ctx, l)
-		return err
+		c, err = f.Store.Renew(ctx, l)
+		return c.Expires, err
 	})
-	return t, err
+	return c, err
 }
 
 // ReadOutbox implements core.Store.
 func (f *FaultyStore) ReadOutbox(ctx context.Context, l core.Lease, n int) (core.Batch, error) {
 	var out core.Batch
-	err := f.write("readOutbox", l, "", "", func() error {
+	err := f.write("readOutbox", l, "", "", func() (time.Time, error) {
 		var err error
 		out, err = f.Store.ReadOutbox(ctx, l, n)
-		return err
+		return time.Time{}, err
 	})
 	for _, e := range out.Entries {
 		f.Rec.Entry(l.Key, e.StreamID, e.ID)
@@ -190,8 +203,10 @@ func (f *FaultyStore) ReadOutbox(ctx context.Context, l core.Lease, n int) (core
 
 // Park implements core.Store.
 func (f *FaultyStore) Park(ctx context.Context, l core.Lease, poison []core.Poison, held []core.Held) error {
-	err := f.write("park", l, "", "", func() error { return f.Store.Park(ctx, l, poison, held) })
-	if err == nil {
+	return f.write("park", l, "", K4AfterPark, func() (time.Time, error) {
+		if err := f.Store.Park(ctx, l, poison, held); err != nil {
+			return time.Time{}, err
+		}
 		for _, p := range poison {
 			f.Rec.Parked(p.ParkedID)
 		}
@@ -200,17 +215,17 @@ func (f *FaultyStore) Park(ctx context.Context, l core.Lease, poison []core.Pois
 			_ = json.Unmarshal(h.JSON, &e)
 			f.Rec.Parked(e.ID)
 		}
-	}
-	return err
+		return time.Time{}, nil
+	})
 }
 
 // ReleaseParked implements core.Store.
 func (f *FaultyStore) ReleaseParked(ctx context.Context, l core.Lease, retry bool, ids []string) (int, int, error) {
 	var a, b int
-	err := f.write("releaseParked", l, "", "", func() error {
+	err := f.write("releaseParked", l, "", "", func() (time.Time, error) {
 		var err error
 		a, b, err = f.Store.ReleaseParked(ctx, l, retry, ids)
-		return err
+		return time.Time{}, err
 	})
 	return a, b, err
 }

@@ -16,7 +16,9 @@ import (
 type Delivery struct {
 	Instance string
 	Event    core.Event
-	At       time.Time
+	// Start is when the call began (before any freeze inside it), At when it returned.
+	Start time.Time
+	At    time.Time
 	// N orders every record of a run (the recorder's logical clock); it is set on record.
 	N int64
 }
@@ -52,11 +54,14 @@ type Throttle struct {
 
 // Grant is a lease acquisition.
 type Grant struct {
-	Key   core.Key
-	Epoch int64
-	Token string
-	At    time.Time
-	N     int64
+	Instance string
+	Key      core.Key
+	Epoch    int64
+	Token    string
+	At       time.Time
+	// Expires is when the lease ends on the server unless renewed.
+	Expires time.Time
+	N       int64
 }
 
 // Write is a fenced write that the store accepted, with the epoch it carried and the time it
@@ -68,6 +73,8 @@ type Write struct {
 	Epoch    int64
 	Token    string
 	Start    time.Time
+	// Expires is the lease's new expiry when the write renewed it (zero otherwise).
+	Expires time.Time
 	// N is the logical time at which the write was sent (take it with Next before the call).
 	N int64
 }

@@ -249,13 +249,10 @@ func (c *cycle) parkInvalid(cm *Commit, raw json.RawMessage, identity, lane, iss
 
 // commitResult is what committing a page's writes did.
 type commitResult struct {
-	// seqs is each event's outbox sequence; "" for the events of a chunk found already
-	// applied (a re-sent commit), which sit in the outbox.
-	seqs      []string
+	seqs      []string // each event's outbox sequence
 	envelopes [][]byte
 	keys      []string // ordering keys
 	paused    bool
-	duplicate bool
 }
 
 // commit writes w (G3: the cursor goes with its page's events) in chunks of at most the
@@ -327,11 +324,8 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 			c.keeper.touched(sent, r.Paused)
 		}
 		res.paused = res.paused || r.Paused
-		res.duplicate = res.duplicate || r.Duplicate
 		for i, ev := range evIdx {
-			if !r.Duplicate {
-				res.seqs[ev] = r.StreamIDs[i]
-			}
+			res.seqs[ev] = r.StreamIDs[i]
 		}
 		chunk, invalid, size, first = chunk[:0], nil, 0, false
 		return nil
@@ -400,20 +394,16 @@ func (cm *Commit) empty() bool {
 		len(cm.Events) == 0 && len(cm.Invalid) == 0 && len(cm.Unpark) == 0 && !cm.ClearItems
 }
 
-// commitAndDeliver commits a page and delivers what it committed straight from memory; when a
-// chunk turned out to have been applied already (a re-sent commit), its events are read back
-// from the outbox instead. A pause seen by the commit leaves them there.
+// commitAndDeliver commits a page and delivers what it committed straight from memory. A pause
+// seen by the commit leaves the events in the outbox.
 func (c *cycle) commitAndDeliver(ctx context.Context, w *pageWrites) *cycleError {
 	res, err := c.commit(ctx, w)
 	if err != nil {
 		return storeErr(err)
 	}
 	c.rep.Events += len(w.events)
-	switch {
-	case res.paused || c.p.Shadow || len(w.events) == 0:
+	if res.paused || c.p.Shadow || len(w.events) == 0 {
 		return nil
-	case res.duplicate:
-		return c.drain(ctx)
 	}
 	ds := make([]delivery, len(w.events))
 	for i := range w.events {

@@ -210,7 +210,8 @@ type CommitResult struct {
 	// Paused is true when an operator paused the key.
 	Paused bool
 	// Duplicate reports a commit that had been applied already (its first attempt's reply
-	// was lost): StreamIDs is empty, and its events are in the outbox.
+	// was lost, the client re-sent it): nothing was written again, and the result is the
+	// first attempt's.
 	Duplicate bool
 }
 

@@ -12,14 +12,19 @@
 --   row), item deletes (identity), tombstones (identity, generation), tombstones lifted
 --   (identity), events (id, orderingKey, envelope JSON), invalid rows (parkedId, row JSON;
 --   HSETNX so the same invalid item is parked once), unparked ids (HDEL)
--- Returns {expiresAt, paused 0|1, {streamId...}} with one outbox stream id per event, in
--- order; or DUPLICATE when this write id was applied before (the client re-sent it after a
--- read timeout): nothing is written twice.
+-- Returns {expiresAt, paused 0|1, firstId, duplicate 0|1}: the events get the outbox stream ids
+-- firstId, then the same milliseconds with the sequence counted up one by one (ms-s, ms-s+1,
+-- ...), so the caller knows every id from the first. A write id applied before (the client
+-- re-sent it after a read timeout) writes nothing again and returns the first reply's firstId
+-- with duplicate 1.
 -- Fence check first: LEASE_LOST when stale or expired, before any write.
 local now = now_ms(ARGV[3])
 local err, dup = fence(KEYS[2], ARGV[1], ARGV[2], now, ARGV[4])
 if err then return err end
-if dup then return DUPLICATE end
+if dup then
+  local l = redis.call('HMGET', KEYS[2], 'expiresAt', 'reply')
+  return {tonumber(l[1]) or 0, paused(KEYS[1]), l[2] or '', 1}
+end
 
 if ARGV[6] == '1' then redis.call('UNLINK', KEYS[3], KEYS[7]) end -- freed in the background
 local retention = tonumber(ARGV[7])
@@ -54,11 +59,18 @@ if n > 0 then
 end
 from, to = section(1)
 if to >= from then chunked('ZREM', KEYS[7], ARGV, from, to, 1000) end
-local ids = {}
+local first, ms, seq = '', nil, nil
 from, to, n = section(3)
 for k = 0, n - 1 do
   local j = from + k * 3
-  ids[#ids + 1] = redis.call('XADD', KEYS[4], '*', 'id', ARGV[j], 'ok', ARGV[j + 1], 'ev', ARGV[j + 2])
+  local id = '*'
+  if ms then id = ms .. '-' .. (seq + k) end
+  id = redis.call('XADD', KEYS[4], id, 'id', ARGV[j], 'ok', ARGV[j + 1], 'ev', ARGV[j + 2])
+  if k == 0 then
+    first = id
+    ms, seq = string.match(id, '^(%d+)-(%d+)$')
+    seq = tonumber(seq)
+  end
   if retention > 0 then
     redis.call('XADD', KEYS[6], '*', 'id', ARGV[j], 'ok', ARGV[j + 1], 'ev', ARGV[j + 2])
   end
@@ -78,5 +90,5 @@ from, to = section(1)
 if to >= from then chunked('HDEL', KEYS[5], ARGV, from, to, 1000) end
 
 local exp = now + tonumber(ARGV[5])
-redis.call('HSET', KEYS[2], 'expiresAt', exp, 'write', ARGV[4])
-return {exp, paused(KEYS[1]), ids}
+redis.call('HSET', KEYS[2], 'expiresAt', exp, 'write', ARGV[4], 'reply', first)
+return {exp, paused(KEYS[1]), first, 0}

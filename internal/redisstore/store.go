@@ -135,10 +135,6 @@ func (s *Store) run(ctx context.Context, name string, l *core.Lease, keys []stri
 	return v, nil
 }
 
-// duplicate is a fenced script's reply when its write id was applied before: go-redis
-// re-sends a command after a read timeout, and the first attempt may have run.
-const duplicate = "DUPLICATE"
-
 // newToken makes a lease token: random, so that no two grants share one even when a failover
 // makes an epoch repeat.
 func newToken() (string, error) {
@@ -371,16 +367,30 @@ func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (co
 	if err != nil {
 		return core.CommitResult{}, err
 	}
-	if v == duplicate {
-		return core.CommitResult{Duplicate: true}, nil
-	}
 	r := v.([]any)
-	ids := r[2].([]any)
-	res := core.CommitResult{LeaseExpires: time.UnixMilli(r[0].(int64)), Paused: r[1].(int64) == 1, StreamIDs: make([]string, len(ids))}
-	for i, id := range ids {
-		res.StreamIDs[i] = id.(string)
+	res := core.CommitResult{LeaseExpires: time.UnixMilli(r[0].(int64)), Paused: r[1].(int64) == 1, Duplicate: r[3].(int64) == 1}
+	if res.StreamIDs, err = streamIDs(r[2].(string), len(c.Events)); err != nil {
+		return res, fmt.Errorf("redisstore: commit_poll %s: %w", l.Key, err)
 	}
 	return res, nil
+}
+
+// streamIDs lists the n outbox ids commit_poll gave its events: first, then the same
+// milliseconds with the sequence counted up.
+func streamIDs(first string, n int) ([]string, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	msPart, seqPart, ok := strings.Cut(first, "-")
+	seq, err := strconv.ParseUint(seqPart, 10, 64)
+	if !ok || err != nil {
+		return nil, fmt.Errorf("first stream id %q is malformed", first)
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = msPart + "-" + strconv.FormatUint(seq+uint64(i), 10)
+	}
+	return ids, nil
 }
 
 // ReadOutbox implements core.Store.
