@@ -5,14 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/config"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
@@ -77,6 +81,78 @@ func TestBuildFromConfig(t *testing.T) {
 	last := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if err := json.Unmarshal([]byte(last[len(last)-1]), &ev); err != nil || ev.Type != "updated" || ev.Identity != "a" {
 		t.Fatalf("a fingerprint change: %q %v", last[len(last)-1], err)
+	}
+}
+
+// deletes and commit reach the engine poller: the detail request sends the poller's headers
+// and its own query (not the listing's), with {id} and ${partition} replaced; 404 is not found.
+func TestBuildDeletesAndCommit(t *testing.T) {
+	type seen struct{ path, auth, tenant, query string }
+	var mu sync.Mutex
+	var got []seen
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, seen{r.URL.EscapedPath(), r.Header.Get("Authorization"), r.Header.Get("X-Tenant"), r.URL.RawQuery})
+		if r.URL.Path != "/t/t_1/customers/c 1" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprint(w, `{"data": {"id": "c 1", "name": "Ann"}}`)
+	}))
+	defer srv.Close()
+	cfg, err := config.Parse("w.yaml", []byte(fmt.Sprintf(`pollers:
+  - name: customers
+    partitions: [t_1]
+    request:
+      url: %[1]s/t/${partition}/customers
+      query: {per_page: "100"}
+      headers: {Authorization: Bearer tok, X-Tenant: "${partition}"}
+    items: data
+    cursor: {strategy: snapshotDiff, param: page}
+    deletes:
+      confirmListings: 3
+      detail: {url: "%[1]s/t/${partition}/customers/{id}", items: data, query: {expand: all}}
+      tombstones: 48h
+    commit: {maxItems: 10, maxBytes: 4096}
+    delivery: {stdout: {}}
+  - name: plain
+    request: {url: %[1]s/plain}
+    cursor: {strategy: page}
+    delivery: {stdout: {}}
+`, srv.URL)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := Build(cfg, nil, &bytes.Buffer{}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, plain := ps[0], ps[1]
+	if p.ConfirmDeletes != 3 || p.TombstoneRetention != 48*time.Hour || p.CommitMaxItems != 10 || p.CommitMaxBytes != 4096 || p.Detail == nil {
+		t.Fatalf("poller: confirm %d, tombstones %v, commit %d/%d, detail set %v",
+			p.ConfirmDeletes, p.TombstoneRetention, p.CommitMaxItems, p.CommitMaxBytes, p.Detail != nil)
+	}
+	if plain.ConfirmDeletes != 0 || plain.TombstoneRetention != 0 || plain.CommitMaxItems != 0 || plain.CommitMaxBytes != 0 || plain.Detail != nil {
+		t.Fatalf("a poller without deletes and commit must keep the engine's defaults (zero values): %+v", plain)
+	}
+	key := watukuy.Key{Poller: "customers", Partition: "t_1"}
+	item, found, err := p.Detail(context.Background(), key, "c 1")
+	if err != nil || !found || string(item) != `{"id": "c 1", "name": "Ann"}` {
+		t.Fatalf("found item: %s %v %v", item, found, err)
+	}
+	item, found, err = p.Detail(context.Background(), key, "c2")
+	if err != nil || found || item != nil {
+		t.Fatalf("404: %s %v %v", item, found, err)
+	}
+	want := []seen{
+		{"/t/t_1/customers/c%201", "Bearer tok", "t_1", "expand=all"},
+		{"/t/t_1/customers/c2", "Bearer tok", "t_1", "expand=all"},
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("requests:\n got %v\nwant %v", got, want)
 	}
 }
 

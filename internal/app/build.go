@@ -24,7 +24,8 @@ import (
 )
 
 // Build turns the config file's pollers into engine pollers: the HTTP source and cursor
-// strategy, identity, version and fingerprint paths, schedule, reconcile lane and sink.
+// strategy, identity, version and fingerprint paths, schedule, reconcile lane, delete
+// confirmation, commit bounds and sink.
 func Build(cfg *config.Config, rdb redis.UniversalClient, out io.Writer, log zerolog.Logger) ([]watukuy.Poller, error) {
 	var ps []watukuy.Poller
 	for _, pc := range cfg.Pollers {
@@ -99,6 +100,17 @@ func buildPoller(cfg *config.Config, pc config.Poller, rdb redis.UniversalClient
 		p.Reconcile = &watukuy.Reconcile{Every: r.Every, MaxPages: r.MaxPages, Fetch: (&cursor.Page{Source: rs, Param: param,
 			Offset: r.Offset, SizeParam: r.SizeParam, Size: r.Size, HasMore: r.HasMore}).Fetch}
 	}
+	// The detail request sends the poller's headers (auth) but not its query (the listing's
+	// paging parameters).
+	if dt := pc.Deletes.Detail; dt != nil {
+		ds := cursor.Source{Client: client, URL: dt.URL, Query: url.Values{}, Header: src.Header, Items: dt.Items}
+		for k, v := range dt.Query {
+			ds.Query.Set(k, v)
+		}
+		p.Detail = (&cursor.Detail{Source: ds}).Fetch
+	}
+	p.ConfirmDeletes, p.TombstoneRetention = pc.Deletes.ConfirmListings, pc.Deletes.Tombstones
+	p.CommitMaxItems, p.CommitMaxBytes = pc.Commit.MaxItems, pc.Commit.MaxBytes
 	if pc.Schema != "" {
 		v, err := schemaValidator(pc.Schema)
 		if err != nil {

@@ -47,6 +47,8 @@ type Poller struct {
 	Schedule         Schedule
 	Reconcile        *Reconcile // nil: no reconcile lane
 	Log              *Log       // nil: no replay log
+	Deletes          Deletes
+	Commit           Commit
 	SchemaVersion    int
 	OnSchemaChange   string // "", "rebaseline" or "emit"
 	Schema           string // JSON Schema path, resolved against the config file's directory
@@ -116,6 +118,27 @@ type Reconcile struct {
 // Log is the replay log.
 type Log struct {
 	Retention time.Duration
+}
+
+// Deletes is how deletes found by complete listings (snapshotDiff, reconcile) are confirmed.
+type Deletes struct {
+	ConfirmListings int           // consecutive complete listings that must miss an identity; 0 = default
+	Detail          *Detail       // nil: no detail request
+	Tombstones      time.Duration // how long a deleted identity is remembered; 0 = default
+}
+
+// Detail is the request for one item that confirms a delete at once. URL holds "{id}"; URL
+// and Query values may hold ${partition}.
+type Detail struct {
+	URL   string
+	Items string // gjson path of the item in the body ("" = the body is the item)
+	Query map[string]string
+}
+
+// Commit bounds one commit script; zero values are the defaults.
+type Commit struct {
+	MaxItems int
+	MaxBytes int
 }
 
 // Poison values.
@@ -216,12 +239,15 @@ var (
 
 var (
 	configKeys    = []string{"redis", "prefix", "pollers"}
-	pollerKeys    = []string{"name", "partitions", "request", "items", "identity", "version", "fingerprint", "cursor", "schedule", "reconcile", "log", "schemaVersion", "onSchemaChange", "schema", "shadow", "leaseTTL", "maxPagesPerCycle", "delivery"}
+	pollerKeys    = []string{"name", "partitions", "request", "items", "identity", "version", "fingerprint", "cursor", "schedule", "reconcile", "log", "deletes", "commit", "schemaVersion", "onSchemaChange", "schema", "shadow", "leaseTTL", "maxPagesPerCycle", "delivery"}
 	requestKeys   = []string{"url", "query", "headers", "timeout"}
 	cursorKeys    = []string{"strategy", "field", "param", "hasMore", "next", "formats", "limitParam", "limit", "tieBreaker", "deleted", "offset", "start", "sizeParam", "size", "etag"}
 	scheduleKeys  = []string{"min", "max", "jitter", "adaptive"}
 	reconcileKeys = []string{"every", "strategy", "url", "param", "sizeParam", "size", "offset", "hasMore", "maxPages"}
 	logKeys       = []string{"retention"}
+	deletesKeys   = []string{"confirmListings", "detail", "tombstones"}
+	detailKeys    = []string{"url", "items", "query"}
+	commitKeys    = []string{"maxItems", "maxBytes"}
 	deliveryKeys  = []string{"webhook", "stream", "stdout", "concurrency", "orderingKey", "attempts", "poison"}
 	webhookKeys   = []string{"url", "secret", "timeout"}
 	streamKeys    = []string{"key", "maxlen"}
@@ -315,8 +341,8 @@ func (d *decoder) config(body ast.Node) *Config {
 	return cfg
 }
 
-// partitionUse is a value that holds ${partition}.
-type partitionUse struct {
+// keyAt is a key or value given in the file.
+type keyAt struct {
 	at    pos
 	field string
 }
@@ -325,10 +351,10 @@ func (d *decoder) poller(n ast.Node, field string) (Poller, pos) {
 	at := posOf(n)
 	p := Poller{Line: at.line}
 	nameAt := at
-	var uses []partitionUse
+	var uses []keyAt // values that hold ${partition}
 	noteUses := func(s string, vat pos, fp string) {
 		if strings.Contains(s, PartitionVar) {
-			uses = append(uses, partitionUse{vat, fp})
+			uses = append(uses, keyAt{vat, fp})
 		}
 	}
 	if r, ok := d.resolve(n, field); !ok {
@@ -338,6 +364,7 @@ func (d *decoder) poller(n ast.Node, field string) (Poller, pos) {
 		return p, at
 	}
 	given := map[string]bool{} // keys present, even with a null value
+	var listingKeys []keyAt    // deletes keys that only complete listings use
 	present := d.object(n, field, pollerKeys, func(key string, kat pos, v ast.Node, fp string) {
 		given[key] = true
 		switch key {
@@ -393,6 +420,17 @@ func (d *decoder) poller(n ast.Node, field string) (Poller, pos) {
 			if _, ok := lp["retention"]; !ok {
 				d.errAt(kat, fp+".retention", "required")
 			}
+		case "deletes":
+			p.Deletes, listingKeys = d.deletes(v, fp, noteUses)
+		case "commit":
+			d.object(v, fp, commitKeys, func(key string, _ pos, v ast.Node, fp string) {
+				switch key {
+				case "maxItems":
+					p.Commit.MaxItems, _ = d.positive(v, fp)
+				case "maxBytes":
+					p.Commit.MaxBytes, _ = d.positive(v, fp)
+				}
+			})
 		case "schemaVersion":
 			if i, ok := d.int(v, fp); ok {
 				if i < 0 {
@@ -435,6 +473,12 @@ func (d *decoder) poller(n ast.Node, field string) (Poller, pos) {
 	if p.Identity == "" {
 		p.Identity = "id"
 	}
+	// An unknown strategy is reported by the cursor decoder.
+	if p.Cursor.Strategy != "" && p.Cursor.Strategy != StrategySnapshotDiff && p.Reconcile == nil {
+		for _, k := range listingKeys {
+			d.errAt(k.at, k.field, "not used by a %s poller without a reconcile lane: only complete listings (snapshotDiff or reconcile) find deletes", p.Cursor.Strategy)
+		}
+	}
 	if len(p.Partitions) == 0 {
 		for _, u := range uses {
 			d.errAt(u.at, u.field, "uses %s but the poller lists no partitions", PartitionVar)
@@ -473,8 +517,9 @@ func (d *decoder) strList(n ast.Node, field, what string) []string {
 	return out
 }
 
-// httpURL checks an absolute http(s) URL; ${partition} counts as a host or path segment.
-func (d *decoder) httpURL(s string, at pos, field string) {
+// httpURL checks an absolute http(s) URL; ${partition} counts as a host or path segment. It
+// reports whether the URL is good.
+func (d *decoder) httpURL(s string, at pos, field string) bool {
 	u, err := url.Parse(strings.ReplaceAll(s, PartitionVar, "p"))
 	switch {
 	case err != nil:
@@ -483,7 +528,10 @@ func (d *decoder) httpURL(s string, at pos, field string) {
 		d.errAt(at, field, "want an http:// or https:// URL, got %q", redactURL(u))
 	case u.Host == "":
 		d.errAt(at, field, "URL %q has no host", redactURL(u))
+	default:
+		return true
 	}
+	return false
 }
 
 func redactURL(u *url.URL) string {
@@ -670,6 +718,50 @@ func (d *decoder) reconcile(n ast.Node, at pos, field string, noteUses func(stri
 		d.errAt(at, field+".every", "required")
 	}
 	return r
+}
+
+// deletes decodes the deletes block; it also returns where confirmListings and detail are
+// given (null included), which only complete listings use.
+func (d *decoder) deletes(n ast.Node, field string, noteUses func(string, pos, string)) (Deletes, []keyAt) {
+	var dl Deletes
+	var listing []keyAt
+	d.object(n, field, deletesKeys, func(key string, kat pos, v ast.Node, fp string) {
+		switch key {
+		case "confirmListings":
+			listing = append(listing, keyAt{kat, fp})
+			dl.ConfirmListings, _ = d.positive(v, fp)
+		case "detail":
+			listing = append(listing, keyAt{kat, fp})
+			dl.Detail = d.detail(v, kat, fp, noteUses)
+		case "tombstones":
+			dl.Tombstones, _ = d.duration(v, fp)
+		}
+	})
+	return dl, listing
+}
+
+func (d *decoder) detail(n ast.Node, at pos, field string, noteUses func(string, pos, string)) *Detail {
+	dt := &Detail{}
+	present := d.object(n, field, detailKeys, func(key string, _ pos, v ast.Node, fp string) {
+		switch key {
+		case "url":
+			if s, ok := d.str(v, fp); ok {
+				dt.URL = s
+				if d.httpURL(s, posOf(v), fp) && !strings.Contains(s, "{id}") {
+					d.errAt(posOf(v), fp, "must contain {id}, replaced by the identity to confirm")
+				}
+				noteUses(s, posOf(v), fp)
+			}
+		case "items":
+			dt.Items, _ = d.str(v, fp)
+		case "query":
+			dt.Query = d.strMap(v, fp, func(k, val string, vat pos) { noteUses(val, vat, join(fp, k)) })
+		}
+	})
+	if _, ok := present["url"]; !ok {
+		d.errAt(at, field+".url", "required")
+	}
+	return dt
 }
 
 func (d *decoder) delivery(n ast.Node, at pos, field string) Delivery {

@@ -50,9 +50,12 @@ func TestLoadFullExample(t *testing.T) {
 				Param:    "updated_since",
 				HasMore:  "has_more",
 			},
-			Schedule:      Schedule{Min: 5 * time.Second, Max: 5 * time.Minute, Jitter: 0.1, Adaptive: ptr(true)},
-			Reconcile:     &Reconcile{Every: 24 * time.Hour},
-			Log:           &Log{Retention: 7 * 24 * time.Hour},
+			Schedule:  Schedule{Min: 5 * time.Second, Max: 5 * time.Minute, Jitter: 0.1, Adaptive: ptr(true)},
+			Reconcile: &Reconcile{Every: 24 * time.Hour},
+			Log:       &Log{Retention: 7 * 24 * time.Hour},
+			Deletes: Deletes{ConfirmListings: 2, Tombstones: 30 * 24 * time.Hour, Detail: &Detail{
+				URL: "http://api.example.com/orders/{id}", Items: "data", Query: map[string]string{"expand": "all"}}},
+			Commit:        Commit{MaxItems: 500, MaxBytes: 1 << 20},
 			SchemaVersion: 1,
 			Schema:        filepath.Join("testdata", "schemas", "order.json"),
 			Delivery: Delivery{
@@ -78,7 +81,7 @@ func TestLoadFullExampleUnsetEnv(t *testing.T) {
 	_, err := Load("testdata/full.yaml", envOf(nil))
 	for _, want := range []string{
 		`testdata/full.yaml:9:32: pollers[0].request.headers.Authorization: environment variable "SHOP_TOKEN" is not set`,
-		`testdata/full.yaml:29:59: pollers[0].delivery.webhook.secret: environment variable "WEBHOOK_SECRET" is not set`,
+		`testdata/full.yaml:34:59: pollers[0].delivery.webhook.secret: environment variable "WEBHOOK_SECRET" is not set`,
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v\ndoes not contain %q", err, want)
@@ -104,6 +107,9 @@ const valid = `pollers:
     delivery:
       stdout: {}
 `
+
+// validSnapshot is valid with a snapshotDiff cursor, whose complete listings find deletes.
+var validSnapshot = strings.Replace(valid, "strategy: page", "strategy: snapshotDiff", 1)
 
 func TestValidMinimal(t *testing.T) {
 	cfg, err := Parse("w.yaml", []byte(valid), envOf(nil))
@@ -149,6 +155,12 @@ func TestErrors(t *testing.T) {
 			[]string{`w.yaml:1:1: wibble: unknown key "wibble" (want one of redis, prefix, pollers)`}},
 		{"unknown key in stdout", strings.Replace(valid, "stdout: {}", "stdout: {pretty: true}", 1),
 			[]string{`w.yaml:8:16: pollers[0].delivery.stdout.pretty: unknown key "pretty" (stdout takes no keys)`}},
+		{"unknown key in deletes", strings.Replace(validSnapshot, "  request:", "  deletes: {confirmListing: 2}\n    request:", 1),
+			[]string{`w.yaml:3:15: pollers[0].deletes.confirmListing: unknown key "confirmListing" (did you mean "confirmListings"?)`}},
+		{"unknown key in detail", strings.Replace(validSnapshot, "  request:", "  deletes: {detail: {url: \"http://h/{id}\", path: data}}\n    request:", 1),
+			[]string{`w.yaml:3:46: pollers[0].deletes.detail.path: unknown key "path" (want one of url, items, query)`}},
+		{"unknown key in commit", strings.Replace(valid, "  request:", "  commit: {maxitems: 5}\n    request:", 1),
+			[]string{`w.yaml:3:14: pollers[0].commit.maxitems: unknown key "maxitems" (did you mean "maxItems"?)`}},
 		{"unknown key request method", strings.Replace(valid, "url: http", "method: POST\n      url: http", 1),
 			[]string{`w.yaml:4:7: pollers[0].request.method: unknown key "method"`}},
 
@@ -167,6 +179,10 @@ func TestErrors(t *testing.T) {
 			[]string{`w.yaml:3:24: pollers[0].schedule.jitter: want a number, got string "high"`}},
 		{"wrong type pollers", "pollers: {name: a}\n",
 			[]string{`w.yaml:1:10: pollers: want a list, got mapping`}},
+		{"wrong type maxBytes", strings.Replace(valid, "  request:", "  commit: {maxBytes: 1MiB}\n    request:", 1),
+			[]string{`w.yaml:3:24: pollers[0].commit.maxBytes: want an integer, got string "1MiB"`}},
+		{"wrong type detail", strings.Replace(validSnapshot, "  request:", "  deletes: {detail: \"http://h/{id}\"}\n    request:", 1),
+			[]string{`w.yaml:3:23: pollers[0].deletes.detail: want a mapping, got string "http://h/{id}"`}},
 		{"wrong type secret", strings.Replace(valid, "stdout: {}", "webhook: {url: http://h, secret: {a: b}}", 1),
 			[]string{`w.yaml:8:40: pollers[0].delivery.webhook.secret: want a string, got mapping`}},
 
@@ -179,6 +195,10 @@ func TestErrors(t *testing.T) {
 			[]string{`w.yaml:3:22: pollers[0].log.retention: bad duration "12h1d"`}},
 		{"negative duration", strings.Replace(valid, "  request:", "  leaseTTL: -1s\n    request:", 1),
 			[]string{`w.yaml:3:15: pollers[0].leaseTTL: duration "-1s" must be positive`}},
+		{"bad duration tombstones", strings.Replace(valid, "  request:", "  deletes: {tombstones: 30}\n    request:", 1),
+			[]string{`w.yaml:3:27: pollers[0].deletes.tombstones: bad duration "30"`}},
+		{"zero duration tombstones", strings.Replace(valid, "  request:", "  deletes: {tombstones: 0s}\n    request:", 1),
+			[]string{`w.yaml:3:27: pollers[0].deletes.tombstones: duration "0s" must be positive`}},
 
 		// Missing required fields.
 		{"missing pollers", "prefix: wk\n", []string{`w.yaml:1:1: pollers: required`}},
@@ -209,6 +229,8 @@ func TestErrors(t *testing.T) {
 			[]string{`w.yaml:8:7: pollers[0].delivery.webhook.url: required`}},
 		{"stream without key", strings.Replace(valid, "stdout: {}", "stream: {maxlen: 10}", 1),
 			[]string{`w.yaml:8:7: pollers[0].delivery.stream.key: required`}},
+		{"detail without url", strings.Replace(validSnapshot, "  request:", "  deletes: {detail: {items: data}}\n    request:", 1),
+			[]string{`w.yaml:3:15: pollers[0].deletes.detail.url: required`}},
 		{"reconcile without every", strings.Replace(valid, "  request:", "  reconcile: {maxPages: 10}\n    request:", 1),
 			[]string{`w.yaml:3:5: pollers[0].reconcile.every: required`}},
 
@@ -226,6 +248,10 @@ func TestErrors(t *testing.T) {
 		{"unknown format", strings.Replace(valid, "strategy: page", "strategy: timestamp\n      field: t\n      param: since\n      formats: [rfc3339, epoch_sec, nonsense]", 1),
 			[]string{`w.yaml:9:26: pollers[0].cursor.formats[1]: unknown format "epoch_sec"`, `did you mean "epoch_s"?`,
 				`w.yaml:9:37: pollers[0].cursor.formats[2]: unknown format "nonsense"`}},
+		{"confirmListings without complete listings", strings.Replace(valid, "  request:", "  deletes: {confirmListings: 2}\n    request:", 1),
+			[]string{`w.yaml:3:15: pollers[0].deletes.confirmListings: not used by a page poller without a reconcile lane: only complete listings (snapshotDiff or reconcile) find deletes`}},
+		{"detail without complete listings", strings.Replace(valid, "strategy: page", "strategy: token\n      param: cursor\n    deletes:\n      detail: {url: \"http://h/{id}\"}", 1),
+			[]string{`w.yaml:9:7: pollers[0].deletes.detail: not used by a token poller without a reconcile lane`}},
 		{"cursor key of another strategy", strings.Replace(valid, "strategy: page", "strategy: page\n      next: next_cursor", 1),
 			[]string{`w.yaml:7:7: pollers[0].cursor.next: not used by the page strategy (only by token)`}},
 
@@ -236,6 +262,9 @@ func TestErrors(t *testing.T) {
 			[]string{`w.yaml:4:12: pollers[0].request.url: invalid environment variable name "A-B"`}},
 		{"unterminated env ref", strings.Replace(valid, "url: http://api.example.com/orders", "url: http://api.example.com/orders?k=${SET", 1),
 			[]string{`w.yaml:4:12: pollers[0].request.url: unterminated "${SET"`}},
+		{"detail partition without partitions", strings.Replace(validSnapshot, "  request:", "  deletes: {detail: {url: \"http://h/${partition}/{id}\", query: {t: \"${partition}\"}}}\n    request:", 1),
+			[]string{`w.yaml:3:29: pollers[0].deletes.detail.url: uses ${partition} but the poller lists no partitions`,
+				`w.yaml:3:70: pollers[0].deletes.detail.query.t: uses ${partition} but the poller lists no partitions`}},
 		{"partition without partitions", strings.Replace(valid, "url: http://api.example.com/orders", "url: http://api.example.com/t/${partition}/orders", 1),
 			[]string{`w.yaml:4:12: pollers[0].request.url: uses ${partition} but the poller lists no partitions`}},
 
@@ -252,6 +281,16 @@ func TestErrors(t *testing.T) {
 			[]string{`w.yaml:3:30: pollers[0].schedule.max: max 5s is less than min 5m0s`}},
 		{"jitter out of range", strings.Replace(valid, "  request:", "  schedule: {jitter: 1.0}\n    request:", 1),
 			[]string{`w.yaml:3:24: pollers[0].schedule.jitter: jitter 1 must be in [0, 1)`}},
+		{"confirmListings zero", strings.Replace(validSnapshot, "  request:", "  deletes: {confirmListings: 0}\n    request:", 1),
+			[]string{`w.yaml:3:32: pollers[0].deletes.confirmListings: must be at least 1, got 0`}},
+		{"maxItems zero", strings.Replace(valid, "  request:", "  commit: {maxItems: 0}\n    request:", 1),
+			[]string{`w.yaml:3:24: pollers[0].commit.maxItems: must be at least 1, got 0`}},
+		{"maxBytes negative", strings.Replace(valid, "  request:", "  commit: {maxBytes: -1}\n    request:", 1),
+			[]string{`w.yaml:3:24: pollers[0].commit.maxBytes: must be at least 1, got -1`}},
+		{"detail url not http", strings.Replace(validSnapshot, "  request:", "  deletes: {detail: {url: \"ftp://h/{id}\"}}\n    request:", 1),
+			[]string{`w.yaml:3:29: pollers[0].deletes.detail.url: want an http:// or https:// URL`}},
+		{"detail url without id", strings.Replace(validSnapshot, "  request:", "  deletes: {detail: {url: \"http://h/customers\"}}\n    request:", 1),
+			[]string{`w.yaml:3:29: pollers[0].deletes.detail.url: must contain {id}`}},
 		{"attempts zero", strings.Replace(valid, "stdout: {}", "stdout: {}\n      attempts: 0", 1),
 			[]string{`w.yaml:9:17: pollers[0].delivery.attempts: must be at least 1, got 0`}},
 		{"concurrency negative", strings.Replace(valid, "stdout: {}", "stdout: {}\n      concurrency: -2", 1),
@@ -545,7 +584,9 @@ func TestParseDuration(t *testing.T) {
 	}
 }
 
-// TestAllKeys sets every accepted key once, for each strategy shape.
+// TestAllKeys sets every accepted key once, for each strategy shape. deletes.tombstones and
+// commit apply to every poller; confirmListings and detail to complete listings (reconcile,
+// snapshotDiff).
 func TestAllKeys(t *testing.T) {
 	src := `redis: rediss://user:pw@redis.example.com:6380/1
 prefix: wk2
@@ -579,15 +620,26 @@ pollers:
       size: 500
       hasMore: more
       maxPages: 1000
+    deletes:
+      confirmListings: 1
+      detail:
+        url: https://api.example.com/events/{id}
+        items: event
+        query: {expand: all}
+      tombstones: 7d
+    commit: {maxItems: 200, maxBytes: 65536}
     delivery: {stream: {key: "events:v2"}, concurrency: 1, poison: halt, orderingKey: account_id}
   - name: products
     partitions: ["shop@eu:1", t.2]
     request: {url: "https://${partition}.example.com/products"}
     cursor: {strategy: snapshotDiff, param: page, sizeParam: per_page, size: 100, start: 0, offset: false, etag: true}
+    deletes: {detail: {url: "https://${partition}.example.com/products/{id}", query: {shop: "${partition}"}}}
     delivery: {stdout: }
   - name: ts
     request: {url: "https://api.example.com/ts"}
     cursor: {strategy: timestamp, field: mtime, param: since, formats: [epoch_ms, "2006-01-02 15:04:05"], tieBreaker: after_id}
+    deletes: {tombstones: 1h}
+    commit: {maxBytes: 4096}
     delivery: {stdout: {}}
 `
 	cfg, err := Parse("dir/w.yaml", []byte(src), envOf(nil))
@@ -605,6 +657,9 @@ pollers:
 		LeaseTTL: 45 * time.Second, MaxPagesPerCycle: 10,
 		Reconcile: &Reconcile{Every: 12 * time.Hour, Strategy: StrategySnapshotDiff, URL: "https://api.example.com/events/all",
 			Param: "offset", Offset: true, SizeParam: "per_page", Size: 500, HasMore: "more", MaxPages: 1000},
+		Deletes: Deletes{ConfirmListings: 1, Tombstones: 7 * 24 * time.Hour, Detail: &Detail{
+			URL: "https://api.example.com/events/{id}", Items: "event", Query: map[string]string{"expand": "all"}}},
+		Commit:   Commit{MaxItems: 200, MaxBytes: 65536},
 		Delivery: Delivery{Stream: &Stream{Key: "events:v2"}, Concurrency: 1, Poison: PoisonHalt, OrderingKey: "account_id"},
 		Line:     4,
 	}, {
@@ -612,16 +667,20 @@ pollers:
 		Request:  Request{URL: "https://${partition}.example.com/products"},
 		Identity: "id",
 		Cursor:   Cursor{Strategy: StrategySnapshotDiff, Param: "page", SizeParam: "per_page", Size: 100, ETag: true},
+		Deletes: Deletes{Detail: &Detail{URL: "https://${partition}.example.com/products/{id}",
+			Query: map[string]string{"shop": "${partition}"}}},
 		Delivery: Delivery{Stdout: &Stdout{}},
-		Line:     34,
+		Line:     42,
 	}, {
 		Name:     "ts",
 		Request:  Request{URL: "https://api.example.com/ts"},
 		Identity: "id",
 		Cursor: Cursor{Strategy: StrategyTimestamp, Field: "mtime", Param: "since",
 			Formats: []string{"epoch_ms", "2006-01-02 15:04:05"}, TieBreaker: "after_id"},
+		Deletes:  Deletes{Tombstones: time.Hour},
+		Commit:   Commit{MaxBytes: 4096},
 		Delivery: Delivery{Stdout: &Stdout{}},
-		Line:     39,
+		Line:     48,
 	}}
 	if cfg.Redis != "rediss://user:pw@redis.example.com:6380/1" || cfg.Prefix != "wk2" || cfg.File != "dir/w.yaml" {
 		t.Errorf("config %+v", cfg)
@@ -716,6 +775,12 @@ func TestOneErrorPerProblem(t *testing.T) {
 			`w.yaml:7:5: pollers[0].delivery: want one of webhook, stream or stdout`},
 		{"empty stream key", strings.Replace(valid, "stdout: {}", "stream: {key: ''}", 1),
 			`w.yaml:8:21: pollers[0].delivery.stream.key: must not be empty`},
+		{"null detail", strings.Replace(valid, "strategy: page", "strategy: snapshotDiff\n    deletes:\n      detail:", 1),
+			`w.yaml:8:7: pollers[0].deletes.detail.url: required`},
+		{"empty detail url", strings.Replace(validSnapshot, "  request:", "  deletes: {detail: {url: ''}}\n    request:", 1),
+			`w.yaml:3:29: pollers[0].deletes.detail.url: want an http:// or https:// URL, got ""`},
+		{"unknown strategy with deletes", strings.Replace(valid, "strategy: page", "strategy: nope\n    deletes: {confirmListings: 2}", 1),
+			`w.yaml:6:17: pollers[0].cursor.strategy: unknown strategy "nope" (want timestamp, token, page or snapshotDiff)`},
 		{"empty secret list", strings.Replace(valid, "stdout: {}", "webhook: {url: 'http://h', secret: []}", 1),
 			`w.yaml:8:42: pollers[0].delivery.webhook.secret: empty list: give at least one secret or leave secret out`},
 	} {
