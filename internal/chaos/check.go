@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -20,10 +21,44 @@ type Truth struct {
 	Changes []fakeapi.Change
 	// Final maps each live identity to its version at the end.
 	Final map[string]int
+	// Project, when set, is what a poller without a version sees of an item (its
+	// fingerprint's fields), and Content each live identity's final content as Project sees
+	// it: the final state is then compared by content, since an update that leaves the
+	// content as it was emits nothing.
+	Project func(item json.RawMessage) string
+	Content map[string]string
 }
 
 // TruthOf reads an API's ground truth.
 func TruthOf(a *fakeapi.API) Truth { return Truth{Changes: a.Changes(), Final: a.Final()} }
+
+// TruthByContent reads an API's ground truth for a poller without a version: project is what
+// the poller's fingerprint sees of an item.
+func TruthByContent(ctx context.Context, a *fakeapi.API, project func(item json.RawMessage) string) (Truth, error) {
+	t := TruthOf(a)
+	t.Project, t.Content = project, map[string]string{}
+	detail := a.Detail()
+	for id := range t.Final {
+		item, ok, err := detail(ctx, id)
+		if err != nil {
+			return t, err
+		}
+		if ok {
+			t.Content[id] = project(item)
+		}
+	}
+	return t, nil
+}
+
+// want is what the final state should hold for identity id (version or content) and whether
+// the identity is live.
+func (t Truth) want(id string) (string, bool) {
+	v, live := t.Final[id]
+	if t.Project != nil {
+		return t.Content[id], live
+	}
+	return strconv.Itoa(v), live
+}
 
 // Violation is one broken guarantee, with what shows it.
 type Violation struct {
@@ -157,7 +192,10 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		for _, d := range rec.deliveries {
 			ev := d.Event
 			h := sha256.Sum256(canonical(ev.Item))
-			what := fmt.Sprintf("%s %s %s v%s %x", keyOf(ev), ev.Type, ev.Identity, ev.Version, h[:6])
+			if versionOf(ev) == "" {
+				continue // a deletion without a version: nothing tells two of them apart but their ids
+			}
+			what := fmt.Sprintf("%s %s %s v%s %x", keyOf(ev), ev.Type, ev.Identity, versionOf(ev), h[:6])
 			if idsOf[what] == nil {
 				idsOf[what] = map[string]bool{}
 			}
@@ -176,13 +214,13 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		// ids it has seen ends in the API's final state (content that comes back, A→B→A, or
 		// an identity created again must not reuse an earlier change's id).
 		if truth != nil {
-			deduped, plain := finalStates(order, true), finalStates(order, false)
+			deduped, plain := finalStates(order, true, truth), finalStates(order, false, truth)
 			for k, t := range truth {
-				for id, v := range t.Final {
-					want := strconv.Itoa(v)
+				for id := range t.Final {
+					want, _ := t.want(id)
 					// Only where applying every event gets it right, so G3's findings stay G3's.
 					if got, ok := deduped[k][id]; ok && got != want && plain[k][id] == want {
-						add("G2", k, "%s: a consumer that dedupes by id ends at v%s, the API has v%d: an id was reused", id, got, v)
+						add("G2", k, "%s: a consumer that dedupes by id ends at %q, the API has %q: an id was reused", id, got, want)
 					}
 				}
 			}
@@ -194,11 +232,11 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 	}
 	// G3: the last delivered state per identity is the API's final state.
 	if truth != nil && need("G3", "deliveries") {
-		last := finalStates(order, false)
+		last := finalStates(order, false, truth)
 		for k, t := range truth {
-			for id, v := range t.Final {
-				if got := last[k][id]; got != strconv.Itoa(v) {
-					add("G3", k, "%s: API has v%d, last delivered %q", id, v, got)
+			for id := range t.Final {
+				if want, _ := t.want(id); last[k][id] != want {
+					add("G3", k, "%s: API has %q, last delivered %q", id, want, last[k][id])
 				}
 			}
 			for id, v := range last[k] {
@@ -351,6 +389,9 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		count := map[string]int{}
 		for _, c := range rec.commits {
 			for _, ev := range c.Events {
+				if versionOf(ev) == "" {
+					continue // see G2
+				}
 				count[fmt.Sprintf("%s %s %s v%s", c.Key, ev.Type, ev.Identity, versionOf(ev))]++
 			}
 		}
@@ -395,13 +436,19 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 
 	// G9: no request while an older deliverable event of the key waits.
 	if need("G9", "fetches", "commits", "deliveries") {
-		// A parked event holds its ordering key (the identity): the key's later events wait
-		// behind it by design, so they are not "deliverable".
+		// A parked event holds its ordering key: the key's later events wait behind it by
+		// design, so they are not "deliverable".
+		okOf := func(c Commit, i int) string {
+			if i < len(c.OrderingKeys) {
+				return c.Key.String() + "/" + c.OrderingKeys[i]
+			}
+			return c.Key.String() + "/" + c.Events[i].Identity
+		}
 		held := map[string]bool{}
 		for _, c := range rec.commits {
-			for _, ev := range c.Events {
+			for i, ev := range c.Events {
 				if rec.parked[ev.ID] {
-					held[c.Key.String()+"/"+ev.Identity] = true
+					held[okOf(c, i)] = true
 				}
 			}
 		}
@@ -416,8 +463,8 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		}
 		byKey := map[core.Key][]item{}
 		for _, c := range rec.commits {
-			for _, ev := range c.Events {
-				if held[c.Key.String()+"/"+ev.Identity] {
+			for i, ev := range c.Events {
+				if held[okOf(c, i)] {
 					continue
 				}
 				d, ok := delivered[ev.ID]
@@ -499,9 +546,10 @@ func versionOf(ev core.Event) string {
 	return it.Version.String()
 }
 
-// finalStates applies the events in order, per key, to a state of identity → version; with
-// dedupe, an id seen before is dropped, as a consumer that dedupes by id does.
-func finalStates(order []seen, dedupe bool) map[core.Key]map[string]string {
+// finalStates applies the events in order, per key, to a state of identity → version (or
+// content, for keys whose truth compares content); with dedupe, an id seen before is dropped,
+// as a consumer that dedupes by id does.
+func finalStates(order []seen, dedupe bool, truth map[core.Key]Truth) map[core.Key]map[string]string {
 	out := map[core.Key]map[string]string{}
 	seenID := map[string]bool{}
 	for _, o := range order {
@@ -512,9 +560,12 @@ func finalStates(order []seen, dedupe bool) map[core.Key]map[string]string {
 		if out[o.key] == nil {
 			out[o.key] = map[string]string{}
 		}
-		if o.ev.Type == core.Deleted {
+		switch project := truth[o.key].Project; {
+		case o.ev.Type == core.Deleted:
 			delete(out[o.key], o.ev.Identity)
-		} else {
+		case project != nil:
+			out[o.key][o.ev.Identity] = project(o.ev.Item)
+		default:
 			out[o.key][o.ev.Identity] = versionOf(o.ev)
 		}
 	}

@@ -42,10 +42,11 @@ type FaultyStore struct {
 	Instance string
 	Rec      *Recorder
 	Clock    func() time.Time
-	// BeforeBegin and AfterGrant, when set, run around a Begin that grants the lease: the
-	// scenario makes the reply late, or loses the grant (a failover) and freezes the instance.
+	// BeforeBegin and AfterBegin, when set, run around every Begin that reaches Redis: the
+	// scenario makes a grant's reply late, or loses the grant (a failover) and freezes the
+	// instance.
 	BeforeBegin func(key core.Key)
-	AfterGrant  func(b core.BeginResult)
+	AfterBegin  func(key core.Key, b core.BeginResult, err error)
 
 	mu    sync.Mutex
 	armed KillPoint
@@ -120,9 +121,9 @@ func (f *FaultyStore) Begin(ctx context.Context, key core.Key, owner string, ttl
 	b, err := f.Store.Begin(ctx, key, owner, ttl, op)
 	if err == nil && b.Status == core.BeginOK {
 		f.Rec.Granted(Grant{Instance: f.Instance, Key: key, Epoch: b.Lease.Epoch, Token: b.Lease.Token, At: f.now(), Expires: b.Now.Add(ttl)})
-		if f.AfterGrant != nil {
-			f.AfterGrant(b)
-		}
+	}
+	if f.AfterBegin != nil {
+		f.AfterBegin(key, b, err)
 	}
 	return b, err
 }
@@ -144,12 +145,13 @@ func (f *FaultyStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commi
 			return res.LeaseExpires, nil
 		}
 		evs := make([]core.Event, len(c.Events))
+		oks := make([]string, len(c.Events))
 		for i, e := range c.Events {
 			_ = json.Unmarshal(e.Envelope, &evs[i])
-			evs[i].Seq = res.StreamIDs[i]
+			evs[i].Seq, oks[i] = res.StreamIDs[i], e.OrderingKey
 			f.Rec.Entry(l.Key, res.StreamIDs[i], e.ID)
 		}
-		f.Rec.Committed(Commit{Instance: f.Instance, Key: l.Key, Epoch: l.Epoch, Events: evs, At: f.now()})
+		f.Rec.Committed(Commit{Instance: f.Instance, Key: l.Key, Epoch: l.Epoch, Events: evs, OrderingKeys: oks, At: f.now()})
 		return res.LeaseExpires, nil
 	})
 	if err != nil {

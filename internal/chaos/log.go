@@ -29,9 +29,11 @@ type Commit struct {
 	Key      core.Key
 	Epoch    int64
 	Events   []core.Event
-	Start    time.Time
-	At       time.Time
-	N        int64
+	// OrderingKeys holds each event's ordering key.
+	OrderingKeys []string
+	Start        time.Time
+	At           time.Time
+	N            int64
 }
 
 // Fetch is one request a lane sent for a key.

@@ -46,7 +46,7 @@ func (s *scenario) operate(ctx context.Context, step int) {
 func (s *scenario) op(ctx context.Context, name string, k core.Key, leased bool, fn func(eng *core.Engine) error) {
 	s.gen++
 	instance := fmt.Sprintf("operator-gen%d", s.gen)
-	st, err := redisstore.New(s.o.Redis, redisstore.Options{Prefix: s.prefix, Clock: s.clock.Now})
+	st, err := redisstore.New(s.rdb, redisstore.Options{Prefix: s.prefix, Clock: s.clock.Now})
 	if err != nil {
 		s.res.Ops[name+" failed"]++
 		return

@@ -2,11 +2,14 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +46,12 @@ type Options struct {
 	// OpRate is the chance per step of an operator action (backfill, reset-cursor, pause
 	// lifted a few steps later) on a random key; default 0.1, negative for none.
 	OpRate float64
+	// ResendRate is the chance that a script call is sent twice, as go-redis re-sends a
+	// command after a read timeout while the first attempt ran; default 0.03, negative for none.
+	ResendRate float64
+	// LateRate is the chance that a granted Begin's reply arrives late: the clock moves on by
+	// most of the lease before the engine sees it; default 0.03, negative for none.
+	LateRate float64
 	// Log receives one line per kill and per step summary; may be nil.
 	Log io.Writer
 	// Pollers replaces the built-in scenario (fake APIs with every cursor strategy) with your
@@ -63,6 +72,14 @@ type Result struct {
 	Kills  map[KillPoint]int
 	Faults int // 429 / 503 / 5xx answers injected
 	Pauses int // stop-the-world pauses past the lease, with a takeover
+	// Frozen counts the pauses by where the instance froze: "fetch", "handler", "request"
+	// (before a request, another instance got a 429 meanwhile), "lost-grant" (after a Begin
+	// whose grant a failover lost: the next instance gets the same epoch).
+	Frozen  map[string]int
+	Resends int // script calls sent twice
+	Late    int // Begin replies that arrived late
+	// PagingDeletes counts items the snapshot listing's API deleted while it was paged.
+	PagingDeletes int
 	// Ops counts the operator actions by name ("backfill", "pause", "reset-cursor refused", …).
 	Ops     map[string]int
 	Changes int
@@ -106,14 +123,26 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.OpRate == 0 {
 		o.OpRate = 0.1
 	}
+	if o.ResendRate == 0 {
+		o.ResendRate = 0.03
+	}
+	if o.LateRate == 0 {
+		o.LateRate = 0.03
+	}
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
 	s := &scenario{o: o, rng: rng, rec: NewRecorder(), clock: NewClock(time.UnixMilli(1_800_000_000_000)), prefix: fmt.Sprintf("chaos%d", o.Seed),
-		handlerFail: true, paused: map[core.Key]int{}, res: Result{Seed: o.Seed, Steps: o.Steps, Kills: map[KillPoint]int{}, Ops: map[string]int{}}}
+		handlerFail: true, paused: map[core.Key]int{}, res: Result{Seed: o.Seed, Steps: o.Steps, Kills: map[KillPoint]int{}, Ops: map[string]int{}, Frozen: map[string]int{}}}
 	s.rec.MarkMeasured("throttles", "parked")
 	defer s.close()
+	rdb, err := s.resending(o.Redis)
+	if err != nil {
+		return s.res, err
+	}
+	defer rdb.Close()
+	s.rdb = rdb
 	if o.Pollers == nil {
 		s.keys = s.newKeys()
 	}
@@ -152,6 +181,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 	}
 	s.res.Steps = step
+	for _, k := range s.keys {
+		s.res.PagingDeletes += k.srv.DeletedWhilePaging()
+		k.srv.DeleteWhilePaging(0, 0)
+	}
 	if err := s.quiesce(ctx); err != nil {
 		return s.res, err
 	}
@@ -161,6 +194,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		truth = map[core.Key]Truth{}
 		for _, k := range s.keys {
 			truth[k.key] = TruthOf(k.api)
+			if k.key.Poller == "fp" {
+				t, err := TruthByContent(ctx, k.api, fieldN)
+				if err != nil {
+					return s.res, err
+				}
+				truth[k.key] = t
+			}
 		}
 	case o.Truth != nil:
 		truth = o.Truth()
@@ -189,12 +229,14 @@ type scenario struct {
 	freeze      *freeze
 
 	paused map[core.Key]int // keys the operator paused → the step that resumes them
+	rdb    redis.UniversalClient
 }
 
-// freeze is a pending stop-the-world: the next fetch or handler call (at) of instance blocks.
+// freeze is a pending stop-the-world: the next call of instance at a point blocks.
 type freeze struct {
 	instance string
-	at       string        // "fetch" or "handler"
+	at       string        // "fetch", "handler", "request" or "lost-grant"
+	claimed  bool          // lost-grant: a Begin has taken it
 	frozen   chan core.Key // reports the key it froze in
 	thaw     chan struct{}
 }
@@ -218,15 +260,29 @@ type engineSlot struct {
 	store *FaultyStore
 }
 
-// newKeys makes three pollers over their own fake APIs: timestamp with a tie-breaker and
-// a reconcile lane (two partitions), token with tombstones, snapshotDiff over a listing.
+// newKeys makes the built-in scenario's keys, each over its own fake API: timestamp with a
+// tie-breaker and a reconcile lane (two partitions), token with tombstones, snapshotDiff over
+// an offset listing that loses items while it is paged (confirmed by a detail request), a hot
+// ordering key, and items without a version whose content comes back.
 func (s *scenario) newKeys() []*runKey {
 	mk := func(poller, part string) *runKey {
 		api := fakeapi.New()
-		return &runKey{key: core.Key{Poller: poller, Partition: part}, api: api, srv: fakeapi.NewServer(api, fakeapi.ServerOptions{TieBreaker: true})}
+		srv := fakeapi.NewServer(api, fakeapi.ServerOptions{TieBreaker: true})
+		k := &runKey{key: core.Key{Poller: poller, Partition: part}, api: api, srv: srv}
+		// Requests are recorded where they arrive, so a request a frozen instance never sent
+		// does not count.
+		srv.OnRequest(func(_ int, r *http.Request) {
+			if inst := r.Header.Get(instanceHeader); inst != "" {
+				s.rec.Fetched(Fetch{Instance: inst, Key: k.key, At: s.clock.Now()})
+			}
+		})
+		return k
 	}
-	return []*runKey{mk("ts", "a"), mk("ts", "b"), mk("tok", ""), mk("snap", "")}
+	return []*runKey{mk("ts", "a"), mk("ts", "b"), mk("tok", ""), mk("snap", ""), mk("hot", ""), mk("fp", "")}
 }
+
+// instanceHeader names the engine instance in the built-in scenario's requests.
+const instanceHeader = "X-Chaos-Instance"
 
 // allKeys lists the run's keys.
 func (s *scenario) allKeys() []core.Key {
@@ -273,12 +329,11 @@ func (s *scenario) pollers(instance string) []core.Poller {
 
 // builtinPollers are the default scenario's; fetches go to the key's own fake API.
 func (s *scenario) builtinPollers(instance string) []core.Poller {
-	byKey := map[core.Key]*runKey{}
-	for _, k := range s.keys {
-		byKey[k.key] = k
-	}
 	type fetcher interface {
 		Fetch(context.Context, core.FetchRequest) (core.Page, error)
+	}
+	src := func(k *runKey, path string) cursor.Source {
+		return cursor.Source{URL: k.srv.URL + path, Items: "data", Header: http.Header{instanceHeader: {instance}}}
 	}
 	route := func(make func(k *runKey) fetcher) core.FetchFunc {
 		fs := map[core.Key]fetcher{}
@@ -286,7 +341,8 @@ func (s *scenario) builtinPollers(instance string) []core.Poller {
 			fs[k.key] = make(k)
 		}
 		return func(ctx context.Context, req core.FetchRequest) (core.Page, error) {
-			s.rec.Fetched(Fetch{Instance: instance, Key: req.Key, At: s.clock.Now()})
+			// Frozen after the cycle's checks, before the request leaves.
+			s.maybeFreeze(instance, req.Key, "request")
 			p, err := fs[req.Key].Fetch(ctx, req)
 			// Frozen with the answer in hand: what it commits next comes from a stale lease.
 			s.maybeFreeze(instance, req.Key, "fetch")
@@ -294,31 +350,60 @@ func (s *scenario) builtinPollers(instance string) []core.Poller {
 		}
 	}
 	ts := route(func(k *runKey) fetcher {
-		return &cursor.Timestamp{Source: cursor.Source{URL: k.srv.URL + "/items", Items: "data"}, Field: "updated_at",
+		return &cursor.Timestamp{Source: src(k, "/items"), Field: "updated_at",
 			Param: "updated_since", LimitParam: "limit", Limit: 1 + s.rng.IntN(6), HasMore: "has_more", TieBreaker: "after_id"}
 	})
+	big := route(func(k *runKey) fetcher {
+		return &cursor.Timestamp{Source: src(k, "/items"), Field: "updated_at",
+			Param: "updated_since", LimitParam: "limit", Limit: 1000, HasMore: "has_more", TieBreaker: "after_id"}
+	})
 	list := route(func(k *runKey) fetcher {
-		return &cursor.Page{Source: cursor.Source{URL: k.srv.URL + "/list", Items: "data"}, Param: "page",
-			SizeParam: "per_page", Size: 2 + s.rng.IntN(6), HasMore: "has_more"}
+		return &cursor.Page{Source: src(k, "/list"), Param: "page", SizeParam: "per_page", Size: 2 + s.rng.IntN(6), HasMore: "has_more"}
 	})
-	tok := route(func(k *runKey) fetcher {
-		return &cursor.Token{Source: cursor.Source{URL: k.srv.URL + "/sync", Items: "data"}, Param: "cursor",
-			Next: "next_cursor", HasMore: "has_more", LimitParam: "limit", Limit: 1 + s.rng.IntN(6)}
+	offsets := route(func(k *runKey) fetcher {
+		return &cursor.Page{Source: src(k, "/list"), Param: "offset", Offset: true, SizeParam: "limit", Size: 2 + s.rng.IntN(6), HasMore: "has_more"}
 	})
+	tok := func(limit func() int) core.FetchFunc {
+		return route(func(k *runKey) fetcher {
+			return &cursor.Token{Source: src(k, "/sync"), Param: "cursor", Next: "next_cursor", HasMore: "has_more", LimitParam: "limit", Limit: limit()}
+		})
+	}
+	details := map[core.Key]*cursor.Detail{}
+	for _, k := range s.keys {
+		details[k.key] = &cursor.Detail{Source: src(k, "/items/{id}")}
+	}
+	detail := func(ctx context.Context, key core.Key, identity string) (json.RawMessage, bool, error) {
+		return details[key].Fetch(ctx, key, identity)
+	}
 	common := func(p core.Poller) core.Poller {
-		p.Version = core.Field("version")
+		if p.Fingerprint == nil {
+			p.Version = core.Field("version")
+		}
 		p.Handler = s.handler(instance, nil)
 		p.Schedule = schedule.Config{Min: 200 * time.Millisecond, Max: 2 * time.Second}
 		p.LeaseTTL = 5 * time.Second
 		p.MaxPagesPerCycle = 1000
-		p.Delivery = core.Delivery{Attempts: 2, Backoff: schedule.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}
+		p.CommitMaxItems = 200 // hot's bursts commit in several chunks
+		p.Delivery = core.Delivery{Attempts: 2, Backoff: schedule.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}, OrderingKey: p.Delivery.OrderingKey}
 		return p
 	}
 	return []core.Poller{
 		common(core.Poller{Name: "ts", Partitions: []string{"a", "b"}, Fetch: ts,
 			Reconcile: &core.Reconcile{Every: 20 * time.Second, Fetch: list}}),
-		common(core.Poller{Name: "tok", Fetch: tok, Tombstone: core.Flag("deleted")}),
-		common(core.Poller{Name: "snap", Strategy: core.SnapshotDiff, Fetch: list}),
+		common(core.Poller{Name: "tok", Fetch: tok(func() int { return 1 + s.rng.IntN(6) }), Tombstone: core.Flag("deleted")}),
+		common(core.Poller{Name: "snap", Strategy: core.SnapshotDiff, Fetch: offsets, Detail: detail}),
+		// Every "h…" identity shares one ordering key: a poison event holds hundreds behind it.
+		common(core.Poller{Name: "hot", Fetch: big, Reconcile: &core.Reconcile{Every: 20 * time.Second, Fetch: list},
+			Delivery: core.Delivery{OrderingKey: func(ev core.Event) string {
+				if strings.HasPrefix(ev.Identity, "hot-h") {
+					return "H"
+				}
+				return ev.Identity
+			}}}),
+		// No version: the content (field n, one of three values) is the change, and it comes
+		// back; identities are deleted and created again.
+		common(core.Poller{Name: "fp", Fetch: tok(func() int { return 1 + s.rng.IntN(6) }), Tombstone: core.Flag("deleted"),
+			Fingerprint: func(item json.RawMessage) ([]byte, error) { return []byte(fieldN(item)), nil }}),
 	}
 }
 
@@ -327,12 +412,13 @@ func (s *scenario) builtinPollers(instance string) []core.Poller {
 // the user's handler, if any.
 func (s *scenario) handler(instance string, inner core.Handler) core.Handler {
 	return func(ctx context.Context, ev core.Event) error {
+		start := s.clock.Now()
 		s.maybeFreeze(instance, core.Key{Poller: ev.Poller, Partition: ev.Partition}, "handler")
 		s.mu.Lock()
 		failing := s.handlerFail
 		fail := failing && s.rng.Float64() < s.o.FailRate
 		s.mu.Unlock()
-		if failing && inner == nil && ev.Identity[len(ev.Identity)-1] == '7' && len(ev.Version) > 0 && (ev.Version[len(ev.Version)-1]-'0')%2 == 1 {
+		if failing && inner == nil && poison(ev) {
 			return errors.New("poison: the downstream rejects this event")
 		}
 		if fail {
@@ -343,20 +429,36 @@ func (s *scenario) handler(instance string, inner core.Handler) core.Handler {
 				return err
 			}
 		}
-		s.rec.Delivered(Delivery{Instance: instance, Event: ev, At: s.clock.Now()})
+		s.rec.Delivered(Delivery{Instance: instance, Event: ev, Start: start, At: s.clock.Now()})
 		return nil
 	}
+}
+
+// fieldN is what the fp poller's fingerprint sees of an item: its field n.
+func fieldN(item json.RawMessage) string {
+	var it struct {
+		N json.RawMessage `json:"n"`
+	}
+	_ = json.Unmarshal(item, &it)
+	return string(it.N)
+}
+
+// poison picks the built-in scenario's poison events: identities ending in 7 at an odd version.
+func poison(ev core.Event) bool {
+	v := versionOf(ev)
+	return ev.Identity[len(ev.Identity)-1] == '7' && len(v) > 0 && (v[len(v)-1]-'0')%2 == 1
 }
 
 // spawn starts a new engine instance in slot i (after a kill: the old one is dropped, never stopped).
 func (s *scenario) spawn(i int) error {
 	s.gen++
 	instance := fmt.Sprintf("engine%d-gen%d", i, s.gen)
-	st, err := redisstore.New(s.o.Redis, redisstore.Options{Prefix: s.prefix, Clock: s.clock.Now})
+	st, err := redisstore.New(s.rdb, redisstore.Options{Prefix: s.prefix, Clock: s.clock.Now})
 	if err != nil {
 		return err
 	}
 	fs := &FaultyStore{Store: st, Instance: instance, Rec: s.rec, Clock: s.clock.Now}
+	s.grantHooks(fs, st)
 	eng, err := core.NewEngine(core.Options{Store: fs, InstanceID: instance, TickConcurrency: 4, ClaimTimeout: 10 * time.Second, Clock: s.clock.Now,
 		Rand: func() float64 { return 0.5 }, Hooks: core.Hooks{OnCycle: func(r core.CycleReport, _ time.Duration) {
 			if r.Outcome == core.Ran {
@@ -382,11 +484,17 @@ func (s *scenario) spawn(i int) error {
 	return nil
 }
 
-// stopTheWorld freezes engine i inside a fetch or a handler, lets its lease expire, has
-// another engine take the key over, then thaws it: whatever it writes afterwards must be
-// fenced off.
+// stopTheWorld freezes engine i at one point of a cycle, has another engine take the key over,
+// then thaws it: whatever it writes or sends afterwards must be fenced off or never leave. The
+// points: inside a fetch (the answer in hand) or a handler, before a request (the other engine
+// gets a 429 and saves a Retry-After window meanwhile), and right after a Begin whose grant a
+// failover lost (the lease is put back as it was, so the other engine gets the same epoch).
 func (s *scenario) stopTheWorld(ctx context.Context, i int) {
-	at := []string{"fetch", "handler"}[s.rng.IntN(2)]
+	points := []string{"fetch", "handler", "lost-grant"}
+	if s.o.Pollers == nil {
+		points = append(points, "request")
+	}
+	at := points[s.rng.IntN(len(points))]
 	f := &freeze{instance: s.engines[i].store.Instance, at: at, frozen: make(chan core.Key, 1), thaw: make(chan struct{})}
 	s.mu.Lock()
 	s.freeze = f
@@ -395,19 +503,82 @@ func (s *scenario) stopTheWorld(ctx context.Context, i int) {
 	go func() { s.tick(ctx, i); close(done) }()
 	select {
 	case key := <-f.frozen:
+		s.mu.Lock()
 		s.res.Pauses++
-		s.clock.Advance(6 * time.Second) // past the 5s lease
+		s.res.Frozen[at]++
+		s.mu.Unlock()
+		if at != "lost-grant" {
+			s.clock.Advance(6 * time.Second) // past the 5s lease
+		}
+		if at == "request" {
+			for _, k := range s.keys {
+				if k.key == key {
+					k.srv.Inject(fakeapi.Fault{Status: 429, RetryAfter: "30"})
+				}
+			}
+		}
 		other := (i + 1) % len(s.engines)
 		_ = s.engines[other].eng.Trigger(ctx, key)
 		s.tick(ctx, other)
 		close(f.thaw)
 		<-done
-	case <-done: // nothing to deliver this time
+	case <-done: // the point was not reached this time
 		s.mu.Lock()
 		s.freeze = nil
 		s.mu.Unlock()
 	}
-	fmt.Fprintf(s.o.Log, "stop-the-world on %s in a %s\n", f.instance, at)
+	fmt.Fprintf(s.o.Log, "stop-the-world on %s at %s\n", f.instance, at)
+}
+
+// grantHooks makes a FaultyStore's grants late (the reply arrives when most of the lease is
+// gone) or lost (a failover forgets the grant: the lease is put back as it was before Begin)
+// when the scenario asks for it.
+func (s *scenario) grantHooks(fs *FaultyStore, st *redisstore.Store) {
+	var mu sync.Mutex
+	lose := map[core.Key]map[string]string{} // the one Begin that loses its grant → the lease before it
+	fs.BeforeBegin = func(key core.Key) {
+		s.mu.Lock()
+		f := s.freeze
+		mine := f != nil && f.instance == fs.Instance && f.at == "lost-grant" && !f.claimed
+		if mine {
+			f.claimed = true
+		}
+		s.mu.Unlock()
+		if mine {
+			before, _ := s.rdb.HGetAll(context.Background(), st.Key(key, "lease")).Result()
+			mu.Lock()
+			lose[key] = before
+			mu.Unlock()
+		}
+	}
+	fs.AfterBegin = func(key core.Key, b core.BeginResult, err error) {
+		mu.Lock()
+		before, lost := lose[key]
+		delete(lose, key)
+		mu.Unlock()
+		if err != nil || b.Status != core.BeginOK {
+			return
+		}
+		if lost {
+			lease := st.Key(b.Lease.Key, "lease")
+			ctx := context.Background()
+			_ = s.rdb.Del(ctx, lease).Err()
+			if len(before) > 0 {
+				_ = s.rdb.HSet(ctx, lease, before).Err()
+			}
+			s.maybeFreeze(fs.Instance, b.Lease.Key, "lost-grant")
+			return
+		}
+		s.mu.Lock()
+		late := s.o.LateRate > 0 && s.rng.Float64() < s.o.LateRate
+		if late {
+			s.res.Late++
+		}
+		s.mu.Unlock()
+		if late {
+			s.clock.Advance(b.Lease.TTL * 9 / 10) // the reply took most of the lease
+		}
+	}
 }
 
 func (s *scenario) tick(ctx context.Context, i int) {
@@ -431,11 +602,22 @@ func (s *scenario) mutate(step int) {
 			if s.rng.IntN(2) == 0 {
 				id = fmt.Sprintf("%s-c%d", k.key.Poller, s.rng.IntN(300))
 			}
+			values := 100
+			if k.key.Poller == "fp" {
+				values = 3 // no version: the content comes back
+			}
 			if s.rng.IntN(5) == 0 {
 				k.api.Delete(id)
 			} else {
-				k.api.Put(id, map[string]any{"n": s.rng.IntN(100)})
+				k.api.Put(id, map[string]any{"n": s.rng.IntN(values)})
 			}
+		}
+		switch {
+		case k.key.Poller == "hot" && s.rng.IntN(15) == 0:
+			// A burst on the hot ordering key: more events than one outbox read.
+			k.api.PutMany(300+s.rng.IntN(500), "hot-h", map[string]any{"n": s.rng.IntN(100)})
+		case k.key.Poller == "snap" && s.rng.IntN(8) == 0:
+			k.srv.DeleteWhilePaging(1, 2) // items shift while the next listing is paged
 		}
 		switch s.rng.IntN(40) {
 		case 0:
@@ -547,4 +729,49 @@ func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
+}
+
+// resending returns a client of its own to the run's Redis whose script calls are, at
+// ResendRate, sent a second time right after the first, as go-redis does after a read timeout
+// when the first attempt ran all the same: the caller sees the second reply.
+func (s *scenario) resending(c redis.UniversalClient) (redis.UniversalClient, error) {
+	var own redis.UniversalClient
+	switch c := c.(type) {
+	case *redis.Client:
+		own = redis.NewClient(c.Options())
+	case *redis.ClusterClient:
+		own = redis.NewClusterClient(c.Options())
+	default:
+		return nil, fmt.Errorf("chaos: cannot copy a %T", c)
+	}
+	own.AddHook(resendHook{s})
+	return own, nil
+}
+
+// resendHook re-sends script calls (see resending).
+type resendHook struct{ s *scenario }
+
+func (h resendHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h resendHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h resendHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if name := cmd.Name(); name != "evalsha" && name != "eval" || err != nil || h.s.o.ResendRate < 0 {
+			return err
+		}
+		h.s.mu.Lock()
+		again := h.s.rng.Float64() < h.s.o.ResendRate
+		if again {
+			h.s.res.Resends++
+		}
+		h.s.mu.Unlock()
+		if again {
+			return next(ctx, cmd)
+		}
+		return err
+	}
 }

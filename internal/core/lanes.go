@@ -192,9 +192,10 @@ func (c *cycle) fetchFailure(ctx context.Context, ln lane, cursor string, err er
 // listingDeletes handles the stored identities a complete listing did not show (G6). A
 // listing that changes while it is paged can miss an item the API never deleted (a delete
 // shifts later items onto pages already read), so an identity is deleted only when the
-// poller's Detail request finds it gone, or, without a Detail (or when it fails), once
-// ConfirmDeletes consecutive complete listings have missed it; until then its row counts the
-// misses. seen maps every listed identity to whether it was valid (and so is stored).
+// poller's Detail request finds it gone (a failed Detail request decides nothing), or,
+// without a Detail, once ConfirmDeletes consecutive complete listings have missed it; until
+// then its row counts the misses. seen maps every listed identity to whether it was valid
+// (and so is stored).
 func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string]bool) *cycleError {
 	stored := int64(0)
 	for _, valid := range seen {
@@ -246,11 +247,12 @@ func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string
 				c.delete(&w, lane, id, k)
 				continue
 			}
-			// The request failed: the listings decide.
+			// The request failed: the identity stays a candidate until a Detail answer
+			// says it is gone (a count of listings is no proof where a Detail can be had).
 		}
 		r := *k.row
 		r.Missing++
-		if r.Missing >= c.p.ConfirmDeletes {
+		if r.Missing >= c.p.ConfirmDeletes && c.p.Detail == nil {
 			c.delete(&w, lane, id, k)
 			continue
 		}

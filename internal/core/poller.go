@@ -44,7 +44,8 @@ type Poller struct {
 	ConfirmDeletes int
 	// Detail, when set, fetches one item by identity: an identity a complete listing missed is
 	// deleted at once when Detail reports it not found (HTTP 404/410), and diffed like a listed
-	// item when found. When it fails, ConfirmDeletes decides.
+	// item when found. Deletes then wait for Detail's answer: a failed request leaves the
+	// identity a candidate for the next listing, and ConfirmDeletes does not apply.
 	Detail DetailFunc
 	// Tombstone marks items that report a deletion (sync/delta APIs); optional.
 	Tombstone func(item json.RawMessage) bool
