@@ -117,6 +117,16 @@ func printRun(w io.Writer, r chaos.Result) {
 		fmt.Fprintf(w, " %s=%d", p, r.Kills[chaos.KillPoint(p)])
 	}
 	fmt.Fprintln(w)
+	var frozen []string
+	for p := range r.Frozen {
+		frozen = append(frozen, p)
+	}
+	sort.Strings(frozen)
+	fmt.Fprint(w, "pauses by point:")
+	for _, p := range frozen {
+		fmt.Fprintf(w, " %s=%d", p, r.Frozen[p])
+	}
+	fmt.Fprintf(w, "; scripts re-sent %d, late Begin replies %d, items deleted while a listing was paged %d\n", r.Resends, r.Late, r.PagingDeletes)
 	var ops []string
 	for op := range r.Ops {
 		ops = append(ops, op)

@@ -20,8 +20,8 @@ func TestRunHasNoViolations(t *testing.T) {
 		for _, l := range res.Lines() {
 			t.Log(l)
 		}
-		t.Logf("cycles %d, kills %v, pauses %d, faults %d, operator actions %v, changes %d, deliveries %d (unique %d, duplicate ratio %.3f)",
-			res.Cycles, res.Kills, res.Pauses, res.Faults, res.Ops, res.Changes, res.Deliveries, res.UniqueEvents, res.DuplicateRatio)
+		t.Logf("cycles %d, kills %v, pauses %d %v, faults %d, re-sent %d, late %d, paging deletes %d, operator actions %v, changes %d, deliveries %d (unique %d, duplicate ratio %.3f)",
+			res.Cycles, res.Kills, res.Pauses, res.Frozen, res.Faults, res.Resends, res.Late, res.PagingDeletes, res.Ops, res.Changes, res.Deliveries, res.UniqueEvents, res.DuplicateRatio)
 		if res.Failed() {
 			if os.Getenv("CHAOS_LOG") != "" {
 				t.Log(log.String())
@@ -38,6 +38,11 @@ func TestRunHasNoViolations(t *testing.T) {
 		if len(res.Kills) < 4 || total < 10 || res.Deliveries < 100 || res.Faults == 0 || res.Pauses == 0 ||
 			res.Ops["backfill"] == 0 || res.Ops["pause"] == 0 || res.Ops["reset-cursor"] == 0 {
 			t.Fatalf("the run did not exercise enough: kills %v, deliveries %d, faults %d, operator actions %v", res.Kills, res.Deliveries, res.Faults, res.Ops)
+		}
+		// The faults of the adversarial review, each of which a reverted fix fails on.
+		if res.Frozen["lost-grant"] == 0 || res.Frozen["request"] == 0 || res.Resends == 0 || res.Late == 0 || res.PagingDeletes == 0 {
+			t.Fatalf("the run did not inject every fault: pauses %v, re-sent scripts %d, late Begin replies %d, deletes while paging %d",
+				res.Frozen, res.Resends, res.Late, res.PagingDeletes)
 		}
 	})
 }
