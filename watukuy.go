@@ -369,6 +369,12 @@ func (e *Engine) Layout(ctx context.Context) (Layout, error) { return e.core.Lay
 // Migrate upgrades the Redis data layout in place and records it; it is idempotent.
 func (e *Engine) Migrate(ctx context.Context) (Migration, error) { return e.core.Migrate(ctx) }
 
+// CheckLease, called with the context a Handler or Fetch received, fails with a
+// *LeaseLostError when the cycle may have lost its lease to another instance (this process was
+// paused past its lease). The engine checks before every request and delivery; call it right
+// before a side effect that cannot be taken back to narrow the window further.
+func CheckLease(ctx context.Context) error { return core.CheckLease(ctx) }
+
 // Probe fetches the first page of p for partition and reports what the engine would see:
 // identities, versions, fingerprints, invalid items and the next cursor. It writes nothing.
 func Probe(ctx context.Context, p Poller, partition string) (ProbeResult, error) {

@@ -300,9 +300,11 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		}
 	}
 
-	// G5: at most one instance acts on a key: no handler call starts after the caller's lease
-	// expired on the server (its grant or last renewal, by the server clock), when another
-	// instance may hold the key. Per instance and key, a sweep in time.
+	// G5: at most one instance acts on a key: no handler call starts while the engine holds
+	// for valid a lease that expired on the server (its grant or last renewal, by the server
+	// clock), when another instance may hold the key. The engine's belief is read at the same
+	// instant as the time, so a freeze between the engine's check and the call (which no
+	// engine can rule out) is not counted. Per instance and key, a sweep in time.
 	if need("G5", "grants", "writes", "deliveries") {
 		type span struct {
 			at, until time.Time
@@ -322,7 +324,7 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 			sort.Slice(leases[k], func(i, j int) bool { return leases[k][i].at.Before(leases[k][j].at) })
 		}
 		for _, d := range rec.deliveries {
-			if d.Start.IsZero() {
+			if d.Start.IsZero() || !d.Believed {
 				continue
 			}
 			var until time.Time
@@ -333,7 +335,7 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 				until = sp.until
 			}
 			if !until.IsZero() && !d.Start.Before(until) {
-				add("G5", keyOf(d.Event), "%s began delivering %s at %s, its lease expired at %s", d.Instance, d.Event.ID, d.Start.Format(time.TimeOnly+".000"), until.Format(time.TimeOnly+".000"))
+				add("G5", keyOf(d.Event), "%s began delivering %s at %s holding its lease for valid, it expired at %s", d.Instance, d.Event.ID, d.Start.Format(time.TimeOnly+".000"), until.Format(time.TimeOnly+".000"))
 			}
 		}
 	}

@@ -48,15 +48,23 @@ type FaultyStore struct {
 	BeforeBegin func(key core.Key)
 	AfterBegin  func(key core.Key, b core.BeginResult, err error)
 
-	mu    sync.Mutex
-	armed KillPoint
-	fired KillPoint
+	mu       sync.Mutex
+	armed    KillPoint
+	armedKey *core.Key
+	fired    KillPoint
 }
 
 // Arm makes the next call at p kill the store.
 func (f *FaultyStore) Arm(p KillPoint) {
 	f.mu.Lock()
-	f.armed = p
+	f.armed, f.armedKey = p, nil
+	f.mu.Unlock()
+}
+
+// ArmFor makes the next call at p for key kill the store.
+func (f *FaultyStore) ArmFor(p KillPoint, key core.Key) {
+	f.mu.Lock()
+	f.armed, f.armedKey = p, &key
 	f.mu.Unlock()
 }
 
@@ -67,21 +75,21 @@ func (f *FaultyStore) Killed() KillPoint {
 	return f.fired
 }
 
-// at reports whether the store is dead, or dies now at point p.
-func (f *FaultyStore) at(p KillPoint) bool {
+// at reports whether the store is dead, or dies now at point p of a call for key.
+func (f *FaultyStore) at(p KillPoint, key core.Key) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fired != "" {
 		return true
 	}
-	if p != "" && f.armed == p {
+	if p != "" && f.armed == p && (f.armedKey == nil || *f.armedKey == key) {
 		f.fired = p
 		return true
 	}
 	return false
 }
 
-func (f *FaultyStore) dead() bool { return f.at("") }
+func (f *FaultyStore) dead() bool { return f.at("", core.Key{}) }
 
 func (f *FaultyStore) now() time.Time {
 	if f.Clock != nil {
@@ -93,7 +101,7 @@ func (f *FaultyStore) now() time.Time {
 // write runs a fenced call and records it when accepted; call returns the lease's new expiry
 // when it renewed the lease.
 func (f *FaultyStore) write(op string, l core.Lease, before, after KillPoint, call func() (time.Time, error)) error {
-	if f.at(before) {
+	if f.at(before, l.Key) {
 		return ErrKilled
 	}
 	n, start := f.Rec.Next(), f.now()
@@ -104,7 +112,7 @@ func (f *FaultyStore) write(op string, l core.Lease, before, after KillPoint, ca
 	f.Rec.Wrote(Write{Instance: f.Instance, Op: op, Key: l.Key, Epoch: l.Epoch, Token: l.Token, Start: start, Expires: exp, N: n})
 	// The write happened: record it whatever happens next. With no kill point after it, a
 	// kill that fired meanwhile in another of the engine's cycles ends this one at its next call.
-	if after != "" && f.at(after) {
+	if after != "" && f.at(after, l.Key) {
 		return ErrKilled
 	}
 	return nil
@@ -112,7 +120,7 @@ func (f *FaultyStore) write(op string, l core.Lease, before, after KillPoint, ca
 
 // Begin implements core.Store.
 func (f *FaultyStore) Begin(ctx context.Context, key core.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
-	if f.at(K1BeforeAcquire) {
+	if f.at(K1BeforeAcquire, key) {
 		return core.BeginResult{}, ErrKilled
 	}
 	if f.BeforeBegin != nil {

@@ -19,6 +19,9 @@ type Delivery struct {
 	// Start is when the call began (before any freeze inside it), At when it returned.
 	Start time.Time
 	At    time.Time
+	// Believed is whether the engine held its lease for valid when the call began
+	// (core.CheckLease on the handler's context).
+	Believed bool
 	// N orders every record of a run (the recorder's logical clock); it is set on record.
 	N int64
 }

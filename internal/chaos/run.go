@@ -412,7 +412,7 @@ func (s *scenario) builtinPollers(instance string) []core.Poller {
 // the user's handler, if any.
 func (s *scenario) handler(instance string, inner core.Handler) core.Handler {
 	return func(ctx context.Context, ev core.Event) error {
-		start := s.clock.Now()
+		start, believed := s.clock.Now(), core.CheckLease(ctx) == nil
 		s.maybeFreeze(instance, core.Key{Poller: ev.Poller, Partition: ev.Partition}, "handler")
 		s.mu.Lock()
 		failing := s.handlerFail
@@ -429,7 +429,7 @@ func (s *scenario) handler(instance string, inner core.Handler) core.Handler {
 				return err
 			}
 		}
-		s.rec.Delivered(Delivery{Instance: instance, Event: ev, Start: start, At: s.clock.Now()})
+		s.rec.Delivered(Delivery{Instance: instance, Event: ev, Start: start, Believed: believed, At: s.clock.Now()})
 		return nil
 	}
 }
@@ -614,8 +614,12 @@ func (s *scenario) mutate(step int) {
 		}
 		switch {
 		case k.key.Poller == "hot" && s.rng.IntN(15) == 0:
-			// A burst on the hot ordering key: more events than one outbox read.
-			k.api.PutMany(300+s.rng.IntN(500), "hot-h", map[string]any{"n": s.rng.IntN(100)})
+			// A burst on the hot ordering key: more events than one outbox read, committed by an
+			// instance that dies before it delivers them (or right after it parks one), so the
+			// next one drains them.
+			k.api.PutMany(600+s.rng.IntN(600), "hot-h", map[string]any{"n": s.rng.IntN(100)})
+			e := s.engines[s.rng.IntN(len(s.engines))]
+			e.store.ArmFor([]KillPoint{K3AfterCommit, K4AfterPark}[s.rng.IntN(2)], k.key)
 		case k.key.Poller == "snap" && s.rng.IntN(8) == 0:
 			k.srv.DeleteWhilePaging(1, 2) // items shift while the next listing is paged
 		}

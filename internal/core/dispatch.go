@@ -188,7 +188,7 @@ func (d *dispatch) attempt(ctx context.Context, b delivery) (*Event, []string, e
 				return ev, errs, &LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "lease may have expired during handler retries"}
 			}
 		}
-		if last = c.p.callHandler(ctx, *ev); last == nil {
+		if last = c.p.callHandler(c.keeper.withLeaseCheck(ctx), *ev); last == nil {
 			return ev, nil, nil
 		}
 		errs = append(errs, last.Error())

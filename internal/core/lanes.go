@@ -59,7 +59,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		}
 		c.confirmed = false
 		sent := time.Now()
-		page, err := ln.fetch(c.keeper.withRequestGuard(ctx), FetchRequest{Key: c.key, Cursor: cursor, Lane: ln.name, Page: pages, Fresh: ln.fresh})
+		page, err := ln.fetch(c.keeper.withLeaseCheck(ctx), FetchRequest{Key: c.key, Cursor: cursor, Lane: ln.name, Page: pages, Fresh: ln.fresh})
 		if h := c.e.hooks.OnFetch; h != nil {
 			h(c.key, ln.name, time.Since(sent), err)
 		}
@@ -278,7 +278,7 @@ func (c *cycle) detail(ctx context.Context, identity string) (json.RawMessage, b
 	}
 	c.confirmed = false
 	sent := time.Now()
-	item, found, err := c.p.Detail(c.keeper.withRequestGuard(ctx), c.key, identity)
+	item, found, err := c.p.Detail(c.keeper.withLeaseCheck(ctx), c.key, identity)
 	if h := c.e.hooks.OnFetch; h != nil {
 		h(c.key, "detail", time.Since(sent), err)
 	}

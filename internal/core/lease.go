@@ -107,32 +107,33 @@ func (k *leaseKeeper) close() {
 	<-k.done
 }
 
-// requestGuardKey carries a cycle's last-moment lease check to the code that sends a request.
-type requestGuardKey struct{}
+// leaseCheckKey carries a cycle's lease check to the code that acts for it.
+type leaseCheckKey struct{}
 
-// withRequestGuard returns ctx carrying the keeper's check for the requests sent with it.
-func (k *leaseKeeper) withRequestGuard(ctx context.Context) context.Context {
-	return WithRequestCheck(ctx, func() error {
+// withLeaseCheck returns ctx carrying the keeper's check, for the requests and handler calls
+// made with it.
+func (k *leaseKeeper) withLeaseCheck(ctx context.Context) context.Context {
+	return WithLeaseCheck(ctx, func() error {
 		if !k.valid() {
-			return &LeaseLostError{Key: k.lease.Key, Epoch: k.lease.Epoch, Reason: "the lease may have expired before the request left (a pause past its validity)"}
+			return &LeaseLostError{Key: k.lease.Key, Epoch: k.lease.Epoch, Reason: "the lease may have expired (a pause past its validity)"}
 		}
 		return nil
 	})
 }
 
-// WithRequestCheck returns ctx carrying check, which CheckRequest runs: a cycle passes its
-// lease check to the requests of its lanes this way.
-func WithRequestCheck(ctx context.Context, check func() error) context.Context {
-	return context.WithValue(ctx, requestGuardKey{}, check)
+// WithLeaseCheck returns ctx carrying check, which CheckLease runs.
+func WithLeaseCheck(ctx context.Context, check func() error) context.Context {
+	return context.WithValue(ctx, leaseCheckKey{}, check)
 }
 
-// CheckRequest fails with a *LeaseLostError when the cycle that ctx belongs to may have lost its
-// lease; it is nil outside a cycle. The cycle checks before every request, but a process can
-// be frozen (GC, SIGSTOP) between that check and the moment the request's bytes leave: HTTP
-// clients call CheckRequest as late as they can, so a resumed instance does not send a request
-// decided under a lease that another instance holds by now.
-func CheckRequest(ctx context.Context) error {
-	if g, ok := ctx.Value(requestGuardKey{}).(func() error); ok {
+// CheckLease fails with a *LeaseLostError when the cycle that ctx belongs to (a request of its
+// lanes, a handler call of its deliveries) may have lost its lease; it is nil outside a
+// cycle. The cycle checks before every request and delivery, but a process can be frozen (GC,
+// SIGSTOP) between that check and the act: HTTP clients call CheckLease as late as they can
+// before a request's bytes leave, and a handler can call it right before a side effect it
+// cannot take back.
+func CheckLease(ctx context.Context) error {
+	if g, ok := ctx.Value(leaseCheckKey{}).(func() error); ok {
 		return g()
 	}
 	return nil

@@ -178,7 +178,7 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 	}
 	// A cycle's lease may have lapsed since its own check (a frozen process): no request
 	// leaves then. The default client checks once more before each write on the wire.
-	if err := core.CheckRequest(ctx); err != nil {
+	if err := core.CheckLease(ctx); err != nil {
 		err = fmt.Errorf("watukuy: %s: %s %s: %w", req.Key, method, shown, err)
 		c.logRequest(req.Key, method, shown, hreq.Header, nil, time.Since(start), err)
 		return nil, err

@@ -737,7 +737,7 @@ func TestRequestCheckStopsTheWrite(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls atomic.Int64
-			ctx := core.WithRequestCheck(context.Background(), func() error {
+			ctx := core.WithLeaseCheck(context.Background(), func() error {
 				if calls.Add(1) > int64(tc.passes) {
 					return lost
 				}

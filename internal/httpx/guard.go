@@ -13,7 +13,7 @@ import (
 )
 
 // guardedConn is a connection of the default transport that runs the current request's lease
-// check (core.CheckRequest) before every write: the last moment before bytes leave. A process
+// check (core.CheckLease) before every write: the last moment before bytes leave. A process
 // frozen after the cycle's own checks and resumed past its lease then sends nothing.
 type guardedConn struct {
 	net.Conn
@@ -50,7 +50,7 @@ func newDefaultHTTP() *http.Client {
 // guard arms the connection the request gets with ctx's lease check, until the returned
 // function disarms it (once the request is written and its answer's headers are in).
 func guard(ctx context.Context, hreq *http.Request) (*http.Request, func()) {
-	check := func() error { return core.CheckRequest(ctx) }
+	check := func() error { return core.CheckLease(ctx) }
 	var armed *guardedConn
 	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
 		conn := info.Conn
