@@ -460,6 +460,7 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		type item struct {
 			n     int64
 			fetch *Fetch
+			grant *Grant
 			done  int64 // a commit's event: when it was first delivered
 			id    string
 		}
@@ -480,15 +481,28 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 			f := &rec.fetches[i]
 			byKey[f.Key] = append(byKey[f.Key], item{n: f.N, fetch: f})
 		}
+		// A request by an instance whose grant was superseded meanwhile (frozen, or its grant
+		// lost in a failover) is not a cycle of the key's holder: what it fetched is fenced off
+		// when it tries to write, and the holder's cycle drains before its own requests.
+		for i := range rec.grants {
+			g := &rec.grants[i]
+			byKey[g.Key] = append(byKey[g.Key], item{n: g.N, grant: g})
+		}
 		for k, items := range byKey {
 			sort.SliceStable(items, func(i, j int) bool { return items[i].n < items[j].n })
 			var waiting int64
-			var id string
+			var id, holder string
 			for _, it := range items {
-				if it.fetch == nil {
+				switch {
+				case it.grant != nil:
+					holder = it.grant.Instance
+					continue
+				case it.fetch == nil:
 					if it.done > waiting {
 						waiting, id = it.done, it.id
 					}
+					continue
+				case holder != "" && it.fetch.Instance != holder:
 					continue
 				}
 				if waiting > it.n {
