@@ -228,8 +228,9 @@ type scenario struct {
 	handlerFail bool // poison and random failures are on until quiesce
 	freeze      *freeze
 
-	paused map[core.Key]int // keys the operator paused → the step that resumes them
-	rdb    redis.UniversalClient
+	paused    map[core.Key]int // keys the operator paused → the step that resumes them
+	rdb       redis.UniversalClient
+	hotBursts int
 }
 
 // freeze is a pending stop-the-world: the next call of instance at a point blocks.
@@ -383,7 +384,9 @@ func (s *scenario) builtinPollers(instance string) []core.Poller {
 		p.Schedule = schedule.Config{Min: 200 * time.Millisecond, Max: 2 * time.Second}
 		p.LeaseTTL = 5 * time.Second
 		p.MaxPagesPerCycle = 1000
-		p.CommitMaxItems = 200 // hot's bursts commit in several chunks
+		if p.CommitMaxItems == 0 {
+			p.CommitMaxItems = 200 // large pages commit in several chunks
+		}
 		p.Delivery = core.Delivery{Attempts: 2, Backoff: schedule.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}, OrderingKey: p.Delivery.OrderingKey}
 		return p
 	}
@@ -393,7 +396,7 @@ func (s *scenario) builtinPollers(instance string) []core.Poller {
 		common(core.Poller{Name: "tok", Fetch: tok(func() int { return 1 + s.rng.IntN(6) }), Tombstone: core.Flag("deleted")}),
 		common(core.Poller{Name: "snap", Strategy: core.SnapshotDiff, Fetch: offsets, Detail: detail}),
 		// Every "h…" identity shares one ordering key: a poison event holds hundreds behind it.
-		common(core.Poller{Name: "hot", Fetch: big, Reconcile: &core.Reconcile{Every: 20 * time.Second, Fetch: list},
+		common(core.Poller{Name: "hot", Fetch: big, Reconcile: &core.Reconcile{Every: 20 * time.Second, Fetch: list}, CommitMaxItems: 1000,
 			Delivery: core.Delivery{OrderingKey: func(ev core.Event) string {
 				if strings.HasPrefix(ev.Identity, "hot-h") {
 					return "H"
@@ -614,12 +617,24 @@ func (s *scenario) mutate(step int) {
 		}
 		switch {
 		case k.key.Poller == "hot" && s.rng.IntN(15) == 0:
-			// A burst on the hot ordering key: more events than one outbox read, committed by an
-			// instance that dies before it delivers them (or right after it parks one), so the
-			// next one drains them.
-			k.api.PutMany(600+s.rng.IntN(600), "hot-h", map[string]any{"n": s.rng.IntN(100)})
-			e := s.engines[s.rng.IntN(len(s.engines))]
-			e.store.ArmFor([]KillPoint{K3AfterCommit, K4AfterPark}[s.rng.IntN(2)], k.key)
+			// A burst on the hot ordering key: more events than one outbox read, then, a second
+			// later, other identities. The first burst's instance dies right after it parks a
+			// poison event of the hot key (the events delivered before it unacked); a later
+			// burst's dies right after committing it, while the hot key is held, so the next
+			// instance drains hundreds of held entries before the deliverable ones behind them.
+			k.api.PutMany(600+s.rng.IntN(300), "hot-h", map[string]any{"n": s.rng.IntN(100)})
+			k.api.Advance(time.Second)
+			for j := range 3 {
+				k.api.Put(fmt.Sprintf("hot-y%d", j), map[string]any{"n": s.rng.IntN(100)})
+			}
+			point := K3AfterCommit
+			if s.hotBursts == 0 {
+				point = K4AfterPark
+			}
+			s.hotBursts++
+			for _, e := range s.engines {
+				e.store.ArmFor(point, k.key)
+			}
 		case k.key.Poller == "snap" && s.rng.IntN(8) == 0:
 			k.srv.DeleteWhilePaging(1, 2) // items shift while the next listing is paged
 		}
