@@ -247,8 +247,17 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		}
 	}
 
-	// G4: per ordering key (the identity), events are first acked in commit order.
+	// G4: per ordering key (the identity unless the commit said otherwise), events are first
+	// acked in commit order.
 	if need("G4", "deliveries") {
+		okOf := map[string]string{}
+		for _, c := range rec.commits {
+			for i, ev := range c.Events {
+				if i < len(c.OrderingKeys) {
+					okOf[ev.ID] = c.OrderingKeys[i]
+				}
+			}
+		}
 		lastSeq := map[string]string{}
 		first := map[string]bool{}
 		for _, o := range order {
@@ -257,9 +266,13 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 				continue
 			}
 			first[ev.ID] = true
-			ok := o.key.String() + "/" + ev.Identity
+			key := ev.Identity
+			if k, ok := okOf[ev.ID]; ok {
+				key = k
+			}
+			ok := o.key.String() + "/" + key
 			if prev, has := lastSeq[ok]; has && seqLess(ev.Seq, prev) {
-				add("G4", o.key, "%s: seq %s acked after seq %s", ev.Identity, ev.Seq, prev)
+				add("G4", o.key, "%s (ordering key %s): seq %s acked after seq %s", ev.Identity, key, ev.Seq, prev)
 			}
 			if prev, has := lastSeq[ok]; !has || seqLess(prev, ev.Seq) {
 				lastSeq[ok] = ev.Seq
