@@ -235,6 +235,9 @@ func (f *FaultyStore) ReleaseParked(ctx context.Context, l core.Lease, retry boo
 	err := f.write("releaseParked", l, "", "", func() (time.Time, error) {
 		var err error
 		a, b, err = f.Store.ReleaseParked(ctx, l, retry, ids)
+		if err == nil && !retry {
+			f.Rec.Discarded(ids...)
+		}
 		return time.Time{}, err
 	})
 	return a, b, err

@@ -95,6 +95,7 @@ type Recorder struct {
 	grants     []Grant
 	writes     []Write
 	parked     map[string]bool // event ids parked as poison or held behind one
+	discarded  map[string]bool // parked event ids an operator discarded
 	measured   map[string]bool
 	n          int64
 	entries    map[string]string // "key/streamID" -> event id
@@ -148,7 +149,7 @@ func (r *Recorder) stamp(n *int64) {
 
 // NewRecorder returns an empty recorder.
 func NewRecorder() *Recorder {
-	return &Recorder{parked: map[string]bool{}, measured: map[string]bool{}}
+	return &Recorder{parked: map[string]bool{}, discarded: map[string]bool{}, measured: map[string]bool{}}
 }
 
 func (r *Recorder) add(kind string, f func()) {
@@ -193,6 +194,16 @@ func (r *Recorder) Parked(ids ...string) {
 	r.add("parked", func() {
 		for _, id := range ids {
 			r.parked[id] = true
+		}
+	})
+}
+
+// Discarded records parked events an operator discarded: they are never delivered, by
+// decision.
+func (r *Recorder) Discarded(ids ...string) {
+	r.add("parked", func() {
+		for _, id := range ids {
+			r.discarded[id] = true
 		}
 	})
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // operate is the operator's hand in a run: now and then a backfill from the beginning, a
-// rewind of the live cursor, or a pause lifted a few steps later.
+// rewind of the live cursor, a pause lifted a few steps later, or the parked rows of a key
+// retried (or discarded).
 func (s *scenario) operate(ctx context.Context, step int) {
 	for k, until := range s.paused {
 		if step >= until {
@@ -23,7 +24,27 @@ func (s *scenario) operate(ctx context.Context, step int) {
 	}
 	keys := s.allKeys()
 	k := keys[s.rng.IntN(len(keys))]
-	switch s.rng.IntN(3) {
+	switch s.rng.IntN(4) {
+	case 3:
+		// Parked rows retried mid-run (discarded now and then), as an operator racing cycles.
+		retry := s.rng.IntN(4) > 0
+		name := map[bool]string{true: "parked retry", false: "parked discard"}[retry]
+		s.op(ctx, name, k, true, func(eng *core.Engine) error {
+			rows, err := eng.ListParked(ctx, k, "poison")
+			if err != nil || len(rows) == 0 {
+				return err
+			}
+			ids := make([]string, 0, len(rows))
+			for _, r := range rows {
+				ids = append(ids, r.ID)
+			}
+			if retry {
+				_, err = eng.RetryParked(ctx, k, ids)
+			} else {
+				_, err = eng.DiscardParked(ctx, k, ids)
+			}
+			return err
+		})
 	case 0:
 		s.op(ctx, "backfill", k, true, func(eng *core.Engine) error {
 			_, err := eng.Backfill(ctx, k, core.BackfillRequest{})

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -54,6 +55,9 @@ type Options struct {
 	LateRate float64
 	// Log receives one line per kill and per step summary; may be nil.
 	Log io.Writer
+	// Keys limits the built-in scenario to these pollers ("ts", "tok", "snap", "hot", "fp");
+	// none runs them all.
+	Keys []string
 	// Pollers replaces the built-in scenario (fake APIs with every cursor strategy) with your
 	// own pollers; their Fetch and Handler are wrapped to record what happens and to inject
 	// handler failures and pauses. Between runs before each step (change your fake API
@@ -279,7 +283,11 @@ func (s *scenario) newKeys() []*runKey {
 		})
 		return k
 	}
-	return []*runKey{mk("ts", "a"), mk("ts", "b"), mk("tok", ""), mk("snap", ""), mk("hot", ""), mk("fp", "")}
+	keys := []*runKey{mk("ts", "a"), mk("ts", "b"), mk("tok", ""), mk("snap", ""), mk("hot", ""), mk("fp", "")}
+	if len(s.o.Keys) > 0 {
+		keys = slices.DeleteFunc(keys, func(k *runKey) bool { return !slices.Contains(s.o.Keys, k.key.Poller) })
+	}
+	return keys
 }
 
 // instanceHeader names the engine instance in the built-in scenario's requests.
@@ -390,7 +398,7 @@ func (s *scenario) builtinPollers(instance string) []core.Poller {
 		p.Delivery = core.Delivery{Attempts: 2, Backoff: schedule.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}, OrderingKey: p.Delivery.OrderingKey}
 		return p
 	}
-	return []core.Poller{
+	ps := []core.Poller{
 		common(core.Poller{Name: "ts", Partitions: []string{"a", "b"}, Fetch: ts,
 			Reconcile: &core.Reconcile{Every: 20 * time.Second, Fetch: list}}),
 		common(core.Poller{Name: "tok", Fetch: tok(func() int { return 1 + s.rng.IntN(6) }), Tombstone: core.Flag("deleted")}),
@@ -408,6 +416,10 @@ func (s *scenario) builtinPollers(instance string) []core.Poller {
 		common(core.Poller{Name: "fp", Fetch: tok(func() int { return 1 + s.rng.IntN(6) }), Tombstone: core.Flag("deleted"),
 			Fingerprint: func(item json.RawMessage) ([]byte, error) { return []byte(fieldN(item)), nil }}),
 	}
+	if len(s.o.Keys) > 0 {
+		ps = slices.DeleteFunc(ps, func(p core.Poller) bool { return !slices.Contains(s.o.Keys, p.Name) })
+	}
+	return ps
 }
 
 // handler records deliveries; until quiesce, it fails at random and, in the built-in
@@ -618,25 +630,25 @@ func (s *scenario) mutate(step int) {
 		switch {
 		case k.key.Poller == "hot" && s.rng.IntN(15) == 0:
 			// A burst on the hot ordering key: more events than one outbox read, then, a second
-			// later, other identities. The first burst's instance dies right after it parks a
-			// poison event of the hot key (the events delivered before it unacked); a later
-			// burst's dies right after committing it, while the hot key is held, so the next
-			// instance drains hundreds of held entries before the deliverable ones behind them.
+			// later, other identities. Every other burst's instance dies right after it parks a
+			// poison event of the hot key (the events delivered before it unacked); the others'
+			// die right after committing it, and while the hot key is held the next instance
+			// drains hundreds of held entries before the deliverable ones behind them.
 			k.api.PutMany(600+s.rng.IntN(300), "hot-h", map[string]any{"n": s.rng.IntN(100)})
 			k.api.Advance(time.Second)
 			for j := range 3 {
 				k.api.Put(fmt.Sprintf("hot-y%d", j), map[string]any{"n": s.rng.IntN(100)})
 			}
 			point := K3AfterCommit
-			if s.hotBursts == 0 {
+			if s.hotBursts%2 == 0 {
 				point = K4AfterPark
 			}
 			s.hotBursts++
 			for _, e := range s.engines {
 				e.store.ArmFor(point, k.key)
 			}
-		case k.key.Poller == "snap" && s.rng.IntN(8) == 0:
-			k.srv.DeleteWhilePaging(1, 2) // items shift while the next listing is paged
+		case k.key.Poller == "snap" && s.rng.IntN(3) == 0:
+			k.srv.DeleteWhilePaging(1, 3) // items shift while the next listing is paged
 		}
 		switch s.rng.IntN(40) {
 		case 0:
