@@ -50,8 +50,8 @@ type Options struct {
 	// ResendRate is the chance that a script call is sent twice, as go-redis re-sends a
 	// command after a read timeout while the first attempt ran; default 0.03, negative for none.
 	ResendRate float64
-	// LateRate is the chance that a granted Begin's reply arrives late: the clock moves on by
-	// most of the lease before the engine sees it; default 0.03, negative for none.
+	// LateRate is the chance that a granted Begin's reply arrives late: the clock moves on past
+	// the lease before the engine sees it; default 0.03, negative for none.
 	LateRate float64
 	// Log receives one line per kill and per step summary; may be nil.
 	Log io.Writer
@@ -545,8 +545,8 @@ func (s *scenario) stopTheWorld(ctx context.Context, i int) {
 	fmt.Fprintf(s.o.Log, "stop-the-world on %s at %s\n", f.instance, at)
 }
 
-// grantHooks makes a FaultyStore's grants late (the reply arrives when most of the lease is
-// gone) or lost (a failover forgets the grant: the lease is put back as it was before Begin)
+// grantHooks makes a FaultyStore's grants late (the reply arrives after the lease expired on
+// the server) or lost (a failover forgets the grant: the lease is put back as it was before Begin)
 // when the scenario asks for it.
 func (s *scenario) grantHooks(fs *FaultyStore, st *redisstore.Store) {
 	var mu sync.Mutex
@@ -591,7 +591,7 @@ func (s *scenario) grantHooks(fs *FaultyStore, st *redisstore.Store) {
 		}
 		s.mu.Unlock()
 		if late {
-			s.clock.Advance(b.Lease.TTL * 9 / 10) // the reply took most of the lease
+			s.clock.Advance(b.Lease.TTL * 6 / 5) // the reply came when the lease had expired
 		}
 	}
 }
