@@ -50,8 +50,9 @@ type Options struct {
 	// ResendRate is the chance that a script call is sent twice, as go-redis re-sends a
 	// command after a read timeout while the first attempt ran; default 0.03, negative for none.
 	ResendRate float64
-	// LateRate is the chance that a granted Begin's reply arrives late: the clock moves on past
-	// the lease before the engine sees it; default 0.03, negative for none.
+	// LateRate is the chance that a granted Begin's reply arrives late when the key's outbox
+	// holds events (the cycle would deliver them first): the clock moves on past the lease
+	// before the engine sees it; default 0.25, negative for none.
 	LateRate float64
 	// Log receives one line per kill and per step summary; may be nil.
 	Log io.Writer
@@ -131,7 +132,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		o.ResendRate = 0.03
 	}
 	if o.LateRate == 0 {
-		o.LateRate = 0.03
+		o.LateRate = 0.25
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
@@ -585,7 +586,7 @@ func (s *scenario) grantHooks(fs *FaultyStore, st *redisstore.Store) {
 			return
 		}
 		s.mu.Lock()
-		late := s.o.LateRate > 0 && s.rng.Float64() < s.o.LateRate
+		late := s.o.LateRate > 0 && b.OutboxLen > 0 && s.rng.Float64() < s.o.LateRate
 		if late {
 			s.res.Late++
 		}
