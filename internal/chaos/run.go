@@ -51,8 +51,9 @@ type Options struct {
 	// command after a read timeout while the first attempt ran; default 0.03, negative for none.
 	ResendRate float64
 	// LateRate is the chance that a granted Begin's reply arrives late when the key's outbox
-	// holds events (the cycle would deliver them first): the clock moves on past the lease
-	// before the engine sees it; default 0.25, negative for none.
+	// holds events (the cycle delivers them first): the clock moves on by most of the lease
+	// before the engine sees it, and that cycle's deliveries take time; default 0.25, negative
+	// for none.
 	LateRate float64
 	// Log receives one line per kill and per step summary; may be nil.
 	Log io.Writer
@@ -139,7 +140,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
 	s := &scenario{o: o, rng: rng, rec: NewRecorder(), clock: NewClock(time.UnixMilli(1_800_000_000_000)), prefix: fmt.Sprintf("chaos%d", o.Seed),
-		handlerFail: true, paused: map[core.Key]int{}, res: Result{Seed: o.Seed, Steps: o.Steps, Kills: map[KillPoint]int{}, Ops: map[string]int{}, Frozen: map[string]int{}}}
+		handlerFail: true, paused: map[core.Key]int{}, slow: map[string]time.Duration{}, res: Result{Seed: o.Seed, Steps: o.Steps, Kills: map[KillPoint]int{}, Ops: map[string]int{}, Frozen: map[string]int{}}}
 	s.rec.MarkMeasured("throttles", "parked")
 	defer s.close()
 	rdb, err := s.resending(o.Redis)
@@ -233,7 +234,8 @@ type scenario struct {
 	handlerFail bool // poison and random failures are on until quiesce
 	freeze      *freeze
 
-	paused    map[core.Key]int // keys the operator paused → the step that resumes them
+	paused    map[core.Key]int         // keys the operator paused → the step that resumes them
+	slow      map[string]time.Duration // instance/key of a late Begin → how long its handler calls take
 	rdb       redis.UniversalClient
 	hotBursts int
 }
@@ -429,6 +431,12 @@ func (s *scenario) builtinPollers(instance string) []core.Poller {
 func (s *scenario) handler(instance string, inner core.Handler) core.Handler {
 	return func(ctx context.Context, ev core.Event) error {
 		start, believed := s.clock.Now(), core.CheckLease(ctx) == nil
+		s.mu.Lock()
+		slow := s.slow[instance+"/"+core.Key{Poller: ev.Poller, Partition: ev.Partition}.String()]
+		s.mu.Unlock()
+		if slow > 0 {
+			defer s.clock.Advance(slow)
+		}
 		s.maybeFreeze(instance, core.Key{Poller: ev.Poller, Partition: ev.Partition}, "handler")
 		s.mu.Lock()
 		failing := s.handlerFail
@@ -546,8 +554,8 @@ func (s *scenario) stopTheWorld(ctx context.Context, i int) {
 	fmt.Fprintf(s.o.Log, "stop-the-world on %s at %s\n", f.instance, at)
 }
 
-// grantHooks makes a FaultyStore's grants late (the reply arrives after the lease expired on
-// the server) or lost (a failover forgets the grant: the lease is put back as it was before Begin)
+// grantHooks makes a FaultyStore's grants late (the reply arrives when most of the lease is
+// gone, and the cycle's deliveries take time) or lost (a failover forgets the grant: the lease is put back as it was before Begin)
 // when the scenario asks for it.
 func (s *scenario) grantHooks(fs *FaultyStore, st *redisstore.Store) {
 	var mu sync.Mutex
@@ -589,10 +597,13 @@ func (s *scenario) grantHooks(fs *FaultyStore, st *redisstore.Store) {
 		late := s.o.LateRate > 0 && b.OutboxLen > 0 && s.rng.Float64() < s.o.LateRate
 		if late {
 			s.res.Late++
+			// The reply took most of the lease, and this cycle's handler calls take time: an
+			// engine that counts its lease from the reply delivers after it expired.
+			s.slow[fs.Instance+"/"+key.String()] = b.Lease.TTL * 3 / 10
 		}
 		s.mu.Unlock()
 		if late {
-			s.clock.Advance(b.Lease.TTL * 6 / 5) // the reply came when the lease had expired
+			s.clock.Advance(b.Lease.TTL * 9 / 10)
 		}
 	}
 }
