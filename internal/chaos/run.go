@@ -140,7 +140,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
 	s := &scenario{o: o, rng: rng, rec: NewRecorder(), clock: NewClock(time.UnixMilli(1_800_000_000_000)), prefix: fmt.Sprintf("chaos%d", o.Seed),
-		handlerFail: true, paused: map[core.Key]int{}, slow: map[string]time.Duration{}, res: Result{Seed: o.Seed, Steps: o.Steps, Kills: map[KillPoint]int{}, Ops: map[string]int{}, Frozen: map[string]int{}}}
+		handlerFail: true, paused: map[core.Key]int{}, slow: map[string]slowCalls{}, res: Result{Seed: o.Seed, Steps: o.Steps, Kills: map[KillPoint]int{}, Ops: map[string]int{}, Frozen: map[string]int{}}}
 	s.rec.MarkMeasured("throttles", "parked")
 	defer s.close()
 	rdb, err := s.resending(o.Redis)
@@ -234,8 +234,8 @@ type scenario struct {
 	handlerFail bool // poison and random failures are on until quiesce
 	freeze      *freeze
 
-	paused    map[core.Key]int         // keys the operator paused → the step that resumes them
-	slow      map[string]time.Duration // instance/key of a late Begin → how long its handler calls take
+	paused    map[core.Key]int     // keys the operator paused → the step that resumes them
+	slow      map[string]slowCalls // instance/key of a late Begin → its next handler calls take time
 	rdb       redis.UniversalClient
 	hotBursts int
 }
@@ -432,10 +432,16 @@ func (s *scenario) handler(instance string, inner core.Handler) core.Handler {
 	return func(ctx context.Context, ev core.Event) error {
 		start, believed := s.clock.Now(), core.CheckLease(ctx) == nil
 		s.mu.Lock()
-		slow := s.slow[instance+"/"+core.Key{Poller: ev.Poller, Partition: ev.Partition}.String()]
+		sk := instance + "/" + core.Key{Poller: ev.Poller, Partition: ev.Partition}.String()
+		slow := s.slow[sk]
+		if slow.n--; slow.n <= 0 {
+			delete(s.slow, sk)
+		} else {
+			s.slow[sk] = slow
+		}
 		s.mu.Unlock()
-		if slow > 0 {
-			defer s.clock.Advance(slow)
+		if slow.d > 0 {
+			defer s.clock.Advance(slow.d)
 		}
 		s.maybeFreeze(instance, core.Key{Poller: ev.Poller, Partition: ev.Partition}, "handler")
 		s.mu.Lock()
@@ -456,6 +462,12 @@ func (s *scenario) handler(instance string, inner core.Handler) core.Handler {
 		s.rec.Delivered(Delivery{Instance: instance, Event: ev, Start: start, Believed: believed, At: s.clock.Now()})
 		return nil
 	}
+}
+
+// slowCalls makes the next n handler calls of an instance for a key take d each.
+type slowCalls struct {
+	d time.Duration
+	n int
 }
 
 // fieldN is what the fp poller's fingerprint sees of an item: its field n.
@@ -599,7 +611,7 @@ func (s *scenario) grantHooks(fs *FaultyStore, st *redisstore.Store) {
 			s.res.Late++
 			// The reply took most of the lease, and this cycle's handler calls take time: an
 			// engine that counts its lease from the reply delivers after it expired.
-			s.slow[fs.Instance+"/"+key.String()] = b.Lease.TTL * 3 / 10
+			s.slow[fs.Instance+"/"+key.String()] = slowCalls{d: b.Lease.TTL * 3 / 10, n: 4}
 		}
 		s.mu.Unlock()
 		if late {
