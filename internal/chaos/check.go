@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -448,22 +449,60 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		for _, f := range rec.fetches {
 			fetches[f.Key] = append(fetches[f.Key], f)
 		}
+		// In time order, and at one instant (a run's clock stands still between its steps) in
+		// the order things happened.
+		before := func(t1 time.Time, n1 int64, t2 time.Time, n2 int64) bool {
+			return t1.Before(t2) || t1.Equal(t2) && n1 < n2
+		}
+		// An instance whose grant a failover lost (the next grant repeated its epoch) cannot
+		// know it before its first fenced call: a request it sends meanwhile is the known limit
+		// of a lossy failover (README), not a politeness bug. Per key, a sweep in logical time.
+		lost := map[int64]bool{} // fetch N -> sent under a lost grant
+		for k, fs := range fetches {
+			var gs []Grant
+			for _, g := range rec.grants {
+				if g.Key == k {
+					gs = append(gs, g)
+				}
+			}
+			sort.Slice(gs, func(i, j int) bool { return gs[i].N < gs[j].N })
+			byN := slices.Clone(fs)
+			sort.Slice(byN, func(i, j int) bool { return byN[i].N < byN[j].N })
+			latest := map[string]string{}  // instance -> token of its latest grant
+			firstOf := map[int64]string{}  // epoch -> token of its first grant
+			lostToken := map[string]bool{} // tokens of grants a same-epoch grant superseded
+			next := 0
+			for _, f := range byN {
+				for ; next < len(gs) && gs[next].N < f.N; next++ {
+					g := gs[next]
+					if t, ok := firstOf[g.Epoch]; ok && t != g.Token {
+						lostToken[t] = true
+					} else if !ok {
+						firstOf[g.Epoch] = g.Token
+					}
+					latest[g.Instance] = g.Token
+				}
+				if t, ok := latest[f.Instance]; ok && lostToken[t] {
+					lost[f.N] = true
+				}
+			}
+		}
 		for k, ws := range windows {
-			sort.Slice(ws, func(i, j int) bool { return ws[i].From.Before(ws[j].From) })
+			sort.Slice(ws, func(i, j int) bool { return before(ws[i].From, ws[i].N, ws[j].From, ws[j].N) })
 			fs := fetches[k]
-			sort.SliceStable(fs, func(i, j int) bool { return fs[i].At.Before(fs[j].At) })
+			sort.SliceStable(fs, func(i, j int) bool { return before(fs[i].At, fs[i].N, fs[j].At, fs[j].N) })
 			var until time.Time
 			var open Throttle
 			next := 0
 			for _, f := range fs {
-				for next < len(ws) && ws[next].From.Before(f.At) {
+				for next < len(ws) && before(ws[next].From, ws[next].N, f.At, f.N) {
 					if ws[next].To.After(until) {
 						until, open = ws[next].To, ws[next]
 					}
 					next++
 				}
-				if f.At.Before(until) {
-					add("G8", k, "request at %s inside the window %s–%s", f.At.Format(time.RFC3339Nano), open.From.Format(time.TimeOnly), open.To.Format(time.TimeOnly))
+				if f.At.Before(until) && !lost[f.N] {
+					add("G8", k, "request by %s at %s inside the window %s–%s saved by %s", f.Instance, f.At.Format(time.RFC3339Nano), open.From.Format(time.TimeOnly), open.To.Format(time.TimeOnly), open.Instance)
 				}
 			}
 		}
