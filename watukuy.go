@@ -194,6 +194,15 @@ type Options struct {
 	TickConcurrency int
 	// ClaimTimeout is how long a claimed key stays claimed before it is due again; default 2m.
 	ClaimTimeout time.Duration
+	// WaitReplicas, when > 0, makes every commit and outbox read wait (Redis WAIT, up to
+	// WaitTimeout, default 1s) until that many replicas have it before its events are
+	// delivered. With replicas and failover (Sentinel, Cluster) set it to 1 or more: Redis
+	// replicates asynchronously, and a failover that loses a commit whose events were already
+	// delivered leaves the consumer ahead of watukuy's state (a later delete can be missed).
+	// A cycle whose commit the replicas do not confirm in time delivers nothing and ends with
+	// lastError REPLICATION; the events wait in the outbox.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 	// Hooks observe cycles, requests, deliveries, parking, circuits, throttles and lost
 	// leases (the metrics use them).
 	Hooks Hooks
@@ -222,7 +231,7 @@ func New(opts Options) (*Engine, error) {
 		_, _ = rand.Read(b[:])
 		opts.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
-	st, err := redisstore.New(opts.Redis, redisstore.Options{Prefix: opts.Prefix, Clock: opts.clock})
+	st, err := redisstore.New(opts.Redis, redisstore.Options{Prefix: opts.Prefix, Clock: opts.clock, WaitReplicas: opts.WaitReplicas, WaitTimeout: opts.WaitTimeout})
 	if err != nil {
 		return nil, err
 	}

@@ -120,6 +120,13 @@ func (c *common) bindClaim(fs *pflag.FlagSet) {
 func (c *common) bindWorker(fs *pflag.FlagSet) {
 	fs.IntVar(&c.s.Concurrency, "concurrency", 10, "cycles run at once")
 	fs.DurationVar(&c.s.Drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long running cycles may finish before they are cancelled")
+	c.bindCycles(fs)
+}
+
+// bindCycles is what every process that runs cycles takes (worker, run, dev, tick).
+func (c *common) bindCycles(fs *pflag.FlagSet) {
+	fs.IntVar(&c.s.WaitReplicas, "wait-replicas", 0,
+		"deliver events only once this many Redis replicas have their commit (WAIT): set it to 1 or more with replicas and failover, so a failover never loses a commit whose events were delivered")
 }
 
 // noEnvAnnotation marks a flag that fromEnv leaves alone.

@@ -34,6 +34,7 @@ func tickCmd() *cobra.Command {
 	cmd.Flags().StringSliceVar(&c.s.Pollers, "poller", nil, "run only these pollers of the config (repeatable; default: all)")
 	cmdLineOnly(cmd.Flags(), "poller")
 	c.bindClaim(cmd.Flags())
+	c.bindCycles(cmd.Flags())
 	return cmd
 }
 

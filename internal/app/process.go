@@ -46,6 +46,9 @@ type Settings struct {
 	// ClaimTimeout is how long a claimed key stays claimed: a key whose cycle died comes back
 	// after it (0: the default, 2m). Keep it above the longest lease TTL.
 	ClaimTimeout time.Duration
+	// WaitReplicas makes cycles deliver events only once that many replicas have their commit
+	// (watukuy.Options.WaitReplicas).
+	WaitReplicas int
 }
 
 // Env is what a process runs on.
@@ -103,7 +106,7 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 	env.Registry = prometheus.NewRegistry()
 	env.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	env.Metrics = metrics.New(env.Registry)
-	eng, err := watukuy.New(watukuy.Options{Redis: rdb, Prefix: s.Prefix, InstanceID: s.InstanceID, Logger: env.Log, ClaimTimeout: s.ClaimTimeout,
+	eng, err := watukuy.New(watukuy.Options{Redis: rdb, Prefix: s.Prefix, InstanceID: s.InstanceID, Logger: env.Log, ClaimTimeout: s.ClaimTimeout, WaitReplicas: s.WaitReplicas,
 		Hooks: env.Metrics.Hooks(core.Hooks{})})
 	if err != nil {
 		return err

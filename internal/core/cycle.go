@@ -261,7 +261,7 @@ func (c *cycle) abandon(err error) {
 // LastError is the JSON of KeyInfo.LastError: a key's last failed cycle, kept until one
 // succeeds.
 type LastError struct {
-	// Code is FETCH, THROTTLED, CURSOR_STALL, POISON_HALT, STORE or CONFIG.
+	// Code is FETCH, THROTTLED, CURSOR_STALL, POISON_HALT, STORE, REPLICATION or CONFIG.
 	Code    string `json:"code"`
 	Phase   string `json:"phase"`
 	Message string `json:"message"`
@@ -290,8 +290,8 @@ type PollSummary struct {
 // cycleError is a failure with the phase and code it is reported under and what the
 // schedule state machine makes of it.
 type cycleError struct {
-	phase      string // fetch, handler, store, config
-	code       string // FETCH, THROTTLED, CURSOR_STALL, POISON_HALT, STORE, CONFIG
+	phase      string // fetch, handler, store, replication, config
+	code       string // FETCH, THROTTLED, CURSOR_STALL, POISON_HALT, STORE, REPLICATION, CONFIG
 	kind       schedule.Kind
 	retryAfter time.Duration
 	err        error
@@ -316,6 +316,9 @@ func (c *cycle) drain(ctx context.Context) *cycleError {
 		if b.Paused {
 			c.keeper.paused.Store(true)
 			return nil
+		}
+		if b.Unreplicated {
+			return unreplicated(c.key)
 		}
 		if b.Read == 0 {
 			return nil

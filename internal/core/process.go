@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/diff"
+	"github.com/watukuy/watukuy/internal/schedule"
 )
 
 // observation is one valid item of a page.
@@ -264,6 +265,8 @@ type commitResult struct {
 	envelopes [][]byte
 	keys      []string // ordering keys
 	paused    bool
+	// unreplicated: the store waits for replicas and they did not confirm a chunk in time.
+	unreplicated bool
 }
 
 // commit writes w (G3: the cursor goes with its page's events) in chunks of at most the
@@ -335,6 +338,7 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 			c.keeper.touched(sent, r.Paused)
 		}
 		res.paused = res.paused || r.Paused
+		res.unreplicated = res.unreplicated || r.Unreplicated
 		for i, ev := range evIdx {
 			res.seqs[ev] = r.StreamIDs[i]
 		}
@@ -413,6 +417,9 @@ func (c *cycle) commitAndDeliver(ctx context.Context, w *pageWrites) *cycleError
 		return storeErr(err)
 	}
 	c.rep.Events += len(w.events)
+	if res.unreplicated && len(w.events) > 0 {
+		return unreplicated(c.key)
+	}
 	if res.paused || c.p.Shadow || len(w.events) == 0 {
 		return nil
 	}
@@ -423,6 +430,14 @@ func (c *cycle) commitAndDeliver(ctx context.Context, w *pageWrites) *cycleError
 			Envelope: res.envelopes[i], Seq: res.seqs[i]}, ev: &w.events[i]}
 	}
 	return c.deliver(ctx, ds)
+}
+
+// unreplicated stops a cycle whose commit (or outbox read) the replicas did not confirm in
+// time: its events wait in the outbox until they are replicated, so that a failover never
+// loses a commit whose events reached the handler. The cycle ends with the schedule's backoff.
+func unreplicated(key Key) *cycleError {
+	return &cycleError{phase: "replication", code: "REPLICATION", kind: schedule.ResultFailed,
+		err: fmt.Errorf("the replicas did not confirm the outbox of %s in time: its events wait until they do (check the replicas' health)", key)}
 }
 
 // routeEvents prepares a page's events: in shadow mode they are only counted (and true is

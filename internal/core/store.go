@@ -112,6 +112,9 @@ type Batch struct {
 	Read int
 	// Paused is true when an operator paused the key.
 	Paused bool
+	// Unreplicated is true when the store waits for replicas and they did not confirm the
+	// outbox in time: the entries must not be delivered yet (a failover could lose them).
+	Unreplicated bool
 	// Entries are the deliverable entries, in sequence order.
 	Entries []Entry
 }
@@ -209,6 +212,10 @@ type CommitResult struct {
 	LeaseExpires time.Time
 	// Paused is true when an operator paused the key.
 	Paused bool
+	// Unreplicated is true when the store waits for replicas and they did not confirm the
+	// commit in time: its events must not be delivered yet (a failover could lose the commit
+	// after they reached the handler).
+	Unreplicated bool
 	// Duplicate reports a commit that had been applied already (its first attempt's reply
 	// was lost, the client re-sent it): nothing was written again, and the result is the
 	// first attempt's.

@@ -28,6 +28,13 @@ type Options struct {
 	// Clock overrides the Redis server clock (TIME) for tests; nil uses the server's. Only
 	// code inside this module can set it: production always runs on the server's clock.
 	Clock func() time.Time
+	// WaitReplicas, when > 0, makes every commit and every outbox read wait (WAIT, on the same
+	// connection) until that many replicas have it, up to WaitTimeout (default 1s): the engine
+	// delivers events only once their commit is replicated, so a failover to a replica never
+	// loses a commit whose events reached the handler. For Redis with replicas (Sentinel,
+	// Cluster with replicas).
+	WaitReplicas int
+	WaitTimeout  time.Duration
 }
 
 // Store is core.Store on Redis.
@@ -37,13 +44,18 @@ type Store struct {
 	clock   func() time.Time
 	scripts map[string]*redis.Script
 	writes  atomic.Uint64 // write ids of fenced scripts that must not apply twice
+	waitN   int
+	waitFor time.Duration
 }
 
 var _ core.Store = (*Store)(nil)
 
 // New returns a store on rdb (a single-node or cluster client).
 func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
-	s := &Store{rdb: rdb, prefix: opts.Prefix, clock: opts.Clock, scripts: map[string]*redis.Script{}}
+	s := &Store{rdb: rdb, prefix: opts.Prefix, clock: opts.Clock, scripts: map[string]*redis.Script{}, waitN: opts.WaitReplicas, waitFor: opts.WaitTimeout}
+	if s.waitFor <= 0 {
+		s.waitFor = time.Second
+	}
 	if s.prefix == "" {
 		s.prefix = "wk"
 	}
@@ -133,6 +145,51 @@ func (s *Store) run(ctx context.Context, name string, l *core.Lease, keys []stri
 		return nil, s.mapErr(name, l, err)
 	}
 	return v, nil
+}
+
+// runReplicated executes a script and, with WaitReplicas set, WAIT right after it on the same
+// connection of the node that owns keys[0], and reports whether enough replicas have the
+// script's writes (and every write before them). Without WaitReplicas it is run, replicated.
+func (s *Store) runReplicated(ctx context.Context, name string, l *core.Lease, keys []string, args ...any) (any, bool, error) {
+	if s.waitN <= 0 {
+		v, err := s.run(ctx, name, l, keys, args...)
+		return v, true, err
+	}
+	node, ok := s.rdb.(*redis.Client)
+	if cc, isCluster := s.rdb.(*redis.ClusterClient); isCluster {
+		n, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, false, fmt.Errorf("redisstore: %s: node of %s: %w", name, keys[0], err)
+		}
+		node, ok = n, true
+	}
+	if !ok {
+		return nil, false, fmt.Errorf("redisstore: waitReplicas needs a *redis.Client or *redis.ClusterClient, not a %T", s.rdb)
+	}
+	script := s.scripts[name]
+	for attempt := 0; ; attempt++ {
+		var sc, wc *redis.Cmd
+		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			sc = script.EvalSha(ctx, p, keys, args...)
+			wc = p.Do(ctx, "wait", s.waitN, s.waitFor.Milliseconds())
+			return nil
+		})
+		v, err := sc.Result()
+		if redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
+			if err := script.Load(ctx, node).Err(); err != nil {
+				return nil, false, fmt.Errorf("redisstore: %s: load: %w", name, err)
+			}
+			continue // WAIT must follow the script on its own connection: run both again
+		}
+		if err != nil {
+			return nil, false, s.mapErr(name, l, err)
+		}
+		n, err := wc.Int64()
+		if err != nil {
+			return nil, false, fmt.Errorf("redisstore: %s: WAIT: %w", name, err)
+		}
+		return v, n >= int64(s.waitN), nil
+	}
 }
 
 // newToken makes a lease token: random, so that no two grants share one even when a failover
@@ -363,12 +420,12 @@ func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (co
 	}
 	args = appendList(args, c.Unpark)
 	k := l.Key
-	v, err := s.run(ctx, "commit_poll", &l, []string{s.k(k, "state"), s.k(k, "lease"), s.k(k, "items"), s.k(k, "outbox"), s.k(k, "parked"), s.k(k, "log"), s.k(k, "gone")}, args...)
+	v, replicated, err := s.runReplicated(ctx, "commit_poll", &l, []string{s.k(k, "state"), s.k(k, "lease"), s.k(k, "items"), s.k(k, "outbox"), s.k(k, "parked"), s.k(k, "log"), s.k(k, "gone")}, args...)
 	if err != nil {
 		return core.CommitResult{}, err
 	}
 	r := v.([]any)
-	res := core.CommitResult{LeaseExpires: time.UnixMilli(r[0].(int64)), Paused: r[1].(int64) == 1, Duplicate: r[3].(int64) == 1}
+	res := core.CommitResult{LeaseExpires: time.UnixMilli(r[0].(int64)), Paused: r[1].(int64) == 1, Duplicate: r[3].(int64) == 1, Unreplicated: !replicated}
 	if res.StreamIDs, err = streamIDs(r[2].(string), len(c.Events)); err != nil {
 		return res, fmt.Errorf("redisstore: commit_poll %s: %w", l.Key, err)
 	}
@@ -396,14 +453,14 @@ func streamIDs(first string, n int) ([]string, error) {
 // ReadOutbox implements core.Store.
 func (s *Store) ReadOutbox(ctx context.Context, l core.Lease, n int) (core.Batch, error) {
 	k := l.Key
-	v, err := s.run(ctx, "read_outbox", &l, []string{s.k(k, "lease"), s.k(k, "outbox"), s.k(k, "holds"), s.k(k, "held"), s.k(k, "state")},
+	v, replicated, err := s.runReplicated(ctx, "read_outbox", &l, []string{s.k(k, "lease"), s.k(k, "outbox"), s.k(k, "holds"), s.k(k, "held"), s.k(k, "state")},
 		append(s.fencedArgs(l), n)...)
 	if err != nil {
 		return core.Batch{}, err
 	}
 	r := v.([]any)
 	rows := r[2].([]any)
-	b := core.Batch{Read: int(r[0].(int64)), Paused: r[1].(int64) == 1, Entries: make([]core.Entry, len(rows))}
+	b := core.Batch{Read: int(r[0].(int64)), Paused: r[1].(int64) == 1, Unreplicated: !replicated, Entries: make([]core.Entry, len(rows))}
 	for i, x := range rows {
 		e := x.([]any)
 		b.Entries[i] = core.Entry{StreamID: e[0].(string), ID: e[1].(string), OrderingKey: e[2].(string), Envelope: []byte(e[3].(string)), Seq: e[4].(string)}

@@ -23,7 +23,7 @@ type Replicated struct {
 	// Link is the proxy the replica reaches the primary through (its replicaof address).
 	Link *netproxy.Proxy
 
-	primary *server
+	primary, replica *server
 }
 
 // replSettleTimeout bounds the waits for the replica's state (synced, promoted).
@@ -35,30 +35,43 @@ const replSettleTimeout = 10 * time.Second
 // Real when redis-server is missing.
 func Replicas(tb testing.TB) *Replicated {
 	tb.Helper()
-	// Diskless sync with no delay starts the full sync as soon as the replica connects;
-	// pinging the replica every second with a short repl-timeout lets it notice a stalled
-	// (not only a closed) link within seconds instead of a minute.
-	repl := []string{"--bind", "127.0.0.1", "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0",
-		"--repl-ping-replica-period", "1", "--repl-timeout", "5"}
-
 	pPort := freePort(tb)
-	ps := startServer(tb, tb.TempDir(), append([]string{"--port", strconv.Itoa(pPort)}, repl...))
+	ps := startServer(tb, tb.TempDir(), append([]string{"--port", strconv.Itoa(pPort)}, replArgs...))
 	primary := tcpBackend(tb, "redis-primary", pPort, ps)
+	r := &Replicated{Primary: primary, primary: ps}
+	r.attachReplica(tb, pPort)
+	return r
+}
 
-	link, err := netproxy.New("127.0.0.1:" + strconv.Itoa(pPort))
+// replArgs start the sync as soon as a replica connects (diskless, no delay) and, pinging the
+// replica every second with a short repl-timeout, let it notice a stalled (not only a closed)
+// link within seconds instead of a minute.
+var replArgs = []string{"--bind", "127.0.0.1", "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0",
+	"--repl-ping-replica-period", "1", "--repl-timeout", "5"}
+
+// attachReplica starts a fresh replica of the server on primaryPort, linked through a new
+// proxy, and waits until it is synced.
+func (r *Replicated) attachReplica(tb testing.TB, primaryPort int) {
+	tb.Helper()
+	link, err := netproxy.New("127.0.0.1:" + strconv.Itoa(primaryPort))
 	if err != nil {
 		tb.Fatalf("replication link proxy: %v", err)
 	}
 	tb.Cleanup(func() { _ = link.Close() })
-
 	rPort := freePort(tb)
 	rs := startServer(tb, tb.TempDir(), append([]string{"--port", strconv.Itoa(rPort),
-		"--replicaof", "127.0.0.1", strconv.Itoa(portOf(link.Addr()))}, repl...))
-	replica := tcpBackend(tb, "redis-replica", rPort, rs)
-
-	r := &Replicated{Primary: primary, Replica: replica, Link: link, primary: ps}
+		"--replicaof", "127.0.0.1", strconv.Itoa(portOf(link.Addr()))}, replArgs...))
+	r.Replica, r.Link, r.replica = tcpBackend(tb, "redis-replica", rPort, rs), link, rs
 	r.WaitSynced(tb)
-	return r
+}
+
+// Reattach, after Promote, makes the promoted replica the primary and gives it a fresh replica
+// of its own (through a new Link), as an operator restores redundancy after a failover.
+func (r *Replicated) Reattach(tb testing.TB) {
+	tb.Helper()
+	r.Primary, r.primary = r.Replica, r.replica
+	r.Primary.Name = "redis-primary"
+	r.attachReplica(tb, portOf(r.Primary.Client.(*redis.Client).Options().Addr))
 }
 
 // tcpBackend connects to the redis-server s on 127.0.0.1:port once it answers.
