@@ -26,8 +26,10 @@ func chaosCmd() *cobra.Command {
 		Long: `chaos runs a seeded scenario and prints what it did and one line per guarantee with its
 violations (all must be 0); it exits 1 when any guarantee was violated. In-process (the default)
 engines run on --redis or an embedded miniredis, are killed at every kill point (K1-K7) and
-frozen past their lease; with --processes it runs the real binaries against its own redis-server
-(SIGKILL, SIGSTOP/SIGCONT, kill -9 of Redis with AOF, a proxy that drops and stalls connections).`,
+frozen past their lease; with --processes it runs the real binaries against its own primary
+redis-server and replica (SIGKILL, SIGSTOP/SIGCONT, kill -9 of Redis with AOF, a failover to the
+replica that loses the last writes, a proxy that drops and stalls connections or holds Redis'
+replies past the clients' read timeout).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.run(cmd, func(ctx context.Context, log zerolog.Logger) error {
@@ -45,8 +47,9 @@ frozen past their lease; with --processes it runs the real binaries against its 
 					}
 					result, rep = pr, pr.Report
 					if !asJSON {
-						fmt.Fprintf(out, "process chaos, seed %d, %v: %d worker kills, %d stops past the lease, %d redis restarts, %d proxy faults, %d API changes\n",
-							seed, duration, pr.Kills, pr.Stops, pr.RedisRestarts, pr.ProxyFaults, pr.Changes)
+						fmt.Fprintf(out, "process chaos, seed %d, %v: %d worker kills, %d stops past the lease, %d redis restarts, %d failovers (%d grants lost, %d token refusals), %d proxy faults, %d reply stalls (%d scripts re-sent, %d fenced), %d API changes\n",
+							seed, duration, pr.Kills, pr.Stops, pr.RedisRestarts, pr.Failovers, pr.LostGrants, pr.TokenRefusals, pr.ProxyFaults, pr.ReplyStalls,
+							pr.ResentScripts, pr.ResentFenced, pr.Changes)
 					}
 				} else {
 					redisURL := c.s.Redis

@@ -3,6 +3,7 @@
 package chaos
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"sort"
 	"strconv"
@@ -32,6 +34,7 @@ import (
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/diff"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/luascripts"
 	"github.com/watukuy/watukuy/internal/netproxy"
 	"github.com/watukuy/watukuy/internal/queue"
 	"github.com/watukuy/watukuy/internal/redisstore"
@@ -40,12 +43,20 @@ import (
 
 // ProcessOptions configures a process-level chaos run.
 type ProcessOptions struct {
-	Seed     uint64        // every random choice (mutations, fault timeline) derives from it
-	Duration time.Duration // how long faults are injected; then the run quiesces and is checked
-	Workers  int           // default 3
-	BinDir   string        // directory with watukuy-worker and watukuy-scheduler; "" = build them into a temp dir
-	Dir      string        // scratch directory (redis data, config, process logs); "" = os.MkdirTemp (removed after a clean run)
-	Log      io.Writer     // progress lines (kills, restarts, stalls), may be nil
+	Seed uint64 // every random choice (mutations, fault timeline) derives from it
+	// Duration is how long faults are injected; then the run quiesces and is checked. The
+	// first fault of every kind is injected even when that takes longer (about 20 s).
+	Duration time.Duration
+	Workers  int       // default 3
+	BinDir   string    // directory with watukuy-worker and watukuy-scheduler; "" = build them into a temp dir
+	Dir      string    // scratch directory (redis data, config, process logs); "" = os.MkdirTemp (removed after a clean run)
+	Log      io.Writer // progress lines (kills, restarts, stalls), may be nil
+	// RedisReadTimeout is the processes' Redis read timeout (read_timeout in their redis://
+	// URL); 0 leaves go-redis' default (5 s). With the default, longer than the run's 2 s
+	// lease, a cycle whose replies are held loses its lease before go-redis re-sends its
+	// script, and the re-send lands after the lease expired; a timeout well under the lease
+	// (e.g. 1 s) has re-sends land while the lease holds, as with production's 30 s lease.
+	RedisReadTimeout time.Duration
 	// KillCycleHolder aims every SIGKILL at the worker running the key's cycle (mid-cycle)
 	// instead of a worker outside it. Today that wedges the key (see killTarget): a
 	// reproduction, not part of the default run.
@@ -57,8 +68,29 @@ type ProcessReport struct {
 	Report
 	Kills         int // worker SIGKILLs
 	Stops         int // SIGSTOP past the lease TTL, then SIGCONT
-	RedisRestarts int // kill -9 and restart of redis-server (AOF on)
-	ProxyFaults   int // connections dropped or stalled by the proxy
+	RedisRestarts int // kill -9 of the primary redis-server and its restart from its AOF
+	// Failovers counts primary failovers that lost writes: the replication link cut, the
+	// processes writing to the primary alone (until the key's next grant, then 100–800 ms),
+	// the primary killed with -9, its replica promoted and the clients moved to it (then a
+	// fresh replica synced).
+	Failovers int
+	// LostGrants counts the lease grants the failovers lost: their epochs were granted again,
+	// to other tokens. TokenRefusals counts the cycles the processes logged as fenced off by
+	// the token alone (their epoch was the current one: granted again after a failover).
+	LostGrants    int
+	TokenRefusals int
+	ProxyFaults   int // connections dropped, or stalled (both directions), by the proxy
+	// ReplyStalls counts the proxy holding every reply of Redis back for longer than the
+	// processes' read timeout (requests still executed): their scripts ran, the replies were
+	// lost, and go-redis re-sent them.
+	ReplyStalls int
+	// ResentScripts counts the scripts Redis ran twice during the reply stalls: the same
+	// arguments from another connection, a read timeout later (MONITOR on the primary).
+	// ResentFenced is how many of those were watukuy's fenced scripts (they check the lease's
+	// epoch and token first; commit, end and the other writes that must not apply twice also
+	// carry a write id).
+	ResentScripts int
+	ResentFenced  int
 	Changes       int // ground-truth changes the API made
 	Throttles     int // 429 answers (Retry-After: 1) the API sent
 	// Triggers counts the harness's claim-timeout compressions: the key stayed claimed with no
@@ -91,17 +123,39 @@ const (
 )
 
 // RunProcesses runs the built binaries as real processes — one scheduler and o.Workers
-// workers — against a private redis-server (AOF, appendfsync always) behind a TCP Proxy, the
-// fake API changing under them and a webhook receiver that verifies every signature. For
-// o.Duration it injects faults on a timeline drawn from o.Seed: SIGKILL of a worker (a new one
-// is started), SIGSTOP of a worker past the lease TTL then SIGCONT, kill -9 and restart of
-// redis-server, the proxy dropping every connection or stalling 1–3 s, and 429s with
-// Retry-After. Then it stops the faults and the changes, waits (bounded) until the delivered
-// state equals the API's, stops every process with SIGTERM and checks the guarantees.
+// workers — against a private primary redis-server and its replica (both AOF, appendfsync
+// always; the replica replicates through a second Proxy, the replication link), the
+// processes reaching the primary through a TCP Proxy, the fake API changing under them and a
+// webhook receiver that verifies every signature. For o.Duration it injects faults on a
+// timeline drawn from o.Seed (one of every kind first, then random draws):
+//
+//   - SIGKILL of a worker (a new one is started);
+//   - SIGSTOP of a worker past the lease TTL, then SIGCONT;
+//   - kill -9 of the primary redis-server and its restart from its AOF;
+//   - a failover that loses acknowledged writes: the replication link is cut; the processes
+//     write to the primary alone until the key's next lease grant (up to 3 s; its holder is
+//     SIGSTOPped right after that cycle's first commit) and for 100–800 ms more; the primary
+//     is killed with -9, the replica promoted (REPLICAOF NO ONE) and the processes' proxy
+//     retargeted to it, as Sentinel would move the clients; then a fresh replica (empty data
+//     dir) is synced through the link, so a later failover or restart works the same. The
+//     lost grant's epoch is granted again, to another token, and then the frozen holder is
+//     SIGCONTed: its writes carry the repeated epoch and only the token refuses them. Lost
+//     commits are fetched again (cursor and events are lost together);
+//   - the proxy dropping every connection, or stalling both directions for 1–3 s;
+//   - the proxy holding every reply back for 0.25–1.25 s longer than the processes' read
+//     timeout (go-redis' default, 5 s, unless o.RedisReadTimeout), requests still executed,
+//     starting as a cycle reads a page's rows (its commit follows): scripts run, their
+//     replies are lost and the clients re-send them (fenced scripts carry a write id and must
+//     apply once); MONITOR on the primary counts the re-sent scripts;
+//   - 429s with Retry-After.
+//
+// Then it stops the faults and the changes, waits (bounded) until the delivered state equals
+// the API's, stops every process with SIGTERM and checks the guarantees.
 //
 // Commits, fenced writes and lease grants happen inside the processes and are not observed:
 // G1, G5, G7 and G9 come out "not measured". An error is returned only for infrastructure
-// failures (build, redis-server); violated guarantees are in the report.
+// failures (build, redis-server, a replica that does not sync); violated guarantees are in
+// the report.
 func RunProcesses(ctx context.Context, o ProcessOptions) (ProcessReport, error) {
 	if o.Workers <= 0 {
 		o.Workers = 3
@@ -135,14 +189,23 @@ type processRun struct {
 	removeDir, removeBin bool
 	cfgPath              string
 
-	redis  *redisServer
-	direct *redis.Client // the harness's own connection, not through the proxy
-	ins    *asynq.Inspector
-	store  *redisstore.Store
-	proxy  *netproxy.Proxy
-	api    *fakeapi.API
-	srv    *fakeapi.Server
-	hook   *httptest.Server
+	redisBin  string
+	failoverN int // failovers begun (r.mu), numbers their MONITOR logs
+	// primary is the redis-server the processes reach (through proxy), replica its replica
+	// (through link); a failover swaps them for the replica and a fresh server. Only the
+	// fault timeline changes them, before the quiesce. servers is every one started.
+	primary, replica *redisServer
+	servers          []*redisServer
+	primaryAddr      atomic.Value  // string: where direct dials
+	direct           *redis.Client // the harness's own connection to the primary, not through the proxy
+	ins              *asynq.Inspector
+	store            *redisstore.Store
+	proxy            *netproxy.Proxy // the processes' way to the primary
+	link             *netproxy.Proxy // the replica's way to the primary (the replication link)
+	readTimeout      time.Duration   // the processes' Redis read timeout (go-redis' default)
+	api              *fakeapi.API
+	srv              *fakeapi.Server
+	hook             *httptest.Server
 
 	badSig   atomic.Int64
 	recvMu   sync.Mutex
@@ -214,24 +277,38 @@ func (r *processRun) setup(ctx context.Context) error {
 		}
 	}
 
-	port, err := freeLoopbackPort()
-	if err != nil {
+	r.redisBin = bin
+	if r.primary, err = r.newServer(""); err != nil {
 		return err
 	}
-	r.redis = &redisServer{bin: bin, dir: filepath.Join(r.dir, "redis"), port: port, log: filepath.Join(r.dir, "logs", "redis-server.log")}
-	r.direct = redis.NewClient(&redis.Options{Addr: r.redis.addr(), DialTimeout: time.Second, ReadTimeout: time.Second,
-		WriteTimeout: time.Second, MaxRetries: -1, PoolSize: 4})
-	if err := r.redis.start(ctx, r.direct); err != nil {
+	if err := r.primary.start(ctx); err != nil {
 		return err
 	}
+	r.primaryAddr.Store(r.primary.addr())
+	// The harness follows the primary through a failover: it dials whichever is current.
+	r.direct = redis.NewClient(&redis.Options{Addr: r.primary.addr(), Dialer: r.dialPrimary, DialTimeout: time.Second,
+		ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1, PoolSize: 4})
 	if r.store, err = redisstore.New(r.direct, redisstore.Options{Prefix: processPrefix}); err != nil {
 		return err
 	}
 	r.ins = asynq.NewInspectorFromRedisClient(r.direct)
-	if r.proxy, err = netproxy.New(r.redis.addr()); err != nil {
+	if r.link, err = netproxy.New(r.primary.addr()); err != nil {
 		return err
 	}
-	r.logf("redis-server on %s (AOF, appendfsync always), proxy on %s, scratch dir %s", r.redis.addr(), r.proxy.Addr(), r.dir)
+	if r.replica, err = r.newServer(r.link.Addr()); err != nil {
+		return err
+	}
+	if err := r.replica.start(ctx); err != nil {
+		return err
+	}
+	if r.proxy, err = netproxy.New(r.primary.addr()); err != nil {
+		return err
+	}
+	if _, err := r.waitSynced(ctx); err != nil {
+		return err
+	}
+	r.logf("%s on %s: the primary (AOF, appendfsync always), proxy on %s; %s on %s: its replica (same persistence) through the link proxy on %s, synced; scratch dir %s",
+		r.primary.name, r.primary.addr(), r.proxy.Addr(), r.replica.name, r.replica.addr(), r.link.Addr(), r.dir)
 
 	r.api = fakeapi.New()
 	r.api.SetNow(time.Now().UTC())
@@ -239,7 +316,12 @@ func (r *processRun) setup(ctx context.Context) error {
 	r.hook = httptest.NewServer(http.HandlerFunc(r.receive))
 
 	r.cfgPath = filepath.Join(r.dir, "watukuy.yaml")
-	cfg := OrdersConfig("redis://"+r.proxy.Addr()+"/0", processPrefix, r.srv.URL, r.hook.URL, processLeaseTTL)
+	redisURL := "redis://" + r.proxy.Addr() + "/0"
+	if r.o.RedisReadTimeout > 0 {
+		redisURL += "?read_timeout=" + r.o.RedisReadTimeout.String()
+	}
+	r.readTimeout = clientReadTimeout(redisURL)
+	cfg := OrdersConfig(redisURL, processPrefix, r.srv.URL, r.hook.URL, processLeaseTTL)
 	if err := os.WriteFile(r.cfgPath, []byte(cfg), 0o600); err != nil {
 		return err
 	}
@@ -351,6 +433,7 @@ func (r *processRun) run(ctx context.Context) (ProcessReport, error) {
 	close(r.quiesce)
 	<-mutated // the API's final state is fixed from here on
 	r.proxy.Stall(0)
+	r.proxy.StallReplies(0)
 	r.mu.Lock()
 	for p := range r.stopped {
 		r.contLocked(p)
@@ -367,6 +450,7 @@ func (r *processRun) run(ctx context.Context) (ProcessReport, error) {
 	}
 	r.shutdown()
 	r.bg.Wait()
+	tokenRefusals := r.tokenRefusals()
 
 	// Ground truth of the politeness check: every request the API received.
 	r.rec.MarkMeasured("throttles")
@@ -394,6 +478,7 @@ func (r *processRun) run(ctx context.Context) (ProcessReport, error) {
 	r.rep.StaleRedeliveries = r.stale
 	r.recvMu.Unlock()
 	r.rep.Converged = converged
+	r.rep.TokenRefusals = tokenRefusals
 	if report.Failed() || !converged {
 		r.failed = true
 	}
@@ -430,21 +515,25 @@ const (
 	faultDrop
 	faultStall
 	faultThrottle
+	faultFailover
+	faultReplyStall
 )
 
-// faults runs the seeded timeline until deadline: first one fault of every kind (in a seeded
-// order), then faults drawn at random, each after a gap of 0.3–1.5 s.
+// faults runs the seeded timeline: first one fault of every kind (in a seeded order), all of
+// them even past deadline, then faults drawn at random until deadline, each after a gap of
+// 0.3–1.5 s.
 func (r *processRun) faults(ctx context.Context, rng *rand.Rand, deadline time.Time) error {
-	plan := []faultKind{faultKill, faultStop, faultRedis, faultDrop, faultStall, faultThrottle}
+	plan := []faultKind{faultKill, faultStop, faultRedis, faultDrop, faultStall, faultThrottle, faultFailover, faultReplyStall}
 	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
 	// Weights of the random draws after the plan.
-	draw := []faultKind{faultKill, faultKill, faultStop, faultRedis, faultDrop, faultDrop, faultStall, faultStall, faultThrottle}
+	draw := []faultKind{faultKill, faultKill, faultStop, faultRedis, faultDrop, faultDrop, faultStall, faultStall, faultThrottle,
+		faultFailover, faultReplyStall}
 	for i := 0; ; i++ {
 		gap := 300*time.Millisecond + time.Duration(rng.Int64N(int64(1200*time.Millisecond)))
 		if !r.sleep(ctx, gap) {
 			return ctx.Err()
 		}
-		if !time.Now().Before(deadline) {
+		if i >= len(plan) && !time.Now().Before(deadline) {
 			return nil
 		}
 		k := draw[rng.IntN(len(draw))]
@@ -537,17 +626,55 @@ func (r *processRun) killTarget(ctx context.Context, rng *rand.Rand) (int, strin
 }
 
 // aimWait is how long a fault waits for a cycle in flight before it fires anyway: a fault
-// between two cycles tests little.
-const aimWait = time.Second
+// between two cycles tests little. replyStallAimWait is the reply stall's, for a cycle whose
+// holder is not SIGSTOPped (a stop lasts 5 s; a key whose cycle died is triggered within
+// about 2 s).
+const (
+	aimWait           = time.Second
+	replyStallAimWait = 4 * time.Second
+)
+
+// inFlightRunning is inFlight for a cycle whose holder is not SIGSTOPped.
+func (r *processRun) inFlightRunning(ctx context.Context, max time.Duration) (owner string, epoch int64, ok bool) {
+	deadline := time.Now().Add(max)
+	for {
+		owner, epoch, ok = r.inFlight(ctx, time.Until(deadline))
+		if !ok {
+			return owner, epoch, ok
+		}
+		r.mu.Lock()
+		stopped := false
+		for p := range r.stopped {
+			stopped = stopped || p.name == owner
+		}
+		r.mu.Unlock()
+		if !stopped {
+			return owner, epoch, true
+		}
+		time.Sleep(20 * time.Millisecond) // polling another process's state: there is no signal to wait on
+	}
+}
 
 func (r *processRun) inject(ctx context.Context, k faultKind, rng *rand.Rand, deadline time.Time) error {
-	// Every fault but the kill is aimed at a cycle in flight (see killTarget for the kill).
+	if k == faultFailover {
+		if err := r.prepareFailover(ctx); err != nil {
+			return err
+		}
+	}
+	// Every fault but the kill is aimed at a cycle in flight (see killTarget for the kill). The
+	// reply stall waits longer, for a cycle whose holder runs (not SIGSTOPped): the scripts it
+	// sends next are the ones whose replies get lost.
 	at := ""
 	var owner string
 	if k != faultKill && k != faultThrottle {
 		var epoch int64
 		var ok bool
-		if owner, epoch, ok = r.inFlight(ctx, aimWait); ok {
+		if k == faultReplyStall {
+			owner, epoch, ok = r.inFlightRunning(ctx, replyStallAimWait)
+		} else {
+			owner, epoch, ok = r.inFlight(ctx, aimWait)
+		}
+		if ok {
 			at = fmt.Sprintf(" (mid-cycle: epoch %d held by %s)", epoch, owner)
 		} else {
 			at = " (between cycles)"
@@ -624,10 +751,10 @@ func (r *processRun) inject(ctx context.Context, k faultKind, rng *rand.Rand, de
 	case faultRedis:
 		down := 100*time.Millisecond + time.Duration(rng.Int64N(int64(600*time.Millisecond)))
 		r.redisDown.Store(true)
-		r.redis.kill()
-		r.logf("kill -9 redis-server%s; down for %s", at, down.Round(time.Millisecond))
+		r.primary.kill()
+		r.logf("kill -9 redis-server %s (the primary)%s; down for %s", r.primary.name, at, down.Round(time.Millisecond))
 		r.sleep(ctx, down)
-		err := r.redis.start(ctx, r.direct)
+		err := r.primary.start(ctx)
 		r.redisDown.Store(false)
 		if err != nil {
 			return err
@@ -635,7 +762,11 @@ func (r *processRun) inject(ctx context.Context, k faultKind, rng *rand.Rand, de
 		r.mu.Lock()
 		r.rep.RedisRestarts++
 		r.mu.Unlock()
-		r.logf("redis-server restarted (AOF replayed)")
+		r.logf("redis-server %s restarted (AOF replayed); %s resyncs with it", r.primary.name, r.replica.name)
+	case faultFailover:
+		return r.failover(ctx, rng, at)
+	case faultReplyStall:
+		return r.replyStall(ctx, rng, at)
 	case faultDrop:
 		n := r.proxy.DropAll()
 		r.mu.Lock()
@@ -657,6 +788,684 @@ func (r *processRun) inject(ctx context.Context, k faultKind, rng *rand.Rand, de
 		r.logf("api: the next request is answered 429, Retry-After: 1")
 	}
 	return nil
+}
+
+// replyStall holds every reply of Redis back (the proxy's StallReplies) for 0.25–1.25 s longer
+// than the processes' read timeout, requests still reaching Redis: a script sent in the first
+// 0.25–1.25 s runs, its client gives up on the reply and re-sends it (go-redis retries a read
+// timeout), unless the cycle's lease keeper has cancelled the cycle by then. The stall starts
+// as MONITOR on the primary shows the cycle reading the rows of a page it fetched (LoadRows):
+// the page's commit, a fenced script with a write id, follows within a millisecond, so its
+// reply is held (or, when the stall wins the race, the rows' reply is). MONITOR also records
+// which scripts ran twice (logs/monitor-<n>.log).
+func (r *processRun) replyStall(ctx context.Context, rng *rand.Rand, at string) error {
+	d := r.readTimeout + 250*time.Millisecond + time.Duration(rng.Int64N(int64(time.Second)))
+	r.mu.Lock()
+	r.rep.ReplyStalls++
+	n := r.rep.ReplyStalls
+	r.mu.Unlock()
+	how := ""
+	mon, err := monitorScripts(r.primary.addr(), filepath.Join(r.dir, "logs", fmt.Sprintf("monitor-%d.log", n)))
+	if err != nil {
+		r.logf("MONITOR on %s: %v (re-sent scripts not counted)", r.primary.name, err)
+		r.proxy.StallReplies(d)
+	} else {
+		fired := make(chan struct{})
+		rows := `"hmget" ` + strconv.Quote(processPrefix+":{"+processKey.String()+"}:items")
+		mon.arm(func(cmd string) bool { return strings.HasPrefix(cmd, rows) }, func() {
+			// Let the rows' reply pass (Redis writes it with this MONITOR line); the commit
+			// goes out some 0.3 ms after it.
+			for t0 := time.Now(); time.Since(t0) < rowsReplyPass; {
+			}
+			r.proxy.StallReplies(d)
+			close(fired)
+		})
+		t := time.NewTimer(2 * time.Second)
+		select {
+		case <-fired:
+			how = ", started as the cycle read the rows of a page (its commit follows)"
+		case <-t.C:
+			if mon.disarm() {
+				r.proxy.StallReplies(d)
+				how = ", started with no page read within 2s"
+			} else {
+				<-fired
+				how = ", started as the cycle read the rows of a page (its commit follows)"
+			}
+		case <-ctx.Done():
+			mon.disarm()
+			t.Stop()
+			_, _, _ = mon.stop(0)
+			return ctx.Err()
+		}
+		t.Stop()
+	}
+	started := time.Now()
+	r.logf("proxy: replies held for %s%s, requests still executed (the processes' read timeout is %s: their scripts run, the replies are lost, go-redis re-sends them)%s",
+		d.Round(time.Millisecond), how, r.readTimeout, at)
+	if !r.sleep(ctx, time.Until(started.Add(d))) {
+		if mon != nil {
+			_, _, _ = mon.stop(0)
+		}
+		return ctx.Err()
+	}
+	r.logf("proxy: replies flow again")
+	if mon == nil {
+		return nil
+	}
+	name := r.primary.name
+	// A re-send goes out a read timeout after its first send, and within a retry backoff (at
+	// most 512 ms) of that: each has reached Redis a second after the stall.
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		time.Sleep(time.Second)
+		resent, fenced, byName := mon.stop(r.readTimeout - 250*time.Millisecond)
+		r.mu.Lock()
+		r.rep.ResentScripts += resent
+		r.rep.ResentFenced += fenced
+		r.mu.Unlock()
+		r.logf("MONITOR on %s during reply stall %d (logs/monitor-%d.log): %d scripts ran twice (the same arguments from another connection, a read timeout later), %d of them fenced: %s",
+			name, n, n, resent, fenced, countsText(byName))
+	}()
+	return nil
+}
+
+// rowsReplyPass is how long the reply stall waits after MONITOR showed a page's rows being
+// read, for their reply to pass the proxy before the stall: a busy wait, since a timer's
+// delay is not that precise.
+const rowsReplyPass = 150 * time.Microsecond
+
+// failoverGrantWait bounds how long a failover waits, the replication link cut, for the next
+// lease grant of the key (cycles start about once a second).
+const failoverGrantWait = 3 * time.Second
+
+// replSyncTimeout bounds the waits for a replica (synced, promoted); a replica that takes
+// longer is an infrastructure failure.
+const replSyncTimeout = 15 * time.Second
+
+// prepareFailover readies a failover before it is aimed: the replica has everything the
+// primary had (so the failover loses only the writes of its own window), and no 429 can be
+// answered in that window nor has one been in the last Retry-After. A Retry-After window
+// saved in a lost write is lost with it, and the next owner's request inside that window
+// would be a G8 violation no Redis-backed scheduler can prevent; the fault is about fencing
+// and re-fetching, not about that.
+func (r *processRun) prepareFailover(ctx context.Context) error {
+	if _, err := r.waitSynced(ctx); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for ctx.Err() == nil {
+		quiet := r.srv.PendingFaults() == 0
+		if quiet {
+			for _, q := range r.srv.Requests() {
+				if q.Status == http.StatusTooManyRequests && time.Since(q.Wall) <= processRetryAfter+100*time.Millisecond {
+					quiet = false
+				}
+			}
+		}
+		if quiet {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			r.logf("failover: a 429 is still pending or recent after 5s; failing over anyway")
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond) // the API's request log has no signal to wait on
+	}
+	return ctx.Err()
+}
+
+// failover fails the primary over to its replica and loses the writes of a random window, as
+// a Sentinel failover after a network partition does: cut the replication link, wait (up to
+// failoverGrantWait) for the key's next lease grant, which lands on the primary alone, let
+// the processes write to the primary alone for 100–800 ms more, kill -9 the primary, promote
+// the replica, move the processes' proxy to it, then start a fresh replica of the new
+// primary and wait until it is synced. The lost grant makes its epoch repeat on the new
+// primary, with another token; the cycle that held it is frozen (loseGrant) and resumes once
+// the epoch was granted again (thawLostHolder): its writes must be fenced off by the token.
+func (r *processRun) failover(ctx context.Context, rng *rand.Rand, at string) error {
+	window := 100*time.Millisecond + time.Duration(rng.Int64N(int64(700*time.Millisecond)))
+	old, next := r.primary, r.replica
+	r.link.Cut()
+	cutEpoch := r.leaseEpoch(ctx)
+	r.logf("failover: replication link to %s cut%s; lease epoch %d; the processes write to %s alone from now on",
+		next.name, at, cutEpoch, old.name)
+	r.mu.Lock()
+	r.failoverN++
+	n := r.failoverN
+	r.mu.Unlock()
+	// MONITOR on the old primary finds the lost grant and records the writes the failover
+	// loses, until the kill ends it.
+	var frozen *osProc
+	lostEpoch := int64(-1)
+	mon, err := monitorScripts(old.addr(), filepath.Join(r.dir, "logs", fmt.Sprintf("monitor-failover-%d.log", n)))
+	if err != nil {
+		r.logf("failover: MONITOR on %s: %v (the lost grant's holder is not frozen)", old.name, err)
+	} else {
+		frozen, lostEpoch = r.loseGrant(ctx, mon, old, cutEpoch)
+	}
+	r.logf("failover: %s more of writes on %s alone", window.Round(time.Millisecond), old.name)
+	if !r.sleep(ctx, window) {
+		if mon != nil {
+			_, _, _ = mon.stop(0)
+		}
+		return ctx.Err()
+	}
+	lost := int64(-1)
+	if p, err := infoFields(ctx, old.c, "replication"); err == nil {
+		if q, err := infoFields(ctx, next.c, "replication"); err == nil {
+			lost = atoi64(p["master_repl_offset"]) - atoi64(q["master_repl_offset"])
+		}
+	}
+	oldEpoch := r.leaseEpoch(ctx) // direct still dials the old primary
+	r.redisDown.Store(true)
+	defer r.redisDown.Store(false)
+	old.kill()
+	if mon != nil {
+		_, _, _ = mon.stop(0)
+	}
+	r.logf("failover: kill -9 redis-server %s (the primary); %d bytes of its replication stream, writes acknowledged to the processes, never reached %s (logs/monitor-failover-%d.log)",
+		old.name, lost, next.name, n)
+	start := time.Now()
+	if err := next.promote(ctx); err != nil {
+		return err
+	}
+	r.logf("failover: REPLICAOF NO ONE on %s: role:master after %s", next.name, time.Since(start).Round(time.Millisecond))
+	r.primaryAddr.Store(next.addr())
+	switch newEpoch := r.leaseEpoch(ctx); {
+	case oldEpoch < 0 || newEpoch < 0:
+	case oldEpoch > newEpoch:
+		repeat := fmt.Sprintf("epoch %d", oldEpoch)
+		if oldEpoch > newEpoch+1 {
+			repeat = fmt.Sprintf("epochs %d to %d", newEpoch+1, oldEpoch)
+		}
+		r.logf("failover: the key's lease epoch was %d on %s and is %d on %s: the next grants repeat %s (another token each)",
+			oldEpoch, old.name, newEpoch, next.name, repeat)
+		r.mu.Lock()
+		r.rep.LostGrants += int(oldEpoch - newEpoch)
+		r.mu.Unlock()
+	default:
+		r.logf("failover: the key's lease epoch is %d on both (no grant was lost)", newEpoch)
+	}
+	r.proxy.Retarget(next.addr())
+	r.primary, r.replica = next, nil
+	r.redisDown.Store(false)
+	r.logf("failover: proxy retargeted to %s (%s), every connection dropped: the processes reconnect to the new primary, as Sentinel would move them",
+		next.name, next.addr())
+	if frozen != nil {
+		r.bg.Add(1)
+		go func() {
+			defer r.bg.Done()
+			r.thawLostHolder(frozen, lostEpoch)
+		}()
+	}
+
+	r.link.Retarget(next.addr())
+	r.link.Restore()
+	fresh, err := r.newServer(r.link.Addr())
+	if err != nil {
+		return err
+	}
+	if err := fresh.start(ctx); err != nil {
+		return err
+	}
+	r.replica = fresh
+	r.logf("failover: started %s on %s (empty data dir) as a replica of %s through the link proxy", fresh.name, fresh.addr(), next.name)
+	start = time.Now()
+	off, err := r.waitSynced(ctx)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.rep.Failovers++
+	r.mu.Unlock()
+	r.logf("failover: %s synced with %s (offset %d, its AOF rewritten) after %s", fresh.name, next.name, off, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// loseGrant waits (up to failoverGrantWait) for the key's next lease grant, which lands on
+// the old primary alone, then (up to a second) for that cycle's first commit, and SIGSTOPs
+// the holder right after it, mid-cycle: it resumes once the new primary has granted the
+// same epoch again (thawLostHolder). It returns the frozen worker (nil when none) and the
+// lost epoch (-1 when no grant came).
+func (r *processRun) loseGrant(ctx context.Context, mon *scriptMonitor, old *redisServer, cutEpoch int64) (*osProc, int64) {
+	type grant struct {
+		owner, token string
+		epoch        int64
+	}
+	granted := make(chan grant, 1)
+	var armBegin func()
+	armBegin = func() {
+		mon.arm(isBegin, func() {
+			ictx, cancel := context.WithTimeout(ctx, time.Second)
+			snap, err := r.store.Inspect(ictx, processKey)
+			cancel()
+			if err != nil || snap.LeaseEpoch <= cutEpoch || snap.LeaseOwner == "" || !snap.LeaseExpires.After(snap.Now) {
+				armBegin() // a Begin that granted nothing (not due, or leased)
+				return
+			}
+			granted <- grant{owner: snap.LeaseOwner, token: r.leaseToken(ctx), epoch: snap.LeaseEpoch}
+		})
+	}
+	armBegin()
+	var g grant
+	t := time.NewTimer(failoverGrantWait)
+	defer t.Stop()
+	select {
+	case g = <-granted:
+	case <-t.C:
+		if mon.disarm() {
+			r.logf("failover: no new grant within %s", failoverGrantWait)
+			return nil, -1
+		}
+		g = <-granted
+	case <-ctx.Done():
+		if mon.disarm() {
+			return nil, -1
+		}
+		g = <-granted
+	}
+	r.logf("failover: epoch %d (token %.6s) granted to %s on %s alone: a grant the failover loses", g.epoch, g.token, g.owner, old.name)
+
+	committed := make(chan *osProc, 1)
+	token := strconv.Quote(g.token)
+	mon.arm(func(cmd string) bool {
+		return strings.Contains(cmd, token) && scriptOf(cmd).name == "commit_poll"
+	}, func() { committed <- r.freeze(g.owner) })
+	var p *osProc
+	t.Reset(time.Second)
+	select {
+	case p = <-committed:
+	case <-t.C:
+		if mon.disarm() {
+			r.logf("failover: the cycle of epoch %d committed nothing within 1s; %s not frozen", g.epoch, g.owner)
+			return nil, g.epoch
+		}
+		p = <-committed
+	case <-ctx.Done():
+		if mon.disarm() {
+			return nil, g.epoch
+		}
+		p = <-committed
+	}
+	if p == nil {
+		r.logf("failover: %s committed a page with epoch %d, but it is gone or already stopped", g.owner, g.epoch)
+		return nil, g.epoch
+	}
+	r.logf("failover: %s committed a page with epoch %d on %s alone: SIGSTOP %s (pid %d) mid-cycle, until the new primary grants epoch %d again",
+		g.owner, g.epoch, old.name, p.name, p.pid(), g.epoch)
+	return p, g.epoch
+}
+
+// freeze SIGSTOPs the worker named owner (not already stopped) and returns it, or nil.
+func (r *processRun) freeze(owner string) *osProc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.workers {
+		if w.name != owner || r.stopped[w] {
+			continue
+		}
+		if err := w.signal(syscall.SIGSTOP); err != nil {
+			return nil
+		}
+		r.stopped[w] = true
+		r.stoppedAt[w] = time.Now()
+		return w
+	}
+	return nil
+}
+
+// thawLostHolder waits (up to thawWait) until the key's lease epoch on the new primary has
+// reached epoch, then SIGCONTs p: its writes carry that epoch and the token of a grant the
+// failover lost.
+func (r *processRun) thawLostHolder(p *osProc, epoch int64) {
+	const thawWait = 8 * time.Second
+	deadline := time.Now().Add(thawWait)
+	for time.Now().Before(deadline) && !r.finished.Load() {
+		select {
+		case <-r.quiesce:
+			deadline = time.Time{}
+			continue
+		case <-time.After(20 * time.Millisecond): // polling another process's state: there is no signal to wait on
+		}
+		if r.leaseEpoch(context.Background()) >= epoch {
+			owner := ""
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			if snap, err := r.store.Inspect(ctx, processKey); err == nil {
+				owner = snap.LeaseOwner
+			}
+			cancel()
+			r.logf("failover: the new primary granted epoch %d again (to %s, token %.6s): %s resumes with that epoch and the lost grant's token, and must be refused by the token",
+				epoch, owner, r.leaseToken(context.Background()), p.name)
+			break
+		}
+	}
+	r.mu.Lock()
+	r.contLocked(p)
+	r.mu.Unlock()
+}
+
+// staleEpoch is the fence's refusal as the processes log it.
+var staleEpoch = regexp.MustCompile(`LEASE_LOST epoch (\d+) is stale \(current (\d+)\)`)
+
+// tokenRefusals counts the log lines of the workers that show a write refused by the lease
+// token alone: "epoch N is stale (current N)", the epoch granted again after a failover.
+func (r *processRun) tokenRefusals() int {
+	logs, _ := filepath.Glob(filepath.Join(r.dir, "logs", "worker-*.log"))
+	n := 0
+	for _, path := range logs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if m := staleEpoch.FindStringSubmatch(line); m != nil && m[1] == m[2] {
+				n++
+				r.logf("%s: %s", filepath.Base(path), strings.TrimSpace(ansi.ReplaceAllString(line, "")))
+			}
+		}
+	}
+	return n
+}
+
+// ansi matches the colour codes of the processes' console logs.
+var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
+// leaseToken reads the key's lease token on the primary direct dials ("" when it cannot).
+func (r *processRun) leaseToken(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return r.direct.HGet(ctx, processPrefix+":{"+processKey.String()+"}:lease", "token").Val()
+}
+
+// leaseEpoch reads the key's lease epoch on the primary direct dials (-1 when it cannot).
+func (r *processRun) leaseEpoch(ctx context.Context) int64 {
+	for range 2 { // the first try may take a pooled connection to a killed server
+		ictx, cancel := context.WithTimeout(ctx, time.Second)
+		snap, err := r.store.Inspect(ictx, processKey)
+		cancel()
+		if err == nil {
+			return snap.LeaseEpoch
+		}
+	}
+	return -1
+}
+
+// waitSynced waits until the replica has applied everything the primary had when called (its
+// link up, its offset at the primary's master_repl_offset) and has its AOF written (no
+// rewrite in progress or scheduled: after a full sync a replica rewrites its AOF, and a kill
+// before that would lose the synced data on restart). It returns the offset reached.
+func (r *processRun) waitSynced(ctx context.Context) (int64, error) {
+	p, err := infoFields(ctx, r.primary.c, "replication")
+	if err != nil {
+		return 0, fmt.Errorf("chaos: %s: %w", r.primary.name, err)
+	}
+	want := atoi64(p["master_repl_offset"])
+	deadline := time.Now().Add(replSyncTimeout)
+	var last string
+	for {
+		repl, err := infoFields(ctx, r.replica.c, "replication")
+		var pers map[string]string
+		if err == nil {
+			pers, err = infoFields(ctx, r.replica.c, "persistence")
+		}
+		if err == nil {
+			got := atoi64(repl["master_repl_offset"])
+			if repl["master_link_status"] == "up" && got >= want && pers["loading"] == "0" &&
+				pers["aof_enabled"] == "1" && pers["aof_rewrite_in_progress"] == "0" && pers["aof_rewrite_scheduled"] == "0" {
+				return got, nil
+			}
+			last = fmt.Sprintf("link %s, offset %d of %d, loading %s, AOF rewrite in progress %s, scheduled %s",
+				repl["master_link_status"], got, want, pers["loading"], pers["aof_rewrite_in_progress"], pers["aof_rewrite_scheduled"])
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("chaos: replica %s not synced with %s after %s: %s (see logs/%s.log)",
+				r.replica.name, r.primary.name, replSyncTimeout, last, r.replica.name)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(10 * time.Millisecond): // a server's replication state has no signal to wait on
+		}
+	}
+}
+
+// dialPrimary is the harness client's dialer: it connects to the current primary.
+func (r *processRun) dialPrimary(ctx context.Context, network, _ string) (net.Conn, error) {
+	d := net.Dialer{Timeout: time.Second}
+	return d.DialContext(ctx, network, r.primaryAddr.Load().(string))
+}
+
+// newServer makes (not starts) a redis-server with its own port, data dir and log, a replica
+// of replicaOf ("host:port") unless that is "".
+func (r *processRun) newServer(replicaOf string) (*redisServer, error) {
+	port, err := freeLoopbackPort()
+	if err != nil {
+		return nil, err
+	}
+	name := fmt.Sprintf("redis-%d", len(r.servers)+1)
+	dir := filepath.Join(r.dir, "redis", name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	s := &redisServer{name: name, bin: r.redisBin, dir: dir, port: port, replicaOf: replicaOf,
+		log: filepath.Join(r.dir, "logs", name+".log")}
+	s.c = redis.NewClient(&redis.Options{Addr: s.addr(), DialTimeout: time.Second, ReadTimeout: time.Second,
+		WriteTimeout: time.Second, MaxRetries: -1, PoolSize: 2})
+	r.servers = append(r.servers, s)
+	return s, nil
+}
+
+// clientReadTimeout is the read timeout of a go-redis client made from url with the defaults,
+// as the processes make theirs.
+func clientReadTimeout(url string) time.Duration {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return 5 * time.Second
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	return c.Options().ReadTimeout
+}
+
+// infoFields is one INFO section as a map of its fields.
+func infoFields(ctx context.Context, c *redis.Client, section string) (map[string]string, error) {
+	s, err := c.Info(ctx, section).Result()
+	if err != nil {
+		return nil, fmt.Errorf("info %s: %w", section, err)
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(s, "\r\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && !strings.HasPrefix(k, "#") {
+			m[k] = v
+		}
+	}
+	return m, nil
+}
+
+func atoi64(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// scriptMonitor reads MONITOR on a direct connection to a redis-server and keeps, per
+// script call (EVALSHA or EVAL with its arguments), when and from which connections it ran.
+type scriptMonitor struct {
+	conn    net.Conn
+	done    chan struct{}
+	runs    map[string][]scriptRun // written by the reader until done
+	trigger atomic.Pointer[monitorTrigger]
+}
+
+// monitorTrigger runs fire once, on the first command of a client (not a script's) that
+// match accepts.
+type monitorTrigger struct {
+	match func(cmd string) bool
+	fire  func()
+}
+
+// arm sets the trigger (fire may arm it again); disarm removes it and reports whether it had
+// not fired.
+func (m *scriptMonitor) arm(match func(cmd string) bool, fire func()) {
+	m.trigger.Store(&monitorTrigger{match: match, fire: fire})
+}
+
+func (m *scriptMonitor) disarm() bool { return m.trigger.Swap(nil) != nil }
+
+type scriptRun struct {
+	at     float64 // server time, seconds
+	client string
+}
+
+// watukuyScripts maps the SHA1 of each of watukuy's scripts to its name, and tells the fenced
+// ones (those that check the lease's epoch and token first).
+var watukuyScripts = sync.OnceValue(func() map[string]scriptInfo {
+	m := map[string]scriptInfo{}
+	for _, name := range luascripts.Names() {
+		if src, err := luascripts.Source(name); err == nil {
+			m[redis.NewScript(src).Hash()] = scriptInfo{name: name, fenced: strings.Contains(src, "= fence(")}
+		}
+	}
+	return m
+})
+
+type scriptInfo struct {
+	name   string
+	fenced bool
+}
+
+// isBegin tells a MONITOR line's command that runs begin.lua (a lease grant, or a skip).
+func isBegin(cmd string) bool {
+	return (strings.HasPrefix(cmd, `"evalsha" `) || strings.HasPrefix(cmd, `"eval" `)) && scriptOf(cmd).name == "begin"
+}
+
+// evalHeader finds a watukuy script's name in the source an EVAL carries (each file starts
+// with "-- name.lua:").
+var evalHeader = regexp.MustCompile(`-- ([a-z_]+)\.lua:`)
+
+// scriptOf names the script of a MONITOR line's command; other scripts (asynq's) are "asynq".
+func scriptOf(cmd string) scriptInfo {
+	if sha, _, ok := strings.Cut(strings.TrimPrefix(cmd, `"evalsha" "`), `"`); ok && strings.HasPrefix(cmd, `"evalsha" `) {
+		if si, ok := watukuyScripts()[sha]; ok {
+			return si
+		}
+		return scriptInfo{name: "asynq"}
+	}
+	for _, m := range evalHeader.FindAllStringSubmatch(cmd, -1) {
+		if m[1] != "prelude" {
+			for _, si := range watukuyScripts() {
+				if si.name == m[1] {
+					return si
+				}
+			}
+		}
+	}
+	return scriptInfo{name: "asynq"}
+}
+
+// monitorScripts starts MONITOR on addr, copying every line to logPath.
+func monitorScripts(addr, logPath string) (*scriptMonitor, error) {
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	br := bufio.NewReaderSize(c, 64<<10)
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("MONITOR\r\n")); err != nil {
+		_, _ = c.Close(), f.Close()
+		return nil, err
+	}
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
+		_, _ = c.Close(), f.Close()
+		return nil, fmt.Errorf("MONITOR: %q %v", line, err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	m := &scriptMonitor{conn: c, done: make(chan struct{}), runs: map[string][]scriptRun{}}
+	go func() {
+		defer close(m.done)
+		w := bufio.NewWriter(f)
+		defer func() { _, _ = w.Flush(), f.Close() }()
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			_, _ = w.WriteString(line)
+			// +1700000000.123456 [0 127.0.0.1:54321] "evalsha" "…" "2" "key" … ("[0 lua]" for
+			// the commands a script runs)
+			ts, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimRight(line, "\r\n"), "+"), " [")
+			if !ok {
+				continue
+			}
+			client, cmd, ok := strings.Cut(rest, "] ")
+			if !ok || strings.HasSuffix(client, " lua") {
+				continue
+			}
+			if t := m.trigger.Load(); t != nil && t.match(cmd) && m.trigger.CompareAndSwap(t, nil) {
+				t.fire()
+			}
+			if !strings.HasPrefix(cmd, `"evalsha" `) && !strings.HasPrefix(cmd, `"eval" `) {
+				continue
+			}
+			at, _ := strconv.ParseFloat(ts, 64)
+			m.runs[cmd] = append(m.runs[cmd], scriptRun{at: at, client: client})
+		}
+	}()
+	return m, nil
+}
+
+// stop ends the monitor and counts the script calls that ran twice: the same arguments from
+// another connection at least minGap later (a client's re-send after a read timeout); fenced
+// is how many of those were watukuy's fenced scripts, and byName counts them per script.
+func (m *scriptMonitor) stop(minGap time.Duration) (resent, fenced int, byName map[string]int) {
+	_ = m.conn.Close()
+	<-m.done
+	byName = map[string]int{}
+	for cmd, runs := range m.runs {
+		again := false
+		for i := 1; i < len(runs) && !again; i++ {
+			for j := 0; j < i; j++ {
+				if runs[i].client != runs[j].client && runs[i].at-runs[j].at >= minGap.Seconds() {
+					again = true
+					break
+				}
+			}
+		}
+		if again {
+			si := scriptOf(cmd)
+			resent++
+			byName[si.name]++
+			if si.fenced {
+				fenced++
+			}
+		}
+	}
+	return resent, fenced, byName
+}
+
+// countsText renders counts per name, sorted: "commit_poll 1, renew 2".
+func countsText(byName map[string]int) string {
+	var names []string
+	for n := range byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, n+" "+strconv.Itoa(byName[n]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // contLocked sends SIGCONT to a stopped process (r.mu held).
@@ -975,11 +1784,15 @@ func (r *processRun) cleanup() {
 	if r.proxy != nil {
 		_ = r.proxy.Close()
 	}
+	if r.link != nil {
+		_ = r.link.Close()
+	}
 	if r.direct != nil {
 		_ = r.direct.Close()
 	}
-	if r.redis != nil {
-		r.redis.kill()
+	for _, s := range r.servers {
+		s.kill()
+		_ = s.c.Close()
 	}
 	if r.removeBin {
 		_ = os.RemoveAll(r.binDir)
@@ -1104,18 +1917,33 @@ func (p *osProc) kill() {
 // redisServer is a redis-server the run kills and restarts with the same arguments, so the
 // AOF in dir replays.
 type redisServer struct {
-	bin, dir, log string
-	port          int
-	proc          *osProc
+	name, bin, dir, log string
+	port                int
+	// replicaOf is the "host:port" it replicates from (the link proxy), "" once it is a
+	// primary: a promoted replica restarts as a primary.
+	replicaOf string
+	proc      *osProc
+	c         *redis.Client // the harness's direct connection: pings, INFO, REPLICAOF
 }
 
 func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 
-func (s *redisServer) start(ctx context.Context, c *redis.Client) error {
+func (s *redisServer) start(ctx context.Context) error {
+	// Every server has the persistence the run uses (AOF, fsync on every write). The
+	// replication settings (as in redistest.Replicas): a diskless full sync that starts as
+	// soon as a replica connects, and a replica that notices a stalled link within seconds.
 	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
 		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--maxmemory-policy", "noeviction",
-		"--loglevel", "warning"}
-	p, err := startProc("redis-server", s.bin, args, s.log, nil)
+		"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1",
+		"--repl-timeout", "5", "--loglevel", "notice"}
+	if s.replicaOf != "" {
+		host, port, err := net.SplitHostPort(s.replicaOf)
+		if err != nil {
+			return err
+		}
+		args = append(args, "--replicaof", host, port)
+	}
+	p, err := startProc(s.name, s.bin, args, s.log, nil)
 	if err != nil {
 		return err
 	}
@@ -1123,20 +1951,44 @@ func (s *redisServer) start(ctx context.Context, c *redis.Client) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := c.Ping(pctx).Err()
+		err := s.c.Ping(pctx).Err()
 		cancel()
 		if err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("chaos: redis-server on %s did not answer within 10s: %v (see %s)", s.addr(), err, s.log)
+			return fmt.Errorf("chaos: redis-server %s on %s did not answer within 10s: %v (see %s)", s.name, s.addr(), err, s.log)
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("chaos: redis-server exited at start: %v (see %s)", p.err, s.log)
+			return fmt.Errorf("chaos: redis-server %s exited at start: %v (see %s)", s.name, p.err, s.log)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// promote turns a replica into a primary (REPLICAOF NO ONE, as Sentinel does) and waits
+// until it reports role:master.
+func (s *redisServer) promote(ctx context.Context) error {
+	if err := s.c.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		return fmt.Errorf("chaos: REPLICAOF NO ONE on %s: %w", s.name, err)
+	}
+	s.replicaOf = ""
+	deadline := time.Now().Add(replSyncTimeout)
+	for {
+		info, err := infoFields(ctx, s.c, "replication")
+		if err == nil && info["role"] == "master" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("chaos: %s not role:master %s after REPLICAOF NO ONE (role %q, %v)", s.name, replSyncTimeout, info["role"], err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond): // a server's role has no signal to wait on
 		}
 	}
 }

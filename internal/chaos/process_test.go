@@ -46,9 +46,10 @@ func runProcessChaos(t *testing.T, o ProcessOptions) {
 		t.Skipf("redis-server not installed: %v", err)
 	}
 	const seed = 20260101
-	// Build (a few seconds with a warm cache), 20 s of faults, a quiesce of a few seconds and
-	// SIGTERM; the bound leaves room for a slow build, and the quiesce gives up early when no
-	// new event arrives for 30 s.
+	// Build (a few seconds with a warm cache), 20 s of faults (a little more when the first
+	// fault of every kind takes longer), a quiesce of a few seconds and SIGTERM; the bound
+	// leaves room for a slow build, and the quiesce gives up early when no new event arrives
+	// for 30 s.
 	ctx, cancel := context.WithTimeout(context.Background(), 115*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -57,9 +58,10 @@ func runProcessChaos(t *testing.T, o ProcessOptions) {
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
-	t.Logf("seed %d, %s: %d changes, %d deliveries (%d unique, duplicate ratio %.2f); %d kills, %d stops, %d redis restarts, %d proxy faults, %d 429s; %d watchdog triggers, %d stale redeliveries dropped, %d respawns",
+	t.Logf("seed %d, %s: %d changes, %d deliveries (%d unique, duplicate ratio %.2f); %d kills, %d stops, %d redis restarts, %d failovers (%d grants lost, %d token refusals), %d proxy faults, %d reply stalls (%d scripts re-sent, %d fenced), %d 429s; %d watchdog triggers, %d stale redeliveries dropped, %d respawns",
 		seed, time.Since(start).Round(time.Second), rep.Changes, rep.Deliveries, rep.UniqueEvents, rep.DuplicateRatio,
-		rep.Kills, rep.Stops, rep.RedisRestarts, rep.ProxyFaults, rep.Throttles, rep.Triggers, rep.StaleRedeliveries, rep.Respawns)
+		rep.Kills, rep.Stops, rep.RedisRestarts, rep.Failovers, rep.LostGrants, rep.TokenRefusals, rep.ProxyFaults, rep.ReplyStalls, rep.ResentScripts, rep.ResentFenced,
+		rep.Throttles, rep.Triggers, rep.StaleRedeliveries, rep.Respawns)
 	for _, l := range rep.Lines() {
 		t.Log(l)
 	}
@@ -69,9 +71,9 @@ func runProcessChaos(t *testing.T, o ProcessOptions) {
 	if !rep.Converged {
 		t.Errorf("seed %d: the delivered state did not reach the API's final state", seed)
 	}
-	if rep.Kills < 1 || rep.Stops < 1 || rep.RedisRestarts < 1 || rep.ProxyFaults < 1 {
-		t.Errorf("seed %d: want at least one kill, stop, redis restart and proxy fault; got %d, %d, %d, %d",
-			seed, rep.Kills, rep.Stops, rep.RedisRestarts, rep.ProxyFaults)
+	if rep.Kills < 1 || rep.Stops < 1 || rep.RedisRestarts < 1 || rep.Failovers < 1 || rep.ProxyFaults < 1 || rep.ReplyStalls < 1 {
+		t.Errorf("seed %d: want at least one kill, stop, redis restart, failover, proxy fault and reply stall; got %d, %d, %d, %d, %d, %d",
+			seed, rep.Kills, rep.Stops, rep.RedisRestarts, rep.Failovers, rep.ProxyFaults, rep.ReplyStalls)
 	}
 	if rep.Changes == 0 || rep.Deliveries == 0 {
 		t.Errorf("seed %d: nothing happened: %d changes, %d deliveries", seed, rep.Changes, rep.Deliveries)
