@@ -1815,7 +1815,9 @@ func (r *processRun) startLocked(kind string) (*osProc, error) {
 	bin := filepath.Join(r.binDir, "watukuy-scheduler")
 	if kind == "worker" {
 		bin = filepath.Join(r.binDir, "watukuy-worker")
-		args = append(args, "--concurrency", "4", "--drain-timeout", "2s")
+		// Deliveries wait for the replica: a failover that loses a commit whose events were
+		// delivered would leave the consumer ahead of the promoted replica's state.
+		args = append(args, "--concurrency", "4", "--drain-timeout", "2s", "--wait-replicas", "1")
 	}
 	p, err := startProc(id, bin, args, filepath.Join(r.dir, "logs", id+".log"), []string{"HOOK_SECRET=" + processSecret})
 	if err != nil {
