@@ -391,6 +391,10 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 			if ev.Type != core.Deleted {
 				continue
 			}
+			if d.Early {
+				add("G6", keyOf(ev), "%s deleted at v%s before the API deleted it", ev.Identity, versionOf(ev))
+				continue
+			}
 			v, _ := strconv.Atoi(versionOf(ev))
 			ok := false
 			for _, dv := range lastDeleted[keyOf(ev)][ev.Identity] {

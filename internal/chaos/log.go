@@ -22,6 +22,9 @@ type Delivery struct {
 	// Believed is whether the engine held its lease for valid when the call began
 	// (core.CheckLease on the handler's context).
 	Believed bool
+	// Early marks a deleted event delivered before the API had deleted the item at that
+	// version (known only where the run owns the fake API).
+	Early bool
 	// N orders every record of a run (the recorder's logical clock); it is set on record.
 	N int64
 }

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -459,7 +460,11 @@ func (s *scenario) handler(instance string, inner core.Handler) core.Handler {
 				return err
 			}
 		}
-		s.rec.Delivered(Delivery{Instance: instance, Event: ev, Start: start, Believed: believed, At: s.clock.Now()})
+		d := Delivery{Instance: instance, Event: ev, Start: start, Believed: believed, At: s.clock.Now()}
+		if ev.Type == core.Deleted {
+			d.Early = s.deletedEarly(ev)
+		}
+		s.rec.Delivered(d)
 		return nil
 	}
 }
@@ -468,6 +473,18 @@ func (s *scenario) handler(instance string, inner core.Handler) core.Handler {
 type slowCalls struct {
 	d time.Duration
 	n int
+}
+
+// deletedEarly reports whether a deleted event reaches the handler before its fake API deleted
+// the item at the event's version: a delete the API has not made (yet).
+func (s *scenario) deletedEarly(ev core.Event) bool {
+	v, _ := strconv.Atoi(versionOf(ev))
+	for _, k := range s.keys {
+		if k.key == (core.Key{Poller: ev.Poller, Partition: ev.Partition}) {
+			return !k.api.DeletedSince(ev.Identity, v)
+		}
+	}
+	return false
 }
 
 // fieldN is what the fp poller's fingerprint sees of an item: its field n.

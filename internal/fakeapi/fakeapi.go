@@ -44,6 +44,7 @@ type record struct {
 	updated time.Time // API clock at the last Put/Delete, UTC, truncated to the second
 	fields  map[string]any
 	deleted bool
+	gone    int // version at the item's latest deletion (0: never deleted)
 }
 
 // defaultNow is where a new API's clock starts.
@@ -122,11 +123,11 @@ func (a *API) put(id string, fields map[string]any) int {
 	a.seq++
 	r := a.items[id]
 	if r == nil || r.deleted {
-		v := 0
+		v, gone := 0, 0
 		if r != nil {
-			v = r.version
+			v, gone = r.version, r.gone
 		}
-		r = &record{id: id, version: v}
+		r = &record{id: id, version: v, gone: gone}
 		a.items[id] = r
 	}
 	r.version++
@@ -151,11 +152,20 @@ func (a *API) delete(id string) bool {
 		return false
 	}
 	a.seq++
-	r.deleted = true
+	r.deleted, r.gone = true, r.version
 	r.seq = a.seq
 	r.updated = a.stamp()
 	a.log = append(a.log, Change{Seq: a.seq, ID: id, Version: r.version, Deleted: true, At: r.updated})
 	return true
+}
+
+// DeletedSince reports whether the API has so far deleted the item at version v or a later
+// one: a deleted event that names version v is the API's own only then.
+func (a *API) DeletedSince(id string, v int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.items[id]
+	return r != nil && r.gone > 0 && r.gone >= v
 }
 
 // Changes returns the ground-truth log.
