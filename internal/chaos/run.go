@@ -383,7 +383,9 @@ func (s *scenario) builtinPollers(instance string) []core.Poller {
 	}
 	details := map[core.Key]*cursor.Detail{}
 	for _, k := range s.keys {
-		details[k.key] = &cursor.Detail{Source: src(k, "/items/{id}")}
+		d := &cursor.Detail{Source: src(k, "/items/{id}")}
+		d.Items = "" // the body is the item
+		details[k.key] = d
 	}
 	detail := func(ctx context.Context, key core.Key, identity string) (json.RawMessage, bool, error) {
 		return details[key].Fetch(ctx, key, identity)
