@@ -4,7 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -110,34 +111,21 @@ replies past the clients' read timeout).`,
 func printRun(w io.Writer, r chaos.Result) {
 	fmt.Fprintf(w, "in-process chaos, seed %d: %d steps, %d cycles, %d pauses past the lease, %d API faults, %d API changes\n",
 		r.Seed, r.Steps, r.Cycles, r.Pauses, r.Faults, r.Changes)
-	var points []string
-	for p := range r.Kills {
-		points = append(points, string(p))
+	kills := map[string]int{}
+	for p, n := range r.Kills {
+		kills[string(p)] = n
 	}
-	sort.Strings(points)
-	fmt.Fprint(w, "kills:")
-	for _, p := range points {
-		fmt.Fprintf(w, " %s=%d", p, r.Kills[chaos.KillPoint(p)])
-	}
-	fmt.Fprintln(w)
-	var frozen []string
-	for p := range r.Frozen {
-		frozen = append(frozen, p)
-	}
-	sort.Strings(frozen)
-	fmt.Fprint(w, "pauses by point:")
-	for _, p := range frozen {
-		fmt.Fprintf(w, " %s=%d", p, r.Frozen[p])
-	}
+	printCounts(w, "kills:", kills, "\n")
+	printCounts(w, "pauses by point:", r.Frozen, "")
 	fmt.Fprintf(w, "; scripts re-sent %d, late Begin replies %d, items deleted while a listing was paged %d\n", r.Resends, r.Late, r.PagingDeletes)
-	var ops []string
-	for op := range r.Ops {
-		ops = append(ops, op)
+	printCounts(w, "operator actions:", r.Ops, "\n")
+}
+
+// printCounts prints a label and name=count pairs in name order, then end.
+func printCounts(w io.Writer, label string, counts map[string]int, end string) {
+	fmt.Fprint(w, label)
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
+		fmt.Fprintf(w, " %s=%d", name, counts[name])
 	}
-	sort.Strings(ops)
-	fmt.Fprint(w, "operator actions:")
-	for _, op := range ops {
-		fmt.Fprintf(w, " %s=%d", op, r.Ops[op])
-	}
-	fmt.Fprintln(w)
+	fmt.Fprint(w, end)
 }

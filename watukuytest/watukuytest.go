@@ -6,7 +6,6 @@ package watukuytest
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,24 +20,14 @@ import (
 // Clock is the embedded Redis server's clock (TIME), which leases, due times and throttle
 // windows follow. It moves only when the test moves it.
 type Clock struct {
-	mu sync.Mutex
-	m  *miniredis.Miniredis
-	t  time.Time
-}
-
-// Now returns the server's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
+	*chaos.Clock
+	m *miniredis.Miniredis
 }
 
 // Advance moves the server's time forward by d.
 func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	c.m.SetTime(c.t)
+	c.Clock.Advance(d)
+	c.m.SetTime(c.Now())
 }
 
 // Env is an engine on its own embedded Redis.
@@ -57,8 +46,8 @@ func New(tb testing.TB, pollers ...watukuy.Poller) *Env {
 	m := miniredis.RunT(tb)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	tb.Cleanup(func() { _ = rdb.Close() })
-	clk := &Clock{m: m, t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	m.SetTime(clk.t)
+	clk := &Clock{Clock: chaos.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), m: m}
+	m.SetTime(clk.Now())
 	eng, err := watukuy.New(watukuy.Options{Redis: rdb, InstanceID: "watukuytest"})
 	if err != nil {
 		tb.Fatal(err)

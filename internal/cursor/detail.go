@@ -27,23 +27,7 @@ type Detail struct {
 // Fetch is the poller's DetailFunc.
 func (d *Detail) Fetch(ctx context.Context, key core.Key, identity string) (json.RawMessage, bool, error) {
 	u := strings.ReplaceAll(expand(d.URL, key), "{id}", url.PathEscape(identity))
-	q := url.Values{}
-	for k, vs := range d.Query {
-		for _, v := range vs {
-			q.Add(k, expand(v, key))
-		}
-	}
-	h := http.Header{}
-	for k, vs := range d.Header {
-		for _, v := range vs {
-			h.Add(k, expand(v, key))
-		}
-	}
-	client := d.Client
-	if client == nil {
-		client = &httpx.Client{}
-	}
-	resp, err := client.Do(ctx, httpx.Request{Key: key, URL: u, Query: q, Header: h})
+	resp, err := d.do(ctx, key, u, nil, "")
 	var he *core.HTTPError
 	if errors.As(err, &he) && (he.StatusCode == http.StatusNotFound || he.StatusCode == http.StatusGone) {
 		return nil, false, nil

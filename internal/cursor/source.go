@@ -45,11 +45,9 @@ func expand(s string, key core.Key) string {
 	return strings.ReplaceAll(s, "${partition}", key.Partition)
 }
 
-// get requests rawURL (the Source URL when "") with params added, then decodes the items.
-func (s *Source) get(ctx context.Context, key core.Key, rawURL string, params url.Values, etag string) (*response, error) {
-	if rawURL == "" {
-		rawURL = expand(s.URL, key)
-	}
+// do sends a GET of rawURL with the Source's query (params added) and headers, ${partition}
+// expanded.
+func (s *Source) do(ctx context.Context, key core.Key, rawURL string, params url.Values, etag string) (*httpx.Response, error) {
 	q := url.Values{}
 	for k, vs := range s.Query {
 		for _, v := range vs {
@@ -69,7 +67,15 @@ func (s *Source) get(ctx context.Context, key core.Key, rawURL string, params ur
 	if client == nil {
 		client = &httpx.Client{}
 	}
-	resp, err := client.Do(ctx, httpx.Request{Key: key, URL: rawURL, Query: q, Header: h, ETag: etag})
+	return client.Do(ctx, httpx.Request{Key: key, URL: rawURL, Query: q, Header: h, ETag: etag})
+}
+
+// get requests rawURL (the Source URL when "") with params added, then decodes the items.
+func (s *Source) get(ctx context.Context, key core.Key, rawURL string, params url.Values, etag string) (*response, error) {
+	if rawURL == "" {
+		rawURL = expand(s.URL, key)
+	}
+	resp, err := s.do(ctx, key, rawURL, params, etag)
 	if err != nil {
 		return nil, err
 	}
