@@ -337,6 +337,7 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 		if c.keeper != nil {
 			c.keeper.touched(sent, r.Paused)
 		}
+		c.confirmed = true
 		res.paused = res.paused || r.Paused
 		res.unreplicated = res.unreplicated || r.Unreplicated
 		for i, ev := range evIdx {
@@ -373,7 +374,6 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 	if err := flush(true); err != nil {
 		return res, err
 	}
-	c.confirmed = true
 	return res, nil
 }
 
