@@ -53,19 +53,37 @@ type Row struct {
 	Missing int
 }
 
-// rowV2 follows the schema varint in rows that carry Changes, Life and Missing. Rows written
-// before them hold the version text there, which is UTF-8 and so never starts with 0xFF.
-const rowV2 = 0xFF
+// A row that carries Changes, Life or Missing has, after the schema varint, a marker byte
+// 0xF8 | flags saying which of them follow (as uvarints, in that order; a zero is left out).
+// Rows written before them hold the version text there, which is UTF-8 and so never starts
+// with a byte of 0xF8 or more.
+const (
+	rowMarker  = 0xF8
+	hasChanges = 1
+	hasLife    = 2
+	hasMissing = 4
+)
 
-// AppendRow encodes r compactly: the 8-byte hash, the schema version as a uvarint, a marker,
-// the change count, life and missing count as uvarints, then the version text.
+// AppendRow encodes r compactly: the 8-byte hash, the schema version as a uvarint, the marker
+// and the non-zero counts, then the version text.
 func AppendRow(dst []byte, r Row) []byte {
 	dst = append(dst, r.VF[:]...)
 	dst = binary.AppendUvarint(dst, uint64(r.Schema))
-	dst = append(dst, rowV2)
-	dst = binary.AppendUvarint(dst, r.Changes)
-	dst = binary.AppendUvarint(dst, uint64(r.Life))
-	dst = binary.AppendUvarint(dst, uint64(r.Missing))
+	counts := [3]uint64{r.Changes, uint64(r.Life), uint64(r.Missing)} // hasChanges, hasLife, hasMissing
+	flags := byte(0)
+	for i, v := range counts {
+		if v != 0 {
+			flags |= 1 << i
+		}
+	}
+	if flags != 0 || len(r.Version) > 0 && r.Version[0] >= rowMarker {
+		dst = append(dst, rowMarker|flags)
+		for _, v := range counts {
+			if v != 0 {
+				dst = binary.AppendUvarint(dst, v)
+			}
+		}
+	}
 	return append(dst, r.Version...)
 }
 
@@ -82,10 +100,14 @@ func ParseRow(b []byte) (r Row, ok bool) {
 	}
 	r.Schema = int(s)
 	b = b[n:]
-	if len(b) > 0 && b[0] == rowV2 {
+	if len(b) > 0 && b[0] >= rowMarker {
+		flags := b[0] &^ rowMarker
 		b = b[1:]
 		var vs [3]uint64
 		for i := range vs {
+			if flags&(1<<i) == 0 {
+				continue
+			}
 			if vs[i], n = binary.Uvarint(b); n <= 0 {
 				return Row{}, false
 			}

@@ -15,15 +15,24 @@ func TestRowRoundTrip(t *testing.T) {
 			t.Fatalf("schema %d: round trip gave %+v ok=%v", schema, got, ok)
 		}
 	}
-	if n := len(AppendRow(nil, Row{Schema: 1, Version: "42", Changes: 5})); n != 15 {
-		t.Fatalf("a row of schema 1, 5 changes and version \"42\" takes %d bytes, want 9 + 4 + 2", n)
+	if n := len(AppendRow(nil, Row{Schema: 1, Version: "42", Changes: 5})); n != 13 {
+		t.Fatalf("a row of schema 1, 5 changes and version \"42\" takes %d bytes, want 9 + 2 + 2", n)
+	}
+	if n := len(AppendRow(nil, Row{Schema: 1, Version: "42"})); n != 11 {
+		t.Fatalf("a row without counts takes %d bytes, want 9 + 2", n)
+	}
+	// Every combination of counts round-trips, and so does a version that starts like a marker.
+	for _, r := range []Row{{Changes: 1}, {Life: 7}, {Missing: 2}, {Changes: 3, Missing: 1}, {Version: "\xffodd"}, {Life: 9, Version: "v"}} {
+		if got, ok := ParseRow(AppendRow(nil, r)); !ok || got != r {
+			t.Errorf("round trip of %+v gave %+v ok=%v", r, got, ok)
+		}
 	}
 	// Rows written before change counts existed still parse, with a count of 0.
 	old := append(append(make([]byte, 8), 1), "2026-11-29T10:00:00Z"...)
 	if got, ok := ParseRow(old); !ok || got.Schema != 1 || got.Version != "2026-11-29T10:00:00Z" || got.Changes != 0 || got.Life != 0 {
 		t.Fatalf("a layout-2 row parsed as %+v ok=%v", got, ok)
 	}
-	for _, bad := range [][]byte{nil, make([]byte, 8), append(make([]byte, 8), 0x80), append(make([]byte, 8), 0, rowV2, 0x80)} {
+	for _, bad := range [][]byte{nil, make([]byte, 8), append(make([]byte, 8), 0x80), append(make([]byte, 8), 0, rowMarker|hasChanges, 0x80)} {
 		if _, ok := ParseRow(bad); ok {
 			t.Errorf("ParseRow(%x) accepted a corrupt row", bad)
 		}
