@@ -812,7 +812,9 @@ func (s *scenario) resending(c redis.UniversalClient) (redis.UniversalClient, er
 	var own redis.UniversalClient
 	switch c := c.(type) {
 	case *redis.Client:
-		own = redis.NewClient(c.Options())
+		o := *c.Options()
+		o.MaintNotificationsConfig = nil // the original's; the copy makes its own
+		own = redis.NewClient(&o)
 	case *redis.ClusterClient:
 		own = redis.NewClusterClient(c.Options())
 	default:
