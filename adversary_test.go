@@ -463,3 +463,55 @@ func TestAdversaryG3DelayedCommitRewindsCursorAndRows(t *testing.T) {
 		t.Fatalf("G3: a consumer that dedupes by id holds x1 %q, the API %q; x1 deliveries: %v", got["x1"], "closed", hist)
 	}
 }
+
+// TestAdversaryG2ClearSnapshotRepeatsAnEarlierLifesDelete: reset-cursor --clear-snapshot drops
+// rows AND tombstones, so the identity's current life is renumbered life 0. Its next delete
+// is then "deleted, life 0, change 2" again: the id of the first life's delete. A consumer that
+// dedupes by id drops it and keeps o1, which the API deleted.
+func TestAdversaryG2ClearSnapshotRepeatsAnEarlierLifesDelete(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		p := e.poller(func(p *Poller) {
+			p.Version = nil
+			p.Fingerprint = func(item json.RawMessage) ([]byte, error) {
+				var it struct {
+					State string `json:"state"`
+				}
+				err := json.Unmarshal(item, &it)
+				return []byte(it.State), err
+			}
+			p.Strategy = SnapshotDiff
+			p.Fetch = e.api.Listing(10)
+			p.ConfirmDeletes = 1
+		})
+		eng := e.engine(p, nil)
+		e.api.Put("o1", map[string]any{"state": "closed"})
+		e.settle(eng)
+		e.api.Delete("o1")
+		e.settle(eng)
+		e.api.Put("o1", map[string]any{"state": "closed"}) // a second life
+		e.settle(eng)
+		if err := eng.ResetCursor(t.Context(), "orders", "", "", true); err != nil {
+			t.Fatal(err)
+		}
+		e.settle(eng) // o1 re-emitted as created (the runbook's "with its first id")
+		e.api.Delete("o1")
+		e.settle(eng)
+		evs := e.rec.events()
+		seen := map[string]int{}
+		present := map[string]bool{}
+		for i, ev := range evs {
+			if j, dup := seen[ev.ID]; dup {
+				if ev.Type == Deleted {
+					t.Errorf("G2: event %d (%s) has the id of event %d (%s): the second life's delete named as the first's", i, ev.Type, j, evs[j].Type)
+				}
+				continue
+			}
+			seen[ev.ID] = i
+			present[ev.Identity] = ev.Type != Deleted
+		}
+		if present["o1"] {
+			t.Errorf("a consumer that dedupes by id still holds o1, which the API deleted")
+		}
+	})
+}
