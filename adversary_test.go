@@ -515,3 +515,80 @@ func TestAdversaryG2ClearSnapshotRepeatsAnEarlierLifesDelete(t *testing.T) {
 		}
 	})
 }
+
+// TestAdversaryG8DetailRetryAfterErasedAtEnd: a 429 on a Detail request (listingDeletes) is
+// saved at once (a fenced commit of the window), but listingDeletes drops the throttled
+// failure and returns nil; the cycle's state map never learns the window, so finish() finds no
+// window in force and End deletes the field it just saved. The next cycle (here: a trigger,
+// which the gate normally withstands, see the control) requests inside the Retry-After window.
+func TestAdversaryG8DetailRetryAfterErasedAtEnd(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, detail429 := range []bool{false, true} {
+			e := newEnv(t, b)
+			var mu sync.Mutex
+			var window time.Time
+			var inWindow []string
+			listing := []string{`{"id":"a"}`, `{"id":"b"}`}
+			throttleList := false
+			note := func(what string) {
+				if now := e.clock.Now(); now.Before(window) {
+					inWindow = append(inWindow, fmt.Sprintf("%s at %s, window until %s", what, now.Format("15:04:05"), window.Format("15:04:05")))
+				}
+			}
+			p := e.poller(func(p *Poller) {
+				p.Name = fmt.Sprintf("detail%v", detail429)
+				p.Strategy = SnapshotDiff
+				p.Version = nil
+				p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					note("listing request")
+					if throttleList {
+						throttleList = false
+						window = e.clock.Now().Add(time.Minute)
+						return Page{}, &HTTPError{Key: req.Key, StatusCode: 429, RetryAfter: time.Minute}
+					}
+					var pg Page
+					for _, it := range listing {
+						pg.Items = append(pg.Items, json.RawMessage(it))
+					}
+					return pg, nil
+				}
+				p.Detail = func(ctx context.Context, key Key, id string) (json.RawMessage, bool, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					note("detail request")
+					window = e.clock.Now().Add(time.Minute)
+					return nil, false, &HTTPError{Key: key, StatusCode: 429, RetryAfter: time.Minute}
+				}
+			})
+			eng := e.engine(p, nil)
+			ctx := t.Context()
+			key := Key{Poller: p.Name}
+			eng.RunCycle(ctx, key) // a and b created
+			mu.Lock()
+			if detail429 {
+				listing = listing[:1] // b missing: its Detail request gets the 429
+			} else {
+				throttleList = true // control: the listing itself gets the 429
+			}
+			mu.Unlock()
+			e.clock.Advance(time.Minute)
+			if rep := eng.RunCycle(ctx, key); rep.Outcome != core.Ran {
+				t.Fatalf("second cycle: %+v", rep)
+			}
+			ki, _ := eng.Inspect(ctx, p.Name, "")
+			t.Logf("detail429=%v: after the 429, throttled until %v", detail429, ki.ThrottledUntil)
+			e.clock.Advance(5 * time.Second)
+			if err := eng.Trigger(ctx, p.Name, ""); err != nil {
+				t.Fatal(err)
+			}
+			eng.RunCycle(ctx, key)
+			mu.Lock()
+			if len(inWindow) > 0 {
+				t.Errorf("G8 (429 on the detail request: %v): requests inside the Retry-After window: %v", detail429, inWindow)
+			}
+			mu.Unlock()
+		}
+	})
+}
