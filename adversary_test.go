@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -650,4 +651,71 @@ func TestAdversarySizesReleaseOfAHotKeyHoldsRedis(t *testing.T) {
 			t.Errorf("one command held Redis for %v: %.60v", l.Duration, l.Args)
 		}
 	}
+}
+
+// TestAdversaryG5CheckLeaseAfterTheLeaseIsKnownLost: CheckLease is what a handler calls right
+// before a side effect it cannot take back. It only asks whether the local validity window
+// has passed: (a) after the keeper's renewal was FENCED (another grant holds the key, the
+// cycle's context is cancelled for LEASE_LOST) it still answers nil for the rest of the
+// window; (b) after the cycle ended and released the lease (another instance may already run
+// the key) it answers nil too.
+func TestAdversaryG5CheckLeaseAfterTheLeaseIsKnownLost(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 2)
+		var mu sync.Mutex
+		var kept context.Context
+		inHandler, proceed := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		var afterLoss error = errors.New("not called")
+		p := e.poller(func(p *Poller) {
+			p.LeaseTTL = 3 * time.Second // keeper renews every second (real time)
+			p.Handler = func(ctx context.Context, ev Event) error {
+				mu.Lock()
+				kept = ctx
+				mu.Unlock()
+				once.Do(func() {
+					close(inHandler)
+					<-proceed
+					<-ctx.Done() // the keeper found the lease lost and cancelled the cycle
+					afterLoss = CheckLease(ctx)
+				})
+				return nil
+			}
+		})
+		eng := e.engine(p, nil)
+		done := make(chan struct{})
+		go func() { defer close(done); eng.RunCycle(context.Background(), Key{Poller: "orders"}) }()
+		<-inHandler
+		// Another grant of the same key (as a lossy failover hands out): new token.
+		lease := eng.store.Key(Key{Poller: "orders"}, "lease")
+		if err := b.Client.HSet(t.Context(), lease, "token", "someone-else").Err(); err != nil {
+			t.Fatal(err)
+		}
+		close(proceed)
+		<-done
+		if afterLoss == nil {
+			t.Errorf("G5 (a): CheckLease answered nil inside a handler after the engine found its lease fenced off (context: %v)", context.Cause(kept))
+		}
+		// (b) a cycle that ended normally: its handler's context still passes CheckLease.
+		e.clock.Advance(3 * time.Minute)
+		if err := b.Client.HDel(t.Context(), lease, "expiresAt").Err(); err != nil {
+			t.Fatal(err)
+		}
+		e.api.Put("o99", nil)
+		if err := eng.Trigger(t.Context(), "orders", ""); err != nil {
+			t.Fatal(err)
+		}
+		if rep := eng.RunCycle(t.Context(), Key{Poller: "orders"}); rep.Delivered == 0 {
+			t.Fatalf("second cycle: %+v", rep)
+		}
+		if live, _ := eng.store.LeaseLive(t.Context(), Key{Poller: "orders"}); live {
+			t.Fatal("the lease is still live after the cycle ended")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err := CheckLease(kept); err == nil {
+			t.Errorf("G5 (b): CheckLease answered nil for a cycle that had ended and released its lease")
+		}
+	})
 }
