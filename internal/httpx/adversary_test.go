@@ -83,3 +83,26 @@ func TestAdversaryG8GuardDisarmedByAnotherRequest(t *testing.T) {
 		t.Fatalf("G8: B's request was written after its lease check failed (err %v, the API got %d requests of B)", err, hitsB.Load())
 	}
 }
+
+// TestAdversaryG8RetryAfterDateReadWithTheLocalClock: an HTTP-date Retry-After names a moment
+// on the API's clock (its Date header says what that clock read). The helper subtracts the
+// worker's own clock instead: a worker whose clock runs 2 minutes ahead of the API's reads
+// "retry in 60 s" as "retry now", no window is saved, and the next request lands inside it.
+func TestAdversaryG8RetryAfterDateReadWithTheLocalClock(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now().UTC() // the API's clock
+		w.Header().Set("Date", now.Format(http.TimeFormat))
+		w.Header().Set("Retry-After", now.Add(60*time.Second).Format(http.TimeFormat))
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+	ahead := func() time.Time { return time.Now().Add(2 * time.Minute) } // the worker's clock
+	_, err := (&Client{Now: ahead}).Do(context.Background(), Request{URL: srv.URL})
+	var he *core.HTTPError
+	if !errors.As(err, &he) || he.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("Do: %v", err)
+	}
+	if he.RetryAfter < 50*time.Second {
+		t.Fatalf("G8: the API asked for 60 s (Retry-After date vs its Date header); the helper saved a window of %v", he.RetryAfter)
+	}
+}
