@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
 )
 
@@ -717,5 +718,33 @@ func TestAdversaryG5CheckLeaseAfterTheLeaseIsKnownLost(t *testing.T) {
 		if err := CheckLease(kept); err == nil {
 			t.Errorf("G5 (b): CheckLease answered nil for a cycle that had ended and released its lease")
 		}
+	})
+}
+
+// TestAdversaryG3ETagKeptFromAPageNeverCommitted: the HTTP cursors remember a response's ETag
+// when the page ARRIVES, before its commit. When the commit then fails (a Redis timeout or
+// blip; the process lives on), the next cycle of the same process asks with that ETag, gets
+// 304, takes it for "idle", and the change is never emitted while the collection stays as it
+// is (a listing with a collection ETag here; the same holds for any conditional request).
+func TestAdversaryG3ETagKeptFromAPageNeverCommitted(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		srv, _ := e.server(fakeapi.ServerOptions{})
+		e.api.PutMany(5, "i", nil)
+		fs := &faultyStore{}
+		eng := e.engine(e.poller(func(p *Poller) {
+			p.Strategy = SnapshotDiff
+			p.Fetch = listCursor(srv, 10).Fetch
+		}), faulty(fs))
+		e.settle(eng)
+		e.api.Put("i0001", nil) // version 2
+		fs.mu.Lock()
+		fs.failCommt = 1 // this page's commit fails (Redis timed out); the process lives on
+		fs.mu.Unlock()
+		e.clock.Advance(3 * time.Minute)
+		rep := e.tick(eng)
+		t.Logf("cycle whose commit failed: %+v", rep)
+		e.settle(eng)
+		checkFinal(t, e)
 	})
 }
