@@ -595,65 +595,6 @@ func TestAdversaryG8DetailRetryAfterErasedAtEnd(t *testing.T) {
 	})
 }
 
-// TestAdversarySizesReleaseOfAHotKeyHoldsRedis: "no command holds Redis for long" (the commit
-// is chunked for that, hole 2). A parked retry of a hot ordering key runs one release_parked
-// script that reads the whole held hash (HGETALL), decodes every row, sorts them and XADDs them
-// all back, and XRANGEs the whole outbox: 100,000 held events of one key make one script that
-// blocks Redis for about a second (every other key's renewals, commits and claims wait).
-func TestAdversarySizesReleaseOfAHotKeyHoldsRedis(t *testing.T) {
-	b := redistest.Real(t)
-	e := newEnv(t, b)
-	ctx := t.Context()
-	hot := func(p *Poller) {
-		p.Delivery.Attempts = 1
-		p.Delivery.OrderingKey = func(ev Event) string { return "X" }
-	}
-	e.rec.setFail(func(ev Event) error { return fmt.Errorf("poison") })
-	e.api.Put("x0", nil)
-	eng := e.engine(e.poller(hot), nil)
-	e.tick(eng) // x0 parked: X is held
-	rows, err := eng.Parked().List(ctx, "orders", "", "poison")
-	if err != nil || len(rows) != 1 {
-		t.Fatalf("parked: %v %v", rows, err)
-	}
-	// 100,000 events of X waiting behind it (as the drain moves them aside), ~400-byte envelopes.
-	held := eng.store.Key(Key{Poller: "orders"}, "held")
-	env := fmt.Sprintf(`{"type":"updated","item":{"pad":%q}}`, make([]byte, 300))
-	const n = 100_000
-	for from := 0; from < n; from += 5000 {
-		_, err := b.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := from; i < from+5000; i++ {
-				js, _ := json.Marshal(map[string]string{"id": fmt.Sprintf("ev_%06d", i), "ok": "X", "ev": env, "seq": fmt.Sprintf("1800000000000-%d", i+1)})
-				p.HSet(ctx, held, fmt.Sprintf("1800000000000-%d", i+1), js)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := b.Client.ConfigSet(ctx, "slowlog-log-slower-than", "100000").Err(); err != nil {
-		t.Fatal(err)
-	}
-	b.Client.SlowLogReset(ctx)
-	e.rec.setFail(nil)
-	start := time.Now()
-	_, rerr := eng.Parked().Retry(ctx, "orders", "", rows[0].ID)
-	t.Logf("retry took %v: %v", time.Since(start), rerr)
-	for b.Client.Ping(ctx).Err() != nil { // BUSY while the script runs
-		time.Sleep(100 * time.Millisecond)
-	}
-	logs, err := b.Client.SlowLogGet(ctx, 10).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range logs {
-		if l.Duration > 250*time.Millisecond {
-			t.Errorf("one command held Redis for %v: %.60v", l.Duration, l.Args)
-		}
-	}
-}
-
 // TestAdversaryG5CheckLeaseAfterTheLeaseIsKnownLost: CheckLease is what a handler calls right
 // before a side effect it cannot take back. It only asks whether the local validity window
 // has passed: (a) after the keeper's renewal was FENCED (another grant holds the key, the

@@ -287,3 +287,71 @@ func BenchmarkLargePageCommit(b *testing.B) {
 		b.ReportMetric(float64(len(lat))/float64(b.N), "other-cycles/op")
 	}
 }
+
+// BenchmarkReleaseHeldHotKey: a parked retry of an ordering key that holds 10,000 events
+// behind its poison event, on a real redis-server: the release is one script that requeues them
+// all in order (a known limit: its time grows with the held events, about 26 µs each here, and
+// holds Redis meanwhile). Reported: the script's time and its time per held event.
+func BenchmarkReleaseHeldHotKey(b *testing.B) {
+	const n = 10_000
+	rb := redistest.Real(b)
+	ctx := b.Context()
+	api := fakeapi.New()
+	fail := true
+	eng, err := New(Options{Redis: rb.Client, InstanceID: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := eng.Register(Poller{Name: "orders", Fetch: api.ChangeFeed(10), Version: Field("version"),
+		Delivery: Delivery{Attempts: 1, OrderingKey: func(Event) string { return "X" }},
+		Handler: func(context.Context, Event) error {
+			if fail {
+				return fmt.Errorf("poison")
+			}
+			return nil
+		}}); err != nil {
+		b.Fatal(err)
+	}
+	key := Key{Poller: "orders"}
+	held := eng.store.Key(key, "held")
+	env := fmt.Sprintf(`{"type":"updated","item":{"pad":%q}}`, make([]byte, 300))
+	var longest time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		fail = true
+		api.Put(fmt.Sprintf("x%d", i), nil)
+		if err := eng.core.Trigger(ctx, key); err != nil {
+			b.Fatal(err)
+		}
+		eng.core.RunCycle(ctx, key) // parked: X is held
+		rows, err := eng.Parked().List(ctx, "orders", "", "poison")
+		if err != nil || len(rows) != 1 {
+			b.Fatalf("parked: %v %v", rows, err)
+		}
+		if _, err := rb.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for j := range n {
+				js, _ := json.Marshal(map[string]string{"id": fmt.Sprintf("ev_%d_%06d", i, j), "ok": "X", "ev": env, "seq": fmt.Sprintf("1800000000000-%d", j+1)})
+				p.HSet(ctx, held, fmt.Sprintf("1800000000000-%d", j+1), js)
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		rb.Client.ConfigSet(ctx, "slowlog-log-slower-than", "0")
+		rb.Client.SlowLogReset(ctx)
+		fail = false
+		b.StartTimer()
+		if _, err := eng.Parked().Retry(ctx, "orders", "", rows[0].ID); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		log, _ := rb.Client.SlowLogGet(ctx, -1).Result()
+		for _, l := range log {
+			longest = max(longest, l.Duration)
+		}
+		rb.Client.Del(ctx, eng.store.Key(key, "outbox"))
+		rb.Client.XGroupCreateMkStream(ctx, eng.store.Key(key, "outbox"), "dispatch", "0")
+	}
+	b.ReportMetric(float64(longest.Microseconds())/1000, "max-script-ms")
+	b.ReportMetric(float64(longest.Microseconds())/n, "µs/held-event")
+}

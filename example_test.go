@@ -52,8 +52,8 @@ func ExampleEngine_Tick() {
 	}
 	fmt.Printf("ran %d cycle, %d events, %d delivered\n", report.Ran, report.Events, report.Delivered)
 	// Output:
-	// created A-1 2026-11-29T10:00:00Z ev_8f989742f83da98f9a9a2eec935f98c7
-	// created A-2 2026-11-29T10:05:00Z ev_d6b1b341200ceafbe5ed7f0f6db4a51b
+	// created A-1 2026-11-29T10:00:00Z ev_826873893bc7d35ca6a824fbd26d9704
+	// created A-2 2026-11-29T10:05:00Z ev_cd54a99c253f94a198aec8f1e27292e5
 	// ran 1 cycle, 2 events, 2 delivered
 }
 
@@ -113,13 +113,13 @@ func ExampleEngine_Replay() {
 		panic(err)
 	}
 	// Output:
-	// live created A-1 ev_055064d9ffdf129607535a603ddfd278
-	// live created A-2 ev_9bc11373248ed1815f12a2ffed574f97
-	// live created A-3 ev_2d58a5fae8c3846738affad7d806b1a0
+	// live created A-1 ev_53a7474ec96a98727ba74b4e398dbc8e
+	// live created A-2 ev_33b46f8b420e98543d6005825f6c27c4
+	// live created A-3 ev_f6f374511b41de0d064be4222a177a14
 	// replayed 3
-	// replay created A-1 ev_055064d9ffdf129607535a603ddfd278
-	// replay created A-2 ev_9bc11373248ed1815f12a2ffed574f97
-	// replay created A-3 ev_2d58a5fae8c3846738affad7d806b1a0
+	// replay created A-1 ev_53a7474ec96a98727ba74b4e398dbc8e
+	// replay created A-2 ev_33b46f8b420e98543d6005825f6c27c4
+	// replay created A-3 ev_f6f374511b41de0d064be4222a177a14
 }
 
 // A forced backfill from the beginning re-emits every known item as updated, in a lane of its
@@ -145,12 +145,12 @@ func ExampleEngine_Backfill() {
 	}
 	fmt.Printf("done %v: %d pages, %d items, %d events\n", ki.Backfill.Done, ki.Backfill.Pages, ki.Backfill.Items, ki.Backfill.Events)
 	// Output:
-	// live created A-1 ev_055064d9ffdf129607535a603ddfd278
-	// live created A-2 ev_9bc11373248ed1815f12a2ffed574f97
-	// live created A-3 ev_2d58a5fae8c3846738affad7d806b1a0
+	// live created A-1 ev_53a7474ec96a98727ba74b4e398dbc8e
+	// live created A-2 ev_33b46f8b420e98543d6005825f6c27c4
+	// live created A-3 ev_f6f374511b41de0d064be4222a177a14
 	// backfill 1 from "" to "3"
-	// backfill updated A-1 ev_e4f1c8858ed0365d61309a82c0096b59
-	// backfill updated A-2 ev_ac8829bc34f9a5e527bfe8e1cd03c8bb
-	// backfill updated A-3 ev_bc46230758f85300c9edc3679d5faf77
+	// backfill updated A-1 ev_166eaa696d5e780f76dedd74fef35730
+	// backfill updated A-2 ev_68e28a87866847d4632d665640eb9204
+	// backfill updated A-3 ev_5e95b0d8420fc8eb54067d71e9c98b38
 	// done true: 2 pages, 3 items, 3 events
 }

@@ -69,12 +69,14 @@ type cycle struct {
 
 	serverAt time.Time // server clock at Begin
 	localAt  time.Time // local clock when Begin was sent
+	replyAt  time.Time // local clock when Begin's reply arrived
 }
 
-// newCycle starts a cycle under the lease b granted; sentAt is the local time Begin was sent.
-func newCycle(e *Engine, p *Poller, b BeginResult, sentAt time.Time) *cycle {
+// newCycle starts a cycle under the lease b granted; sentAt and replyAt are the local times
+// Begin was sent and answered.
+func newCycle(e *Engine, p *Poller, b BeginResult, sentAt, replyAt time.Time) *cycle {
 	c := &cycle{e: e, p: p, key: b.Lease.Key, lease: b.Lease, state: newState(b.State),
-		holds: map[string]bool{}, items: b.Items, serverAt: b.Now, localAt: sentAt,
+		holds: map[string]bool{}, items: b.Items, serverAt: b.Now, localAt: sentAt, replyAt: replyAt,
 		log: e.log.With().Str("poller", b.Lease.Key.Poller).Str("partition", b.Lease.Key.Partition).Int64("epoch", b.Lease.Epoch).Logger()}
 	c.rep.Key = c.key
 	c.rep.DeleteCandidates = c.state.int(fieldDeleteCandidates) // until a listing counts them anew
@@ -85,8 +87,14 @@ func newCycle(e *Engine, p *Poller, b BeginResult, sentAt time.Time) *cycle {
 }
 
 // now is the server clock read at Begin plus the local time elapsed since Begin was sent: never
-// later than the server's own clock, so a throttle window is never taken for over too early.
+// earlier than the server's own clock, so a window saved from it never ends too early.
 func (c *cycle) now() time.Time { return c.serverAt.Add(c.e.now().Sub(c.localAt)) }
+
+// serverNotLater is the server clock read at Begin plus the local time elapsed since its reply
+// arrived: never later than the server's own clock (Begin ran before its reply came), so a
+// throttle window is never taken for over too early, however late Begin's request reached
+// Redis.
+func (c *cycle) serverNotLater() time.Time { return c.serverAt.Add(c.e.now().Sub(c.replyAt)) }
 
 // paused reports whether a fenced reply of this cycle found the key paused by an operator.
 func (c *cycle) paused() bool { return c.keeper != nil && c.keeper.paused.Load() }
@@ -145,7 +153,7 @@ func (e *Engine) runCycle(ctx context.Context, key Key) CycleReport {
 		return rep
 	}
 
-	c := newCycle(e, p, b, sent)
+	c := newCycle(e, p, b, sent, e.now())
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	c.keeper = startLeaseKeeper(cctx, e.store, c.lease, e.now, sent, cancel)
@@ -175,6 +183,9 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 	var live laneResult
 	if failure == nil {
 		live, failure = c.runLane(ctx, c.liveLane())
+		if failure == nil && live.complete {
+			c.e.settle(c.key)
+		}
 		if failure == nil && !live.complete && live.paced == 0 && !live.paused && c.p.Strategy == SnapshotDiff {
 			// Deletes need a listing completed in one cycle (G6); this one never completes.
 			failure = &cycleError{phase: "config", code: "CONFIG", kind: schedule.ResultFailed, err: fmt.Errorf(
@@ -311,7 +322,7 @@ func (c *cycle) drain(ctx context.Context) *cycleError {
 	for !c.paused() {
 		b, err := c.e.store.ReadOutbox(ctx, c.lease, drainBatch)
 		if err != nil {
-			return storeErr(err)
+			return storeErr(c.keeper.check(err))
 		}
 		if b.Paused {
 			c.keeper.paused.Store(true)

@@ -65,7 +65,7 @@ feed:
 	for held := d.held; len(d.poison) > 0 || len(held) > 0; {
 		n := min(len(held), step)
 		if err := c.e.store.Park(ctx, c.lease, d.poison, held[:n]); err != nil {
-			return storeErr(err)
+			return storeErr(c.keeper.check(err))
 		}
 		c.rep.Parked += len(d.poison)
 		d.poison, held = nil, held[n:]
@@ -81,7 +81,7 @@ feed:
 			n := min(len(rest), step)
 			paused, err := c.e.store.Ack(ctx, c.lease, rest[:n])
 			if err != nil {
-				return storeErr(err)
+				return storeErr(c.keeper.check(err))
 			}
 			if paused {
 				c.keeper.paused.Store(true)

@@ -54,6 +54,10 @@ type Engine struct {
 	pollers    map[string]*Poller
 	registered bool      // keys written to the registry and due set
 	repairedAt time.Time // when Tick last ran the repair sweep (local clock)
+	// unsettled marks keys whose last live pass in this process did not end cleanly (a
+	// commit or a page failed): an ETag a fetcher kept from a page never committed must not
+	// make the next request conditional.
+	unsettled map[Key]bool
 
 	root     context.Context
 	stopRoot context.CancelFunc
@@ -70,7 +74,8 @@ func NewEngine(opts Options) (*Engine, error) {
 		return nil, &ConfigError{Field: "instanceID", Msg: "is required"}
 	}
 	e := &Engine{store: opts.Store, owner: opts.InstanceID, log: opts.Logger, rand: opts.Rand,
-		tickN: opts.TickConcurrency, claimTO: opts.ClaimTimeout, hooks: opts.Hooks, clock: opts.Clock, pollers: map[string]*Poller{}}
+		tickN: opts.TickConcurrency, claimTO: opts.ClaimTimeout, hooks: opts.Hooks, clock: opts.Clock, pollers: map[string]*Poller{},
+		unsettled: map[Key]bool{}}
 	if e.clock == nil {
 		e.clock = time.Now
 	}
@@ -85,6 +90,22 @@ func NewEngine(opts Options) (*Engine, error) {
 	}
 	e.root, e.stopRoot = context.WithCancel(context.Background())
 	return e, nil
+}
+
+// unsettle marks key's live pass as running and reports whether the previous one in this
+// process ended without settling (see Engine.unsettled); settle clears the mark.
+func (e *Engine) unsettle(key Key) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	prev := e.unsettled[key]
+	e.unsettled[key] = true
+	return prev
+}
+
+func (e *Engine) settle(key Key) {
+	e.mu.Lock()
+	delete(e.unsettled, key)
+	e.mu.Unlock()
 }
 
 // now reads the engine's local clock.
@@ -664,7 +685,7 @@ func (e *Engine) withOpLease(ctx context.Context, t target, fn func(c *cycle) er
 			return err
 		}
 		if b.Status == BeginOK {
-			c := newCycle(e, t.p, b, sent)
+			c := newCycle(e, t.p, b, sent, e.now())
 			ferr := fn(c)
 			if c.released {
 				return ferr
@@ -746,6 +767,7 @@ const (
 
 	fieldReconcileDue     = "reconcileDue"
 	fieldDeleteCandidates = "deleteCandidates"
+	fieldFresh            = "cursor.fresh" // "1": the next live request is not conditional
 	fieldBackfill         = "backfill"
 	fieldShadowPrefix     = "shadow."
 	fieldRemoved          = "removed"

@@ -85,6 +85,14 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		if ln.save != nil {
 			w.State, done = ln.save(page, len(w.events))
 		}
+		if ln.name == "live" && c.state.get(fieldFresh) == "1" {
+			// The full answer the rewind asked for is in hand: later requests may be
+			// conditional again.
+			if w.State == nil {
+				w.State = map[string]string{}
+			}
+			w.State[fieldFresh], c.state[fieldFresh] = "0", "0"
+		}
 		if f := c.commitAndDeliver(ctx, &w); f != nil {
 			return res, f
 		}
@@ -127,8 +135,8 @@ func (c *cycle) beforeRequest(ctx context.Context, page int) *cycleError {
 	if !c.keeper.valid() {
 		return storeErr(&LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "the lease may have expired before a request (a pause past its validity)"})
 	}
-	if until := c.state.time(FieldThrottled); c.now().Before(until) {
-		return &cycleError{phase: "fetch", code: "THROTTLED", kind: schedule.ResultThrottled, retryAfter: until.Sub(c.now()),
+	if until := c.state.time(FieldThrottled); c.serverNotLater().Before(until) {
+		return &cycleError{phase: "fetch", code: "THROTTLED", kind: schedule.ResultThrottled, retryAfter: until.Sub(c.serverNotLater()),
 			err: fmt.Errorf("%s is throttled until %s", c.key, until.Format(time.RFC3339Nano))}
 	}
 	return nil
@@ -179,6 +187,7 @@ func (c *cycle) fetchFailure(ctx context.Context, ln lane, cursor string, err er
 			if _, werr := c.commit(ctx, &pageWrites{Commit: Commit{State: map[string]string{FieldThrottled: until}}}); werr != nil {
 				return storeErr(werr)
 			}
+			c.state[FieldThrottled] = until // whatever runs next in this cycle keeps out of it too
 		}
 		return &cycleError{phase: "fetch", code: "THROTTLED", kind: schedule.ResultThrottled, retryAfter: he.RetryAfter, err: err}
 	case errors.As(err, &ce):
@@ -216,14 +225,28 @@ func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string
 	if err != nil {
 		return storeErr(err)
 	}
-	var missing []string
+	var missing, invalid []string
 	for _, id := range all {
-		if _, listed := seen[id]; !listed {
+		switch valid, listed := seen[id]; {
+		case !listed:
 			missing = append(missing, id)
+		case !valid:
+			invalid = append(invalid, id)
 		}
 	}
-	if len(missing) == 0 {
-		return nil
+	// Listed but invalid is still listed: a miss streak ends there too.
+	if len(invalid) > 0 {
+		rows, err := c.load(ctx, invalid)
+		if err != nil {
+			return storeErr(err)
+		}
+		for i, k := range rows {
+			if k.row != nil && k.row.Missing > 0 {
+				r := *k.row
+				r.Missing = 0
+				w.steps = append(w.steps, step{identity: invalid[i], row: diff.AppendRow(nil, r), event: -1})
+			}
+		}
 	}
 	known, err := c.load(ctx, missing)
 	if err != nil {
@@ -239,7 +262,12 @@ func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string
 			item, ok, f := c.detail(ctx, id)
 			switch {
 			case f != nil && (f.kind == schedule.ResultThrottled || f.phase == "store"):
-				return c.commitAndDeliver(ctx, &w) // the rest waits for the next listing
+				// The rest waits for the next listing; the cycle ends as the failure says (a
+				// throttle window stays in force).
+				if cf := c.commitAndDeliver(ctx, &w); cf != nil {
+					return cf
+				}
+				return f
 			case f == nil && ok:
 				found = append(found, item) // still there: diffed like a listed item
 				continue
@@ -291,9 +319,11 @@ func (c *cycle) detail(ctx context.Context, identity string) (json.RawMessage, b
 // liveLane is the poller's live pass: from the committed cursor, or a full listing for
 // snapshotDiff.
 func (c *cycle) liveLane() lane {
-	ln := lane{name: "live", fetch: c.p.Fetch, cursor: c.state.get(fieldCursorLive), maxPages: c.p.MaxPagesPerCycle}
+	ln := lane{name: "live", fetch: c.p.Fetch, cursor: c.state.get(fieldCursorLive), maxPages: c.p.MaxPagesPerCycle,
+		fresh: c.e.unsettle(c.key) || c.state.get(fieldFresh) == "1"}
 	if c.p.Strategy == SnapshotDiff {
-		ln.cursor, ln.listing, ln.fresh = "", true, c.state.int(fieldDeleteCandidates) > 0
+		ln.cursor, ln.listing = "", true
+		ln.fresh = ln.fresh || c.state.int(fieldDeleteCandidates) > 0
 		return ln
 	}
 	ln.save = func(page Page, _ int) (map[string]string, bool) {

@@ -21,6 +21,7 @@ type leaseKeeper struct {
 	validUntil time.Time // local clock: the last confirmation's send time + ttl
 
 	paused atomic.Bool // a confirmation found the key paused
+	over   atomic.Bool // the lease is known lost, or the cycle ended and released it
 
 	stop chan struct{}
 	done chan struct{}
@@ -46,6 +47,7 @@ func (k *leaseKeeper) loop(ctx context.Context) {
 		case <-t.C:
 			if err := k.confirm(ctx); err != nil {
 				if IsLeaseLost(err) {
+					k.over.Store(true)
 					k.cancel(err)
 					return
 				}
@@ -63,7 +65,7 @@ func (k *leaseKeeper) confirm(ctx context.Context) error {
 	sent := k.now()
 	c, err := k.store.Renew(ctx, k.lease)
 	if err != nil {
-		return err
+		return k.check(err)
 	}
 	k.touched(sent, c.Paused)
 	return nil
@@ -88,9 +90,21 @@ func (k *leaseKeeper) margin() time.Duration { return k.lease.TTL / 10 }
 
 // valid reports whether the lease is surely still ours.
 func (k *leaseKeeper) valid() bool {
+	if k.over.Load() {
+		return false
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.now().Before(k.validUntil.Add(-k.margin()))
+}
+
+// check passes on a fenced call's error, recording a lost lease, so that CheckLease answers
+// with it from then on.
+func (k *leaseKeeper) check(err error) error {
+	if IsLeaseLost(err) {
+		k.over.Store(true)
+	}
+	return err
 }
 
 // stale reports whether the last confirmation is older than the margin: the process may have
@@ -102,7 +116,9 @@ func (k *leaseKeeper) stale() bool {
 	return k.now().Sub(k.validUntil.Add(-k.lease.TTL)) > k.margin()
 }
 
+// close stops the renewals; the cycle is over, and so is what CheckLease allows.
 func (k *leaseKeeper) close() {
+	k.over.Store(true)
 	close(k.stop)
 	<-k.done
 }

@@ -82,13 +82,45 @@ func (e *Engine) ResetCursor(ctx context.Context, key Key, cursor string, clearS
 		return err
 	}
 	err = e.withOpLease(ctx, t, func(c *cycle) error {
-		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{fieldCursorLive: cursor}, ClearItems: clearSnapshot})
+		if clearSnapshot {
+			if err := c.keepLives(ctx); err != nil {
+				return err
+			}
+		}
+		// The next live request must be a full one: an ETag the workers remember from before
+		// would answer 304 to the rewound cursor.
+		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{fieldCursorLive: cursor, fieldFresh: "1"}, ClearItems: clearSnapshot})
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("watukuy: reset-cursor %s: %w", key, err)
 	}
 	return e.store.Trigger(ctx, key)
+}
+
+// keepLives turns the rows of identities in a later life (created again after a delete) into
+// tombstones of that life before a clear-snapshot drops the rows: an identity seen again then
+// resumes its life, so its ids stay its own and never repeat an earlier life's.
+func (c *cycle) keepLives(ctx context.Context) error {
+	ids, err := c.e.store.Identities(ctx, c.key)
+	if err != nil {
+		return err
+	}
+	var w pageWrites
+	for from := 0; from < len(ids); from += loadBatch {
+		batch := ids[from:min(from+loadBatch, len(ids))]
+		known, err := c.load(ctx, batch)
+		if err != nil {
+			return err
+		}
+		for i, k := range known {
+			if k.row != nil && k.row.Life > 0 {
+				w.steps = append(w.steps, step{identity: batch[i], tomb: k.row.Life, event: -1})
+			}
+		}
+	}
+	_, err = c.commit(ctx, &w)
+	return err
 }
 
 // AddPartition adds a partition to a poller at run time: it is registered and due now, and

@@ -105,7 +105,7 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 				// A forced backfill re-emits what is known; its ids are new for each backfill
 				// generation (so consumers that dedupe by id receive them) and stable within it.
 				ev := c.newEvent(Updated, lane, o.identity, o.version, o.vf, o.raw, r)
-				ev.ID = diff.EventID(c.key.Poller, c.key.Partition, o.identity, "updated/backfill-"+strconv.FormatInt(c.force, 10), o.vf, schema, r.Life, c.changeOf(r))
+				ev.ID = diff.EventID(c.key.Poller, c.key.Partition, o.identity, "updated/backfill-"+strconv.FormatInt(c.force, 10), o.vf, schema, r.Life, r.Changes)
 				w.event(o.identity, diff.AppendRow(nil, r), ev)
 				continue
 			}
@@ -187,21 +187,10 @@ func (c *cycle) delete(w *pageWrites, lane, identity string, k *stored) {
 	k.row, k.tomb = nil, gen
 }
 
-// changeOf is the change count that goes into an id. A poller with a version names its
-// changes by version, so its ids stay a pure function of the change, the same even where a
-// failover lost the count; without a version, content can come back (A→B→A) and only the
-// count tells those changes apart.
-func (c *cycle) changeOf(r diff.Row) uint64 {
-	if c.p.Version != nil {
-		return 0
-	}
-	return r.Changes
-}
-
 // newEvent builds an event with its deterministic id (G2); r is the identity's row with this
 // change counted.
 func (c *cycle) newEvent(typ EventType, lane, identity, version string, vf diff.VF, item json.RawMessage, r diff.Row) Event {
-	return Event{ID: diff.EventID(c.key.Poller, c.key.Partition, identity, string(typ), vf, c.p.SchemaVersion, r.Life, c.changeOf(r)),
+	return Event{ID: diff.EventID(c.key.Poller, c.key.Partition, identity, string(typ), vf, c.p.SchemaVersion, r.Life, r.Changes),
 		Poller: c.key.Poller, Partition: c.key.Partition, Type: typ, Lane: lane, Identity: identity,
 		Version: version, ObservedAt: c.now(), SchemaVersion: c.p.SchemaVersion, Item: item}
 }
@@ -332,6 +321,9 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 		sent := c.e.now()
 		r, err := c.e.store.CommitPoll(ctx, c.lease, cm)
 		if err != nil {
+			if c.keeper != nil {
+				return c.keeper.check(err)
+			}
 			return err
 		}
 		if c.keeper != nil {

@@ -52,8 +52,9 @@ type Client struct {
 	// Logger gets one debug line per request. Credentials are never logged: URLs go through
 	// RedactURL and headers through Redact.
 	Logger zerolog.Logger
-	// Now is the clock for Retry-After dates and epoch resets; nil means time.Now. Elapsed is
-	// always measured on the real monotonic clock.
+	// Now is the clock for Retry-After dates and epoch resets when the response carries no Date
+	// header (the API's clock, preferred); nil means time.Now. Elapsed is always measured on
+	// the real monotonic clock.
 	Now func() time.Time
 }
 
@@ -193,7 +194,12 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 	}
 	defer hresp.Body.Close()
 
+	// Retry-After dates and epoch resets are the API's clock: measured against its Date header
+	// when it sends one, a worker whose clock runs ahead does not cut the window short.
 	now := c.now()
+	if d, err := http.ParseTime(hresp.Header.Get("Date")); err == nil {
+		now = d
+	}
 	resp := &Response{
 		StatusCode: hresp.StatusCode,
 		Header:     hresp.Header,

@@ -407,7 +407,12 @@ func TestDo(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := httptest.NewServer(tc.handler)
+			// The API's clock is the fake one too: Retry-After dates and epoch resets are read
+			// against its Date header.
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Date", fakeNow.Format(http.TimeFormat))
+				tc.handler(w, r)
+			}))
 			defer srv.Close()
 			c := tc.client
 			c.HTTP = srv.Client()

@@ -64,7 +64,9 @@ func guard(ctx context.Context, hreq *http.Request) (*http.Request, func()) {
 	}}
 	return hreq.WithContext(httptrace.WithClientTrace(hreq.Context(), trace)), func() {
 		if armed != nil {
-			armed.check.Store(nil)
+			// Only this request's check: a connection back in the pool before Do returned (an
+			// answer without a body) may already carry the next request's.
+			armed.check.CompareAndSwap(&check, nil)
 		}
 	}
 }

@@ -5,8 +5,8 @@
 -- KEYS[1] state hash, KEYS[2] lease hash, KEYS[3] items hash, KEYS[4] outbox stream,
 -- KEYS[5] parked hash, KEYS[6] replay log stream, KEYS[7] tombstones sorted set
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] write id, ARGV[5] lease
--- TTL ms, ARGV[6] '1' to drop every item row and tombstone first (reset-cursor
--- --clear-snapshot), ARGV[7] log retention ms ('0': no log), ARGV[8] tombstone retention ms,
+-- TTL ms, ARGV[6] '1' to drop every item row first (reset-cursor --clear-snapshot; the
+-- tombstones stay, so an identity's life goes on), ARGV[7] log retention ms ('0': no log), ARGV[8] tombstone retention ms,
 -- then sections, each a count followed by its values:
 --   state pairs (field, value), state counters (field, increment), item upserts (identity,
 --   row), item deletes (identity), tombstones (identity, generation), tombstones lifted
@@ -23,10 +23,13 @@ local err, dup = fence(KEYS[2], ARGV[1], ARGV[2], now, ARGV[4])
 if err then return err end
 if dup then
   local l = redis.call('HMGET', KEYS[2], 'expiresAt', 'reply')
+  -- A write (of what is there) moves this connection's replication offset past the first
+  -- attempt, so a WAIT that follows covers it.
+  redis.call('HSET', KEYS[2], 'reply', l[2] or '')
   return {tonumber(l[1]) or 0, paused(KEYS[1]), l[2] or '', 1}
 end
 
-if ARGV[6] == '1' then redis.call('UNLINK', KEYS[3], KEYS[7]) end -- freed in the background
+if ARGV[6] == '1' then redis.call('UNLINK', KEYS[3]) end -- freed in the background
 local retention = tonumber(ARGV[7])
 
 local i = 9

@@ -10,14 +10,16 @@ end
 -- fence: the first check of every mutating script. The lease must carry our epoch and our
 -- grant's token (an epoch alone can repeat after a failover lost the grant that raised it)
 -- and must not have expired; otherwise the script fails with LEASE_LOST before any write.
--- wid, when not '', names this write: a write the lease already recorded (the client re-sent
--- it after a read timeout) returns true for "already applied", so the caller writes nothing.
+-- wid, when not '', names this write with a number that grows with every write of the grant:
+-- a write whose number is not above the last one the lease recorded ran before (the client
+-- re-sent it after a read timeout) or is overtaken (a late copy arriving after later writes),
+-- and returns true for "already applied", so the caller writes nothing.
 local function fence(lease_key, epoch, token, now, wid)
   local l = redis.call('HMGET', lease_key, 'epoch', 'token', 'expiresAt', 'write')
   if l[1] ~= epoch or l[2] ~= token then
     return redis.error_reply('LEASE_LOST epoch ' .. epoch .. ' is stale (current ' .. tostring(l[1]) .. ')')
   end
-  if wid ~= nil and wid ~= '' and l[4] == wid then return nil, true end
+  if wid ~= nil and wid ~= '' and l[4] and tonumber(wid) <= tonumber(l[4]) then return nil, true end
   if not l[3] or tonumber(l[3]) <= now then
     return redis.error_reply('LEASE_LOST lease of epoch ' .. epoch .. ' expired')
   end

@@ -20,11 +20,16 @@ if dup then
   return {tonumber(a), tonumber(b)}
 end
 
+-- Sequences are parsed once per event, not once per comparison: a hot ordering key can hold
+-- a hundred thousand events.
+local function parse_seq(e)
+  local m, q = string.match(e.seq, '^(%d+)-(%d+)$')
+  e.m, e.q = tonumber(m), tonumber(q)
+  return e
+end
 local function seq_less(a, b)
-  local am, as = string.match(a.seq, '^(%d+)-(%d+)$')
-  local bm, bs = string.match(b.seq, '^(%d+)-(%d+)$')
-  if tonumber(am) ~= tonumber(bm) then return tonumber(am) < tonumber(bm) end
-  return tonumber(as) < tonumber(bs)
+  if a.m ~= b.m then return a.m < b.m end
+  return a.q < b.q
 end
 
 -- The rows, and the ordering keys whose holds they release.
@@ -49,7 +54,7 @@ if next(releasing) then
     local e = cjson.decode(all[h + 1])
     if releasing[e.ok] then
       back[e.ok] = back[e.ok] or {}
-      table.insert(back[e.ok], e)
+      table.insert(back[e.ok], parse_seq(e))
       redis.call('HDEL', KEYS[5], all[h])
     end
   end
@@ -58,7 +63,7 @@ if next(releasing) then
     for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
     if releasing[f['ok']] then
       back[f['ok']] = back[f['ok']] or {}
-      table.insert(back[f['ok']], {id = f['id'], ok = f['ok'], ev = f['ev'], seq = f['seq'] or e[1]})
+      table.insert(back[f['ok']], parse_seq({id = f['id'], ok = f['ok'], ev = f['ev'], seq = f['seq'] or e[1]}))
       redis.call('XACK', KEYS[2], 'dispatch', e[1])
       redis.call('XDEL', KEYS[2], e[1])
     end
@@ -70,7 +75,7 @@ for _, row in ipairs(rows) do
   if row.kind == 'poison' then
     local ok = row.event.ok
     local evs = back[ok] or {}
-    if ARGV[5] == 'retry' then table.insert(evs, row.event) end
+    if ARGV[5] == 'retry' then table.insert(evs, parse_seq(row.event)) end
     if releasing[ok] then
       redis.call('HDEL', KEYS[4], ok)
       releasing[ok] = nil

@@ -321,9 +321,10 @@ func (s *Store) fencedArgs(l core.Lease) []any {
 }
 
 // writeArgs are fencedArgs plus a fresh write id, for the scripts whose effect must not
-// happen twice when the client re-sends them.
+// happen twice when the client re-sends them. Ids grow with every write of this store, so a
+// late copy of an earlier write is recognised too (the scripts compare them as numbers).
 func (s *Store) writeArgs(l core.Lease) []any {
-	return append(s.fencedArgs(l), strconv.FormatUint(s.writes.Add(1), 36))
+	return append(s.fencedArgs(l), strconv.FormatUint(s.writes.Add(1), 10))
 }
 
 // Renew implements core.Store.
