@@ -473,19 +473,7 @@ func TestAdversaryG3DelayedCommitRewindsCursorAndRows(t *testing.T) {
 func TestAdversaryG2ClearSnapshotRepeatsAnEarlierLifesDelete(t *testing.T) {
 	eachLight(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
-		p := e.poller(func(p *Poller) {
-			p.Version = nil
-			p.Fingerprint = func(item json.RawMessage) ([]byte, error) {
-				var it struct {
-					State string `json:"state"`
-				}
-				err := json.Unmarshal(item, &it)
-				return []byte(it.State), err
-			}
-			p.Strategy = SnapshotDiff
-			p.Fetch = e.api.Listing(10)
-			p.ConfirmDeletes = 1
-		})
+		p := e.poller(stateOnly(e))
 		eng := e.engine(p, nil)
 		e.api.Put("o1", map[string]any{"state": "closed"})
 		e.settle(eng)

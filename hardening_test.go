@@ -311,20 +311,7 @@ func TestG8FrozenInstanceStaysOutOfTheNewOwnersWindow(t *testing.T) {
 func TestG2ContentThatComesBackGetsNewIDs(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
-		// Only the state field is content: no version, no timestamp in the fingerprint.
-		p := e.poller(func(p *Poller) {
-			p.Version = nil
-			p.Fingerprint = func(item json.RawMessage) ([]byte, error) {
-				var it struct {
-					State string `json:"state"`
-				}
-				err := json.Unmarshal(item, &it)
-				return []byte(it.State), err
-			}
-			p.Strategy = SnapshotDiff
-			p.Fetch = e.api.Listing(10)
-			p.ConfirmDeletes = 1
-		})
+		p := e.poller(stateOnly(e))
 		eng := e.engine(p, nil)
 		for _, s := range []string{"closed", "open", "closed", "open", "closed"} {
 			e.api.Put("o1", map[string]any{"state": s})
@@ -952,5 +939,23 @@ func TestG3FailoverNeverLosesADeliveredCommit(t *testing.T) {
 		if got[id] != strconv.Itoa(v) {
 			t.Fatalf("the consumer holds %v, the API %v", got, want)
 		}
+	}
+}
+
+// stateOnly makes the test poller a snapshot listing without a version whose content is the
+// items' state field alone (no timestamp in the fingerprint), so content can come back.
+func stateOnly(e *env) func(p *Poller) {
+	return func(p *Poller) {
+		p.Version = nil
+		p.Fingerprint = func(item json.RawMessage) ([]byte, error) {
+			var it struct {
+				State string `json:"state"`
+			}
+			err := json.Unmarshal(item, &it)
+			return []byte(it.State), err
+		}
+		p.Strategy = SnapshotDiff
+		p.Fetch = e.api.Listing(10)
+		p.ConfirmDeletes = 1
 	}
 }
