@@ -352,3 +352,90 @@ func TestAdversary2G3ParkedRetryOfAStaleInvalidItem(t *testing.T) {
 		checkFinal(t, e)
 	})
 }
+
+// ---------------------------------------------------------------------------------------
+// G2: the change count in a versioned poller's ids, and a lane that passes history again.
+// ---------------------------------------------------------------------------------------
+
+// changeLog is an API that serves every change as an entry (a change-log / events API: the
+// same identity once per change, oldest first); the cursor is the index of the next entry.
+type changeLog struct {
+	mu      sync.Mutex
+	entries []json.RawMessage
+}
+
+func (l *changeLog) add(id string, version int, state string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.entries = append(l.entries, json.RawMessage(fmt.Sprintf(`{"id":%q,"version":"%d","state":%q}`, id, version, state)))
+}
+
+func (l *changeLog) fetch(ctx context.Context, req FetchRequest) (Page, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	from := 0
+	if req.Cursor != "" {
+		if _, err := fmt.Sscan(req.Cursor, &from); err != nil {
+			return Page{}, err
+		}
+	}
+	to := min(from+2, len(l.entries))
+	return Page{Items: append([]json.RawMessage(nil), l.entries[from:to]...), Next: fmt.Sprint(to), HasMore: to < len(l.entries)}, nil
+}
+
+// TestAdversary2G2HistoryPassedAgainGetsNewIDs: the change count is now in every id, also a
+// versioned poller's. A lane that passes history again (a backfill of a change-log API, or
+// reset-cursor without clear) sees o1 v1, v2, v3 while the row holds v3: each differs from the
+// row, so each is "updated" with the NEXT count (4, 5, 6), and v2 and v3 come out with ids
+// of their own although they were delivered before (as changes 2 and 3). With the version
+// alone naming the change (before 7a448c3) v2 and v3 had their first ids again, and a
+// consumer that dedupes by id dropped them; now it applies them once more. (o1 also goes back
+// to v1 on the way, as "updated v1", before and after 7a448c3: the diff has no notion of an
+// older version.)
+func TestAdversary2G2HistoryPassedAgainGetsNewIDs(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, how := range []string{"backfill", "reset-cursor"} {
+			e := newEnv(t, b)
+			log := &changeLog{}
+			p := e.poller(func(p *Poller) { p.Name = how; p.Fetch = log.fetch })
+			eng := e.engine(p, nil)
+			for v, s := range []string{"new", "paid", "shipped"} {
+				log.add("o1", v+1, s)
+				e.settle(eng)
+			}
+			log.add("o2", 1, "new")
+			e.settle(eng)
+			first := len(e.rec.events())
+			switch how {
+			case "backfill":
+				if _, err := eng.Backfill(t.Context(), how, "", BackfillRequest{From: ""}); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				if err := eng.ResetCursor(t.Context(), how, "", "", false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.settle(eng)
+			evs := e.rec.events()
+			ids := map[string]map[string]bool{} // type identity@version → ids
+			for _, ev := range evs {
+				k := string(ev.Type) + " " + ev.Identity + "@v" + ev.Version
+				if ids[k] == nil {
+					ids[k] = map[string]bool{}
+				}
+				ids[k][ev.ID] = true
+			}
+			var again []string
+			for _, ev := range evs[first:] {
+				again = append(again, fmt.Sprintf("%s %s v%s (%s)", ev.Type, ev.Identity, ev.Version, ev.ID[:11]))
+			}
+			t.Logf("%s: events after the pass over history: %v", how, again)
+			for k, set := range ids {
+				if len(set) > 1 {
+					t.Errorf("G2 (%s): %s, delivered before, came out again with another id (%d ids)", how, k, len(set))
+				}
+			}
+		}
+	})
+}
