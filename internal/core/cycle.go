@@ -392,7 +392,9 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		fieldSchema:   strconv.Itoa(c.p.SchemaVersion),
 	}
 	var del []string
-	if next.ThrottledUntil.After(now) {
+	// Kept while the server clock may still be inside it: now() runs ahead of the server by
+	// however late Begin's request reached Redis.
+	if next.ThrottledUntil.After(c.serverNotLater()) {
 		st[FieldThrottled] = strconv.FormatInt(next.ThrottledUntil.UnixMilli(), 10)
 	} else {
 		del = append(del, FieldThrottled)
