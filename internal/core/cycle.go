@@ -62,6 +62,7 @@ type cycle struct {
 	rateLimit   *RateLimit // the last rate-limit headers seen in this cycle
 	rateLimitAt time.Time
 	confirmed   bool // a fenced write succeeded since the last request
+	tagPending  bool // state[fieldLiveTag] is not written yet (see setTag)
 
 	backfilling *BackfillProgress // the backfill lane's progress while it runs
 	force       int64             // while a forced backfill runs: its generation
@@ -183,9 +184,6 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 	var live laneResult
 	if failure == nil {
 		live, failure = c.runLane(ctx, c.liveLane())
-		if failure == nil && live.complete {
-			c.e.settle(c.key)
-		}
 		if failure == nil && !live.complete && live.paced == 0 && !live.paused && c.p.Strategy == SnapshotDiff {
 			// Deletes need a listing completed in one cycle (G6); this one never completes.
 			failure = &cycleError{phase: "config", code: "CONFIG", kind: schedule.ResultFailed, err: fmt.Errorf(
@@ -424,6 +422,9 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		Events: c.rep.Events, Delivered: c.rep.Delivered, Parked: c.rep.Parked, Invalid: c.rep.Invalid, DeleteCandidates: c.rep.DeleteCandidates,
 		Truncated: c.rep.Truncated, NotModified: c.rep.NotModified, Reconciled: reconciled, BackfillPending: backfillPending})
 	st[fieldLastPoll] = string(summary)
+	if c.tagPending {
+		st[fieldLiveTag] = c.state.get(fieldLiveTag)
+	}
 	if err := c.e.store.End(ctx, c.lease, EndRequest{State: st, Delete: del, NextDue: next.NextDue, Trigger: c.state.get(FieldTrigger)}); err != nil {
 		return err
 	}

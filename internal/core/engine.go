@@ -54,10 +54,6 @@ type Engine struct {
 	pollers    map[string]*Poller
 	registered bool      // keys written to the registry and due set
 	repairedAt time.Time // when Tick last ran the repair sweep (local clock)
-	// unsettled marks keys whose last live pass in this process did not end cleanly (a
-	// commit or a page failed): an ETag a fetcher kept from a page never committed must not
-	// make the next request conditional.
-	unsettled map[Key]bool
 
 	root     context.Context
 	stopRoot context.CancelFunc
@@ -74,8 +70,7 @@ func NewEngine(opts Options) (*Engine, error) {
 		return nil, &ConfigError{Field: "instanceID", Msg: "is required"}
 	}
 	e := &Engine{store: opts.Store, owner: opts.InstanceID, log: opts.Logger, rand: opts.Rand,
-		tickN: opts.TickConcurrency, claimTO: opts.ClaimTimeout, hooks: opts.Hooks, clock: opts.Clock, pollers: map[string]*Poller{},
-		unsettled: map[Key]bool{}}
+		tickN: opts.TickConcurrency, claimTO: opts.ClaimTimeout, hooks: opts.Hooks, clock: opts.Clock, pollers: map[string]*Poller{}}
 	if e.clock == nil {
 		e.clock = time.Now
 	}
@@ -90,22 +85,6 @@ func NewEngine(opts Options) (*Engine, error) {
 	}
 	e.root, e.stopRoot = context.WithCancel(context.Background())
 	return e, nil
-}
-
-// unsettle marks key's live pass as running and reports whether the previous one in this
-// process ended without settling (see Engine.unsettled); settle clears the mark.
-func (e *Engine) unsettle(key Key) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	prev := e.unsettled[key]
-	e.unsettled[key] = true
-	return prev
-}
-
-func (e *Engine) settle(key Key) {
-	e.mu.Lock()
-	delete(e.unsettled, key)
-	e.mu.Unlock()
 }
 
 // now reads the engine's local clock.
@@ -767,7 +746,7 @@ const (
 
 	fieldReconcileDue     = "reconcileDue"
 	fieldDeleteCandidates = "deleteCandidates"
-	fieldFresh            = "cursor.fresh" // "1": the next live request is not conditional
+	fieldLiveTag          = "etag.live" // the live lane's committed entity tag (liveTag)
 	fieldBackfill         = "backfill"
 	fieldShadowPrefix     = "shadow."
 	fieldRemoved          = "removed"

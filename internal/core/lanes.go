@@ -25,8 +25,9 @@ type lane struct {
 	// yield ends the lane, unfinished, whenever the API asks to slow down (backfill: the
 	// live lane gets the remaining budget).
 	yield bool
-	// fresh sends no conditional request (see FetchRequest.Fresh).
-	fresh bool
+	// tagged lanes send and commit entity tags (the live lane); fresh ones send none (a
+	// listing with delete candidates to confirm: a 304 confirms nothing).
+	tagged, fresh bool
 }
 
 // laneResult is how a lane ended.
@@ -48,6 +49,11 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 	if ln.listing {
 		seen = map[string]bool{}
 	}
+	// The first page's tag is committed when the pass is complete, changed nothing, ends at
+	// the cursor it started from and its last page carried the same tag: only then do the
+	// rows hold all that tag names (a pass over pages while the API changes holds a mix).
+	var firstTag, lastTag string
+	quiet := true
 	cursor := ln.cursor
 	for pages := 0; pages < ln.maxPages; pages++ {
 		if f := c.beforeRequest(ctx, pages); f != nil {
@@ -58,8 +64,12 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 			return res, nil
 		}
 		c.confirmed = false
+		req := FetchRequest{Key: c.key, Cursor: cursor, Lane: ln.name, Page: pages}
+		if ln.tagged && !ln.fresh && pages == 0 {
+			req.ETag = c.tagFor(cursor)
+		}
 		sent := time.Now()
-		page, err := ln.fetch(c.keeper.withLeaseCheck(ctx), FetchRequest{Key: c.key, Cursor: cursor, Lane: ln.name, Page: pages, Fresh: ln.fresh})
+		page, err := ln.fetch(c.keeper.withLeaseCheck(ctx), req)
 		if h := c.e.hooks.OnFetch; h != nil {
 			h(c.key, ln.name, time.Since(sent), err)
 		}
@@ -85,13 +95,15 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		if ln.save != nil {
 			w.State, done = ln.save(page, len(w.events))
 		}
-		if ln.name == "live" && c.state.get(fieldFresh) == "1" {
-			// The full answer the rewind asked for is in hand: later requests may be
-			// conditional again.
-			if w.State == nil {
-				w.State = map[string]string{}
+		if ln.tagged {
+			if pages == 0 {
+				firstTag = page.ETag
 			}
-			w.State[fieldFresh], c.state[fieldFresh] = "0", "0"
+			lastTag = page.ETag
+			if len(w.steps) > 0 || len(w.Invalid) > 0 {
+				quiet = false
+				c.setTag("") // the rows move away from what the committed tag names
+			}
 		}
 		if f := c.commitAndDeliver(ctx, &w); f != nil {
 			return res, f
@@ -111,10 +123,51 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 			}
 		}
 	}
+	tag := ""
+	if ln.tagged && res.complete && quiet && cursor == ln.cursor && firstTag != "" && firstTag == lastTag {
+		tag = encodeTag(ln.cursor, firstTag)
+	}
 	if res.complete && seen != nil {
-		return res, c.listingDeletes(ctx, ln.name, seen)
+		return res, c.listingDeletes(ctx, ln.name, seen, tag)
+	}
+	if tag != "" {
+		c.setTag(tag)
 	}
 	return res, nil
+}
+
+// liveTag is the live lane's committed entity tag: the tag of a pass's first answer, stored
+// only while the rows hold all that answer said. Every commit that changes rows clears it in
+// the same write, so a 304 always means "nothing beyond what is committed". A tag a worker
+// kept in memory could outlive a commit that never happened, or be older than another
+// worker's answer (G3).
+type liveTag struct {
+	Cursor string `json:"cursor"` // the request's cursor, on a pass's first page
+	ETag   string `json:"etag"`
+}
+
+// encodeTag is the stored form of etag, the answer to a pass's first request at cursor.
+func encodeTag(cursor, etag string) string {
+	b, _ := json.Marshal(liveTag{Cursor: cursor, ETag: etag})
+	return string(b)
+}
+
+// tagFor is the committed tag of a pass's first request at cursor, if there is one.
+func (c *cycle) tagFor(cursor string) string {
+	var t liveTag
+	if json.Unmarshal([]byte(c.state.get(fieldLiveTag)), &t) != nil || t.Cursor != cursor {
+		return ""
+	}
+	return t.ETag
+}
+
+// setTag records the live lane's tag (encoded, "" for none); it goes with the cycle's next
+// commit that writes anything, or with its end.
+func (c *cycle) setTag(v string) {
+	if v != c.state.get(fieldLiveTag) {
+		c.state[fieldLiveTag] = v
+		c.tagPending = true
+	}
 }
 
 // beforeRequest runs before every request a lane sends. The lease is confirmed first when
@@ -205,7 +258,9 @@ func (c *cycle) fetchFailure(ctx context.Context, ln lane, cursor string, err er
 // without a Detail, once ConfirmDeletes consecutive complete listings have missed it; until
 // then its row counts the misses. seen maps every listed identity to whether it was valid
 // (and so is stored).
-func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string]bool) *cycleError {
+//
+// tag is the listing's entity tag, committed when the deletes change nothing either.
+func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string]bool, tag string) *cycleError {
 	stored := int64(0)
 	for _, valid := range seen {
 		if valid {
@@ -218,6 +273,9 @@ func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string
 		// Every stored identity was listed: skip reading them all.
 		if pending > 0 {
 			w.State = map[string]string{fieldDeleteCandidates: "0"}
+		}
+		if tag != "" {
+			c.setTag(tag)
 		}
 		return c.commitAndDeliver(ctx, &w)
 	}
@@ -295,6 +353,12 @@ func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string
 			return storeErr(err)
 		}
 	}
+	switch {
+	case len(w.steps) > 0 || len(w.Invalid) > 0:
+		c.setTag("")
+	case tag != "" && c.rep.DeleteCandidates == 0:
+		c.setTag(tag)
+	}
 	return c.commitAndDeliver(ctx, &w)
 }
 
@@ -319,11 +383,10 @@ func (c *cycle) detail(ctx context.Context, identity string) (json.RawMessage, b
 // liveLane is the poller's live pass: from the committed cursor, or a full listing for
 // snapshotDiff.
 func (c *cycle) liveLane() lane {
-	ln := lane{name: "live", fetch: c.p.Fetch, cursor: c.state.get(fieldCursorLive), maxPages: c.p.MaxPagesPerCycle,
-		fresh: c.e.unsettle(c.key) || c.state.get(fieldFresh) == "1"}
+	ln := lane{name: "live", fetch: c.p.Fetch, cursor: c.state.get(fieldCursorLive), maxPages: c.p.MaxPagesPerCycle, tagged: true}
 	if c.p.Strategy == SnapshotDiff {
 		ln.cursor, ln.listing = "", true
-		ln.fresh = ln.fresh || c.state.int(fieldDeleteCandidates) > 0
+		ln.fresh = c.state.int(fieldDeleteCandidates) > 0
 		return ln
 	}
 	ln.save = func(page Page, _ int) (map[string]string, bool) {

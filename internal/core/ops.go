@@ -87,9 +87,8 @@ func (e *Engine) ResetCursor(ctx context.Context, key Key, cursor string, clearS
 				return err
 			}
 		}
-		// The next live request must be a full one: an ETag the workers remember from before
-		// would answer 304 to the rewound cursor.
-		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{fieldCursorLive: cursor, fieldFresh: "1"}, ClearItems: clearSnapshot})
+		// The committed ETag goes too: it describes what the rows held before.
+		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{fieldCursorLive: cursor, fieldLiveTag: ""}, ClearItems: clearSnapshot})
 		return err
 	})
 	if err != nil {

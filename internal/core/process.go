@@ -404,6 +404,13 @@ func (cm *Commit) empty() bool {
 // commitAndDeliver commits a page and delivers what it committed straight from memory. A pause
 // seen by the commit leaves the events in the outbox.
 func (c *cycle) commitAndDeliver(ctx context.Context, w *pageWrites) *cycleError {
+	if c.tagPending && (len(w.steps) > 0 || !w.Commit.empty()) {
+		if w.State == nil {
+			w.State = map[string]string{}
+		}
+		// Not written later if this commit fails: it may name an answer the commit carried.
+		w.State[fieldLiveTag], c.tagPending = c.state.get(fieldLiveTag), false
+	}
 	res, err := c.commit(ctx, w)
 	if err != nil {
 		return storeErr(err)

@@ -43,6 +43,10 @@ type Page struct {
 	NotModified bool
 	// RateLimit carries the response's rate-limit headers; the engine paces by it.
 	RateLimit *RateLimit
+	// ETag is the response's entity tag. The engine commits it with what the page wrote, so
+	// the next request for the same cursor can be conditional (FetchRequest.ETag) and a 304
+	// always means "what is committed".
+	ETag string
 }
 
 // FetchRequest is what the engine hands a poller's Fetch.
@@ -54,9 +58,10 @@ type FetchRequest struct {
 	Lane string
 	// Page counts the pages of this lane's pass in the cycle, from 0.
 	Page int
-	// Fresh asks for a full answer, not a conditional one (no If-None-Match): the lane must see
-	// the listing again, e.g. to confirm that identities a listing missed are gone.
-	Fresh bool
+	// ETag is the committed entity tag of the last answer to this same request (live lane,
+	// same cursor): send it as If-None-Match. It is empty when there is none or the answer
+	// must be a full one (a listing with delete candidates to confirm).
+	ETag string
 }
 
 // FetchFunc fetches one page.

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 
 	"github.com/tidwall/gjson"
 
@@ -106,7 +105,7 @@ func (s *Source) get(ctx context.Context, key core.Key, rawURL string, params ur
 
 // page converts a response into a core.Page.
 func (r *response) page(next string, hasMore bool) core.Page {
-	return core.Page{Items: r.items, Next: next, HasMore: hasMore, NotModified: r.NotModified, RateLimit: r.RateLimit}
+	return core.Page{Items: r.items, Next: next, HasMore: hasMore, NotModified: r.NotModified, RateLimit: r.RateLimit, ETag: r.ETag}
 }
 
 // boolAt reads an optional boolean path of the body; ok is false when the path is unset or absent.
@@ -116,40 +115,4 @@ func (r *response) boolAt(path string) (v, ok bool) {
 	}
 	res := r.body.Get(path)
 	return res.Bool(), res.Exists()
-}
-
-// etags remembers the last ETag per key and URL, so an unchanged answer costs a 304. Only
-// the live lane asks conditionally: a 304 says "what you saw last time", which a backfill
-// passing the same page does not know, and it would lose the page's next cursor.
-type etags struct {
-	mu sync.Mutex
-	m  map[core.Key][2]string // url, etag
-}
-
-func conditional(req core.FetchRequest) bool {
-	return (req.Lane == "" || req.Lane == "live") && !req.Fresh
-}
-
-func (e *etags) get(req core.FetchRequest, u string) string {
-	if !conditional(req) {
-		return ""
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if v, ok := e.m[req.Key]; ok && v[0] == u {
-		return v[1]
-	}
-	return ""
-}
-
-func (e *etags) put(req core.FetchRequest, u, etag string) {
-	if etag == "" || !conditional(req) {
-		return
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.m == nil {
-		e.m = map[core.Key][2]string{}
-	}
-	e.m[req.Key] = [2]string{u, etag}
 }

@@ -39,8 +39,6 @@ type Timestamp struct {
 	TieBreaker string
 	// Identity is the gjson path of an item's identity, for the tie-breaker; default "id".
 	Identity string
-
-	tags etags
 }
 
 // timestampCursor is the committed cursor of a Timestamp lane.
@@ -67,12 +65,10 @@ func (t *Timestamp) Fetch(ctx context.Context, req core.FetchRequest) (core.Page
 	if t.LimitParam != "" && t.Limit > 0 {
 		params.Set(t.LimitParam, strconv.Itoa(t.Limit))
 	}
-	tagKey := params.Encode()
-	r, err := t.get(ctx, req.Key, "", params, t.tags.get(req, tagKey))
+	r, err := t.get(ctx, req.Key, "", params, req.ETag)
 	if err != nil {
 		return core.Page{}, err
 	}
-	t.tags.put(req, tagKey, r.ETag)
 	if r.NotModified {
 		return r.page(req.Cursor, false), nil
 	}
@@ -185,8 +181,6 @@ type Token struct {
 	// LimitParam and Limit ask for a page size.
 	LimitParam string
 	Limit      int
-
-	tags etags
 }
 
 // Fetch is the lane's FetchFunc.
@@ -202,12 +196,10 @@ func (t *Token) Fetch(ctx context.Context, req core.FetchRequest) (core.Page, er
 	if t.LimitParam != "" && t.Limit > 0 && rawURL == "" {
 		params.Set(t.LimitParam, strconv.Itoa(t.Limit))
 	}
-	tagKey := rawURL + "?" + params.Encode()
-	r, err := t.get(ctx, req.Key, rawURL, params, t.tags.get(req, tagKey))
+	r, err := t.get(ctx, req.Key, rawURL, params, req.ETag)
 	if err != nil {
 		return core.Page{}, err
 	}
-	t.tags.put(req, tagKey, r.ETag)
 	if r.NotModified {
 		return r.page(req.Cursor, false), nil
 	}
@@ -241,10 +233,9 @@ type Page struct {
 	Size      int
 	// HasMore is an optional response path.
 	HasMore string
-	// CollectionETag sends the first page's ETag back (see above).
+	// CollectionETag: every page carries the collection's ETag; the first page is asked
+	// with the committed one (see above).
 	CollectionETag bool
-
-	tags etags
 }
 
 // Fetch is the lane's FetchFunc.
@@ -273,14 +264,14 @@ func (p *Page) Fetch(ctx context.Context, req core.FetchRequest) (core.Page, err
 	}
 	etag := ""
 	if first && p.CollectionETag {
-		etag = p.tags.get(req, "")
+		etag = req.ETag
 	}
 	r, err := p.get(ctx, req.Key, "", params, etag)
 	if err != nil {
 		return core.Page{}, err
 	}
-	if first && p.CollectionETag {
-		p.tags.put(req, "", r.ETag)
+	if !p.CollectionETag {
+		r.ETag = "" // a page's own tag says nothing of the collection
 	}
 	if r.NotModified {
 		return r.page("", false), nil
