@@ -6,9 +6,11 @@ package watukuy
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -957,5 +959,132 @@ func stateOnly(e *env) func(p *Poller) {
 		p.Strategy = SnapshotDiff
 		p.Fetch = e.api.Listing(10)
 		p.ConfirmDeletes = 1
+	}
+}
+
+// taggedListing is a listing whose pages are fixed groups (page k lists the identities that
+// start with k, so nothing shifts between pages) and whose every page carries the whole
+// collection's tag, a hash of its content; a request with the current tag gets a 304. after
+// runs once a page is served, to change the collection while the listing is paged.
+type taggedListing struct {
+	mu    sync.Mutex
+	items map[string]string // identity -> version
+	pages int
+	after func(page int)
+}
+
+func (l *taggedListing) tag() string {
+	ids := slices.Sorted(maps.Keys(l.items))
+	h := sha256.New()
+	for _, id := range ids {
+		fmt.Fprintf(h, "%s=%s;", id, l.items[id])
+	}
+	return fmt.Sprintf("%x", h.Sum(nil)[:8])
+}
+
+func (l *taggedListing) set(id, version string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if version == "" {
+		delete(l.items, id)
+	} else {
+		l.items[id] = version
+	}
+}
+
+func (l *taggedListing) Fetch(_ context.Context, req FetchRequest) (Page, error) {
+	l.mu.Lock()
+	tag := l.tag()
+	if req.ETag == tag {
+		l.mu.Unlock()
+		return Page{NotModified: true, ETag: tag}, nil
+	}
+	var p Page
+	prefix := strconv.Itoa(req.Page)
+	for _, id := range slices.Sorted(maps.Keys(l.items)) {
+		if strings.HasPrefix(id, prefix) {
+			p.Items = append(p.Items, json.RawMessage(fmt.Sprintf(`{"id":%q,"version":%s}`, id, l.items[id])))
+		}
+	}
+	p.ETag, p.HasMore, p.Next = tag, req.Page+1 < l.pages, strconv.Itoa(req.Page+1)
+	after := l.after
+	l.mu.Unlock()
+	if after != nil {
+		after(req.Page)
+	}
+	return p, nil
+}
+
+// The committed tag names a collection state the rows hold whole: a listing paged while the
+// collection changes commits none, even when its first and last pages carry the same tag (an
+// item created and deleted again in between: the rows have it, the tag's state has not) or
+// when nothing changed in the rows (an item deleted before the first page and written back,
+// the same, before the second: the first tag's state has not got it). Otherwise a 304 to the
+// first tag, once the collection is back to that state, hides a delete.
+func TestG3TagOfAListingPagedWhileTheCollectionChanged(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		before func(l *taggedListing) // before the listing
+		during func(l *taggedListing, page int)
+		then   func(l *taggedListing) // after it: the collection is back in the first tag's state
+	}{
+		{"created and deleted again while paged: first and last tags agree",
+			nil,
+			func(l *taggedListing, page int) {
+				switch page {
+				case 0:
+					l.set("1y", "1")
+				case 1:
+					l.set("1y", "")
+				}
+			},
+			nil},
+		{"deleted before the listing, back while paged: the rows do not change",
+			func(l *taggedListing) { l.set("1a", "") },
+			func(l *taggedListing, page int) {
+				if page == 0 {
+					l.set("1a", "1")
+				}
+			},
+			func(l *taggedListing) { l.set("1a", "") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eachLight(t, func(t *testing.T, b redistest.Backend) {
+				e := newEnv(t, b)
+				l := &taggedListing{items: map[string]string{"0a": "1", "0b": "1", "1a": "1", "2a": "1"}, pages: 3}
+				eng := e.engine(e.poller(func(p *Poller) {
+					p.Strategy = SnapshotDiff
+					p.Fetch = l.Fetch
+					p.ConfirmDeletes = 1
+				}), nil)
+				e.settle(eng)
+				if tc.before != nil {
+					tc.before(l)
+				}
+				l.mu.Lock()
+				l.after = func(page int) { tc.during(l, page) }
+				l.mu.Unlock()
+				e.clock.Advance(3 * time.Minute)
+				t.Logf("the listing paged while the collection changes: %+v", e.tick(eng))
+				l.mu.Lock()
+				l.after = nil
+				l.mu.Unlock()
+				if tc.then != nil {
+					tc.then(l)
+				}
+				e.settle(eng)
+				got := e.rec.final()
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				for id := range got {
+					if _, ok := l.items[id]; !ok {
+						t.Errorf("G3: %s delivered as present, the API deleted it (a 304 to a tag the rows do not hold)", id)
+					}
+				}
+				if len(got) != len(l.items) {
+					t.Errorf("delivered %v, the API has %v", got, l.items)
+				}
+			})
+		})
 	}
 }
