@@ -1006,7 +1006,9 @@ func (l *taggedListing) Fetch(_ context.Context, req FetchRequest) (Page, error)
 			p.Items = append(p.Items, json.RawMessage(fmt.Sprintf(`{"id":%q,"version":%s}`, id, l.items[id])))
 		}
 	}
-	p.ETag, p.HasMore, p.Next = tag, req.Page+1 < l.pages, strconv.Itoa(req.Page+1)
+	if p.ETag, p.HasMore = tag, req.Page+1 < l.pages; p.HasMore {
+		p.Next = strconv.Itoa(req.Page + 1)
+	}
 	after := l.after
 	l.mu.Unlock()
 	if after != nil {

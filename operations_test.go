@@ -645,6 +645,35 @@ func TestMigrateSplitsDueSetAndKeepsPendingEvents(t *testing.T) {
 	})
 }
 
+// A rewind drops the committed ETag: a snapshot listing cleared by reset-cursor would
+// otherwise get a 304 to its first request and never emit the items again.
+func TestResetCursorDropsTheCommittedTag(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		e := newEnv(t, b)
+		putN(e, 25)
+		srv, _ := e.server(fakeapi.ServerOptions{})
+		eng := e.engine(e.poller(func(p *Poller) {
+			p.Strategy = SnapshotDiff
+			p.Fetch = listCursor(srv, 10).Fetch
+		}), nil)
+		e.settle(eng)
+		e.clock.Advance(3 * time.Minute)
+		e.tick(eng)
+		if ki, _ := eng.Inspect(ctx, "orders", ""); ki.LastPoll == nil || !strings.Contains(string(ki.LastPoll), `"notModified":true`) {
+			t.Fatalf("the listing does not get 304s, the test proves nothing: %s", ki.LastPoll)
+		}
+		start := len(e.rec.events())
+		if err := eng.ResetCursor(ctx, "orders", "", "", true); err != nil {
+			t.Fatal(err)
+		}
+		e.settle(eng)
+		if n := len(e.rec.events()) - start; n != 25 {
+			t.Fatalf("reset-cursor --clear-snapshot re-emitted %d items, want 25", n)
+		}
+	})
+}
+
 // A backfill never asks conditionally: a 304 means "unchanged since *you* last asked", and
 // the live lane's ETag would end a forced backfill of an unchanged collection at once.
 func TestBackfillIgnoresConditionalRequests(t *testing.T) {

@@ -50,7 +50,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		seen = map[string]bool{}
 	}
 	// The first page's tag is committed when the pass is complete, changed nothing, ends at
-	// the cursor it started from and its last page carried the same tag: only then do the
+	// the cursor it started from (a listing always does) and its last page carried the same tag: only then do the
 	// rows hold all that tag names (a pass over pages while the API changes holds a mix).
 	var firstTag, lastTag string
 	quiet := true
@@ -124,7 +124,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		}
 	}
 	tag := ""
-	if ln.tagged && res.complete && quiet && cursor == ln.cursor && firstTag != "" && firstTag == lastTag {
+	if ln.tagged && res.complete && quiet && (ln.listing || cursor == ln.cursor) && firstTag != "" && firstTag == lastTag {
 		tag = encodeTag(ln.cursor, firstTag)
 	}
 	if res.complete && seen != nil {
