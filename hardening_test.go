@@ -1026,11 +1026,13 @@ func (l *taggedListing) Fetch(_ context.Context, req FetchRequest) (Page, error)
 func TestG3TagOfAListingPagedWhileTheCollectionChanged(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
+		prime  func(l *taggedListing) // a change listed before, so that no tag is committed
 		before func(l *taggedListing) // before the listing
 		during func(l *taggedListing, page int)
 		then   func(l *taggedListing) // after it: the collection is back in the first tag's state
 	}{
 		{"created and deleted again while paged: first and last tags agree",
+			func(l *taggedListing) { l.set("2a", "2") },
 			nil,
 			func(l *taggedListing, page int) {
 				switch page {
@@ -1042,6 +1044,7 @@ func TestG3TagOfAListingPagedWhileTheCollectionChanged(t *testing.T) {
 			},
 			nil},
 		{"deleted before the listing, back while paged: the rows do not change",
+			nil,
 			func(l *taggedListing) { l.set("1a", "") },
 			func(l *taggedListing, page int) {
 				if page == 0 {
@@ -1060,6 +1063,11 @@ func TestG3TagOfAListingPagedWhileTheCollectionChanged(t *testing.T) {
 					p.ConfirmDeletes = 1
 				}), nil)
 				e.settle(eng)
+				if tc.prime != nil {
+					tc.prime(l)
+					e.clock.Advance(3 * time.Minute)
+					e.tick(eng)
+				}
 				if tc.before != nil {
 					tc.before(l)
 				}
