@@ -52,8 +52,8 @@ func ExampleEngine_Tick() {
 	}
 	fmt.Printf("ran %d cycle, %d events, %d delivered\n", report.Ran, report.Events, report.Delivered)
 	// Output:
-	// created A-1 2026-11-29T10:00:00Z ev_826873893bc7d35ca6a824fbd26d9704
-	// created A-2 2026-11-29T10:05:00Z ev_cd54a99c253f94a198aec8f1e27292e5
+	// created A-1 2026-11-29T10:00:00Z ev_013a41428868f20759575d27fb304f96
+	// created A-2 2026-11-29T10:05:00Z ev_bde73eeb62bab68e3024345a621d323e
 	// ran 1 cycle, 2 events, 2 delivered
 }
 
@@ -113,13 +113,13 @@ func ExampleEngine_Replay() {
 		panic(err)
 	}
 	// Output:
-	// live created A-1 ev_53a7474ec96a98727ba74b4e398dbc8e
-	// live created A-2 ev_33b46f8b420e98543d6005825f6c27c4
-	// live created A-3 ev_f6f374511b41de0d064be4222a177a14
+	// live created A-1 ev_9c46c3dd8d0dc2162024a795e62c74ec
+	// live created A-2 ev_dcdd8e9e57ec6561840218fd2d72af30
+	// live created A-3 ev_ac1bdc7cacbe33e12e7ace505e63c173
 	// replayed 3
-	// replay created A-1 ev_53a7474ec96a98727ba74b4e398dbc8e
-	// replay created A-2 ev_33b46f8b420e98543d6005825f6c27c4
-	// replay created A-3 ev_f6f374511b41de0d064be4222a177a14
+	// replay created A-1 ev_9c46c3dd8d0dc2162024a795e62c74ec
+	// replay created A-2 ev_dcdd8e9e57ec6561840218fd2d72af30
+	// replay created A-3 ev_ac1bdc7cacbe33e12e7ace505e63c173
 }
 
 // A forced backfill from the beginning re-emits every known item as updated, in a lane of its
@@ -145,9 +145,9 @@ func ExampleEngine_Backfill() {
 	}
 	fmt.Printf("done %v: %d pages, %d items, %d events\n", ki.Backfill.Done, ki.Backfill.Pages, ki.Backfill.Items, ki.Backfill.Events)
 	// Output:
-	// live created A-1 ev_53a7474ec96a98727ba74b4e398dbc8e
-	// live created A-2 ev_33b46f8b420e98543d6005825f6c27c4
-	// live created A-3 ev_f6f374511b41de0d064be4222a177a14
+	// live created A-1 ev_9c46c3dd8d0dc2162024a795e62c74ec
+	// live created A-2 ev_dcdd8e9e57ec6561840218fd2d72af30
+	// live created A-3 ev_ac1bdc7cacbe33e12e7ace505e63c173
 	// backfill 1 from "" to "3"
 	// backfill updated A-1 ev_166eaa696d5e780f76dedd74fef35730
 	// backfill updated A-2 ev_68e28a87866847d4632d665640eb9204

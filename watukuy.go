@@ -338,7 +338,7 @@ func (e *Engine) Replay(ctx context.Context, poller, partition string, from, to 
 }
 
 // ResetCursor rewinds the live lane to cursor ("" for the beginning); clearSnapshot makes
-// every item count as new again (re-emitted as created with its original ids).
+// every item count as new again (re-emitted as created, with new ids).
 func (e *Engine) ResetCursor(ctx context.Context, poller, partition, cursor string, clearSnapshot bool) error {
 	return e.core.ResetCursor(ctx, core.Key{Poller: poller, Partition: partition}, cursor, clearSnapshot)
 }

@@ -841,7 +841,8 @@ func resetCursorCmd() *cobra.Command {
 		short: "Rewind (or move) the live lane's cursor",
 		long: `reset-cursor sets the live lane's cursor to --to ("null": the very beginning) and makes the
 key due now. Items passed again emit only real differences; with --clear-snapshot the stored
-snapshot is dropped and every item is emitted again as created, with the ids of the first time.`,
+snapshot is forgotten and every item is emitted again as created, with new ids (a consumer that
+dedupes by id takes them); an item the API no longer lists is still deleted.`,
 		keys: pollerKeys,
 		flags: func(fs *pflag.FlagSet) {
 			fs.StringVar(&to, "to", "", `the new cursor ("null": the very beginning); required`)
@@ -892,7 +893,7 @@ snapshot is dropped and every item is emitted again as created, with the ids of 
 			}
 			msg := "the live lane goes on from the new cursor at the next cycle (due now); known items emit only real differences"
 			if clearSnapshot {
-				msg = "the live lane goes on from the new cursor at the next cycle (due now); every item is emitted again as created, with its original id"
+				msg = "the live lane goes on from the new cursor at the next cycle (due now); every item is emitted again as created, with a new id"
 			}
 			_, err = fmt.Fprintln(o.out, msg)
 			return err

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/watukuy/watukuy/internal/diff"
 )
 
 // replayBatch is how many logged events one fenced commit copies into the outbox.
@@ -74,8 +76,9 @@ func withLane(env []byte, lane string) ([]byte, error) {
 
 // ResetCursor rewinds the live lane to cursor ("" is the very beginning) and makes the key
 // due now. Without clearSnapshot only real differences are emitted as the lane passes items
-// again; with it the stored snapshot is dropped, so every item is emitted as created again,
-// with the same ids as the first time (G2).
+// again; with it the stored snapshot is forgotten, so every item is emitted as created again,
+// with new ids (each identity's count of changes goes on, G2), and an item that is gone by
+// the next listing is still deleted.
 func (e *Engine) ResetCursor(ctx context.Context, key Key, cursor string, clearSnapshot bool) error {
 	t, err := e.resolve(ctx, key)
 	if err != nil {
@@ -83,12 +86,12 @@ func (e *Engine) ResetCursor(ctx context.Context, key Key, cursor string, clearS
 	}
 	err = e.withOpLease(ctx, t, func(c *cycle) error {
 		if clearSnapshot {
-			if err := c.keepLives(ctx); err != nil {
+			if err := c.forgetRows(ctx); err != nil {
 				return err
 			}
 		}
 		// The committed ETag goes too: it describes what the rows held before.
-		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{fieldCursorLive: cursor, fieldLiveTag: ""}, ClearItems: clearSnapshot})
+		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{fieldCursorLive: cursor, fieldLiveTag: ""}})
 		return err
 	})
 	if err != nil {
@@ -97,29 +100,35 @@ func (e *Engine) ResetCursor(ctx context.Context, key Key, cursor string, clearS
 	return e.store.Trigger(ctx, key)
 }
 
-// keepLives turns the rows of identities in a later life (created again after a delete) into
-// tombstones of that life before a clear-snapshot drops the rows: an identity seen again then
-// resumes its life, so its ids stay its own and never repeat an earlier life's.
-func (c *cycle) keepLives(ctx context.Context) error {
+// forgetRows marks every row forgotten (clear-snapshot): the next observation of an identity
+// is created again, with its life and its count of changes going on, so its ids are new and
+// never an earlier change's (G2); and a listing that no longer shows it still deletes it
+// (G3). Each batch is its own fenced commit; an operation cut short leaves some rows
+// forgotten and the cursor where it was, and is simply run again.
+func (c *cycle) forgetRows(ctx context.Context) error {
 	ids, err := c.e.store.Identities(ctx, c.key)
 	if err != nil {
 		return err
 	}
-	var w pageWrites
 	for from := 0; from < len(ids); from += loadBatch {
 		batch := ids[from:min(from+loadBatch, len(ids))]
 		known, err := c.load(ctx, batch)
 		if err != nil {
 			return err
 		}
+		var w pageWrites
 		for i, k := range known {
-			if k.row != nil && k.row.Life > 0 {
-				w.steps = append(w.steps, step{identity: batch[i], tomb: k.row.Life, event: -1})
+			if k.row != nil && !k.row.Forgotten {
+				r := *k.row
+				r.Forgotten = true
+				w.steps = append(w.steps, step{identity: batch[i], row: diff.AppendRow(nil, r), event: -1})
 			}
 		}
+		if _, err := c.commit(ctx, &w); err != nil {
+			return err
+		}
 	}
-	_, err = c.commit(ctx, &w)
-	return err
+	return nil
 }
 
 // AddPartition adds a partition to a poller at run time: it is registered and due now, and

@@ -20,6 +20,7 @@ type observation struct {
 	version   string
 	vf        diff.VF
 	tombstone bool
+	issue     string // why the item is invalid ("" when it is not)
 }
 
 // step is one change to one identity, in page order: the identity's row as it stands after
@@ -35,8 +36,8 @@ type step struct {
 }
 
 // pageWrites is what one page (or one operation) writes. The embedded Commit's state patch and
-// counters go with the last chunk, ClearItems with the first; the steps, their events and the
-// invalid rows are spread over the chunks.
+// counters go with the last chunk; the steps, their events and the invalid rows are spread
+// over the chunks.
 type pageWrites struct {
 	Commit
 	steps  []step
@@ -68,8 +69,8 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 			// An item listed but invalid is still present: never a delete (G6).
 			seen[o.identity] = seen[o.identity] || issue == ""
 		}
-		if issue != "" {
-			c.parkInvalid(&w.Commit, raw, o.identity, lane, issue)
+		if o.issue = issue; issue != "" && o.identity == "" {
+			c.parkInvalid(&w.Commit, raw, "", lane, issue, "")
 			continue
 		}
 		obs = append(obs, o)
@@ -92,6 +93,10 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 	schema := c.p.SchemaVersion
 	for _, o := range obs {
 		k := &known[index[o.identity]]
+		if o.issue != "" {
+			c.parkInvalid(&w.Commit, o.raw, o.identity, lane, o.issue, k.base())
+			continue
+		}
 		if o.tombstone {
 			if k.row != nil {
 				c.delete(w, lane, o.identity, k)
@@ -104,7 +109,7 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 			if c.force > 0 && lane == "backfill" {
 				// A forced backfill re-emits what is known; its ids are new for each backfill
 				// generation (so consumers that dedupe by id receive them) and stable within it.
-				ev := c.newEvent(Updated, lane, o.identity, o.version, o.vf, o.raw, r)
+				ev := c.newEvent(Updated, lane, o.identity, o.version, o.vf, o.raw, r, k.row)
 				ev.ID = diff.EventID(c.key.Poller, c.key.Partition, o.identity, "updated/backfill-"+strconv.FormatInt(c.force, 10), o.vf, schema, r.Life, r.Changes)
 				w.event(o.identity, diff.AppendRow(nil, r), ev)
 				continue
@@ -123,13 +128,17 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 		case diff.Created, diff.Updated:
 			r := diff.Row{VF: o.vf, Schema: schema, Version: o.version, Changes: 1, Life: k.tomb}
 			typ := Created
-			if k.row != nil {
-				typ = Updated
-				r.Life, r.Changes = k.row.Life, k.row.Changes+1
+			if prev := k.row; prev != nil {
+				// A forgotten row is created again; its life and count go on.
+				if !prev.Forgotten {
+					typ = Updated
+				}
+				r.Life, r.Changes = prev.Life, prev.Changes+1
 			}
 			revived := k.row == nil && k.tomb != 0
+			ev := c.newEvent(typ, lane, o.identity, o.version, o.vf, o.raw, r, k.row)
 			k.row, k.tomb = &r, 0
-			w.event(o.identity, diff.AppendRow(nil, r), c.newEvent(typ, lane, o.identity, o.version, o.vf, o.raw, r))
+			w.event(o.identity, diff.AppendRow(nil, r), ev)
 			w.steps[len(w.steps)-1].revived = revived
 		}
 	}
@@ -142,6 +151,16 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 		}
 	}
 	return nil
+}
+
+// base names where an identity stands: its life and count of changes, or the deletion it is
+// gone by. A parked invalid item records it, so that a retry can tell whether the identity
+// moved on since.
+func (k *stored) base() string {
+	if k.row == nil {
+		return "gone/" + strconv.FormatInt(k.tomb, 10)
+	}
+	return strconv.FormatInt(k.row.Life, 10) + "/" + strconv.FormatUint(k.row.Changes, 10)
 }
 
 // loadBatch bounds the identities one read of rows asks for: a read of a 100,000-item page's
@@ -183,14 +202,30 @@ func (c *cycle) delete(w *pageWrites, lane, identity string, k *stored) {
 	r.Changes++
 	gen := max(c.now().UnixMilli(), r.Life+1)
 	w.steps = append(w.steps, step{identity: identity, tomb: gen, event: len(w.events)})
-	w.events = append(w.events, c.newEvent(Deleted, lane, identity, r.Version, r.VF, nil, r))
+	w.events = append(w.events, c.newEvent(Deleted, lane, identity, r.Version, r.VF, nil, r, k.row))
 	k.row, k.tomb = nil, gen
 }
 
 // newEvent builds an event with its deterministic id (G2); r is the identity's row with this
-// change counted.
-func (c *cycle) newEvent(typ EventType, lane, identity, version string, vf diff.VF, item json.RawMessage, r diff.Row) Event {
-	return Event{ID: diff.EventID(c.key.Poller, c.key.Partition, identity, string(typ), vf, c.p.SchemaVersion, r.Life, r.Changes),
+// change counted, prev the row before it (nil when there was none).
+//
+// A version names its change, so a versioned poller's ids leave the count out, and the type
+// of an upsert too (created or updated only says what the rows knew): a change observed again
+// after its commit was lost, or passed again by a rewind or a backfill of a change log, keeps
+// its id. The count goes in when the version did not move (content changed under the same
+// version, a forgotten row seen again). A version-less poller's content may come back
+// (closed → open → closed), so there the count always names the change.
+func (c *cycle) newEvent(typ EventType, lane, identity, version string, vf diff.VF, item json.RawMessage, r diff.Row, prev *diff.Row) Event {
+	idType, change := string(typ), r.Changes
+	if c.p.Version != nil {
+		switch {
+		case typ == Deleted:
+			change = 0 // one per life
+		case prev == nil || prev.Version != version:
+			idType, change = "observed", 0
+		}
+	}
+	return Event{ID: diff.EventID(c.key.Poller, c.key.Partition, identity, idType, vf, c.p.SchemaVersion, r.Life, change),
 		Poller: c.key.Poller, Partition: c.key.Partition, Type: typ, Lane: lane, Identity: identity,
 		Version: version, ObservedAt: c.now(), SchemaVersion: c.p.SchemaVersion, Item: item}
 }
@@ -235,11 +270,13 @@ func (c *cycle) observe(raw json.RawMessage) (o observation, issue string) {
 	return o, ""
 }
 
-func (c *cycle) parkInvalid(cm *Commit, raw json.RawMessage, identity, lane, issue string) {
+// parkInvalid parks an invalid item; base is what its identity's row was when it was seen
+// (stored.base).
+func (c *cycle) parkInvalid(cm *Commit, raw json.RawMessage, identity, lane, issue, base string) {
 	sum := sha256.Sum256(raw)
 	id := "inv_" + hex.EncodeToString(sum[:12])
 	row, _ := json.Marshal(parkedRow{Kind: parkedInvalid, ID: id, Error: issue, Errors: []string{issue},
-		Identity: identity, Lane: lane, Item: string(raw), ParkedAt: c.now().UnixMilli()})
+		Identity: identity, Lane: lane, Item: string(raw), Base: base, ParkedAt: c.now().UnixMilli()})
 	cm.Invalid = append(cm.Invalid, ParkedRow{ID: id, Row: row})
 	c.rep.Invalid++
 	c.log.Warn().Str("parkedId", id).Str("identity", identity).Str("issue", issue).Msg("item parked as invalid")
@@ -272,9 +309,8 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 	var chunk []step
 	var invalid []ParkedRow
 	size := 0
-	first := true
 	flush := func(last bool) error {
-		cm := Commit{ClearItems: first && w.ClearItems, LogRetention: w.LogRetention, Invalid: invalid,
+		cm := Commit{LogRetention: w.LogRetention, Invalid: invalid,
 			TombstoneRetention: c.tombstoneRetention()}
 		if last {
 			cm.State, cm.Count, cm.Unpark = w.State, w.Count, w.Unpark
@@ -335,7 +371,7 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 		for i, ev := range evIdx {
 			res.seqs[ev] = r.StreamIDs[i]
 		}
-		chunk, invalid, size, first = chunk[:0], nil, 0, false
+		chunk, invalid, size = chunk[:0], nil, 0
 		return nil
 	}
 	add := func(n int) error {
@@ -398,7 +434,7 @@ func (c *cycle) tombstoneRetention() time.Duration {
 // empty reports whether cm writes nothing.
 func (cm *Commit) empty() bool {
 	return len(cm.State) == 0 && len(cm.Count) == 0 && len(cm.Upserts) == 0 && len(cm.Deletes) == 0 &&
-		len(cm.Events) == 0 && len(cm.Invalid) == 0 && len(cm.Unpark) == 0 && !cm.ClearItems
+		len(cm.Events) == 0 && len(cm.Invalid) == 0 && len(cm.Unpark) == 0
 }
 
 // commitAndDeliver commits a page and delivers what it committed straight from memory. A pause
@@ -457,11 +493,25 @@ func (c *cycle) routeEvents(w *pageWrites) (shadow bool) {
 }
 
 // retryInvalid runs a parked invalid item through the diff again; if it now passes it is
-// committed like an observation and its parked row removed.
+// committed like an observation and its parked row removed. An item whose identity changed
+// since it was parked (a later observation committed, or a delete) is older than what the
+// rows hold: committing it would take the identity back, so its row is only removed.
 func (c *cycle) retryInvalid(ctx context.Context, r parkedRow) error {
 	raw := json.RawMessage(r.Item)
 	if _, issue := c.observe(raw); issue != "" {
 		return fmt.Errorf("parked row %s is still invalid: %s", r.ID, issue)
+	}
+	if r.Base != "" {
+		known, err := c.load(ctx, []string{r.Identity})
+		if err != nil {
+			return err
+		}
+		if now := known[0].base(); now != r.Base {
+			c.log.Info().Str("parkedId", r.ID).Str("identity", r.Identity).Str("parkedAgainst", r.Base).Str("now", now).
+				Msg("parked invalid item superseded: its identity changed since, so it is dropped, not committed")
+			_, err := c.commit(ctx, &pageWrites{Commit: Commit{Unpark: []string{r.ID}}})
+			return err
+		}
 	}
 	lane := r.Lane
 	if lane == "" {

@@ -170,8 +170,6 @@ type Commit struct {
 	Invalid []ParkedRow
 	// Unpark removes parked rows (an invalid item that now passes).
 	Unpark []string
-	// ClearItems drops every item row before the upserts (reset-cursor --clear-snapshot).
-	ClearItems bool
 	// LogRetention, when set, also appends the events to the key's replay log and trims
 	// entries older than this.
 	LogRetention time.Duration

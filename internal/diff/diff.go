@@ -51,17 +51,23 @@ type Row struct {
 	// Missing counts the consecutive complete listings that did not show the identity; it is
 	// deleted once enough of them agree (G6).
 	Missing int
+	// Forgotten marks a row whose content an operator dropped (reset-cursor --clear-snapshot):
+	// the next observation is created again, while the life and the count go on and a
+	// listing that misses the identity still deletes it.
+	Forgotten bool
 }
 
 // A row that carries Changes, Life or Missing has, after the schema varint, a marker byte
 // 0xF8 | flags saying which of them follow (as uvarints, in that order; a zero is left out).
-// Rows written before them hold the version text there, which is UTF-8 and so never starts
-// with a byte of 0xF8 or more.
+// A forgotten row has the byte 0xF5 before that. Rows written before them hold the version
+// text there, which is UTF-8 and so never starts with a byte of 0xF5 or more.
 const (
 	rowMarker  = 0xF8
 	hasChanges = 1
 	hasLife    = 2
 	hasMissing = 4
+
+	forgottenMarker = 0xF5
 )
 
 // AppendRow encodes r compactly: the 8-byte hash, the schema version as a uvarint, the marker
@@ -76,7 +82,10 @@ func AppendRow(dst []byte, r Row) []byte {
 			flags |= 1 << i
 		}
 	}
-	if flags != 0 || len(r.Version) > 0 && r.Version[0] >= rowMarker {
+	if r.Forgotten {
+		dst = append(dst, forgottenMarker)
+	}
+	if flags != 0 || len(r.Version) > 0 && r.Version[0] >= forgottenMarker {
 		dst = append(dst, rowMarker|flags)
 		for _, v := range counts {
 			if v != 0 {
@@ -100,6 +109,9 @@ func ParseRow(b []byte) (r Row, ok bool) {
 	}
 	r.Schema = int(s)
 	b = b[n:]
+	if len(b) > 0 && b[0] == forgottenMarker {
+		r.Forgotten, b = true, b[1:]
+	}
 	if len(b) > 0 && b[0] >= rowMarker {
 		flags := b[0] &^ rowMarker
 		b = b[1:]
@@ -125,7 +137,7 @@ type Kind int
 const (
 	// Unchanged: same version and fingerprint under the same schema; no event, no write (G7).
 	Unchanged Kind = iota
-	// Created: the identity has no stored row.
+	// Created: the identity has no stored row, or a forgotten one.
 	Created
 	// Updated: the version or fingerprint differs.
 	Updated
@@ -138,7 +150,7 @@ const (
 // update; otherwise the row is rebaselined silently.
 func Classify(stored *Row, vf VF, schema int, emitOnSchemaChange bool) Kind {
 	switch r := stored; {
-	case r == nil:
+	case r == nil || r.Forgotten:
 		return Created
 	case r.Schema == schema && r.VF == vf:
 		return Unchanged

@@ -22,7 +22,8 @@ func TestRowRoundTrip(t *testing.T) {
 		t.Fatalf("a row without counts takes %d bytes, want 9 + 2", n)
 	}
 	// Every combination of counts round-trips, and so does a version that starts like a marker.
-	for _, r := range []Row{{Changes: 1}, {Life: 7}, {Missing: 2}, {Changes: 3, Missing: 1}, {Version: "\xffodd"}, {Life: 9, Version: "v"}} {
+	for _, r := range []Row{{Changes: 1}, {Life: 7}, {Missing: 2}, {Changes: 3, Missing: 1}, {Version: "\xffodd"}, {Version: "\xf5odd"}, {Life: 9, Version: "v"},
+		{Forgotten: true}, {Forgotten: true, Version: "\xf5odd"}, {Forgotten: true, Changes: 4, Life: 2, Missing: 1, Version: "7"}} {
 		if got, ok := ParseRow(AppendRow(nil, r)); !ok || got != r {
 			t.Errorf("round trip of %+v gave %+v ok=%v", r, got, ok)
 		}
@@ -52,6 +53,7 @@ func TestClassify(t *testing.T) {
 		want   Kind
 	}{
 		{"no row", nil, a, 1, false, Created},
+		{"forgotten row, same hash", &Row{VF: a, Schema: 1, Forgotten: true}, a, 1, false, Created},
 		{"same", rowA1, a, 1, false, Unchanged},
 		{"new version", rowA1, b, 1, false, Updated},
 		{"schema bump, same hash", rowA1, a, 2, true, Rebaseline},

@@ -5,8 +5,7 @@
 -- KEYS[1] state hash, KEYS[2] lease hash, KEYS[3] items hash, KEYS[4] outbox stream,
 -- KEYS[5] parked hash, KEYS[6] replay log stream, KEYS[7] tombstones sorted set
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] write id, ARGV[5] lease
--- TTL ms, ARGV[6] '1' to drop every item row first (reset-cursor --clear-snapshot; the
--- tombstones stay, so an identity's life goes on), ARGV[7] log retention ms ('0': no log), ARGV[8] tombstone retention ms,
+-- TTL ms, ARGV[6] log retention ms ('0': no log), ARGV[7] tombstone retention ms,
 -- then sections, each a count followed by its values:
 --   state pairs (field, value), state counters (field, increment), item upserts (identity,
 --   row), item deletes (identity), tombstones (identity, generation), tombstones lifted
@@ -29,10 +28,9 @@ if dup then
   return {tonumber(l[1]) or 0, paused(KEYS[1]), l[2] or '', 1}
 end
 
-if ARGV[6] == '1' then redis.call('UNLINK', KEYS[3]) end -- freed in the background
-local retention = tonumber(ARGV[7])
+local retention = tonumber(ARGV[6])
 
-local i = 9
+local i = 8
 local function section(width)
   local n = tonumber(ARGV[i])
   local from = i + 1
@@ -58,7 +56,7 @@ for k = 0, n - 1 do
 end
 if n > 0 then
   -- Tombstones keep an identity's generation past its deletion for a while only.
-  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', '(' .. tostring(now - tonumber(ARGV[8])))
+  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', '(' .. tostring(now - tonumber(ARGV[7])))
 end
 from, to = section(1)
 if to >= from then chunked('ZREM', KEYS[7], ARGV, from, to, 1000) end

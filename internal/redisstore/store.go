@@ -391,11 +391,7 @@ func (s *Store) Identities(ctx context.Context, key core.Key) ([]string, error) 
 func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
 	args := make([]any, 0, 20+2*len(c.State)+2*len(c.Count)+2*len(c.Upserts)+len(c.Deletes)+2*len(c.Tombstones)+len(c.Revived)+3*len(c.Events)+2*len(c.Invalid)+len(c.Unpark))
 	args = append(args, s.writeArgs(l)...)
-	clear := "0"
-	if c.ClearItems {
-		clear = "1"
-	}
-	args = append(args, l.TTL.Milliseconds(), clear, c.LogRetention.Milliseconds(), c.TombstoneRetention.Milliseconds())
+	args = append(args, l.TTL.Milliseconds(), c.LogRetention.Milliseconds(), c.TombstoneRetention.Milliseconds())
 	args = appendPairs(args, c.State)
 	args = append(args, len(c.Count))
 	for f, n := range c.Count {
