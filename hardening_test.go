@@ -1092,3 +1092,42 @@ func TestG3TagOfAListingPagedWhileTheCollectionChanged(t *testing.T) {
 		})
 	}
 }
+
+// G2: a lane that passes a change log's history again (a backfill, reset-cursor) sees each
+// version of o1 once more while the row holds the last: each comes out with the id it had the
+// first time, whatever the rows call it now (the first version was "created", now it is
+// "updated"), so a consumer that dedupes by id drops them all and stays where the API is. Ids
+// that depended on the type or the count sent it back to v1 and on, or gave v2 and v3 new ids.
+func TestG2HistoryPassedAgainKeepsItsIDs(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, how := range []string{"backfill", "reset-cursor"} {
+			e := newEnv(t, b)
+			log := &changeLog{}
+			eng := e.engine(e.poller(func(p *Poller) { p.Name = how; p.Fetch = log.fetch }), nil)
+			for v, s := range []string{"new", "paid", "shipped"} {
+				log.add("o1", v+1, s)
+				e.settle(eng)
+			}
+			first := len(e.rec.events())
+			if how == "backfill" {
+				if _, err := eng.Backfill(t.Context(), how, "", BackfillRequest{From: ""}); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := eng.ResetCursor(t.Context(), how, "", "", false); err != nil {
+				t.Fatal(err)
+			}
+			e.settle(eng)
+			evs := e.rec.events()
+			if len(evs) == first {
+				t.Fatalf("%s: nothing passed again, the test proves nothing", how)
+			}
+			got, repeats := dedupingConsumer(evs)
+			if len(repeats) != len(evs)-first {
+				t.Errorf("%s: %d events passed again, %d of them with their first id", how, len(evs)-first, len(repeats))
+			}
+			if got["o1"] != "shipped" {
+				t.Errorf("G2 (%s): a consumer that dedupes by id holds o1 %q, the API %q", how, got["o1"], "shipped")
+			}
+		}
+	})
+}
