@@ -887,7 +887,7 @@ func TestG3FailoverNeverLosesADeliveredCommit(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	api := fakeapi.New()
 	rec := &recorder{}
-	eng, err := New(Options{Redis: rdb, InstanceID: "w", WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond})
+	eng, err := New(Options{Redis: rdb, InstanceID: "w", WaitReplicas: 1, WaitTimeout: 2 * time.Second}) // a loaded machine acks late
 	if err != nil {
 		t.Fatal(err)
 	}
