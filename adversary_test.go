@@ -516,15 +516,9 @@ func TestAdversaryG8DetailRetryAfterErasedAtEnd(t *testing.T) {
 		for _, detail429 := range []bool{false, true} {
 			e := newEnv(t, b)
 			var mu sync.Mutex
-			var window time.Time
-			var inWindow []string
+			watch := &windowWatch{clock: e.clock}
 			listing := []string{`{"id":"a"}`, `{"id":"b"}`}
 			throttleList := false
-			note := func(what string) {
-				if now := e.clock.Now(); now.Before(window) {
-					inWindow = append(inWindow, fmt.Sprintf("%s at %s, window until %s", what, now.Format("15:04:05"), window.Format("15:04:05")))
-				}
-			}
 			p := e.poller(func(p *Poller) {
 				p.Name = fmt.Sprintf("detail%v", detail429)
 				p.Strategy = SnapshotDiff
@@ -532,11 +526,10 @@ func TestAdversaryG8DetailRetryAfterErasedAtEnd(t *testing.T) {
 				p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
 					mu.Lock()
 					defer mu.Unlock()
-					note("listing request")
+					watch.note("listing request")
 					if throttleList {
 						throttleList = false
-						window = e.clock.Now().Add(time.Minute)
-						return Page{}, &HTTPError{Key: req.Key, StatusCode: 429, RetryAfter: time.Minute}
+						return Page{}, watch.throttle(req.Key, time.Minute)
 					}
 					var pg Page
 					for _, it := range listing {
@@ -545,11 +538,8 @@ func TestAdversaryG8DetailRetryAfterErasedAtEnd(t *testing.T) {
 					return pg, nil
 				}
 				p.Detail = func(ctx context.Context, key Key, id string) (json.RawMessage, bool, error) {
-					mu.Lock()
-					defer mu.Unlock()
-					note("detail request")
-					window = e.clock.Now().Add(time.Minute)
-					return nil, false, &HTTPError{Key: key, StatusCode: 429, RetryAfter: time.Minute}
+					watch.note("detail request")
+					return nil, false, watch.throttle(key, time.Minute)
 				}
 			})
 			eng := e.engine(p, nil)
@@ -574,11 +564,7 @@ func TestAdversaryG8DetailRetryAfterErasedAtEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			eng.RunCycle(ctx, key)
-			mu.Lock()
-			if len(inWindow) > 0 {
-				t.Errorf("G8 (429 on the detail request: %v): requests inside the Retry-After window: %v", detail429, inWindow)
-			}
-			mu.Unlock()
+			watch.check(t, fmt.Sprintf("429 on the detail request: %v", detail429))
 		}
 	})
 }

@@ -3,6 +3,8 @@ package watukuy
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -126,6 +128,18 @@ func (e *env) settle(eng *Engine) {
 	e.t.Fatalf("keys still busy after 40 ticks: %+v", e.tick(eng))
 }
 
+// settleTo304 settles the keys, then runs the orders key once more: that cycle must get a
+// 304 (the quiet pass committed the ETag, the next one sends it), or the test proves nothing.
+func (e *env) settleTo304(eng *Engine) {
+	e.t.Helper()
+	e.settle(eng)
+	e.clock.Advance(3 * time.Minute)
+	e.tick(eng)
+	if ki, _ := eng.Inspect(context.Background(), "orders", ""); ki.LastPoll == nil || !strings.Contains(string(ki.LastPoll), `"notModified":true`) {
+		e.t.Fatalf("the live lane does not get 304s, the test proves nothing: %s", ki.LastPoll)
+	}
+}
+
 var errKilled = errors.New("killed")
 
 // faultyStore fails chosen calls, as a process killed at that point would.
@@ -225,4 +239,40 @@ func (r *raceStore) Begin(ctx context.Context, key core.Key, owner string, ttl t
 // racing returns a wrapper that installs a raceStore running afterBegin around the real store.
 func racing(afterBegin func(b core.BeginResult)) func(core.Store) core.Store {
 	return func(s core.Store) core.Store { return &raceStore{Store: s, afterBegin: afterBegin} }
+}
+
+// windowWatch records the requests a test's fake API receives inside a Retry-After window it
+// handed out (G8).
+type windowWatch struct {
+	clock  *chaos.Clock
+	mu     sync.Mutex
+	until  time.Time
+	inside []string
+}
+
+// note records a request (what) when it falls inside the window.
+func (w *windowWatch) note(what string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if now := w.clock.Now(); now.Before(w.until) {
+		w.inside = append(w.inside, fmt.Sprintf("%s at %s, window until %s", what, now.Format("15:04:05.000"), w.until.Format("15:04:05.000")))
+	}
+}
+
+// throttle opens a window of d from now and returns the 429 that announces it.
+func (w *windowWatch) throttle(key Key, d time.Duration) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.until = w.clock.Now().Add(d)
+	return &HTTPError{Key: key, StatusCode: 429, RetryAfter: d}
+}
+
+// check fails t when a request fell inside a window.
+func (w *windowWatch) check(t *testing.T, label string) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.inside) > 0 {
+		t.Errorf("G8 (%s): requests inside the Retry-After window: %v", label, w.inside)
+	}
 }
