@@ -232,6 +232,16 @@ func TestAdversaryG2VersionThatRepeatsWithContent(t *testing.T) {
 // holdDialer gives go-redis connections whose writes can be held back, as a TCP segment lost
 // and retransmitted late would be: the client's write succeeds, the bytes reach Redis only
 // when released. go-redis times the command out, closes the connection (the close waits
+
+// heldClient is a client of srv whose connections go through a holdDialer, with go-redis
+// re-sending a command after a 200 ms read timeout.
+func heldClient(t *testing.T, srv redistest.Backend) (*redis.Client, *holdDialer) {
+	hd := &holdDialer{}
+	rdb := redis.NewClient(&redis.Options{Addr: tcpAddr(t, srv), ReadTimeout: 200 * time.Millisecond, MaxRetries: 3, Dialer: hd.dial})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb, hd
+}
+
 // behind the held bytes, as a FIN does) and re-sends on another connection.
 type holdDialer struct {
 	mu    sync.Mutex
@@ -328,9 +338,7 @@ func (d *holdDialer) release(t *testing.T) string {
 // live lease) and chunk 1 is applied a second time: 1,000 events enter the outbox twice.
 func TestAdversaryG7DelayedChunkAppliedAfterTheNextChunk(t *testing.T) {
 	srv := redistest.RealTCP(t)
-	hd := &holdDialer{}
-	rdb := redis.NewClient(&redis.Options{Addr: tcpAddr(t, srv), ReadTimeout: 200 * time.Millisecond, MaxRetries: 3, Dialer: hd.dial})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb, hd := heldClient(t, srv)
 	e := newEnv(t, srv)
 	var chunks atomic.Int32
 	var released atomic.Value
@@ -391,9 +399,7 @@ func TestAdversaryG7DelayedChunkAppliedAfterTheNextChunk(t *testing.T) {
 // "closed".
 func TestAdversaryG3DelayedCommitRewindsCursorAndRows(t *testing.T) {
 	srv := redistest.RealTCP(t)
-	hd := &holdDialer{}
-	rdb := redis.NewClient(&redis.Options{Addr: tcpAddr(t, srv), ReadTimeout: 200 * time.Millisecond, MaxRetries: 3, Dialer: hd.dial})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb, hd := heldClient(t, srv)
 	e := newEnv(t, srv)
 	var armed atomic.Bool
 	var commits atomic.Int32

@@ -67,15 +67,7 @@ func rawPing(conn net.Conn, r *bufio.Reader) (string, error) {
 
 func TestProxyDropAllBreaksConnections(t *testing.T) {
 	p, c := newTestProxy(t)
-	conn, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	r := bufio.NewReader(conn)
-	if got, err := rawPing(conn, r); err != nil || got != "+PONG\r\n" {
-		t.Fatalf("PING before DropAll = %q, %v", got, err)
-	}
+	conn, r := dialPinged(t, p, "before DropAll")
 	if n := p.DropAll(); n < 1 {
 		t.Fatalf("DropAll closed %d connections, want at least 1", n)
 	}
@@ -84,14 +76,7 @@ func TestProxyDropAllBreaksConnections(t *testing.T) {
 		t.Fatalf("PING after DropAll answered %q on the dropped connection", got)
 	}
 	// A new connection works.
-	conn2, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn2.Close()
-	if got, err := rawPing(conn2, bufio.NewReader(conn2)); err != nil || got != "+PONG\r\n" {
-		t.Fatalf("PING on a new connection after DropAll = %q, %v", got, err)
-	}
+	dialPinged(t, p, "on a new connection after DropAll")
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("go-redis PING after DropAll: %v", err)
 	}
@@ -248,15 +233,7 @@ func TestProxyCutRefusesUntilRestore(t *testing.T) {
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	old, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Close()
-	oldR := bufio.NewReader(old)
-	if got, err := rawPing(old, oldR); err != nil || got != "+PONG\r\n" {
-		t.Fatalf("PING before Cut = %q, %v", got, err)
-	}
+	old, oldR := dialPinged(t, p, "before Cut")
 
 	p.Cut()
 	if got, err := rawPing(old, oldR); err == nil {
@@ -288,15 +265,7 @@ func TestProxyRetargetMovesClients(t *testing.T) {
 	if err := c.Set(ctx, "k", "first", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	old, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Close()
-	oldR := bufio.NewReader(old)
-	if got, err := rawPing(old, oldR); err != nil || got != "+PONG\r\n" {
-		t.Fatalf("PING before Retarget = %q, %v", got, err)
-	}
+	old, oldR := dialPinged(t, p, "before Retarget")
 
 	p.Retarget(second.Mini.Addr())
 	if got, err := rawPing(old, oldR); err == nil {
@@ -314,4 +283,20 @@ func TestProxyRetargetMovesClients(t *testing.T) {
 			t.Errorf("k on the %s server = %q, want %q", tc.name, got, tc.want)
 		}
 	}
+}
+
+// dialPinged opens a raw connection through p and checks that it answers a PING (what says
+// when it is dialled, for the failure message).
+func dialPinged(t *testing.T, p *netproxy.Proxy, what string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	r := bufio.NewReader(conn)
+	if got, err := rawPing(conn, r); err != nil || got != "+PONG\r\n" {
+		t.Fatalf("PING %s = %q, %v", what, got, err)
+	}
+	return conn, r
 }
