@@ -33,7 +33,7 @@ type Options struct {
 	// Duration, when set, runs rounds until that much wall time has passed (Steps is ignored).
 	Duration time.Duration
 	// Redis is where the engines keep their state (miniredis or a real server); the run uses
-	// its own key prefix.
+	// its own key prefix, and removes what an earlier run left under it first.
 	Redis redis.UniversalClient
 	// Engines is how many engines compete for the keys at once; default 2.
 	Engines int
@@ -150,6 +150,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	defer rdb.Close()
 	s.rdb = rdb
+	// The run's truth starts empty: rows an earlier run of this seed left would be items the
+	// fake API never had, and their deletes would count as false.
+	if err := clearPrefix(ctx, o.Redis, s.prefix); err != nil {
+		return s.res, err
+	}
 	if o.Pollers == nil {
 		s.keys = s.newKeys()
 	}
@@ -850,4 +855,29 @@ func (h resendHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return err
 	}
+}
+
+// clearPrefix removes every key under prefix (on each master of a cluster).
+func clearPrefix(ctx context.Context, c redis.UniversalClient, prefix string) error {
+	clear := func(ctx context.Context, n *redis.Client) error {
+		iter := n.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			if err := n.Unlink(ctx, iter.Val()).Err(); err != nil {
+				return err
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, clear)
+	} else if n, ok := c.(*redis.Client); ok {
+		err = clear(ctx, n)
+	} else {
+		err = fmt.Errorf("a %T client", c)
+	}
+	if err != nil {
+		return fmt.Errorf("chaos: clear the keys of %s: %w", prefix, err)
+	}
+	return nil
 }

@@ -89,3 +89,26 @@ func TestRunHotOrderingKey(t *testing.T) {
 		})
 	}
 }
+
+// A run starts from an empty prefix: rows an earlier run of the same seed left behind would be
+// items this run's fake API never had (a long run on a shared Redis reported their deletes as
+// false ones).
+func TestRunClearsWhatAnEarlierRunLeft(t *testing.T) {
+	b := redistest.Miniredis(t)
+	ctx := t.Context()
+	if err := b.Client.HSet(ctx, "chaos9:{snap|}:items", "snap-c1", "stale").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Client.Set(ctx, "other:key", "kept", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(ctx, Options{Seed: 9, Steps: 1, Redis: b.Client, Keys: []string{"ts"}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.Client.HExists(ctx, "chaos9:{snap|}:items", "snap-c1").Val(); n {
+		t.Fatal("the earlier run's row is still there")
+	}
+	if v := b.Client.Get(ctx, "other:key").Val(); v != "kept" {
+		t.Fatalf("a key outside the run's prefix: %q", v)
+	}
+}
