@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-
-
 	"github.com/watukuy/watukuy/internal/redistest"
 )
 
@@ -136,4 +134,83 @@ func TestAdversary3G2VersionThatComesBackRepeatsAnID(t *testing.T) {
 	})
 }
 
-var _ = time.Second
+// ---------------------------------------------------------------------------------------
+// G3: writes that change rows without clearing the committed ETag.
+// ---------------------------------------------------------------------------------------
+
+// TestAdversary3G3ParkedRetryUnderACommittedTag: "every commit that changes rows clears the
+// committed tag in the same write" holds for the live lane only. A parked invalid item
+// retried by an operator is committed by retryInvalid with c.commit, which never touches
+// etag.live. 0y is listed invalid and parked (base "gone/0"), then deleted by the API; the
+// next listing {0a} is quiet and commits its tag T. The validation is fixed and 0y retried:
+// its identity never had a row, so the base still matches and 0y is created (and delivered).
+// The rows hold {0a, 0y}, the tag still names {0a}: every later listing is answered 304 and
+// 0y's delete is never emitted. The control is the same listing without ETags: the next
+// listing deletes 0y.
+func TestAdversary3G3ParkedRetryUnderACommittedTag(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, tagged := range []bool{false, true} {
+			t.Run(fmt.Sprintf("etags-%v", tagged), func(t *testing.T) {
+				e := newEnv(t, b)
+				name := fmt.Sprintf("tags-%v", tagged)
+				l := &taggedListing{items: map[string]string{"0a": "1", "0y": "1"}, pages: 1}
+				var mu sync.Mutex
+				strict := true
+				eng := e.engine(e.poller(func(p *Poller) {
+					p.Name = name
+					p.Strategy = SnapshotDiff
+					p.ConfirmDeletes = 1
+					p.Fetch = l.Fetch
+					if !tagged {
+						p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+							pg, err := l.Fetch(ctx, req)
+							pg.ETag = ""
+							return pg, err
+						}
+					}
+					p.Validate = func(item json.RawMessage) error {
+						mu.Lock()
+						defer mu.Unlock()
+						var it struct {
+							ID string `json:"id"`
+						}
+						_ = json.Unmarshal(item, &it)
+						if strict && it.ID == "0y" {
+							return fmt.Errorf("bad item")
+						}
+						return nil
+					}
+				}), nil)
+				ctx := t.Context()
+				e.settle(eng) // 0a created, 0y parked invalid
+				l.set("0y", "")
+				e.settle(eng) // {0a}: quiet, the tag is committed
+				rows, err := eng.Parked().List(ctx, name, "", "invalid")
+				if err != nil || len(rows) != 1 {
+					t.Fatalf("parked: %v, %v", rows, err)
+				}
+				mu.Lock()
+				strict = false
+				mu.Unlock()
+				if n, err := eng.Parked().Retry(ctx, name, "", rows[0].ID); err != nil || n != 1 {
+					t.Fatalf("retry: %d, %v", n, err)
+				}
+				e.settle(eng)
+				for i := 0; i < 3; i++ { // a few more listings, for good measure
+					e.clock.Advance(3 * time.Minute)
+					e.tick(eng)
+				}
+				ki, _ := eng.Inspect(ctx, name, "")
+				t.Logf("last poll: %s", ki.LastPoll)
+				got := e.rec.final()
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				for id := range got {
+					if _, ok := l.items[id]; !ok {
+						t.Errorf("G3: %s delivered as present, the API deleted it (rows changed under a committed tag: 304s)", id)
+					}
+				}
+			})
+		}
+	})
+}
