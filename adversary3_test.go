@@ -10,9 +10,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
 )
 
@@ -208,6 +210,72 @@ func TestAdversary3G3ParkedRetryUnderACommittedTag(t *testing.T) {
 				for id := range got {
 					if _, ok := l.items[id]; !ok {
 						t.Errorf("G3: %s delivered as present, the API deleted it (rows changed under a committed tag: 304s)", id)
+					}
+				}
+			})
+		}
+	})
+}
+
+// dieAfterChunkStore, once armed, lets one commit with events through and then dies (a
+// crash, or a lost lease, between two chunks of one page).
+type dieAfterChunkStore struct {
+	core.Store
+	armed atomic.Bool
+}
+
+func (d *dieAfterChunkStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
+	r, err := d.Store.CommitPoll(ctx, l, c)
+	if err == nil && len(c.Events) > 0 && d.armed.CompareAndSwap(true, false) {
+		return core.CommitResult{}, errKilled
+	}
+	return r, err
+}
+
+// TestAdversary3G3DeathBetweenChunksKeepsTheTag: a page is committed in chunks of
+// CommitMaxItems changes, and the page's state patch, where commitAndDeliver puts the tag's
+// clearing, goes with the LAST chunk only. The first chunk changes rows (0y created, its event
+// in the outbox) under the old committed tag. The process dies before the last chunk: the
+// rows hold {0a, 0y}, etag.live still names {0a}. The API deletes 0y and 0z (a content-hash
+// tag, as Express, Rails or Django compute it, is T again): every later listing is answered
+// 304; 0y's created is delivered from the outbox and its delete never comes. The control is
+// the same cycle without the death.
+func TestAdversary3G3DeathBetweenChunksKeepsTheTag(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, die := range []bool{false, true} {
+			t.Run(fmt.Sprintf("die-%v", die), func(t *testing.T) {
+				e := newEnv(t, b)
+				name := fmt.Sprintf("die-%v", die)
+				l := &taggedListing{items: map[string]string{"0a": "1"}, pages: 1}
+				d := &dieAfterChunkStore{}
+				eng := e.engine(e.poller(func(p *Poller) {
+					p.Name = name
+					p.Strategy = SnapshotDiff
+					p.ConfirmDeletes = 1
+					p.Fetch = l.Fetch
+					p.CommitMaxItems = 1
+				}), func(s core.Store) core.Store { d.Store = s; return d })
+				e.settle(eng) // {0a}; the quiet listing commits its tag
+				l.set("0y", "1")
+				l.set("0z", "1")
+				d.armed.Store(die)
+				e.clock.Advance(3 * time.Minute)
+				t.Logf("the cycle of {0a, 0y, 0z}: %+v", e.tick(eng))
+				l.set("0y", "")
+				l.set("0z", "")
+				e.settle(eng)
+				for i := 0; i < 3; i++ {
+					e.clock.Advance(3 * time.Minute)
+					e.tick(eng)
+				}
+				ki, _ := eng.Inspect(t.Context(), name, "")
+				t.Logf("last poll: %s", ki.LastPoll)
+				got := e.rec.final()
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				for id := range got {
+					if _, ok := l.items[id]; !ok {
+						t.Errorf("G3: %s delivered as present, the API deleted it (a 304 to the tag the first chunk left)", id)
 					}
 				}
 			})
