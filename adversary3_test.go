@@ -282,3 +282,72 @@ func TestAdversary3G3DeathBetweenChunksKeepsTheTag(t *testing.T) {
 		}
 	})
 }
+
+// TestAdversary3G3ThrottledDetailCommitsDeletesUnderTheTag: listingDeletes clears the tag
+// only in its final switch. When a Detail request is throttled, the deletes already decided
+// are committed on the spot (commitAndDeliver of the partial pageWrites) and the cycle ends,
+// with the tag untouched. The tag T names {0a, 0x, 0y}; the API deletes 0x and 0y; the
+// listing {0a} is not 304, its delete pass asks Detail: the first missing identity is gone
+// (deleted, delivered), the second answers 429. Rows {0a, <other>}, tag still T. The API
+// writes both back as they were (the collection's content, and its content-hash tag, are T
+// again): every later listing is answered 304, and the re-creation of the deleted one is never
+// emitted: the consumer misses an item the API has. The control is the same without the 429.
+func TestAdversary3G3ThrottledDetailCommitsDeletesUnderTheTag(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, throttle := range []bool{false, true} {
+			t.Run(fmt.Sprintf("throttle-%v", throttle), func(t *testing.T) {
+				e := newEnv(t, b)
+				name := fmt.Sprintf("throttle-%v", throttle)
+				l := &taggedListing{items: map[string]string{"0a": "1", "0x": "1", "0y": "1"}, pages: 1}
+				var mu sync.Mutex
+				calls := 0
+				armed := false
+				eng := e.engine(e.poller(func(p *Poller) {
+					p.Name = name
+					p.Strategy = SnapshotDiff
+					p.Fetch = l.Fetch
+					p.Detail = func(ctx context.Context, key Key, id string) (json.RawMessage, bool, error) {
+						mu.Lock()
+						defer mu.Unlock()
+						calls++
+						if armed && calls == 2 {
+							return nil, false, &HTTPError{Key: key, StatusCode: 429, RetryAfter: 10 * time.Second}
+						}
+						l.mu.Lock()
+						defer l.mu.Unlock()
+						v, ok := l.items[id]
+						if !ok {
+							return nil, false, nil
+						}
+						return json.RawMessage(fmt.Sprintf(`{"id":%q,"version":%s}`, id, v)), true, nil
+					}
+				}), nil)
+				e.settle(eng) // {0a, 0x, 0y}; the quiet listing commits its tag
+				l.set("0x", "")
+				l.set("0y", "")
+				mu.Lock()
+				calls, armed = 0, throttle
+				mu.Unlock()
+				e.clock.Advance(3 * time.Minute)
+				t.Logf("listing {0a}, Detail of the first missing: gone, of the second: 429: %+v", e.tick(eng))
+				l.set("0x", "1") // both back as they were: the collection's tag is T again
+				l.set("0y", "1")
+				e.settle(eng)
+				for i := 0; i < 3; i++ {
+					e.clock.Advance(3 * time.Minute)
+					e.tick(eng)
+				}
+				ki, _ := eng.Inspect(t.Context(), name, "")
+				t.Logf("last poll: %s", ki.LastPoll)
+				got := e.rec.final()
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				for id := range l.items {
+					if _, ok := got[id]; !ok {
+						t.Errorf("G3: %s is in the API, the consumer got its delete and never its re-creation (a 304 to the tag the throttled delete pass left)", id)
+					}
+				}
+			})
+		}
+	})
+}
