@@ -351,3 +351,97 @@ func TestAdversary3G3ThrottledDetailCommitsDeletesUnderTheTag(t *testing.T) {
 		}
 	})
 }
+
+// rawFeed serves raw entries in order (a change log of whole items), two a page; the cursor is
+// the index of the next entry.
+type rawFeed struct {
+	mu      sync.Mutex
+	entries []json.RawMessage
+}
+
+func (f *rawFeed) add(raw string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.entries = append(f.entries, json.RawMessage(raw))
+}
+
+func (f *rawFeed) fetch(ctx context.Context, req FetchRequest) (Page, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	from := 0
+	if req.Cursor != "" {
+		if _, err := fmt.Sscan(req.Cursor, &from); err != nil {
+			return Page{}, err
+		}
+	}
+	to := min(from+2, len(f.entries))
+	return Page{Items: append([]json.RawMessage(nil), f.entries[from:to]...), Next: fmt.Sprint(to), HasMore: to < len(f.entries)}, nil
+}
+
+// TestAdversary3G3InvalidItemParkedAgainKeepsItsOldBase: a parked row's id is a hash of the
+// raw item and commit_poll parks with HSETNX, so the same raw item parked again keeps the
+// base of its FIRST parking. x toggles: active/basic (valid), suspended (invalid: no plan),
+// active/pro (valid, x moves to change 2), suspended again, byte for byte: its parking is a
+// no-op and its row still says base "0/1". The validation is fixed and the row retried: x is
+// at "0/2", so the API's current state is taken for superseded and dropped; the cursor is past
+// it: the consumer holds active/pro, the API suspended. The control parks "suspended" only
+// once (after active/pro): the retry commits it.
+func TestAdversary3G3InvalidItemParkedAgainKeepsItsOldBase(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, again := range []bool{false, true} {
+			t.Run(fmt.Sprintf("parked-again-%v", again), func(t *testing.T) {
+				e := newEnv(t, b)
+				name := fmt.Sprintf("again-%v", again)
+				f := &rawFeed{}
+				var mu sync.Mutex
+				strict := true
+				eng := e.engine(e.poller(func(p *Poller) {
+					p.Name = name
+					p.Version = nil
+					p.Fingerprint = func(item json.RawMessage) ([]byte, error) { return item, nil }
+					p.Fetch = f.fetch
+					p.Validate = func(item json.RawMessage) error {
+						mu.Lock()
+						defer mu.Unlock()
+						var it struct {
+							Plan string `json:"plan"`
+						}
+						_ = json.Unmarshal(item, &it)
+						if strict && it.Plan == "" {
+							return fmt.Errorf("no plan")
+						}
+						return nil
+					}
+				}), nil)
+				ctx := t.Context()
+				const suspended = `{"id":"x","state":"suspended"}`
+				steps := []string{`{"id":"x","state":"active","plan":"basic"}`, suspended, `{"id":"x","state":"active","plan":"pro"}`, suspended}
+				if !again {
+					steps = []string{`{"id":"x","state":"active","plan":"basic"}`, `{"id":"x","state":"active","plan":"pro"}`, suspended}
+				}
+				for _, raw := range steps {
+					f.add(raw)
+					e.settle(eng)
+				}
+				rows, err := eng.Parked().List(ctx, name, "", "invalid")
+				if err != nil || len(rows) != 1 {
+					t.Fatalf("parked: %v, %v", rows, err)
+				}
+				mu.Lock()
+				strict = false // a suspended account has no plan: that is fine
+				mu.Unlock()
+				if n, err := eng.Parked().Retry(ctx, name, "", rows[0].ID); err != nil || n != 1 {
+					t.Fatalf("retry: %d, %v", n, err)
+				}
+				e.settle(eng)
+				got := ""
+				for _, ev := range e.rec.events() {
+					got = stateOf(ev.Item)
+				}
+				if got != "suspended" {
+					t.Errorf("G3: the consumer holds x %q, the API %q (the current item was dropped as superseded)", got, "suspended")
+				}
+			})
+		}
+	})
+}
