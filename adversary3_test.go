@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
 )
 
@@ -440,6 +441,51 @@ func TestAdversary3G3InvalidItemParkedAgainKeepsItsOldBase(t *testing.T) {
 				}
 				if got != "suspended" {
 					t.Errorf("G3: the consumer holds x %q, the API %q (the current item was dropped as superseded)", got, "suspended")
+				}
+			})
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------------------
+// G3: a committed ETag outlives the poller definition it was committed under.
+// ---------------------------------------------------------------------------------------
+
+// TestAdversary3G3SchemaChangeHiddenByTheCommittedTag: the committed tag says "the rows hold
+// all this answer names", but the rows are a function of the answer AND the poller's schema
+// (fingerprint, version, validation). A deploy that bumps schemaVersion with onSchemaChange:
+// emit and a new fingerprint must emit "updated" once for every item whose hash changed
+// (README, Schema drift; TestSchemaDrift on an untagged listing). Over the fake API's /list
+// with its collection ETag, the new workers' first request carries the tag committed under
+// schema 0 and gets a 304: nothing is emitted or rebaselined for as long as the collection does
+// not change. The control is the same deploy over a listing without ETags.
+func TestAdversary3G3SchemaChangeHiddenByTheCommittedTag(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, tagged := range []bool{false, true} {
+			t.Run(fmt.Sprintf("etags-%v", tagged), func(t *testing.T) {
+				e := newEnv(t, b)
+				putN(e, 10)
+				srv, _ := e.server(fakeapi.ServerOptions{})
+				lc := listCursor(srv, 100)
+				lc.CollectionETag = tagged
+				name := fmt.Sprintf("schema-%v", tagged)
+				listing := func(p *Poller) {
+					p.Name = name
+					p.Strategy = SnapshotDiff
+					p.Fetch = lc.Fetch
+					p.Version = nil
+				}
+				e.settle(e.engine(e.poller(listing), nil))
+				start := len(e.rec.events())
+				eng := e.engine(e.poller(listing, func(p *Poller) {
+					p.SchemaVersion, p.EmitOnSchemaChange = 2, true
+					p.Fingerprint = func(item json.RawMessage) ([]byte, error) { id, err := Field("id")(item); return []byte(id), err }
+				}), nil)
+				e.settle(eng)
+				ki, _ := eng.Inspect(t.Context(), name, "")
+				t.Logf("last poll after the deploy: %s", ki.LastPoll)
+				if n := len(e.rec.events()) - start; n != 10 {
+					t.Errorf("G3: the schema change emitted %d updated events, want 10 (every hash changed)", n)
 				}
 			})
 		}
