@@ -491,3 +491,63 @@ func TestAdversary3G3SchemaChangeHiddenByTheCommittedTag(t *testing.T) {
 		}
 	})
 }
+
+// TestAdversary3G3ClearSnapshotMakesAParkedItemLookSuperseded: the base a parked invalid item
+// records is the identity's (life, count), and the count moves for reasons other than a newer
+// observation. A change log: o1 v1 "new" (valid), o1 v2 "bad" (invalid, parked at base 0/1).
+// reset-cursor --clear-snapshot passes the log again: o1 v1 meets a forgotten row and is
+// created again (count 2); v2 is parked again, a no-op (HSETNX). The validation is fixed and
+// v2, the API's current state, retried: its base 0/1 is not 0/2, so it is dropped as
+// superseded. The consumer holds v1, the API v2, and the cursor is past v2. The control
+// retries without the reset: v2 is committed.
+func TestAdversary3G3ClearSnapshotMakesAParkedItemLookSuperseded(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, reset := range []bool{false, true} {
+			t.Run(fmt.Sprintf("clear-snapshot-%v", reset), func(t *testing.T) {
+				e := newEnv(t, b)
+				name := fmt.Sprintf("clear-%v", reset)
+				log := &changeLog{}
+				var mu sync.Mutex
+				strict := true
+				eng := e.engine(e.poller(func(p *Poller) {
+					p.Name = name
+					p.Fetch = log.fetch
+					p.Validate = func(item json.RawMessage) error {
+						mu.Lock()
+						defer mu.Unlock()
+						if strict && stateOf(item) == "bad" {
+							return fmt.Errorf("bad state")
+						}
+						return nil
+					}
+				}), nil)
+				ctx := t.Context()
+				log.add("o1", 1, "new")
+				e.settle(eng)
+				log.add("o1", 2, "bad")
+				e.settle(eng)
+				if reset {
+					if err := eng.ResetCursor(ctx, name, "", "", true); err != nil {
+						t.Fatal(err)
+					}
+					e.settle(eng)
+				}
+				rows, err := eng.Parked().List(ctx, name, "", "invalid")
+				if err != nil || len(rows) != 1 {
+					t.Fatalf("parked: %v, %v", rows, err)
+				}
+				mu.Lock()
+				strict = false
+				mu.Unlock()
+				if n, err := eng.Parked().Retry(ctx, name, "", rows[0].ID); err != nil || n != 1 {
+					t.Fatalf("retry: %d, %v", n, err)
+				}
+				e.settle(eng)
+				got, _ := dedupingConsumer(e.rec.events())
+				if got["o1"] != "bad" {
+					t.Errorf("G3: the consumer holds o1 %q, the API %q (its current state dropped as superseded)", got["o1"], "bad")
+				}
+			})
+		}
+	})
+}
