@@ -100,10 +100,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 				firstTag = page.ETag
 			}
 			lastTag = page.ETag
-			if len(w.steps) > 0 || len(w.Invalid) > 0 {
-				quiet = false
-				c.setTag("") // the rows move away from what the committed tag names
-			}
+			quiet = quiet && len(w.steps) == 0 && len(w.Invalid) == 0
 		}
 		if f := c.commitAndDeliver(ctx, &w); f != nil {
 			return res, f
@@ -125,7 +122,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 	}
 	tag := ""
 	if ln.tagged && res.complete && quiet && (ln.listing || cursor == ln.cursor) && firstTag != "" && firstTag == lastTag {
-		tag = encodeTag(ln.cursor, firstTag)
+		tag = c.encodeTag(ln.cursor, firstTag)
 	}
 	if res.complete && seen != nil {
 		return res, c.listingDeletes(ctx, ln.name, seen, tag)
@@ -144,18 +141,21 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 type liveTag struct {
 	Cursor string `json:"cursor"` // the request's cursor, on a pass's first page
 	ETag   string `json:"etag"`
+	// Schema is the poller's schema version when the rows took the answer in: after a bump
+	// they must see the items again (a 304 would hide the schema change).
+	Schema int `json:"schema,omitempty"`
 }
 
 // encodeTag is the stored form of etag, the answer to a pass's first request at cursor.
-func encodeTag(cursor, etag string) string {
-	b, _ := json.Marshal(liveTag{Cursor: cursor, ETag: etag})
+func (c *cycle) encodeTag(cursor, etag string) string {
+	b, _ := json.Marshal(liveTag{Cursor: cursor, ETag: etag, Schema: c.p.SchemaVersion})
 	return string(b)
 }
 
 // tagFor is the committed tag of a pass's first request at cursor, if there is one.
 func (c *cycle) tagFor(cursor string) string {
 	var t liveTag
-	if json.Unmarshal([]byte(c.state.get(fieldLiveTag)), &t) != nil || t.Cursor != cursor {
+	if json.Unmarshal([]byte(c.state.get(fieldLiveTag)), &t) != nil || t.Cursor != cursor || t.Schema != c.p.SchemaVersion {
 		return ""
 	}
 	return t.ETag
@@ -353,10 +353,7 @@ func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string
 			return storeErr(err)
 		}
 	}
-	switch {
-	case len(w.steps) > 0 || len(w.Invalid) > 0:
-		c.setTag("")
-	case tag != "" && c.rep.DeleteCandidates == 0:
+	if tag != "" && len(w.steps) == 0 && len(w.Invalid) == 0 && c.rep.DeleteCandidates == 0 {
 		c.setTag(tag)
 	}
 	return c.commitAndDeliver(ctx, &w)

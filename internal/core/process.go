@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -348,6 +349,7 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 				cm.Revived = append(cm.Revived, st.identity)
 			}
 		}
+		c.tagWrites(&cm, last)
 		if !last && len(cm.Upserts)+len(cm.Deletes)+len(cm.Invalid) == 0 {
 			return nil
 		}
@@ -405,6 +407,32 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 	return res, nil
 }
 
+// tagWrites adds the live lane's tag to a chunk. A chunk that changes rows clears it in the
+// same write, whatever lane or operation commits it, so that a 304 to a committed tag always
+// means "nothing beyond what the rows hold" (G3); a pending tag (setTag) goes with the last
+// chunk of a commit that changes none. A tag is never written after a failed commit: it may
+// have carried the answer the tag names.
+func (c *cycle) tagWrites(cm *Commit, last bool) {
+	v := ""
+	switch {
+	case len(cm.Upserts)+len(cm.Deletes) > 0:
+		if c.state.get(fieldLiveTag) == "" && !c.tagPending {
+			return
+		}
+	case last && c.tagPending:
+		v = c.state.get(fieldLiveTag)
+	default:
+		return
+	}
+	st := make(map[string]string, len(cm.State)+1)
+	maps.Copy(st, cm.State)
+	st[fieldLiveTag] = v
+	cm.State, c.tagPending = st, false
+	if c.state != nil {
+		c.state[fieldLiveTag] = v
+	}
+}
+
 // orderingKey is an event's ordering key; operations without the poller's definition keep
 // the default, the identity.
 func (c *cycle) orderingKey(ev Event) string {
@@ -440,13 +468,6 @@ func (cm *Commit) empty() bool {
 // commitAndDeliver commits a page and delivers what it committed straight from memory. A pause
 // seen by the commit leaves the events in the outbox.
 func (c *cycle) commitAndDeliver(ctx context.Context, w *pageWrites) *cycleError {
-	if c.tagPending && (len(w.steps) > 0 || !w.Commit.empty()) {
-		if w.State == nil {
-			w.State = map[string]string{}
-		}
-		// Not written later if this commit fails: it may name an answer the commit carried.
-		w.State[fieldLiveTag], c.tagPending = c.state.get(fieldLiveTag), false
-	}
 	res, err := c.commit(ctx, w)
 	if err != nil {
 		return storeErr(err)
