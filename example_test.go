@@ -149,8 +149,8 @@ func ExampleEngine_Backfill() {
 	// live created A-2 ev_dcdd8e9e57ec6561840218fd2d72af30
 	// live created A-3 ev_ac1bdc7cacbe33e12e7ace505e63c173
 	// backfill 1 from "" to "3"
-	// backfill updated A-1 ev_166eaa696d5e780f76dedd74fef35730
-	// backfill updated A-2 ev_68e28a87866847d4632d665640eb9204
-	// backfill updated A-3 ev_5e95b0d8420fc8eb54067d71e9c98b38
+	// backfill updated A-1 ev_e4f1c8858ed0365d61309a82c0096b59
+	// backfill updated A-2 ev_ac8829bc34f9a5e527bfe8e1cd03c8bb
+	// backfill updated A-3 ev_bc46230758f85300c9edc3679d5faf77
 	// done true: 2 pages, 3 items, 3 events
 }

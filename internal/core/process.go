@@ -104,13 +104,17 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 			}
 			continue
 		}
-		switch kind := diff.Classify(k.row, o.vf, schema, c.p.EmitOnSchemaChange); kind {
+		kind := diff.Classify(k.row, o.vf, schema, c.p.EmitOnSchemaChange)
+		if kind != diff.Unchanged && c.stale(o, k.row) {
+			kind = diff.Unchanged // present, and nothing more: the rows hold a later version
+		}
+		switch kind {
 		case diff.Unchanged:
 			r := *k.row
-			if c.force > 0 && lane == "backfill" {
+			if c.force > 0 && lane == "backfill" && r.VF == o.vf {
 				// A forced backfill re-emits what is known; its ids are new for each backfill
 				// generation (so consumers that dedupe by id receive them) and stable within it.
-				ev := c.newEvent(Updated, lane, o.identity, o.version, o.vf, o.raw, r, k.row)
+				ev := c.newEvent(Updated, lane, o.identity, o.version, o.vf, o.raw, r)
 				ev.ID = diff.EventID(c.key.Poller, c.key.Partition, o.identity, "updated/backfill-"+strconv.FormatInt(c.force, 10), o.vf, schema, r.Life, r.Changes)
 				w.event(o.identity, diff.AppendRow(nil, r), ev)
 				continue
@@ -127,17 +131,17 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 			k.row = &r
 			w.steps = append(w.steps, step{identity: o.identity, row: diff.AppendRow(nil, r), event: -1})
 		case diff.Created, diff.Updated:
-			r := diff.Row{VF: o.vf, Schema: schema, Version: o.version, Changes: 1, Life: k.tomb}
+			r := diff.Row{VF: o.vf, Schema: schema, Version: o.version, Changes: c.changeCount(o, k.row), Life: k.tomb}
 			typ := Created
 			if prev := k.row; prev != nil {
-				// A forgotten row is created again; its life and count go on.
+				// A forgotten row is created again; its life goes on.
 				if !prev.Forgotten {
 					typ = Updated
 				}
-				r.Life, r.Changes = prev.Life, prev.Changes+1
+				r.Life = prev.Life
 			}
 			revived := k.row == nil && k.tomb != 0
-			ev := c.newEvent(typ, lane, o.identity, o.version, o.vf, o.raw, r, k.row)
+			ev := c.newEvent(typ, lane, o.identity, o.version, o.vf, o.raw, r)
 			k.row, k.tomb = &r, 0
 			w.event(o.identity, diff.AppendRow(nil, r), ev)
 			w.steps[len(w.steps)-1].revived = revived
@@ -203,30 +207,54 @@ func (c *cycle) delete(w *pageWrites, lane, identity string, k *stored) {
 	r.Changes++
 	gen := max(c.now().UnixMilli(), r.Life+1)
 	w.steps = append(w.steps, step{identity: identity, tomb: gen, event: len(w.events)})
-	w.events = append(w.events, c.newEvent(Deleted, lane, identity, r.Version, r.VF, nil, r, k.row))
+	w.events = append(w.events, c.newEvent(Deleted, lane, identity, r.Version, r.VF, nil, r))
 	k.row, k.tomb = nil, gen
 }
 
-// newEvent builds an event with its deterministic id (G2); r is the identity's row with this
-// change counted, prev the row before it (nil when there was none).
-//
-// A version names its change, so a versioned poller's ids leave the count out, and the type
-// of an upsert too (created or updated only says what the rows knew): a change observed again
-// after its commit was lost, or passed again by a rewind or a backfill of a change log, keeps
-// its id. The count goes in when the version did not move (content changed under the same
-// version, a forgotten row seen again). A version-less poller's content may come back
-// (closed → open → closed), so there the count always names the change.
-func (c *cycle) newEvent(typ EventType, lane, identity, version string, vf diff.VF, item json.RawMessage, r diff.Row, prev *diff.Row) Event {
-	idType, change := string(typ), r.Changes
-	if c.p.Version != nil {
-		switch {
-		case typ == Deleted:
-			change = 0 // one per life
-		case prev == nil || prev.Version != version:
-			idType, change = "observed", 0
-		}
+// stale reports whether an observation is older than its identity's row. Versions that order
+// (both integers, or both RFC 3339 times) never go back: an answer that lags, or history a
+// rewind or a backfill of a change log passes again, changes nothing.
+func (c *cycle) stale(o observation, r *diff.Row) bool {
+	if r == nil || c.p.Version == nil {
+		return false
 	}
-	return Event{ID: diff.EventID(c.key.Poller, c.key.Partition, identity, idType, vf, c.p.SchemaVersion, r.Life, change),
+	order, ok := diff.CompareVersions(o.version, r.Version)
+	return ok && order < 0
+}
+
+// changeCount is which change of its identity an observation is, for its id (G2). A version
+// that orders names its change, so the count only tells apart changes under one version
+// (content that changed while the version did not, a schema bump): 0 whenever the version
+// moved on, and a change re-observed after its commit was lost keeps its id. Without a
+// version, or with one that does not order (a checksum), content can come back (closed → open
+// → closed), so every change counts. A forgotten row seen again with its content is the same
+// change: its count, and so its id, stay.
+func (c *cycle) changeCount(o observation, prev *diff.Row) uint64 {
+	ordered := c.p.Version != nil && diff.Orderable(o.version)
+	switch {
+	case prev == nil && ordered:
+		return 0
+	case prev == nil:
+		return 1
+	case prev.Forgotten && prev.VF == o.vf && prev.Schema == c.p.SchemaVersion:
+		return prev.Changes
+	}
+	if order, ok := diff.CompareVersions(o.version, prev.Version); ok && c.p.Version != nil && order > 0 {
+		return 0
+	}
+	return prev.Changes + 1
+}
+
+// newEvent builds an event with its deterministic id (G2); r is the identity's row with this
+// change counted. The id of a created or updated event leaves the type out: it only says
+// what the rows knew (a forgotten row, a change log passed again), not what changed. An
+// identity is deleted once per life.
+func (c *cycle) newEvent(typ EventType, lane, identity, version string, vf diff.VF, item json.RawMessage, r diff.Row) Event {
+	kind, change := "observed", r.Changes
+	if typ == Deleted {
+		kind, change = string(Deleted), 0
+	}
+	return Event{ID: diff.EventID(c.key.Poller, c.key.Partition, identity, kind, vf, c.p.SchemaVersion, r.Life, change),
 		Poller: c.key.Poller, Partition: c.key.Partition, Type: typ, Lane: lane, Identity: identity,
 		Version: version, ObservedAt: c.now(), SchemaVersion: c.p.SchemaVersion, Item: item}
 }

@@ -4,10 +4,13 @@
 package diff
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"strconv"
+	"strings"
+	"time"
 )
 
 // VFSize is the size of the stored version/fingerprint hash. 64 bits keep a row at 9 bytes;
@@ -181,4 +184,44 @@ func EventID(poller, partition, identity, typ string, vf VF, schema int, life in
 	h.Write(n[:binary.PutUvarint(n[:], change)])
 	var sum [sha256.Size]byte
 	return "ev_" + hex.EncodeToString(h.Sum(sum[:0])[:16])
+}
+
+// CompareVersions orders two versions when both are decimal integers (of any length) or both
+// RFC 3339 times; ok is false for any other pair (an opaque version: a checksum, an ETag).
+func CompareVersions(a, b string) (order int, ok bool) {
+	if x, y := decimal(a), decimal(b); x != "" && y != "" {
+		if len(x) != len(y) {
+			return cmp.Compare(len(x), len(y)), true
+		}
+		return strings.Compare(x, y), true
+	}
+	ta, errA := time.Parse(time.RFC3339Nano, a)
+	tb, errB := time.Parse(time.RFC3339Nano, b)
+	if errA != nil || errB != nil {
+		return 0, false
+	}
+	return ta.Compare(tb), true
+}
+
+// Orderable reports whether v is a version CompareVersions can order.
+func Orderable(v string) bool {
+	_, ok := CompareVersions(v, v)
+	return ok
+}
+
+// decimal returns the digits of a non-negative decimal integer without leading zeros ("0" for
+// zero), or "" when s is not one.
+func decimal(s string) string {
+	if s == "" {
+		return ""
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return ""
+		}
+	}
+	if t := strings.TrimLeft(s, "0"); t != "" {
+		return t
+	}
+	return "0"
 }

@@ -102,3 +102,29 @@ func ExampleEventID() {
 	fmt.Println(len(EventID("orders", "t_1", "A-1001", "created", vf, 1, 0, 1)))
 	// Output: 35
 }
+
+func TestCompareVersions(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want int
+		ok   bool
+	}{
+		{"1", "2", -1, true},
+		{"10", "9", 1, true},
+		{"007", "7", 0, true},
+		{"123456789012345678901234567890", "123456789012345678901234567891", -1, true},
+		{"2026-11-30T10:00:00Z", "2026-11-30T10:00:01Z", -1, true},
+		{"2026-11-30T10:00:00.5+01:00", "2026-11-30T09:00:00Z", 1, true},
+		{"2026-11-30T10:00:00Z", "2026-11-30T10:00:00.000Z", 0, true},
+		{"-1", "2", 0, false},
+		{"1.5", "2", 0, false},
+		{"9e107d9d372bb6826bd81d3542a419d6", "e4d909c290d0fb1ca068ffaddf22cbd0", 0, false},
+		{"7", "2026-11-30T10:00:00Z", 0, false},
+		{"", "1", 0, false},
+	} {
+		got, ok := CompareVersions(tc.a, tc.b)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("CompareVersions(%q, %q) = %d, %v; want %d, %v", tc.a, tc.b, got, ok, tc.want, tc.ok)
+		}
+	}
+}
