@@ -230,12 +230,9 @@ func (c *cycle) stale(o observation, r *diff.Row) bool {
 // → closed), so every change counts. A forgotten row seen again with its content is the same
 // change: its count, and so its id, stay.
 func (c *cycle) changeCount(o observation, prev *diff.Row) uint64 {
-	ordered := c.p.Version != nil && diff.Orderable(o.version)
 	switch {
-	case prev == nil && ordered:
-		return 0
 	case prev == nil:
-		return 1
+		return 0
 	case prev.Forgotten && prev.VF == o.vf && prev.Schema == c.p.SchemaVersion:
 		return prev.Changes
 	}

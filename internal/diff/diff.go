@@ -203,12 +203,6 @@ func CompareVersions(a, b string) (order int, ok bool) {
 	return ta.Compare(tb), true
 }
 
-// Orderable reports whether v is a version CompareVersions can order.
-func Orderable(v string) bool {
-	_, ok := CompareVersions(v, v)
-	return ok
-}
-
 // decimal returns the digits of a non-negative decimal integer without leading zeros ("0" for
 // zero), or "" when s is not one.
 func decimal(s string) string {
