@@ -254,9 +254,9 @@ func (f *FaultyStore) ClaimDue(ctx context.Context, limit int, claimTimeout time
 }
 
 // LoadRows implements core.Store.
-func (f *FaultyStore) LoadRows(ctx context.Context, key core.Key, ids []string) ([][]byte, []int64, error) {
+func (f *FaultyStore) LoadRows(ctx context.Context, key core.Key, ids []string) (core.StoredRows, error) {
 	if f.dead() {
-		return nil, nil, ErrKilled
+		return core.StoredRows{}, ErrKilled
 	}
 	return f.Store.LoadRows(ctx, key, ids)
 }

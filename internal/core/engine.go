@@ -532,7 +532,6 @@ type parkedRow struct {
 	Identity string     `json:"identity,omitempty"`
 	Lane     string     `json:"lane,omitempty"`
 	Item     string     `json:"item,omitempty"`
-	Base     string     `json:"base,omitempty"` // invalid: stored.base when it was parked
 	ParkedAt int64      `json:"parkedAt"`
 }
 

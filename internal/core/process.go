@@ -54,8 +54,9 @@ func (w *pageWrites) event(identity string, row []byte, ev Event) {
 // stored is what the diff knows of an identity while a page is processed.
 type stored struct {
 	row      *diff.Row
-	tomb     int64 // without a row: the generation of its last deletion, if remembered
-	wasThere bool  // it had a row when the page started
+	tomb     int64  // without a row: the generation of its last deletion, if remembered
+	wasThere bool   // it had a row when the page started
+	parked   string // the parked id of its latest invalid observation, if any
 }
 
 // process diffs a page's items against the stored rows, in page order, and adds the steps to
@@ -71,7 +72,7 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 			seen[o.identity] = seen[o.identity] || issue == ""
 		}
 		if o.issue = issue; issue != "" && o.identity == "" {
-			c.parkInvalid(&w.Commit, raw, "", lane, issue, "")
+			c.parkInvalid(&w.Commit, raw, "", lane, issue)
 			continue
 		}
 		obs = append(obs, o)
@@ -81,21 +82,30 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 	}
 	ids := make([]string, 0, len(obs))
 	index := make(map[string]int, len(obs))
-	for _, o := range obs {
+	lastSeen := make(map[string]int, len(obs))
+	for i, o := range obs {
 		if _, dup := index[o.identity]; !dup {
 			index[o.identity] = len(ids)
 			ids = append(ids, o.identity)
 		}
+		lastSeen[o.identity] = i
 	}
 	known, err := c.load(ctx, ids)
 	if err != nil {
 		return err
 	}
 	schema := c.p.SchemaVersion
-	for _, o := range obs {
+	for i, o := range obs {
 		k := &known[index[o.identity]]
+		// An identity's latest observation supersedes a parked invalid one: retried, the
+		// older item would take the identity back (G3).
+		if i == lastSeen[o.identity] {
+			c.supersede(&w.Commit, o, k)
+		}
 		if o.issue != "" {
-			c.parkInvalid(&w.Commit, o.raw, o.identity, lane, o.issue, k.base())
+			if i == lastSeen[o.identity] {
+				c.parkInvalid(&w.Commit, o.raw, o.identity, lane, o.issue)
+			}
 			continue
 		}
 		if o.tombstone {
@@ -158,36 +168,26 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 	return nil
 }
 
-// base names where an identity stands: its life and count of changes, or the deletion it is
-// gone by. A parked invalid item records it, so that a retry can tell whether the identity
-// moved on since.
-func (k *stored) base() string {
-	if k.row == nil {
-		return "gone/" + strconv.FormatInt(k.tomb, 10)
-	}
-	return strconv.FormatInt(k.row.Life, 10) + "/" + strconv.FormatUint(k.row.Changes, 10)
-}
-
 // loadBatch bounds the identities one read of rows asks for: a read of a 100,000-item page's
 // rows in one command would hold Redis for tens of milliseconds.
 const loadBatch = 5000
 
-// load reads the stored rows (and tombstones) of identities.
+// load reads what is stored of identities: rows, tombstones, parked invalid observations.
 func (c *cycle) load(ctx context.Context, ids []string) ([]stored, error) {
 	known := make([]stored, len(ids))
 	for from := 0; from < len(ids); from += loadBatch {
 		to := min(from+loadBatch, len(ids))
-		rows, tombs, err := c.e.store.LoadRows(ctx, c.key, ids[from:to])
+		sr, err := c.e.store.LoadRows(ctx, c.key, ids[from:to])
 		if err != nil {
 			return nil, err
 		}
-		for j := range rows {
+		for j, row := range sr.Rows {
 			i := from + j
-			known[i].tomb = tombs[j]
-			if rows[j] == nil {
+			known[i].tomb, known[i].parked = sr.Tombstones[j], sr.Parked[j]
+			if row == nil {
 				continue
 			}
-			r, ok := diff.ParseRow(rows[j])
+			r, ok := diff.ParseRow(row)
 			if !ok {
 				// A corrupt row counts as absent: the identity is created again (at worst a
 				// duplicate), never skipped.
@@ -209,6 +209,11 @@ func (c *cycle) delete(w *pageWrites, lane, identity string, k *stored) {
 	w.steps = append(w.steps, step{identity: identity, tomb: gen, event: len(w.events)})
 	w.events = append(w.events, c.newEvent(Deleted, lane, identity, r.Version, r.VF, nil, r))
 	k.row, k.tomb = nil, gen
+	if k.parked != "" {
+		// An invalid observation parked before the deletion is older than it (G3).
+		w.Unpark = append(w.Unpark, ParkedRow{ID: k.parked, Identity: identity})
+		k.parked = ""
+	}
 }
 
 // stale reports whether an observation is older than its identity's row. Versions that order
@@ -296,14 +301,30 @@ func (c *cycle) observe(raw json.RawMessage) (o observation, issue string) {
 	return o, ""
 }
 
-// parkInvalid parks an invalid item; base is what its identity's row was when it was seen
-// (stored.base).
-func (c *cycle) parkInvalid(cm *Commit, raw json.RawMessage, identity, lane, issue, base string) {
+// invalidID is the parked id of an invalid item: the same item is parked once.
+func invalidID(raw json.RawMessage) string {
 	sum := sha256.Sum256(raw)
-	id := "inv_" + hex.EncodeToString(sum[:12])
+	return "inv_" + hex.EncodeToString(sum[:12])
+}
+
+// supersede removes the parked invalid observation of o's identity, unless o is that very
+// item again.
+func (c *cycle) supersede(cm *Commit, o observation, k *stored) {
+	if k.parked == "" || o.issue != "" && k.parked == invalidID(o.raw) {
+		return
+	}
+	cm.Unpark = append(cm.Unpark, ParkedRow{ID: k.parked, Identity: o.identity})
+	c.log.Info().Str("parkedId", k.parked).Str("identity", o.identity).Msg("parked invalid item superseded by a later observation of its identity")
+	k.parked = ""
+}
+
+// parkInvalid parks an invalid item; with an identity, it is that identity's latest invalid
+// observation.
+func (c *cycle) parkInvalid(cm *Commit, raw json.RawMessage, identity, lane, issue string) {
+	id := invalidID(raw)
 	row, _ := json.Marshal(parkedRow{Kind: parkedInvalid, ID: id, Error: issue, Errors: []string{issue},
-		Identity: identity, Lane: lane, Item: string(raw), Base: base, ParkedAt: c.now().UnixMilli()})
-	cm.Invalid = append(cm.Invalid, ParkedRow{ID: id, Row: row})
+		Identity: identity, Lane: lane, Item: string(raw), ParkedAt: c.now().UnixMilli()})
+	cm.Invalid = append(cm.Invalid, ParkedRow{ID: id, Identity: identity, Row: row})
 	c.rep.Invalid++
 	c.log.Warn().Str("parkedId", id).Str("identity", identity).Str("issue", issue).Msg("item parked as invalid")
 	if h := c.e.hooks.OnParked; h != nil {
@@ -539,25 +560,12 @@ func (c *cycle) routeEvents(w *pageWrites) (shadow bool) {
 }
 
 // retryInvalid runs a parked invalid item through the diff again; if it now passes it is
-// committed like an observation and its parked row removed. An item whose identity changed
-// since it was parked (a later observation committed, or a delete) is older than what the
-// rows hold: committing it would take the identity back, so its row is only removed.
+// committed like an observation and its parked row removed. It is its identity's latest
+// observation: a later one would have removed it (supersede).
 func (c *cycle) retryInvalid(ctx context.Context, r parkedRow) error {
 	raw := json.RawMessage(r.Item)
 	if _, issue := c.observe(raw); issue != "" {
 		return fmt.Errorf("parked row %s is still invalid: %s", r.ID, issue)
-	}
-	if r.Base != "" {
-		known, err := c.load(ctx, []string{r.Identity})
-		if err != nil {
-			return err
-		}
-		if now := known[0].base(); now != r.Base {
-			c.log.Info().Str("parkedId", r.ID).Str("identity", r.Identity).Str("parkedAgainst", r.Base).Str("now", now).
-				Msg("parked invalid item superseded: its identity changed since, so it is dropped, not committed")
-			_, err := c.commit(ctx, &pageWrites{Commit: Commit{Unpark: []string{r.ID}}})
-			return err
-		}
 	}
 	lane := r.Lane
 	if lane == "" {
@@ -567,7 +575,7 @@ func (c *cycle) retryInvalid(ctx context.Context, r parkedRow) error {
 	if err := c.process(ctx, lane, []json.RawMessage{raw}, nil, &w); err != nil {
 		return err
 	}
-	w.Unpark = []string{r.ID}
+	w.Unpark = append(w.Unpark, ParkedRow{ID: r.ID, Identity: r.Identity})
 	if _, err := c.commit(ctx, &w); err != nil {
 		return err
 	}

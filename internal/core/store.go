@@ -20,9 +20,8 @@ type Store interface {
 	// Renew extends the lease and returns its new expiry (server clock) and whether the key
 	// was paused meanwhile.
 	Renew(ctx context.Context, l Lease) (Confirm, error)
-	// LoadRows returns the stored rows for identities (nil where absent), in order, and for
-	// each the generation of its last deletion that a tombstone still remembers (0 if none).
-	LoadRows(ctx context.Context, key Key, identities []string) (rows [][]byte, tombstones []int64, err error)
+	// LoadRows returns what is stored of identities, index by index.
+	LoadRows(ctx context.Context, key Key, identities []string) (StoredRows, error)
 	// Identities lists every tracked identity of key.
 	Identities(ctx context.Context, key Key) ([]string, error)
 	// CommitPoll writes one page atomically and returns the outbox sequence of each event. A
@@ -166,10 +165,12 @@ type Commit struct {
 	TombstoneRetention time.Duration
 	// Events go to the outbox in this order.
 	Events []OutboxEvent
-	// Invalid parks rows of items that failed validation (once per id).
+	// Invalid parks rows of items that failed validation (once per id); one with an identity
+	// becomes that identity's latest invalid observation (StoredRows.Parked).
 	Invalid []ParkedRow
-	// Unpark removes parked rows (an invalid item that now passes).
-	Unpark []string
+	// Unpark removes parked rows: an invalid item that now passes, or one a later
+	// observation of its identity superseded.
+	Unpark []ParkedRow
 	// LogRetention, when set, also appends the events to the key's replay log and trims
 	// entries older than this.
 	LogRetention time.Duration
@@ -196,10 +197,23 @@ type OutboxEvent struct {
 	Envelope    []byte
 }
 
-// ParkedRow is one parked row (JSON).
+// ParkedRow is one parked row (JSON): to park (Commit.Invalid) or to remove (Commit.Unpark,
+// without Row). Identity is an invalid item's identity, if it has one.
 type ParkedRow struct {
-	ID  string
-	Row []byte
+	ID       string
+	Identity string
+	Row      []byte
+}
+
+// StoredRows is what the store keeps of a list of identities, index by index.
+type StoredRows struct {
+	// Rows are the item rows (nil where absent).
+	Rows [][]byte
+	// Tombstones are the generations of the identities' last deletions that a tombstone still
+	// remembers (0 if none).
+	Tombstones []int64
+	// Parked are the parked ids of the identities' latest invalid observations ("" if none).
+	Parked []string
 }
 
 // CommitResult is what CommitPoll returns.

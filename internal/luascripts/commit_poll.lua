@@ -3,14 +3,17 @@
 -- copies), invalid items parked, parked rows removed; also renews the lease (G3: the cursor
 -- moves only together with its page's events; a chunked page moves it with its last chunk).
 -- KEYS[1] state hash, KEYS[2] lease hash, KEYS[3] items hash, KEYS[4] outbox stream,
--- KEYS[5] parked hash, KEYS[6] replay log stream, KEYS[7] tombstones sorted set
+-- KEYS[5] parked hash, KEYS[6] replay log stream, KEYS[7] tombstones sorted set, KEYS[8] latest
+-- invalid observations hash (identity -> parked id)
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] write id, ARGV[5] lease
 -- TTL ms, ARGV[6] log retention ms ('0': no log), ARGV[7] tombstone retention ms,
 -- then sections, each a count followed by its values:
 --   state pairs (field, value), state counters (field, increment), item upserts (identity,
 --   row), item deletes (identity), tombstones (identity, generation), tombstones lifted
---   (identity), events (id, orderingKey, envelope JSON), invalid rows (parkedId, row JSON;
---   HSETNX so the same invalid item is parked once), unparked ids (HDEL)
+--   (identity), events (id, orderingKey, envelope JSON), invalid rows (parkedId, identity or
+--   '', row JSON; HSETNX so the same invalid item is parked once; the identity's latest invalid
+--   observation), unparked rows (parkedId, identity or ''; HDEL, and the identity's latest
+--   invalid observation is forgotten if it is that row)
 -- Returns {expiresAt, paused 0|1, firstId, duplicate 0|1}: the events get the outbox stream ids
 -- firstId, then the same milliseconds with the sequence counted up one by one (ms-s, ms-s+1,
 -- ...), so the caller knows every id from the first. A write id applied before (the client
@@ -82,13 +85,20 @@ if retention > 0 and n > 0 then
   local real = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('XTRIM', KEYS[6], 'MINID', tostring(real - retention))
 end
+from, to, n = section(3)
+for k = 0, n - 1 do
+  local j = from + k * 3
+  redis.call('HSETNX', KEYS[5], ARGV[j], ARGV[j + 2])
+  if ARGV[j + 1] ~= '' then redis.call('HSET', KEYS[8], ARGV[j + 1], ARGV[j]) end
+end
 from, to, n = section(2)
 for k = 0, n - 1 do
   local j = from + k * 2
-  redis.call('HSETNX', KEYS[5], ARGV[j], ARGV[j + 1])
+  redis.call('HDEL', KEYS[5], ARGV[j])
+  if ARGV[j + 1] ~= '' and redis.call('HGET', KEYS[8], ARGV[j + 1]) == ARGV[j] then
+    redis.call('HDEL', KEYS[8], ARGV[j + 1])
+  end
 end
-from, to = section(1)
-if to >= from then chunked('HDEL', KEYS[5], ARGV, from, to, 1000) end
 
 local exp = now + tonumber(ARGV[5])
 redis.call('HSET', KEYS[2], 'expiresAt', exp, 'write', ARGV[4], 'reply', first)

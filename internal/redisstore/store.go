@@ -337,31 +337,37 @@ func (s *Store) Renew(ctx context.Context, l core.Lease) (core.Confirm, error) {
 	return core.Confirm{Expires: time.UnixMilli(r[0].(int64)), Paused: r[1].(int64) == 1}, nil
 }
 
-// LoadRows implements core.Store: the rows and the tombstones in one round trip.
-func (s *Store) LoadRows(ctx context.Context, key core.Key, identities []string) ([][]byte, []int64, error) {
+// LoadRows implements core.Store: rows, tombstones and parked invalid observations in one
+// round trip.
+func (s *Store) LoadRows(ctx context.Context, key core.Key, identities []string) (core.StoredRows, error) {
 	if len(identities) == 0 {
-		return nil, nil, nil
+		return core.StoredRows{}, nil
 	}
-	var rc *redis.SliceCmd
+	var rc, pc *redis.SliceCmd
 	var tc *redis.FloatSliceCmd
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		rc = p.HMGet(ctx, s.k(key, "items"), identities...)
 		tc = p.ZMScore(ctx, s.k(key, "gone"), identities...)
+		pc = p.HMGet(ctx, s.k(key, "invalid"), identities...)
 		return nil
 	}); err != nil {
-		return nil, nil, fmt.Errorf("redisstore: load rows of %s: %w", key, err)
+		return core.StoredRows{}, fmt.Errorf("redisstore: load rows of %s: %w", key, err)
 	}
-	rows := make([][]byte, len(identities))
+	out := core.StoredRows{Rows: make([][]byte, len(identities)), Tombstones: make([]int64, len(identities)), Parked: make([]string, len(identities))}
 	for i, x := range rc.Val() {
 		if str, ok := x.(string); ok {
-			rows[i] = []byte(str)
+			out.Rows[i] = []byte(str)
 		}
 	}
-	tombs := make([]int64, len(identities))
 	for i, f := range tc.Val() {
-		tombs[i] = int64(f)
+		out.Tombstones[i] = int64(f)
 	}
-	return rows, tombs, nil
+	for i, x := range pc.Val() {
+		if str, ok := x.(string); ok {
+			out.Parked[i] = str
+		}
+	}
+	return out, nil
 }
 
 // Identities implements core.Store.
@@ -389,7 +395,7 @@ func (s *Store) Identities(ctx context.Context, key core.Key) ([]string, error) 
 
 // CommitPoll implements core.Store.
 func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
-	args := make([]any, 0, 20+2*len(c.State)+2*len(c.Count)+2*len(c.Upserts)+len(c.Deletes)+2*len(c.Tombstones)+len(c.Revived)+3*len(c.Events)+2*len(c.Invalid)+len(c.Unpark))
+	args := make([]any, 0, 20+2*len(c.State)+2*len(c.Count)+2*len(c.Upserts)+len(c.Deletes)+2*len(c.Tombstones)+len(c.Revived)+3*len(c.Events)+3*len(c.Invalid)+2*len(c.Unpark))
 	args = append(args, s.writeArgs(l)...)
 	args = append(args, l.TTL.Milliseconds(), c.LogRetention.Milliseconds(), c.TombstoneRetention.Milliseconds())
 	args = appendPairs(args, c.State)
@@ -413,11 +419,14 @@ func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (co
 	}
 	args = append(args, len(c.Invalid))
 	for _, p := range c.Invalid {
-		args = append(args, p.ID, p.Row)
+		args = append(args, p.ID, p.Identity, p.Row)
 	}
-	args = appendList(args, c.Unpark)
+	args = append(args, len(c.Unpark))
+	for _, p := range c.Unpark {
+		args = append(args, p.ID, p.Identity)
+	}
 	k := l.Key
-	v, replicated, err := s.runReplicated(ctx, "commit_poll", &l, []string{s.k(k, "state"), s.k(k, "lease"), s.k(k, "items"), s.k(k, "outbox"), s.k(k, "parked"), s.k(k, "log"), s.k(k, "gone")}, args...)
+	v, replicated, err := s.runReplicated(ctx, "commit_poll", &l, []string{s.k(k, "state"), s.k(k, "lease"), s.k(k, "items"), s.k(k, "outbox"), s.k(k, "parked"), s.k(k, "log"), s.k(k, "gone"), s.k(k, "invalid")}, args...)
 	if err != nil {
 		return core.CommitResult{}, err
 	}
@@ -675,7 +684,7 @@ func (s *Store) DeleteKey(ctx context.Context, l core.Lease) error {
 		return fmt.Errorf("redisstore: read the registry entry of %s: %w", k, err)
 	}
 	if _, err := s.run(ctx, "delete_key", &l, []string{s.k(k, "lease"), s.k(k, "state"), s.k(k, "items"), s.k(k, "outbox"),
-		s.k(k, "parked"), s.k(k, "holds"), s.k(k, "held"), s.k(k, "log"), s.k(k, "gone")}, s.writeArgs(l)...); err != nil {
+		s.k(k, "parked"), s.k(k, "holds"), s.k(k, "held"), s.k(k, "log"), s.k(k, "gone"), s.k(k, "invalid")}, s.writeArgs(l)...); err != nil {
 		return err
 	}
 	if _, err := s.run(ctx, "forget_key", nil, []string{s.registryKey(), s.dueKey(k.Poller)}, k.String(), entry); err != nil {

@@ -69,7 +69,7 @@ func TestFencedWritesLeaveNoTrace(t *testing.T) {
 			"commitPoll": func(l core.Lease) error {
 				_, err := s.CommitPoll(ctx, l, core.Commit{State: map[string]string{"cursor.live": "stale"},
 					Upserts: []core.Upsert{{Identity: "z", Row: []byte("999999999")}}, Deletes: []string{"x"},
-					Events: []core.OutboxEvent{{ID: "ev9", OrderingKey: "z", Envelope: []byte(`{}`)}}, Unpark: []string{"inv1"}})
+					Events: []core.OutboxEvent{{ID: "ev9", OrderingKey: "z", Envelope: []byte(`{}`)}}, Unpark: []core.ParkedRow{{ID: "inv1"}}})
 				return err
 			},
 			"readOutbox": func(l core.Lease) error { _, err := s.ReadOutbox(ctx, l, 10); return err },
