@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -307,21 +308,10 @@ func TestAdversary2G3DeleteRightAfterClearSnapshot(t *testing.T) {
 func TestAdversary2G3ParkedRetryOfAStaleInvalidItem(t *testing.T) {
 	eachLight(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
-		var mu sync.Mutex
-		strict := true
+		var strict atomic.Bool
+		strict.Store(true)
 		eng := e.engine(e.poller(func(p *Poller) {
-			p.Validate = func(item json.RawMessage) error {
-				mu.Lock()
-				defer mu.Unlock()
-				var it struct {
-					Bad bool `json:"bad"`
-				}
-				_ = json.Unmarshal(item, &it)
-				if strict && it.Bad {
-					return fmt.Errorf("bad item")
-				}
-				return nil
-			}
+			p.Validate = rejectBad(&strict)
 		}), nil)
 		ctx := t.Context()
 		e.api.Put("o1", map[string]any{"n": 1})
@@ -334,9 +324,7 @@ func TestAdversary2G3ParkedRetryOfAStaleInvalidItem(t *testing.T) {
 		if err != nil || len(rows) != 0 {
 			t.Fatalf("parked: want v2 superseded by v3, got %v, %v", rows, err)
 		}
-		mu.Lock()
-		strict = false // the validation was fixed
-		mu.Unlock()
+		strict.Store(false) // the validation was fixed
 		e.settle(eng)
 		checkFinal(t, e)
 	})
@@ -354,9 +342,14 @@ type changeLog struct {
 }
 
 func (l *changeLog) add(id string, version int, state string) {
+	l.addRaw(fmt.Sprintf(`{"id":%q,"version":"%d","state":%q}`, id, version, state))
+}
+
+// addRaw appends an entry as it is.
+func (l *changeLog) addRaw(raw string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.entries = append(l.entries, json.RawMessage(fmt.Sprintf(`{"id":%q,"version":"%d","state":%q}`, id, version, state)))
+	l.entries = append(l.entries, json.RawMessage(raw))
 }
 
 func (l *changeLog) fetch(ctx context.Context, req FetchRequest) (Page, error) {

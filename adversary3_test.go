@@ -33,21 +33,10 @@ import (
 func TestAdversary3G3RetryOfTwoParkedVersionsDropsTheCurrentOne(t *testing.T) {
 	eachLight(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
-		var mu sync.Mutex
-		strict := true
+		var strict atomic.Bool
+		strict.Store(true)
 		eng := e.engine(e.poller(func(p *Poller) {
-			p.Validate = func(item json.RawMessage) error {
-				mu.Lock()
-				defer mu.Unlock()
-				var it struct {
-					Bad bool `json:"bad"`
-				}
-				_ = json.Unmarshal(item, &it)
-				if strict && it.Bad {
-					return fmt.Errorf("bad item")
-				}
-				return nil
-			}
+			p.Validate = rejectBad(&strict)
 		}), nil)
 		ctx := t.Context()
 		e.api.Put("o1", map[string]any{"n": 1})
@@ -66,9 +55,7 @@ func TestAdversary3G3RetryOfTwoParkedVersionsDropsTheCurrentOne(t *testing.T) {
 		if err := json.Unmarshal(rows[0].Item, &it); err != nil || it.N != 3 {
 			t.Fatalf("parked item: want v3 (n=3), got %s (%v)", rows[0].Item, err)
 		}
-		mu.Lock()
-		strict = false // the validation was too strict
-		mu.Unlock()
+		strict.Store(false) // the validation was too strict
 		if n, err := eng.Parked().Retry(ctx, "orders", "", rows[0].ID); err != nil || n != 1 {
 			t.Fatalf("retry: %d, %v", n, err)
 		}
@@ -349,32 +336,6 @@ func TestAdversary3G3ThrottledDetailCommitsDeletesUnderTheTag(t *testing.T) {
 	})
 }
 
-// rawFeed serves raw entries in order (a change log of whole items), two a page; the cursor is
-// the index of the next entry.
-type rawFeed struct {
-	mu      sync.Mutex
-	entries []json.RawMessage
-}
-
-func (f *rawFeed) add(raw string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.entries = append(f.entries, json.RawMessage(raw))
-}
-
-func (f *rawFeed) fetch(ctx context.Context, req FetchRequest) (Page, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	from := 0
-	if req.Cursor != "" {
-		if _, err := fmt.Sscan(req.Cursor, &from); err != nil {
-			return Page{}, err
-		}
-	}
-	to := min(from+2, len(f.entries))
-	return Page{Items: append([]json.RawMessage(nil), f.entries[from:to]...), Next: fmt.Sprint(to), HasMore: to < len(f.entries)}, nil
-}
-
 // TestAdversary3G3InvalidItemParkedAgainKeepsItsOldBase: a parked row's id is a hash of the
 // raw item and commit_poll parks with HSETNX, so the same raw item parked again keeps the
 // base of its FIRST parking. x toggles: active/basic (valid), suspended (invalid: no plan),
@@ -389,7 +350,7 @@ func TestAdversary3G3InvalidItemParkedAgainKeepsItsOldBase(t *testing.T) {
 			t.Run(fmt.Sprintf("parked-again-%v", again), func(t *testing.T) {
 				e := newEnv(t, b)
 				name := fmt.Sprintf("again-%v", again)
-				f := &rawFeed{}
+				f := &changeLog{}
 				var mu sync.Mutex
 				strict := true
 				eng := e.engine(e.poller(func(p *Poller) {
@@ -417,7 +378,7 @@ func TestAdversary3G3InvalidItemParkedAgainKeepsItsOldBase(t *testing.T) {
 					steps = []string{`{"id":"x","state":"active","plan":"basic"}`, `{"id":"x","state":"active","plan":"pro"}`, suspended}
 				}
 				for _, raw := range steps {
-					f.add(raw)
+					f.addRaw(raw)
 					e.settle(eng)
 				}
 				rows, err := eng.Parked().List(ctx, name, "", "invalid")
@@ -557,16 +518,7 @@ func TestG3DeleteSupersedesAParkedInvalidItem(t *testing.T) {
 		eng := e.engine(e.poller(func(p *Poller) {
 			p.Strategy = SnapshotDiff
 			p.Fetch = e.api.Listing(10)
-			p.Validate = func(item json.RawMessage) error {
-				var it struct {
-					Bad bool `json:"bad"`
-				}
-				_ = json.Unmarshal(item, &it)
-				if it.Bad {
-					return fmt.Errorf("bad item")
-				}
-				return nil
-			}
+			p.Validate = rejectBad(nil)
 		}), nil)
 		ctx := t.Context()
 		e.api.Put("o1", map[string]any{"n": 1})

@@ -2,10 +2,12 @@ package watukuy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -274,5 +276,20 @@ func (w *windowWatch) check(t *testing.T, label string) {
 	defer w.mu.Unlock()
 	if len(w.inside) > 0 {
 		t.Errorf("G8 (%s): requests inside the Retry-After window: %v", label, w.inside)
+	}
+}
+
+// rejectBad is a Validate that rejects items with "bad": true while strict holds (always,
+// when strict is nil): an operator fixes the validation by clearing it.
+func rejectBad(strict *atomic.Bool) func(json.RawMessage) error {
+	return func(item json.RawMessage) error {
+		var it struct {
+			Bad bool `json:"bad"`
+		}
+		_ = json.Unmarshal(item, &it)
+		if it.Bad && (strict == nil || strict.Load()) {
+			return fmt.Errorf("bad item")
+		}
+		return nil
 	}
 }
