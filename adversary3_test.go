@@ -538,3 +538,30 @@ func TestG3DeleteSupersedesAParkedInvalidItem(t *testing.T) {
 		checkFinal(t, e)
 	})
 }
+
+// TestG3EachParkedInvalidItemIsSupersededInTurn: v3 parked supersedes v2 in one commit (the
+// index then names v3, not nothing), and the valid v4 supersedes v3: nothing is left to retry.
+func TestG3EachParkedInvalidItemIsSupersededInTurn(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		eng := e.engine(e.poller(func(p *Poller) { p.Validate = rejectBad(nil) }), nil)
+		ctx := t.Context()
+		parked := func(want int) {
+			t.Helper()
+			if rows, err := eng.Parked().List(ctx, "orders", "", "invalid"); err != nil || len(rows) != want {
+				t.Fatalf("parked: want %d, got %v, %v", want, rows, err)
+			}
+		}
+		e.api.Put("o1", map[string]any{"n": 1})
+		e.settle(eng)
+		for n := 2; n <= 3; n++ {
+			e.api.Put("o1", map[string]any{"n": n, "bad": true})
+			e.settle(eng)
+			parked(1)
+		}
+		e.api.Put("o1", map[string]any{"n": 4})
+		e.settle(eng)
+		parked(0)
+		checkFinal(t, e)
+	})
+}
