@@ -394,3 +394,121 @@ func TestAdversary4G2ForwardAgainAfterAnOpaqueVersionRepeatsAnID(t *testing.T) {
 		}
 	})
 }
+
+// ---------------------------------------------------------------------------------------
+// G3: clear-snapshot does not re-emit items older than their forgotten rows.
+// ---------------------------------------------------------------------------------------
+
+// TestAdversary4G3ClearSnapshotKeepsItemsOlderThanTheirRows: reset-cursor --clear-snapshot
+// promises that every item is emitted as created again (README, ResetCursor). Its use is a
+// consumer or an API that must be brought back in step, e.g. after the API was restored from a
+// backup: its records are back at older revisions. The forgotten rows keep their versions and
+// stale() runs before a forgotten row is taken as absent: every restored item (rev 3, below
+// the row's rev 5) is "stale", nothing is emitted, the rows stay forgotten, and the consumer
+// keeps the records the API no longer has. The control clears the snapshot of an API that was
+// not restored: both items are emitted again.
+func TestAdversary4G3ClearSnapshotKeepsItemsOlderThanTheirRows(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, restored := range []bool{false, true} {
+			t.Run(fmt.Sprintf("restored-%v", restored), func(t *testing.T) {
+				e := newEnv(t, b)
+				name := fmt.Sprintf("restored-%v", restored)
+				l := &rawListing{items: map[string]string{}}
+				for _, id := range []string{"a", "b"} {
+					l.set(id, fmt.Sprintf(`{"id":%q,"rev":5,"state":"rev 5"}`, id))
+				}
+				eng := e.engine(e.poller(func(p *Poller) {
+					p.Name = name
+					p.Strategy = SnapshotDiff
+					p.ConfirmDeletes = 1
+					p.Fetch = l.fetch
+					p.Version = Field("rev")
+				}), nil)
+				e.settle(eng)
+				if restored {
+					for _, id := range []string{"a", "b"} {
+						l.set(id, fmt.Sprintf(`{"id":%q,"rev":3,"state":"rev 3"}`, id))
+					}
+					e.settle(eng)
+				}
+				before := len(e.rec.events())
+				if err := eng.ResetCursor(t.Context(), name, "", "", true); err != nil {
+					t.Fatal(err)
+				}
+				e.settle(eng)
+				created := 0
+				for _, ev := range e.rec.events()[before:] {
+					if ev.Type == Created {
+						created++
+					}
+				}
+				got, _ := dedupingConsumer(e.rec.events())
+				l.mu.Lock()
+				api := map[string]string{"a": stateOf(json.RawMessage(l.items["a"])), "b": stateOf(json.RawMessage(l.items["b"]))}
+				l.mu.Unlock()
+				if created != 2 {
+					t.Errorf("G3: clear-snapshot emitted %d created events for 2 items; the consumer holds %v, the API %v", created, got, api)
+				}
+			})
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------------------
+// G3: a parked invalid item without an identity is never superseded.
+// ---------------------------------------------------------------------------------------
+
+// TestAdversary4G3RetryOfAnItemParkedWithoutIdentityTakesItBack: an item whose identity
+// could not be read is parked with identity "" and so is not in the :invalid index: no later
+// observation supersedes it. The identity path was wrong ("ID" in one release of the API), the
+// deploy that fixes it reads o1's later change ("b") from the feed; the operator then retries
+// the parked rows, as the fix invites: the retry of the older item ("a") is committed over
+// "b" as an update (no version to call it stale). The feed's cursor is past "b": the consumer
+// holds "a", the API "b". The control retries before o1 changes again.
+func TestAdversary4G3RetryOfAnItemParkedWithoutIdentityTakesItBack(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, laterChange := range []bool{false, true} {
+			t.Run(fmt.Sprintf("later-change-%v", laterChange), func(t *testing.T) {
+				e := newEnv(t, b)
+				name := fmt.Sprintf("noid-%v", laterChange)
+				f := &rawFeed{}
+				base := func(p *Poller) {
+					p.Name = name
+					p.Fetch = f.fetch
+					p.Version = nil
+					p.Fingerprint = stateFingerprint
+				}
+				ctx := t.Context()
+				f.add(`{"id":"o0","state":"x"}`)
+				f.add(`{"ID":"o1","state":"a"}`) // no "id": parked without identity
+				e.settle(e.engine(e.poller(base), nil))
+				eng := e.engine(e.poller(base, func(p *Poller) {
+					p.Identity = func(item json.RawMessage) (string, error) {
+						if id, err := Field("id")(item); err == nil {
+							return id, nil
+						}
+						return Field("ID")(item)
+					}
+				}), nil)
+				want := "a"
+				if laterChange {
+					f.add(`{"id":"o1","state":"b"}`)
+					want = "b"
+					e.settle(eng)
+				}
+				rows, err := eng.Parked().List(ctx, name, "", "invalid")
+				if err != nil || len(rows) != 1 {
+					t.Fatalf("parked: %v, %v", rows, err)
+				}
+				if _, err := eng.Parked().Retry(ctx, name, "", rows[0].ID); err != nil {
+					t.Fatal(err)
+				}
+				e.settle(eng)
+				got, _ := dedupingConsumer(e.rec.events())
+				if got["o1"] != want {
+					t.Errorf("G3: the consumer holds o1 %q, the API %q (a retried identity-less row took it back)", got["o1"], want)
+				}
+			})
+		}
+	})
+}
