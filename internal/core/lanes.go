@@ -331,6 +331,7 @@ func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string
 				continue
 			case f == nil:
 				c.delete(&w, lane, id, k)
+				c.supersede(&w.Commit, id, k)
 				continue
 			}
 			// The request failed: the identity stays a candidate until a Detail answer
@@ -340,6 +341,7 @@ func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string
 		r.Missing++
 		if r.Missing >= c.p.ConfirmDeletes && c.p.Detail == nil {
 			c.delete(&w, lane, id, k)
+			c.supersede(&w.Commit, id, k)
 			continue
 		}
 		w.steps = append(w.steps, step{identity: id, row: diff.AppendRow(nil, r), event: -1})

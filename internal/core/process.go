@@ -56,7 +56,7 @@ type stored struct {
 	row      *diff.Row
 	tomb     int64  // without a row: the generation of its last deletion, if remembered
 	wasThere bool   // it had a row when the page started
-	parked   string // the parked id of its latest invalid observation, if any
+	parked   ParkedRow // its latest invalid observation, if parked (ID, Version)
 }
 
 // process diffs a page's items against the stored rows, in page order, and adds the steps to
@@ -72,7 +72,7 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 			seen[o.identity] = seen[o.identity] || issue == ""
 		}
 		if o.issue = issue; issue != "" && o.identity == "" {
-			c.parkInvalid(&w.Commit, raw, "", lane, issue)
+			c.parkInvalid(&w.Commit, raw, "", o.version, lane, issue)
 			continue
 		}
 		obs = append(obs, o)
@@ -97,15 +97,18 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 	schema := c.p.SchemaVersion
 	for i, o := range obs {
 		k := &known[index[o.identity]]
-		// An identity's latest observation supersedes a parked invalid one: retried, the
-		// older item would take the identity back (G3).
-		if i == lastSeen[o.identity] {
-			c.supersede(&w.Commit, o, k)
+		// An identity's latest observation supersedes a parked invalid one, which retried
+		// would take the identity back (G3); an invalid one is parked in its place. History
+		// passed again (a backfill, a rewind) that is older than the parked item leaves it.
+		if i == lastSeen[o.identity] && !olderThanParked(o, k) {
+			if o.issue != "" {
+				c.parkInvalid(&w.Commit, o.raw, o.identity, o.version, lane, o.issue)
+				k.parked = ParkedRow{}
+			} else {
+				c.supersede(&w.Commit, o.identity, k)
+			}
 		}
 		if o.issue != "" {
-			if i == lastSeen[o.identity] {
-				c.parkInvalid(&w.Commit, o.raw, o.identity, lane, o.issue)
-			}
 			continue
 		}
 		if o.tombstone {
@@ -115,9 +118,6 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 			continue
 		}
 		kind := diff.Classify(k.row, o.vf, schema, c.p.EmitOnSchemaChange)
-		if kind != diff.Unchanged && c.stale(o, k.row) {
-			kind = diff.Unchanged // present, and nothing more: the rows hold a later version
-		}
 		switch kind {
 		case diff.Unchanged:
 			r := *k.row
@@ -209,40 +209,19 @@ func (c *cycle) delete(w *pageWrites, lane, identity string, k *stored) {
 	w.steps = append(w.steps, step{identity: identity, tomb: gen, event: len(w.events)})
 	w.events = append(w.events, c.newEvent(Deleted, lane, identity, r.Version, r.VF, nil, r))
 	k.row, k.tomb = nil, gen
-	if k.parked != "" {
-		// An invalid observation parked before the deletion is older than it (G3).
-		w.Unpark = append(w.Unpark, ParkedRow{ID: k.parked, Identity: identity})
-		k.parked = ""
-	}
 }
 
-// stale reports whether an observation is older than its identity's row. Versions that order
-// (both integers, or both RFC 3339 times) never go back: an answer that lags, or history a
-// rewind or a backfill of a change log passes again, changes nothing.
-func (c *cycle) stale(o observation, r *diff.Row) bool {
-	if r == nil || c.p.Version == nil {
-		return false
-	}
-	order, ok := diff.CompareVersions(o.version, r.Version)
-	return ok && order < 0
-}
-
-// changeCount is which change of its identity an observation is, for its id (G2). A version
-// that orders names its change, so the count only tells apart changes under one version
-// (content that changed while the version did not, a schema bump): 0 whenever the version
-// moved on, and a change re-observed after its commit was lost keeps its id. Without a
-// version, or with one that does not order (a checksum), content can come back (closed → open
-// → closed), so every change counts. A forgotten row seen again with its content is the same
-// change: its count, and so its id, stay.
+// changeCount is which change of its identity an observation is, for its id (G2): every
+// change counts, with or without a version, since content and versions can come back (closed
+// → open → closed; a checksum; a revision that starts over). It comes from committed state,
+// so a change re-emitted has its first id. A forgotten row seen again with its content is the
+// same change: its count, and so its id, stay.
 func (c *cycle) changeCount(o observation, prev *diff.Row) uint64 {
 	switch {
 	case prev == nil:
 		return 0
 	case prev.Forgotten && prev.VF == o.vf && prev.Schema == c.p.SchemaVersion:
 		return prev.Changes
-	}
-	if order, ok := diff.CompareVersions(o.version, prev.Version); ok && c.p.Version != nil && order > 0 {
-		return 0
 	}
 	return prev.Changes + 1
 }
@@ -276,14 +255,16 @@ func (c *cycle) observe(raw json.RawMessage) (o observation, issue string) {
 		o.tombstone = true
 		return o, ""
 	}
-	if c.p.Validate != nil {
-		if err := c.p.Validate(raw); err != nil {
-			return o, "validate: " + err.Error()
-		}
-	}
+	// The version first: an invalid item parked with it is placed among its identity's
+	// observations (olderThanParked).
 	if c.p.Version != nil {
 		if o.version, err = c.p.Version(raw); err != nil {
 			return o, "version: " + err.Error()
+		}
+	}
+	if c.p.Validate != nil {
+		if err := c.p.Validate(raw); err != nil {
+			return o, "validate: " + err.Error()
 		}
 	}
 	var fp []byte
@@ -307,24 +288,34 @@ func invalidID(raw json.RawMessage) string {
 	return "inv_" + hex.EncodeToString(sum[:12])
 }
 
-// supersede removes the parked invalid observation of o's identity, unless o is that very
-// item again.
-func (c *cycle) supersede(cm *Commit, o observation, k *stored) {
-	if k.parked == "" || o.issue != "" && k.parked == invalidID(o.raw) {
+// olderThanParked reports whether o is known to be older than its identity's parked invalid
+// observation: both versions order and o's is lower.
+func olderThanParked(o observation, k *stored) bool {
+	if k.parked.ID == "" {
+		return false
+	}
+	order, ok := diff.CompareVersions(o.version, k.parked.Version)
+	return ok && order < 0
+}
+
+// supersede removes the parked invalid observation of an identity: a later observation or
+// its deletion is committed with it.
+func (c *cycle) supersede(cm *Commit, identity string, k *stored) {
+	if k.parked.ID == "" {
 		return
 	}
-	cm.Unpark = append(cm.Unpark, ParkedRow{ID: k.parked, Identity: o.identity})
-	c.log.Info().Str("parkedId", k.parked).Str("identity", o.identity).Msg("parked invalid item superseded by a later observation of its identity")
-	k.parked = ""
+	cm.Unpark = append(cm.Unpark, ParkedRow{ID: k.parked.ID, Identity: identity})
+	c.log.Info().Str("parkedId", k.parked.ID).Str("identity", identity).Msg("parked invalid item superseded by a later observation of its identity")
+	k.parked = ParkedRow{}
 }
 
 // parkInvalid parks an invalid item; with an identity, it is that identity's latest invalid
-// observation.
-func (c *cycle) parkInvalid(cm *Commit, raw json.RawMessage, identity, lane, issue string) {
+// observation and replaces the one parked before (commit_poll.lua).
+func (c *cycle) parkInvalid(cm *Commit, raw json.RawMessage, identity, version, lane, issue string) {
 	id := invalidID(raw)
 	row, _ := json.Marshal(parkedRow{Kind: parkedInvalid, ID: id, Error: issue, Errors: []string{issue},
 		Identity: identity, Lane: lane, Item: string(raw), ParkedAt: c.now().UnixMilli()})
-	cm.Invalid = append(cm.Invalid, ParkedRow{ID: id, Identity: identity, Row: row})
+	cm.Invalid = append(cm.Invalid, ParkedRow{ID: id, Identity: identity, Version: version, Row: row})
 	c.rep.Invalid++
 	c.log.Warn().Str("parkedId", id).Str("identity", identity).Str("issue", issue).Msg("item parked as invalid")
 	if h := c.e.hooks.OnParked; h != nil {
@@ -559,13 +550,40 @@ func (c *cycle) routeEvents(w *pageWrites) (shadow bool) {
 	return false
 }
 
+// placeIdentityless refuses the retry of an item parked without an identity that now has one
+// the rows already know (a row, or a deletion remembered), unless its version orders after
+// the row's: no later observation could supersede it, so it may be older than what the rows
+// hold, and committed it would take the identity back (G3).
+func (c *cycle) placeIdentityless(ctx context.Context, id string, o observation) error {
+	known, err := c.load(ctx, []string{o.identity})
+	if err != nil {
+		return err
+	}
+	k := known[0]
+	switch {
+	case k.row == nil && k.tomb == 0:
+		return nil
+	case k.row != nil:
+		if order, ok := diff.CompareVersions(o.version, k.row.Version); ok && order > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("parked row %s was parked without an identity and is %s now, which the rows already hold: it may be older than what they hold, so it is not committed; discard it, and backfill or reset-cursor to read %s again", id, o.identity, o.identity)
+}
+
 // retryInvalid runs a parked invalid item through the diff again; if it now passes it is
 // committed like an observation and its parked row removed. It is its identity's latest
 // observation: a later one would have removed it (supersede).
 func (c *cycle) retryInvalid(ctx context.Context, r parkedRow) error {
 	raw := json.RawMessage(r.Item)
-	if _, issue := c.observe(raw); issue != "" {
+	o, issue := c.observe(raw)
+	if issue != "" {
 		return fmt.Errorf("parked row %s is still invalid: %s", r.ID, issue)
+	}
+	if r.Identity == "" && !o.tombstone {
+		if err := c.placeIdentityless(ctx, r.ID, o); err != nil {
+			return err
+		}
 	}
 	lane := r.Lane
 	if lane == "" {

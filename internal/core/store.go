@@ -166,7 +166,8 @@ type Commit struct {
 	// Events go to the outbox in this order.
 	Events []OutboxEvent
 	// Invalid parks rows of items that failed validation (once per id); one with an identity
-	// becomes that identity's latest invalid observation (StoredRows.Parked).
+	// becomes that identity's latest invalid observation (StoredRows.Parked), and the row of
+	// the one before it is removed in the same write.
 	Invalid []ParkedRow
 	// Unpark removes parked rows: an invalid item that now passes, or one a later
 	// observation of its identity superseded.
@@ -198,10 +199,11 @@ type OutboxEvent struct {
 }
 
 // ParkedRow is one parked row (JSON): to park (Commit.Invalid) or to remove (Commit.Unpark,
-// without Row). Identity is an invalid item's identity, if it has one.
+// without Row). Identity and Version are an invalid item's, if it has them.
 type ParkedRow struct {
 	ID       string
 	Identity string
+	Version  string
 	Row      []byte
 }
 
@@ -212,8 +214,9 @@ type StoredRows struct {
 	// Tombstones are the generations of the identities' last deletions that a tombstone still
 	// remembers (0 if none).
 	Tombstones []int64
-	// Parked are the parked ids of the identities' latest invalid observations ("" if none).
-	Parked []string
+	// Parked are the identities' latest invalid observations, parked (ID and Version; a zero
+	// value if none).
+	Parked []ParkedRow
 }
 
 // CommitResult is what CommitPoll returns.

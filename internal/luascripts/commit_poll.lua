@@ -11,9 +11,10 @@
 --   state pairs (field, value), state counters (field, increment), item upserts (identity,
 --   row), item deletes (identity), tombstones (identity, generation), tombstones lifted
 --   (identity), events (id, orderingKey, envelope JSON), invalid rows (parkedId, identity or
---   '', row JSON; HSETNX so the same invalid item is parked once; the identity's latest invalid
---   observation), unparked rows (parkedId, identity or ''; HDEL, and the identity's latest
---   invalid observation is forgotten if it is that row)
+--   '', version, row JSON; HSETNX so the same invalid item is parked once; with an identity it
+--   becomes the identity's latest invalid observation, "parkedId\nversion" in KEYS[8], and the
+--   row of the one it replaces is removed), unparked rows (parkedId, identity or ''; HDEL, and
+--   the identity's latest invalid observation is forgotten if it is that row)
 -- Returns {expiresAt, paused 0|1, firstId, duplicate 0|1}: the events get the outbox stream ids
 -- firstId, then the same milliseconds with the sequence counted up one by one (ms-s, ms-s+1,
 -- ...), so the caller knows every id from the first. A write id applied before (the client
@@ -85,17 +86,28 @@ if retention > 0 and n > 0 then
   local real = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('XTRIM', KEYS[6], 'MINID', tostring(real - retention))
 end
-from, to, n = section(3)
+-- The parked id an index entry names ("parkedId\nversion").
+local function indexed(identity)
+  local v = redis.call('HGET', KEYS[8], identity)
+  if not v then return nil end
+  return string.match(v, '^[^\n]*')
+end
+from, to, n = section(4)
 for k = 0, n - 1 do
-  local j = from + k * 3
-  redis.call('HSETNX', KEYS[5], ARGV[j], ARGV[j + 2])
-  if ARGV[j + 1] ~= '' then redis.call('HSET', KEYS[8], ARGV[j + 1], ARGV[j]) end
+  local j = from + k * 4
+  redis.call('HSETNX', KEYS[5], ARGV[j], ARGV[j + 3])
+  if ARGV[j + 1] ~= '' then
+    -- Superseded here, not by a later chunk: a death in between must not leave two.
+    local old = indexed(ARGV[j + 1])
+    if old and old ~= ARGV[j] then redis.call('HDEL', KEYS[5], old) end
+    redis.call('HSET', KEYS[8], ARGV[j + 1], ARGV[j] .. '\n' .. ARGV[j + 2])
+  end
 end
 from, to, n = section(2)
 for k = 0, n - 1 do
   local j = from + k * 2
   redis.call('HDEL', KEYS[5], ARGV[j])
-  if ARGV[j + 1] ~= '' and redis.call('HGET', KEYS[8], ARGV[j + 1]) == ARGV[j] then
+  if ARGV[j + 1] ~= '' and indexed(ARGV[j + 1]) == ARGV[j] then
     redis.call('HDEL', KEYS[8], ARGV[j + 1])
   end
 end

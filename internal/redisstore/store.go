@@ -353,7 +353,7 @@ func (s *Store) LoadRows(ctx context.Context, key core.Key, identities []string)
 	}); err != nil {
 		return core.StoredRows{}, fmt.Errorf("redisstore: load rows of %s: %w", key, err)
 	}
-	out := core.StoredRows{Rows: make([][]byte, len(identities)), Tombstones: make([]int64, len(identities)), Parked: make([]string, len(identities))}
+	out := core.StoredRows{Rows: make([][]byte, len(identities)), Tombstones: make([]int64, len(identities)), Parked: make([]core.ParkedRow, len(identities))}
 	for i, x := range rc.Val() {
 		if str, ok := x.(string); ok {
 			out.Rows[i] = []byte(str)
@@ -364,7 +364,8 @@ func (s *Store) LoadRows(ctx context.Context, key core.Key, identities []string)
 	}
 	for i, x := range pc.Val() {
 		if str, ok := x.(string); ok {
-			out.Parked[i] = str
+			id, version, _ := strings.Cut(str, "\n") // as commit_poll.lua writes it
+			out.Parked[i] = core.ParkedRow{ID: id, Version: version}
 		}
 	}
 	return out, nil
@@ -395,7 +396,7 @@ func (s *Store) Identities(ctx context.Context, key core.Key) ([]string, error) 
 
 // CommitPoll implements core.Store.
 func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
-	args := make([]any, 0, 20+2*len(c.State)+2*len(c.Count)+2*len(c.Upserts)+len(c.Deletes)+2*len(c.Tombstones)+len(c.Revived)+3*len(c.Events)+3*len(c.Invalid)+2*len(c.Unpark))
+	args := make([]any, 0, 20+2*len(c.State)+2*len(c.Count)+2*len(c.Upserts)+len(c.Deletes)+2*len(c.Tombstones)+len(c.Revived)+3*len(c.Events)+4*len(c.Invalid)+2*len(c.Unpark))
 	args = append(args, s.writeArgs(l)...)
 	args = append(args, l.TTL.Milliseconds(), c.LogRetention.Milliseconds(), c.TombstoneRetention.Milliseconds())
 	args = appendPairs(args, c.State)
@@ -419,7 +420,7 @@ func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (co
 	}
 	args = append(args, len(c.Invalid))
 	for _, p := range c.Invalid {
-		args = append(args, p.ID, p.Identity, p.Row)
+		args = append(args, p.ID, p.Identity, p.Version, p.Row)
 	}
 	args = append(args, len(c.Unpark))
 	for _, p := range c.Unpark {
