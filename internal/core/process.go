@@ -54,8 +54,8 @@ func (w *pageWrites) event(identity string, row []byte, ev Event) {
 // stored is what the diff knows of an identity while a page is processed.
 type stored struct {
 	row      *diff.Row
-	tomb     int64  // without a row: the generation of its last deletion, if remembered
-	wasThere bool   // it had a row when the page started
+	tomb     int64     // without a row: the generation of its last deletion, if remembered
+	wasThere bool      // it had a row when the page started
 	parked   ParkedRow // its latest invalid observation, if parked (ID, Version)
 }
 
