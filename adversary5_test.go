@@ -8,7 +8,9 @@ package watukuy
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -75,6 +77,91 @@ func TestAdversary5G3BackfillSpanningCyclesRollsBackALiveChange(t *testing.T) {
 				got, _ := dedupingConsumer(e.rec.events())
 				if got["o1"] != "delivered" {
 					t.Errorf("G3: the consumer holds o1 %q, the API %q; o1's deliveries: %v", got["o1"], "delivered", order)
+				}
+			})
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------------------
+// G3: an invalid observation "older" than the parked one is neither parked nor emitted.
+// ---------------------------------------------------------------------------------------
+
+// strictBadPrefix is a Validate that rejects items whose state starts with "bad" while strict
+// holds.
+func strictBadPrefix(strict *atomic.Bool) func(json.RawMessage) error {
+	return func(item json.RawMessage) error {
+		if strict.Load() && strings.HasPrefix(stateOf(item), "bad") {
+			return fmt.Errorf("bad state")
+		}
+		return nil
+	}
+}
+
+// retryAllParked retries every parked invalid row of a key, oldest first (parked ls order).
+func retryAllParked(t *testing.T, eng *Engine, poller string) {
+	t.Helper()
+	rows, err := eng.Parked().List(t.Context(), poller, "", "invalid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if _, err := eng.Parked().Retry(t.Context(), poller, "", r.ID); err != nil {
+			t.Logf("retry %s (%s): %v", r.ID, r.Identity, err)
+		}
+	}
+}
+
+// TestAdversary5G3InvalidObservationOlderThanTheParkedOneIsDropped: process() parks an
+// identity's latest invalid observation only when it is not olderThanParked, and an
+// observation that is skips the park AND the diff (`if o.issue != "" { continue }`): it is
+// neither parked nor emitted, and the cursor moves past it. Versions go back for real: a
+// record deleted and created again under the same identity (a SKU) restarts its revision, and
+// a feed that does not report deletes (updated_since) shows only the new record's revs. o1
+// rev 5 (old record) is parked invalid; the new record's rev 1 is emitted (not older than
+// the ROW: nothing is stale now), its rev 2 is invalid but "older" than the parked rev 5: it
+// vanishes. `parked ls` shows only the old record's rev 5. The operator fixes the validation
+// and retries what is parked: rev 5 of the OLD record is committed over the new record. The
+// consumer holds the old record's rev 5, the API the new record's rev 2, and nothing is left
+// to retry. The control continues the old record (revs 6, 7): rev 7 is parked in rev 5's
+// place and the retry brings the consumer to the API.
+func TestAdversary5G3InvalidObservationOlderThanTheParkedOneIsDropped(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, recreated := range []bool{false, true} {
+			t.Run(fmt.Sprintf("recreated-%v", recreated), func(t *testing.T) {
+				e := newEnv(t, b)
+				name := fmt.Sprintf("older-%v", recreated)
+				log := &changeLog{}
+				var strict atomic.Bool
+				strict.Store(true)
+				eng := e.engine(e.poller(func(p *Poller) {
+					p.Name = name
+					p.Fetch = log.fetch
+					p.Validate = strictBadPrefix(&strict)
+				}), nil)
+				log.add("o1", 4, "old record")
+				e.settle(eng)
+				log.add("o1", 5, "bad old record") // parked invalid
+				e.settle(eng)
+				next := 6
+				if recreated {
+					next = 1 // deleted and created again: its revision starts over
+				}
+				log.add("o1", next, "new record")
+				e.settle(eng)
+				log.add("o1", next+1, "bad new record") // the API's current state
+				e.settle(eng)
+				rows, _ := eng.Parked().List(t.Context(), name, "", "invalid")
+				var parked []string
+				for _, r := range rows {
+					parked = append(parked, stateOf(r.Item))
+				}
+				strict.Store(false) // the validation was too strict
+				retryAllParked(t, eng, name)
+				e.settle(eng)
+				got, _ := dedupingConsumer(e.rec.events())
+				if got["o1"] != "bad new record" {
+					t.Errorf("G3: the consumer holds o1 %q, the API %q; parked before the retry: %q", got["o1"], "bad new record", parked)
 				}
 			})
 		}
