@@ -167,3 +167,57 @@ func TestAdversary5G3InvalidObservationOlderThanTheParkedOneIsDropped(t *testing
 		}
 	})
 }
+
+// ---------------------------------------------------------------------------------------
+// G2: a partition deleted and added again repeats the ids of its first incarnation.
+// ---------------------------------------------------------------------------------------
+
+// TestAdversary5G2PartitionDeletedAndAddedAgainRepeatsIDs: an id is (poller, partition,
+// identity, kind, hash(version, fingerprint), schema, life, change), life and change coming
+// from the rows and tombstones. `partitions delete` drops rows AND tombstones (delete_key.lua
+// UNLINKs :items and :gone), and `partitions add` brings the partition back empty: every
+// identity is in life 0 at change 0 again. o1 went A (created, life 0, change 0) → B; the
+// partition is deleted (a tenant off-boarded) and added again later, when the API holds o1 at
+// A again: "created A, life 0, change 0" is the id of o1's first event. A consumer that
+// dedupes by id drops it and keeps B; the API has A. The control re-adds when the API holds
+// C, a content never emitted: a new id, and the consumer follows.
+func TestAdversary5G2PartitionDeletedAndAddedAgainRepeatsIDs(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, back := range []string{"C", "A"} {
+			t.Run("back-to-"+back, func(t *testing.T) {
+				e := newEnv(t, b)
+				name := "readd-" + back
+				l := &rawListing{items: map[string]string{}}
+				eng := e.engine(e.poller(func(p *Poller) {
+					p.Name = name
+					p.Partitions = []string{"t1"}
+					p.Strategy = SnapshotDiff
+					p.ConfirmDeletes = 1
+					p.Fetch = l.fetch
+					p.Version = nil
+					p.Fingerprint = stateFingerprint
+				}), nil)
+				for _, s := range []string{"A", "B"} {
+					l.set("o1", fmt.Sprintf(`{"id":"o1","state":%q}`, s))
+					e.settle(eng)
+				}
+				if err := eng.Partitions().Delete(t.Context(), name, "t1"); err != nil {
+					t.Fatal(err)
+				}
+				l.set("o1", fmt.Sprintf(`{"id":"o1","state":%q}`, back))
+				if err := eng.Partitions().Add(t.Context(), name, "t1"); err != nil {
+					t.Fatal(err)
+				}
+				e.settle(eng)
+				evs := e.rec.events()
+				got, repeats := dedupingConsumer(evs)
+				for _, r := range repeats {
+					t.Logf("repeat: %s", r)
+				}
+				if got["o1"] != back {
+					t.Errorf("G2: a consumer that dedupes by id holds o1 %q, the API %q (%d events, %d ids repeated)", got["o1"], back, len(evs), len(repeats))
+				}
+			})
+		}
+	})
+}
