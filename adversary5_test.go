@@ -221,3 +221,72 @@ func TestAdversary5G2PartitionDeletedAndAddedAgainRepeatsIDs(t *testing.T) {
 		}
 	})
 }
+
+// ---------------------------------------------------------------------------------------
+// G3: invalid rows parked before the :invalid index existed are never superseded.
+// ---------------------------------------------------------------------------------------
+
+// TestAdversary5G3RowParkedBeforeTheIndexTakesTheIdentityBack: 9e4ddac added the :invalid
+// index (identity → latest parked invalid observation) and made supersession depend on it,
+// and ddd4cff dropped the retry-time check that protected rows parked before it (the row's
+// "base", compared with the identity's row on retry). Neither bumped the data layout (still
+// 3) nor migrates: `migrate` on a layout-3 database does nothing, and a worker upgraded in
+// place runs over rows parked by the release before, which have no index entry. Such a row
+// (o1 "bad v2", parked with its identity and base as 2d14693 wrote it) is never superseded by
+// a later observation (o1 v3, committed); once the validation is fixed, the operator retries
+// what `parked ls` shows, and v2 is committed over v3: the consumer holds v2, the API v3,
+// nothing left to retry. The control is the same row parked by this release (indexed): v3
+// supersedes it.
+func TestAdversary5G3RowParkedBeforeTheIndexTakesTheIdentityBack(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, legacy := range []bool{false, true} {
+			t.Run(fmt.Sprintf("parked-before-the-index-%v", legacy), func(t *testing.T) {
+				e := newEnv(t, b)
+				name := fmt.Sprintf("legacy-%v", legacy)
+				log := &changeLog{}
+				var strict atomic.Bool
+				strict.Store(true)
+				eng := e.engine(e.poller(func(p *Poller) {
+					p.Name = name
+					p.Fetch = log.fetch
+					p.Validate = strictBadPrefix(&strict)
+				}), nil)
+				ctx := t.Context()
+				log.add("o1", 1, "new")
+				e.settle(eng)
+				log.add("o1", 2, "bad v2") // parked invalid
+				e.settle(eng)
+				if legacy {
+					// As the release before 9e4ddac left it: the row (with its base), no index.
+					parked := "wk:{" + name + "|}:parked"
+					rows, err := b.Client.HGetAll(ctx, parked).Result()
+					if err != nil || len(rows) != 1 {
+						t.Fatalf("parked rows: %v, %v", rows, err)
+					}
+					for id, raw := range rows {
+						var row map[string]any
+						if err := json.Unmarshal([]byte(raw), &row); err != nil {
+							t.Fatal(err)
+						}
+						row["base"] = "ignored by this release"
+						out, _ := json.Marshal(row)
+						b.Client.HSet(ctx, parked, id, out)
+					}
+					b.Client.Del(ctx, "wk:{"+name+"|}:invalid")
+					if m, err := eng.Migrate(ctx); err != nil || len(m.Steps) != 0 {
+						t.Logf("migrate: %+v, %v", m, err)
+					}
+				}
+				log.add("o1", 3, "shipped") // the API's current state
+				e.settle(eng)
+				strict.Store(false)
+				retryAllParked(t, eng, name)
+				e.settle(eng)
+				got, _ := dedupingConsumer(e.rec.events())
+				if got["o1"] != "shipped" {
+					t.Errorf("G3: the consumer holds o1 %q, the API %q (a row parked before the index was retried over a later change)", got["o1"], "shipped")
+				}
+			})
+		}
+	})
+}
