@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/watukuy/watukuy/internal/redistest"
 )
@@ -285,6 +286,71 @@ func TestAdversary5G3RowParkedBeforeTheIndexTakesTheIdentityBack(t *testing.T) {
 				got, _ := dedupingConsumer(e.rec.events())
 				if got["o1"] != "shipped" {
 					t.Errorf("G3: the consumer holds o1 %q, the API %q (a row parked before the index was retried over a later change)", got["o1"], "shipped")
+				}
+			})
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------------------
+// G3: the retry of an item parked without an identity, once the tombstone has gone.
+// ---------------------------------------------------------------------------------------
+
+// TestAdversary5G3IdentitylessRetryAfterTheTombstoneExpiredRecreates: placeIdentityless
+// refuses the retry of an item parked without an identity only while the rows know the
+// identity: a row, or a tombstone (`k.row == nil && k.tomb == 0` → retried). Tombstones last
+// TombstoneRetention (trimmed by the next deletion committed after it), a parked row lasts
+// until an operator acts. o1's "a" is parked without identity (the identity path was wrong);
+// after the fix the feed shows o1 "b", then o1's deletion (a tombstone). Past the retention
+// another deletion trims o1's tombstone; the operator retries the parked row: nothing knows
+// o1, so "a" is committed as created. The consumer holds o1 "a", the API deleted it, and the
+// cursor is past the deletion. The control retries within the retention: refused.
+func TestAdversary5G3IdentitylessRetryAfterTheTombstoneExpiredRecreates(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, expired := range []bool{false, true} {
+			t.Run(fmt.Sprintf("tombstone-expired-%v", expired), func(t *testing.T) {
+				e := newEnv(t, b)
+				name := fmt.Sprintf("noid-tomb-%v", expired)
+				f := &changeLog{}
+				base := func(p *Poller) {
+					p.Name = name
+					p.Fetch = f.fetch
+					p.Version = nil
+					p.Fingerprint = stateFingerprint
+					p.Tombstone = Flag("deleted")
+					p.TombstoneRetention = time.Hour
+				}
+				ctx := t.Context()
+				f.addRaw(`{"id":"o0","state":"x"}`)
+				f.addRaw(`{"ID":"o1","state":"a"}`) // no "id": parked without identity
+				e.settle(e.engine(e.poller(base), nil))
+				eng := e.engine(e.poller(base, func(p *Poller) {
+					p.Identity = func(item json.RawMessage) (string, error) {
+						if id, err := Field("id")(item); err == nil {
+							return id, nil
+						}
+						return Field("ID")(item)
+					}
+				}), nil)
+				f.addRaw(`{"id":"o1","state":"b"}`)
+				f.addRaw(`{"id":"o1","deleted":true}`)
+				e.settle(eng)
+				if expired {
+					e.clock.Advance(2 * time.Hour)
+					f.addRaw(`{"id":"o2","state":"y"}`)
+					f.addRaw(`{"id":"o2","deleted":true}`) // its tombstone trims o1's
+					e.settle(eng)
+				}
+				rows, err := eng.Parked().List(ctx, name, "", "invalid")
+				if err != nil || len(rows) != 1 {
+					t.Fatalf("parked: %v, %v", rows, err)
+				}
+				_, rerr := eng.Parked().Retry(ctx, name, "", rows[0].ID)
+				t.Logf("retry: %v", rerr)
+				e.settle(eng)
+				got, _ := dedupingConsumer(e.rec.events())
+				if s, ok := got["o1"]; ok {
+					t.Errorf("G3: the consumer holds o1 %q, the API deleted it (an identity-less parked row was retried once the tombstone had gone)", s)
 				}
 			})
 		}
