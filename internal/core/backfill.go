@@ -7,6 +7,9 @@ import (
 	"time"
 )
 
+// laneBackfill names the backfill lane (Event.Lane).
+const laneBackfill = "backfill"
+
 // BackfillProgress is a backfill's state: its range, where its cursor is, what it did.
 type BackfillProgress struct {
 	From string `json:"from"`
@@ -71,7 +74,8 @@ func (e *Engine) Backfill(ctx context.Context, key Key, req BackfillRequest) (Ba
 		}
 		bp.Generation++
 		raw, _ := json.Marshal(bp)
-		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{fieldBackfill: string(raw)}})
+		// What the live side writes from now on is kept from the backfill's past (G3).
+		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{fieldBackfill: string(raw)}, ClearTouched: true})
 		return err
 	})
 	if err != nil {
@@ -87,7 +91,7 @@ func (c *cycle) backfillLane(bp *BackfillProgress, live laneResult, budget int) 
 		return lane{}, false
 	}
 	pos := c.p.CursorPosition
-	ln := lane{name: "backfill", fetch: c.p.Fetch, cursor: bp.Cursor, maxPages: budget, yield: true}
+	ln := lane{name: laneBackfill, fetch: c.p.Fetch, cursor: bp.Cursor, maxPages: budget, yield: true}
 	ln.save = func(page Page, events int) (map[string]string, bool) {
 		now := c.now()
 		bp.Cursor = page.Next
@@ -150,5 +154,5 @@ func (c *cycle) endBackfill(ctx context.Context, f *cycleError) *cycleError {
 		}
 	}
 	raw, _ := json.Marshal(bp)
-	return c.commitAndDeliver(ctx, &pageWrites{Commit: Commit{State: map[string]string{fieldBackfill: string(raw)}}})
+	return c.commitAndDeliver(ctx, &pageWrites{Commit: Commit{State: map[string]string{fieldBackfill: string(raw)}, ClearTouched: !bp.active()}})
 }

@@ -751,6 +751,7 @@ const (
 	fieldShadowPrefix     = "shadow."
 	fieldRemoved          = "removed"
 	fieldDeleted          = "deleted"
+	fieldIncarnation      = "incarnation" // a partition deleted and added again: its lives start here
 
 	parkedInvalid = "invalid"
 	parkedPoison  = "poison"

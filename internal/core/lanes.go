@@ -87,7 +87,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 			res.complete = true
 			return res, nil // idle, and never a source of deletes (G6)
 		}
-		var w pageWrites
+		w := pageWrites{history: ln.name == laneBackfill}
 		if err := c.process(ctx, ln.name, page.Items, seen, &w); err != nil {
 			return res, storeErr(err)
 		}
@@ -95,6 +95,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		if ln.save != nil {
 			w.State, done = ln.save(page, len(w.events))
 		}
+		w.ClearTouched = w.history && !c.backfilling.active() // the backfill's last page
 		if ln.tagged {
 			if pages == 0 {
 				firstTag = page.ETag

@@ -43,6 +43,9 @@ type pageWrites struct {
 	Commit
 	steps  []step
 	events []Event
+	// history marks a page of the backfill lane: it re-reads the past, so it leaves alone
+	// what the live side wrote since the backfill began and its parked observations.
+	history bool
 }
 
 // event appends ev as the event of a step on identity.
@@ -57,6 +60,7 @@ type stored struct {
 	tomb     int64     // without a row: the generation of its last deletion, if remembered
 	wasThere bool      // it had a row when the page started
 	parked   ParkedRow // its latest invalid observation, if parked (ID, Version)
+	touched  bool      // the live side wrote it since the running backfill began
 }
 
 // process diffs a page's items against the stored rows, in page order, and adds the steps to
@@ -97,16 +101,21 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 	schema := c.p.SchemaVersion
 	for i, o := range obs {
 		k := &known[index[o.identity]]
+		if w.history && k.touched {
+			continue // a backfill's past must not undo what the live side wrote since (G3)
+		}
 		// An identity's latest observation supersedes a parked invalid one, which retried
-		// would take the identity back (G3); an invalid one is parked in its place. History
-		// passed again (a backfill, a rewind) that is older than the parked item leaves it.
-		if i == lastSeen[o.identity] && !olderThanParked(o, k) {
-			if o.issue != "" {
-				c.parkInvalid(&w.Commit, o.raw, o.identity, o.version, lane, o.issue)
-				k.parked = ParkedRow{}
-			} else {
-				c.supersede(&w.Commit, o.identity, k)
-			}
+		// would take the identity back (G3); an invalid one is parked in its place. A
+		// backfill's past does neither: it parks only where nothing is parked.
+		switch last := i == lastSeen[o.identity]; {
+		case !last:
+		case o.issue != "" && (!w.history || k.parked.ID == ""):
+			c.parkInvalid(&w.Commit, o.raw, o.identity, o.version, lane, o.issue)
+		case o.issue != "" && invalidID(o.raw) != k.parked.ID:
+			c.log.Info().Str("identity", o.identity).Str("parkedId", k.parked.ID).Str("issue", o.issue).
+				Msg("backfill: invalid item not parked, its identity has a later one parked")
+		case o.issue == "" && !w.history:
+			c.supersede(&w.Commit, o.identity, k)
 		}
 		if o.issue != "" {
 			continue
@@ -121,7 +130,7 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 		switch kind {
 		case diff.Unchanged:
 			r := *k.row
-			if c.force > 0 && lane == "backfill" && r.VF == o.vf {
+			if c.force > 0 && lane == laneBackfill && r.VF == o.vf {
 				// A forced backfill re-emits what is known; its ids are new for each backfill
 				// generation (so consumers that dedupe by id receive them) and stable within it.
 				ev := c.newEvent(Updated, lane, o.identity, o.version, o.vf, o.raw, r)
@@ -141,7 +150,7 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 			k.row = &r
 			w.steps = append(w.steps, step{identity: o.identity, row: diff.AppendRow(nil, r), event: -1})
 		case diff.Created, diff.Updated:
-			r := diff.Row{VF: o.vf, Schema: schema, Version: o.version, Changes: c.changeCount(o, k.row), Life: k.tomb}
+			r := diff.Row{VF: o.vf, Schema: schema, Version: o.version, Changes: c.changeCount(o, k.row), Life: max(k.tomb, int64(c.state.int(fieldIncarnation)))}
 			typ := Created
 			if prev := k.row; prev != nil {
 				// A forgotten row is created again; its life goes on.
@@ -184,6 +193,7 @@ func (c *cycle) load(ctx context.Context, ids []string) ([]stored, error) {
 		for j, row := range sr.Rows {
 			i := from + j
 			known[i].tomb, known[i].parked = sr.Tombstones[j], sr.Parked[j]
+			known[i].touched = j < len(sr.Touched) && sr.Touched[j]
 			if row == nil {
 				continue
 			}
@@ -288,16 +298,6 @@ func invalidID(raw json.RawMessage) string {
 	return "inv_" + hex.EncodeToString(sum[:12])
 }
 
-// olderThanParked reports whether o is known to be older than its identity's parked invalid
-// observation: both versions order and o's is lower.
-func olderThanParked(o observation, k *stored) bool {
-	if k.parked.ID == "" {
-		return false
-	}
-	order, ok := diff.CompareVersions(o.version, k.parked.Version)
-	return ok && order < 0
-}
-
 // supersede removes the parked invalid observation of an identity: a later observation or
 // its deletion is committed with it.
 func (c *cycle) supersede(cm *Commit, identity string, k *stored) {
@@ -347,11 +347,12 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 	var chunk []step
 	var invalid []ParkedRow
 	size := 0
+	touch := !w.history && c.state.backfill().active()
 	flush := func(last bool) error {
 		cm := Commit{LogRetention: w.LogRetention, Invalid: invalid,
 			TombstoneRetention: c.tombstoneRetention()}
 		if last {
-			cm.State, cm.Count, cm.Unpark = w.State, w.Count, w.Unpark
+			cm.State, cm.Count, cm.Unpark, cm.ClearTouched = w.State, w.Count, w.Unpark, w.ClearTouched
 		}
 		var evIdx []int
 		lastStep := map[string]int{}
@@ -385,6 +386,12 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 			if revived[st.identity] {
 				cm.Revived = append(cm.Revived, st.identity)
 			}
+		}
+		if touch {
+			for _, u := range cm.Upserts {
+				cm.Touched = append(cm.Touched, u.Identity)
+			}
+			cm.Touched = append(cm.Touched, cm.Deletes...)
 		}
 		c.tagWrites(&cm, last)
 		if !last && len(cm.Upserts)+len(cm.Deletes)+len(cm.Invalid) == 0 {
@@ -499,7 +506,7 @@ func (c *cycle) tombstoneRetention() time.Duration {
 // empty reports whether cm writes nothing.
 func (cm *Commit) empty() bool {
 	return len(cm.State) == 0 && len(cm.Count) == 0 && len(cm.Upserts) == 0 && len(cm.Deletes) == 0 &&
-		len(cm.Events) == 0 && len(cm.Invalid) == 0 && len(cm.Unpark) == 0
+		len(cm.Events) == 0 && len(cm.Invalid) == 0 && len(cm.Unpark) == 0 && len(cm.Touched) == 0 && !cm.ClearTouched
 }
 
 // commitAndDeliver commits a page and delivers what it committed straight from memory. A pause
@@ -550,25 +557,30 @@ func (c *cycle) routeEvents(w *pageWrites) (shadow bool) {
 	return false
 }
 
-// placeIdentityless refuses the retry of an item parked without an identity that now has one
-// the rows already know (a row, or a deletion remembered), unless its version orders after
-// the row's: no later observation could supersede it, so it may be older than what the rows
-// hold, and committed it would take the identity back (G3).
-func (c *cycle) placeIdentityless(ctx context.Context, id string, o observation) error {
+// placeRetry refuses the retry of a parked invalid item that may be older than what the rows
+// hold of its identity: committed, it would take the identity back (G3). An item the index
+// names is its identity's latest observation (later ones supersede it). Any other (parked
+// without an identity, by a backfill's past, or before the index) is committed only where
+// the rows cannot have moved on since it was parked: no row and no deletion since (within
+// the tombstones' memory), or a row whose version orders before the item's.
+func (c *cycle) placeRetry(ctx context.Context, r parkedRow, o observation) error {
 	known, err := c.load(ctx, []string{o.identity})
 	if err != nil {
 		return err
 	}
 	k := known[0]
-	switch {
-	case k.row == nil && k.tomb == 0:
+	if r.Identity != "" && r.Lane != laneBackfill && k.parked.ID == r.ID {
+		return nil
+	}
+	switch parkedAt := time.UnixMilli(r.ParkedAt); {
+	case k.row == nil && k.tomb < r.ParkedAt && c.now().Sub(parkedAt) < c.tombstoneRetention():
 		return nil
 	case k.row != nil:
 		if order, ok := diff.CompareVersions(o.version, k.row.Version); ok && order > 0 {
 			return nil
 		}
 	}
-	return fmt.Errorf("parked row %s was parked without an identity and is %s now, which the rows already hold: it may be older than what they hold, so it is not committed; discard it, and backfill or reset-cursor to read %s again", id, o.identity, o.identity)
+	return fmt.Errorf("parked row %s (%s) may be older than what the rows hold of it (it was parked without an identity, by a backfill or before this release): it is not committed; discard it, and backfill or reset-cursor to read %s again", r.ID, o.identity, o.identity)
 }
 
 // retryInvalid runs a parked invalid item through the diff again; if it now passes it is
@@ -580,10 +592,8 @@ func (c *cycle) retryInvalid(ctx context.Context, r parkedRow) error {
 	if issue != "" {
 		return fmt.Errorf("parked row %s is still invalid: %s", r.ID, issue)
 	}
-	if r.Identity == "" && !o.tombstone {
-		if err := c.placeIdentityless(ctx, r.ID, o); err != nil {
-			return err
-		}
+	if err := c.placeRetry(ctx, r, o); err != nil {
+		return err
 	}
 	lane := r.Lane
 	if lane == "" {

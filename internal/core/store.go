@@ -177,6 +177,11 @@ type Commit struct {
 	LogRetention time.Duration
 	// Count increments numeric state fields (shadow mode's would-be events).
 	Count map[string]int
+	// Touched are identities the live side wrote while a backfill runs: the backfill's
+	// history must not undo them (StoredRows.Touched). ClearTouched empties that set first
+	// (a backfill begins or ends).
+	Touched      []string
+	ClearTouched bool
 }
 
 // Tombstone is a deleted identity and the generation of its deletion.
@@ -217,6 +222,9 @@ type StoredRows struct {
 	// Parked are the identities' latest invalid observations, parked (ID and Version; a zero
 	// value if none).
 	Parked []ParkedRow
+	// Touched tells which identities the live side wrote since the running backfill began
+	// (Commit.Touched).
+	Touched []bool
 }
 
 // CommitResult is what CommitPoll returns.

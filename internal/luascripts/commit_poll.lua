@@ -4,17 +4,19 @@
 -- moves only together with its page's events; a chunked page moves it with its last chunk).
 -- KEYS[1] state hash, KEYS[2] lease hash, KEYS[3] items hash, KEYS[4] outbox stream,
 -- KEYS[5] parked hash, KEYS[6] replay log stream, KEYS[7] tombstones sorted set, KEYS[8] latest
--- invalid observations hash (identity -> parked id)
+-- invalid observations hash (identity -> parked id), KEYS[9] set of identities the live side
+-- wrote while a backfill runs
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] write id, ARGV[5] lease
--- TTL ms, ARGV[6] log retention ms ('0': no log), ARGV[7] tombstone retention ms,
--- then sections, each a count followed by its values:
+-- TTL ms, ARGV[6] log retention ms ('0': no log), ARGV[7] tombstone retention ms, ARGV[8] '1'
+-- to empty KEYS[9] first, then sections, each a count followed by its values:
 --   state pairs (field, value), state counters (field, increment), item upserts (identity,
 --   row), item deletes (identity), tombstones (identity, generation), tombstones lifted
 --   (identity), events (id, orderingKey, envelope JSON), invalid rows (parkedId, identity or
 --   '', version, row JSON; HSETNX so the same invalid item is parked once; with an identity it
 --   becomes the identity's latest invalid observation, "parkedId\nversion" in KEYS[8], and the
 --   row of the one it replaces is removed), unparked rows (parkedId, identity or ''; HDEL, and
---   the identity's latest invalid observation is forgotten if it is that row)
+--   the identity's latest invalid observation is forgotten if it is that row), touched
+--   identities (SADD to KEYS[9])
 -- Returns {expiresAt, paused 0|1, firstId, duplicate 0|1}: the events get the outbox stream ids
 -- firstId, then the same milliseconds with the sequence counted up one by one (ms-s, ms-s+1,
 -- ...), so the caller knows every id from the first. A write id applied before (the client
@@ -34,7 +36,8 @@ end
 
 local retention = tonumber(ARGV[6])
 
-local i = 8
+if ARGV[8] == '1' then redis.call('UNLINK', KEYS[9]) end
+local i = 9
 local function section(width)
   local n = tonumber(ARGV[i])
   local from = i + 1
@@ -111,6 +114,8 @@ for k = 0, n - 1 do
     redis.call('HDEL', KEYS[8], ARGV[j + 1])
   end
 end
+from, to = section(1)
+if to >= from then chunked('SADD', KEYS[9], ARGV, from, to, 1000) end
 
 local exp = now + tonumber(ARGV[5])
 redis.call('HSET', KEYS[2], 'expiresAt', exp, 'write', ARGV[4], 'reply', first)

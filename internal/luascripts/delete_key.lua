@@ -1,9 +1,11 @@
 -- delete_key.lua: partitions delete: drop a key's state, snapshot, tombstones, outbox, parked
--- and held rows, replay log and invalid-observation index, leave a deletion mark (cycles of stale tasks skip the key),
--- and release the lease. The lease hash keeps its epoch, so epochs never repeat on this node.
+-- and held rows, replay log, invalid-observation index and backfill's touched set, leave a
+-- deletion mark (cycles of stale tasks skip the key) and the incarnation, and release the
+-- lease. The lease hash keeps its epoch, so epochs never repeat on this node.
 -- KEYS[1] lease hash, KEYS[2] state hash, KEYS[3] items hash, KEYS[4] outbox stream,
 -- KEYS[5] parked hash, KEYS[6] holds hash, KEYS[7] held hash, KEYS[8] replay log stream,
--- KEYS[9] tombstones sorted set, KEYS[10] latest invalid observations hash
+-- KEYS[9] tombstones sorted set, KEYS[10] latest invalid observations hash, KEYS[11] set of
+-- identities touched during a backfill
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] write id
 -- Returns 1, or DUPLICATE when this write was applied before.
 -- Fence check first: LEASE_LOST when stale or expired, before any write.
@@ -11,8 +13,10 @@ local now = now_ms(ARGV[3])
 local err, dup = fence(KEYS[1], ARGV[1], ARGV[2], now, ARGV[4])
 if err then return err end
 if dup then return DUPLICATE end
-for k = 2, 10 do redis.call('UNLINK', KEYS[k]) end -- big hashes are freed in the background
-redis.call('HSET', KEYS[2], 'deleted', '1')
+for k = 2, 11 do redis.call('UNLINK', KEYS[k]) end -- big hashes are freed in the background
+-- The incarnation starts the lives of the identities of a partition added again: their ids
+-- never repeat the deleted one's (G2).
+redis.call('HSET', KEYS[2], 'deleted', '1', 'incarnation', now)
 redis.call('HDEL', KEYS[1], 'owner', 'expiresAt')
 redis.call('HSET', KEYS[1], 'write', ARGV[4])
 return 1

@@ -5,7 +5,8 @@
 -- a process that died before delivering them, or delivered but not acked when it died between
 -- park and ack). Invalid rows are removed.
 -- KEYS[1] lease hash, KEYS[2] outbox stream, KEYS[3] parked hash, KEYS[4] holds hash,
--- KEYS[5] held hash
+-- KEYS[5] held hash, KEYS[6] latest invalid observations hash (an invalid row removed is
+-- forgotten there if it is its identity's entry)
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] write id,
 -- ARGV[5] 'retry' | 'discard', ARGV[6...] ids
 -- Returns {released rows, events returned to the outbox}; a write id applied before returns
@@ -88,6 +89,10 @@ for _, row in ipairs(rows) do
     back[ok] = nil
   end
   redis.call('HDEL', KEYS[3], row.pid)
+  if row.kind == 'invalid' and type(row.identity) == 'string' and row.identity ~= '' then
+    local v = redis.call('HGET', KEYS[6], row.identity)
+    if v and string.match(v, '^[^\n]*') == row.pid then redis.call('HDEL', KEYS[6], row.identity) end
+  end
   released = released + 1
 end
 redis.call('HSET', KEYS[1], 'write', ARGV[4], 'reply', released .. ',' .. returned)

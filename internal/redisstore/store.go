@@ -345,15 +345,22 @@ func (s *Store) LoadRows(ctx context.Context, key core.Key, identities []string)
 	}
 	var rc, pc *redis.SliceCmd
 	var tc *redis.FloatSliceCmd
+	var uc *redis.BoolSliceCmd
+	members := make([]any, len(identities))
+	for i, id := range identities {
+		members[i] = id
+	}
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		rc = p.HMGet(ctx, s.k(key, "items"), identities...)
 		tc = p.ZMScore(ctx, s.k(key, "gone"), identities...)
 		pc = p.HMGet(ctx, s.k(key, "invalid"), identities...)
+		uc = p.SMIsMember(ctx, s.k(key, "touched"), members...)
 		return nil
 	}); err != nil {
 		return core.StoredRows{}, fmt.Errorf("redisstore: load rows of %s: %w", key, err)
 	}
-	out := core.StoredRows{Rows: make([][]byte, len(identities)), Tombstones: make([]int64, len(identities)), Parked: make([]core.ParkedRow, len(identities))}
+	out := core.StoredRows{Rows: make([][]byte, len(identities)), Tombstones: make([]int64, len(identities)),
+		Parked: make([]core.ParkedRow, len(identities)), Touched: uc.Val()}
 	for i, x := range rc.Val() {
 		if str, ok := x.(string); ok {
 			out.Rows[i] = []byte(str)
@@ -396,9 +403,13 @@ func (s *Store) Identities(ctx context.Context, key core.Key) ([]string, error) 
 
 // CommitPoll implements core.Store.
 func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
-	args := make([]any, 0, 20+2*len(c.State)+2*len(c.Count)+2*len(c.Upserts)+len(c.Deletes)+2*len(c.Tombstones)+len(c.Revived)+3*len(c.Events)+4*len(c.Invalid)+2*len(c.Unpark))
+	args := make([]any, 0, 20+2*len(c.State)+2*len(c.Count)+2*len(c.Upserts)+len(c.Deletes)+2*len(c.Tombstones)+len(c.Revived)+3*len(c.Events)+4*len(c.Invalid)+2*len(c.Unpark)+len(c.Touched))
 	args = append(args, s.writeArgs(l)...)
-	args = append(args, l.TTL.Milliseconds(), c.LogRetention.Milliseconds(), c.TombstoneRetention.Milliseconds())
+	clear := "0"
+	if c.ClearTouched {
+		clear = "1"
+	}
+	args = append(args, l.TTL.Milliseconds(), c.LogRetention.Milliseconds(), c.TombstoneRetention.Milliseconds(), clear)
 	args = appendPairs(args, c.State)
 	args = append(args, len(c.Count))
 	for f, n := range c.Count {
@@ -426,8 +437,9 @@ func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (co
 	for _, p := range c.Unpark {
 		args = append(args, p.ID, p.Identity)
 	}
+	args = appendList(args, c.Touched)
 	k := l.Key
-	v, replicated, err := s.runReplicated(ctx, "commit_poll", &l, []string{s.k(k, "state"), s.k(k, "lease"), s.k(k, "items"), s.k(k, "outbox"), s.k(k, "parked"), s.k(k, "log"), s.k(k, "gone"), s.k(k, "invalid")}, args...)
+	v, replicated, err := s.runReplicated(ctx, "commit_poll", &l, []string{s.k(k, "state"), s.k(k, "lease"), s.k(k, "items"), s.k(k, "outbox"), s.k(k, "parked"), s.k(k, "log"), s.k(k, "gone"), s.k(k, "invalid"), s.k(k, "touched")}, args...)
 	if err != nil {
 		return core.CommitResult{}, err
 	}
@@ -558,7 +570,7 @@ func (s *Store) ReleaseParked(ctx context.Context, l core.Lease, retry bool, ids
 		args = append(args, id)
 	}
 	k := l.Key
-	v, err := s.run(ctx, "release_parked", &l, []string{s.k(k, "lease"), s.k(k, "outbox"), s.k(k, "parked"), s.k(k, "holds"), s.k(k, "held")}, args...)
+	v, err := s.run(ctx, "release_parked", &l, []string{s.k(k, "lease"), s.k(k, "outbox"), s.k(k, "parked"), s.k(k, "holds"), s.k(k, "held"), s.k(k, "invalid")}, args...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -685,7 +697,7 @@ func (s *Store) DeleteKey(ctx context.Context, l core.Lease) error {
 		return fmt.Errorf("redisstore: read the registry entry of %s: %w", k, err)
 	}
 	if _, err := s.run(ctx, "delete_key", &l, []string{s.k(k, "lease"), s.k(k, "state"), s.k(k, "items"), s.k(k, "outbox"),
-		s.k(k, "parked"), s.k(k, "holds"), s.k(k, "held"), s.k(k, "log"), s.k(k, "gone"), s.k(k, "invalid")}, s.writeArgs(l)...); err != nil {
+		s.k(k, "parked"), s.k(k, "holds"), s.k(k, "held"), s.k(k, "log"), s.k(k, "gone"), s.k(k, "invalid"), s.k(k, "touched")}, s.writeArgs(l)...); err != nil {
 		return err
 	}
 	if _, err := s.run(ctx, "forget_key", nil, []string{s.registryKey(), s.dueKey(k.Poller)}, k.String(), entry); err != nil {
