@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -448,4 +449,58 @@ func TestKeysShareOneHashTag(t *testing.T) {
 	if _, err := New(nil, Options{Prefix: "a{b}"}); err == nil {
 		t.Error("a prefix with braces was accepted")
 	}
+}
+
+// The :invalid index names one parked row per identity: parking the next one removes the row
+// it named, in the same script; unparking or discarding a row forgets the entry only if it
+// names that row.
+func TestInvalidIndex(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, err := New(b.Client, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := core.Key{Poller: "orders", Partition: "t1"}
+		r, err := s.Begin(ctx, key, "a", 30*time.Second, true)
+		if err != nil || r.Status != core.BeginOK {
+			t.Fatalf("begin: %+v %v", r, err)
+		}
+		l := r.Lease
+		park := func(id, version string) {
+			t.Helper()
+			row := []byte(`{"kind":"invalid","identity":"o1"}`)
+			if _, err := s.CommitPoll(ctx, l, core.Commit{Invalid: []core.ParkedRow{{ID: id, Identity: "o1", Version: version, Row: row}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		indexed := func(want core.ParkedRow, parked ...string) {
+			t.Helper()
+			sr, err := s.LoadRows(ctx, key, []string{"o1"})
+			if err != nil || !reflect.DeepEqual(sr.Parked[0], want) {
+				t.Fatalf("index of o1: %+v (%v), want %+v", sr.Parked, err, want)
+			}
+			rows, err := s.ListParked(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := slices.Sorted(maps.Keys(rows))
+			if !slices.Equal(got, parked) {
+				t.Fatalf("parked rows %v, want %v", got, parked)
+			}
+		}
+		park("inv1", "1")
+		indexed(core.ParkedRow{ID: "inv1", Version: "1"}, "inv1")
+		park("inv2", "2")
+		indexed(core.ParkedRow{ID: "inv2", Version: "2"}, "inv2")
+		// An unpark of a row the entry does not name leaves the entry.
+		if _, err := s.CommitPoll(ctx, l, core.Commit{Unpark: []core.ParkedRow{{ID: "inv1", Identity: "o1"}}}); err != nil {
+			t.Fatal(err)
+		}
+		indexed(core.ParkedRow{ID: "inv2", Version: "2"}, "inv2")
+		if _, _, err := s.ReleaseParked(ctx, l, false, []string{"inv2"}); err != nil {
+			t.Fatal(err)
+		}
+		indexed(core.ParkedRow{})
+	})
 }
