@@ -4,7 +4,13 @@ package watukuy
 // counts in its id and nothing is dropped as stale; a parked invalid item replaces its
 // identity's previous one and is superseded only by an observation not known to be older; an
 // item parked without an identity is not retried over rows that know it). Each test is named
-// for the guarantee it breaks and FAILS on the code it was written against.
+// for the guarantee it breaks and FAILED on the code it was written against. Fixed by: the
+// backfill lane skips identities the live side wrote since it began (the :touched set); the
+// live lane always parks an identity's latest invalid observation and supersedes, without
+// comparing versions, and a backfill parks only where nothing is parked; a retry that cannot
+// be placed among its identity's observations (parked without an identity, by a backfill, or
+// before the index; or older than the tombstones' memory) is refused; partitions delete leaves
+// an incarnation that the next lives start from; a discard forgets the index entry.
 
 import (
 	"context"
