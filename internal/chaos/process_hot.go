@@ -12,10 +12,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/luascripts"
 )
 
 // The process run's other two keys: a hot ordering key with a poison event, and items without
@@ -197,7 +199,8 @@ func (r *processRun) hotFault(ctx context.Context, rng *rand.Rand) error {
 // hotPoisonBurst: the poison's version is the next burst's; the MONITOR trigger on the hot
 // key's park script kills its worker as Redis answers it, before the ack that follows.
 func (r *processRun) hotPoisonBurst(ctx context.Context) error {
-	mon, err := monitorScripts(r.primary.addr(), filepath.Join(r.dir, "logs", fmt.Sprintf("monitor-hot-%d.log", len(r.hot.bursts)+1)))
+	r.loadScript(ctx, "park")
+	mon, err := monitorScripts(r.primary.addr(), filepath.Join(r.dir, "logs", "monitor-hot-poison.log"))
 	if err != nil {
 		r.logf("hot: MONITOR on %s: %v (the park is not aimed at)", r.primary.name, err)
 	}
@@ -206,11 +209,40 @@ func (r *processRun) hotPoisonBurst(ctx context.Context) error {
 	r.hot.poisonID = hotPoison
 	r.hot.poisonVersion = strconv.Itoa(r.hotAPI.Final()[hotPoison] + 1)
 	r.recvMu.Unlock()
+	// The worker retrying the poison event is known before it parks it: the kill then takes
+	// microseconds, and lands before the ack that follows the park's reply.
+	var target atomic.Pointer[osProc]
 	killed := make(chan string, 1)
 	if mon != nil {
-		mon.arm(func(cmd string) bool { return isScript(cmd, "park") && strings.Contains(cmd, hotTag) },
-			func() { killed <- r.killHolder(hotKey) })
+		mon.arm(func(cmd string) bool { return isScript(cmd, "park") && strings.Contains(cmd, hotTag) }, func() {
+			if p := target.Load(); p != nil && p.signal(syscall.SIGKILL) == nil {
+				killed <- p.name
+				return
+			}
+			killed <- r.killHolder(hotKey)
+		})
 	}
+	r.recvMu.Lock()
+	failed := r.hot.failed
+	r.recvMu.Unlock()
+	go func() {
+		select {
+		case <-failed:
+		case <-time.After(hotAimWait):
+			return
+		}
+		ictx, cancel := context.WithTimeout(ctx, time.Second)
+		snap, err := r.store.Inspect(ictx, hotKey)
+		cancel()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, w := range r.workers {
+			if err == nil && w.name == snap.LeaseOwner && !r.stopped[w] {
+				w.expect.Store(true) // the harness replaces it (afterHotKill), not the respawn
+				target.Store(w)
+			}
+		}
+	}()
 	n, _ := r.hotBurstPut()
 	r.logf("hot: burst %d, %d changes of ordering key %s then %d others; the receiver refuses %s v%s (the poison event) until the operator's retry",
 		n, hotBurst, hotGroup, hotYs, hotPoison, r.hot.poisonVersion)
@@ -239,7 +271,10 @@ func (r *processRun) hotPoisonBurst(ctx context.Context) error {
 // hotHeldBurst: a burst while the key is held; its committer is killed as Redis answers the
 // commit, so the burst's events wait in the outbox: hotBurst held ones, then the hot-y ones.
 func (r *processRun) hotHeldBurst(ctx context.Context) error {
+	r.recvMu.Lock()
 	n := len(r.hot.bursts) + 1
+	r.recvMu.Unlock()
+	r.loadScript(ctx, "commit_poll")
 	mon, err := monitorScripts(r.primary.addr(), filepath.Join(r.dir, "logs", fmt.Sprintf("monitor-hot-%d.log", n)))
 	if err != nil {
 		r.logf("hot: MONITOR on %s: %v (the commit is not aimed at)", r.primary.name, err)
@@ -298,6 +333,21 @@ func (r *processRun) hotRetry(ctx context.Context, rng *rand.Rand) error {
 
 // hotTag is the hash tag of the hot key's Redis keys, in every script call of the key.
 var hotTag = "{" + hotKey.String() + "}"
+
+// loadScript loads one of watukuy's scripts into the primary's script cache (a restarted or
+// promoted server has lost it): a worker's EVALSHA then runs at once, and MONITOR does not
+// show a first EVALSHA that failed with NOSCRIPT before the script ran.
+func (r *processRun) loadScript(ctx context.Context, name string) {
+	src, err := luascripts.Source(name)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		err = r.direct.ScriptLoad(ctx, src).Err()
+	}
+	if err != nil {
+		r.logf("hot: SCRIPT LOAD %s: %v", name, err)
+	}
+}
 
 // isScript tells a MONITOR line's command that runs watukuy's script name.
 func isScript(cmd, name string) bool {
