@@ -152,13 +152,17 @@ const (
 //     starting as a cycle reads a page's rows (its commit follows): scripts run, their
 //     replies are lost and the clients re-send them (fenced scripts carry a write id and must
 //     apply once); MONITOR on the primary counts the re-sent scripts;
-//   - 429s with Retry-After.
+//   - 429s with Retry-After;
+//   - the hot key's stages (process_hot.go): a burst of one ordering key with a poison event
+//     whose worker is killed between park and ack, a burst while the key is held whose
+//     committer is killed right after the commit, the operator's `watukuy parked retry` (the
+//     CLI binary) while a worker is killed. The fp key's items (no version) change all along.
 //
 // Then it stops the faults and the changes, waits (bounded) until the delivered state equals
 // the API's, stops every process with SIGTERM and checks the guarantees.
 //
 // Commits, fenced writes and lease grants happen inside the processes and are not observed:
-// G1, G5, G7 and G9 come out "not measured". An error is returned only for infrastructure
+// G5, G7 and G9 come out "not measured", and G1 is measured for the hot key's bursts only. An error is returned only for infrastructure
 // failures (build, redis-server, a replica that does not sync); violated guarantees are in
 // the report.
 func RunProcesses(ctx context.Context, o ProcessOptions) (ProcessReport, error) {
