@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -642,11 +643,10 @@ func (r *processRun) killTarget(ctx context.Context, pick uint64) (int, string) 
 	if r.o.KillCycleHolder {
 		if owner, epoch, ok := r.inFlight(ctx, 6*time.Second); ok { // the watchdog revives a stuck key within ~2 s
 			r.mu.Lock()
-			defer r.mu.Unlock()
-			for i, w := range r.workers {
-				if w.name == owner {
-					return i, fmt.Sprintf("the holder of the key's cycle, epoch %d", epoch)
-				}
+			i := slices.IndexFunc(r.workers, func(w *osProc) bool { return w.name == owner })
+			r.mu.Unlock() // not deferred: an owner that is no worker any more (killed) falls through
+			if i >= 0 {
+				return i, fmt.Sprintf("the holder of the key's cycle, epoch %d", epoch)
 			}
 		}
 	}
