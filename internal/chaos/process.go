@@ -105,7 +105,8 @@ type ProcessReport struct {
 	// started again.
 	Respawns int
 	// HotParkKills counts the SIGKILLs of the hot key's worker as Redis answered its park of
-	// the poison event (between park and ack), HotCommitKills those as Redis answered its
+	// the poison event (aimed between park and ack; the log tells whether the ack was still
+	// to come: entries left in the outbox), HotCommitKills those as Redis answered its
 	// commit of a burst while the key was held (the burst waits in the outbox), and
 	// ParkedRetried the parked rows the operator retried with `watukuy parked retry`.
 	HotParkKills, HotCommitKills, ParkedRetried int

@@ -58,7 +58,7 @@ func runProcessChaos(t *testing.T, o ProcessOptions) {
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
-	t.Logf("seed %d, %s: %d changes, %d deliveries (%d unique, duplicate ratio %.2f); %d kills, %d stops, %d redis restarts, %d failovers (%d grants lost, %d token refusals), %d proxy faults, %d reply stalls (%d scripts re-sent, %d fenced), %d 429s; hot key: %d kills between park and ack, %d after a burst's commit, %d parked rows retried by the CLI; %d watchdog triggers, %d stale redeliveries dropped, %d respawns",
+	t.Logf("seed %d, %s: %d changes, %d deliveries (%d unique, duplicate ratio %.2f); %d kills, %d stops, %d redis restarts, %d failovers (%d grants lost, %d token refusals), %d proxy faults, %d reply stalls (%d scripts re-sent, %d fenced), %d 429s; hot key: %d kills aimed between park and ack, %d right after a burst's commit, %d parked rows retried by the CLI; %d watchdog triggers, %d stale redeliveries dropped, %d respawns",
 		seed, time.Since(start).Round(time.Second), rep.Changes, rep.Deliveries, rep.UniqueEvents, rep.DuplicateRatio,
 		rep.Kills, rep.Stops, rep.RedisRestarts, rep.Failovers, rep.LostGrants, rep.TokenRefusals, rep.ProxyFaults, rep.ReplyStalls, rep.ResentScripts, rep.ResentFenced,
 		rep.Throttles, rep.HotParkKills, rep.HotCommitKills, rep.ParkedRetried, rep.Triggers, rep.StaleRedeliveries, rep.Respawns)
