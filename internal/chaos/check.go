@@ -28,6 +28,9 @@ type Truth struct {
 	// content as it was emits nothing.
 	Project func(item json.RawMessage) string
 	Content map[string]string
+	// OrderingKey, when set, is the ordering key of the key's events where no commit told it
+	// (processes observed from outside); G4 then checks order per ordering key, not identity.
+	OrderingKey func(ev core.Event) string
 }
 
 // TruthOf reads an API's ground truth.
@@ -290,6 +293,8 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 			key := ev.Identity
 			if k, ok := okOf[ev.ID]; ok {
 				key = k
+			} else if f := truth[o.key].OrderingKey; f != nil {
+				key = f(ev)
 			}
 			ok := o.key.String() + "/" + key
 			if prev, has := lastSeq[ok]; has && seqLess(ev.Seq, prev) {

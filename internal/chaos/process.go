@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -103,6 +104,12 @@ type ProcessReport struct {
 	// Respawns counts processes that exited on their own (not killed by the harness) and were
 	// started again.
 	Respawns int
+	// HotParkKills counts the SIGKILLs of the hot key's worker as Redis answered its park of
+	// the poison event (aimed between park and ack; the log tells whether the ack was still
+	// to come: entries left in the outbox), HotCommitKills those as Redis answered its
+	// commit of a burst while the key was held (the burst waits in the outbox), and
+	// ParkedRetried the parked rows the operator retried with `watukuy parked retry`.
+	HotParkKills, HotCommitKills, ParkedRetried int
 	// Converged reports whether the delivered final state reached the API's before the bounded
 	// quiesce wait ended (when false, G3 shows what is missing).
 	Converged bool
@@ -147,13 +154,17 @@ const (
 //     starting as a cycle reads a page's rows (its commit follows): scripts run, their
 //     replies are lost and the clients re-send them (fenced scripts carry a write id and must
 //     apply once); MONITOR on the primary counts the re-sent scripts;
-//   - 429s with Retry-After.
+//   - 429s with Retry-After;
+//   - the hot key's stages (process_hot.go): a burst of one ordering key with a poison event
+//     whose worker is killed between park and ack, a burst while the key is held whose
+//     committer is killed right after the commit, the operator's `watukuy parked retry` (the
+//     CLI binary) while a worker is killed. The fp key's items (no version) change all along.
 //
 // Then it stops the faults and the changes, waits (bounded) until the delivered state equals
 // the API's, stops every process with SIGTERM and checks the guarantees.
 //
 // Commits, fenced writes and lease grants happen inside the processes and are not observed:
-// G1, G5, G7 and G9 come out "not measured". An error is returned only for infrastructure
+// G5, G7 and G9 come out "not measured", and G1 is measured for the hot key's bursts only. An error is returned only for infrastructure
 // failures (build, redis-server, a replica that does not sync); violated guarantees are in
 // the report.
 func RunProcesses(ctx context.Context, o ProcessOptions) (ProcessReport, error) {
@@ -205,7 +216,12 @@ type processRun struct {
 	readTimeout      time.Duration   // the processes' Redis read timeout (go-redis' default)
 	api              *fakeapi.API
 	srv              *fakeapi.Server
+	hotAPI, fpAPI    *fakeapi.API // the hot and fp pollers' APIs (process_hot.go)
+	hotSrv, fpSrv    *fakeapi.Server
 	hook             *httptest.Server
+	redisURL         string // the processes' (and the CLI's) Redis URL, through proxy
+
+	hot hotState // the hot key's fault stages (r.mu) and poison (r.recvMu)
 
 	badSig   atomic.Int64
 	recvMu   sync.Mutex
@@ -269,9 +285,9 @@ func (r *processRun) setup(ctx context.Context) error {
 		if err := BuildBinaries(ctx, r.binDir); err != nil {
 			return err
 		}
-		r.logf("built watukuy-worker and watukuy-scheduler into %s", r.binDir)
+		r.logf("built watukuy, watukuy-worker and watukuy-scheduler into %s", r.binDir)
 	}
-	for _, name := range []string{"watukuy-worker", "watukuy-scheduler"} {
+	for _, name := range []string{"watukuy", "watukuy-worker", "watukuy-scheduler"} {
 		if _, err := os.Stat(filepath.Join(r.binDir, name)); err != nil {
 			return fmt.Errorf("chaos: binary %s: %w", name, err)
 		}
@@ -313,6 +329,11 @@ func (r *processRun) setup(ctx context.Context) error {
 	r.api = fakeapi.New()
 	r.api.SetNow(time.Now().UTC())
 	r.srv = fakeapi.NewServer(r.api, fakeapi.ServerOptions{TieBreaker: true})
+	r.hotAPI, r.fpAPI = fakeapi.New(), fakeapi.New()
+	r.hotAPI.SetNow(time.Now().UTC())
+	r.fpAPI.SetNow(time.Now().UTC())
+	r.hotSrv = fakeapi.NewServer(r.hotAPI, fakeapi.ServerOptions{TieBreaker: true})
+	r.fpSrv = fakeapi.NewServer(r.fpAPI, fakeapi.ServerOptions{})
 	r.hook = httptest.NewServer(http.HandlerFunc(r.receive))
 
 	r.cfgPath = filepath.Join(r.dir, "watukuy.yaml")
@@ -321,7 +342,8 @@ func (r *processRun) setup(ctx context.Context) error {
 		redisURL += "?read_timeout=" + r.o.RedisReadTimeout.String()
 	}
 	r.readTimeout = clientReadTimeout(redisURL)
-	cfg := OrdersConfig(redisURL, processPrefix, r.srv.URL, r.hook.URL, processLeaseTTL)
+	r.redisURL = redisURL
+	cfg := ProcessConfig(redisURL, processPrefix, r.srv.URL, r.hotSrv.URL, r.fpSrv.URL, r.hook.URL, processLeaseTTL)
 	if err := os.WriteFile(r.cfgPath, []byte(cfg), 0o600); err != nil {
 		return err
 	}
@@ -360,6 +382,10 @@ func (r *processRun) receive(w http.ResponseWriter, req *http.Request) {
 	var ev core.Event
 	if err := json.Unmarshal(body, &ev); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if r.refusePoison(ev) {
+		http.Error(w, "poison: the consumer rejects this event", http.StatusInternalServerError)
 		return
 	}
 	now := time.Now()
@@ -417,10 +443,11 @@ func (r *processRun) staleRedelivery(ev core.Event, signed string, now time.Time
 func (r *processRun) run(ctx context.Context) (ProcessReport, error) {
 	rngFaults := rand.New(rand.NewPCG(r.o.Seed, 0x5eed_fa17))
 	rngChanges := rand.New(rand.NewPCG(r.o.Seed, 0x5eed_c4a9))
+	rngOthers := rand.New(rand.NewPCG(r.o.Seed, 0x5eed_07e2)) // the hot and fp keys' own, so the orders key's changes stay as they were
 
 	mutated := make(chan struct{})
 	r.bg.Add(2)
-	go func() { defer r.bg.Done(); defer close(mutated); r.mutate(rngChanges) }()
+	go func() { defer r.bg.Done(); defer close(mutated); r.mutate(rngChanges, rngOthers) }()
 	go func() { defer r.bg.Done(); r.watchdog() }()
 
 	deadline := time.Now().Add(r.o.Duration)
@@ -439,8 +466,19 @@ func (r *processRun) run(ctx context.Context) (ProcessReport, error) {
 		r.contLocked(p)
 	}
 	r.mu.Unlock()
+	// The operator retries whatever is still parked, the receiver accepting every event.
+	r.recvMu.Lock()
+	r.hot.poisonID = ""
+	r.recvMu.Unlock()
+	if n, err := r.retryParked(ctx); err != nil || n > 0 {
+		r.logf("quiesce: the operator retried %d parked row(s) of %s (%v)", n, hotKey, err)
+	}
+	truth, err := r.truth(ctx)
+	if err != nil {
+		return ProcessReport{}, err
+	}
 	r.logf("quiesce: faults and changes stopped, every process running; waiting for the delivered state to reach the API's")
-	converged, err := r.waitConverged(ctx)
+	converged, err := r.waitConverged(ctx, truth)
 	if err != nil {
 		return ProcessReport{}, err
 	}
@@ -455,6 +493,14 @@ func (r *processRun) run(ctx context.Context) (ProcessReport, error) {
 	// Ground truth of the politeness check: every request the API received.
 	r.rec.MarkMeasured("throttles")
 	throttles := 0
+	for _, o := range []struct {
+		key core.Key
+		srv *fakeapi.Server
+	}{{hotKey, r.hotSrv}, {fpKey, r.fpSrv}} {
+		for _, q := range o.srv.Requests() {
+			r.rec.Fetched(Fetch{Instance: "api", Key: o.key, At: q.Wall})
+		}
+	}
 	for _, q := range r.srv.Requests() {
 		if q.Path == "/items" || q.Path == "/list" {
 			r.rec.Fetched(Fetch{Instance: "api", Key: processKey, At: q.Wall})
@@ -465,14 +511,16 @@ func (r *processRun) run(ctx context.Context) (ProcessReport, error) {
 		}
 	}
 	r.logDuplicates()
-	report := Check(map[core.Key]Truth{processKey: TruthOf(r.api)}, r.rec)
+	report := Check(truth, r.rec)
+	r.checkHot(&report)
 	for range r.badSig.Load() {
 		report.Violations["G2"] = append(report.Violations["G2"], Violation{Key: processKey, Detail: "bad signature"})
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.rep.Report = report
-	r.rep.Changes = len(r.api.Changes())
+	r.rep.Changes = len(r.api.Changes()) + len(r.hotAPI.Changes()) + len(r.fpAPI.Changes())
+	r.rep.HotParkKills, r.rep.HotCommitKills, r.rep.ParkedRetried = r.hot.parkKills, r.hot.commitKills, r.hot.retries
 	r.rep.Throttles = throttles
 	r.recvMu.Lock()
 	r.rep.StaleRedeliveries = r.stale
@@ -487,7 +535,7 @@ func (r *processRun) run(ctx context.Context) (ProcessReport, error) {
 
 // mutate changes the API until quiesce: creates, updates and deletes over processIDs
 // identities, many in one second (the API clock follows the wall clock to the second).
-func (r *processRun) mutate(rng *rand.Rand) {
+func (r *processRun) mutate(rng, others *rand.Rand) {
 	t := time.NewTicker(20 * time.Millisecond) // the pace of the API's changes
 	defer t.Stop()
 	for {
@@ -496,6 +544,7 @@ func (r *processRun) mutate(rng *rand.Rand) {
 			return
 		case <-t.C:
 		}
+		r.mutateOthers(others)
 		r.api.SetNow(time.Now().UTC())
 		id := "ord-" + strconv.Itoa(rng.IntN(processIDs))
 		if rng.IntN(6) == 0 {
@@ -517,17 +566,20 @@ const (
 	faultThrottle
 	faultFailover
 	faultReplyStall
+	faultHot // the hot key's next stage (process_hot.go): poison burst, held burst, operator retry
 )
 
 // faults runs the seeded timeline: first one fault of every kind (in a seeded order), all of
 // them even past deadline, then faults drawn at random until deadline, each after a gap of
 // 0.3–1.5 s.
 func (r *processRun) faults(ctx context.Context, rng *rand.Rand, deadline time.Time) error {
-	plan := []faultKind{faultKill, faultStop, faultRedis, faultDrop, faultStall, faultThrottle, faultFailover, faultReplyStall}
+	// The hot key's three stages follow each other whatever the order of their draws.
+	plan := []faultKind{faultKill, faultStop, faultRedis, faultDrop, faultStall, faultThrottle, faultFailover, faultReplyStall,
+		faultHot, faultHot, faultHot}
 	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
 	// Weights of the random draws after the plan.
 	draw := []faultKind{faultKill, faultKill, faultStop, faultRedis, faultDrop, faultDrop, faultStall, faultStall, faultThrottle,
-		faultFailover, faultReplyStall}
+		faultFailover, faultReplyStall, faultHot}
 	for i := 0; ; i++ {
 		gap := 300*time.Millisecond + time.Duration(rng.Int64N(int64(1200*time.Millisecond)))
 		if !r.sleep(ctx, gap) {
@@ -588,16 +640,14 @@ func (r *processRun) cycleTaskActive() bool {
 // archived after the lease expires, and the archived task's ID makes every later enqueue of
 // the key conflict), and a wedged key turns every later check of the run into that one
 // finding; o.KillCycleHolder aims the kill at exactly that worker instead.
-func (r *processRun) killTarget(ctx context.Context, rng *rand.Rand) (int, string) {
-	pick := rng.Uint64() // drawn either way, so the rest of the timeline stays seeded
+func (r *processRun) killTarget(ctx context.Context, pick uint64) (int, string) {
 	if r.o.KillCycleHolder {
 		if owner, epoch, ok := r.inFlight(ctx, 6*time.Second); ok { // the watchdog revives a stuck key within ~2 s
 			r.mu.Lock()
-			defer r.mu.Unlock()
-			for i, w := range r.workers {
-				if w.name == owner {
-					return i, fmt.Sprintf("the holder of the key's cycle, epoch %d", epoch)
-				}
+			i := slices.IndexFunc(r.workers, func(w *osProc) bool { return w.name == owner })
+			r.mu.Unlock() // not deferred: an owner that is no worker any more (killed) falls through
+			if i >= 0 {
+				return i, fmt.Sprintf("the holder of the key's cycle, epoch %d", epoch)
 			}
 		}
 	}
@@ -623,6 +673,48 @@ func (r *processRun) killTarget(ctx context.Context, rng *rand.Rand) (int, strin
 		return -1, ""
 	}
 	return cands[pick%uint64(len(cands))], "a random worker outside the key's cycle"
+}
+
+// killWorker SIGKILLs the worker killTarget picks (pick is drawn by the caller, so the
+// timeline stays seeded) and starts a new one; how, when set, says why in the log.
+func (r *processRun) killWorker(ctx context.Context, pick uint64, how string) error {
+	i, target := r.killTarget(ctx, pick)
+	if i < 0 {
+		r.logf("SIGKILL skipped: no worker to kill")
+		return nil
+	}
+	if how == "" {
+		how = target
+	}
+	r.mu.Lock()
+	p := r.workers[i]
+	r.mu.Unlock()
+	p.kill()
+	if err := r.replaceWorker(i, p); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	np := r.workers[i]
+	r.mu.Unlock()
+	r.logf("SIGKILL %s (pid %d, %s); started %s (pid %d)", p.name, p.pid(), how, np.name, np.pid())
+	return nil
+}
+
+// replaceWorker starts a new worker in slot i for p, which the harness SIGKILLed (and waited
+// for), and counts the kill.
+func (r *processRun) replaceWorker(i int, p *osProc) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.stopped, p)
+	delete(r.stoppedAt, p)
+	r.killed[p.name] = time.Now()
+	np, err := r.startLocked("worker")
+	if err != nil {
+		return err
+	}
+	r.workers[i] = np
+	r.rep.Kills++
+	return nil
 }
 
 // aimWait is how long a fault waits for a cycle in flight before it fires anyway: a fault
@@ -666,7 +758,7 @@ func (r *processRun) inject(ctx context.Context, k faultKind, rng *rand.Rand, de
 	// sends next are the ones whose replies get lost.
 	at := ""
 	var owner string
-	if k != faultKill && k != faultThrottle {
+	if k != faultKill && k != faultThrottle && k != faultHot {
 		var epoch int64
 		var ok bool
 		if k == faultReplyStall {
@@ -682,28 +774,9 @@ func (r *processRun) inject(ctx context.Context, k faultKind, rng *rand.Rand, de
 	}
 	switch k {
 	case faultKill:
-		i, how := r.killTarget(ctx, rng)
-		if i < 0 {
-			r.logf("SIGKILL skipped: no worker to kill")
-			return nil
-		}
-		r.mu.Lock()
-		p := r.workers[i]
-		r.mu.Unlock()
-		p.kill()
-		r.mu.Lock()
-		delete(r.stopped, p)
-		delete(r.stoppedAt, p)
-		r.killed[p.name] = time.Now()
-		np, err := r.startLocked("worker")
-		if err != nil {
-			r.mu.Unlock()
-			return err
-		}
-		r.workers[i] = np
-		r.rep.Kills++
-		r.mu.Unlock()
-		r.logf("SIGKILL %s (pid %d, %s); started %s (pid %d)", p.name, p.pid(), how, np.name, np.pid())
+		return r.killWorker(ctx, rng.Uint64(), "")
+	case faultHot:
+		return r.hotFault(ctx, rng)
 	case faultStop:
 		r.mu.Lock()
 		var p *osProc
@@ -1494,52 +1567,55 @@ func (r *processRun) contLocked(p *osProc) {
 func (r *processRun) watchdog() {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
-	var lastScore float64
-	var since time.Time
+	keys := []core.Key{processKey, hotKey, fpKey}
+	lastScore := map[core.Key]float64{}
+	since := map[core.Key]time.Time{}
 	for {
 		<-t.C // it keeps watching in quiesce, until the processes are stopped
 		if r.finished.Load() {
 			return
 		}
-		if r.redisDown.Load() {
-			since = time.Time{}
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		score, serr := r.direct.ZScore(ctx, r.store.DueKey(processKey.Poller), processKey.String()).Result()
-		snap, ierr := r.store.Inspect(ctx, processKey)
-		cancel()
-		if serr != nil || ierr != nil {
-			since = time.Time{}
-			continue
-		}
-		now := snap.Now
-		claimed := score > float64(now.Add(time.Minute).UnixMilli())
-		leased := snap.LeaseOwner != "" && snap.LeaseExpires.After(now)
-		if !claimed || leased {
-			since = time.Time{}
-			continue
-		}
-		if since.IsZero() || score != lastScore {
-			lastScore, since = score, time.Now()
-			continue
-		}
-		if time.Since(since) < 1500*time.Millisecond {
-			continue
-		}
-		ctx, cancel = context.WithTimeout(context.Background(), time.Second)
-		err := r.store.Trigger(ctx, processKey)
-		cancel()
-		if err != nil {
-			continue
-		}
-		since = time.Time{}
-		r.mu.Lock()
-		r.rep.Triggers++
-		n := r.rep.Triggers
-		r.mu.Unlock()
-		if n <= 5 || n%20 == 0 {
-			r.logf("watchdog: key claimed with no live lease for 1.5s (its cycle died; claim timeout 2m): triggered (#%d)", n)
+		for _, key := range keys {
+			if r.redisDown.Load() {
+				since[key] = time.Time{}
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			score, serr := r.direct.ZScore(ctx, r.store.DueKey(key.Poller), key.String()).Result()
+			snap, ierr := r.store.Inspect(ctx, key)
+			cancel()
+			if serr != nil || ierr != nil {
+				since[key] = time.Time{}
+				continue
+			}
+			now := snap.Now
+			claimed := score > float64(now.Add(time.Minute).UnixMilli())
+			leased := snap.LeaseOwner != "" && snap.LeaseExpires.After(now)
+			if !claimed || leased {
+				since[key] = time.Time{}
+				continue
+			}
+			if since[key].IsZero() || score != lastScore[key] {
+				lastScore[key], since[key] = score, time.Now()
+				continue
+			}
+			if time.Since(since[key]) < 1500*time.Millisecond {
+				continue
+			}
+			ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+			err := r.store.Trigger(ctx, key)
+			cancel()
+			if err != nil {
+				continue
+			}
+			since[key] = time.Time{}
+			r.mu.Lock()
+			r.rep.Triggers++
+			n := r.rep.Triggers
+			r.mu.Unlock()
+			if n <= 5 || n%20 == 0 {
+				r.logf("watchdog: %s claimed with no live lease for 1.5s (its cycle died; claim timeout 2m): triggered (#%d)", key, n)
+			}
 		}
 	}
 }
@@ -1547,10 +1623,15 @@ func (r *processRun) watchdog() {
 // waitConverged waits until the last delivered version per identity equals the API's final
 // state; it gives up after processQuiesceMax (less when ctx ends sooner), or when no new event
 // was delivered for processQuiesceIdle.
-func (r *processRun) waitConverged(ctx context.Context) (bool, error) {
-	want := map[string]string{}
-	for id, v := range r.api.Final() {
-		want[id] = strconv.Itoa(v)
+func (r *processRun) waitConverged(ctx context.Context, truth map[core.Key]Truth) (bool, error) {
+	want := map[core.Key]map[string]string{}
+	live := 0
+	for k, t := range truth {
+		want[k] = map[string]string{}
+		for id := range t.Final {
+			want[k][id], _ = t.want(id)
+			live++
+		}
 	}
 	start := time.Now()
 	limit := processQuiesceMax
@@ -1562,19 +1643,20 @@ func (r *processRun) waitConverged(ctx context.Context) (bool, error) {
 	defer t.Stop()
 	for {
 		ds := r.rec.Deliveries()
-		got := map[string]string{}
 		unique := map[string]bool{}
-		for _, d := range ds {
+		order := make([]seen, len(ds))
+		for i, d := range ds {
 			unique[d.Event.ID] = true
-			if d.Event.Type == core.Deleted {
-				delete(got, d.Event.Identity)
-			} else {
-				got[d.Event.Identity] = d.Event.Version
-			}
+			order[i] = seen{core.Key{Poller: d.Event.Poller, Partition: d.Event.Partition}, d.Event}
 		}
-		if sameState(got, want) {
-			r.logf("converged after %s: %d deliveries, the delivered state equals the API's (%d live items)",
-				time.Since(start).Round(10*time.Millisecond), len(ds), len(want))
+		got := finalStates(order, false, truth)
+		same := true
+		for k := range truth {
+			same = same && sameState(got[k], want[k])
+		}
+		if same {
+			r.logf("converged after %s: %d deliveries, the delivered state equals the APIs' (%d live items)",
+				time.Since(start).Round(10*time.Millisecond), len(ds), live)
 			return true, nil
 		}
 		if len(unique) != lastCount { // redeliveries of known events are no progress
@@ -1594,6 +1676,19 @@ func (r *processRun) waitConverged(ctx context.Context) (bool, error) {
 		case <-t.C:
 		}
 	}
+}
+
+// truth is the ground truth of the run's three keys, once the changes have stopped: the fp
+// key's by content (its field n, what its fingerprint sees), the hot key's with its ordering
+// keys.
+func (r *processRun) truth(ctx context.Context) (map[core.Key]Truth, error) {
+	fp, err := TruthByContent(ctx, r.fpAPI, fieldN)
+	if err != nil {
+		return nil, err
+	}
+	hot := TruthOf(r.hotAPI)
+	hot.OrderingKey = hotOrderingKey
+	return map[core.Key]Truth{processKey: TruthOf(r.api), hotKey: hot, fpKey: fp}, nil
 }
 
 func sameState(a, b map[string]string) bool {
@@ -1778,8 +1873,10 @@ func (r *processRun) cleanup() {
 	if r.hook != nil {
 		r.hook.Close()
 	}
-	if r.srv != nil {
-		r.srv.Close()
+	for _, s := range []*fakeapi.Server{r.srv, r.hotSrv, r.fpSrv} {
+		if s != nil {
+			s.Close()
+		}
 	}
 	if r.proxy != nil {
 		_ = r.proxy.Close()

@@ -116,6 +116,18 @@ func (a *API) PutMany(n int, prefix string, fields map[string]any) {
 	}
 }
 
+// PutEach puts the items ids in order under one lock, each with fields(id), all stamped with
+// the same clock value: a request sees all of them or none. It returns their new versions.
+func (a *API) PutEach(ids []string, fields func(id string) map[string]any) []int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	vs := make([]int, len(ids))
+	for i, id := range ids {
+		vs[i] = a.put(id, fields(id))
+	}
+	return vs
+}
+
 func (a *API) put(id string, fields map[string]any) int {
 	if a.items == nil {
 		a.items = map[string]*record{}
