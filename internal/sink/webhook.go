@@ -127,6 +127,9 @@ func NewWebhook(w Webhook) (*Webhook, error) {
 	}
 	if out.Client == nil {
 		out.Client = &http.Client{
+			// A transport of its own: whoever closes the default one's idle connections
+			// (httptest.Server.Close does) must not break a delivery in flight.
+			Transport:     http.DefaultTransport.(*http.Transport).Clone(),
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 	}
