@@ -230,3 +230,146 @@ func TestAdversary6G3BackfillParkedItemOfADeletedIdentityIsRecreated(t *testing.
 		}
 	})
 }
+
+// ---------------------------------------------------------------------------------------
+// G3: the retry of an item parked without an identity supersedes (removes) the identity's
+// LATER parked observation.
+// ---------------------------------------------------------------------------------------
+
+// TestAdversary6G3IdentitylessRetrySupersedesTheLaterParkedObservation: placeRetry places a
+// row the index does not name against the ROWS only (no row and no deletion since, or an
+// older row version); it never looks at the identity's parked latest observation (k.parked).
+// Once allowed, retryInvalid runs the item through process(), whose valid latest observation
+// supersedes k.parked: the identity's later invalid observation is removed in the same
+// commit. A change log: o1 v1 without "id" (parked identity-less), then o1 v2 "bad" (parked
+// with its identity, indexed). The operator fixes both the identity path and the validation
+// and retries what `parked ls` shows, oldest first: o1 v1 has no row and no tombstone, so it
+// is committed, and v2's row goes with it. The retry of v2 then finds no row. The consumer
+// holds o1 v1, the API v2, and nothing is left to retry. The control retries newest first:
+// v2 is committed, v1 refused (older than the row).
+func TestAdversary6G3IdentitylessRetrySupersedesTheLaterParkedObservation(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, oldestFirst := range []bool{false, true} {
+			t.Run(fmt.Sprintf("oldest-first-%v", oldestFirst), func(t *testing.T) {
+				e := newEnv(t, b)
+				name := fmt.Sprintf("noid-sup-%v", oldestFirst)
+				log := &changeLog{}
+				var strict atomic.Bool
+				strict.Store(true)
+				base := func(p *Poller) {
+					p.Name = name
+					p.Fetch = log.fetch
+					p.Validate = strictBadPrefix(&strict)
+				}
+				ctx := t.Context()
+				log.addRaw(`{"ID":"o1","version":"1","state":"a"}`) // no "id": parked without identity
+				e.settle(e.engine(e.poller(base), nil))
+				eng := e.engine(e.poller(base, func(p *Poller) {
+					p.Identity = func(item json.RawMessage) (string, error) {
+						if id, err := Field("id")(item); err == nil {
+							return id, nil
+						}
+						return Field("ID")(item)
+					}
+				}), nil)
+				log.add("o1", 2, "bad b") // the API's current state, parked invalid
+				e.settle(eng)
+				rows, err := eng.Parked().List(ctx, name, "", "invalid")
+				if err != nil || len(rows) != 2 {
+					t.Fatalf("parked: %v, %v", rows, err)
+				}
+				if !oldestFirst {
+					rows[0], rows[1] = rows[1], rows[0]
+				}
+				strict.Store(false) // the validation was too strict
+				for _, r := range rows {
+					_, rerr := eng.Parked().Retry(ctx, name, "", r.ID)
+					t.Logf("retry %q (%s): %v", r.Identity, stateOf(r.Item), rerr)
+				}
+				e.settle(eng)
+				left, _ := eng.Parked().List(ctx, name, "", "invalid")
+				got, _ := dedupingConsumer(e.rec.events())
+				if got["o1"] != "bad b" {
+					t.Errorf("G3: the consumer holds o1 %q, the API %q; %d rows left parked", got["o1"], "bad b", len(left))
+				}
+			})
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------------------
+// G3: a backfill that stops half-way (failed, or replaced by another) leaves the identities
+// it took back into the past there.
+// ---------------------------------------------------------------------------------------
+
+// TestAdversary6G3BackfillStoppedHalfWayLeavesThePast: a backfill over a change log takes
+// every identity it passes back to its older entries and relies on reaching the later ones
+// before it ends (its target is the live cursor). Two documented ways end it before that:
+// a cursor the API refuses stops it (CONFIG: `Failed`, "start a new one"), and calling
+// Backfill again replaces its cursor and target. A change log o1 new, paid, shipped, x1 is read
+// by the live lane; a backfill from the beginning passes [new, paid] in its first cycle (rows
+// and consumer: o1 paid); then either its next request is refused (failed), or the operator
+// restarts it from cursor 3 (x1 onwards). (A transient failure of the backfill's second
+// request, which only postpones it, stops the first tick there in every case.) Neither ever passes "shipped" again, nor does the
+// live lane: the consumer holds o1 "paid", the API "shipped". The control lets the backfill
+// complete.
+func TestAdversary6G3BackfillStoppedHalfWayLeavesThePast(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, how := range []string{"completes", "fails", "restarted-later"} {
+			t.Run(how, func(t *testing.T) {
+				e := newEnv(t, b)
+				name := "bfhalf-" + how
+				log := &changeLog{}
+				var refuse, hiccup atomic.Bool
+				hiccup.Store(true)
+				eng := e.engine(e.poller(func(p *Poller) {
+					p.Name = name
+					p.MaxPagesPerCycle = 2 // the live lane's page and one backfill page
+					p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+						if req.Lane == "backfill" && req.Cursor == "2" && refuse.Load() {
+							return Page{}, &ConfigError{Poller: name, Field: "cursor", Msg: "cursor 2 refused by the API (expired)"}
+						}
+						if req.Lane == "backfill" && req.Cursor == "2" && hiccup.CompareAndSwap(true, false) {
+							return Page{}, fmt.Errorf("a transient failure: the backfill goes on at the next cycle")
+						}
+						return log.fetch(ctx, req)
+					}
+				}), nil)
+				for v, s := range []string{"new", "paid", "shipped"} {
+					log.add("o1", v+1, s)
+				}
+				log.add("x1", 1, "x")
+				e.settle(eng)
+				ctx := t.Context()
+				if _, err := eng.Backfill(ctx, name, "", BackfillRequest{From: ""}); err != nil {
+					t.Fatal(err)
+				}
+				e.clock.Advance(time.Second)
+				e.tick(eng) // the backfill's first page (o1 new, paid), then a transient failure
+				if got, _ := dedupingConsumer(e.rec.events()); got["o1"] != "paid" {
+					t.Fatalf("after the backfill's first page the consumer holds o1 %q: the test proves nothing", got["o1"])
+				}
+				switch how {
+				case "fails":
+					refuse.Store(true)
+				case "restarted-later":
+					if _, err := eng.Backfill(ctx, name, "", BackfillRequest{From: "3"}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				e.settle(eng)
+				ki, _ := eng.Inspect(ctx, name, "")
+				var order []string
+				for _, ev := range e.rec.events() {
+					if ev.Identity == "o1" {
+						order = append(order, fmt.Sprintf("%s:%s", ev.Lane, stateOf(ev.Item)))
+					}
+				}
+				got, _ := dedupingConsumer(e.rec.events())
+				if got["o1"] != "shipped" {
+					t.Errorf("G3: the consumer holds o1 %q, the API %q; o1's deliveries: %v; backfill cursor %q done %v failed %v", got["o1"], "shipped", order, ki.Backfill.Cursor, ki.Backfill.Done, ki.Backfill.Failed)
+				}
+			})
+		}
+	})
+}
