@@ -373,3 +373,59 @@ func TestAdversary6G3BackfillStoppedHalfWayLeavesThePast(t *testing.T) {
 		}
 	})
 }
+
+// ---------------------------------------------------------------------------------------
+// G2: a partition deleted by the release before the incarnation, added again by this one,
+// repeats the ids of its first incarnation.
+// ---------------------------------------------------------------------------------------
+
+// TestAdversary6G2PartitionDeletedBeforeTheIncarnationRepeatsIDs: the incarnation is written
+// only by this release's delete_key.lua; the data layout is still 3 and `migrate` does
+// nothing, so a partition deleted by the release before (a deletion mark, no incarnation) and
+// added again after the upgrade starts every identity at life max(0, 0) = 0: o1's first
+// event (created A, life 0, change 0) has its old id again, and a consumer that dedupes by id
+// drops it and keeps B. The control is a deletion by this release.
+func TestAdversary6G2PartitionDeletedBeforeTheIncarnationRepeatsIDs(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, legacy := range []bool{false, true} {
+			t.Run(fmt.Sprintf("deleted-before-the-upgrade-%v", legacy), func(t *testing.T) {
+				e := newEnv(t, b)
+				name := fmt.Sprintf("readd-legacy-%v", legacy)
+				l := &rawListing{items: map[string]string{}}
+				eng := e.engine(e.poller(func(p *Poller) {
+					p.Name = name
+					p.Partitions = []string{"t1"}
+					p.Strategy = SnapshotDiff
+					p.ConfirmDeletes = 1
+					p.Fetch = l.fetch
+					p.Version = nil
+					p.Fingerprint = stateFingerprint
+				}), nil)
+				ctx := t.Context()
+				for _, s := range []string{"A", "B"} {
+					l.set("o1", fmt.Sprintf(`{"id":"o1","state":%q}`, s))
+					e.settle(eng)
+				}
+				if err := eng.Partitions().Delete(ctx, name, "t1"); err != nil {
+					t.Fatal(err)
+				}
+				if legacy {
+					// As the release before b9a452d left it: the deletion mark, no incarnation.
+					b.Client.HDel(ctx, "wk:{"+name+"|t1}:state", "incarnation")
+					if m, err := eng.Migrate(ctx); err != nil || len(m.Steps) != 0 {
+						t.Logf("migrate: %+v, %v", m, err)
+					}
+				}
+				l.set("o1", `{"id":"o1","state":"A"}`)
+				if err := eng.Partitions().Add(ctx, name, "t1"); err != nil {
+					t.Fatal(err)
+				}
+				e.settle(eng)
+				got, repeats := dedupingConsumer(e.rec.events())
+				if got["o1"] != "A" {
+					t.Errorf("G2: a consumer that dedupes by id holds o1 %q, the API %q; repeats: %q", got["o1"], "A", repeats)
+				}
+			})
+		}
+	})
+}
