@@ -1094,9 +1094,9 @@ func TestG3TagOfAListingPagedWhileTheCollectionChanged(t *testing.T) {
 }
 
 // G2: a lane that passes a change log's history again (a backfill, reset-cursor) sees each
-// version of o1 once more while the row holds the last. Each comes out again as the next
-// change, with a new id, whatever the version's kind, and a consumer that dedupes by id
-// replays the history to the API's state. Ids that named the version alone sent such a
+// version of o1 once more while the row holds the last. A backfill skips entries whose
+// versions order before the row's; otherwise each comes out again as the next change, with a
+// new id, and a consumer that dedupes by id replays the history to the API's state. Ids that named the version alone sent such a
 // consumer back to v1 (the first version's re-emission, now "updated", took a new id; the
 // later ones repeated theirs); dropping history older than the row as stale lost changes when
 // versions start over (TestAdversary4G3RecreatedItemWithARevisionThatStartsOverIsStale).
@@ -1131,9 +1131,13 @@ func TestG2HistoryPassedAgain(t *testing.T) {
 				e.settle(eng)
 				evs := e.rec.events()
 				again := len(evs) - first
+				want := 3
+				if how == "backfill" && !opaque {
+					want = 0 // a backfill skips entries older than the rows
+				}
 				switch got, repeats := dedupingConsumer(evs); {
-				case again != 3 || len(repeats) != 0:
-					t.Errorf("%s: %d events passed again, %d with an earlier id; want 3 new ones", name, again, len(repeats))
+				case again != want || len(repeats) != 0:
+					t.Errorf("%s: %d events passed again, %d with an earlier id; want %d new ones", name, again, len(repeats), want)
 				case got["o1"] != "shipped":
 					t.Errorf("G2 (%s): a consumer that dedupes by id holds o1 %q, the API %q", name, got["o1"], "shipped")
 				}

@@ -101,8 +101,10 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 	schema := c.p.SchemaVersion
 	for i, o := range obs {
 		k := &known[index[o.identity]]
-		if w.history && k.touched {
-			continue // a backfill's past must not undo what the live side wrote since (G3)
+		if w.history && (k.touched || k.row != nil && !k.row.Forgotten && versionBefore(o.version, k.row.Version)) {
+			// A backfill's past never undoes what the rows hold (G3): what the live side
+			// wrote since the backfill began, or a row whose version orders after the entry's.
+			continue
 		}
 		// An identity's latest observation supersedes a parked invalid one, which retried
 		// would take the identity back (G3); an invalid one is parked in its place. A
@@ -121,8 +123,14 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 			continue
 		}
 		if o.tombstone {
-			if k.row != nil {
+			switch {
+			case k.row != nil:
 				c.delete(w, lane, o.identity, k)
+			case !w.history && k.tomb == 0:
+				// Remembered even without a row (its items were invalid): a retry of an
+				// older parked item then knows it was deleted since (placeRetry).
+				k.tomb = c.now().UnixMilli()
+				w.steps = append(w.steps, step{identity: o.identity, tomb: k.tomb, event: -1})
 			}
 			continue
 		}
@@ -263,6 +271,9 @@ func (c *cycle) observe(raw json.RawMessage) (o observation, issue string) {
 	o.identity = id
 	if c.p.Tombstone != nil && c.p.Tombstone(raw) {
 		o.tombstone = true
+		if c.p.Version != nil {
+			o.version, _ = c.p.Version(raw) // if it has one: a backfill places it by it
+		}
 		return o, ""
 	}
 	// The version first: an invalid item parked with it is placed among its identity's
@@ -296,6 +307,13 @@ func (c *cycle) observe(raw json.RawMessage) (o observation, issue string) {
 func invalidID(raw json.RawMessage) string {
 	sum := sha256.Sum256(raw)
 	return "inv_" + hex.EncodeToString(sum[:12])
+}
+
+// versionBefore reports whether version a orders before b (both integers, or both RFC 3339
+// times); false when they do not order.
+func versionBefore(a, b string) bool {
+	order, ok := diff.CompareVersions(a, b)
+	return ok && order < 0
 }
 
 // supersede removes the parked invalid observation of an identity: a later observation or
@@ -572,13 +590,16 @@ func (c *cycle) placeRetry(ctx context.Context, r parkedRow, o observation) erro
 	if r.Identity != "" && r.Lane != laneBackfill && k.parked.ID == r.ID {
 		return nil
 	}
+	// A backfill's item is from the past whenever it was parked: a deletion at any time
+	// counts against it.
+	deletedSince := k.tomb >= r.ParkedAt || r.Lane == laneBackfill && k.tomb != 0
 	switch parkedAt := time.UnixMilli(r.ParkedAt); {
-	case k.row == nil && k.tomb < r.ParkedAt && c.now().Sub(parkedAt) < c.tombstoneRetention():
+	case k.parked.ID != "" && k.parked.ID != r.ID:
+		// Another observation is parked, and the index names only an identity's latest.
+	case k.row == nil && !deletedSince && c.now().Sub(parkedAt) < c.tombstoneRetention():
 		return nil
-	case k.row != nil:
-		if order, ok := diff.CompareVersions(o.version, k.row.Version); ok && order > 0 {
-			return nil
-		}
+	case k.row != nil && versionBefore(k.row.Version, o.version):
+		return nil
 	}
 	return fmt.Errorf("parked row %s (%s) may be older than what the rows hold of it (it was parked without an identity, by a backfill or before this release): it is not committed; discard it, and backfill or reset-cursor to read %s again", r.ID, o.identity, o.identity)
 }

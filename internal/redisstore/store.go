@@ -680,7 +680,23 @@ func (s *Store) AddPartition(ctx context.Context, key core.Key, entry []byte) er
 	if err := s.rdb.HSet(ctx, s.registryKey(), key.String(), entry).Err(); err != nil {
 		return err
 	}
-	if err := s.rdb.HDel(ctx, s.k(key, "state"), "deleted").Err(); err != nil {
+	state := s.k(key, "state")
+	marks, err := s.rdb.HMGet(ctx, state, "deleted", "incarnation").Result()
+	if err != nil {
+		return err
+	}
+	if marks[0] != nil && marks[1] == nil {
+		// Deleted by a release before incarnations: the lives of its identities start
+		// here, so the deleted partition's ids do not come back (G2).
+		now, err := s.now(ctx)
+		if err != nil {
+			return err
+		}
+		if err := s.rdb.HSetNX(ctx, state, "incarnation", now.UnixMilli()).Err(); err != nil {
+			return err
+		}
+	}
+	if err := s.rdb.HDel(ctx, state, "deleted").Err(); err != nil {
 		return err
 	}
 	return s.Trigger(ctx, key)
