@@ -250,20 +250,9 @@ func (r *processRun) hotPoisonBurst(ctx context.Context) error {
 		return nil
 	}
 	defer mon.stop(0)
-	t := time.NewTimer(hotAimWait)
-	defer t.Stop()
-	var who string
-	select {
-	case who = <-killed:
-	case <-t.C:
-		if mon.disarm() {
-			r.logf("hot: no park of the poison event within %s", hotAimWait)
-			return nil
-		}
-		who = <-killed
-	case <-ctx.Done():
-		mon.disarm()
-		return ctx.Err()
+	who, err := r.awaitAimedKill(ctx, mon, killed, "no park of the poison event")
+	if who == "" {
+		return err
 	}
 	return r.afterHotKill(ctx, who, "as Redis answered its park of the poison event (before the ack of the events delivered before it)", &r.hot.parkKills)
 }
@@ -292,22 +281,31 @@ func (r *processRun) hotHeldBurst(ctx context.Context) error {
 		return nil
 	}
 	defer mon.stop(0)
-	t := time.NewTimer(hotAimWait)
-	defer t.Stop()
-	var who string
-	select {
-	case who = <-killed:
-	case <-t.C:
-		if mon.disarm() {
-			r.logf("hot: no commit of burst %d within %s", n, hotAimWait)
-			return nil
-		}
-		who = <-killed
-	case <-ctx.Done():
-		mon.disarm()
-		return ctx.Err()
+	who, err := r.awaitAimedKill(ctx, mon, killed, fmt.Sprintf("no commit of burst %d", n))
+	if who == "" {
+		return err
 	}
 	return r.afterHotKill(ctx, who, fmt.Sprintf("as Redis answered its commit of burst %d (before it delivered or held anything)", n), &r.hot.commitKills)
+}
+
+// awaitAimedKill waits up to hotAimWait for the kill mon fires; "" when the aimed script did not
+// run in time (missed is logged) or ctx ended.
+func (r *processRun) awaitAimedKill(ctx context.Context, mon *scriptMonitor, killed <-chan string, missed string) (string, error) {
+	t := time.NewTimer(hotAimWait)
+	defer t.Stop()
+	select {
+	case who := <-killed:
+		return who, nil
+	case <-t.C:
+		if mon.disarm() {
+			r.logf("hot: %s within %s", missed, hotAimWait)
+			return "", nil
+		}
+		return <-killed, nil
+	case <-ctx.Done():
+		mon.disarm()
+		return "", ctx.Err()
+	}
 }
 
 // hotRetry: the receiver accepts the poison event from now on, a worker is SIGKILLed while
