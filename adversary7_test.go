@@ -147,3 +147,55 @@ func TestAdversary7G2IncarnationBehindLivesOfTheDeletedPartition(t *testing.T) {
 		}
 	})
 }
+
+// ---------------------------------------------------------------------------------------
+// G6/G3: a backfill deletes an identity the API has, from a deletion entry without a version.
+// ---------------------------------------------------------------------------------------
+
+// TestAdversary7G6BackfillVersionlessDeletionEntryDeletesTheCurrentLife: ae94c28 skips a
+// backfill entry whose version orders before the row's; a deletion entry of a change log
+// commonly carries no version (`{"id":..,"deleted":true}`; observe leaves it ""), so it never
+// orders and is applied to whatever row is there. A change log x1 A (v1), x1 deleted, x1 B
+// (v3, a new life), y1 is read by the live lane (rows x1 B v3). A backfill of [0, 2) skips x1
+// A (v1 before v3) and applies the deletion to x1's current life: "deleted" is delivered,
+// the rows forget x1, the backfill is done and the live cursor is past "B": consumer and rows
+// hold x1 deleted while the API has B (a delete the API never made of this life, G6; the
+// final state differs, G3). The control's deletion entry carries its version (v2): it orders
+// before v3 and is skipped.
+func TestAdversary7G6BackfillVersionlessDeletionEntryDeletesTheCurrentLife(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
+		for _, del := range []string{`{"id":"x1","deleted":true,"version":"2"}`, `{"id":"x1","deleted":true}`} {
+			versioned := del != `{"id":"x1","deleted":true}`
+			t.Run(fmt.Sprintf("deletion-entry-versioned-%v", versioned), func(t *testing.T) {
+				e := newEnv(t, b)
+				name := fmt.Sprintf("bfdel-%v", versioned)
+				log := &changeLog{}
+				eng := e.engine(e.poller(func(p *Poller) {
+					p.Name = name
+					p.Fetch = log.fetch
+					p.Tombstone = Flag("deleted")
+				}), nil)
+				log.add("x1", 1, "A")
+				log.addRaw(del)
+				log.add("x1", 3, "B")
+				log.add("y1", 1, "y")
+				e.settle(eng)
+				to := "2"
+				if _, err := eng.Backfill(t.Context(), name, "", BackfillRequest{From: "", To: &to}); err != nil {
+					t.Fatal(err)
+				}
+				e.settle(eng)
+				var order []string
+				for _, ev := range e.rec.events() {
+					if ev.Identity == "x1" {
+						order = append(order, fmt.Sprintf("%s:%s:%s", ev.Lane, ev.Type, stateOf(ev.Item)))
+					}
+				}
+				got, _ := dedupingConsumer(e.rec.events())
+				if got["x1"] != "B" {
+					t.Errorf("G6: the consumer holds x1 %q, the API %q; x1's deliveries: %v", got["x1"], "B", order)
+				}
+			})
+		}
+	})
+}
