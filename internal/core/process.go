@@ -101,9 +101,9 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 	schema := c.p.SchemaVersion
 	for i, o := range obs {
 		k := &known[index[o.identity]]
-		if w.history && (k.touched || k.row != nil && !k.row.Forgotten && versionBefore(o.version, k.row.Version)) {
+		if w.history && (k.touched || k.row != nil && !k.row.Forgotten && behind(o, k.row)) {
 			// A backfill's past never undoes what the rows hold (G3): what the live side
-			// wrote since the backfill began, or a row whose version orders after the entry's.
+			// wrote since the backfill began, or a row the entry is not known to be newer than.
 			continue
 		}
 		// An identity's latest observation supersedes a parked invalid one, which retried
@@ -307,6 +307,22 @@ func (c *cycle) observe(raw json.RawMessage) (o observation, issue string) {
 func invalidID(raw json.RawMessage) string {
 	sum := sha256.Sum256(raw)
 	return "inv_" + hex.EncodeToString(sum[:12])
+}
+
+// behind reports whether a backfill's entry is not known to be newer than the row, where
+// versions order: an older version, the same version with other content (a timestamp to the
+// second ties), or a deletion entry whose version is not later (often it has none). Where they
+// do not order, a backfill cannot tell (README, Known limits).
+func behind(o observation, r *diff.Row) bool {
+	order, ok := diff.CompareVersions(o.version, r.Version)
+	switch {
+	case ok:
+		return order < 0 || order == 0 && (o.tombstone || o.vf != r.VF)
+	case o.tombstone:
+		_, rowOrders := diff.CompareVersions(r.Version, r.Version)
+		return rowOrders
+	}
+	return false
 }
 
 // versionBefore reports whether version a orders before b (both integers, or both RFC 3339
@@ -587,8 +603,8 @@ func (c *cycle) placeRetry(ctx context.Context, r parkedRow, o observation) erro
 		return err
 	}
 	k := known[0]
-	if r.Identity != "" && r.Lane != laneBackfill && k.parked.ID == r.ID {
-		return nil
+	if r.Identity != "" && r.Lane != laneBackfill && k.parked.ID == r.ID && (k.row == nil || !versionBefore(o.version, k.row.Version)) {
+		return nil // its identity's latest observation, unless a backfill wrote a later one
 	}
 	// A backfill's item is from the past whenever it was parked: a deletion at any time
 	// counts against it.

@@ -10,7 +10,8 @@
 -- TTL ms, ARGV[6] log retention ms ('0': no log), ARGV[7] tombstone retention ms, ARGV[8] '1'
 -- to empty KEYS[9] first, then sections, each a count followed by its values:
 --   state pairs (field, value), state counters (field, increment), item upserts (identity,
---   row), item deletes (identity), tombstones (identity, generation), tombstones lifted
+--   row), item deletes (identity), tombstones (identity, generation; the highest kept in
+--   state field lastLife), tombstones lifted
 --   (identity), events (id, orderingKey, envelope JSON), invalid rows (parkedId, identity or
 --   '', version, row JSON; HSETNX so the same invalid item is parked once; with an identity it
 --   becomes the identity's latest invalid observation, "parkedId\nversion" in KEYS[8], and the
@@ -57,9 +58,16 @@ if to >= from then chunked('HSET', KEYS[3], ARGV, from, to, 1000) end
 from, to = section(1)
 if to >= from then chunked('HDEL', KEYS[3], ARGV, from, to, 1000) end
 from, to, n = section(2)
+local highest = 0
 for k = 0, n - 1 do
   local j = from + k * 2
   redis.call('ZADD', KEYS[7], ARGV[j + 1], ARGV[j])
+  highest = math.max(highest, tonumber(ARGV[j + 1]))
+end
+-- The highest generation ever given (a life may run ahead of the clock): an incarnation after
+-- a partitions delete starts above it.
+if n > 0 and highest > tonumber(redis.call('HGET', KEYS[1], 'lastLife') or '0') then
+  redis.call('HSET', KEYS[1], 'lastLife', string.format('%d', highest))
 end
 if n > 0 then
   -- Tombstones keep an identity's generation past its deletion for a while only.

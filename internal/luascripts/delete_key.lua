@@ -13,10 +13,12 @@ local now = now_ms(ARGV[3])
 local err, dup = fence(KEYS[1], ARGV[1], ARGV[2], now, ARGV[4])
 if err then return err end
 if dup then return DUPLICATE end
+local lives = redis.call('HMGET', KEYS[2], 'lastLife', 'incarnation')
+local above = math.max(tonumber(lives[1] or '0'), tonumber(lives[2] or '0')) + 1
 for k = 2, 11 do redis.call('UNLINK', KEYS[k]) end -- big hashes are freed in the background
 -- The incarnation starts the lives of the identities of a partition added again: their ids
 -- never repeat the deleted one's (G2).
-redis.call('HSET', KEYS[2], 'deleted', '1', 'incarnation', now)
+redis.call('HSET', KEYS[2], 'deleted', '1', 'incarnation', string.format('%d', math.max(now, above)))
 redis.call('HDEL', KEYS[1], 'owner', 'expiresAt')
 redis.call('HSET', KEYS[1], 'write', ARGV[4])
 return 1
