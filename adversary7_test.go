@@ -4,7 +4,10 @@ package watukuy
 // skips entries whose versions order before the row's; a deletion without a row leaves a
 // tombstone; a retry is refused while another observation is parked; a partition deleted
 // before incarnations gets one when added). Each test is named for the guarantee it breaks and
-// FAILS on the code it was written against; each has a control that passes.
+// FAILED on the code it was written against; each has a control that passes. Fixed by: a
+// backfill skips an entry not known to be newer than the row (the same version with other
+// content, a deletion entry without a later version); an incarnation starts above every
+// generation the partition gave (state field lastLife).
 
 import (
 	"context"
