@@ -77,6 +77,7 @@ func TestAdversary6G3BackfillWindowRollsBackEarlierLiveChanges(t *testing.T) {
 				log := &changeLog{}
 				eng := e.engine(e.poller(func(p *Poller) {
 					p.Name = name
+					p.History = true // a change log: every change an entry
 					p.Fetch = log.fetch
 				}), nil)
 				for v, s := range []string{"new", "paid", "shipped"} {
@@ -136,6 +137,7 @@ func TestAdversary6G3ReconcileAheadOfTheLiveCursorRolledBackByABackfill(t *testi
 				var armed atomic.Bool
 				eng := e.engine(e.poller(func(p *Poller) {
 					p.Name = name
+					p.History = true // a change log: every change an entry
 					p.Fetch = log.fetch
 					p.Reconcile = &Reconcile{Every: 6 * time.Hour, Fetch: func(ctx context.Context, req FetchRequest) (Page, error) {
 						if armed.CompareAndSwap(true, false) {
@@ -329,6 +331,7 @@ func TestAdversary6G3BackfillStoppedHalfWayLeavesThePast(t *testing.T) {
 				hiccup.Store(true)
 				eng := e.engine(e.poller(func(p *Poller) {
 					p.Name = name
+					p.History = true // a change log: every change an entry
 					p.MaxPagesPerCycle = 2 // the live lane's page and one backfill page
 					p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
 						if req.Lane == "backfill" && req.Cursor == "2" && refuse.Load() {

@@ -52,6 +52,7 @@ func TestAdversary7G3BackfillEqualTimestampRollsBack(t *testing.T) {
 				log := &changeLog{}
 				eng := e.engine(e.poller(func(p *Poller) {
 					p.Name = name
+					p.History = true // a change log: every change an entry
 					p.Fetch = log.fetch
 				}), nil)
 				log.addRaw(`{"id":"o1","version":"2026-01-01T10:00:00Z","state":"new"}`)
@@ -175,6 +176,7 @@ func TestAdversary7G6BackfillVersionlessDeletionEntryDeletesTheCurrentLife(t *te
 				log := &changeLog{}
 				eng := e.engine(e.poller(func(p *Poller) {
 					p.Name = name
+					p.History = true // a change log: every change an entry
 					p.Fetch = log.fetch
 					p.Tombstone = Flag("deleted")
 				}), nil)

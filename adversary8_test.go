@@ -413,6 +413,7 @@ func TestAdversary8G3ForgottenRowRolledBackByABackfillWindow(t *testing.T) {
 				log := &changeLog{}
 				eng := e.engine(e.poller(func(p *Poller) {
 					p.Name = name
+					p.History = true // a change log: every change an entry
 					p.Fetch = log.fetch
 				}), nil)
 				log.add("o1", 1, "A")

@@ -1109,6 +1109,7 @@ func TestG2HistoryPassedAgain(t *testing.T) {
 				log := &changeLog{}
 				eng := e.engine(e.poller(func(p *Poller) {
 					p.Name, p.Fetch = name, log.fetch
+					p.History = true // a change log: a backfill places its entries by version
 					if opaque {
 						p.Version = func(item json.RawMessage) (string, error) {
 							sum := sha256.Sum256(item)

@@ -121,7 +121,7 @@ func buildPoller(cfg *config.Config, pc config.Poller, rdb redis.UniversalClient
 	if pc.Log != nil {
 		p.LogRetention = pc.Log.Retention
 	}
-	p.Shadow = pc.Shadow
+	p.Shadow, p.History = pc.Shadow, pc.History
 	d := pc.Delivery
 	p.Delivery = watukuy.Delivery{Concurrency: d.Concurrency, Attempts: d.Attempts}
 	if d.Poison == "halt" {

@@ -53,6 +53,7 @@ type Poller struct {
 	OnSchemaChange   string // "", "rebaseline" or "emit"
 	Schema           string // JSON Schema path, resolved against the config file's directory
 	Shadow           bool
+	History          bool
 	LeaseTTL         time.Duration
 	MaxPagesPerCycle int
 	Delivery         Delivery
@@ -239,7 +240,7 @@ var (
 
 var (
 	configKeys    = []string{"redis", "prefix", "pollers"}
-	pollerKeys    = []string{"name", "partitions", "request", "items", "identity", "version", "fingerprint", "cursor", "schedule", "reconcile", "log", "deletes", "commit", "schemaVersion", "onSchemaChange", "schema", "shadow", "leaseTTL", "maxPagesPerCycle", "delivery"}
+	pollerKeys    = []string{"name", "partitions", "request", "items", "identity", "version", "fingerprint", "cursor", "schedule", "reconcile", "log", "deletes", "commit", "schemaVersion", "onSchemaChange", "schema", "shadow", "history", "leaseTTL", "maxPagesPerCycle", "delivery"}
 	requestKeys   = []string{"url", "query", "headers", "timeout"}
 	cursorKeys    = []string{"strategy", "field", "param", "hasMore", "next", "formats", "limitParam", "limit", "tieBreaker", "deleted", "offset", "start", "sizeParam", "size", "etag"}
 	scheduleKeys  = []string{"min", "max", "jitter", "adaptive"}
@@ -449,6 +450,8 @@ func (d *decoder) poller(n ast.Node, field string) (Poller, pos) {
 			}
 		case "shadow":
 			p.Shadow, _ = d.bool(v, fp)
+		case "history":
+			p.History, _ = d.bool(v, fp)
 		case "leaseTTL":
 			p.LeaseTTL, _ = d.duration(v, fp)
 		case "maxPagesPerCycle":

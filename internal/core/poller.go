@@ -49,6 +49,11 @@ type Poller struct {
 	Detail DetailFunc
 	// Tombstone marks items that report a deletion (sync/delta APIs); optional.
 	Tombstone func(item json.RawMessage) bool
+	// History says the API serves history (a change log, an events API: every change as an
+	// entry, old ones included), not items as they are now. A backfill then never writes an
+	// entry over a row it is not known to be newer than (versions that order); without it a
+	// backfill applies what it reads, as the present.
+	History bool
 	// Reconcile, when set, lists everything every Reconcile.Every with the same diff and
 	// emits deleted for stored identities the complete listing lacks (G6).
 	Reconcile *Reconcile

@@ -101,9 +101,10 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 	schema := c.p.SchemaVersion
 	for i, o := range obs {
 		k := &known[index[o.identity]]
-		if w.history && (k.touched || k.row != nil && !k.row.Forgotten && behind(o, k.row)) {
-			// A backfill's past never undoes what the rows hold (G3): what the live side
-			// wrote since the backfill began, or a row the entry is not known to be newer than.
+		if w.history && (k.touched || c.p.History && k.row != nil && behind(o, k.row, schema)) {
+			// A backfill never undoes what the live side wrote since it began (G3), and over
+			// history (Poller.History) never what the rows hold: a row the entry is not known
+			// to be newer than.
 			continue
 		}
 		// An identity's latest observation supersedes a parked invalid one, which retried
@@ -134,7 +135,7 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 			}
 			continue
 		}
-		kind := diff.Classify(k.row, o.vf, schema, c.p.EmitOnSchemaChange)
+		kind := diff.Classify(k.row, o.vf, o.version, schema, c.p.EmitOnSchemaChange)
 		switch kind {
 		case diff.Unchanged:
 			r := *k.row
@@ -309,15 +310,15 @@ func invalidID(raw json.RawMessage) string {
 	return "inv_" + hex.EncodeToString(sum[:12])
 }
 
-// behind reports whether a backfill's entry is not known to be newer than the row, where
-// versions order: an older version, the same version with other content (a timestamp to the
-// second ties), or a deletion entry whose version is not later (often it has none). Where they
-// do not order, a backfill cannot tell (README, Known limits).
-func behind(o observation, r *diff.Row) bool {
+// behind reports whether a history entry is not known to be newer than the row, where
+// versions order: an older version, the same version with other content under the same schema
+// (a timestamp to the second ties), or a deletion entry whose version is not later (often it
+// has none). Where they do not order, a backfill cannot tell (README, Known limits).
+func behind(o observation, r *diff.Row, schema int) bool {
 	order, ok := diff.CompareVersions(o.version, r.Version)
 	switch {
 	case ok:
-		return order < 0 || order == 0 && (o.tombstone || o.vf != r.VF)
+		return order < 0 || order == 0 && (o.tombstone || o.vf != r.VF && r.Schema == schema)
 	case o.tombstone:
 		_, rowOrders := diff.CompareVersions(r.Version, r.Version)
 		return rowOrders

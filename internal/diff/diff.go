@@ -148,10 +148,11 @@ const (
 	Rebaseline
 )
 
-// Classify compares an observation (vf under schema) with the stored row (nil when the
-// identity has none). With emitOnSchemaChange, a hash that differs across a schema bump is an
-// update; otherwise the row is rebaselined silently.
-func Classify(stored *Row, vf VF, schema int, emitOnSchemaChange bool) Kind {
+// Classify compares an observation (vf and version under schema) with the stored row (nil
+// when the identity has none). A hash that differs across a schema bump is an update when the
+// version moved (a real change) or with emitOnSchemaChange; otherwise the row is rebaselined
+// silently.
+func Classify(stored *Row, vf VF, version string, schema int, emitOnSchemaChange bool) Kind {
 	switch r := stored; {
 	case r == nil || r.Forgotten:
 		return Created
@@ -159,7 +160,7 @@ func Classify(stored *Row, vf VF, schema int, emitOnSchemaChange bool) Kind {
 		return Unchanged
 	case r.Schema == schema:
 		return Updated
-	case r.VF != vf && emitOnSchemaChange:
+	case r.VF != vf && (emitOnSchemaChange || r.Version != version):
 		return Updated
 	default:
 		return Rebaseline

@@ -43,25 +43,28 @@ func TestRowRoundTrip(t *testing.T) {
 func TestClassify(t *testing.T) {
 	a := VersionFingerprint("1", []byte("a"))
 	b := VersionFingerprint("2", []byte("a"))
-	rowA1 := &Row{VF: a, Schema: 1}
+	c := VersionFingerprint("1", []byte("c"))
+	rowA1 := &Row{VF: a, Schema: 1, Version: "1"}
 	tests := []struct {
-		name   string
-		stored *Row
-		vf     VF
-		schema int
-		emit   bool
-		want   Kind
+		name    string
+		stored  *Row
+		vf      VF
+		version string
+		schema  int
+		emit    bool
+		want    Kind
 	}{
-		{"no row", nil, a, 1, false, Created},
-		{"forgotten row, same hash", &Row{VF: a, Schema: 1, Forgotten: true}, a, 1, false, Created},
-		{"same", rowA1, a, 1, false, Unchanged},
-		{"new version", rowA1, b, 1, false, Updated},
-		{"schema bump, same hash", rowA1, a, 2, true, Rebaseline},
-		{"schema bump, new hash, rebaseline", rowA1, b, 2, false, Rebaseline},
-		{"schema bump, new hash, emit", rowA1, b, 2, true, Updated},
+		{"no row", nil, a, "1", 1, false, Created},
+		{"forgotten row, same hash", &Row{VF: a, Schema: 1, Version: "1", Forgotten: true}, a, "1", 1, false, Created},
+		{"same", rowA1, a, "1", 1, false, Unchanged},
+		{"new version", rowA1, b, "2", 1, false, Updated},
+		{"schema bump, same hash", rowA1, a, "1", 2, true, Rebaseline},
+		{"schema bump, same version, new hash, rebaseline", rowA1, c, "1", 2, false, Rebaseline},
+		{"schema bump, same version, new hash, emit", rowA1, c, "1", 2, true, Updated},
+		{"schema bump, new version: a real change", rowA1, b, "2", 2, false, Updated},
 	}
 	for _, tc := range tests {
-		if got := Classify(tc.stored, tc.vf, tc.schema, tc.emit); got != tc.want {
+		if got := Classify(tc.stored, tc.vf, tc.version, tc.schema, tc.emit); got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
 	}
