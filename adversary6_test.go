@@ -331,7 +331,7 @@ func TestAdversary6G3BackfillStoppedHalfWayLeavesThePast(t *testing.T) {
 				hiccup.Store(true)
 				eng := e.engine(e.poller(func(p *Poller) {
 					p.Name = name
-					p.History = true // a change log: every change an entry
+					p.History = true       // a change log: every change an entry
 					p.MaxPagesPerCycle = 2 // the live lane's page and one backfill page
 					p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
 						if req.Lane == "backfill" && req.Cursor == "2" && refuse.Load() {
