@@ -247,6 +247,7 @@ func TestAdversary4G3BackfillOfOlderHistorySupersedesTheParkedLatest(t *testing.
 				eng := e.engine(e.poller(func(p *Poller) {
 					p.Name = name
 					p.Fetch = log.fetch
+					p.History = true // a change log: a backfill reads history
 					p.Validate = func(item json.RawMessage) error {
 						mu.Lock()
 						defer mu.Unlock()

@@ -101,7 +101,7 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 	schema := c.p.SchemaVersion
 	for i, o := range obs {
 		k := &known[index[o.identity]]
-		if w.history && (k.touched || c.p.History && k.row != nil && behind(o, k.row, schema)) {
+		if w.history && (k.touched || c.p.History && k.row != nil && behind(o, k.row)) {
 			// A backfill never undoes what the live side wrote since it began (G3), and over
 			// history (Poller.History) never what the rows hold: a row the entry is not known
 			// to be newer than.
@@ -109,15 +109,16 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 		}
 		// An identity's latest observation supersedes a parked invalid one, which retried
 		// would take the identity back (G3); an invalid one is parked in its place. A
-		// backfill's past does neither: it parks only where nothing is parked.
+		// backfill over history does neither: it parks only where nothing is parked.
+		present := !w.history || !c.p.History
 		switch last := i == lastSeen[o.identity]; {
 		case !last:
-		case o.issue != "" && (!w.history || k.parked.ID == ""):
+		case o.issue != "" && (present || k.parked.ID == ""):
 			c.parkInvalid(&w.Commit, o.raw, o.identity, o.version, lane, o.issue)
 		case o.issue != "" && invalidID(o.raw) != k.parked.ID:
 			c.log.Info().Str("identity", o.identity).Str("parkedId", k.parked.ID).Str("issue", o.issue).
-				Msg("backfill: invalid item not parked, its identity has a later one parked")
-		case o.issue == "" && !w.history:
+				Msg("backfill: invalid history entry not parked, its identity has a later one parked")
+		case o.issue == "" && present:
 			c.supersede(&w.Commit, o.identity, k)
 		}
 		if o.issue != "" {
@@ -311,14 +312,15 @@ func invalidID(raw json.RawMessage) string {
 }
 
 // behind reports whether a history entry is not known to be newer than the row, where
-// versions order: an older version, the same version with other content under the same schema
-// (a timestamp to the second ties), or a deletion entry whose version is not later (often it
-// has none). Where they do not order, a backfill cannot tell (README, Known limits).
-func behind(o observation, r *diff.Row, schema int) bool {
+// versions order: an older version, the same version with other content (a timestamp to the
+// second ties; across a schema bump too, so drift is the live lane's to emit), or a deletion
+// entry whose version is not later (often it has none). Where they do not order, a backfill
+// cannot tell (README, Known limits).
+func behind(o observation, r *diff.Row) bool {
 	order, ok := diff.CompareVersions(o.version, r.Version)
 	switch {
 	case ok:
-		return order < 0 || order == 0 && (o.tombstone || o.vf != r.VF && r.Schema == schema)
+		return order < 0 || order == 0 && (o.tombstone || o.vf != r.VF)
 	case o.tombstone:
 		_, rowOrders := diff.CompareVersions(r.Version, r.Version)
 		return rowOrders

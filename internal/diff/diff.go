@@ -150,8 +150,8 @@ const (
 
 // Classify compares an observation (vf and version under schema) with the stored row (nil
 // when the identity has none). A hash that differs across a schema bump is an update when the
-// version moved (a real change) or with emitOnSchemaChange; otherwise the row is rebaselined
-// silently.
+// version moved on (a real change: versionMoved) or with emitOnSchemaChange; otherwise the row
+// is rebaselined silently.
 func Classify(stored *Row, vf VF, version string, schema int, emitOnSchemaChange bool) Kind {
 	switch r := stored; {
 	case r == nil || r.Forgotten:
@@ -160,11 +160,24 @@ func Classify(stored *Row, vf VF, version string, schema int, emitOnSchemaChange
 		return Unchanged
 	case r.Schema == schema:
 		return Updated
-	case r.VF != vf && (emitOnSchemaChange || r.Version != version):
+	case r.VF != vf && (emitOnSchemaChange || versionMoved(r.Version, version)):
 		return Updated
 	default:
 		return Rebaseline
 	}
+}
+
+// versionMoved reports whether version v is a change from stored: later where both order
+// (the same instant written another way is not), different where they do not; a row without
+// a version (a poller that gained one at a schema bump) is no evidence.
+func versionMoved(stored, v string) bool {
+	if stored == "" {
+		return false
+	}
+	if order, ok := CompareVersions(v, stored); ok {
+		return order > 0
+	}
+	return v != stored
 }
 
 // EventID is the deterministic id of an event (G2): a pure function of poller, partition,

@@ -62,6 +62,9 @@ func TestClassify(t *testing.T) {
 		{"schema bump, same version, new hash, rebaseline", rowA1, c, "1", 2, false, Rebaseline},
 		{"schema bump, same version, new hash, emit", rowA1, c, "1", 2, true, Updated},
 		{"schema bump, new version: a real change", rowA1, b, "2", 2, false, Updated},
+		{"schema bump, version written another way", &Row{VF: a, Schema: 1, Version: "2026-01-01T10:00:01Z"}, c, "2026-01-01T10:00:01.000Z", 2, false, Rebaseline},
+		{"schema bump, a version where the row had none", &Row{VF: a, Schema: 1}, c, "7", 2, false, Rebaseline},
+		{"schema bump, another opaque version", &Row{VF: a, Schema: 1, Version: "abc"}, c, "abd", 2, false, Updated},
 	}
 	for _, tc := range tests {
 		if got := Classify(tc.stored, tc.vf, tc.version, tc.schema, tc.emit); got != tc.want {
