@@ -252,7 +252,8 @@ func TestG5ValidityCountsFromBeginsRequest(t *testing.T) {
 // request when it resumes: another instance took the key meanwhile, got a 429 and saved a
 // Retry-After window. The old engine checked only the window read at Begin, and never its
 // lease, before a request. Here A pauses between pages as the API's rate limit asks, and its
-// process is frozen meanwhile (the test clock, A's as well as Redis', jumps past the lease).
+// process is frozen meanwhile (held in its wait; the test clock, A's as well as Redis', jumps
+// past the lease) until B has its 429.
 func TestG8FrozenInstanceStaysOutOfTheNewOwnersWindow(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
@@ -278,14 +279,22 @@ func TestG8FrozenInstanceStaysOutOfTheNewOwnersWindow(t *testing.T) {
 				}
 			}
 		}
-		paged := make(chan struct{}, 1)
-		h := &hookStore{afterAck: func() {
-			select {
-			case paged <- struct{}{}:
-			default:
-			}
-		}}
-		a := e.engine(e.poller(fetchAs("A", 200)), hooked(h))
+		paged, resume := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		a, err := New(Options{Redis: b.Client, InstanceID: "instance-a", clock: e.clock.Now,
+			wait: func(ctx context.Context, d time.Duration) error {
+				once.Do(func() {
+					close(paged)
+					<-resume // A is frozen in its wait before page 2
+				})
+				return nil
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Register(e.poller(fetchAs("A", 200))); err != nil {
+			t.Fatal(err)
+		}
 		done := make(chan TickReport)
 		go func() { done <- e.tick(a) }()
 		<-paged                           // page 1 delivered and acked: A waits for the rate limit
@@ -295,6 +304,7 @@ func TestG8FrozenInstanceStaysOutOfTheNewOwnersWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.tick(bb)
+		close(resume)
 		<-done
 		mu.Lock()
 		defer mu.Unlock()

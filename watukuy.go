@@ -211,7 +211,8 @@ type Options struct {
 	// caller's: the tests of this package alone replace it (and the local clock leases are
 	// kept by) with a fake one; watukuytest moves miniredis' own clock instead.
 	clock     func() time.Time
-	wrapStore func(core.Store) core.Store // tests inject faults here
+	wrapStore func(core.Store) core.Store                      // tests inject faults here
+	wait      func(ctx context.Context, d time.Duration) error // tests freeze an instance between pages here
 }
 
 // Engine runs pollers against Redis.
@@ -240,7 +241,7 @@ func New(opts Options) (*Engine, error) {
 		s = opts.wrapStore(s)
 	}
 	ce, err := core.NewEngine(core.Options{Store: s, InstanceID: opts.InstanceID, Logger: opts.Logger,
-		TickConcurrency: opts.TickConcurrency, ClaimTimeout: opts.ClaimTimeout, Hooks: opts.Hooks, Clock: opts.clock})
+		TickConcurrency: opts.TickConcurrency, ClaimTimeout: opts.ClaimTimeout, Hooks: opts.Hooks, Clock: opts.clock, Wait: opts.wait})
 	if err != nil {
 		return nil, err
 	}

@@ -37,6 +37,9 @@ type Options struct {
 	// call was sent); default time.Now. Tests that move the store's server clock pass the
 	// same fake clock here, so a simulated pause ages the lease on both sides.
 	Clock func() time.Time
+	// Wait sits out a pause between two pages (the API's rate limit); default a timer. Tests
+	// hold an instance there, frozen at a known point of its cycle.
+	Wait func(ctx context.Context, d time.Duration) error
 }
 
 // Engine runs the cycles of registered pollers.
@@ -49,6 +52,7 @@ type Engine struct {
 	claimTO time.Duration
 	hooks   Hooks
 	clock   func() time.Time
+	wait    func(ctx context.Context, d time.Duration) error
 
 	mu         sync.Mutex
 	pollers    map[string]*Poller
@@ -70,7 +74,7 @@ func NewEngine(opts Options) (*Engine, error) {
 		return nil, &ConfigError{Field: "instanceID", Msg: "is required"}
 	}
 	e := &Engine{store: opts.Store, owner: opts.InstanceID, log: opts.Logger, rand: opts.Rand,
-		tickN: opts.TickConcurrency, claimTO: opts.ClaimTimeout, hooks: opts.Hooks, clock: opts.Clock, pollers: map[string]*Poller{}}
+		tickN: opts.TickConcurrency, claimTO: opts.ClaimTimeout, hooks: opts.Hooks, clock: opts.Clock, wait: opts.Wait, pollers: map[string]*Poller{}}
 	if e.clock == nil {
 		e.clock = time.Now
 	}
