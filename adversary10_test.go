@@ -27,16 +27,20 @@ import (
 // one time) is "different", so a real change too. With the default onSchemaChange:
 // rebaseline and nothing changed in the API, a snapshotDiff listing then emits `updated` for
 // every item under a new id (G7: changes that did not happen; G2: a second id for one
-// state). The control bumps with the version read as before: rebaselined, no event.
+// state). The mirror of the ninth review's "a version added at the bump" (no evidence) is not
+// handled either: a version DROPPED at the bump ("5" → "") is "different", so every item is
+// emitted. The control bumps with the version read as before: rebaselined, no event.
 func TestAdversary10G7SchemaBumpToMillisecondsEmitsEveryItem(t *testing.T) {
 	eachLight(t, func(t *testing.T, b redistest.Backend) {
 		for _, tc := range []struct {
 			name     string
 			old, new string // the same instant, before and after the bump
+			drop     bool   // schema 1 reads no version (the field was dropped from the config)
 		}{
-			{"control-same-representation", "1767261601", "1767261601"},
-			{"epoch-seconds-to-milliseconds", "1767261601", "1767261601000"},
-			{"rfc3339-to-epoch-seconds", "2026-01-01T10:00:01Z", "1767261601"},
+			{"control-same-representation", "1767261601", "1767261601", false},
+			{"epoch-seconds-to-milliseconds", "1767261601", "1767261601000", false},
+			{"rfc3339-to-epoch-seconds", "2026-01-01T10:00:01Z", "1767261601", false},
+			{"version-dropped-at-the-bump", "1767261601", "1767261601", true},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				e := newEnv(t, b)
@@ -64,7 +68,12 @@ func TestAdversary10G7SchemaBumpToMillisecondsEmitsEveryItem(t *testing.T) {
 				for _, id := range ids {
 					api.put(id, item(id, tc.new))
 				}
-				e.settle(e.engine(e.poller(base, func(p *Poller) { p.SchemaVersion = 1 }), nil))
+				e.settle(e.engine(e.poller(base, func(p *Poller) {
+					p.SchemaVersion = 1
+					if tc.drop {
+						p.Version = nil
+					}
+				}), nil))
 				var after []string
 				for _, ev := range e.rec.events()[before:] {
 					after = append(after, fmt.Sprintf("%s:%s@%s:%s", ev.Type, ev.Identity, ev.Version, ev.ID))
