@@ -606,12 +606,13 @@ func (c *cycle) placeRetry(ctx context.Context, r parkedRow, o observation) erro
 		return err
 	}
 	k := known[0]
-	if r.Identity != "" && r.Lane != laneBackfill && k.parked.ID == r.ID && (k.row == nil || !versionBefore(o.version, k.row.Version)) {
+	history := r.Lane == laneBackfill && c.p.History // parked by a backfill over history
+	if r.Identity != "" && !history && k.parked.ID == r.ID && (k.row == nil || !versionBefore(o.version, k.row.Version)) {
 		return nil // its identity's latest observation, unless a backfill wrote a later one
 	}
-	// A backfill's item is from the past whenever it was parked: a deletion at any time
-	// counts against it.
-	deletedSince := k.tomb >= r.ParkedAt || r.Lane == laneBackfill && k.tomb != 0
+	// A history backfill's item is from the past whenever it was parked: a deletion at any
+	// time counts against it.
+	deletedSince := k.tomb >= r.ParkedAt || history && k.tomb != 0
 	switch parkedAt := time.UnixMilli(r.ParkedAt); {
 	case k.parked.ID != "" && k.parked.ID != r.ID:
 		// Another observation is parked, and the index names only an identity's latest.

@@ -167,17 +167,32 @@ func Classify(stored *Row, vf VF, version string, schema int, emitOnSchemaChange
 	}
 }
 
-// versionMoved reports whether version v is a change from stored: later where both order
-// (the same instant written another way is not), different where they do not; a row without
-// a version (a poller that gained one at a schema bump) is no evidence.
+// versionMoved reports whether version v, read under a new schema, is a change from stored:
+// another value where both order (the same instant written another way is none; an older one
+// is, a restore), a different text where neither does. Versions of another kind (RFC 3339 and
+// integers, seconds and milliseconds, one side empty) are no evidence: a bump is when a
+// version's format changes.
 func versionMoved(stored, v string) bool {
-	if stored == "" {
+	if stored == "" || !sameKind(stored, v) {
 		return false
 	}
 	if order, ok := CompareVersions(v, stored); ok {
-		return order > 0
+		return order != 0
 	}
 	return v != stored
+}
+
+// sameKind reports whether two versions have one format: both RFC 3339, both integers of
+// about one size (fewer than three digits apart: seconds and milliseconds are not), or both
+// anything else.
+func sameKind(a, b string) bool {
+	da, db := decimal(a), decimal(b)
+	if da != "" || db != "" {
+		return da != "" && db != "" && max(len(da), len(db))-min(len(da), len(db)) < 3
+	}
+	_, errA := time.Parse(time.RFC3339Nano, a)
+	_, errB := time.Parse(time.RFC3339Nano, b)
+	return (errA == nil) == (errB == nil) && (a == "") == (b == "")
 }
 
 // EventID is the deterministic id of an event (G2): a pure function of poller, partition,

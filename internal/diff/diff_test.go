@@ -65,6 +65,11 @@ func TestClassify(t *testing.T) {
 		{"schema bump, version written another way", &Row{VF: a, Schema: 1, Version: "2026-01-01T10:00:01Z"}, c, "2026-01-01T10:00:01.000Z", 2, false, Rebaseline},
 		{"schema bump, a version where the row had none", &Row{VF: a, Schema: 1}, c, "7", 2, false, Rebaseline},
 		{"schema bump, another opaque version", &Row{VF: a, Schema: 1, Version: "abc"}, c, "abd", 2, false, Updated},
+		{"schema bump, an older version: a restore", &Row{VF: a, Schema: 1, Version: "5"}, c, "4", 2, false, Updated},
+		{"schema bump, seconds to milliseconds", &Row{VF: a, Schema: 1, Version: "1767261601"}, c, "1767261601000", 2, false, Rebaseline},
+		{"schema bump, RFC 3339 to seconds", &Row{VF: a, Schema: 1, Version: "2026-01-01T10:00:01Z"}, c, "1767261601", 2, false, Rebaseline},
+		{"schema bump, the version dropped", &Row{VF: a, Schema: 1, Version: "7"}, c, "", 2, false, Rebaseline},
+		{"schema bump, a counter past 99", &Row{VF: a, Schema: 1, Version: "99"}, c, "100", 2, false, Updated},
 	}
 	for _, tc := range tests {
 		if got := Classify(tc.stored, tc.vf, tc.version, tc.schema, tc.emit); got != tc.want {
