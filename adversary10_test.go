@@ -4,7 +4,9 @@ package watukuy
 // bump counts a version that moved on: diff.versionMoved — ordered: later, opaque: different,
 // none before: no evidence; a backfill over the present parks and supersedes like the live
 // lane; behind() without the schema clause). Each test is named for the guarantee it breaks
-// and FAILS on the code it was written against; each has a control that passes.
+// and FAILED on the code it was written against; each has a control that passes. Fixed by:
+// versions of another format (RFC 3339 and integers, seconds and milliseconds, one side empty)
+// are no evidence across a bump; an ordered version that moved either way is a change.
 
 import (
 	"fmt"
