@@ -297,7 +297,13 @@ func TestG8FrozenInstanceStaysOutOfTheNewOwnersWindow(t *testing.T) {
 		}
 		done := make(chan TickReport)
 		go func() { done <- e.tick(a) }()
-		<-paged                           // page 1 delivered and acked: A waits for the rate limit
+		select {
+		case <-paged: // page 1 delivered and acked: A waits for the rate limit
+		case rep := <-done:
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("A's cycle ended without waiting for the rate limit: %+v; requests %v", rep, requests)
+		}
 		e.clock.Advance(31 * time.Second) // A is frozen past its 30 s lease
 		bb := e.engine(e.poller(fetchAs("B", 429)), nil)
 		if err := bb.Trigger(t.Context(), "orders", ""); err != nil {

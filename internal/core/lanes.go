@@ -206,6 +206,9 @@ func (c *cycle) pace() time.Duration {
 }
 
 func (c *cycle) wait(ctx context.Context, d time.Duration) error {
+	if c.e.wait != nil {
+		return c.e.wait(ctx, d)
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
