@@ -254,11 +254,11 @@ func (f *FaultyStore) ClaimDue(ctx context.Context, limit int, claimTimeout time
 }
 
 // LoadRows implements core.Store.
-func (f *FaultyStore) LoadRows(ctx context.Context, key core.Key, ids []string) (core.StoredRows, error) {
+func (f *FaultyStore) LoadRows(ctx context.Context, key core.Key, ids []string, want core.LoadWant) (core.StoredRows, error) {
 	if f.dead() {
 		return core.StoredRows{}, ErrKilled
 	}
-	return f.Store.LoadRows(ctx, key, ids)
+	return f.Store.LoadRows(ctx, key, ids, want)
 }
 
 // SetDue implements core.Store.

@@ -58,6 +58,9 @@ type cycle struct {
 	rep    CycleReport
 
 	items int64 // tracked identities: the count at Begin plus rows created since
+	// invalidIndexed: the key has parked invalid observations (at Begin, or parked since), so
+	// loads read them too.
+	invalidIndexed bool
 
 	rateLimit   *RateLimit // the last rate-limit headers seen in this cycle
 	rateLimitAt time.Time
@@ -77,7 +80,7 @@ type cycle struct {
 // Begin was sent and answered.
 func newCycle(e *Engine, p *Poller, b BeginResult, sentAt, replyAt time.Time) *cycle {
 	c := &cycle{e: e, p: p, key: b.Lease.Key, lease: b.Lease, state: newState(b.State),
-		holds: map[string]bool{}, items: b.Items, serverAt: b.Now, localAt: sentAt, replyAt: replyAt,
+		holds: map[string]bool{}, items: b.Items, invalidIndexed: b.InvalidIndexed > 0, serverAt: b.Now, localAt: sentAt, replyAt: replyAt,
 		log: e.log.With().Str("poller", b.Lease.Key.Poller).Str("partition", b.Lease.Key.Partition).Int64("epoch", b.Lease.Epoch).Logger()}
 	c.rep.Key = c.key
 	c.rep.DeleteCandidates = c.state.int(fieldDeleteCandidates) // until a listing counts them anew

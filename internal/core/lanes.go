@@ -298,7 +298,7 @@ func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string
 	}
 	// Listed but invalid is still listed: a miss streak ends there too.
 	if len(invalid) > 0 {
-		rows, err := c.load(ctx, invalid)
+		rows, err := c.load(ctx, invalid, false)
 		if err != nil {
 			return storeErr(err)
 		}
@@ -310,7 +310,7 @@ func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string
 			}
 		}
 	}
-	known, err := c.load(ctx, missing)
+	known, err := c.load(ctx, missing, false)
 	if err != nil {
 		return storeErr(err)
 	}

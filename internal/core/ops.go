@@ -112,7 +112,7 @@ func (c *cycle) forgetRows(ctx context.Context) error {
 	}
 	for from := 0; from < len(ids); from += loadBatch {
 		batch := ids[from:min(from+loadBatch, len(ids))]
-		known, err := c.load(ctx, batch)
+		known, err := c.load(ctx, batch, false)
 		if err != nil {
 			return err
 		}

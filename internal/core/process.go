@@ -94,7 +94,7 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 		}
 		lastSeen[o.identity] = i
 	}
-	known, err := c.load(ctx, ids)
+	known, err := c.load(ctx, ids, w.history)
 	if err != nil {
 		return err
 	}
@@ -191,12 +191,13 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 // rows in one command would hold Redis for tens of milliseconds.
 const loadBatch = 5000
 
-// load reads what is stored of identities: rows, tombstones, parked invalid observations.
-func (c *cycle) load(ctx context.Context, ids []string) ([]stored, error) {
+// load reads what is stored of identities: rows, tombstones, parked invalid observations
+// (where the key has any) and, for a backfill's page (history), the touched set.
+func (c *cycle) load(ctx context.Context, ids []string, history bool) ([]stored, error) {
 	known := make([]stored, len(ids))
 	for from := 0; from < len(ids); from += loadBatch {
 		to := min(from+loadBatch, len(ids))
-		sr, err := c.e.store.LoadRows(ctx, c.key, ids[from:to])
+		sr, err := c.e.store.LoadRows(ctx, c.key, ids[from:to], LoadWant{Parked: c.invalidIndexed, Touched: history})
 		if err != nil {
 			return nil, err
 		}
@@ -353,6 +354,7 @@ func (c *cycle) parkInvalid(cm *Commit, raw json.RawMessage, identity, version, 
 	row, _ := json.Marshal(parkedRow{Kind: parkedInvalid, ID: id, Error: issue, Errors: []string{issue},
 		Identity: identity, Lane: lane, Item: string(raw), ParkedAt: c.now().UnixMilli()})
 	cm.Invalid = append(cm.Invalid, ParkedRow{ID: id, Identity: identity, Version: version, Row: row})
+	c.invalidIndexed = c.invalidIndexed || identity != ""
 	c.rep.Invalid++
 	c.log.Warn().Str("parkedId", id).Str("identity", identity).Str("issue", issue).Msg("item parked as invalid")
 	if h := c.e.hooks.OnParked; h != nil {
@@ -601,7 +603,7 @@ func (c *cycle) routeEvents(w *pageWrites) (shadow bool) {
 // the rows cannot have moved on since it was parked: no row and no deletion since (within
 // the tombstones' memory), or a row whose version orders before the item's.
 func (c *cycle) placeRetry(ctx context.Context, r parkedRow, o observation) error {
-	known, err := c.load(ctx, []string{o.identity})
+	known, err := c.load(ctx, []string{o.identity}, false)
 	if err != nil {
 		return err
 	}

@@ -20,8 +20,9 @@ type Store interface {
 	// Renew extends the lease and returns its new expiry (server clock) and whether the key
 	// was paused meanwhile.
 	Renew(ctx context.Context, l Lease) (Confirm, error)
-	// LoadRows returns what is stored of identities, index by index.
-	LoadRows(ctx context.Context, key Key, identities []string) (StoredRows, error)
+	// LoadRows returns what is stored of identities, index by index: rows and tombstones, and
+	// what want asks for besides.
+	LoadRows(ctx context.Context, key Key, identities []string, want LoadWant) (StoredRows, error)
 	// Identities lists every tracked identity of key.
 	Identities(ctx context.Context, key Key) ([]string, error)
 	// CommitPoll writes one page atomically and returns the outbox sequence of each event. A
@@ -148,6 +149,8 @@ type BeginResult struct {
 	Holds []string
 	// Items counts the tracked identities (BeginOK).
 	Items int64
+	// InvalidIndexed counts the identities with a parked invalid observation (BeginOK).
+	InvalidIndexed int64
 }
 
 // Commit is one page's atomic write.
@@ -210,6 +213,13 @@ type ParkedRow struct {
 	Identity string
 	Version  string
 	Row      []byte
+}
+
+// LoadWant says what LoadRows reads besides rows and tombstones: each is a read of as many
+// fields as identities, so a cycle asks only where there can be any.
+type LoadWant struct {
+	Parked  bool // StoredRows.Parked (the key has parked invalid observations)
+	Touched bool // StoredRows.Touched (a backfill page)
 }
 
 // StoredRows is what the store keeps of a list of identities, index by index.

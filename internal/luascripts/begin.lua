@@ -1,12 +1,13 @@
 -- begin.lua: start a cycle (or an operation) for one key in a single round trip.
 -- KEYS[1] state hash, KEYS[2] lease hash, KEYS[3] outbox stream, KEYS[4] holds hash,
--- KEYS[5] items hash
+-- KEYS[5] items hash, KEYS[6] latest invalid observations hash
 -- ARGV[1] owner (instance id), ARGV[2] lease TTL ms, ARGV[3] now override ms or '',
 -- ARGV[4] mode: 'cycle' (checks paused and due) or 'op' (operator action: checks the lease only),
 -- ARGV[5] token: a random value the caller made for this grant; every fenced script checks it
 -- with the epoch
 -- Returns {'deleted'} | {'paused'} | {'notDue', nextDue, now} | {'leased', expiresAt, now}
---       | {'ok', epoch, now, outboxLen, {state field, value, ...}, {held ordering keys}, itemCount}
+--       | {'ok', epoch, now, outboxLen, {state field, value, ...}, {held ordering keys}, itemCount,
+--          parked invalid observations (so a cycle reads them only where there are any)}
 -- Checks, in order, before any write: deleted (partitions delete), paused, due (nextDue <= now
 -- or outbox non-empty), live lease. A live lease that carries ARGV[5] is this very grant, sent
 -- again by the client after a read timeout: it is returned as granted, not taken twice.
@@ -15,7 +16,8 @@ local mode = ARGV[4]
 local token = ARGV[5]
 local outbox_len = redis.call('XLEN', KEYS[3])
 local function granted(epoch)
-  return {'ok', epoch, now, outbox_len, redis.call('HGETALL', KEYS[1]), redis.call('HKEYS', KEYS[4]), redis.call('HLEN', KEYS[5])}
+  return {'ok', epoch, now, outbox_len, redis.call('HGETALL', KEYS[1]), redis.call('HKEYS', KEYS[4]), redis.call('HLEN', KEYS[5]),
+    redis.call('HLEN', KEYS[6])}
 end
 local l = redis.call('HMGET', KEYS[2], 'epoch', 'token', 'expiresAt')
 if l[3] and tonumber(l[3]) > now and l[2] == token then return granted(tonumber(l[1])) end

@@ -275,7 +275,7 @@ func (s *Store) Begin(ctx context.Context, key core.Key, owner string, ttl time.
 	if err != nil {
 		return core.BeginResult{}, err
 	}
-	v, err := s.run(ctx, "begin", nil, []string{s.k(key, "state"), s.k(key, "lease"), s.k(key, "outbox"), s.k(key, "holds"), s.k(key, "items")},
+	v, err := s.run(ctx, "begin", nil, []string{s.k(key, "state"), s.k(key, "lease"), s.k(key, "outbox"), s.k(key, "holds"), s.k(key, "items"), s.k(key, "invalid")},
 		owner, ttl.Milliseconds(), s.nowArg(), mode, token)
 	if err != nil {
 		return core.BeginResult{}, err
@@ -308,7 +308,7 @@ func (s *Store) Begin(ctx context.Context, key core.Key, owner string, ttl time.
 		for _, h := range r[5].([]any) {
 			res.Holds = append(res.Holds, h.(string))
 		}
-		res.Items = r[6].(int64)
+		res.Items, res.InvalidIndexed = r[6].(int64), r[7].(int64)
 	default:
 		return res, fmt.Errorf("redisstore: begin %s: unexpected reply %v", key, r)
 	}
@@ -337,30 +337,45 @@ func (s *Store) Renew(ctx context.Context, l core.Lease) (core.Confirm, error) {
 	return core.Confirm{Expires: time.UnixMilli(r[0].(int64)), Paused: r[1].(int64) == 1}, nil
 }
 
-// LoadRows implements core.Store: rows, tombstones and parked invalid observations in one
-// round trip.
-func (s *Store) LoadRows(ctx context.Context, key core.Key, identities []string) (core.StoredRows, error) {
+// pcVal is a command's values, none when it was not sent.
+func pcVal(c *redis.SliceCmd) []any {
+	if c == nil {
+		return nil
+	}
+	return c.Val()
+}
+
+// LoadRows implements core.Store: rows, tombstones and, as asked, parked invalid observations
+// and the backfill's touched set, in one round trip.
+func (s *Store) LoadRows(ctx context.Context, key core.Key, identities []string, want core.LoadWant) (core.StoredRows, error) {
 	if len(identities) == 0 {
 		return core.StoredRows{}, nil
 	}
 	var rc, pc *redis.SliceCmd
 	var tc *redis.FloatSliceCmd
 	var uc *redis.BoolSliceCmd
-	members := make([]any, len(identities))
-	for i, id := range identities {
-		members[i] = id
-	}
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		rc = p.HMGet(ctx, s.k(key, "items"), identities...)
 		tc = p.ZMScore(ctx, s.k(key, "gone"), identities...)
-		pc = p.HMGet(ctx, s.k(key, "invalid"), identities...)
-		uc = p.SMIsMember(ctx, s.k(key, "touched"), members...)
+		if want.Parked {
+			pc = p.HMGet(ctx, s.k(key, "invalid"), identities...)
+		}
+		if want.Touched {
+			members := make([]any, len(identities))
+			for i, id := range identities {
+				members[i] = id
+			}
+			uc = p.SMIsMember(ctx, s.k(key, "touched"), members...)
+		}
 		return nil
 	}); err != nil {
 		return core.StoredRows{}, fmt.Errorf("redisstore: load rows of %s: %w", key, err)
 	}
 	out := core.StoredRows{Rows: make([][]byte, len(identities)), Tombstones: make([]int64, len(identities)),
-		Parked: make([]core.ParkedRow, len(identities)), Touched: uc.Val()}
+		Parked: make([]core.ParkedRow, len(identities))}
+	if uc != nil {
+		out.Touched = uc.Val()
+	}
 	for i, x := range rc.Val() {
 		if str, ok := x.(string); ok {
 			out.Rows[i] = []byte(str)
@@ -369,7 +384,7 @@ func (s *Store) LoadRows(ctx context.Context, key core.Key, identities []string)
 	for i, f := range tc.Val() {
 		out.Tombstones[i] = int64(f)
 	}
-	for i, x := range pc.Val() {
+	for i, x := range pcVal(pc) {
 		if str, ok := x.(string); ok {
 			id, version, _ := strings.Cut(str, "\n") // as commit_poll.lua writes it
 			out.Parked[i] = core.ParkedRow{ID: id, Version: version}

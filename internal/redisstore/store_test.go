@@ -476,7 +476,7 @@ func TestInvalidIndex(t *testing.T) {
 		}
 		indexed := func(want core.ParkedRow, parked ...string) {
 			t.Helper()
-			sr, err := s.LoadRows(ctx, key, []string{"o1"})
+			sr, err := s.LoadRows(ctx, key, []string{"o1"}, core.LoadWant{Parked: true})
 			if err != nil || !reflect.DeepEqual(sr.Parked[0], want) {
 				t.Fatalf("index of o1: %+v (%v), want %+v", sr.Parked, err, want)
 			}
