@@ -76,9 +76,10 @@ func withLane(env []byte, lane string) ([]byte, error) {
 
 // ResetCursor rewinds the live lane to cursor ("" is the very beginning) and makes the key
 // due now. Without clearSnapshot only real differences are emitted as the lane passes items
-// again; with it the stored snapshot is forgotten, so every item is emitted as created again,
-// with new ids (each identity's count of changes goes on, G2), and an item that is gone by
-// the next listing is still deleted.
+// again; with it the stored snapshot is forgotten, so every item is emitted as created again:
+// with the id of its last emission where its content did not change, with a new one where it
+// did (each identity's count of changes goes on, G2); an item that is gone by the next listing
+// is still deleted.
 func (e *Engine) ResetCursor(ctx context.Context, key Key, cursor string, clearSnapshot bool) error {
 	t, err := e.resolve(ctx, key)
 	if err != nil {

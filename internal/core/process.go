@@ -279,8 +279,7 @@ func (c *cycle) observe(raw json.RawMessage) (o observation, issue string) {
 		}
 		return o, ""
 	}
-	// The version first: an invalid item parked with it is placed among its identity's
-	// observations (olderThanParked).
+	// The version first: an invalid item is parked with it (its entry in the index).
 	if c.p.Version != nil {
 		if o.version, err = c.p.Version(raw); err != nil {
 			return o, "version: " + err.Error()

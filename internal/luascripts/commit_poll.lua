@@ -97,19 +97,13 @@ if retention > 0 and n > 0 then
   local real = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('XTRIM', KEYS[6], 'MINID', tostring(real - retention))
 end
--- The parked id an index entry names ("parkedId\nversion").
-local function indexed(identity)
-  local v = redis.call('HGET', KEYS[8], identity)
-  if not v then return nil end
-  return string.match(v, '^[^\n]*')
-end
 from, to, n = section(4)
 for k = 0, n - 1 do
   local j = from + k * 4
   redis.call('HSETNX', KEYS[5], ARGV[j], ARGV[j + 3])
   if ARGV[j + 1] ~= '' then
     -- Superseded here, not by a later chunk: a death in between must not leave two.
-    local old = indexed(ARGV[j + 1])
+    local old = indexed(KEYS[8], ARGV[j + 1])
     if old and old ~= ARGV[j] then redis.call('HDEL', KEYS[5], old) end
     redis.call('HSET', KEYS[8], ARGV[j + 1], ARGV[j] .. '\n' .. ARGV[j + 2])
   end
@@ -118,7 +112,7 @@ from, to, n = section(2)
 for k = 0, n - 1 do
   local j = from + k * 2
   redis.call('HDEL', KEYS[5], ARGV[j])
-  if ARGV[j + 1] ~= '' and indexed(ARGV[j + 1]) == ARGV[j] then
+  if ARGV[j + 1] ~= '' and indexed(KEYS[8], ARGV[j + 1]) == ARGV[j] then
     redis.call('HDEL', KEYS[8], ARGV[j + 1])
   end
 end

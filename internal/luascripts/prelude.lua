@@ -45,3 +45,11 @@ local function chunked(cmd, key, args, from, to, step)
     i = j + 1
   end
 end
+
+-- indexed: the parked id that an identity's entry in the invalid-observation index names
+-- (entries are "parkedId\nversion"), or nil.
+local function indexed(index_key, identity)
+  local v = redis.call('HGET', index_key, identity)
+  if not v then return nil end
+  return string.match(v, '^[^\n]*')
+end

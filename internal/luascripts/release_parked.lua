@@ -90,8 +90,7 @@ for _, row in ipairs(rows) do
   end
   redis.call('HDEL', KEYS[3], row.pid)
   if row.kind == 'invalid' and type(row.identity) == 'string' and row.identity ~= '' then
-    local v = redis.call('HGET', KEYS[6], row.identity)
-    if v and string.match(v, '^[^\n]*') == row.pid then redis.call('HDEL', KEYS[6], row.identity) end
+    if indexed(KEYS[6], row.identity) == row.pid then redis.call('HDEL', KEYS[6], row.identity) end
   end
   released = released + 1
 end

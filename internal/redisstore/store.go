@@ -337,8 +337,8 @@ func (s *Store) Renew(ctx context.Context, l core.Lease) (core.Confirm, error) {
 	return core.Confirm{Expires: time.UnixMilli(r[0].(int64)), Paused: r[1].(int64) == 1}, nil
 }
 
-// pcVal is a command's values, none when it was not sent.
-func pcVal(c *redis.SliceCmd) []any {
+// values is a command's values, none when it was not sent.
+func values(c *redis.SliceCmd) []any {
 	if c == nil {
 		return nil
 	}
@@ -384,7 +384,7 @@ func (s *Store) LoadRows(ctx context.Context, key core.Key, identities []string,
 	for i, f := range tc.Val() {
 		out.Tombstones[i] = int64(f)
 	}
-	for i, x := range pcVal(pc) {
+	for i, x := range values(pc) {
 		if str, ok := x.(string); ok {
 			id, version, _ := strings.Cut(str, "\n") // as commit_poll.lua writes it
 			out.Parked[i] = core.ParkedRow{ID: id, Version: version}
