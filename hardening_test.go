@@ -220,7 +220,9 @@ func TestG5ValidityCountsFromBeginsRequest(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
 		putN(e, 6)
-		short := func(p *Poller) { p.LeaseTTL = 3 * time.Second }
+		// One delivery at a time: each starts after the check before it (concurrent handlers
+		// serialized by the recorder's lock would start later than their checks, an artifact).
+		short := func(p *Poller) { p.LeaseTTL, p.Delivery.Concurrency = 3*time.Second, 1 }
 		e.tick(e.engine(e.poller(short), faulty(&faultyStore{dieCommit: 1}))) // 6 events wait in the outbox
 		var mu sync.Mutex
 		var late []string
