@@ -103,9 +103,7 @@ func TestAdversary2G8WindowErasedByTheEndOfALateCycle(t *testing.T) {
 			throttle = true
 			mu.Unlock()
 			e.clock.Advance(time.Second)
-			if err := eng.Trigger(ctx, name, ""); err != nil {
-				t.Fatal(err)
-			}
+			makeDue(t, eng, name, "")
 			eng.RunCycle(ctx, key)
 			// An operator replays the logged events; the handler is down for now.
 			if n, err := eng.Replay(ctx, name, "", time.Now().Add(-time.Hour), time.Time{}); err != nil || n != 2 {
@@ -121,11 +119,9 @@ func TestAdversary2G8WindowErasedByTheEndOfALateCycle(t *testing.T) {
 			rep := eng.RunCycle(ctx, key) // drain: POISON_HALT, no request
 			ki, _ := eng.Inspect(ctx, name, "")
 			t.Logf("late=%v: cycle with the failed drain: %v; throttled until %v", late, rep.Err, ki.ThrottledUntil)
-			// The handler is back; an operator triggers the key, 0.6 s before the window ends.
+			// The handler is back; the key is due again (a resume), 0.6 s before the window ends.
 			e.rec.setFail(nil)
-			if err := eng.Trigger(ctx, name, ""); err != nil {
-				t.Fatal(err)
-			}
+			makeDue(t, eng, name, "")
 			eng.RunCycle(ctx, key)
 			watch.check(t, fmt.Sprintf("Begin late: %v", late))
 		}

@@ -89,17 +89,13 @@ func TestAdversaryG8LateBeginRequestSendsInsideTheWindow(t *testing.T) {
 			t.Fatalf("first cycle: %+v", rep)
 		}
 		e.clock.Advance(time.Second)
-		// Control: a trigger inside the window, Begin on time: the gate holds.
-		if err := eng.Trigger(ctx, "orders", ""); err != nil {
-			t.Fatal(err)
-		}
+		// Control: due inside the window, Begin on time: the gate holds.
+		makeDue(t, eng, "orders", "")
 		if rep := eng.RunCycle(ctx, key); rep.Pages != 0 {
 			t.Fatalf("control cycle sent %d requests inside the window: %+v", rep.Pages, rep)
 		}
-		// The same trigger, Begin's request 2.4 s in transit (lease 30 s: still valid).
-		if err := eng.Trigger(ctx, "orders", ""); err != nil {
-			t.Fatal(err)
-		}
+		// Due again, Begin's request 2.4 s in transit (lease 30 s: still valid).
+		makeDue(t, eng, "orders", "")
 		d.armed.Store(true)
 		eng.RunCycle(ctx, key)
 		mu.Lock()
@@ -566,9 +562,7 @@ func TestAdversaryG8DetailRetryAfterErasedAtEnd(t *testing.T) {
 			ki, _ := eng.Inspect(ctx, p.Name, "")
 			t.Logf("detail429=%v: after the 429, throttled until %v", detail429, ki.ThrottledUntil)
 			e.clock.Advance(5 * time.Second)
-			if err := eng.Trigger(ctx, p.Name, ""); err != nil {
-				t.Fatal(err)
-			}
+			makeDue(t, eng, p.Name, "")
 			eng.RunCycle(ctx, key)
 			watch.check(t, fmt.Sprintf("429 on the detail request: %v", detail429))
 		}

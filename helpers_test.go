@@ -279,6 +279,15 @@ func (w *windowWatch) check(t *testing.T, label string) {
 	}
 }
 
+// makeDue makes a key due now as a resume or a partitions add would: unlike trigger, an
+// operator's override, it leaves the key's Retry-After window in place.
+func makeDue(t *testing.T, eng *Engine, poller, partition string) {
+	t.Helper()
+	if err := eng.store.Trigger(t.Context(), core.Key{Poller: poller, Partition: partition}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // rejectBad is a Validate that rejects items with "bad": true while strict holds (always,
 // when strict is nil): an operator fixes the validation by clearing it.
 func rejectBad(strict *atomic.Bool) func(json.RawMessage) error {

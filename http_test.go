@@ -119,11 +119,9 @@ func TestG8Politeness(t *testing.T) {
 		srv.Inject(fakeapi.Fault{Status: 429, RetryAfter: "30"})
 		throttledTick(30 * time.Second)
 		before := len(srv.Requests())
-		for _, step := range []time.Duration{0, 29 * time.Second} { // trigger inside the window
+		for _, step := range []time.Duration{0, 29 * time.Second} { // due inside the window (a resume)
 			e.clock.Advance(step)
-			if err := eng.Trigger(t.Context(), "orders", ""); err != nil {
-				t.Fatal(err)
-			}
+			makeDue(t, eng, "orders", "")
 			e.tick(eng)
 		}
 		if n := len(srv.Requests()); n != before {

@@ -192,7 +192,9 @@ type Options struct {
 	Prefix string
 	// TickConcurrency is how many cycles Tick runs at once; default 4.
 	TickConcurrency int
-	// ClaimTimeout is how long a claimed key stays claimed before it is due again; default 2m.
+	// ClaimTimeout, when set, is how long Tick's claims hold a key before its cycle's lease
+	// keeper holds it on; default (0) the key's lease TTL plus 2s, so a key whose cycle died
+	// is claimed again as soon as its lease lapses.
 	ClaimTimeout time.Duration
 	// WaitReplicas, when > 0, makes every commit and outbox read wait (Redis WAIT, up to
 	// WaitTimeout, default 1s) until that many replicas have it before its events are
@@ -289,8 +291,11 @@ func (e *Engine) Inspect(ctx context.Context, poller, partition string) (KeyInfo
 	return e.core.Inspect(ctx, core.Key{Poller: poller, Partition: partition})
 }
 
-// Stop refuses new cycles and waits for running ones: with drain up to timeout, without it
-// they are cancelled at once. Undelivered events stay in the outbox (G1).
+// Stop refuses new cycles and waits for running ones. With drain each stops at its next step
+// (a request in flight is given up, a delivery in flight finishes) and releases its lease
+// with the key due at once, so another instance takes it over in seconds; those still
+// running after timeout are cancelled. Without drain they are cancelled at once and their
+// leases lapse by themselves. Undelivered events stay in the outbox (G1).
 func (e *Engine) Stop(drain bool, timeout time.Duration) error { return e.core.Stop(drain, timeout) }
 
 // Parked gives access to a key's parked rows.

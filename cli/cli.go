@@ -113,13 +113,13 @@ func (c *common) bindProcess(fs *pflag.FlagSet, listen string) {
 
 // bindClaim is --claim-timeout, for the processes that claim keys (scheduler, run, tick).
 func (c *common) bindClaim(fs *pflag.FlagSet) {
-	fs.DurationVar(&c.s.ClaimTimeout, "claim-timeout", 2*time.Minute,
-		"how long a claimed key stays claimed: a key whose cycle died (worker killed) is due again after it; keep it above the longest lease TTL")
+	fs.DurationVar(&c.s.ClaimTimeout, "claim-timeout", 0,
+		"how long a claim holds a key until its cycle's lease keeper holds it on (0: the poller's lease TTL + 2s, so a key whose cycle died is claimed again once its lease lapses)")
 }
 
 func (c *common) bindWorker(fs *pflag.FlagSet) {
 	fs.IntVar(&c.s.Concurrency, "concurrency", 10, "cycles run at once")
-	fs.DurationVar(&c.s.Drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long running cycles may finish before they are cancelled")
+	fs.DurationVar(&c.s.Drain, "drain-timeout", 30*time.Second, "on SIGTERM running cycles stop at their next step and hand their keys back; those still running after this long are cancelled")
 	c.bindCycles(fs)
 }
 

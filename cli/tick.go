@@ -29,7 +29,7 @@ func tickCmd() *cobra.Command {
 	}
 	c.bind(cmd.Flags())
 	cmd.Flags().BoolVar(&c.s.AllowEviction, "allow-eviction", false, "start even when Redis maxmemory-policy is not noeviction")
-	cmd.Flags().DurationVar(&maxDuration, "max-duration", 50*time.Second, "stop claiming new cycles after this long")
+	cmd.Flags().DurationVar(&maxDuration, "max-duration", 50*time.Second, "bound the whole run: no claim after it, and running cycles stop at their next step, commit and hand their keys back")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	cmd.Flags().StringSliceVar(&c.s.Pollers, "poller", nil, "run only these pollers of the config (repeatable; default: all)")
 	cmdLineOnly(cmd.Flags(), "poller")
@@ -43,7 +43,11 @@ func tick(ctx context.Context, out io.Writer, env *app.Env, maxDuration time.Dur
 	if len(env.Pollers) == 0 {
 		return fmt.Errorf("no pollers: pass --config with at least one poller")
 	}
-	rep, err := env.Engine.Tick(ctx, maxDuration)
+	// A signal ends the tick like its deadline: cycles stop at their next step and hand their
+	// keys back due at once, instead of leaving them leased until their leases lapse.
+	stop := context.AfterFunc(ctx, func() { _ = env.Engine.Stop(true, 5*time.Second) })
+	defer stop()
+	rep, err := env.Engine.Tick(context.WithoutCancel(ctx), maxDuration)
 	if err != nil {
 		return err
 	}

@@ -43,8 +43,8 @@ type Settings struct {
 	Out           io.Writer // stdout sink; default os.Stdout
 	// Pollers, when set, keeps only these pollers of the config file (tick --poller).
 	Pollers []string
-	// ClaimTimeout is how long a claimed key stays claimed: a key whose cycle died comes back
-	// after it (0: the default, 2m). Keep it above the longest lease TTL.
+	// ClaimTimeout is how long a claim holds a key until its cycle's lease keeper holds it on
+	// (0: the poller's lease TTL + core.ClaimGrace).
 	ClaimTimeout time.Duration
 	// WaitReplicas makes cycles deliver events only once that many replicas have their commit
 	// (watukuy.Options.WaitReplicas).
@@ -235,9 +235,11 @@ func (env *Env) scheduler(s Settings) *queue.Scheduler {
 		ClaimTimeout: s.ClaimTimeout, Repair: env.Engine.RepairDue}
 }
 
-// RunWorker serves cycles from asynq until ctx ends; then it stops taking tasks and lets
-// running cycles finish for up to s.Drain before they are cancelled (their unacked events
-// stay in the outbox, G1).
+// RunWorker serves cycles from asynq until ctx ends; then it stops taking tasks, and running
+// cycles stop at their next step (a request in flight is given up, a delivery in flight
+// finishes), release their leases and leave their keys due at once, so other workers take
+// them over in seconds. Cycles still running after s.Drain are cancelled (their unacked
+// events stay in the outbox, G1).
 func RunWorker(ctx context.Context, env *Env, s Settings) error {
 	if len(env.Pollers) == 0 {
 		return errors.New("no pollers: a worker needs --config (or WATUKUY_CONFIG) with at least one poller")
@@ -263,9 +265,11 @@ func RunWorker(ctx context.Context, env *Env, s Settings) error {
 	env.Log.Info().Int("concurrency", s.Concurrency).Strs("pollers", env.pollerNames()).Msg("worker started")
 	<-ctx.Done()
 	running.Store(false)
-	env.Log.Info().Dur("drain", s.Drain).Msg("worker stopping: no new cycles, draining running ones")
+	env.Log.Info().Dur("drain", s.Drain).Msg("worker stopping: no new cycles; running ones stop at their next step and hand their keys back")
+	stopped := make(chan error, 1)
+	go func() { stopped <- env.Engine.Stop(true, s.Drain) }()
 	srv.Shutdown()
-	return env.Engine.Stop(false, time.Second)
+	return <-stopped
 }
 
 // RunAll runs a scheduler and a worker in one process (watukuy run, watukuy dev).

@@ -53,9 +53,13 @@ type cycle struct {
 	state  state
 	holds  map[string]bool
 	keeper *leaseKeeper
-	canon  diff.Canonicalizer
-	log    zerolog.Logger
-	rep    CycleReport
+	// yield is done when the engine asks its cycles to stop at their next step (Stop with
+	// drain, Tick's deadline): the cycle commits what it has, releases its lease and leaves
+	// the key due at once.
+	yield context.Context
+	canon diff.Canonicalizer
+	log   zerolog.Logger
+	rep   CycleReport
 
 	items int64 // tracked identities: the count at Begin plus rows created since
 	// invalidIndexed: the key has parked invalid observations (at Begin, or parked since), so
@@ -65,6 +69,7 @@ type cycle struct {
 	rateLimit   *RateLimit // the last rate-limit headers seen in this cycle
 	rateLimitAt time.Time
 	confirmed   bool // a fenced write succeeded since the last request
+	throttled   bool // the API answered 429 (or 503 with Retry-After) in this cycle
 	tagPending  bool // state[fieldLiveTag] is not written yet (see setTag)
 
 	backfilling *BackfillProgress // the backfill lane's progress while it runs
@@ -79,7 +84,7 @@ type cycle struct {
 // newCycle starts a cycle under the lease b granted; sentAt and replyAt are the local times
 // Begin was sent and answered.
 func newCycle(e *Engine, p *Poller, b BeginResult, sentAt, replyAt time.Time) *cycle {
-	c := &cycle{e: e, p: p, key: b.Lease.Key, lease: b.Lease, state: newState(b.State),
+	c := &cycle{e: e, p: p, key: b.Lease.Key, lease: b.Lease, state: newState(b.State), yield: context.Background(),
 		holds: map[string]bool{}, items: b.Items, invalidIndexed: b.InvalidIndexed > 0, serverAt: b.Now, localAt: sentAt, replyAt: replyAt,
 		log: e.log.With().Str("poller", b.Lease.Key.Poller).Str("partition", b.Lease.Key.Partition).Int64("epoch", b.Lease.Epoch).Logger()}
 	c.rep.Key = c.key
@@ -103,6 +108,15 @@ func (c *cycle) serverNotLater() time.Time { return c.serverAt.Add(c.e.now().Sub
 // paused reports whether a fenced reply of this cycle found the key paused by an operator.
 func (c *cycle) paused() bool { return c.keeper != nil && c.keeper.paused.Load() }
 
+// halted reports whether the cycle is to stop at its next step: paused, or asked to yield.
+func (c *cycle) halted() bool { return c.paused() || c.yield.Err() != nil }
+
+// yielding reports whether the cycle was asked to yield while ctx (the cycle's own) lives: a
+// request or wait that ended then was given up for it, not failed.
+func (c *cycle) yielding(ctx context.Context) bool {
+	return c.yield.Err() != nil && ctx.Err() == nil
+}
+
 // RunCycle runs one cycle for key: begin, drain the outbox, the live lane page by page, end.
 func (e *Engine) RunCycle(ctx context.Context, key Key) CycleReport {
 	start := e.now()
@@ -117,11 +131,17 @@ func (e *Engine) runCycle(ctx context.Context, key Key) CycleReport {
 	rep := CycleReport{Key: key, Outcome: Failed}
 	if !e.enter() {
 		rep.Err = errors.New("watukuy: engine is stopping")
+		// The key was claimed for this cycle: hand it back due now, not when the claim lapses.
+		if err := e.store.SetDue(ctx, key, e.now()); err != nil {
+			rep.Err = fmt.Errorf("%w (and its claim was not handed back: %w)", rep.Err, err)
+		}
 		return rep
 	}
 	defer e.inflight.Done()
 	ctx, stopWithRoot := mergeCancel(ctx, e.root)
 	defer stopWithRoot()
+	yield, stopYield := mergeCancel(e.yield, yieldOf(ctx))
+	defer stopYield()
 
 	p, err := e.poller(key)
 	if err != nil {
@@ -158,6 +178,7 @@ func (e *Engine) runCycle(ctx context.Context, key Key) CycleReport {
 	}
 
 	c := newCycle(e, p, b, sent, e.now())
+	c.yield = yield
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	c.keeper = startLeaseKeeper(cctx, e.store, c.lease, e.now, sent, cancel)
@@ -187,7 +208,7 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 	var live laneResult
 	if failure == nil {
 		live, failure = c.runLane(ctx, c.liveLane())
-		if failure == nil && !live.complete && live.paced == 0 && !live.paused && c.p.Strategy == SnapshotDiff {
+		if failure == nil && !live.complete && live.paced == 0 && !live.halted && c.p.Strategy == SnapshotDiff {
 			// Deletes need a listing completed in one cycle (G6); this one never completes.
 			failure = &cycleError{phase: "config", code: "CONFIG", kind: schedule.ResultFailed, err: fmt.Errorf(
 				"snapshotDiff listing of %s is longer than maxPagesPerCycle (%d): deletes cannot be detected; raise maxPagesPerCycle",
@@ -201,7 +222,7 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 		switch {
 		case failure == nil && rec.complete:
 			reconciled = true
-		case failure == nil && rec.paced == 0 && !rec.paused:
+		case failure == nil && rec.paced == 0 && !rec.halted:
 			failure = &cycleError{phase: "config", code: "CONFIG", kind: schedule.ResultFailed, err: fmt.Errorf(
 				"reconcile listing of %s is longer than reconcile.maxPages (%d): deletes cannot be detected", c.key, c.p.Reconcile.MaxPages)}
 		}
@@ -320,7 +341,7 @@ func storeErr(err error) *cycleError {
 // anything, since a batch whose entries were all held (moved aside) says nothing of the
 // entries behind it (G9, G4). A pause stops it.
 func (c *cycle) drain(ctx context.Context) *cycleError {
-	for !c.paused() {
+	for !c.halted() {
 		b, err := c.e.store.ReadOutbox(ctx, c.lease, drainBatch)
 		if err != nil {
 			return storeErr(c.keeper.check(err))
@@ -394,11 +415,13 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	}
 	var del []string
 	// Kept while the server clock may still be inside it: now() runs ahead of the server by
-	// however late Begin's request reached Redis.
-	if next.ThrottledUntil.After(c.serverNotLater()) {
-		st[FieldThrottled] = strconv.FormatInt(next.ThrottledUntil.UnixMilli(), 10)
-	} else {
+	// however late Begin's request reached Redis. Written only when the API gave it in this
+	// cycle: rewriting the window Begin found would undo a trigger that cleared it meanwhile.
+	switch {
+	case !next.ThrottledUntil.After(c.serverNotLater()):
 		del = append(del, FieldThrottled)
+	case c.throttled:
+		st[FieldThrottled] = strconv.FormatInt(next.ThrottledUntil.UnixMilli(), 10)
 	}
 	if c.rateLimit != nil {
 		rl, _ := json.Marshal(map[string]any{"limit": c.rateLimit.Limit, "remaining": c.rateLimit.Remaining,
@@ -428,6 +451,7 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	if c.tagPending {
 		st[fieldLiveTag] = c.state.get(fieldLiveTag)
 	}
+	c.keeper.close()
 	if err := c.e.store.End(ctx, c.lease, EndRequest{State: st, Delete: del, NextDue: next.NextDue, Trigger: c.state.get(FieldTrigger)}); err != nil {
 		return err
 	}

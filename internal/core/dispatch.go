@@ -127,7 +127,7 @@ type dispatch struct {
 func (d *dispatch) runGroup(ctx context.Context, stop context.CancelFunc, batch []delivery, idx []int) {
 	c := d.c
 	for n, i := range idx {
-		if ctx.Err() != nil || !c.keeper.valid() || c.paused() {
+		if ctx.Err() != nil || !c.keeper.valid() || c.halted() {
 			return // left in the outbox: redelivered by the next lease holder (G1)
 		}
 		b := batch[i]

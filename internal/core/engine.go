@@ -26,8 +26,9 @@ type Options struct {
 	Logger zerolog.Logger
 	// TickConcurrency is how many cycles Tick runs at once; default 4.
 	TickConcurrency int
-	// ClaimTimeout pushes a claimed key's due time forward so a dead worker's key comes back
-	// by itself; default 2m.
+	// ClaimTimeout, when set, is how long Tick's claims hold a key before its cycle's lease
+	// keeper holds it on; default (0) the key's lease TTL plus ClaimGrace, so a key whose
+	// cycle died is claimed again as soon as its lease lapses.
 	ClaimTimeout time.Duration
 	// Rand returns uniform numbers in [0,1) for jitter; default math/rand/v2.
 	Rand func() float64
@@ -61,8 +62,11 @@ type Engine struct {
 
 	root     context.Context
 	stopRoot context.CancelFunc
-	stopping bool
-	inflight sync.WaitGroup
+	// yield asks running cycles to stop at their next step (Stop with drain).
+	yield     context.Context
+	stopYield context.CancelFunc
+	stopping  bool
+	inflight  sync.WaitGroup
 }
 
 // NewEngine checks opts and returns an engine.
@@ -84,10 +88,8 @@ func NewEngine(opts Options) (*Engine, error) {
 	if e.tickN <= 0 {
 		e.tickN = 4
 	}
-	if e.claimTO <= 0 {
-		e.claimTO = 2 * time.Minute
-	}
 	e.root, e.stopRoot = context.WithCancel(context.Background())
+	e.yield, e.stopYield = context.WithCancel(context.Background())
 	return e, nil
 }
 
@@ -196,16 +198,22 @@ func (r *TickReport) add(c CycleReport) {
 	}
 }
 
-// Tick claims due keys with the scheduler's claim script and runs their cycles, for at most
-// maxDuration of claiming, then returns what it did (cron and serverless mode). Tick mode has
-// no scheduler process, so Tick also runs the due-set repair sweep, at most once a minute.
+// Tick claims due keys with the scheduler's claim script and runs their cycles, then returns
+// what it did (cron and serverless mode). maxDuration bounds the whole run: no key is claimed
+// after it, and cycles still running then stop at their next step (a request in flight is
+// given up), commit what they have and release their leases with the keys due at once. Tick
+// mode has no scheduler process, so Tick also runs the due-set repair sweep, at most once a
+// minute.
 func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (TickReport, error) {
 	var rep TickReport
+	deadline := time.Now().Add(maxDuration)
+	yield, stopYield := context.WithDeadline(context.Background(), deadline)
+	defer stopYield()
+	ctx = context.WithValue(ctx, yieldKey{}, yield)
 	if err := e.ensureRegistered(ctx); err != nil {
 		return rep, err
 	}
 	rep.Repaired = len(e.repairIfStale(ctx))
-	deadline := time.Now().Add(maxDuration)
 	var mu sync.Mutex
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if !e.enter() {
@@ -233,6 +241,17 @@ func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (TickRepor
 		wg.Wait()
 	}
 	return rep, nil
+}
+
+// yieldKey carries a context whose end asks the cycles run with it to yield (Tick's deadline).
+type yieldKey struct{}
+
+// yieldOf is the yield context ctx carries, or one that never ends.
+func yieldOf(ctx context.Context) context.Context {
+	if y, ok := ctx.Value(yieldKey{}).(context.Context); ok {
+		return y
+	}
+	return context.Background()
 }
 
 // tickRepairEvery is how often Tick runs the repair sweep at most: tick mode has no
@@ -307,13 +326,17 @@ func (e *Engine) enter() bool {
 	return true
 }
 
-// Stop refuses new cycles, then waits for running ones: with drain they may finish (up to
-// timeout), without it they are cancelled at once. Cancelled deliveries are not acked and
-// come back later (G1).
+// Stop refuses new cycles, then waits for running ones. With drain each stops at its next
+// step: a request in flight is given up, a delivery in flight finishes, what was committed
+// stays, and the cycle ends normally, releasing its lease with the key due at once, so
+// another instance takes it over in seconds; those still running after timeout are
+// cancelled. Without drain they are cancelled at once: their leases lapse by themselves.
+// Cancelled deliveries are not acked and come back later (G1).
 func (e *Engine) Stop(drain bool, timeout time.Duration) error {
 	e.mu.Lock()
 	e.stopping = true
 	e.mu.Unlock()
+	e.stopYield()
 	if !drain {
 		e.stopRoot()
 	}
@@ -329,9 +352,21 @@ func (e *Engine) Stop(drain bool, timeout time.Duration) error {
 	}
 }
 
-// Trigger makes a key due now; an open circuit gets its probe.
+// Trigger makes a key due now; an open circuit gets its probe. It is an operator's override:
+// it also clears the key's Retry-After window (the cleared window is logged), so a bogus
+// window need not be waited out. A window the API gives again is kept again.
 func (e *Engine) Trigger(ctx context.Context, key Key) error {
-	return e.keyOp(ctx, key, "trigger", e.store.Trigger)
+	return e.keyOp(ctx, key, "trigger", func(ctx context.Context, key Key) error {
+		until, err := e.store.ClearThrottle(ctx, key)
+		if err != nil {
+			return err
+		}
+		if !until.IsZero() {
+			e.log.Warn().Str("poller", key.Poller).Str("partition", key.Partition).Time("throttledUntil", until.UTC()).
+				Msg("trigger: cleared the key's Retry-After window (operator override)")
+		}
+		return e.store.Trigger(ctx, key)
+	})
 }
 
 // Pause stops the key's cycles (no request, no delivery) until Resume.

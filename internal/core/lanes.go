@@ -35,7 +35,9 @@ type laneResult struct {
 	complete bool          // the API said there is no more (or the lane reached its end)
 	paced    time.Duration // stopped early to respect the API's rate limit; wait this long
 	pages    int
-	paused   bool // an operator paused the key: the lane stopped at a page boundary
+	// halted: an operator paused the key, or the engine asked its cycles to yield (stopping
+	// process, Tick's deadline): the lane stopped at a page boundary or gave up its request
+	halted bool
 }
 
 // longestInCycleWait is the longest pause between two pages that a cycle sits out itself;
@@ -55,12 +57,16 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 	var firstTag, lastTag string
 	quiet := true
 	cursor := ln.cursor
+	// A request, and a wait between pages, end at once when the cycle is asked to yield: a
+	// read given up costs nothing, and the key is handed back due at once.
+	yctx, stopYield := mergeCancel(ctx, c.yield)
+	defer stopYield()
 	for pages := 0; pages < ln.maxPages; pages++ {
 		if f := c.beforeRequest(ctx, pages); f != nil {
 			return res, f
 		}
-		if c.paused() {
-			res.paused = true
+		if c.halted() {
+			res.halted = true
 			return res, nil
 		}
 		c.confirmed = false
@@ -69,7 +75,11 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 			req.ETag = c.tagFor(cursor)
 		}
 		sent := time.Now()
-		page, err := ln.fetch(c.keeper.withLeaseCheck(ctx), req)
+		page, err := ln.fetch(c.keeper.withLeaseCheck(yctx), req)
+		if err != nil && c.yielding(ctx) {
+			res.halted = true
+			return res, nil
+		}
 		if h := c.e.hooks.OnFetch; h != nil {
 			h(c.key, ln.name, time.Since(sent), err)
 		}
@@ -116,7 +126,10 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 				res.paced = gap
 				return res, nil
 			}
-			if err := c.wait(ctx, gap); err != nil {
+			if err := c.wait(yctx, gap); c.yielding(ctx) {
+				res.halted = true
+				return res, nil
+			} else if err != nil {
 				return res, storeErr(err)
 			}
 		}
@@ -234,6 +247,7 @@ func (c *cycle) fetchFailure(ctx context.Context, ln lane, cursor string, err er
 	var se *CursorStallError
 	switch {
 	case errors.As(err, &he) && (he.StatusCode == 429 || he.StatusCode == 503 && he.RetryAfter > 0):
+		c.throttled = true
 		if he.RateLimit != nil {
 			c.rateLimit, c.rateLimitAt = he.RateLimit, c.now()
 		}

@@ -7,6 +7,14 @@ import (
 	"time"
 )
 
+// DefaultLeaseTTL is a poller's lease TTL unless it sets one.
+const DefaultLeaseTTL = 30 * time.Second
+
+// ClaimGrace is how long a claim outlives the lease its cycle holds (or would take at once):
+// a dead cycle's key is claimed again this long after its lease lapses, and a live cycle's
+// renewal, sent every TTL/3, always lands before its claim lapses.
+const ClaimGrace = 2 * time.Second
+
 // leaseKeeper renews a cycle's lease every ttl/3 and after each committed page, and cancels
 // the cycle as soon as the lease is lost or may have expired. Validity is counted on the
 // local clock from when a confirming call was sent, never from when its reply arrived: a
@@ -23,8 +31,9 @@ type leaseKeeper struct {
 	paused atomic.Bool // a confirmation found the key paused
 	over   atomic.Bool // the lease is known lost, or the cycle ended and released it
 
-	stop chan struct{}
-	done chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
 }
 
 func startLeaseKeeper(ctx context.Context, s Store, l Lease, now func() time.Time, sentAt time.Time, cancel context.CancelCauseFunc) *leaseKeeper {
@@ -45,7 +54,11 @@ func (k *leaseKeeper) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := k.confirm(ctx); err != nil {
+			err := k.confirm(ctx)
+			if err == nil {
+				err = k.store.HoldClaim(ctx, k.lease.Key, k.lease.TTL+ClaimGrace)
+			}
+			if err != nil {
 				if IsLeaseLost(err) {
 					k.over.Store(true)
 					k.cancel(err)
@@ -116,10 +129,12 @@ func (k *leaseKeeper) stale() bool {
 	return k.now().Sub(k.validUntil.Add(-k.lease.TTL)) > k.margin()
 }
 
-// close stops the renewals; the cycle is over, and so is what CheckLease allows.
+// close stops the renewals and waits for one in flight; the cycle is over, and so is what
+// CheckLease allows. A cycle closes it before End: a claim hold landing after End wrote the
+// key's next due time would push that time back.
 func (k *leaseKeeper) close() {
 	k.over.Store(true)
-	close(k.stop)
+	k.stopOnce.Do(func() { close(k.stop) })
 	<-k.done
 }
 

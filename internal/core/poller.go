@@ -196,7 +196,7 @@ func (p Poller) withDefaults() (Poller, error) {
 		return bad("schedule.jitter", "%v is outside [0, 1)", s.Jitter)
 	}
 	if p.LeaseTTL == 0 {
-		p.LeaseTTL = 30 * time.Second
+		p.LeaseTTL = DefaultLeaseTTL
 	}
 	if p.LeaseTTL < 10*time.Millisecond {
 		return bad("leaseTTL", "%v is too short", p.LeaseTTL)

@@ -14,15 +14,18 @@ import (
 // pollerInfo is a poller's registry entry: what an operator's tool needs about a poller when
 // it has only the Redis URL and not the poller's definition.
 type pollerInfo struct {
-	Name          string   `json:"poller"`
-	Partitions    []string `json:"partitions,omitempty"`
-	Strategy      string   `json:"strategy,omitempty"`
-	Min           string   `json:"min,omitempty"`
-	Max           string   `json:"max,omitempty"`
-	LeaseTTL      string   `json:"leaseTTL,omitempty"`
-	SchemaVersion int      `json:"schemaVersion"`
-	LogRetention  string   `json:"logRetention,omitempty"`
-	Shadow        bool     `json:"shadow,omitempty"`
+	Name       string   `json:"poller"`
+	Partitions []string `json:"partitions,omitempty"`
+	Strategy   string   `json:"strategy,omitempty"`
+	Min        string   `json:"min,omitempty"`
+	Max        string   `json:"max,omitempty"`
+	LeaseTTL   string   `json:"leaseTTL,omitempty"`
+	// LeaseTTLMs is LeaseTTL for the claim script, which holds a claimed key for it (plus
+	// ClaimGrace) until the cycle's lease keeper holds it on.
+	LeaseTTLMs    int64  `json:"leaseTTLMs,omitempty"`
+	SchemaVersion int    `json:"schemaVersion"`
+	LogRetention  string `json:"logRetention,omitempty"`
+	Shadow        bool   `json:"shadow,omitempty"`
 }
 
 // keyEntry is a key's registry entry.
@@ -38,7 +41,7 @@ func (p *Poller) info() pollerInfo {
 		strategy = "snapshotDiff"
 	}
 	pi := pollerInfo{Name: p.Name, Partitions: p.Partitions, Strategy: strategy, Min: p.Schedule.Min.String(),
-		Max: p.Schedule.Max.String(), LeaseTTL: p.LeaseTTL.String(), SchemaVersion: p.SchemaVersion, Shadow: p.Shadow}
+		Max: p.Schedule.Max.String(), LeaseTTL: p.LeaseTTL.String(), LeaseTTLMs: p.LeaseTTL.Milliseconds(), SchemaVersion: p.SchemaVersion, Shadow: p.Shadow}
 	if p.LogRetention > 0 {
 		pi.LogRetention = p.LogRetention.String()
 	}
@@ -49,7 +52,7 @@ func (pi pollerInfo) leaseTTL() time.Duration {
 	if d, err := time.ParseDuration(pi.LeaseTTL); err == nil && d > 0 {
 		return d
 	}
-	return 30 * time.Second
+	return DefaultLeaseTTL
 }
 
 func (pi pollerInfo) logRetention() time.Duration {

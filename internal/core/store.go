@@ -12,8 +12,14 @@ import (
 type Store interface {
 	// ClaimDue atomically takes up to limit keys of the named pollers (all registered pollers
 	// when none) whose due time has passed, earliest due first, and pushes them forward by
-	// claimTimeout. Its cost does not depend on the keys of other pollers.
+	// claimTimeout, or when it is 0 by their poller's lease TTL plus ClaimGrace (as
+	// registered; DefaultLeaseTTL for a poller registered without one). Its cost does not
+	// depend on the keys of other pollers.
 	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]Key, error)
+	// HoldClaim pushes a claimed key's due time to hold from now, raising it only, and only
+	// while the key is claimed (due later than now): the lease keeper's renewals keep a
+	// running cycle's key claimed, so a claim lapses when a dead cycle's lease does.
+	HoldClaim(ctx context.Context, key Key, hold time.Duration) error
 	// Begin starts a cycle (op=false: checks paused and due) or an operator action (op=true:
 	// checks the lease only), taking the lease when allowed.
 	Begin(ctx context.Context, key Key, owner string, ttl time.Duration, op bool) (BeginResult, error)
@@ -80,6 +86,9 @@ type Store interface {
 	Resume(ctx context.Context, key Key) error
 	// Trigger makes the key due now (a circuit-open key gets its probe).
 	Trigger(ctx context.Context, key Key) error
+	// ClearThrottle removes the key's Retry-After window (state field FieldThrottled) and
+	// returns the end it had, zero when there was none.
+	ClearThrottle(ctx context.Context, key Key) (time.Time, error)
 	// Inspect reads a key's state, lease and counters.
 	Inspect(ctx context.Context, key Key) (Snapshot, error)
 	// ListParked returns the key's parked rows (JSON), keyed by parked id.

@@ -90,12 +90,33 @@ func (r *receiver) final() map[string]string {
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *bytes.Buffer
+	out  *syncBuffer
 }
+
+// syncBuffer is a process's output, read while the process writes it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// output is what the process wrote so far.
+func (p *proc) output() string { return p.out.String() }
 
 func start(t *testing.T, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: filepath.Base(bin), out: &bytes.Buffer{}}
+	p := &proc{name: filepath.Base(bin), out: &syncBuffer{}}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {

@@ -1,19 +1,24 @@
 -- claim_due.lua: claim due keys from the due sets of the named pollers (one sorted set per
 -- poller, so a claim never reads the keys of pollers it does not run: a retired poller's
 -- thousands of overdue keys cost nothing). The earliest-due members across the sets are
--- taken first. Claimed keys are pushed forward by the claim timeout, so a key whose worker
--- dies becomes due again by itself, and two claimers never take the same key at once.
--- KEYS[1], KEYS[2], ... the due sets of the pollers to claim for, all under {global}
---   (member: "poller|partition", score: due time ms)
--- ARGV[1] now override ms or '', ARGV[2] limit, ARGV[3] claim timeout ms
+-- taken first. A claimed key is pushed forward by its poller's lease TTL plus a grace (the
+-- leaseTTLMs its pollers entry records), so two claimers never take the same key at once and
+-- a key whose cycle died is due again about when its lease lapses; a running cycle keeps its
+-- key claimed as it renews its lease (hold_claim.lua).
+-- KEYS[1] the pollers hash, KEYS[2], KEYS[3], ... the due sets of the pollers to claim for,
+--   all under {global} (member: "poller|partition", score: due time ms)
+-- ARGV[1] now override ms or '', ARGV[2] limit, ARGV[3] claim timeout ms: a fixed claim for
+--   every key when not '0'; ARGV[4] grace ms added to a lease TTL; ARGV[5] the claim of a
+--   poller whose entry records no lease TTL (data registered by an older release), ms;
+--   ARGV[6], ARGV[7], ... the poller names of KEYS[2], KEYS[3], ...
 -- Returns the claimed members, earliest due first.
 -- First check: only members with score <= now are taken; nothing is written otherwise.
 local now = now_ms(ARGV[1])
 local limit = tonumber(ARGV[2])
-local until_ms = now + tonumber(ARGV[3])
+local fixed = tonumber(ARGV[3])
 -- Each set gives at most limit candidates: the merge reads limit x sets members at most.
 local due = {}
-for k = 1, #KEYS do
+for k = 2, #KEYS do
   local r = redis.call('ZRANGEBYSCORE', KEYS[k], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
   for i = 1, #r, 2 do
     due[#due + 1] = {member = r[i], score = tonumber(r[i + 1]), set = k}
@@ -23,9 +28,24 @@ table.sort(due, function(a, b)
   if a.score ~= b.score then return a.score < b.score end
   return a.member < b.member
 end)
+local claim = {}
+local function claim_ms(set)
+  if fixed > 0 then return fixed end
+  if not claim[set] then
+    claim[set] = tonumber(ARGV[5])
+    local info = redis.call('HGET', KEYS[1], ARGV[set + 4])
+    if info then
+      local ok, pi = pcall(cjson.decode, info)
+      if ok and type(pi) == 'table' and tonumber(pi.leaseTTLMs) then
+        claim[set] = tonumber(pi.leaseTTLMs) + tonumber(ARGV[4])
+      end
+    end
+  end
+  return claim[set]
+end
 local out = {}
 for i = 1, math.min(limit, #due) do
-  redis.call('ZADD', KEYS[due[i].set], until_ms, due[i].member)
+  redis.call('ZADD', KEYS[due[i].set], now + claim_ms(due[i].set), due[i].member)
   out[#out + 1] = due[i].member
 end
 return out

@@ -60,7 +60,9 @@ type Scheduler struct {
 	// at least 8 tasks: batching saves asynq operations in bursts without serializing the
 	// cycles of a quiet system. 1 gives every key its own task.
 	PerTask int
-	// ClaimTimeout brings a claimed key back if its cycle never ends; default 2m.
+	// ClaimTimeout, when set, is how long a claim holds a key before its cycle's lease keeper
+	// holds it on; default (0) the key's lease TTL plus core.ClaimGrace, so a key whose cycle
+	// died is claimed again as soon as its lease lapses.
 	ClaimTimeout time.Duration
 	// Idle is the longest sleep when nothing is due; default 1s. A wake-up message cuts it short.
 	Idle time.Duration
@@ -125,9 +127,6 @@ func (s *Scheduler) defaults() {
 	if s.PerTask <= 0 {
 		s.PerTask = 10
 	}
-	if s.ClaimTimeout <= 0 {
-		s.ClaimTimeout = 2 * time.Minute
-	}
 	if s.Idle <= 0 {
 		s.Idle = time.Second
 	}
@@ -190,6 +189,9 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 		if conflict(err) && s.replaceDead(id) {
 			_, err = s.Client.EnqueueContext(ctx, task)
 		}
+		if conflict(err) && s.runWaiting(id) {
+			err = nil
+		}
 		if conflict(err) && n == 1 && s.orphaned(ctx, chunk[0], id) {
 			// The task is "active" but no one holds the key's lease: its worker died
 			// mid-cycle. asynq recovers such tasks only a minute or two later, so the key
@@ -232,6 +234,25 @@ func (s *Scheduler) replaceDead(id string) bool {
 		return false
 	}
 	s.Logger.Warn().Str("task", id).Str("state", info.State.String()).Msg("scheduler: replaced a task whose worker died")
+	return true
+}
+
+// runWaiting runs the task with this ID now when it waits for a retry or its schedule: asynq
+// gave back the task of a worker that died (retry state, with a backoff of up to a minute or
+// more), and while it waits its ID blocks every new task of the key.
+func (s *Scheduler) runWaiting(id string) bool {
+	if s.Inspector == nil {
+		return false
+	}
+	info, err := s.Inspector.GetTaskInfo(s.Queue, id)
+	if err != nil || info.State != asynq.TaskStateRetry && info.State != asynq.TaskStateScheduled {
+		return false
+	}
+	if err := s.Inspector.RunTask(s.Queue, id); err != nil {
+		s.Logger.Warn().Err(err).Str("task", id).Msg("scheduler: could not run a waiting task now")
+		return false
+	}
+	s.Logger.Info().Str("task", id).Str("state", info.State.String()).Msg("scheduler: ran a waiting task of a claimed key now")
 	return true
 }
 

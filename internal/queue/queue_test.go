@@ -178,6 +178,34 @@ func TestArchivedTaskIsReplaced(t *testing.T) {
 	})
 }
 
+// A key whose task waits in asynq (the retry asynq gives a dead worker's task, with a backoff
+// of a minute or more; here a scheduled one) is run at the key's next claim: the waiting
+// task's ID would block the key until then.
+func TestWaitingTaskRunsAtClaim(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "a"})
+		k := keys(1)
+		if err := st.Register(ctx, pollerP, entries(k)); err != nil {
+			t.Fatal(err)
+		}
+		insp := asynq.NewInspectorFromRedisClient(b.Client)
+		client := asynq.NewClientFromRedisClient(b.Client)
+		id := TaskID("a", k[0])
+		if _, err := client.Enqueue(asynq.NewTask(TaskType, []byte(k[0].String())), asynq.TaskID(id), asynq.Queue(DefaultQueue), asynq.ProcessIn(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		s := &Scheduler{Store: st, Client: client, Inspector: insp, Prefix: "a", PerTask: 1}
+		if _, err := s.Once(ctx); err != nil {
+			t.Fatal(err)
+		}
+		info, err := insp.GetTaskInfo(DefaultQueue, id)
+		if err != nil || info.State != asynq.TaskStatePending {
+			t.Fatalf("after the claim the key's waiting task is %v (%v), want pending", info.State, err)
+		}
+	})
+}
+
 // The scheduler runs the due-set repair sweep at start and then every RepairEvery: a key
 // that lost its due entry is given one again.
 func TestSchedulerRunsRepair(t *testing.T) {

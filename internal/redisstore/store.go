@@ -241,15 +241,27 @@ func (s *Store) ClaimDue(ctx context.Context, limit int, claimTimeout time.Durat
 			return nil, nil
 		}
 	}
-	keys := make([]string, len(pollers))
-	for i, p := range pollers {
-		keys[i] = s.dueKey(p)
+	keys := make([]string, 0, len(pollers)+1)
+	keys = append(keys, s.pollersKey())
+	args := []any{s.nowArg(), limit, claimTimeout.Milliseconds(), core.ClaimGrace.Milliseconds(),
+		(core.DefaultLeaseTTL + core.ClaimGrace).Milliseconds()}
+	for _, p := range pollers {
+		keys = append(keys, s.dueKey(p))
+		args = append(args, p)
 	}
-	v, err := s.run(ctx, "claim_due", nil, keys, s.nowArg(), limit, claimTimeout.Milliseconds())
+	v, err := s.run(ctx, "claim_due", nil, keys, args...)
 	if err != nil {
 		return nil, err
 	}
 	return parseMembers(v)
+}
+
+// HoldClaim implements core.Store.
+func (s *Store) HoldClaim(ctx context.Context, key core.Key, hold time.Duration) error {
+	if _, err := s.run(ctx, "hold_claim", nil, []string{s.dueKey(key.Poller)}, s.nowArg(), key.String(), hold.Milliseconds()); err != nil {
+		return fmt.Errorf("redisstore: hold the claim of %s: %w", key, err)
+	}
+	return nil
 }
 
 // parseMembers reads a script's reply of due-set members as keys.
@@ -876,6 +888,23 @@ func (s *Store) Trigger(ctx context.Context, key core.Key) error {
 		return fmt.Errorf("redisstore: trigger %s: due entry: %w", key, err)
 	}
 	return s.rdb.Publish(ctx, s.WakeChannel(), key.String()).Err()
+}
+
+// ClearThrottle implements core.Store.
+func (s *Store) ClearThrottle(ctx context.Context, key core.Key) (time.Time, error) {
+	var until *redis.StringCmd
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		until = p.HGet(ctx, s.k(key, "state"), core.FieldThrottled)
+		p.HDel(ctx, s.k(key, "state"), core.FieldThrottled)
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return time.Time{}, fmt.Errorf("redisstore: clear the throttle window of %s: %w", key, err)
+	}
+	v, err := until.Int64()
+	if err != nil {
+		return time.Time{}, nil // none (or not a time: removed all the same)
+	}
+	return time.UnixMilli(v), nil
 }
 
 // Inspect implements core.Store.

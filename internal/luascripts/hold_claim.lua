@@ -1,0 +1,14 @@
+-- hold_claim.lua: keep a running cycle's key claimed while its lease lives. The lease keeper
+-- runs it after each renewal, so a claim lapses (and the key is claimed again) about when the
+-- lease of a dead cycle does, never while a healthy one runs.
+-- KEYS[1] the poller's due set (under {global})
+-- ARGV[1] now override ms or '', ARGV[2] member "poller|partition", ARGV[3] hold ms (the
+--   lease TTL plus the claim grace)
+-- Returns 1 when the claim was pushed forward, 0 when nothing was written.
+-- First check: the member's current score. A score <= now is a trigger, resume or
+-- partitions add (or a claim that lapsed already) and is kept; a later one is only ever
+-- raised (GT), never lowered.
+local now = now_ms(ARGV[1])
+local score = redis.call('ZSCORE', KEYS[1], ARGV[2])
+if not score or tonumber(score) <= now then return 0 end
+return redis.call('ZADD', KEYS[1], 'XX', 'GT', 'CH', now + tonumber(ARGV[3]), ARGV[2])

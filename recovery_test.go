@@ -1,0 +1,340 @@
+package watukuy
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/redistest"
+)
+
+// dueScore is the key's score in its poller's due set (ok false without an entry).
+func dueScore(t *testing.T, b redistest.Backend, eng *Engine, key core.Key) (time.Time, bool) {
+	t.Helper()
+	v, err := b.Client.ZScore(t.Context(), eng.store.DueKey(key.Poller), key.String()).Result()
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(int64(v)), true
+}
+
+// redisZ is key's due-set member due at at.
+func redisZ(at time.Time, key core.Key) redis.Z {
+	return redis.Z{Score: float64(at.UnixMilli()), Member: key.String()}
+}
+
+// A key whose cycle died (the process was killed after Begin) is claimed again as soon as its
+// lease lapses, plus the claim grace: not after a fixed claim timeout of minutes.
+func TestClaimFollowsLeaseOfDeadCycle(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 3)
+		ttl := 30 * time.Second
+		a := e.engine(e.poller(func(p *Poller) { p.LeaseTTL = ttl }), faulty(&faultyStore{failCommt: 1}))
+		if rep := e.tick(a); len(rep.Errors) != 1 {
+			t.Fatalf("the dying cycle: %+v", rep)
+		}
+		bb := e.engine(e.poller(func(p *Poller) { p.LeaseTTL = ttl }), nil)
+		e.clock.Advance(ttl + core.ClaimGrace - time.Millisecond)
+		if keys, err := bb.store.ClaimDue(t.Context(), 10, 0, nil); err != nil || len(keys) != 0 {
+			t.Fatalf("claimed %v (%v) before the dead cycle's lease and the grace lapsed", keys, err)
+		}
+		e.clock.Advance(2 * time.Millisecond)
+		keys, err := bb.store.ClaimDue(t.Context(), 10, 0, nil)
+		if err != nil || len(keys) != 1 {
+			t.Fatalf("%v after the lease lapsed: claimed %v, want the dead cycle's key", err, keys)
+		}
+		// The new claim holds the key for its lease TTL plus the grace again.
+		if at, _ := dueScore(t, b, bb, keys[0]); !at.Equal(e.clock.Now().Add(ttl + core.ClaimGrace)) {
+			t.Fatalf("claimed until %v, want now + TTL + grace (%v)", at, e.clock.Now().Add(ttl+core.ClaimGrace))
+		}
+		if rep := bb.core.RunCycle(t.Context(), keys[0]); rep.Outcome != core.Ran || rep.Events != 3 {
+			t.Fatalf("the next owner's cycle: %+v", rep)
+		}
+	})
+}
+
+// claimWatch runs check after the lease keeper's renewals (real clock): a cycle that outlives
+// its claim timeout stays claimed as long as its lease is renewed.
+type claimWatch struct {
+	core.Store
+	mu     sync.Mutex
+	holds  int
+	renews chan struct{}
+}
+
+func (c *claimWatch) HoldClaim(ctx context.Context, key core.Key, d time.Duration) error {
+	err := c.Store.HoldClaim(ctx, key, d)
+	c.mu.Lock()
+	c.holds++
+	c.mu.Unlock()
+	select {
+	case c.renews <- struct{}{}:
+	default:
+	}
+	return err
+}
+
+// A healthy cycle longer than the claim is never claimed twice: each renewal of its lease
+// holds its claim on (server clock, a claim of 200 ms and a lease of 150 ms).
+func TestLongCycleNeverClaimedTwice(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 3)
+		cw := &claimWatch{renews: make(chan struct{}, 1)}
+		a, err := New(Options{Redis: b.Client, InstanceID: "long", ClaimTimeout: 200 * time.Millisecond,
+			wrapStore: func(s core.Store) core.Store { cw.Store = s; return cw }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := New(Options{Redis: b.Client, InstanceID: "other"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := e.poller(func(p *Poller) { p.LeaseTTL = 150 * time.Millisecond })
+		if err := a.Register(p); err != nil {
+			t.Fatal(err)
+		}
+		var stolen []core.Key
+		e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+			start := time.Now()
+			for time.Since(start) < 600*time.Millisecond { // three times the claim timeout
+				select {
+				case <-cw.renews:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				keys, err := other.store.ClaimDue(ctx, 10, 200*time.Millisecond, []string{"orders"})
+				if err != nil {
+					return err
+				}
+				stolen = append(stolen, keys...)
+			}
+			return nil
+		})
+		rep, err := a.Tick(t.Context(), 5*time.Second)
+		if err != nil || rep.Ran != 1 || rep.Events != 3 || len(rep.Errors) != 0 {
+			t.Fatalf("long cycle: %+v %v", rep, err)
+		}
+		if len(stolen) != 0 {
+			t.Fatalf("a running cycle's key was claimed again: %v", stolen)
+		}
+		cw.mu.Lock()
+		defer cw.mu.Unlock()
+		if cw.holds < 3 {
+			t.Fatalf("%d claim holds in a 600 ms cycle with a 150 ms lease", cw.holds)
+		}
+	})
+}
+
+// A hold raises a claim only: it never pushes back a due-now entry (a trigger), never lowers
+// a later due time, and writes nothing for a key without an entry.
+func TestHoldClaim(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		eng := e.engine(e.poller(), nil)
+		ctx := t.Context()
+		k := core.Key{Poller: "orders"}
+		set := func(at time.Time) {
+			if err := b.Client.ZAdd(ctx, eng.store.DueKey("orders"), redisZ(at, k)).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		now := e.clock.Now()
+		for _, c := range []struct {
+			name  string
+			score time.Time
+			want  time.Time
+		}{
+			{"claimed: raised", now.Add(time.Second), now.Add(5 * time.Second)},
+			{"due now (trigger): kept", now, now},
+			{"due later than the hold: kept", now.Add(time.Hour), now.Add(time.Hour)},
+		} {
+			set(c.score)
+			if err := eng.store.HoldClaim(ctx, k, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := dueScore(t, b, eng, k); !got.Equal(c.want) {
+				t.Errorf("%s: due %v, want %v", c.name, got, c.want)
+			}
+		}
+		b.Client.ZRem(ctx, eng.store.DueKey("orders"), k.String())
+		if err := eng.store.HoldClaim(ctx, k, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := dueScore(t, b, eng, k); ok {
+			t.Fatal("a hold created a due entry")
+		}
+	})
+}
+
+// hangingFetch blocks the second request until its context ends, after signalling it.
+func hangingFetch(e *env, started chan<- struct{}) {
+	var once sync.Once
+	e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+		if req.Page == 0 {
+			return nil
+		}
+		once.Do(func() { close(started) })
+		<-ctx.Done()
+		return ctx.Err()
+	})
+}
+
+// A stopping engine (SIGTERM) gives up a request in flight, keeps what its cycle committed,
+// releases the lease and leaves the key due at once, so another instance goes on from the
+// committed cursor in seconds, not after the lease lapses. No failure is counted.
+func TestStopHandsKeyBackAtOnce(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 25) // three pages of 10
+		started := make(chan struct{})
+		hangingFetch(e, started)
+		a := e.engine(e.poller(), nil)
+		done := make(chan TickReport, 1)
+		go func() { done <- e.tick(a) }()
+		<-started
+		if err := a.Stop(true, 10*time.Second); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+		rep := <-done
+		if rep.Ran != 1 || len(rep.Errors) != 0 || rep.Events != 10 {
+			t.Fatalf("the stopped cycle: %+v (want ran 1, the first page's 10 events, no error)", rep)
+		}
+		ki, err := a.Inspect(t.Context(), "orders", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ki.LeaseOwner != "" || ki.LastError != nil || ki.Failures != 0 || ki.Status != "idle" {
+			t.Fatalf("after the stop: owner %q lastError %s failures %d status %s", ki.LeaseOwner, ki.LastError, ki.Failures, ki.Status)
+		}
+		if at, ok := dueScore(t, b, a, core.Key{Poller: "orders"}); !ok || at.After(e.clock.Now()) {
+			t.Fatalf("due at %v (entry %v), want due at once (now %v)", at, ok, e.clock.Now())
+		}
+		e.api.OnFetch(nil)
+		bb := e.engine(e.poller(), nil)
+		if rep := e.tick(bb); rep.Ran != 1 || rep.Events != 15 {
+			t.Fatalf("the next instance at once: %+v, want the remaining 15 events", rep)
+		}
+	})
+}
+
+// Keys a stopping engine was handed but never began (the rest of a task) are due again at
+// once, not when their claim lapses.
+func TestStoppedEngineHandsBackUnstartedKeys(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		eng := e.engine(e.poller(), nil)
+		if err := eng.core.Setup(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		keys, err := eng.store.ClaimDue(t.Context(), 10, 0, nil)
+		if err != nil || len(keys) != 1 {
+			t.Fatalf("claim: %v %v", keys, err)
+		}
+		if err := eng.Stop(true, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if rep := eng.core.RunCycle(t.Context(), keys[0]); rep.Err == nil {
+			t.Fatal("a stopped engine ran a cycle")
+		}
+		if at, _ := dueScore(t, b, eng, keys[0]); at.After(e.clock.Now()) {
+			t.Fatalf("due at %v, want at once (%v)", at, e.clock.Now())
+		}
+	})
+}
+
+// tick --max-duration bounds the run, running cycles included: at the deadline a cycle gives
+// up its request, keeps what it committed, releases its lease and leaves the key due at once.
+func TestTickMaxDurationBoundsRunningCycles(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 25)
+		started := make(chan struct{})
+		hangingFetch(e, started)
+		eng := e.engine(e.poller(), nil)
+		const maxDuration = 300 * time.Millisecond
+		start := time.Now()
+		rep, err := eng.Tick(t.Context(), maxDuration)
+		if took := time.Since(start); took > maxDuration+2*time.Second {
+			t.Fatalf("tick took %v with --max-duration %v", took, maxDuration)
+		}
+		if err != nil || rep.Ran != 1 || rep.Events != 10 || len(rep.Errors) != 0 {
+			t.Fatalf("tick: %+v %v", rep, err)
+		}
+		ki, _ := eng.Inspect(t.Context(), "orders", "")
+		if ki.LeaseOwner != "" || ki.LastError != nil {
+			t.Fatalf("after the deadline: owner %q lastError %s", ki.LeaseOwner, ki.LastError)
+		}
+		if at, ok := dueScore(t, b, eng, core.Key{Poller: "orders"}); !ok || at.After(e.clock.Now()) {
+			t.Fatalf("due at %v, want at once", at)
+		}
+	})
+}
+
+// trigger is an operator's override: it clears a Retry-After window (a bogus 24 h one here),
+// logs the window it cleared, and the key is polled at once. A cycle that found the window at
+// Begin does not write it back at its End.
+func TestTriggerClearsRetryAfterWindow(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 3)
+		var logs bytes.Buffer
+		throttle := true
+		e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+			if throttle {
+				throttle = false
+				return &HTTPError{Key: req.Key, StatusCode: 429, RetryAfter: 24 * time.Hour}
+			}
+			return nil
+		})
+		eng, err := New(Options{Redis: b.Client, InstanceID: "op", clock: e.clock.Now, Logger: zerolog.New(&logs)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := eng.Register(e.poller()); err != nil {
+			t.Fatal(err)
+		}
+		e.tick(eng)
+		ki, _ := eng.Inspect(t.Context(), "orders", "")
+		if ki.ThrottledUntil == nil || ki.Status != "throttled" {
+			t.Fatalf("the 429 set no window: %+v", ki)
+		}
+		window := *ki.ThrottledUntil
+		// A cycle that begins inside the window, with the trigger landing during it: it makes
+		// no request, and its End neither writes the window back nor keeps the key waiting.
+		var once sync.Once
+		race := e.engine(e.poller(), racing(func(b core.BeginResult) {
+			if b.Status == core.BeginOK {
+				once.Do(func() {
+					if err := eng.Trigger(context.Background(), "orders", ""); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+		}))
+		if err := b.Client.ZAdd(t.Context(), eng.store.DueKey("orders"), redisZ(e.clock.Now(), core.Key{Poller: "orders"})).Err(); err != nil {
+			t.Fatal(err)
+		}
+		b.Client.HSet(t.Context(), eng.store.Key(core.Key{Poller: "orders"}, "state"), core.FieldNextDue, "0")
+		fetches := e.api.Fetches()
+		// The same tick claims the key again at once and polls it.
+		if rep := e.tick(race); rep.Ran != 2 || rep.Events != 3 || e.api.Fetches() == fetches {
+			t.Fatalf("after the trigger: %+v, want the cycle inside the window, then the key polled at once", rep)
+		}
+		ki, _ = eng.Inspect(t.Context(), "orders", "")
+		if ki.ThrottledUntil != nil {
+			t.Fatalf("the window is back after the trigger: until %v", ki.ThrottledUntil)
+		}
+		if !strings.Contains(logs.String(), "cleared the key's Retry-After window") || !strings.Contains(logs.String(), window.UTC().Format("2006-01-02T15:04")) {
+			t.Fatalf("the cleared window is not logged: %s", logs.String())
+		}
+	})
+}
