@@ -268,11 +268,15 @@ func RunWorker(ctx context.Context, env *Env, s Settings) error {
 	return env.Engine.Stop(false, time.Second)
 }
 
-// RunAll runs a scheduler and a worker in one process (watukuy run, watukuy dev).
+// RunAll runs a scheduler and a worker in one process (watukuy run, watukuy dev). The first
+// of them to return stops the other, so a worker that cannot start (its listener cannot bind)
+// fails the process at once instead of leaving a scheduler that claims keys nobody runs.
 func RunAll(ctx context.Context, env *Env, s Settings) error {
 	if len(env.Pollers) == 0 {
 		return errors.New("no pollers: pass --config with at least one poller")
 	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	errc := make(chan error, 2)
 	go func() { errc <- RunWorker(ctx, env, s) }() // the worker serves the process's endpoints
 	go func() {
@@ -281,6 +285,7 @@ func RunAll(ctx context.Context, env *Env, s Settings) error {
 		errc <- sch.Run(ctx)
 	}()
 	err := <-errc
+	stop()
 	if err2 := <-errc; err == nil {
 		err = err2
 	}
