@@ -253,6 +253,14 @@ func New(opts Options) (*Engine, error) {
 // Register adds a poller. An invalid definition is a *ConfigError naming poller and field.
 func (e *Engine) Register(p Poller) error { return e.core.Register(p) }
 
+// Replace swaps every registered poller for ps at once (a config reload): all are checked
+// first, and an invalid definition is a *ConfigError that changes nothing. Cycles already
+// running finish with the definition they started with; each key's next cycle uses the new
+// one. New pollers' keys are written to the registry and due set at the next Setup or Tick;
+// keys of pollers left out stay registered (inspect shows them) and this engine no longer
+// runs or claims them.
+func (e *Engine) Replace(ps ...Poller) error { return e.core.Replace(ps...) }
+
 // Tick claims due keys and runs their cycles for at most maxDuration, then returns; at most
 // once a minute it also runs the due-set repair sweep (RepairDue).
 func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (TickReport, error) {

@@ -222,7 +222,10 @@ func processCmd(use, short, listen string, worker, claims bool, run func(context
 		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.withEnv(cmd, func(ctx context.Context, env *app.Env) error { return run(ctx, env, c.s) })
+			return c.withEnv(cmd, func(ctx context.Context, env *app.Env) error {
+				defer reloadOnHUP(ctx, env)() // SIGHUP re-reads --config
+				return run(ctx, env, c.s)
+			})
 		},
 	}
 	c.bind(cmd.Flags())

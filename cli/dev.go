@@ -66,6 +66,9 @@ func (c *common) dev(ctx context.Context, out io.Writer, log zerolog.Logger) err
 		return err
 	}
 	defer env.RDB.Close()
+	if env.Config != nil {
+		defer reloadOnHUP(ctx, env)() // SIGHUP re-reads --config; the demo has no file
+	}
 	type line struct{ field, label, value string }
 	var banner []line
 	if env.Config == nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,12 +62,16 @@ type Env struct {
 	Metrics  *metrics.Metrics
 	Pollers  []watukuy.Poller
 	Config   *config.Config
+
+	mu     sync.Mutex  // guards Pollers and Config, which a reload replaces (reload.go)
+	reload reloadState // what Reload needs: the settings, the lock, the metric
 }
 
 // Open loads the config file (when there is one), connects to Redis (flag > env > file),
 // checks the eviction policy, and builds the engine with its pollers and metrics.
 func Open(ctx context.Context, s Settings, log zerolog.Logger) (*Env, error) {
 	env := &Env{Log: log}
+	env.reload.redisFromFile, env.reload.prefixFromFile = s.Redis == "", s.Prefix == ""
 	if s.Config != "" {
 		if _, err := os.Stat(s.Config); err == nil || s.ConfigGiven {
 			cfg, err := config.Load(s.Config, nil)
@@ -106,6 +111,7 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 	env.Registry = prometheus.NewRegistry()
 	env.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	env.Metrics = metrics.New(env.Registry)
+	env.reload.init(s, env.Registry)
 	eng, err := watukuy.New(watukuy.Options{Redis: rdb, Prefix: s.Prefix, InstanceID: s.InstanceID, Logger: env.Log, ClaimTimeout: s.ClaimTimeout, WaitReplicas: s.WaitReplicas,
 		Hooks: env.Metrics.Hooks(core.Hooks{})})
 	if err != nil {
@@ -162,7 +168,9 @@ func (env *Env) Register(ps ...watukuy.Poller) error {
 		if err := env.Engine.Register(p); err != nil {
 			return err
 		}
+		env.mu.Lock()
 		env.Pollers = append(env.Pollers, p)
+		env.mu.Unlock()
 	}
 	return nil
 }
@@ -170,8 +178,8 @@ func (env *Env) Register(ps ...watukuy.Poller) error {
 // keyInfos inspects every key of the process's pollers, partitions added at run time too.
 func (env *Env) keyInfos(ctx context.Context) ([]core.KeyInfo, error) {
 	var out []core.KeyInfo
-	for _, p := range env.Pollers {
-		kis, err := env.Engine.InspectAll(ctx, p.Name)
+	for _, name := range env.pollerNames() {
+		kis, err := env.Engine.InspectAll(ctx, name)
 		out = append(out, kis...)
 		if err != nil {
 			return out, err
@@ -181,6 +189,8 @@ func (env *Env) keyInfos(ctx context.Context) ([]core.KeyInfo, error) {
 }
 
 func (env *Env) pollerNames() []string {
+	env.mu.Lock()
+	defer env.mu.Unlock()
 	var names []string
 	for _, p := range env.Pollers {
 		names = append(names, p.Name)
@@ -272,19 +282,24 @@ func RunWorker(ctx context.Context, env *Env, s Settings) error {
 	return <-stopped
 }
 
-// RunAll runs a scheduler and a worker in one process (watukuy run, watukuy dev).
+// RunAll runs a scheduler and a worker in one process (watukuy run, watukuy dev). The first
+// of them to return stops the other, so a worker that cannot start (its listener cannot bind)
+// fails the process at once instead of leaving a scheduler that claims keys nobody runs.
 func RunAll(ctx context.Context, env *Env, s Settings) error {
 	if len(env.Pollers) == 0 {
 		return errors.New("no pollers: pass --config with at least one poller")
 	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	errc := make(chan error, 2)
 	go func() { errc <- RunWorker(ctx, env, s) }() // the worker serves the process's endpoints
 	go func() {
 		sch := env.scheduler(s)
-		sch.Pollers = env.pollerNames()
+		sch.PollerNames = env.pollerNames // read at every claim: a reload changes them
 		errc <- sch.Run(ctx)
 	}()
 	err := <-errc
+	stop()
 	if err2 := <-errc; err == nil {
 		err = err2
 	}

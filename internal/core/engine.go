@@ -58,6 +58,7 @@ type Engine struct {
 	mu         sync.Mutex
 	pollers    map[string]*Poller
 	registered bool      // keys written to the registry and due set
+	regGen     uint64    // bumped by every registration change; ensureRegistered marks only the one it wrote
 	repairedAt time.Time // when Tick last ran the repair sweep (local clock)
 
 	root     context.Context
@@ -109,6 +110,33 @@ func (e *Engine) Register(p Poller) error {
 	}
 	e.pollers[p.Name] = &p
 	e.registered = false
+	e.regGen++
+	return nil
+}
+
+// Replace swaps the whole set of registered pollers for ps at once (a config reload). Every
+// definition is checked first: an invalid one, or a name given twice, is a *ConfigError and
+// changes nothing. A cycle already running keeps the definition it started with; the key's
+// next cycle uses the new one. The keys of new pollers and partitions are written to the
+// registry and due set at the next Setup (or Tick, InspectAll); the keys of pollers left out
+// stay in the registry, and this engine no longer runs or claims them.
+func (e *Engine) Replace(ps ...Poller) error {
+	next := make(map[string]*Poller, len(ps))
+	for _, p := range ps {
+		p, err := p.withDefaults()
+		if err != nil {
+			return err
+		}
+		if _, dup := next[p.Name]; dup {
+			return &ConfigError{Poller: p.Name, Field: "name", Msg: "is registered twice"}
+		}
+		next[p.Name] = &p
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.pollers = next
+	e.registered = false
+	e.regGen++
 	return nil
 }
 
@@ -145,6 +173,7 @@ func (e *Engine) ensureRegistered(ctx context.Context) error {
 		return err
 	}
 	e.mu.Lock()
+	gen := e.regGen
 	pollers := map[string][]byte{}
 	keys := map[Key][]byte{}
 	entry, _ := json.Marshal(keyEntry{Source: "config"})
@@ -159,7 +188,7 @@ func (e *Engine) ensureRegistered(ctx context.Context) error {
 		return fmt.Errorf("watukuy: register keys: %w", err)
 	}
 	e.mu.Lock()
-	e.registered = true
+	e.registered = gen == e.regGen // a Replace while writing: the next call writes its pollers
 	e.mu.Unlock()
 	return nil
 }

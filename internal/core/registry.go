@@ -236,6 +236,7 @@ func (e *Engine) Migrate(ctx context.Context) (Migration, error) {
 	}
 	e.mu.Lock()
 	e.registered = false
+	e.regGen++
 	e.mu.Unlock()
 	return m, nil
 }

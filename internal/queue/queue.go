@@ -53,6 +53,9 @@ type Scheduler struct {
 	Queue string
 	// Pollers limits the claim to these pollers; none claims every key.
 	Pollers []string
+	// PollerNames, when set, replaces Pollers and is read at every claim (a config reload
+	// changes the list); an empty list claims nothing.
+	PollerNames func() []string
 	// Batch is how many keys one claim takes; default 100.
 	Batch int
 	// PerTask is the most claimed keys one task carries (run one after another by a worker);
@@ -159,7 +162,13 @@ func (s *Scheduler) repairLoop(ctx context.Context) {
 // claimed.
 func (s *Scheduler) Once(ctx context.Context) (int, error) {
 	s.defaults()
-	keys, err := s.Store.ClaimDue(ctx, s.Batch, s.ClaimTimeout, s.Pollers)
+	pollers := s.Pollers
+	if s.PollerNames != nil {
+		if pollers = s.PollerNames(); len(pollers) == 0 {
+			return 0, nil // never every key: that is what an empty Pollers means
+		}
+	}
+	keys, err := s.Store.ClaimDue(ctx, s.Batch, s.ClaimTimeout, pollers)
 	if err != nil {
 		return 0, fmt.Errorf("scheduler: claim: %w", err)
 	}
