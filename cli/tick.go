@@ -38,6 +38,13 @@ func tickCmd() *cobra.Command {
 	return cmd
 }
 
+// nextDue is the earliest due key, reported when a tick ran nothing.
+type nextDue struct {
+	Poller    string    `json:"poller"`
+	Partition string    `json:"partition"`
+	At        time.Time `json:"at"`
+}
+
 // tick claims and runs due cycles, then prints the report.
 func tick(ctx context.Context, out io.Writer, env *app.Env, maxDuration time.Duration, asJSON bool) error {
 	if len(env.Pollers) == 0 {
@@ -51,6 +58,14 @@ func tick(ctx context.Context, out io.Writer, env *app.Env, maxDuration time.Dur
 	if err != nil {
 		return err
 	}
+	// Nothing ran: say when the next key is due, so a key held by a claim (a cycle running
+	// elsewhere, or one that died: its claim lapses with its lease) is not a silent "ran 0".
+	var next *nextDue
+	if rep.Ran == 0 {
+		if k, at, err := env.Store.NextDue(ctx, env.PollerNames()); err == nil && k != (watukuy.Key{}) {
+			next = &nextDue{Poller: k.Poller, Partition: k.Partition, At: at.UTC()}
+		}
+	}
 	errs := make([]string, len(rep.Errors))
 	for i, e := range rep.Errors {
 		errs[i] = e.Error()
@@ -59,13 +74,18 @@ func tick(ctx context.Context, out io.Writer, env *app.Env, maxDuration time.Dur
 		b, _ := json.Marshal(struct {
 			watukuy.TickReport
 			Errors []string `json:"errors"`
-		}{rep, errs})
+			Next   *nextDue `json:"nextDue,omitempty"`
+		}{rep, errs, next})
 		fmt.Fprintln(out, string(b))
 	} else {
 		fmt.Fprintf(out, "ran %d  skippedNotDue %d  skippedLeased %d  skippedPaused %d  events %d  delivered %d  errors %d\n",
 			rep.Ran, rep.SkippedNotDue, rep.SkippedLeased, rep.SkippedPaused, rep.Events, rep.Delivered, len(rep.Errors))
 		for _, e := range errs {
 			fmt.Fprintln(out, "  error:", e)
+		}
+		if next != nil {
+			fmt.Fprintf(out, "  nothing ran: the next key due is %s (partition %q) at %s, in %s (a claimed key is due when its claim lapses: its cycle's lease TTL + 2s after its last renewal)\n",
+				next.Poller, next.Partition, next.At.Format(time.RFC3339), time.Until(next.At).Round(time.Second))
 		}
 	}
 	if len(rep.Errors) > 0 {

@@ -178,7 +178,7 @@ func (env *Env) Register(ps ...watukuy.Poller) error {
 // keyInfos inspects every key of the process's pollers, partitions added at run time too.
 func (env *Env) keyInfos(ctx context.Context) ([]core.KeyInfo, error) {
 	var out []core.KeyInfo
-	for _, name := range env.pollerNames() {
+	for _, name := range env.PollerNames() {
 		kis, err := env.Engine.InspectAll(ctx, name)
 		out = append(out, kis...)
 		if err != nil {
@@ -188,7 +188,7 @@ func (env *Env) keyInfos(ctx context.Context) ([]core.KeyInfo, error) {
 	return out, nil
 }
 
-func (env *Env) pollerNames() []string {
+func (env *Env) PollerNames() []string {
 	env.mu.Lock()
 	defer env.mu.Unlock()
 	var names []string
@@ -272,7 +272,7 @@ func RunWorker(ctx context.Context, env *Env, s Settings) error {
 		return fmt.Errorf("start the asynq server: %w", err)
 	}
 	running.Store(true)
-	env.Log.Info().Int("concurrency", s.Concurrency).Strs("pollers", env.pollerNames()).Msg("worker started")
+	env.Log.Info().Int("concurrency", s.Concurrency).Strs("pollers", env.PollerNames()).Msg("worker started")
 	<-ctx.Done()
 	running.Store(false)
 	env.Log.Info().Dur("drain", s.Drain).Msg("worker stopping: no new cycles; running ones stop at their next step and hand their keys back")
@@ -295,7 +295,7 @@ func RunAll(ctx context.Context, env *Env, s Settings) error {
 	go func() { errc <- RunWorker(ctx, env, s) }() // the worker serves the process's endpoints
 	go func() {
 		sch := env.scheduler(s)
-		sch.PollerNames = env.pollerNames // read at every claim: a reload changes them
+		sch.PollerNames = env.PollerNames // read at every claim: a reload changes them
 		errc <- sch.Run(ctx)
 	}()
 	err := <-errc

@@ -264,7 +264,7 @@ func TestReloadAddsAndRemovesPollers(t *testing.T) {
 	if err != nil || fmt.Sprint(keys) != fmt.Sprint([]watukuy.Key{{Poller: "customers"}, {Poller: "orders"}}) {
 		t.Fatalf("registered keys %v %v: want customers' added and orders' kept", keys, err)
 	}
-	if names := env.pollerNames(); fmt.Sprint(names) != "[customers]" {
+	if names := env.PollerNames(); fmt.Sprint(names) != "[customers]" {
 		t.Fatalf("the process runs %v after the reload", names)
 	}
 }

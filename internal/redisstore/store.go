@@ -256,6 +256,32 @@ func (s *Store) ClaimDue(ctx context.Context, limit int, claimTimeout time.Durat
 	return parseMembers(v)
 }
 
+// NextDue returns the earliest due entry among the named pollers' due sets (one pipelined
+// round trip): the key and when it is due, or the zero key when they are empty. A claimed key
+// is due when its claim lapses.
+func (s *Store) NextDue(ctx context.Context, pollers []string) (core.Key, time.Time, error) {
+	cmds := make([]*redis.ZSliceCmd, len(pollers))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, name := range pollers {
+			cmds[i] = p.ZRangeWithScores(ctx, s.dueKey(name), 0, 0)
+		}
+		return nil
+	}); err != nil {
+		return core.Key{}, time.Time{}, fmt.Errorf("redisstore: read the due sets: %w", err)
+	}
+	var key core.Key
+	var at time.Time
+	for _, c := range cmds {
+		for _, z := range c.Val() {
+			k, err := core.ParseKey(fmt.Sprint(z.Member))
+			if t := time.UnixMilli(int64(z.Score)); err == nil && (key == (core.Key{}) || t.Before(at)) {
+				key, at = k, t
+			}
+		}
+	}
+	return key, at, nil
+}
+
 // HoldClaim implements core.Store.
 func (s *Store) HoldClaim(ctx context.Context, key core.Key, hold time.Duration) error {
 	if _, err := s.run(ctx, "hold_claim", nil, []string{s.dueKey(key.Poller)}, s.nowArg(), key.String(), hold.Milliseconds()); err != nil {
