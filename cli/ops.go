@@ -273,7 +273,7 @@ func inspectCmd() *cobra.Command {
 	o := &op{}
 	return o.command(opSpec{
 		use:   "inspect [--poller P [--partition X]]",
-		short: "Show keys: status, cursors, lease, schedule, lag, outbox, parked rows, last error",
+		short: "Show keys: status, cursors, lease, schedule, lag, freshness, outbox, parked rows, last error",
 		long: `inspect lists every known key (or the keys of --poller) in a table; with --partition it
 shows every field of one key. It needs only the Redis URL: pollers and partitions come from the
 registry that workers write. --json prints an array of keys, or one object with --partition.`,
@@ -310,8 +310,16 @@ func lastError(ki watukuy.KeyInfo) (watukuy.LastError, bool) {
 	return le, len(ki.LastError) > 0 && json.Unmarshal(ki.LastError, &le) == nil
 }
 
+// freshness renders the time since the key was last fresh ("" when it never was).
+func freshness(ki watukuy.KeyInfo) string {
+	if ki.FreshAt == nil || ki.FreshnessMs < 0 {
+		return ""
+	}
+	return roundDur(time.Duration(ki.FreshnessMs) * time.Millisecond).String()
+}
+
 func printKeyTable(w io.Writer, kis []watukuy.KeyInfo, now time.Time) error {
-	t := newTable(w, "POLLER", "PARTITION", "STATUS", "CURSOR", "ITEMS", "OUTBOX", "PARKED", "LAG", "NEXT-DUE", "LAST-ERROR")
+	t := newTable(w, "POLLER", "PARTITION", "STATUS", "CURSOR", "ITEMS", "OUTBOX", "PARKED", "LAG", "FRESH", "NEXT-DUE", "LAST-ERROR")
 	for _, ki := range kis {
 		next := ""
 		if ki.NextDueAt != nil {
@@ -319,7 +327,7 @@ func printKeyTable(w io.Writer, kis []watukuy.KeyInfo, now time.Time) error {
 		}
 		le, _ := lastError(ki)
 		t.row(ki.Poller, ki.Partition, ki.Status, clip(ki.Cursor, 32), itoa(ki.Items), itoa(ki.OutboxPending), itoa(ki.Parked),
-			roundDur(time.Duration(ki.LagMs)*time.Millisecond).String(), next, le.Code)
+			roundDur(time.Duration(ki.LagMs)*time.Millisecond).String(), freshness(ki), next, le.Code)
 	}
 	return t.flush()
 }
@@ -372,7 +380,14 @@ func printKeyDetail(w io.Writer, ki watukuy.KeyInfo, now time.Time) error {
 		t.row("lastError", string(ki.LastError))
 	}
 	t.row("lag", roundDur(time.Duration(ki.LagMs)*time.Millisecond).String())
+	t.row("freshAt", when(ki.FreshAt, now))
+	t.row("freshness", freshness(ki))
 	t.row("outboxPending", itoa(ki.OutboxPending))
+	if ki.OutboxOldestAt != nil {
+		t.row("outboxOldest", fmt.Sprintf("%s (%s old)", ki.OutboxOldestAt.UTC().Format(time.RFC3339), roundDur(time.Duration(ki.OutboxOldestAgeMs)*time.Millisecond)))
+	} else {
+		t.row("outboxOldest", "")
+	}
 	t.row("parked", fmt.Sprintf("%d (poison %d, invalid %d)", ki.Parked, ki.ParkedPoison, ki.ParkedInvalid))
 	t.row("held", itoa(ki.Held))
 	t.row("items", itoa(ki.Items))

@@ -66,6 +66,16 @@ type cycle struct {
 	// loads read them too.
 	invalidIndexed bool
 
+	// read and valid count the items the live and reconcile lanes read in this cycle (a
+	// backfill's past is not counted) and those of them that passed identity, version,
+	// validation and fingerprint; issue is the first invalid one's reason. A cycle that read
+	// items and found none valid ends with INVALID_ITEMS (finish).
+	read, valid int
+	issue       string
+	// progressed: a page of the live or reconcile lane with a valid item was committed, so
+	// the key moved forward with data even if the cycle fails later (freshAt).
+	progressed bool
+
 	rateLimit   *RateLimit // the last rate-limit headers seen in this cycle
 	rateLimitAt time.Time
 	confirmed   bool // a fenced write succeeded since the last request
@@ -75,6 +85,7 @@ type cycle struct {
 	backfilling *BackfillProgress // the backfill lane's progress while it runs
 	force       int64             // while a forced backfill runs: its generation
 	released    bool              // an operation gave the lease up itself (partition deleted)
+	endDelete   []string          // state fields an operation deletes when it ends (withOpLease)
 
 	serverAt time.Time // server clock at Begin
 	localAt  time.Time // local clock when Begin was sent
@@ -294,7 +305,17 @@ func (c *cycle) abandon(err error) {
 // LastError is the JSON of KeyInfo.LastError: a key's last failed cycle, kept until one
 // succeeds.
 type LastError struct {
-	// Code is FETCH, THROTTLED, CURSOR_STALL, POISON_HALT, STORE, REPLICATION or CONFIG.
+	// Code is FETCH, THROTTLED, CURSOR_STALL, POISON_HALT, STORE, REPLICATION, CONFIG or
+	// INVALID_ITEMS.
+	//
+	// INVALID_ITEMS (phase "validate") is set by a cycle that ran without any other failure,
+	// whose live and reconcile lanes read at least one item, and none of whose items passed
+	// identity, version, validation and fingerprint (each was parked as invalid, or skipped as
+	// an earlier duplicate of an invalid one on the same page): the cursor moved past items
+	// that produced no event. The key's status is then "degraded". A cycle that reads no item
+	// (nothing new, a 304) keeps it; it is cleared by a cycle that reads at least one valid
+	// item, by a parked retry or discard that leaves the key no parked invalid row, or
+	// replaced by another failure's code (which the next successful cycle clears).
 	Code    string `json:"code"`
 	Phase   string `json:"phase"`
 	Message string `json:"message"`
@@ -318,6 +339,18 @@ type PollSummary struct {
 	NotModified      bool `json:"notModified"`
 	Reconciled       bool `json:"reconciled"`
 	BackfillPending  bool `json:"backfillPending"`
+}
+
+// codeInvalidItems is the LastError code of a cycle whose items were all invalid.
+const codeInvalidItems = "INVALID_ITEMS"
+
+// lastErrorCode reads the code of a stored LastError ("" when none or unreadable).
+func lastErrorCode(v string) string {
+	var le LastError
+	if v == "" || json.Unmarshal([]byte(v), &le) != nil {
+		return ""
+	}
+	return le.Code
 }
 
 // cycleError is a failure with the phase and code it is reported under and what the
@@ -431,17 +464,34 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	if c.p.Reconcile != nil && (reconciled || c.state.time(fieldReconcileDue).IsZero()) {
 		st[fieldReconcileDue] = strconv.FormatInt(now.Add(c.p.Reconcile.Every).UnixMilli(), 10)
 	}
+	// Items read and none valid: the key is degraded (LastError). A cycle that read nothing
+	// says nothing new of the items and keeps it.
+	invalidOnly := failure == nil && c.read > 0 && c.valid == 0
+	stillInvalid := failure == nil && c.read == 0 && lastErrorCode(c.state.get(fieldLastError)) == codeInvalidItems
+	outcome := "ok"
 	switch {
 	case failure != nil && failure.kind != schedule.ResultThrottled:
 		le, _ := json.Marshal(LastError{Code: failure.code, Phase: failure.phase,
 			Message: failure.err.Error(), At: now.UTC().Format(time.RFC3339Nano)})
 		st[fieldLastError] = string(le)
+	case invalidOnly:
+		le, _ := json.Marshal(LastError{Code: codeInvalidItems, Phase: "validate", At: now.UTC().Format(time.RFC3339Nano),
+			Message: fmt.Sprintf("all %d items read in this cycle are invalid (first: %s) and were parked: the cursor moved past them without an event; see `parked ls --kind invalid`, fix the poller's identity/validation (or the data), then `parked retry`", c.read, c.issue)})
+		st[fieldLastError] = string(le)
+		outcome = codeInvalidItems
+	case stillInvalid:
 	case failure == nil:
 		del = append(del, fieldLastError)
 	}
-	outcome := "ok"
 	if failure != nil {
 		outcome = failure.code
+	}
+	// freshAt: the key is current with its API (a cycle that ran through without failing or
+	// degrading, whether or not anything was new) or moved forward with data (a committed page
+	// with a valid item, even in a cycle that failed later). A cursor stall, failing requests,
+	// a throttle, a halted delivery or pages of invalid items never refresh it.
+	if c.progressed || failure == nil && !invalidOnly && !stillInvalid && !c.paused() {
+		st[fieldFreshAt] = strconv.FormatInt(now.UnixMilli(), 10)
 	}
 	summary, _ := json.Marshal(PollSummary{At: now.UTC().Format(time.RFC3339Nano), Outcome: outcome,
 		DurationMs: c.e.now().Sub(c.localAt).Milliseconds(), Pages: c.rep.Pages, Items: c.rep.Items,

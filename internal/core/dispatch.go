@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -188,13 +189,35 @@ func (d *dispatch) attempt(ctx context.Context, b delivery) (*Event, []string, e
 				return ev, errs, &LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "lease may have expired during handler retries"}
 			}
 		}
-		if last = c.p.callHandler(c.keeper.withLeaseCheck(ctx), *ev); last == nil {
+		sent := time.Now()
+		last = c.p.callHandler(c.keeper.withLeaseCheck(ctx), *ev)
+		if h := c.e.hooks.OnHandlerAttempt; h != nil {
+			h(c.key, *ev, a, time.Since(sent), handlerResult(ctx, last), last)
+		}
+		if last == nil {
 			return ev, nil, nil
 		}
 		errs = append(errs, last.Error())
 		c.log.Warn().Str("eventId", ev.ID).Int("attempt", a).Err(last).Msg("handler failed")
 	}
 	return ev, errs, last
+}
+
+// handlerResult classifies one handler attempt for Hooks.OnHandlerAttempt; ctx is the
+// delivery's context.
+func handlerResult(ctx context.Context, err error) string {
+	var hp *handlerPanic
+	switch {
+	case err == nil:
+		return HandlerOK
+	case errors.As(err, &hp):
+		return HandlerPanic
+	case ctx.Err() != nil || IsLeaseLost(err):
+		return HandlerFenced
+	case errors.Is(err, context.DeadlineExceeded):
+		return HandlerTimeout
+	}
+	return HandlerError
 }
 
 func (d *dispatch) park(b delivery, errs []string) {

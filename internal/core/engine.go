@@ -422,7 +422,8 @@ func (e *Engine) keyOp(ctx context.Context, key Key, name string, op func(contex
 type KeyInfo struct {
 	Poller    string `json:"poller"`
 	Partition string `json:"partition"`
-	// Status is idle, running, paused, removed, deleted, circuitOpen, throttled or failing.
+	// Status is idle, running, paused, removed, deleted, circuitOpen, throttled, failing or
+	// degraded (the last cycle that read items found none valid: LastError INVALID_ITEMS).
 	Status string `json:"status"`
 	Paused bool   `json:"paused"`
 	// Source is where the key comes from: "config" or "cli" (partitions add).
@@ -442,9 +443,22 @@ type KeyInfo struct {
 	ReconcileDue   *time.Time        `json:"reconcileDueAt,omitempty"`
 	LastPoll       json.RawMessage   `json:"lastPoll,omitempty"`
 	// LastError is {code, phase, message, at} of the last failed cycle, until one succeeds.
-	LastError     json.RawMessage `json:"lastError,omitempty"`
-	LagMs         int64           `json:"lagMs"`
-	OutboxPending int64           `json:"outboxPending"`
+	LastError json.RawMessage `json:"lastError,omitempty"`
+	LagMs     int64           `json:"lagMs"`
+	// FreshAt is when a cycle last found the key current with its API (it ran through without
+	// failing or degrading, whether or not anything was new: a quiet API stays fresh) or moved
+	// it forward with data (committed a page with a valid item, even if it failed later). A
+	// cursor stall, failing requests, a throttle, a halted delivery or pages of invalid items
+	// leave it where it was. nil until the first such cycle. FreshnessMs is the time since
+	// (server clock at Inspect), -1 when FreshAt is nil.
+	FreshAt       *time.Time `json:"freshAt,omitempty"`
+	FreshnessMs   int64      `json:"freshnessMs"`
+	OutboxPending int64      `json:"outboxPending"`
+	// OutboxOldestAt is when the oldest event still in the outbox (committed, not yet acked,
+	// not held) entered it, by the Redis server's clock; OutboxOldestAgeMs is its age. Both
+	// are absent when the outbox is empty.
+	OutboxOldestAt    *time.Time `json:"outboxOldestAt,omitempty"`
+	OutboxOldestAgeMs int64      `json:"outboxOldestAgeMs,omitempty"`
 	// Parked counts every parked row; ParkedPoison and ParkedInvalid split it by kind.
 	Parked        int64 `json:"parked"`
 	ParkedPoison  int64 `json:"parkedPoison"`
@@ -526,6 +540,15 @@ func (e *Engine) inspect(ctx context.Context, t target) (KeyInfo, error) {
 	if !s.LeaseExpires.IsZero() {
 		ki.LeaseExpires = &s.LeaseExpires
 	}
+	ki.FreshnessMs = -1
+	if t := st.time(fieldFreshAt); !t.IsZero() {
+		ki.FreshAt = &t
+		ki.FreshnessMs = max(s.Now.Sub(t), 0).Milliseconds()
+	}
+	if !s.OutboxOldest.IsZero() {
+		ki.OutboxOldestAt = &s.OutboxOldest
+		ki.OutboxOldestAgeMs = max(s.OutboxOldestAge, 0).Milliseconds()
+	}
 	if st.get(FieldNextDue) == "0" {
 		ki.NextDueAt = &s.Now // triggered: due now
 	} else if due := st.time(FieldNextDue); !due.IsZero() {
@@ -547,6 +570,8 @@ func (e *Engine) inspect(ctx context.Context, t target) (KeyInfo, error) {
 		ki.Status = "circuitOpen"
 	case ki.ThrottledUntil != nil:
 		ki.Status = "throttled"
+	case lastErrorCode(st.get(fieldLastError)) == codeInvalidItems:
+		ki.Status = "degraded"
 	case ki.LastError != nil:
 		ki.Status = "failing"
 	default:
@@ -704,17 +729,39 @@ func (e *Engine) releaseParked(ctx context.Context, key Key, ids []string, retry
 			}
 			plain = append(plain, id)
 		}
-		if len(plain) == 0 {
-			return nil
+		if len(plain) > 0 {
+			n, _, err := e.store.ReleaseParked(ctx, c.lease, retry, plain)
+			released += n
+			if err != nil {
+				return err
+			}
 		}
-		n, _, err := e.store.ReleaseParked(ctx, c.lease, retry, plain)
-		released += n
-		return err
+		// A degraded key (INVALID_ITEMS) whose parked invalid rows are all dealt with is no
+		// longer degraded: its next cycle reads nothing new and would keep the code.
+		if lastErrorCode(c.state.get(fieldLastError)) == codeInvalidItems && !invalidLeft(rows, ids) {
+			c.endDelete = append(c.endDelete, fieldLastError)
+		}
+		return nil
 	})
 	if err != nil {
 		return released, fmt.Errorf("watukuy: parked %s on %s: %w", map[bool]string{true: "retry", false: "discard"}[retry], key, err)
 	}
 	return released, e.store.Trigger(ctx, key)
+}
+
+// invalidLeft reports whether rows (parked id → row) hold an invalid row that ids do not name.
+func invalidLeft(rows map[string][]byte, ids []string) bool {
+	named := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		named[id] = true
+	}
+	for id, raw := range rows {
+		var r parkedRow
+		if !named[id] && json.Unmarshal(raw, &r) == nil && r.Kind == parkedInvalid {
+			return true
+		}
+	}
+	return false
 }
 
 // withOpLease runs fn under the key's lease, waiting up to 5s for another holder to finish.
@@ -737,7 +784,7 @@ func (e *Engine) withOpLease(ctx context.Context, t target, fn func(c *cycle) er
 			if c.released {
 				return ferr
 			}
-			if err := e.store.End(ctx, c.lease, EndRequest{NextDue: b.Now, Trigger: c.state.get(FieldTrigger)}); err != nil && ferr == nil {
+			if err := e.store.End(ctx, c.lease, EndRequest{Delete: c.endDelete, NextDue: b.Now, Trigger: c.state.get(FieldTrigger)}); err != nil && ferr == nil {
 				ferr = err
 			}
 			return ferr
@@ -811,6 +858,9 @@ const (
 	// one landed stays due now.
 	FieldTrigger   = "trig"
 	fieldRateLimit = "rateLimit"
+	// fieldFreshAt is when (ms, server clock) a cycle last found the key current with its API
+	// or moved it forward with data (finish); KeyInfo.FreshAt.
+	fieldFreshAt = "freshAt"
 
 	fieldReconcileDue     = "reconcileDue"
 	fieldDeleteCandidates = "deleteCandidates"

@@ -11,6 +11,13 @@ type Hooks struct {
 	OnFetch func(key Key, lane string, d time.Duration, err error)
 	// OnDelivered runs after an event was acked; latency counts from its observation.
 	OnDelivered func(key Key, ev Event, latency time.Duration)
+	// OnHandlerAttempt runs after every call of the poller's handler (or sink): each attempt
+	// of each event, retries included, whether or not the event is later acked or parked. d
+	// is how long the call took; result is HandlerOK, HandlerError, HandlerPanic,
+	// HandlerTimeout or HandlerFenced, and err is nil only for HandlerOK. Delivery runs up to
+	// Delivery.Concurrency ordering keys at once, so it may be called from several
+	// goroutines of one cycle at the same time.
+	OnHandlerAttempt func(key Key, ev Event, attempt int, d time.Duration, result string, err error)
 	// OnParked runs when an event is parked as poison or an item as invalid.
 	OnParked func(key Key, kind, id, reason string)
 	// OnCircuitOpen runs when a cycle leaves the key's circuit open.
@@ -25,3 +32,24 @@ type Hooks struct {
 	// (a backfill request that failed; the live lane goes on).
 	OnError func(key Key, phase string, err error)
 }
+
+// Results of a handler attempt (Hooks.OnHandlerAttempt).
+const (
+	// HandlerOK: the handler returned nil.
+	HandlerOK = "ok"
+	// HandlerError: the handler returned an error (a webhook's non-2xx answer among them).
+	HandlerError = "error"
+	// HandlerPanic: the handler panicked (the engine recovered it as an error).
+	HandlerPanic = "panic"
+	// HandlerTimeout: the handler's error wraps context.DeadlineExceeded (a sink's own
+	// timeout, such as the webhook's).
+	HandlerTimeout = "timeout"
+	// HandlerFenced: the attempt failed because the cycle cut it short: it lost its lease (a
+	// CheckLease that failed), the engine is stopping, or another ordering key of the batch
+	// halted it (poison: halt). The event stays in the outbox for a later delivery; this is
+	// no failure of the handler.
+	HandlerFenced = "fenced"
+)
+
+// HandlerResults lists every result of a handler attempt.
+var HandlerResults = []string{HandlerOK, HandlerError, HandlerPanic, HandlerTimeout, HandlerFenced}

@@ -98,6 +98,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 			return res, nil // idle, and never a source of deletes (G6)
 		}
 		w := pageWrites{history: ln.name == laneBackfill}
+		valid := c.valid
 		if err := c.process(ctx, ln.name, page.Items, seen, &w); err != nil {
 			return res, storeErr(err)
 		}
@@ -113,6 +114,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 			lastTag = page.ETag
 			quiet = quiet && len(w.steps) == 0 && len(w.Invalid) == 0
 		}
+		w.progress = c.valid > valid
 		if f := c.commitAndDeliver(ctx, &w); f != nil {
 			return res, f
 		}

@@ -302,12 +302,18 @@ func (p *Poller) orderingKey(ev Event) string {
 	return ev.Identity
 }
 
-// callHandler runs the handler, turning a panic into an error so it never crashes a worker.
+// callHandler runs the handler, turning a panic into a *handlerPanic error so it never
+// crashes a worker.
 func (p *Poller) callHandler(ctx context.Context, ev Event) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("handler panic: %v", r)
+			err = &handlerPanic{value: r}
 		}
 	}()
 	return p.Handler(ctx, ev)
 }
+
+// handlerPanic is a handler's panic, recovered.
+type handlerPanic struct{ value any }
+
+func (h *handlerPanic) Error() string { return fmt.Sprintf("handler panic: %v", h.value) }

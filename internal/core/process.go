@@ -46,6 +46,9 @@ type pageWrites struct {
 	// history marks a page of the backfill lane: it re-reads the past, so it leaves alone
 	// what the live side wrote since the backfill began and its parked observations.
 	history bool
+	// progress marks a live or reconcile page with a valid item: once committed, the key has
+	// moved forward with data (cycle.progressed).
+	progress bool
 }
 
 // event appends ev as the event of a step on identity.
@@ -68,9 +71,20 @@ type stored struct {
 // listed identity and whether it was valid.
 func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessage, seen map[string]bool, w *pageWrites) error {
 	c.rep.Items += len(items)
+	counted := lane != laneBackfill
+	if counted {
+		c.read += len(items)
+	}
 	obs := make([]observation, 0, len(items))
 	for _, raw := range items {
 		o, issue := c.observe(raw)
+		switch {
+		case !counted:
+		case issue == "":
+			c.valid++
+		case c.issue == "":
+			c.issue = issue
+		}
 		if seen != nil && o.identity != "" && !o.tombstone {
 			// An item listed but invalid is still present: never a delete (G6).
 			seen[o.identity] = seen[o.identity] || issue == ""
@@ -554,6 +568,7 @@ func (c *cycle) commitAndDeliver(ctx context.Context, w *pageWrites) *cycleError
 	if err != nil {
 		return storeErr(err)
 	}
+	c.progressed = c.progressed || w.progress
 	c.rep.Events += len(w.events)
 	if res.unreplicated && len(w.events) > 0 {
 		return unreplicated(c.key)

@@ -305,7 +305,12 @@ type Snapshot struct {
 	LeaseEpoch   int64
 	LeaseExpires time.Time
 	OutboxLen    int64
-	Parked       int64
+	// OutboxOldest is when the oldest entry of the outbox was added (the server's clock, from
+	// its stream id; zero when the outbox is empty) and OutboxOldestAge its age by the same
+	// clock.
+	OutboxOldest    time.Time
+	OutboxOldestAge time.Duration
+	Parked          int64
 	// ParkedInvalid counts the parked rows that are invalid items (the rest are poison).
 	ParkedInvalid int64
 	Held          int64

@@ -47,13 +47,15 @@ func exportedNames(t *testing.T) map[string]bool {
 		now := time.Now()
 		return []core.KeyInfo{{Poller: "p", Partition: "x", Circuit: "open", LeaseOwner: "w",
 			LeaseExpires: at(now.Add(-time.Hour)), ThrottledUntil: at(now.Add(time.Hour)),
-			LastError: json.RawMessage(`{"code":"CONFIG"}`), OutboxPending: 1, Parked: 1, Held: 1, LagMs: 1}}, nil
+			LastError: json.RawMessage(`{"code":"CONFIG"}`), OutboxPending: 1, Parked: 1, Held: 1, LagMs: 1,
+			FreshAt: at(now.Add(-time.Minute)), FreshnessMs: 60_000, OutboxOldestAt: at(now.Add(-time.Second)), OutboxOldestAgeMs: 1000}}, nil
 	})
 	k := core.Key{Poller: "p", Partition: "x"}
 	h := m.Hooks(core.Hooks{})
 	h.OnCycle(core.CycleReport{Key: k, Outcome: core.Ran, Events: 1}, time.Millisecond)
 	h.OnFetch(k, "live", time.Millisecond, errors.New("x"))
 	h.OnDelivered(k, core.Event{}, time.Millisecond)
+	h.OnHandlerAttempt(k, core.Event{}, 1, time.Millisecond, core.HandlerError, errors.New("x"))
 	h.OnParked(k, "poison", "id", "reason")
 	h.OnCircuitOpen(k, time.Now(), errors.New("x"))
 	h.OnThrottled(k, time.Now())
@@ -84,6 +86,8 @@ func TestExportedNames(t *testing.T) {
 	for _, n := range []string{
 		"watukuy_cycles_total", "watukuy_cycle_duration_seconds", "watukuy_events_emitted_total",
 		"watukuy_events_delivered_total", "watukuy_delivery_latency_seconds", "watukuy_events_parked_total",
+		"watukuy_handler_attempts_total", "watukuy_handler_duration_seconds",
+		"watukuy_outbox_oldest_age_seconds", "watukuy_key_freshness_seconds",
 		"watukuy_fetch_duration_seconds", "watukuy_fetch_errors_total", "watukuy_errors_total",
 		"watukuy_lease_lost_total", "watukuy_circuit_opened_total", "watukuy_throttled_total", "watukuy_due_repaired_total",
 		"watukuy_outbox_pending", "watukuy_parked", "watukuy_held", "watukuy_lag_seconds", "watukuy_circuit_open",
@@ -160,7 +164,8 @@ func TestAlertRules(t *testing.T) {
 	}
 	// The rules the operations surface promises.
 	for _, n := range []string{"watukuy_circuit_open", "watukuy_lag_seconds", "watukuy_parked", "watukuy_outbox_pending",
-		"watukuy_last_error", "watukuy_throttled_until_seconds", "watukuy_lease_stale"} {
+		"watukuy_last_error", "watukuy_throttled_until_seconds", "watukuy_lease_stale",
+		"watukuy_handler_attempts_total", "watukuy_key_freshness_seconds"} {
 		if !used[n] {
 			t.Errorf("no alert rule uses %s", n)
 		}
@@ -173,12 +178,20 @@ func TestAlertRules(t *testing.T) {
 	t.Logf("%d alert rules: %s", rules, strings.Join(list, ", "))
 }
 
+// requirePromtoolEnv turns a missing promtool from a skip into a failure (CI sets it, and
+// installs promtool from Debian's prometheus package), so a green run always includes the
+// rules' unit tests.
+const requirePromtoolEnv = "WATUKUY_REQUIRE_PROMTOOL"
+
 // promtool, when installed, checks the rules' syntax and runs their unit tests
 // (deploy/alerts_test.yaml).
 func TestAlertRulesPromtool(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Skip("promtool is not on PATH")
+		if os.Getenv(requirePromtoolEnv) == "1" {
+			t.Fatalf("promtool is not on PATH and %s=1 (apt-get install prometheus provides it)", requirePromtoolEnv)
+		}
+		t.Skip("promtool is not on PATH (apt-get install prometheus provides it)")
 	}
 	for _, args := range [][]string{{"check", "rules", alertsFile}, {"test", "rules", "../../deploy/alerts_test.yaml"}} {
 		out, err := exec.Command(promtool, args...).CombinedOutput()

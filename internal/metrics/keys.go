@@ -31,6 +31,9 @@ const (
 // exports, per key (labels poller, partition):
 //
 //	watukuy_outbox_pending            events committed and not yet acked
+//	watukuy_outbox_oldest_age_seconds age of the oldest event in the outbox (0 when empty)
+//	watukuy_key_freshness_seconds     time since a cycle last found the key current with its API or
+//	                                  moved it forward with data (absent until the first such cycle)
 //	watukuy_parked                    parked rows (poison and invalid)
 //	watukuy_held                      events held behind a parked event of their ordering key
 //	watukuy_lag_seconds               how far past its due time the key is
@@ -54,7 +57,7 @@ type keyCollector struct {
 	now     func() time.Time
 	timeout time.Duration
 
-	outboxPending, parked, held, lag, circuitOpen, throttledUntil, lastError, leaseStale, paused, failures,
+	outboxPending, outboxOldestAge, freshness, parked, held, lag, circuitOpen, throttledUntil, lastError, leaseStale, paused, failures,
 	up, duration *prometheus.Desc
 }
 
@@ -64,24 +67,26 @@ func newKeyCollector(src KeySource, now func() time.Time) *keyCollector {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
 	}
 	return &keyCollector{src: src, now: now, timeout: keySourceTimeout,
-		outboxPending:  desc("outbox_pending", "Events in the key's outbox, committed and not yet acked.", key),
-		parked:         desc("parked", "Parked rows of the key (poison events and invalid items).", key),
-		held:           desc("held", "Events held behind a parked event of their ordering key.", key),
-		lag:            desc("lag_seconds", "How long past its due time the key is (0 when not overdue).", key),
-		circuitOpen:    desc("circuit_open", "1 while the key's circuit is open.", key),
-		throttledUntil: desc("throttled_until_seconds", "End of the key's Retry-After window, unix seconds (0 when not throttled).", key),
-		lastError:      desc("last_error", "1 for the code of the key's last error; absent after a successful cycle.", append(key, "code")),
-		leaseStale:     desc("lease_stale", "1 when the key's lease expired more than 1 minute ago while its owner is still recorded (a worker died mid-cycle and nobody took the key over).", key),
-		paused:         desc("paused", "1 while the key is paused.", key),
-		failures:       desc("consecutive_failures", "Consecutive failed cycles of the key.", key),
-		up:             desc("key_source_up", "1 when the last read of the keys' status from Redis succeeded.", nil),
-		duration:       desc("key_source_duration_seconds", "Time the last read of the keys' status from Redis took.", nil),
+		outboxPending:   desc("outbox_pending", "Events in the key's outbox, committed and not yet acked.", key),
+		outboxOldestAge: desc("outbox_oldest_age_seconds", "Age of the oldest event in the key's outbox, committed and not yet acked (0 when the outbox is empty).", key),
+		freshness:       desc("key_freshness_seconds", "Time since a cycle last found the key current with its API (ran through without failing or degrading, nothing new included) or moved it forward with data; grows through cursor stalls, failing requests, throttles and pages of invalid items. Absent until the first such cycle.", key),
+		parked:          desc("parked", "Parked rows of the key (poison events and invalid items).", key),
+		held:            desc("held", "Events held behind a parked event of their ordering key.", key),
+		lag:             desc("lag_seconds", "How long past its due time the key is (0 when not overdue).", key),
+		circuitOpen:     desc("circuit_open", "1 while the key's circuit is open.", key),
+		throttledUntil:  desc("throttled_until_seconds", "End of the key's Retry-After window, unix seconds (0 when not throttled).", key),
+		lastError:       desc("last_error", "1 for the code of the key's last error; absent after a successful cycle.", append(key, "code")),
+		leaseStale:      desc("lease_stale", "1 when the key's lease expired more than 1 minute ago while its owner is still recorded (a worker died mid-cycle and nobody took the key over).", key),
+		paused:          desc("paused", "1 while the key is paused.", key),
+		failures:        desc("consecutive_failures", "Consecutive failed cycles of the key.", key),
+		up:              desc("key_source_up", "1 when the last read of the keys' status from Redis succeeded.", nil),
+		duration:        desc("key_source_duration_seconds", "Time the last read of the keys' status from Redis took.", nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *keyCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.outboxPending, c.parked, c.held, c.lag, c.circuitOpen, c.throttledUntil,
+	for _, d := range []*prometheus.Desc{c.outboxPending, c.outboxOldestAge, c.freshness, c.parked, c.held, c.lag, c.circuitOpen, c.throttledUntil,
 		c.lastError, c.leaseStale, c.paused, c.failures, c.up, c.duration} {
 		ch <- d
 	}
@@ -110,6 +115,10 @@ func (c *keyCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, poller, partition)
 		}
 		gauge(c.outboxPending, float64(k.OutboxPending))
+		gauge(c.outboxOldestAge, float64(k.OutboxOldestAgeMs)/1000)
+		if k.FreshAt != nil {
+			gauge(c.freshness, float64(max(k.FreshnessMs, 0))/1000)
+		}
 		gauge(c.parked, float64(k.Parked))
 		gauge(c.held, float64(k.Held))
 		gauge(c.lag, float64(k.LagMs)/1000)

@@ -22,13 +22,15 @@ func at(t time.Time) *time.Time { return &t }
 // fakeKeys is what a Redis-backed KeySource would list: one key of each interesting kind.
 func fakeKeys() []core.KeyInfo {
 	return []core.KeyInfo{
-		{ // healthy, idle
+		{ // healthy, idle: fresh 2s ago, its oldest pending event 0.25s old
 			Poller: "orders", Partition: "t_1", Circuit: "closed", OutboxPending: 4, LagMs: 1500,
+			FreshAt: at(testNow.Add(-2 * time.Second)), FreshnessMs: 2000, OutboxOldestAt: at(testNow.Add(-250 * time.Millisecond)), OutboxOldestAgeMs: 250,
 		},
 		{ // circuit open after a config error, parked and held events, throttled
 			Poller: "orders", Partition: "t_2", Circuit: "open", Failures: 5, Parked: 2, Held: 3,
 			ThrottledUntil: at(testNow.Add(2 * time.Hour)),
 			LastError:      json.RawMessage(`{"code":"CONFIG","phase":"config","message":"bad cursor"}`),
+			FreshAt:        at(testNow.Add(-time.Hour)), FreshnessMs: 3_600_000,
 		},
 		{ // its worker died mid-cycle 5 minutes ago; nobody took the key over
 			Poller: "users", Partition: "", Circuit: "closed", LeaseOwner: "worker-1", LeaseEpoch: 9,
@@ -77,6 +79,10 @@ watukuy_held{partition="p",poller="users"} 0
 watukuy_held{partition="q",poller="users"} 0
 watukuy_held{partition="t_1",poller="orders"} 0
 watukuy_held{partition="t_2",poller="orders"} 3
+# HELP watukuy_key_freshness_seconds Time since a cycle last found the key current with its API (ran through without failing or degrading, nothing new included) or moved it forward with data; grows through cursor stalls, failing requests, throttles and pages of invalid items. Absent until the first such cycle.
+# TYPE watukuy_key_freshness_seconds gauge
+watukuy_key_freshness_seconds{partition="t_1",poller="orders"} 2
+watukuy_key_freshness_seconds{partition="t_2",poller="orders"} 3600
 # HELP watukuy_lag_seconds How long past its due time the key is (0 when not overdue).
 # TYPE watukuy_lag_seconds gauge
 watukuy_lag_seconds{partition="",poller="users"} 0
@@ -95,6 +101,13 @@ watukuy_lease_stale{partition="p",poller="users"} 0
 watukuy_lease_stale{partition="q",poller="users"} 0
 watukuy_lease_stale{partition="t_1",poller="orders"} 0
 watukuy_lease_stale{partition="t_2",poller="orders"} 0
+# HELP watukuy_outbox_oldest_age_seconds Age of the oldest event in the key's outbox, committed and not yet acked (0 when the outbox is empty).
+# TYPE watukuy_outbox_oldest_age_seconds gauge
+watukuy_outbox_oldest_age_seconds{partition="",poller="users"} 0
+watukuy_outbox_oldest_age_seconds{partition="p",poller="users"} 0
+watukuy_outbox_oldest_age_seconds{partition="q",poller="users"} 0
+watukuy_outbox_oldest_age_seconds{partition="t_1",poller="orders"} 0.25
+watukuy_outbox_oldest_age_seconds{partition="t_2",poller="orders"} 0
 # HELP watukuy_outbox_pending Events in the key's outbox, committed and not yet acked.
 # TYPE watukuy_outbox_pending gauge
 watukuy_outbox_pending{partition="",poller="users"} 0
@@ -128,6 +141,7 @@ watukuy_throttled_until_seconds{partition="t_2",poller="orders"} 1.893560645e+09
 watukuy_key_source_up 1
 `
 	names := []string{"watukuy_circuit_open", "watukuy_consecutive_failures", "watukuy_held", "watukuy_lag_seconds",
+		"watukuy_key_freshness_seconds", "watukuy_outbox_oldest_age_seconds",
 		"watukuy_last_error", "watukuy_lease_stale", "watukuy_outbox_pending", "watukuy_parked", "watukuy_paused",
 		"watukuy_throttled_until_seconds", "watukuy_key_source_up"}
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {

@@ -2,8 +2,8 @@
 // the engine's hooks (Metrics.Hooks); the per-key gauges (outbox, parked, lag, circuit, ...) are
 // read from Redis on every scrape (Metrics.WatchKeys).
 //
-// Labels are kept to the poller name (plus the lane, phase, outcome or kind where a metric says
-// so); only the WatchKeys gauges carry the partition, because they describe one key each.
+// Labels are kept to the poller name (plus the lane, phase, outcome, result or kind where a
+// metric says so); only the WatchKeys gauges carry the partition, because they describe one key each.
 package metrics
 
 import (
@@ -49,6 +49,8 @@ var (
 	fetchBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 	// From observation to ack: 5ms (delivered in the same cycle) to 1h (held, parked and retried).
 	latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
+	// One call of a handler or sink: an in-process function to a slow webhook (10s timeout).
+	handlerBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 )
 
 // Metrics holds watukuy's collectors.
@@ -58,6 +60,8 @@ type Metrics struct {
 	eventsEmitted   *prometheus.CounterVec   // poller
 	delivered       *prometheus.CounterVec   // poller
 	deliveryLatency *prometheus.HistogramVec // poller
+	handlerAttempts *prometheus.CounterVec   // poller, result
+	handlerDuration *prometheus.HistogramVec // poller
 	parked          *prometheus.CounterVec   // poller, kind
 	fetchDuration   *prometheus.HistogramVec // poller, lane
 	fetchErrors     *prometheus.CounterVec   // poller, lane
@@ -90,6 +94,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Events delivered to the handler and acked.", "poller"),
 		deliveryLatency: histogram("delivery_latency_seconds",
 			"Time from an event's observation to its ack.", latencyBuckets, "poller"),
+		handlerAttempts: counter("handler_attempts_total",
+			"Calls of the handler or sink, each attempt of each event (retries included), by result: ok, error, panic, timeout, fenced (cut short by a lost lease or a stop; not the handler's failure).", "poller", "result"),
+		handlerDuration: histogram("handler_duration_seconds",
+			"Duration of one call of the handler or sink, whatever its result.", handlerBuckets, "poller"),
 		parked: counter("events_parked_total",
 			"Events parked as poison and items parked as invalid.", "poller", "kind"),
 		fetchDuration: histogram("fetch_duration_seconds",
@@ -115,7 +123,7 @@ func New(reg prometheus.Registerer) *Metrics {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.cycles, m.cycleDuration, m.eventsEmitted, m.delivered, m.deliveryLatency,
-		m.parked, m.fetchDuration, m.fetchErrors, m.errors, m.leaseLost, m.circuitOpened, m.throttled, m.dueRepaired}
+		m.handlerAttempts, m.handlerDuration, m.parked, m.fetchDuration, m.fetchErrors, m.errors, m.leaseLost, m.circuitOpened, m.throttled, m.dueRepaired}
 }
 
 // Init creates every labelled series of the given pollers at zero, so dashboards and alerts
@@ -136,6 +144,9 @@ func (m *Metrics) init(poller string) {
 	}
 	for _, k := range kinds {
 		m.parked.WithLabelValues(poller, k)
+	}
+	for _, r := range core.HandlerResults {
+		m.handlerAttempts.WithLabelValues(poller, r)
 	}
 	for _, ph := range phases {
 		m.errors.WithLabelValues(poller, ph)
@@ -180,6 +191,14 @@ func (m *Metrics) Hooks(chain core.Hooks) core.Hooks {
 			m.deliveryLatency.WithLabelValues(key.Poller).Observe(max(latency, 0).Seconds())
 			if chain.OnDelivered != nil {
 				chain.OnDelivered(key, ev, latency)
+			}
+		},
+		OnHandlerAttempt: func(key core.Key, ev core.Event, attempt int, d time.Duration, result string, err error) {
+			m.init(key.Poller)
+			m.handlerAttempts.WithLabelValues(key.Poller, result).Inc()
+			m.handlerDuration.WithLabelValues(key.Poller).Observe(max(d, 0).Seconds())
+			if chain.OnHandlerAttempt != nil {
+				chain.OnHandlerAttempt(key, ev, attempt, d, result, err)
 			}
 		},
 		OnParked: func(key core.Key, kind, id, reason string) {

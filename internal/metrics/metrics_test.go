@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -135,6 +136,58 @@ watukuy_delivery_latency_seconds_count{poller="orders"} 4
 	}
 }
 
+// Every handler attempt counts by its result and observes its duration: two failed attempts
+// and a success are 2 error and 1 ok, whatever became of the event.
+func TestHandlerAttempts(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	h := m.Hooks(core.Hooks{})
+	for _, a := range []struct {
+		result string
+		d      time.Duration
+	}{
+		{core.HandlerError, 20 * time.Millisecond},
+		{core.HandlerError, 30 * time.Millisecond},
+		{core.HandlerOK, 4 * time.Millisecond},
+		{core.HandlerTimeout, 10 * time.Second},
+		{core.HandlerFenced, -time.Millisecond}, // clock skew: observed as 0
+	} {
+		var err error
+		if a.result != core.HandlerOK {
+			err = errors.New(a.result)
+		}
+		h.OnHandlerAttempt(orders, core.Event{ID: "e1"}, 1, a.d, a.result, err)
+	}
+	for result, want := range map[string]float64{"ok": 1, "error": 2, "panic": 0, "timeout": 1, "fenced": 1} {
+		if got := testutil.ToFloat64(m.handlerAttempts.WithLabelValues("orders", result)); got != want {
+			t.Errorf("handler_attempts_total{result=%s} = %v, want %v", result, got, want)
+		}
+	}
+	if err := testutil.CollectAndCompare(m.handlerDuration, strings.NewReader(`
+# HELP watukuy_handler_duration_seconds Duration of one call of the handler or sink, whatever its result.
+# TYPE watukuy_handler_duration_seconds histogram
+watukuy_handler_duration_seconds_bucket{poller="orders",le="0.001"} 1
+watukuy_handler_duration_seconds_bucket{poller="orders",le="0.0025"} 1
+watukuy_handler_duration_seconds_bucket{poller="orders",le="0.005"} 2
+watukuy_handler_duration_seconds_bucket{poller="orders",le="0.01"} 2
+watukuy_handler_duration_seconds_bucket{poller="orders",le="0.025"} 3
+watukuy_handler_duration_seconds_bucket{poller="orders",le="0.05"} 4
+watukuy_handler_duration_seconds_bucket{poller="orders",le="0.1"} 4
+watukuy_handler_duration_seconds_bucket{poller="orders",le="0.25"} 4
+watukuy_handler_duration_seconds_bucket{poller="orders",le="0.5"} 4
+watukuy_handler_duration_seconds_bucket{poller="orders",le="1"} 4
+watukuy_handler_duration_seconds_bucket{poller="orders",le="2.5"} 4
+watukuy_handler_duration_seconds_bucket{poller="orders",le="5"} 4
+watukuy_handler_duration_seconds_bucket{poller="orders",le="10"} 5
+watukuy_handler_duration_seconds_bucket{poller="orders",le="30"} 5
+watukuy_handler_duration_seconds_bucket{poller="orders",le="60"} 5
+watukuy_handler_duration_seconds_bucket{poller="orders",le="+Inf"} 5
+watukuy_handler_duration_seconds_sum{poller="orders"} 10.054
+watukuy_handler_duration_seconds_count{poller="orders"} 5
+`), "watukuy_handler_duration_seconds"); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestFetchErrorsAndFailures(t *testing.T) {
 	m := New(prometheus.NewRegistry())
 	h := m.Hooks(core.Hooks{})
@@ -185,6 +238,9 @@ func TestSeriesInitialisedAtZero(t *testing.T) {
 	if n := testutil.CollectAndCount(m.errors, "watukuy_errors_total"); n != len(phases) {
 		t.Errorf("errors series = %d, want %d", n, len(phases))
 	}
+	if n := testutil.CollectAndCount(m.handlerAttempts, "watukuy_handler_attempts_total"); n != len(core.HandlerResults) {
+		t.Errorf("handler attempts series = %d, want %d", n, len(core.HandlerResults))
+	}
 	if got := testutil.ToFloat64(m.cycles.WithLabelValues("orders", "failed")); got != 0 {
 		t.Errorf("cycles{failed} = %v, want 0", got)
 	}
@@ -197,9 +253,12 @@ func TestSeriesInitialisedAtZero(t *testing.T) {
 func TestHooksChainUserHooks(t *testing.T) {
 	var calls []string
 	user := core.Hooks{
-		OnCycle:       func(r core.CycleReport, d time.Duration) { calls = append(calls, "cycle:"+r.Key.Poller) },
-		OnFetch:       func(k core.Key, lane string, d time.Duration, err error) { calls = append(calls, "fetch:"+lane) },
-		OnDelivered:   func(k core.Key, ev core.Event, l time.Duration) { calls = append(calls, "delivered:"+ev.ID) },
+		OnCycle:     func(r core.CycleReport, d time.Duration) { calls = append(calls, "cycle:"+r.Key.Poller) },
+		OnFetch:     func(k core.Key, lane string, d time.Duration, err error) { calls = append(calls, "fetch:"+lane) },
+		OnDelivered: func(k core.Key, ev core.Event, l time.Duration) { calls = append(calls, "delivered:"+ev.ID) },
+		OnHandlerAttempt: func(k core.Key, ev core.Event, attempt int, d time.Duration, result string, err error) {
+			calls = append(calls, fmt.Sprintf("attempt:%s:%d:%s", ev.ID, attempt, result))
+		},
 		OnParked:      func(k core.Key, kind, id, reason string) { calls = append(calls, "parked:"+kind) },
 		OnCircuitOpen: func(k core.Key, until time.Time, err error) { calls = append(calls, "circuit") },
 		OnThrottled:   func(k core.Key, until time.Time) { calls = append(calls, "throttled") },
@@ -212,6 +271,7 @@ func TestHooksChainUserHooks(t *testing.T) {
 	h.OnCycle(core.CycleReport{Key: orders, Outcome: core.Ran}, time.Millisecond)
 	h.OnFetch(orders, "live", time.Millisecond, nil)
 	h.OnDelivered(orders, core.Event{ID: "e1"}, time.Millisecond)
+	h.OnHandlerAttempt(orders, core.Event{ID: "e1"}, 2, time.Millisecond, core.HandlerError, errors.New("x"))
 	h.OnParked(orders, "poison", "e1", "x")
 	h.OnCircuitOpen(orders, time.Now(), errors.New("x"))
 	h.OnThrottled(orders, time.Now())
@@ -219,7 +279,7 @@ func TestHooksChainUserHooks(t *testing.T) {
 	h.OnError(orders, "store", errors.New("x"))
 	h.OnDueRepaired(orders)
 
-	want := "cycle:orders fetch:live delivered:e1 parked:poison circuit throttled leaseLost error:store dueRepaired"
+	want := "cycle:orders fetch:live delivered:e1 attempt:e1:2:error parked:poison circuit throttled leaseLost error:store dueRepaired"
 	if got := strings.Join(calls, " "); got != want {
 		t.Errorf("user hooks = %q, want %q", got, want)
 	}
@@ -238,13 +298,14 @@ func TestHooksChainUserHooks(t *testing.T) {
 // Hooks with no user hooks never call a nil function; every hook is set.
 func TestHooksWithoutChain(t *testing.T) {
 	h := New(nil).Hooks(core.Hooks{})
-	if h.OnCycle == nil || h.OnFetch == nil || h.OnDelivered == nil || h.OnParked == nil ||
+	if h.OnCycle == nil || h.OnFetch == nil || h.OnDelivered == nil || h.OnHandlerAttempt == nil || h.OnParked == nil ||
 		h.OnCircuitOpen == nil || h.OnThrottled == nil || h.OnLeaseLost == nil || h.OnError == nil || h.OnDueRepaired == nil {
 		t.Fatal("a hook is nil")
 	}
 	h.OnCycle(core.CycleReport{Key: orders}, 0)
 	h.OnFetch(orders, "live", 0, nil)
 	h.OnDelivered(orders, core.Event{}, 0)
+	h.OnHandlerAttempt(orders, core.Event{}, 1, 0, core.HandlerOK, nil)
 	h.OnParked(orders, "poison", "", "")
 	h.OnCircuitOpen(orders, time.Time{}, nil)
 	h.OnThrottled(orders, time.Time{})

@@ -934,28 +934,42 @@ func (s *Store) ClearThrottle(ctx context.Context, key core.Key) (time.Time, err
 }
 
 // Inspect implements core.Store.
+//
+// One pipeline: the key's structures, the outbox's oldest entry (its stream id is the server
+// time it was added) and the server's TIME, which that entry's age is counted by (and which is
+// Snapshot.Now unless a test clock overrides it).
 func (s *Store) Inspect(ctx context.Context, key core.Key) (core.Snapshot, error) {
 	var st *redis.MapStringStringCmd
 	var lease *redis.SliceCmd
 	var outbox, held, items *redis.IntCmd
 	var parked *redis.StringSliceCmd
+	var oldest *redis.XMessageSliceCmd
+	var serverTime *redis.TimeCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		st = p.HGetAll(ctx, s.k(key, "state"))
 		lease = p.HMGet(ctx, s.k(key, "lease"), "owner", "epoch", "expiresAt")
 		outbox = p.XLen(ctx, s.k(key, "outbox"))
+		oldest = p.XRangeN(ctx, s.k(key, "outbox"), "-", "+", 1)
 		parked = p.HKeys(ctx, s.k(key, "parked"))
 		held = p.HLen(ctx, s.k(key, "held"))
 		items = p.HLen(ctx, s.k(key, "items"))
+		serverTime = p.Time(ctx)
 		return nil
 	})
 	if err != nil {
 		return core.Snapshot{}, err
 	}
-	now, err := s.now(ctx)
-	if err != nil {
-		return core.Snapshot{}, err
+	now := serverTime.Val()
+	if s.clock != nil {
+		now = s.clock()
 	}
 	snap := core.Snapshot{State: st.Val(), OutboxLen: outbox.Val(), Parked: int64(len(parked.Val())), Held: held.Val(), Items: items.Val(), Now: now}
+	if msgs := oldest.Val(); len(msgs) > 0 {
+		if ms, ok := streamMillis(msgs[0].ID); ok {
+			snap.OutboxOldest = time.UnixMilli(ms).UTC()
+			snap.OutboxOldestAge = serverTime.Val().Sub(snap.OutboxOldest)
+		}
+	}
 	for _, id := range parked.Val() {
 		if strings.HasPrefix(id, "inv_") { // invalid rows; poison rows are named by event id
 			snap.ParkedInvalid++
@@ -973,6 +987,13 @@ func (s *Store) Inspect(ctx context.Context, key core.Key) (core.Snapshot, error
 		snap.LeaseExpires = time.UnixMilli(n)
 	}
 	return snap, nil
+}
+
+// streamMillis is the millisecond part of a stream id ("1700000000000-3").
+func streamMillis(id string) (int64, bool) {
+	ms, _, _ := strings.Cut(id, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	return n, err == nil
 }
 
 // ListParked implements core.Store.
