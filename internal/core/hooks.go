@@ -52,4 +52,6 @@ const (
 )
 
 // HandlerResults lists every result of a handler attempt.
-var HandlerResults = []string{HandlerOK, HandlerError, HandlerPanic, HandlerTimeout, HandlerFenced}
+func HandlerResults() []string {
+	return []string{HandlerOK, HandlerError, HandlerPanic, HandlerTimeout, HandlerFenced}
+}

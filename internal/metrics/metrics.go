@@ -145,7 +145,7 @@ func (m *Metrics) init(poller string) {
 	for _, k := range kinds {
 		m.parked.WithLabelValues(poller, k)
 	}
-	for _, r := range core.HandlerResults {
+	for _, r := range core.HandlerResults() {
 		m.handlerAttempts.WithLabelValues(poller, r)
 	}
 	for _, ph := range phases {

@@ -238,8 +238,8 @@ func TestSeriesInitialisedAtZero(t *testing.T) {
 	if n := testutil.CollectAndCount(m.errors, "watukuy_errors_total"); n != len(phases) {
 		t.Errorf("errors series = %d, want %d", n, len(phases))
 	}
-	if n := testutil.CollectAndCount(m.handlerAttempts, "watukuy_handler_attempts_total"); n != len(core.HandlerResults) {
-		t.Errorf("handler attempts series = %d, want %d", n, len(core.HandlerResults))
+	if n := testutil.CollectAndCount(m.handlerAttempts, "watukuy_handler_attempts_total"); n != len(core.HandlerResults()) {
+		t.Errorf("handler attempts series = %d, want %d", n, len(core.HandlerResults()))
 	}
 	if got := testutil.ToFloat64(m.cycles.WithLabelValues("orders", "failed")); got != 0 {
 		t.Errorf("cycles{failed} = %v, want 0", got)
