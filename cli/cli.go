@@ -19,7 +19,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -119,7 +118,7 @@ func (c *common) bindClaim(fs *pflag.FlagSet) {
 
 func (c *common) bindWorker(fs *pflag.FlagSet) {
 	fs.IntVar(&c.s.Concurrency, "concurrency", 10, "cycles run at once")
-	fs.DurationVar(&c.s.Drain, "drain-timeout", 30*time.Second, "on SIGTERM running cycles stop at their next step and hand their keys back; those still running after this long are cancelled")
+	fs.DurationVar(&c.s.Drain, "drain-timeout", app.DefaultDrain, "on SIGTERM running cycles stop at their next step and hand their keys back; those still running after this long are cancelled")
 	c.bindCycles(fs)
 }
 

@@ -39,9 +39,11 @@ type Settings struct {
 	UI            bool
 	AllowEviction bool
 	Concurrency   int
-	Drain         time.Duration
-	InstanceID    string
-	Out           io.Writer // stdout sink; default os.Stdout
+	// Drain bounds a stopping worker's running cycles (they stop at their next step; those
+	// still running after it are cancelled); 0: DefaultDrain.
+	Drain      time.Duration
+	InstanceID string
+	Out        io.Writer // stdout sink; default os.Stdout
 	// Pollers, when set, keeps only these pollers of the config file (tick --poller).
 	Pollers []string
 	// ClaimTimeout is how long a claim holds a key until its cycle's lease keeper holds it on
@@ -51,6 +53,9 @@ type Settings struct {
 	// (watukuy.Options.WaitReplicas).
 	WaitReplicas int
 }
+
+// DefaultDrain is Settings.Drain when it is not set.
+const DefaultDrain = 30 * time.Second
 
 // Env is what a process runs on.
 type Env struct {
@@ -267,7 +272,11 @@ func RunWorker(ctx context.Context, env *Env, s Settings) error {
 	if _, err := env.serve(ctx, s, ready); err != nil {
 		return err
 	}
-	srv := asynq.NewServerFromRedisClient(env.RDB, queue.ServerConfig(max(s.Concurrency, 1), s.Drain, "", env.Log))
+	drain := s.Drain
+	if drain <= 0 {
+		drain = DefaultDrain
+	}
+	srv := asynq.NewServerFromRedisClient(env.RDB, queue.ServerConfig(max(s.Concurrency, 1), drain, "", env.Log))
 	if err := srv.Start(queue.Handler(env.Engine, env.Log)); err != nil {
 		return fmt.Errorf("start the asynq server: %w", err)
 	}
@@ -275,9 +284,9 @@ func RunWorker(ctx context.Context, env *Env, s Settings) error {
 	env.Log.Info().Int("concurrency", s.Concurrency).Strs("pollers", env.PollerNames()).Msg("worker started")
 	<-ctx.Done()
 	running.Store(false)
-	env.Log.Info().Dur("drain", s.Drain).Msg("worker stopping: no new cycles; running ones stop at their next step and hand their keys back")
+	env.Log.Info().Dur("drain", drain).Msg("worker stopping: no new cycles; running ones stop at their next step and hand their keys back")
 	stopped := make(chan error, 1)
-	go func() { stopped <- env.Engine.Stop(true, s.Drain) }()
+	go func() { stopped <- env.Engine.Stop(true, drain) }()
 	srv.Shutdown()
 	return <-stopped
 }
