@@ -240,7 +240,7 @@ type freezeHold struct {
 	returned chan struct{}
 }
 
-func (f *freezeHold) HoldClaim(ctx context.Context, key core.Key, d time.Duration) error {
+func (f *freezeHold) HoldClaim(ctx context.Context, key core.Key, d time.Time) error {
 	first := false
 	f.once.Do(func() { first = true })
 	if !first {

@@ -70,7 +70,7 @@ type claimWatch struct {
 	renews chan struct{}
 }
 
-func (c *claimWatch) HoldClaim(ctx context.Context, key core.Key, d time.Duration) error {
+func (c *claimWatch) HoldClaim(ctx context.Context, key core.Key, d time.Time) error {
 	err := c.Store.HoldClaim(ctx, key, d)
 	c.mu.Lock()
 	c.holds++
@@ -158,7 +158,7 @@ func TestHoldClaim(t *testing.T) {
 			{"due later than the hold: kept", now.Add(time.Hour), now.Add(time.Hour)},
 		} {
 			set(c.score)
-			if err := eng.store.HoldClaim(ctx, k, 5*time.Second); err != nil {
+			if err := eng.store.HoldClaim(ctx, k, now.Add(5*time.Second)); err != nil {
 				t.Fatal(err)
 			}
 			if got, _ := dueScore(t, b, eng, k); !got.Equal(c.want) {
@@ -166,7 +166,7 @@ func TestHoldClaim(t *testing.T) {
 			}
 		}
 		b.Client.ZRem(ctx, eng.store.DueKey("orders"), k.String())
-		if err := eng.store.HoldClaim(ctx, k, 5*time.Second); err != nil {
+		if err := eng.store.HoldClaim(ctx, k, now.Add(5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := dueScore(t, b, eng, k); ok {
@@ -335,6 +335,49 @@ func TestTriggerClearsRetryAfterWindow(t *testing.T) {
 		}
 		if !strings.Contains(logs.String(), "cleared the key's Retry-After window") || !strings.Contains(logs.String(), window.UTC().Format("2006-01-02T15:04")) {
 			t.Fatalf("the cleared window is not logged: %s", logs.String())
+		}
+	})
+}
+
+// A stop before the API answered anything teaches nothing of the API: a restart never counts
+// as a failure nor clears one (failures, lastError and the circuit stay), and the key is due
+// at once.
+func TestStopBeforeAnyAnswerKeepsTheSchedule(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 3)
+		fail := true
+		started := make(chan struct{})
+		e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+			if fail {
+				return &HTTPError{Key: req.Key, StatusCode: 500}
+			}
+			close(started)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		a := e.engine(e.poller(), nil)
+		e.tick(a)
+		before, _ := a.Inspect(t.Context(), "orders", "")
+		if before.Failures != 1 || before.LastError == nil {
+			t.Fatalf("setup: failures %d lastError %s", before.Failures, before.LastError)
+		}
+		e.clock.Advance(3 * time.Minute)
+		fail = false
+		done := make(chan TickReport, 1)
+		go func() { done <- e.tick(a) }()
+		<-started
+		if err := a.Stop(true, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		ki, _ := a.Inspect(t.Context(), "orders", "")
+		if ki.Failures != 1 || ki.Circuit != "closed" || string(ki.LastError) != string(before.LastError) || ki.LeaseOwner != "" {
+			t.Fatalf("after a stop with no answer: failures %d circuit %s lastError %s owner %q; want them as before",
+				ki.Failures, ki.Circuit, ki.LastError, ki.LeaseOwner)
+		}
+		if at, ok := dueScore(t, b, a, core.Key{Poller: "orders"}); !ok || at.After(e.clock.Now()) {
+			t.Fatalf("due at %v, want at once", at)
 		}
 	})
 }

@@ -80,6 +80,7 @@ type cycle struct {
 	rateLimitAt time.Time
 	confirmed   bool // a fenced write succeeded since the last request
 	throttled   bool // the API answered 429 (or 503 with Retry-After) in this cycle
+	answered    bool // a lane's request got a page in this cycle
 	tagPending  bool // state[fieldLiveTag] is not written yet (see setTag)
 
 	backfilling *BackfillProgress // the backfill lane's progress while it runs
@@ -438,6 +439,30 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 			next.NextDue = soon
 		}
 	}
+	// The pace counts from now (the answer that carried the rate-limit headers may have come
+	// late in the cycle), not from the time the schedule was computed from.
+	if p := now.Add(res.Pace); res.Pace > 0 && next.NextDue.Before(p) {
+		next.NextDue = p
+	}
+	// Asked to yield before the API answered anything (a stopping process, tick's deadline):
+	// nothing was learned of the API, so failures, circuit and interval stay as they were and
+	// the key is due at once, unless its circuit is open: a probe given up unanswered (an API
+	// that hangs past the deadline) waits for the next probe, as a failed one would, without
+	// counting as a failure (a restart is not the API's fault).
+	noEvidence := failure == nil && !c.answered && c.yield.Err() != nil && !c.paused()
+	if noEvidence {
+		next = prev
+		next.NextDue = c.serverAt
+		switch next.Circuit {
+		case "":
+			next.Circuit = schedule.Closed
+		case schedule.Open:
+			next.NextDue = now.Add(c.p.policy().ProbeEvery)
+		}
+		if next.ThrottledUntil.After(next.NextDue) {
+			next.NextDue = next.ThrottledUntil
+		}
+	}
 
 	st := map[string]string{
 		fieldInterval: strconv.FormatInt(next.Interval.Milliseconds(), 10),
@@ -479,7 +504,7 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 			Message: fmt.Sprintf("all %d items read in this cycle are invalid (first: %s) and were parked: the cursor moved past them without an event; see `parked ls --kind invalid`, fix the poller's identity/validation (or the data), then `parked retry`", c.read, c.issue)})
 		st[fieldLastError] = string(le)
 		outcome = codeInvalidItems
-	case stillInvalid:
+	case stillInvalid, noEvidence:
 	case failure == nil:
 		del = append(del, fieldLastError)
 	}
@@ -490,7 +515,7 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	// degrading, whether or not anything was new) or moved forward with data (a committed page
 	// with a valid item, even in a cycle that failed later). A cursor stall, failing requests,
 	// a throttle, a halted delivery or pages of invalid items never refresh it.
-	if c.progressed || failure == nil && !invalidOnly && !stillInvalid && !c.paused() {
+	if c.progressed || failure == nil && !invalidOnly && !stillInvalid && !noEvidence && !c.paused() {
 		st[fieldFreshAt] = strconv.FormatInt(now.UnixMilli(), 10)
 	}
 	summary, _ := json.Marshal(PollSummary{At: now.UTC().Format(time.RFC3339Nano), Outcome: outcome,

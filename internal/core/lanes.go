@@ -76,7 +76,8 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		}
 		sent := time.Now()
 		page, err := ln.fetch(c.keeper.withLeaseCheck(yctx), req)
-		if err != nil && c.yielding(ctx) {
+		if err != nil && c.yielding(ctx) && errors.Is(err, context.Canceled) {
+			// Given up for the yield; an answer that came (a 429 among them) is handled below.
 			res.halted = true
 			return res, nil
 		}
@@ -88,6 +89,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		if err != nil {
 			return res, c.fetchFailure(ctx, ln, cursor, err)
 		}
+		c.answered = true
 		if page.RateLimit != nil {
 			c.rateLimit = page.RateLimit
 			c.rateLimitAt = c.now()

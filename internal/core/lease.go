@@ -54,9 +54,13 @@ func (k *leaseKeeper) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			err := k.confirm(ctx)
+			c, err := k.renew(ctx)
 			if err == nil {
-				err = k.store.HoldClaim(ctx, k.lease.Key, k.lease.TTL+ClaimGrace)
+				// Up to the renewed lease's end plus the grace, an absolute time: a hold that
+				// lands late (the process frozen after the renewal, the command held in the
+				// network) reaches no further than this grant's lease could, and by then
+				// another owner's claim or due time is later, so it changes nothing.
+				err = k.store.HoldClaim(ctx, k.lease.Key, c.Expires.Add(ClaimGrace))
 			}
 			if err != nil {
 				if IsLeaseLost(err) {
@@ -75,13 +79,19 @@ func (k *leaseKeeper) loop(ctx context.Context) {
 
 // confirm renews the lease now and records what the renewal found.
 func (k *leaseKeeper) confirm(ctx context.Context) error {
+	_, err := k.renew(ctx)
+	return err
+}
+
+// renew is confirm returning the renewal's reply.
+func (k *leaseKeeper) renew(ctx context.Context) (Confirm, error) {
 	sent := k.now()
 	c, err := k.store.Renew(ctx, k.lease)
 	if err != nil {
-		return k.check(err)
+		return c, k.check(err)
 	}
 	k.touched(sent, c.Paused)
-	return nil
+	return c, nil
 }
 
 // touched records a fenced call (a renewal or a commit) that succeeded, sent at local time

@@ -16,10 +16,11 @@ type Store interface {
 	// registered; DefaultLeaseTTL for a poller registered without one). Its cost does not
 	// depend on the keys of other pollers.
 	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]Key, error)
-	// HoldClaim pushes a claimed key's due time to hold from now, raising it only, and only
-	// while the key is claimed (due later than now): the lease keeper's renewals keep a
-	// running cycle's key claimed, so a claim lapses when a dead cycle's lease does.
-	HoldClaim(ctx context.Context, key Key, hold time.Duration) error
+	// HoldClaim raises a claimed key's due time to until (server time), only while the key
+	// is claimed (due later than now) and never lowering it: the lease keeper holds a running
+	// cycle's claim up to its renewed lease's end plus ClaimGrace, so a claim lapses when a
+	// dead cycle's lease does.
+	HoldClaim(ctx context.Context, key Key, until time.Time) error
 	// Begin starts a cycle (op=false: checks paused and due) or an operator action (op=true:
 	// checks the lease only), taking the lease when allowed.
 	Begin(ctx context.Context, key Key, owner string, ttl time.Duration, op bool) (BeginResult, error)

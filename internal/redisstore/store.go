@@ -283,8 +283,8 @@ func (s *Store) NextDue(ctx context.Context, pollers []string) (core.Key, time.T
 }
 
 // HoldClaim implements core.Store.
-func (s *Store) HoldClaim(ctx context.Context, key core.Key, hold time.Duration) error {
-	if _, err := s.run(ctx, "hold_claim", nil, []string{s.dueKey(key.Poller)}, s.nowArg(), key.String(), hold.Milliseconds()); err != nil {
+func (s *Store) HoldClaim(ctx context.Context, key core.Key, until time.Time) error {
+	if _, err := s.run(ctx, "hold_claim", nil, []string{s.dueKey(key.Poller)}, s.nowArg(), key.String(), ms(until)); err != nil {
 		return fmt.Errorf("redisstore: hold the claim of %s: %w", key, err)
 	}
 	return nil
