@@ -381,3 +381,75 @@ func TestStopBeforeAnyAnswerKeepsTheSchedule(t *testing.T) {
 		}
 	})
 }
+
+// endRace holds the lease keeper's first claim hold after arm until End has run (or 500 ms
+// went by), as a renewal racing the cycle's end would land.
+type endRace struct {
+	core.Store
+	armed   chan struct{} // closed when the fetch is done
+	holding chan struct{} // closed when the armed hold began
+	ended   chan struct{} // closed when End returned
+	once    sync.Once
+}
+
+func (r *endRace) HoldClaim(ctx context.Context, key core.Key, until time.Time) error {
+	select {
+	case <-r.armed:
+		first := false
+		r.once.Do(func() { first = true })
+		if first {
+			close(r.holding)
+			select {
+			case <-r.ended:
+			case <-time.After(500 * time.Millisecond): // the keeper is stopped first: End waits for this hold
+			}
+		}
+	default:
+	}
+	return r.Store.HoldClaim(ctx, key, until)
+}
+
+func (r *endRace) End(ctx context.Context, l core.Lease, req core.EndRequest) error {
+	err := r.Store.End(ctx, l, req)
+	close(r.ended)
+	return err
+}
+
+// The lease keeper stops before the cycle's End: a claim hold in flight lands first, so the
+// due time End writes (100 ms on, here) is the key's, not pushed back to the lease's end plus
+// the grace by a hold landing after it.
+func TestKeeperStopsBeforeEnd(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 3)
+		r := &endRace{armed: make(chan struct{}), holding: make(chan struct{}), ended: make(chan struct{})}
+		a, err := New(Options{Redis: b.Client, InstanceID: "ender", wrapStore: func(s core.Store) core.Store { r.Store = s; return r }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+			close(r.armed)
+			return nil
+		})
+		p := e.poller(func(p *Poller) {
+			p.LeaseTTL = 150 * time.Millisecond
+			p.Schedule = Schedule{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond}
+			p.Handler = func(ctx context.Context, ev Event) error {
+				<-r.holding // the keeper's next hold is under way when the cycle goes on to End
+				return e.rec.handle(ctx, ev)
+			}
+		})
+		if err := a.Register(p); err != nil {
+			t.Fatal(err)
+		}
+		if rep, err := a.Tick(t.Context(), 5*time.Second); err != nil || rep.Ran != 1 || rep.Events != 3 {
+			t.Fatalf("tick: %+v %v", rep, err)
+		}
+		key := core.Key{Poller: "orders"}
+		at, _ := dueScore(t, b, a, key)
+		nextDue, _ := b.Client.HGet(t.Context(), a.store.Key(key, "state"), core.FieldNextDue).Int64()
+		if at.UnixMilli() != nextDue {
+			t.Fatalf("due at %v, but End wrote %v: a claim hold landed after End", at, time.UnixMilli(nextDue))
+		}
+	})
+}
