@@ -382,8 +382,8 @@ func TestStopBeforeAnyAnswerKeepsTheSchedule(t *testing.T) {
 	})
 }
 
-// endRace holds the lease keeper's first claim hold after arm until End has run (or 500 ms
-// went by), as a renewal racing the cycle's end would land.
+// endRace holds the lease keeper's first claim hold after arm until End has run (or 300 ms
+// went by, well inside the lease), as a renewal racing the cycle's end would land.
 type endRace struct {
 	core.Store
 	armed   chan struct{} // closed when the fetch is done
@@ -401,7 +401,7 @@ func (r *endRace) HoldClaim(ctx context.Context, key core.Key, until time.Time) 
 			close(r.holding)
 			select {
 			case <-r.ended:
-			case <-time.After(500 * time.Millisecond): // the keeper is stopped first: End waits for this hold
+			case <-time.After(300 * time.Millisecond): // the keeper is stopped first: End waits for this hold
 			}
 		}
 	default:
@@ -432,7 +432,7 @@ func TestKeeperStopsBeforeEnd(t *testing.T) {
 			return nil
 		})
 		p := e.poller(func(p *Poller) {
-			p.LeaseTTL = 150 * time.Millisecond
+			p.LeaseTTL = 1200 * time.Millisecond // renewed every 400 ms
 			p.Schedule = Schedule{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond}
 			p.Handler = func(ctx context.Context, ev Event) error {
 				<-r.holding // the keeper's next hold is under way when the cycle goes on to End
