@@ -442,10 +442,16 @@ func TestKeeperStopsBeforeEnd(t *testing.T) {
 		if err := a.Register(p); err != nil {
 			t.Fatal(err)
 		}
-		if rep, err := a.Tick(t.Context(), 5*time.Second); err != nil || rep.Ran != 1 || rep.Events != 3 {
-			t.Fatalf("tick: %+v %v", rep, err)
+		if err := a.core.Setup(t.Context()); err != nil {
+			t.Fatal(err)
 		}
 		key := core.Key{Poller: "orders"}
+		if keys, err := a.store.ClaimDue(t.Context(), 1, 0, nil); err != nil || len(keys) != 1 {
+			t.Fatalf("claim: %v %v", keys, err)
+		}
+		if rep := a.core.RunCycle(t.Context(), key); rep.Outcome != core.Ran || rep.Events != 3 || rep.Err != nil {
+			t.Fatalf("cycle: %+v", rep)
+		}
 		at, _ := dueScore(t, b, a, key)
 		nextDue, _ := b.Client.HGet(t.Context(), a.store.Key(key, "state"), core.FieldNextDue).Int64()
 		if at.UnixMilli() != nextDue {
