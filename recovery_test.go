@@ -3,6 +3,7 @@ package watukuy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -175,7 +176,8 @@ func TestHoldClaim(t *testing.T) {
 	})
 }
 
-// hangingFetch blocks the second request until its context ends, after signalling it.
+// hangingFetch blocks the second request until its context ends (or 10 s pass: the request
+// was not given up), after signalling it.
 func hangingFetch(e *env, started chan<- struct{}) {
 	var once sync.Once
 	e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
@@ -183,8 +185,12 @@ func hangingFetch(e *env, started chan<- struct{}) {
 			return nil
 		}
 		once.Do(func() { close(started) })
-		<-ctx.Done()
-		return ctx.Err()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Second):
+			return errors.New("the hanging request was never given up")
+		}
 	})
 }
 
