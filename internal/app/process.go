@@ -68,8 +68,9 @@ type Env struct {
 	Pollers  []watukuy.Poller
 	Config   *config.Config
 
-	mu     sync.Mutex  // guards Pollers and Config, which a reload replaces (reload.go)
-	reload reloadState // what Reload needs: the settings, the lock, the metric
+	mu       sync.Mutex  // guards Pollers and Config, which a reload replaces (reload.go)
+	reload   reloadState // what Reload needs: the settings, the lock, the metric
+	recovery recovery    // Redis outages and data loss (watch.go)
 }
 
 // Open loads the config file (when there is one), connects to Redis (flag > env > file),
@@ -239,6 +240,7 @@ func RunScheduler(ctx context.Context, env *Env, s Settings) error {
 	if _, err := env.serve(ctx, s, env.ping); err != nil {
 		return err
 	}
+	env.watchData(ctx, false) // a scheduler registers no pollers: it reports a data loss only
 	sch := env.scheduler(s)
 	env.Log.Info().Strs("pollers", sch.Pollers).Msg("scheduler started")
 	return sch.Run(ctx)
@@ -247,7 +249,7 @@ func RunScheduler(ctx context.Context, env *Env, s Settings) error {
 func (env *Env) scheduler(s Settings) *queue.Scheduler {
 	return &queue.Scheduler{Store: env.Store, Client: asynq.NewClientFromRedisClient(env.RDB),
 		Inspector: asynq.NewInspectorFromRedisClient(env.RDB), Redis: env.RDB, Prefix: env.Store.Prefix(), Logger: env.Log,
-		ClaimTimeout: s.ClaimTimeout, Repair: env.Engine.RepairDue}
+		ClaimTimeout: s.ClaimTimeout, Repair: env.Engine.RepairDue, Outage: env.outage()}
 }
 
 // RunWorker serves cycles from asynq until ctx ends; then it stops taking tasks, and running
@@ -262,6 +264,7 @@ func RunWorker(ctx context.Context, env *Env, s Settings) error {
 	if err := env.Engine.Setup(ctx); err != nil {
 		return err
 	}
+	env.watchData(ctx, true) // registers the pollers again if Redis loses its data
 	var running atomic.Bool
 	ready := func(ctx context.Context) error {
 		if !running.Load() {
@@ -276,7 +279,7 @@ func RunWorker(ctx context.Context, env *Env, s Settings) error {
 	if drain <= 0 {
 		drain = DefaultDrain
 	}
-	srv := asynq.NewServerFromRedisClient(env.RDB, queue.ServerConfig(max(s.Concurrency, 1), drain, "", env.Log))
+	srv := asynq.NewServerFromRedisClient(env.RDB, env.asynqLogger(queue.ServerConfig(max(s.Concurrency, 1), drain, "", env.Log)))
 	if err := srv.Start(queue.Handler(env.Engine, env.Log)); err != nil {
 		return fmt.Errorf("start the asynq server: %w", err)
 	}

@@ -1315,20 +1315,30 @@ func (r *processRun) dialPrimary(ctx context.Context, network, _ string) (net.Co
 // newServer makes (not starts) a redis-server with its own port, data dir and log, a replica
 // of replicaOf ("host:port") unless that is "".
 func (r *processRun) newServer(replicaOf string) (*redisServer, error) {
+	s, err := newRedisServer(r.redisBin, r.dir, fmt.Sprintf("redis-%d", len(r.servers)+1), replicaOf)
+	if err != nil {
+		return nil, err
+	}
+	r.servers = append(r.servers, s)
+	return s, nil
+}
+
+// newRedisServer makes (not starts) the redis-server bin named name, on a free loopback port,
+// with its data in dir/redis/<name> and its log in dir/logs/<name>.log (dir/logs must exist),
+// a replica of replicaOf unless that is "". Every start of it replays its AOF.
+func newRedisServer(bin, dir, name, replicaOf string) (*redisServer, error) {
 	port, err := freeLoopbackPort()
 	if err != nil {
 		return nil, err
 	}
-	name := fmt.Sprintf("redis-%d", len(r.servers)+1)
-	dir := filepath.Join(r.dir, "redis", name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	data := filepath.Join(dir, "redis", name)
+	if err := os.MkdirAll(data, 0o755); err != nil {
 		return nil, err
 	}
-	s := &redisServer{name: name, bin: r.redisBin, dir: dir, port: port, replicaOf: replicaOf,
-		log: filepath.Join(r.dir, "logs", name+".log")}
+	s := &redisServer{name: name, bin: bin, dir: data, port: port, replicaOf: replicaOf,
+		log: filepath.Join(dir, "logs", name+".log")}
 	s.c = redis.NewClient(&redis.Options{Addr: s.addr(), DialTimeout: time.Second, ReadTimeout: time.Second,
 		WriteTimeout: time.Second, MaxRetries: -1, PoolSize: 2})
-	r.servers = append(r.servers, s)
 	return s, nil
 }
 
@@ -2157,6 +2167,11 @@ func moduleRoot() (string, error) {
 // fake API's /items with a reconcile lane over /list, delivering to a signed webhook whose
 // secret comes from ${HOOK_SECRET}.
 func OrdersConfig(redisURL, prefix, apiURL, hookURL string, leaseTTL time.Duration) string {
+	return OrdersConfigEvery(redisURL, prefix, apiURL, hookURL, leaseTTL, 100*time.Millisecond, 500*time.Millisecond)
+}
+
+// OrdersConfigEvery is OrdersConfig with the poller's schedule from lo to hi.
+func OrdersConfigEvery(redisURL, prefix, apiURL, hookURL string, leaseTTL, lo, hi time.Duration) string {
 	return fmt.Sprintf(`redis: %s
 prefix: %s
 pollers:
@@ -2165,11 +2180,11 @@ pollers:
     items: data
     version: version
     cursor: {strategy: timestamp, field: updated_at, param: updated_since, limitParam: limit, limit: 20, hasMore: has_more, tieBreaker: after_id}
-    schedule: {min: 100ms, max: 500ms}
+    schedule: {min: %s, max: %s}
     reconcile: {every: 1s, url: %s/list, param: page, sizeParam: per_page, size: 50, hasMore: has_more}
     leaseTTL: %s
     delivery:
       webhook: {url: %s/hook, secret: "${HOOK_SECRET}", timeout: 5s}
       concurrency: 4
-`, redisURL, prefix, apiURL, apiURL, leaseTTL, hookURL)
+`, redisURL, prefix, apiURL, lo, hi, apiURL, leaseTTL, hookURL)
 }

@@ -43,6 +43,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	m := New(reg)
+	NewRedis(reg)
 	m.WatchKeys(reg, func(ctx context.Context) ([]core.KeyInfo, error) {
 		now := time.Now()
 		return []core.KeyInfo{{Poller: "p", Partition: "x", Circuit: "open", LeaseOwner: "w",

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/outage"
 )
 
 // TaskType is the asynq task type of a cycle.
@@ -80,6 +81,14 @@ type Scheduler struct {
 	Repair func(ctx context.Context) ([]core.Key, error)
 	// RepairEvery is the period of Repair; default 1m.
 	RepairEvery time.Duration
+	// RetryMin and RetryMax bound the wait after a failed claim or enqueue (exponential
+	// with jitter, see backoff.go); default DefaultRetryMin and DefaultRetryMax.
+	RetryMin, RetryMax time.Duration
+	// Outage, when set, is the process's outage tracker: failures because Redis is
+	// unreachable are logged once per outage, by it.
+	Outage *outage.Tracker
+
+	retry backoff
 }
 
 // Run claims and enqueues until ctx ends.
@@ -103,13 +112,14 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	for ctx.Err() == nil {
 		n, err := s.Once(ctx)
-		if err != nil && ctx.Err() == nil {
-			s.Logger.Error().Err(err).Msg("scheduler: claim or enqueue failed")
+		if ctx.Err() != nil {
+			break
 		}
+		wait := s.settle(err) // Idle, or the backoff after a failure
 		if n == s.Batch && err == nil {
 			continue // more may be due right away
 		}
-		t := time.NewTimer(s.Idle)
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 		case <-wake:
@@ -139,6 +149,13 @@ func (s *Scheduler) defaults() {
 	if s.RepairEvery <= 0 {
 		s.RepairEvery = time.Minute
 	}
+	if s.RetryMin <= 0 {
+		s.RetryMin = DefaultRetryMin
+	}
+	if s.RetryMax < s.RetryMin {
+		s.RetryMax = max(DefaultRetryMax, s.RetryMin)
+	}
+	s.retry.min, s.retry.max = s.RetryMin, s.RetryMax
 }
 
 // repairLoop runs the repair sweep now and then every RepairEvery until ctx ends, apart from
@@ -148,7 +165,11 @@ func (s *Scheduler) repairLoop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if _, err := s.Repair(ctx); err != nil && ctx.Err() == nil {
-			s.Logger.Error().Err(err).Msg("scheduler: due-set repair sweep failed")
+			if outage.Unreachable(err) && s.Outage != nil {
+				s.Outage.Fail("repair sweep", err)
+			} else {
+				s.Logger.Error().Err(err).Msg("scheduler: due-set repair sweep failed")
+			}
 		}
 		select {
 		case <-ctx.Done():
