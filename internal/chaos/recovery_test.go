@@ -60,11 +60,11 @@ type recoveryProc struct {
 	metrics string // host:port of its /metrics
 }
 
-// recoveryLeaseTTL is the lease TTL of the processes' poller; recoveryClaimTimeout stays
-// above it.
+// recoveryLeaseTTL is the lease TTL of the processes' poller; a claim holds its key for
+// recoveryClaim (a cycle that Redis cut comes back when it lapses).
 const (
-	recoveryLeaseTTL     = 2 * time.Second
-	recoveryClaimTimeout = 3 * time.Second
+	recoveryLeaseTTL = 2 * time.Second
+	recoveryClaim    = recoveryLeaseTTL + core.ClaimGrace
 	// recoveryGoal is the bound on the time back to polling.
 	recoveryGoal = 5 * time.Second
 )
@@ -150,11 +150,6 @@ func (r *recoveryRun) start(name, kind string) {
 	}
 	if kind != "scheduler" {
 		args = append(args, "--concurrency", "4", "--drain-timeout", "2s")
-	}
-	if kind != "worker" {
-		// A cycle that Redis cut (killed mid-cycle) ends without writing its key's due time:
-		// the claim timeout brings the key back. The default (2 min) is far beyond this test.
-		args = append(args, "--claim-timeout", recoveryClaimTimeout.String())
 	}
 	logPath := filepath.Join(r.dir, "logs", name+".log")
 	p, err := startProc(name, bin, args, logPath, []string{"HOOK_SECRET=" + processSecret})
@@ -245,15 +240,15 @@ func (r *recoveryRun) waitPolling(limit time.Duration) {
 }
 
 // firstClaim waits (up to limit) for a scheduler to claim the key after since, and returns
-// how long after since that was (-1: no claim). A claim pushes the key's due time a claim
-// timeout ahead; the cycles write theirs at most the schedule's max (500 ms) ahead.
+// how long after since that was (-1: no claim). A claim pushes the key's due time
+// recoveryClaim ahead; the cycles write theirs at most the schedule's max (500 ms) ahead.
 func (r *recoveryRun) firstClaim(since time.Time, limit time.Duration) time.Duration {
 	ctx := context.Background()
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
 		score, err := r.redis.c.ZScore(ctx, processPrefix+":{global}:due:"+processKey.Poller, processKey.String()).Result()
 		now, terr := r.redis.c.Time(ctx).Result()
-		if err == nil && terr == nil && score > float64(now.Add(recoveryClaimTimeout*2/3).UnixMilli()) {
+		if err == nil && terr == nil && score > float64(now.Add(recoveryClaim*2/3).UnixMilli()) {
 			return time.Since(since)
 		}
 		time.Sleep(10 * time.Millisecond) // a claim by another process: there is no signal to wait on
