@@ -28,7 +28,8 @@ func chaosCmd() *cobra.Command {
 violations (all must be 0); it exits 1 when any guarantee was violated. In-process (the default)
 engines run on --redis or an embedded miniredis, are killed at every kill point (K1-K7) and
 frozen past their lease; with --processes it runs the real binaries against its own primary
-redis-server and replica (SIGKILL, SIGSTOP/SIGCONT, kill -9 of Redis with AOF, a failover to the
+redis-server and replica (SIGKILL, also of the worker whose request the API holds, with the
+time to the key's next request; SIGSTOP/SIGCONT, kill -9 of Redis with AOF, a failover to the
 replica that loses the last writes, a proxy that drops and stalls connections or holds Redis'
 replies past the clients' read timeout).`,
 		Args: cobra.NoArgs,
@@ -51,6 +52,8 @@ replies past the clients' read timeout).`,
 						fmt.Fprintf(out, "process chaos, seed %d, %v: %d worker kills, %d stops past the lease, %d redis restarts, %d failovers (%d grants lost, %d token refusals), %d proxy faults, %d reply stalls (%d scripts re-sent, %d fenced), %d API changes\n",
 							seed, duration, pr.Kills, pr.Stops, pr.RedisRestarts, pr.Failovers, pr.LostGrants, pr.TokenRefusals, pr.ProxyFaults, pr.ReplyStalls,
 							pr.ResentScripts, pr.ResentFenced, pr.Changes)
+						fmt.Fprintf(out, "recovery: %d of the kills hit the key's worker mid-fetch; its next request came after %s (goal %v)\n",
+							pr.HolderKills, pr.RecoveryText(), chaos.RecoveryGoal)
 					}
 				} else {
 					redisURL := c.s.Redis

@@ -70,7 +70,9 @@ type Violation struct {
 	Detail string
 }
 
-// Guarantees in report order, with their one-line names.
+// Guarantees in report order, with their one-line names. R1 is a bound rather than a
+// guarantee: a key whose worker was SIGKILLed mid-request is polled again (by any instance)
+// within the lease TTL + 5 s of the kill; only process runs measure it.
 var guarantees = [][2]string{
 	{"G1", "no loss (committed events delivered)"},
 	{"G2", "deterministic ids"},
@@ -81,6 +83,7 @@ var guarantees = [][2]string{
 	{"G7", "suppression (no duplicate emission)"},
 	{"G8", "politeness (no request in a Retry-After window)"},
 	{"G9", "drain before fetch"},
+	{"R1", "recovery (next request ≤ lease TTL + 5 s)"},
 }
 
 // Report is what a run did and what it broke.
@@ -89,7 +92,7 @@ type Report struct {
 	UniqueEvents   int
 	DuplicateRatio float64
 	Commits        int
-	// Violations maps a guarantee (G1…G9) to its violations; NotMeasured lists the ones the
+	// Violations maps a guarantee (G1…G9, R1) to its violations; NotMeasured lists the ones the
 	// recorder had no data for.
 	Violations  map[string][]Violation
 	NotMeasured map[string]bool
@@ -589,6 +592,18 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 				if waiting > it.n {
 					add("G9", k, "request by %s while event %s, committed earlier, waited", it.fetch.Instance, id)
 				}
+			}
+		}
+	}
+	// R1: a key whose cycle's worker died mid-request is polled again within the goal.
+	if need("R1", "recoveries") {
+		for _, rc := range rec.recoveries {
+			took, ok := rc.Took()
+			switch {
+			case !ok:
+				add("R1", rc.Key, "no request within %v of the SIGKILL of %s mid-request (goal %v)", rc.Waited, rc.Instance, rc.Goal)
+			case took > rc.Goal:
+				add("R1", rc.Key, "next request %v after the SIGKILL of %s mid-request, goal %v", took.Round(time.Millisecond), rc.Instance, rc.Goal)
 			}
 		}
 	}

@@ -87,6 +87,27 @@ type Write struct {
 	N int64
 }
 
+// Recovery is a worker SIGKILLed while its cycle's request was outstanding at the API, and
+// the key's next request at the API (any instance): zero Next when none came within Waited.
+type Recovery struct {
+	Instance string // the killed worker
+	Key      core.Key
+	Killed   time.Time // when the SIGKILL was sent
+	Next     time.Time
+	Waited   time.Duration
+	// Goal bounds Next - Killed (R1).
+	Goal time.Duration
+	N    int64
+}
+
+// Took is the recovery time, from the SIGKILL to the key's next request; false when none came.
+func (r Recovery) Took() (time.Duration, bool) {
+	if r.Next.IsZero() {
+		return 0, false
+	}
+	return r.Next.Sub(r.Killed), true
+}
+
 // Recorder collects what happened, from every engine, safely for concurrent use. Any part may
 // stay empty: the checks that need it then report "not measured".
 type Recorder struct {
@@ -103,6 +124,7 @@ type Recorder struct {
 	n          int64
 	entries    map[string]string // "key/streamID" -> event id
 	acks       []Ack
+	recoveries []Recovery
 }
 
 // Ack is an event whose acknowledgement the store accepted.
@@ -190,6 +212,11 @@ func (r *Recorder) Granted(g Grant) {
 // Wrote records an accepted fenced write.
 func (r *Recorder) Wrote(w Write) {
 	r.add("writes", func() { r.stamp(&w.N); r.writes = append(r.writes, w) })
+}
+
+// Recovered records the recovery of a key whose cycle's worker was killed mid-request.
+func (r *Recorder) Recovered(rc Recovery) {
+	r.add("recoveries", func() { r.stamp(&rc.N); r.recoveries = append(r.recoveries, rc) })
 }
 
 // Parked records event ids parked as poison or held behind a poison event.

@@ -58,18 +58,21 @@ type ProcessOptions struct {
 	// script, and the re-send lands after the lease expired; a timeout well under the lease
 	// (e.g. 1 s) has re-sends land while the lease holds, as with production's 30 s lease.
 	RedisReadTimeout time.Duration
-	// KillCycleHolder aims every SIGKILL at the worker running the key's cycle (mid-cycle)
-	// instead of a worker outside it. Today that wedges the key (see killTarget): a
-	// reproduction, not part of the default run.
-	KillCycleHolder bool
 }
 
 // ProcessReport is Check's Report plus what was done.
 type ProcessReport struct {
 	Report
-	Kills         int // worker SIGKILLs
+	Kills         int // worker SIGKILLs (HolderKills and the hot key's included)
 	Stops         int // SIGSTOP past the lease TTL, then SIGCONT
 	RedisRestarts int // kill -9 of the primary redis-server and its restart from its AOF
+	// HolderKills counts the SIGKILLs of the worker running the orders key's cycle while its
+	// request was held at the API (a fetch in flight). Recoveries holds, for each, the time
+	// from the SIGKILL to the key's next request at the API, by any worker (R1: at most
+	// RecoveryGoal, the lease TTL + 5 s); a kill the key did not recover from within 22 s is
+	// left out of it and reported under R1.
+	HolderKills int
+	Recoveries  []time.Duration
 	// Failovers counts primary failovers that lost writes: the replication link cut, the
 	// processes writing to the primary alone (until the key's next grant, then 100–800 ms),
 	// the primary killed with -9, its replica promoted and the clients moved to it (then a
@@ -94,10 +97,6 @@ type ProcessReport struct {
 	ResentFenced  int
 	Changes       int // ground-truth changes the API made
 	Throttles     int // 429 answers (Retry-After: 1) the API sent
-	// Triggers counts the harness's claim-timeout compressions: the key stayed claimed with no
-	// live lease (its cycle died with a fault, the 2 min claim timeout would bring it back) and
-	// the harness triggered it as an operator would.
-	Triggers int
 	// StaleRedeliveries counts deliveries the receiver dropped as a consumer that needs strict
 	// order does: late duplicates from a frozen worker, older than what it already applied.
 	StaleRedeliveries int
@@ -113,6 +112,19 @@ type ProcessReport struct {
 	// Converged reports whether the delivered final state reached the API's before the bounded
 	// quiesce wait ended (when false, G3 shows what is missing).
 	Converged bool
+}
+
+// RecoveryText renders the recovery times: "4.03 s", or p50 and max of several.
+func (r ProcessReport) RecoveryText() string {
+	d := slices.Clone(r.Recoveries)
+	slices.Sort(d)
+	switch len(d) {
+	case 0:
+		return "none measured"
+	case 1:
+		return fmt.Sprintf("%.2f s", d[0].Seconds())
+	}
+	return fmt.Sprintf("p50 %.2f s, max %.2f s", d[(len(d)-1)/2].Seconds(), d[len(d)-1].Seconds())
 }
 
 // processKey is the one key the process run polls.
@@ -231,8 +243,6 @@ type processRun struct {
 	quiesce  chan struct{}     // closed when faults and changes stop
 	bg       sync.WaitGroup
 	finished atomic.Bool // set when the processes are being stopped for good
-	// redisDown pauses the watchdog while redis-server is killed (nothing to read then).
-	redisDown atomic.Bool
 
 	mu        sync.Mutex
 	workers   []*osProc
@@ -446,9 +456,8 @@ func (r *processRun) run(ctx context.Context) (ProcessReport, error) {
 	rngOthers := rand.New(rand.NewPCG(r.o.Seed, 0x5eed_07e2)) // the hot and fp keys' own, so the orders key's changes stay as they were
 
 	mutated := make(chan struct{})
-	r.bg.Add(2)
+	r.bg.Add(1)
 	go func() { defer r.bg.Done(); defer close(mutated); r.mutate(rngChanges, rngOthers) }()
-	go func() { defer r.bg.Done(); r.watchdog() }()
 
 	deadline := time.Now().Add(r.o.Duration)
 	if err := r.faults(ctx, rngFaults, deadline); err != nil {
@@ -558,7 +567,8 @@ func (r *processRun) mutate(rng, others *rand.Rand) {
 type faultKind int
 
 const (
-	faultKill faultKind = iota
+	faultKill      faultKind = iota // a random worker outside the orders key's cycle
+	faultKillFetch                  // the worker of the orders key's cycle, its request held at the API
 	faultStop
 	faultRedis
 	faultDrop
@@ -574,11 +584,11 @@ const (
 // 0.3–1.5 s.
 func (r *processRun) faults(ctx context.Context, rng *rand.Rand, deadline time.Time) error {
 	// The hot key's three stages follow each other whatever the order of their draws.
-	plan := []faultKind{faultKill, faultStop, faultRedis, faultDrop, faultStall, faultThrottle, faultFailover, faultReplyStall,
+	plan := []faultKind{faultKill, faultKillFetch, faultStop, faultRedis, faultDrop, faultStall, faultThrottle, faultFailover, faultReplyStall,
 		faultHot, faultHot, faultHot}
 	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
 	// Weights of the random draws after the plan.
-	draw := []faultKind{faultKill, faultKill, faultStop, faultRedis, faultDrop, faultDrop, faultStall, faultStall, faultThrottle,
+	draw := []faultKind{faultKill, faultKillFetch, faultStop, faultRedis, faultDrop, faultDrop, faultStall, faultStall, faultThrottle,
 		faultFailover, faultReplyStall, faultHot}
 	for i := 0; ; i++ {
 		gap := 300*time.Millisecond + time.Duration(rng.Int64N(int64(1200*time.Millisecond)))
@@ -633,24 +643,11 @@ func (r *processRun) cycleTaskActive() bool {
 	return err == nil && ti.State == asynq.TaskStateActive
 }
 
-// killTarget picks the worker to SIGKILL and says how it was chosen. By default the kill
-// spares the process that runs the key's cycle: it waits (up to 2 s) until no worker has the
-// cycle's asynq task, then picks a random worker that is neither stopped nor the lease
-// holder. Killing the cycle's own worker wedges the key for good today (its asynq task is
-// archived after the lease expires, and the archived task's ID makes every later enqueue of
-// the key conflict), and a wedged key turns every later check of the run into that one
-// finding; o.KillCycleHolder aims the kill at exactly that worker instead.
+// killTarget picks the worker to SIGKILL outside the key's cycle and says how it was chosen:
+// it waits (up to 2 s) until no worker has the cycle's asynq task, then picks a random worker
+// that is neither stopped nor the lease holder. (faultKillFetch kills the cycle's own worker,
+// during its request: killFetch.)
 func (r *processRun) killTarget(ctx context.Context, pick uint64) (int, string) {
-	if r.o.KillCycleHolder {
-		if owner, epoch, ok := r.inFlight(ctx, 6*time.Second); ok { // the watchdog revives a stuck key within ~2 s
-			r.mu.Lock()
-			i := slices.IndexFunc(r.workers, func(w *osProc) bool { return w.name == owner })
-			r.mu.Unlock() // not deferred: an owner that is no worker any more (killed) falls through
-			if i >= 0 {
-				return i, fmt.Sprintf("the holder of the key's cycle, epoch %d", epoch)
-			}
-		}
-	}
 	deadline := time.Now().Add(2 * time.Second)
 	for r.cycleTaskActive() && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond) // polling another process's state: there is no signal to wait on
@@ -717,10 +714,136 @@ func (r *processRun) replaceWorker(i int, p *osProc) error {
 	return nil
 }
 
+// The mid-fetch kill (killFetch): RecoveryGoal bounds the time from the SIGKILL of the key's
+// cycle's worker to the key's next request (R1); recoveryWait is how long the run waits for
+// that request; killFetchAimWait bounds the wait for a request to hold; fetchHold is how long
+// the API holds it, past the poller's request timeout (5 s), so it is outstanding when its
+// worker dies.
+const (
+	RecoveryGoal     = processLeaseTTL + 5*time.Second
+	recoveryWait     = RecoveryGoal + 15*time.Second
+	killFetchAimWait = 8 * time.Second
+	fetchHold        = time.Minute
+)
+
+// killFetch SIGKILLs the worker running the orders key's cycle while its request is
+// outstanding at the API, and measures the key's recovery: the time from the SIGKILL to the
+// key's next request at the API, by any worker (R1: at most RecoveryGoal). It waits (up to
+// processStopFor) until no worker is SIGSTOPped, so that only the lease's holder sends
+// requests (a cycle confirms its lease before each request; a worker frozen by a stop or a
+// failover resumes fenced), lets a queued 429 be answered, then has the API hold the key's
+// next /items request (a Fault with a Delay) and, after hold (drawn within a lease TTL, so
+// that kills land anywhere in the lease keeper's renewal period), kills the lease's holder,
+// who sent it. The timeline waits for the key's next request (up to recoveryWait), so no
+// other fault adds to the time: the dead worker's lease lapses, the key's claim, held on by
+// each renewal, ends a lease TTL and core.ClaimGrace after the last one, and the scheduler
+// enqueues a new task for the key whose task is active with nobody holding its lease.
+func (r *processRun) killFetch(ctx context.Context, hold time.Duration) error {
+	for until := time.Now().Add(processStopFor + time.Second); time.Now().Before(until); {
+		r.mu.Lock()
+		stopped := len(r.stopped)
+		r.mu.Unlock()
+		if stopped == 0 && r.srv.PendingFaults() == 0 {
+			break
+		}
+		if !r.sleep(ctx, 10*time.Millisecond) { // polling other processes: there is no signal to wait on
+			return ctx.Err()
+		}
+	}
+	from := len(r.srv.Requests())
+	r.srv.Inject(fakeapi.Fault{Path: "/items", Delay: fetchHold})
+	held := -1
+	var heldAt time.Time
+	for deadline := time.Now().Add(killFetchAimWait); held < 0; {
+		reqs := r.srv.Requests()
+		for i := from; i < len(reqs) && held < 0; i++ {
+			if reqs[i].Held && reqs[i].Status == 0 {
+				held, heldAt = i, reqs[i].Wall
+			}
+		}
+		if held >= 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.srv.ClearFaults() // only the hold is queued: nothing else injects meanwhile
+			r.logf("SIGKILL mid-fetch skipped: no request of %s to hold within %s", processKey.Poller, killFetchAimWait)
+			return nil
+		}
+		if !r.sleep(ctx, 5*time.Millisecond) { // polling the API's request log: there is no signal to wait on
+			return ctx.Err()
+		}
+	}
+	if !r.sleep(ctx, time.Until(heldAt.Add(hold))) {
+		return ctx.Err()
+	}
+	if q := r.srv.Requests()[held]; q.Status != 0 {
+		r.logf("SIGKILL mid-fetch skipped: the held request was answered %d before the kill", q.Status)
+		return nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, time.Second)
+	snap, err := r.store.Inspect(ictx, processKey)
+	cancel()
+	r.mu.Lock()
+	i := -1
+	for j, w := range r.workers {
+		if err == nil && w.name == snap.LeaseOwner && snap.LeaseExpires.After(snap.Now) && !r.stopped[w] {
+			i = j
+		}
+	}
+	if i < 0 {
+		r.mu.Unlock()
+		r.logf("SIGKILL mid-fetch skipped: the held request's cycle has no live lease of a running worker (owner %q, %v)", snap.LeaseOwner, err)
+		return nil
+	}
+	p := r.workers[i]
+	r.mu.Unlock()
+	killed := time.Now()
+	p.kill()
+	if err := r.replaceWorker(i, p); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.rep.HolderKills++
+	np := r.workers[i]
+	r.mu.Unlock()
+	r.logf("SIGKILL %s (pid %d, the holder of the key's cycle, epoch %d, its request to /items held at the API for %s); started %s (pid %d)",
+		p.name, p.pid(), snap.LeaseEpoch, killed.Sub(heldAt).Round(time.Millisecond), np.name, np.pid())
+	rc := Recovery{Instance: p.name, Key: processKey, Killed: killed, Waited: recoveryWait, Goal: RecoveryGoal}
+	for deadline := killed.Add(recoveryWait); rc.Next.IsZero() && time.Now().Before(deadline); {
+		if !r.sleep(ctx, 10*time.Millisecond) { // polling the API's request log: there is no signal to wait on
+			return ctx.Err()
+		}
+		reqs := r.srv.Requests()
+		for _, q := range reqs[held+1:] {
+			if q.Path == "/items" && q.Wall.After(killed) {
+				rc.Next = q.Wall
+				break
+			}
+		}
+	}
+	r.rec.Recovered(rc)
+	took, ok := rc.Took()
+	if !ok {
+		r.logf("recovery: no request of %s within %s of the SIGKILL of %s (goal %s)", processKey.Poller, recoveryWait, p.name, RecoveryGoal)
+		return nil
+	}
+	r.mu.Lock()
+	r.rep.Recoveries = append(r.rep.Recoveries, took)
+	r.mu.Unlock()
+	who := ""
+	ictx, cancel = context.WithTimeout(ctx, time.Second)
+	if snap, err := r.store.Inspect(ictx, processKey); err == nil && snap.LeaseOwner != "" {
+		who = fmt.Sprintf(" (epoch %d held by %s)", snap.LeaseEpoch, snap.LeaseOwner)
+	}
+	cancel()
+	r.logf("recovery: %s requested again %s after the SIGKILL of %s%s; goal %s", processKey.Poller, took.Round(time.Millisecond), p.name, who, RecoveryGoal)
+	return nil
+}
+
 // aimWait is how long a fault waits for a cycle in flight before it fires anyway: a fault
 // between two cycles tests little. replyStallAimWait is the reply stall's, for a cycle whose
-// holder is not SIGSTOPped (a stop lasts 5 s; a key whose cycle died is triggered within
-// about 2 s).
+// holder is not SIGSTOPped (a stop lasts 5 s; a key whose cycle died comes back a lease TTL
+// and core.ClaimGrace after its last renewal, about 4 s).
 const (
 	aimWait           = time.Second
 	replyStallAimWait = 4 * time.Second
@@ -753,12 +876,12 @@ func (r *processRun) inject(ctx context.Context, k faultKind, rng *rand.Rand, de
 			return err
 		}
 	}
-	// Every fault but the kill is aimed at a cycle in flight (see killTarget for the kill). The
-	// reply stall waits longer, for a cycle whose holder runs (not SIGSTOPped): the scripts it
-	// sends next are the ones whose replies get lost.
+	// Every fault but the kills is aimed at a cycle in flight (see killTarget and killFetch for
+	// the kills). The reply stall waits longer, for a cycle whose holder runs (not SIGSTOPped):
+	// the scripts it sends next are the ones whose replies get lost.
 	at := ""
 	var owner string
-	if k != faultKill && k != faultThrottle && k != faultHot {
+	if k != faultKill && k != faultKillFetch && k != faultThrottle && k != faultHot {
 		var epoch int64
 		var ok bool
 		if k == faultReplyStall {
@@ -775,6 +898,8 @@ func (r *processRun) inject(ctx context.Context, k faultKind, rng *rand.Rand, de
 	switch k {
 	case faultKill:
 		return r.killWorker(ctx, rng.Uint64(), "")
+	case faultKillFetch:
+		return r.killFetch(ctx, time.Duration(rng.Int64N(int64(processLeaseTTL))))
 	case faultHot:
 		return r.hotFault(ctx, rng)
 	case faultStop:
@@ -823,13 +948,10 @@ func (r *processRun) inject(ctx context.Context, k faultKind, rng *rand.Rand, de
 		}()
 	case faultRedis:
 		down := 100*time.Millisecond + time.Duration(rng.Int64N(int64(600*time.Millisecond)))
-		r.redisDown.Store(true)
 		r.primary.kill()
 		r.logf("kill -9 redis-server %s (the primary)%s; down for %s", r.primary.name, at, down.Round(time.Millisecond))
 		r.sleep(ctx, down)
-		err := r.primary.start(ctx)
-		r.redisDown.Store(false)
-		if err != nil {
+		if err := r.primary.start(ctx); err != nil {
 			return err
 		}
 		r.mu.Lock()
@@ -1032,8 +1154,6 @@ func (r *processRun) failover(ctx context.Context, rng *rand.Rand, at string) er
 		}
 	}
 	oldEpoch := r.leaseEpoch(ctx) // direct still dials the old primary
-	r.redisDown.Store(true)
-	defer r.redisDown.Store(false)
 	old.kill()
 	if mon != nil {
 		_, _, _ = mon.stop(0)
@@ -1063,7 +1183,6 @@ func (r *processRun) failover(ctx context.Context, rng *rand.Rand, at string) er
 	}
 	r.proxy.Retarget(next.addr())
 	r.primary, r.replica = next, nil
-	r.redisDown.Store(false)
 	r.logf("failover: proxy retargeted to %s (%s), every connection dropped: the processes reconnect to the new primary, as Sentinel would move them",
 		next.name, next.addr())
 	if frozen != nil {
@@ -1564,68 +1683,6 @@ func (r *processRun) contLocked(p *osProc) {
 			r.logf("SIGCONT %s (pid %d) after %s, past its lease: whatever it writes now must be fenced", p.name, p.pid(), d.Round(10*time.Millisecond))
 		} else {
 			r.logf("SIGCONT %s (pid %d) after %s (cut short by the quiesce)", p.name, p.pid(), d.Round(10*time.Millisecond))
-		}
-	}
-}
-
-// watchdog compresses the claim timeout. A cycle that dies with a fault (lost lease, Redis
-// gone mid-cycle, a killed or stopped worker) writes no due time: the scheduler's 2 min claim
-// timeout brings the key back, as designed, but far beyond this run. When the key has stayed
-// claimed with no live lease for 1.5 s, the watchdog triggers it (Store.Trigger, what an
-// operator's trigger does). 1.5 s also exceeds the 429 windows (1 s), so a trigger never sends
-// a request inside a Retry-After window that the dead cycle could not save.
-func (r *processRun) watchdog() {
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	keys := []core.Key{processKey, hotKey, fpKey}
-	lastScore := map[core.Key]float64{}
-	since := map[core.Key]time.Time{}
-	for {
-		<-t.C // it keeps watching in quiesce, until the processes are stopped
-		if r.finished.Load() {
-			return
-		}
-		for _, key := range keys {
-			if r.redisDown.Load() {
-				since[key] = time.Time{}
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			score, serr := r.direct.ZScore(ctx, r.store.DueKey(key.Poller), key.String()).Result()
-			snap, ierr := r.store.Inspect(ctx, key)
-			cancel()
-			if serr != nil || ierr != nil {
-				since[key] = time.Time{}
-				continue
-			}
-			now := snap.Now
-			claimed := score > float64(now.Add(time.Minute).UnixMilli())
-			leased := snap.LeaseOwner != "" && snap.LeaseExpires.After(now)
-			if !claimed || leased {
-				since[key] = time.Time{}
-				continue
-			}
-			if since[key].IsZero() || score != lastScore[key] {
-				lastScore[key], since[key] = score, time.Now()
-				continue
-			}
-			if time.Since(since[key]) < 1500*time.Millisecond {
-				continue
-			}
-			ctx, cancel = context.WithTimeout(context.Background(), time.Second)
-			err := r.store.Trigger(ctx, key)
-			cancel()
-			if err != nil {
-				continue
-			}
-			since[key] = time.Time{}
-			r.mu.Lock()
-			r.rep.Triggers++
-			n := r.rep.Triggers
-			r.mu.Unlock()
-			if n <= 5 || n%20 == 0 {
-				r.logf("watchdog: %s claimed with no live lease for 1.5s (its cycle died; claim timeout 2m): triggered (#%d)", key, n)
-			}
 		}
 	}
 }

@@ -46,7 +46,8 @@ const (
 	hotAimWait = 10 * time.Second
 	// rewindGap is how soon after a delivery of an ordering key an older event of that key may
 	// not follow: within one cycle a key's events go out in commit order, and a new cycle
-	// after a death starts a lease TTL and a trigger later (more than a second).
+	// after a death starts when the dead cycle's claim ends, a lease TTL and core.ClaimGrace
+	// after its last renewal (more than a second).
 	rewindGap = 250 * time.Millisecond
 )
 

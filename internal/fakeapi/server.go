@@ -43,6 +43,8 @@ type Request struct {
 	// Status is the status code answered; 0 while the request is in flight, or when the
 	// client went away before an answer (e.g. it timed out during a Fault.Delay).
 	Status int
+	// Held reports that a Fault's Delay held the answer.
+	Held bool
 }
 
 // Server serves an API over real HTTP (an httptest.Server on a loopback port).
@@ -147,6 +149,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f, faulted := s.takeFault(endpoint(r.URL.Path), r.URL.Path)
 	if faulted && f.Delay > 0 {
+		s.mu.Lock()
+		s.reqs[n-1].Held = true
+		s.mu.Unlock()
 		t := time.NewTimer(f.Delay)
 		select {
 		case <-t.C:
