@@ -465,3 +465,37 @@ func TestKeeperStopsBeforeEnd(t *testing.T) {
 		}
 	})
 }
+
+// A cycle cancelled from outside (asynq takes back the task of a process stopped past its
+// task lease) after its lease's validity passed reports a lost lease, which is what happened;
+// cancelled while the lease is valid, it reports the cancellation.
+func TestCancelledPastValidityIsLeaseLost(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		for _, past := range []bool{false, true} {
+			e := newEnv(t, b)
+			putN(e, 3)
+			started := make(chan struct{})
+			e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+				close(started)
+				<-ctx.Done()
+				return ctx.Err()
+			})
+			a := e.engine(e.poller(), nil)
+			if err := a.core.Setup(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan core.CycleReport, 1)
+			go func() { done <- a.core.RunCycle(ctx, core.Key{Poller: "orders"}) }()
+			<-started
+			if past {
+				e.clock.Advance(31 * time.Second) // the default lease is 30 s
+			}
+			cancel()
+			rep := <-done
+			if got := core.IsLeaseLost(rep.Err); got != past {
+				t.Errorf("cancelled %s the lease's validity: %v (lease lost: %v, want %v)", map[bool]string{false: "within", true: "past"}[past], rep.Err, got, past)
+			}
+		}
+	})
+}

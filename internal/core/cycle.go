@@ -267,6 +267,13 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 		c.abandon(failure.err)
 		return
 	}
+	if failure != nil && ctx.Err() != nil && !c.keeper.valid() {
+		// Cancelled from outside (asynq took the task back: its own lease of the task lapsed
+		// while the process was stopped) after the lease's validity passed: the lease is
+		// surely gone, which is what the operator needs to read.
+		c.abandon(&LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "cancelled after the lease's validity passed (the process was paused past it): " + failure.err.Error()})
+		return
+	}
 	if failure != nil && failure.kind != schedule.ResultThrottled {
 		if h := c.e.hooks.OnError; h != nil {
 			h(c.key, failure.phase, failure.err)
