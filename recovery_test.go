@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -480,14 +481,19 @@ func TestCancelledPastValidityIsLeaseLost(t *testing.T) {
 				<-ctx.Done()
 				return ctx.Err()
 			})
-			a := e.engine(e.poller(), nil)
+			name := fmt.Sprintf("cancelled-%v", past)
+			a := e.engine(e.poller(func(p *Poller) { p.Name = name }), nil)
 			if err := a.core.Setup(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan core.CycleReport, 1)
-			go func() { done <- a.core.RunCycle(ctx, core.Key{Poller: "orders"}) }()
-			<-started
+			go func() { done <- a.core.RunCycle(ctx, core.Key{Poller: name}) }()
+			select {
+			case <-started:
+			case rep := <-done:
+				t.Fatalf("the cycle ended before its request: %+v", rep)
+			}
 			if past {
 				e.clock.Advance(31 * time.Second) // the default lease is 30 s
 			}
