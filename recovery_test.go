@@ -505,3 +505,49 @@ func TestCancelledPastValidityIsLeaseLost(t *testing.T) {
 		}
 	})
 }
+
+// A paused key is looked at again 5 minutes later, not at every lapse of its claim; a resume
+// racing the skip keeps the key due at once.
+func TestPausedKeyRecheckedLater(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		var resume func()
+		a := e.engine(e.poller(), racing(func(b core.BeginResult) {
+			if b.Status == core.BeginPaused && resume != nil {
+				resume()
+			}
+		}))
+		ctx := t.Context()
+		key := core.Key{Poller: "orders"}
+		if err := a.core.Setup(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Pause(ctx, "orders", ""); err != nil {
+			t.Fatal(err)
+		}
+		claim := func() {
+			t.Helper()
+			if keys, err := a.store.ClaimDue(ctx, 1, 0, nil); err != nil || len(keys) != 1 {
+				t.Fatalf("claim: %v %v", keys, err)
+			}
+		}
+		claim()
+		if rep := a.core.RunCycle(ctx, key); rep.Outcome != core.SkippedPaused || rep.Err != nil {
+			t.Fatalf("paused cycle: %+v", rep)
+		}
+		if at, _ := dueScore(t, b, a, key); !at.Equal(e.clock.Now().Add(5 * time.Minute)) {
+			t.Fatalf("a paused key is due at %v, want 5 minutes on (%v)", at, e.clock.Now().Add(5*time.Minute))
+		}
+		resume = func() {
+			if err := a.Resume(context.Background(), "orders", ""); err != nil {
+				t.Error(err)
+			}
+		}
+		e.clock.Advance(5 * time.Minute)
+		claim()
+		a.core.RunCycle(ctx, key)
+		if at, _ := dueScore(t, b, a, key); at.After(e.clock.Now()) {
+			t.Fatalf("a resume racing the paused skip: due at %v, want at once", at)
+		}
+	})
+}

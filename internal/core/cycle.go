@@ -168,9 +168,10 @@ func (e *Engine) runCycle(ctx context.Context, key Key) CycleReport {
 	}
 	switch b.Status {
 	case BeginPaused:
-		// No due write: the claim timeout brings the key back, and a resume racing with this
-		// skip is never overwritten.
+		// Looked at again pausedRecheck later rather than at every lapse of its claim;
+		// Resume makes it due at once, and SetDue never overwrites that due-now entry.
 		rep.Outcome = SkippedPaused
+		rep.Err = e.wrapStore(key, "set due", e.store.SetDue(ctx, key, e.now().Add(pausedRecheck)))
 		return rep
 	case BeginDeleted:
 		// A task of a deleted partition: forget the key, unless a partitions add since the
@@ -201,6 +202,9 @@ func (e *Engine) runCycle(ctx context.Context, key Key) CycleReport {
 	}
 	return c.rep
 }
+
+// pausedRecheck is how long a paused (or removed) key waits before it is claimed again.
+const pausedRecheck = 5 * time.Minute
 
 func (e *Engine) wrapStore(key Key, what string, err error) error {
 	if err == nil {
