@@ -376,22 +376,34 @@ func (r *processRun) setup(ctx context.Context) error {
 	return nil
 }
 
-// receive is the webhook endpoint: verify, record, 204.
-func (r *processRun) receive(w http.ResponseWriter, req *http.Request) {
+// verifiedEvent reads a webhook delivery, checks its signature and decodes its event; on
+// failure it has answered the request (a bad signature counted in badSig and, with logf,
+// logged) and ok is false.
+func verifiedEvent(w http.ResponseWriter, req *http.Request, badSig *atomic.Int64, logf func(string, ...any)) (ev core.Event, ok bool) {
 	body, err := io.ReadAll(req.Body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return ev, false
 	}
 	if err := sink.Verify([]string{processSecret}, req.Header, body, time.Now(), 5*time.Minute); err != nil {
-		r.badSig.Add(1)
-		r.logf("G2: bad signature on webhook %s: %v", req.Header.Get(sink.HeaderID), err)
+		badSig.Add(1)
+		if logf != nil {
+			logf("G2: bad signature on webhook %s: %v", req.Header.Get(sink.HeaderID), err)
+		}
 		http.Error(w, err.Error(), http.StatusUnauthorized)
-		return
+		return ev, false
 	}
-	var ev core.Event
 	if err := json.Unmarshal(body, &ev); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
+		return ev, false
+	}
+	return ev, true
+}
+
+// receive is the webhook endpoint: verify, record, 204.
+func (r *processRun) receive(w http.ResponseWriter, req *http.Request) {
+	ev, ok := verifiedEvent(w, req, &r.badSig, r.logf)
+	if !ok {
 		return
 	}
 	if r.refusePoison(ev) {

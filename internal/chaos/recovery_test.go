@@ -5,9 +5,7 @@ package chaos
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -26,7 +24,6 @@ import (
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
-	"github.com/watukuy/watukuy/internal/sink"
 )
 
 // Recovery in seconds: the processes against a Redis that loses its data (TestRecoveryFlush)
@@ -161,19 +158,8 @@ func (r *recoveryRun) start(name, kind string) {
 
 // receive is the webhook endpoint: verify, record, 204.
 func (r *recoveryRun) receive(w http.ResponseWriter, req *http.Request) {
-	body, err := io.ReadAll(req.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	if err := sink.Verify([]string{processSecret}, req.Header, body, time.Now(), 5*time.Minute); err != nil {
-		r.badSig.Add(1)
-		http.Error(w, err.Error(), http.StatusUnauthorized)
-		return
-	}
-	var ev core.Event
-	if err := json.Unmarshal(body, &ev); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	ev, ok := verifiedEvent(w, req, &r.badSig, nil)
+	if !ok {
 		return
 	}
 	r.rec.Delivered(Delivery{Instance: "webhook", Event: ev, At: time.Now()})

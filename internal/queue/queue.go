@@ -216,11 +216,13 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 		task := asynq.NewTask(TaskType, []byte(strings.Join(members, "\n")), asynq.TaskID(id), asynq.Queue(s.Queue),
 			asynq.MaxRetry(5), asynq.Timeout(s.TaskTimeout), asynq.Retention(0))
 		_, err := s.Client.EnqueueContext(ctx, task)
-		if conflict(err) && s.replaceDead(id) {
-			_, err = s.Client.EnqueueContext(ctx, task)
-		}
-		if conflict(err) && s.runWaiting(id) {
-			err = nil
+		if conflict(err) {
+			switch deleted, ran := s.unblock(id); {
+			case deleted:
+				_, err = s.Client.EnqueueContext(ctx, task)
+			case ran:
+				err = nil
+			}
 		}
 		if conflict(err) && n == 1 && s.orphaned(ctx, chunk[0], id) {
 			// The task is "active" but no one holds the key's lease: its worker died
@@ -249,41 +251,36 @@ func conflict(err error) bool {
 	return errors.Is(err, asynq.ErrTaskIDConflict) || errors.Is(err, asynq.ErrDuplicateTask)
 }
 
-// replaceDead deletes the task with this ID when it can never run again (archived after its
-// workers died, or kept completed), so the key can be queued anew.
-func (s *Scheduler) replaceDead(id string) bool {
+// unblock deals with the task whose ID blocks the key's new task: one that can never run
+// again (archived after its workers died, or kept completed) is deleted, so the key can be
+// queued anew (deleted); one waiting for a retry or its schedule (asynq gave back the task
+// of a worker that died, with a backoff of a minute or more) is run now, which queues the
+// key (ran).
+func (s *Scheduler) unblock(id string) (deleted, ran bool) {
 	if s.Inspector == nil {
-		return false
+		return false, false
 	}
 	info, err := s.Inspector.GetTaskInfo(s.Queue, id)
-	if err != nil || info.State != asynq.TaskStateArchived && info.State != asynq.TaskStateCompleted {
-		return false
+	if err != nil {
+		return false, false
 	}
-	if err := s.Inspector.DeleteTask(s.Queue, id); err != nil {
-		s.Logger.Warn().Err(err).Str("task", id).Msg("scheduler: could not delete a dead task")
-		return false
+	switch info.State {
+	case asynq.TaskStateArchived, asynq.TaskStateCompleted:
+		if err := s.Inspector.DeleteTask(s.Queue, id); err != nil {
+			s.Logger.Warn().Err(err).Str("task", id).Msg("scheduler: could not delete a dead task")
+			return false, false
+		}
+		s.Logger.Warn().Str("task", id).Str("state", info.State.String()).Msg("scheduler: replaced a task whose worker died")
+		return true, false
+	case asynq.TaskStateRetry, asynq.TaskStateScheduled:
+		if err := s.Inspector.RunTask(s.Queue, id); err != nil {
+			s.Logger.Warn().Err(err).Str("task", id).Msg("scheduler: could not run a waiting task now")
+			return false, false
+		}
+		s.Logger.Info().Str("task", id).Str("state", info.State.String()).Msg("scheduler: ran a waiting task of a claimed key now")
+		return false, true
 	}
-	s.Logger.Warn().Str("task", id).Str("state", info.State.String()).Msg("scheduler: replaced a task whose worker died")
-	return true
-}
-
-// runWaiting runs the task with this ID now when it waits for a retry or its schedule: asynq
-// gave back the task of a worker that died (retry state, with a backoff of up to a minute or
-// more), and while it waits its ID blocks every new task of the key.
-func (s *Scheduler) runWaiting(id string) bool {
-	if s.Inspector == nil {
-		return false
-	}
-	info, err := s.Inspector.GetTaskInfo(s.Queue, id)
-	if err != nil || info.State != asynq.TaskStateRetry && info.State != asynq.TaskStateScheduled {
-		return false
-	}
-	if err := s.Inspector.RunTask(s.Queue, id); err != nil {
-		s.Logger.Warn().Err(err).Str("task", id).Msg("scheduler: could not run a waiting task now")
-		return false
-	}
-	s.Logger.Info().Str("task", id).Str("state", info.State.String()).Msg("scheduler: ran a waiting task of a claimed key now")
-	return true
+	return false, false
 }
 
 // orphaned reports whether the key's task is active while nobody holds the key's lease.
