@@ -89,6 +89,11 @@ func TestTick(t *testing.T) {
 	if err := json.Unmarshal([]byte(last), &rep); err != nil || rep.Ran != 1 || rep.Events != 1 || rep.Delivered != 1 {
 		t.Fatalf("tick --json: %q (%v)", last, err)
 	}
+	// Nothing due: the tick says when the next key is.
+	out, _, err = run(t, "tick", "--config", cfg, "--log-format", "console")
+	if err != nil || !strings.Contains(out, "ran 0") || !strings.Contains(out, "nothing ran: the next key due is orders") {
+		t.Fatalf("a tick with nothing due: %q (%v)", out, err)
+	}
 }
 
 // A broken config file is reported with file:line and field, and nothing runs.
