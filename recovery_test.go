@@ -551,3 +551,27 @@ func TestPausedKeyRecheckedLater(t *testing.T) {
 		}
 	})
 }
+
+// A stale task that meets a live lease (asynq gives back a dead worker's task while the dead
+// cycle's lease still runs) leaves the key due when that lease lapses plus the grace, as its
+// claim would: never later, which would delay the takeover.
+func TestLeasedSkipDueWhenTheLeaseLapses(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 3)
+		a := e.engine(e.poller(), faulty(&faultyStore{failCommt: 1})) // dies holding its lease
+		e.tick(a)
+		ki, _ := a.Inspect(t.Context(), "orders", "")
+		if ki.LeaseExpires == nil {
+			t.Fatal("setup: the dead cycle holds no lease")
+		}
+		e.clock.Advance(20 * time.Second)
+		bb := e.engine(e.poller(), nil)
+		if rep := bb.core.RunCycle(t.Context(), core.Key{Poller: "orders"}); rep.Outcome != core.SkippedLeased {
+			t.Fatalf("the stale task: %+v", rep)
+		}
+		if at, _ := dueScore(t, b, bb, core.Key{Poller: "orders"}); !at.Equal(ki.LeaseExpires.Add(core.ClaimGrace)) {
+			t.Fatalf("due at %v, want the lease's end + the grace (%v)", at, ki.LeaseExpires.Add(core.ClaimGrace))
+		}
+	})
+}

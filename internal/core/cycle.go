@@ -185,8 +185,11 @@ func (e *Engine) runCycle(ctx context.Context, key Key) CycleReport {
 		rep.Err = e.wrapStore(key, "set due", e.store.SetDue(ctx, key, b.NextDue))
 		return rep
 	case BeginLeased:
+		// A stale task (asynq giving back a dead worker's task) met a live lease: the key is
+		// claimable again when that lease lapses plus the grace, as its claim would be; a due
+		// time later than that would delay the takeover of a dead holder's key.
 		rep.Outcome = SkippedLeased
-		rep.Err = e.wrapStore(key, "set due", e.store.SetDue(ctx, key, b.Now.Add(max(time.Second, p.LeaseTTL/2))))
+		rep.Err = e.wrapStore(key, "set due", e.store.SetDue(ctx, key, b.LeaseExpires.Add(ClaimGrace)))
 		return rep
 	}
 
