@@ -123,15 +123,14 @@ func TestUsageErrors(t *testing.T) {
 
 func redisZ(member string) redis.Z { return redis.Z{Score: 0, Member: member} }
 
-// tick --poller runs only the named pollers of the config; a name the config lacks is a usage
-// error that lists the known ones.
-func TestTickOnlyNamedPollers(t *testing.T) {
-	b := redistest.Real(t)
+// listPoller starts a fake API with two items and returns the config entry of a snapshotDiff
+// poller over it, named name, that prints its events to stdout.
+func listPoller(t *testing.T) func(name string) string {
 	api := fakeapi.New()
 	api.PutMany(2, "o", nil)
 	srv := fakeapi.NewServer(api, fakeapi.ServerOptions{})
-	defer srv.Close()
-	poller := func(name string) string {
+	t.Cleanup(srv.Close)
+	return func(name string) string {
 		return fmt.Sprintf(`  - name: %s
     request: {url: %s/list}
     items: data
@@ -139,6 +138,13 @@ func TestTickOnlyNamedPollers(t *testing.T) {
     delivery: {stdout: {}}
 `, name, srv.URL)
 	}
+}
+
+// tick --poller runs only the named pollers of the config; a name the config lacks is a usage
+// error that lists the known ones.
+func TestTickOnlyNamedPollers(t *testing.T) {
+	b := redistest.Real(t)
+	poller := listPoller(t)
 	cfg := writeConfig(t, "pollers:\n"+poller("orders")+poller("customers"))
 	out, _, err := run(t, "tick", "--config", cfg, "--redis", b.URL, "--poller", "customers", "--json")
 	if err != nil {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy"
-	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
 )
 
@@ -57,18 +55,7 @@ func TestProcessesFailFastOnBusyListen(t *testing.T) {
 // delivering without a restart.
 func TestRunReloadsOnSIGHUP(t *testing.T) {
 	b := redistest.Real(t)
-	api := fakeapi.New()
-	api.PutMany(2, "o", nil)
-	srv := fakeapi.NewServer(api, fakeapi.ServerOptions{})
-	defer srv.Close()
-	poller := func(name string) string {
-		return fmt.Sprintf(`  - name: %s
-    request: {url: %s/list}
-    items: data
-    cursor: {strategy: snapshotDiff, param: page, sizeParam: per_page, size: 10, hasMore: has_more}
-    delivery: {stdout: {}}
-`, name, srv.URL)
-	}
+	poller := listPoller(t)
 	cfg := writeConfig(t, "pollers:\n"+poller("orders"))
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

@@ -1723,17 +1723,10 @@ func (r *processRun) waitConverged(ctx context.Context, truth map[core.Key]Truth
 	for {
 		ds := r.rec.Deliveries()
 		unique := map[string]bool{}
-		order := make([]seen, len(ds))
-		for i, d := range ds {
+		for _, d := range ds {
 			unique[d.Event.ID] = true
-			order[i] = seen{core.Key{Poller: d.Event.Poller, Partition: d.Event.Partition}, d.Event}
 		}
-		got := finalStates(order, false, truth)
-		same := true
-		for k := range truth {
-			same = same && sameState(got[k], want[k])
-		}
-		if same {
+		if deliveredState(ds, truth, want) {
 			r.logf("converged after %s: %d deliveries, the delivered state equals the APIs' (%d live items)",
 				time.Since(start).Round(10*time.Millisecond), len(ds), live)
 			return true, nil
@@ -1755,6 +1748,22 @@ func (r *processRun) waitConverged(ctx context.Context, truth map[core.Key]Truth
 		case <-t.C:
 		}
 	}
+}
+
+// deliveredState reports whether the last delivered version per identity of every key of
+// truth equals want's.
+func deliveredState(ds []Delivery, truth map[core.Key]Truth, want map[core.Key]map[string]string) bool {
+	order := make([]seen, len(ds))
+	for i, d := range ds {
+		order[i] = seen{core.Key{Poller: d.Event.Poller, Partition: d.Event.Partition}, d.Event}
+	}
+	got := finalStates(order, false, truth)
+	for k := range truth {
+		if !sameState(got[k], want[k]) {
+			return false
+		}
+	}
+	return true
 }
 
 // truth is the ground truth of the run's three keys, once the changes have stopped: the fp

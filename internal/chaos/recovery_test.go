@@ -343,17 +343,7 @@ func (r *recoveryRun) waitConverged(truth map[core.Key]Truth, limit time.Duratio
 	}
 	deadline := time.Now().Add(limit)
 	for {
-		ds := r.rec.Deliveries()
-		order := make([]seen, len(ds))
-		for i, d := range ds {
-			order[i] = seen{core.Key{Poller: d.Event.Poller, Partition: d.Event.Partition}, d.Event}
-		}
-		got := finalStates(order, false, truth)
-		same := true
-		for k := range truth {
-			same = same && sameState(got[k], want[k])
-		}
-		if same {
+		if deliveredState(r.rec.Deliveries(), truth, want) {
 			return true
 		}
 		if time.Now().After(deadline) {
