@@ -31,7 +31,22 @@ func (s *Store) legacyDueKey() string { return s.prefix + ":{global}:due" }
 // Layout implements core.Store. Data without a recorded version is layout 1.
 func (s *Store) Layout(ctx context.Context) (core.Layout, error) {
 	l := core.Layout{Current: CurrentLayout}
-	v, err := s.rdb.Get(ctx, s.layoutKey()).Result()
+	// One transaction: read apart, another process recording the layout and registering its
+	// pollers between the two reads would look like layout-1 data. The global keys share one
+	// slot, so a cluster client sends it to one node. Data without a recorded layout is
+	// layout 1, so only its keys count: the per-poller due sets of layout 3 are written after
+	// the layout is recorded, and were one found alone, marking the database current would be
+	// right for it (it is layout-3 data).
+	var get *redis.StringCmd
+	var exists *redis.IntCmd
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, s.layoutKey())
+		exists = p.Exists(ctx, s.registryKey(), s.legacyDueKey(), s.pollersKey())
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return l, err
+	}
+	v, err := get.Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 	case err != nil:
@@ -42,11 +57,7 @@ func (s *Store) Layout(ctx context.Context) (core.Layout, error) {
 		}
 		return l, nil
 	}
-	// Cluster clients route EXISTS per slot; the global keys share one. Data without a
-	// recorded layout is layout 1, so only its keys count: the per-poller due sets of layout 3
-	// are written after the layout is recorded, and were one found alone, marking the
-	// database current would be right for it (it is layout-3 data).
-	n, err := s.rdb.Exists(ctx, s.registryKey(), s.legacyDueKey(), s.pollersKey()).Result()
+	n, err := exists.Result()
 	if err != nil {
 		return l, err
 	}

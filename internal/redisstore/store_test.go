@@ -504,3 +504,46 @@ func TestInvalidIndex(t *testing.T) {
 		indexed(core.ParkedRow{})
 	})
 }
+
+// A database another process is setting up (layout recorded, then pollers registered) never
+// reads as layout-1 data, whenever Layout's reads land: they are one transaction.
+func TestLayoutWhileAnotherProcessSetsUp(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, _ := newStore(t, b)
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				b.Client.Del(ctx, s.layoutKey(), s.registryKey(), s.pollersKey())
+				if _, err := s.Migrate(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := s.Register(ctx, map[string][]byte{"p": []byte(`{}`)}, map[core.Key][]byte{{Poller: "p"}: []byte(`{"source":"config"}`)}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		for i := 0; i < 2000; i++ {
+			l, err := s.Layout(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !l.Empty && l.Version != CurrentLayout {
+				close(stop)
+				<-done
+				t.Fatalf("read %d: a database being set up read as layout %d", i, l.Version)
+			}
+		}
+		close(stop)
+		<-done
+	})
+}
