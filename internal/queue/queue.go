@@ -110,12 +110,17 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if s.Repair != nil {
 		go s.repairLoop(ctx)
 	}
+	var wait time.Duration
 	for ctx.Err() == nil {
 		n, err := s.Once(ctx)
+		if err == nil || ctx.Err() == nil {
+			// A claim that went through ends an outage even as the scheduler stops; a failure
+			// of a stopping scheduler's claim is no outage.
+			wait = s.settle(err) // Idle, or the backoff after a failure
+		}
 		if ctx.Err() != nil {
 			break
 		}
-		wait := s.settle(err) // Idle, or the backoff after a failure
 		if n == s.Batch && err == nil {
 			continue // more may be due right away
 		}
