@@ -425,10 +425,15 @@ const drainBatch = 512
 // the lease.
 func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Duration, reconciled, backfillPending bool) error {
 	now := c.now()
-	res := schedule.Result{Kind: schedule.ResultIdle}
+	// Asked to yield before the API answered anything (a stopping process, tick's deadline):
+	// nothing was learned of the API (a restart is not the API's fault).
+	noEvidence := failure == nil && !c.answered && c.yield.Err() != nil && !c.paused()
+	res := schedule.Result{Kind: schedule.ResultIdle, Began: c.serverAt}
 	switch {
 	case failure != nil:
 		res.Kind, res.RetryAfter = failure.kind, failure.retryAfter
+	case noEvidence:
+		res.Kind = schedule.ResultNoAnswer
 	case c.rep.Truncated:
 		res.Kind = schedule.ResultTruncated
 	case c.rep.Events > 0:
@@ -437,44 +442,16 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	res.Pace = max(paced, c.pace())
 	prev := schedule.State{Interval: c.state.duration(fieldInterval), Failures: c.state.int(fieldFailures),
 		Circuit: schedule.Circuit(c.state.circuit()), ThrottledUntil: c.state.time(FieldThrottled)}
-	at := now
-	if res.Kind == schedule.ResultTruncated {
-		at = c.serverAt // due again at once, whatever clock the next claimer reads
-	}
-	next := schedule.Next(c.p.policy(), prev, res, at, c.e.rand())
-	if backfillPending && failure == nil {
+	next := schedule.Next(c.p.policy(), prev, res, now, c.e.rand())
+	if backfillPending && failure == nil && !noEvidence {
 		// More backfill to do: come back as soon as the API's pace allows (at once: the
 		// Begin time, whatever clock the next claimer reads).
 		soon := c.serverAt
-		if pace := c.pace(); pace > 0 {
-			soon = now.Add(pace)
+		if res.Pace > 0 {
+			soon = now.Add(res.Pace)
 		}
 		if soon.Before(next.NextDue) {
 			next.NextDue = soon
-		}
-	}
-	// The pace counts from now (the answer that carried the rate-limit headers may have come
-	// late in the cycle), not from the time the schedule was computed from.
-	if p := now.Add(res.Pace); res.Pace > 0 && next.NextDue.Before(p) {
-		next.NextDue = p
-	}
-	// Asked to yield before the API answered anything (a stopping process, tick's deadline):
-	// nothing was learned of the API, so failures, circuit and interval stay as they were and
-	// the key is due at once, unless its circuit is open: a probe given up unanswered (an API
-	// that hangs past the deadline) waits for the next probe, as a failed one would, without
-	// counting as a failure (a restart is not the API's fault).
-	noEvidence := failure == nil && !c.answered && c.yield.Err() != nil && !c.paused()
-	if noEvidence {
-		next = prev
-		next.NextDue = c.serverAt
-		switch next.Circuit {
-		case "":
-			next.Circuit = schedule.Closed
-		case schedule.Open:
-			next.NextDue = now.Add(c.p.policy().ProbeEvery)
-		}
-		if next.ThrottledUntil.After(next.NextDue) {
-			next.NextDue = next.ThrottledUntil
 		}
 	}
 

@@ -25,6 +25,9 @@ import "time"
 //	   │ truncated (maxPagesPerCycle): due now                     └───────────┘
 //	   └──▶ closed
 //
+// No answer (stopped before the API answered anything): nothing changes; due now, or after
+// ProbeEvery when open.
+//
 // Half-open is not stored: a cycle that runs while the circuit is open is the probe.
 
 // Circuit is the breaker's state.
@@ -73,6 +76,11 @@ const (
 	ResultFailed
 	// ResultPoisonHalt: a poison event with poison: halt.
 	ResultPoisonHalt
+	// ResultNoAnswer: the cycle stopped (its process stopping, tick's deadline) before the API
+	// answered anything: nothing was learned of the API, so failures, circuit, interval and
+	// throttle stay; due at once, or after ProbeEvery when the circuit is open (a probe given
+	// up unanswered waits for the next probe, as a failed one would, without counting).
+	ResultNoAnswer
 )
 
 // Result is one cycle's outcome as the state machine sees it.
@@ -81,12 +89,26 @@ type Result struct {
 	// RetryAfter is the throttle window (ResultThrottled); 0 means the API gave none.
 	RetryAfter time.Duration
 	// Pace is the least gap before the next request that the API's rate-limit headers ask
-	// for (see Pace); 0 when none.
+	// for (see Pace), counted from now; 0 when none.
 	Pace time.Duration
+	// Began is when the cycle began by the server's clock: a result due at once (truncated,
+	// no answer) is due from then, whatever clock the next claimer reads; zero: now.
+	Began time.Time
 }
 
-// Next computes the state after a cycle that ended at now; r is uniform in [0,1).
+// Next computes the state after a cycle that ended at now; r is uniform in [0,1). Whatever
+// the result, the next cycle is not due before the API's pace allows (counted from now: the
+// answer that carried the rate-limit headers may have come late in the cycle).
 func Next(p Policy, s State, res Result, now time.Time, r float64) State {
+	s = transition(p, s, res, now, r)
+	if res.Pace > 0 {
+		s.NextDue = later(s.NextDue, now.Add(res.Pace))
+	}
+	return s
+}
+
+// transition is Next before the pace.
+func transition(p Policy, s State, res Result, now time.Time, r float64) State {
 	b := p.Backoff
 	if b == (Backoff{}) {
 		b = DefaultBackoff
@@ -94,7 +116,18 @@ func Next(p Policy, s State, res Result, now time.Time, r float64) State {
 	if s.Circuit == "" {
 		s.Circuit = Closed
 	}
+	began := res.Began
+	if began.IsZero() {
+		began = now
+	}
 	switch res.Kind {
+	case ResultNoAnswer:
+		s.NextDue = began
+		if s.Circuit == Open {
+			s.NextDue = now.Add(p.ProbeEvery)
+		}
+		s.NextDue = later(s.NextDue, s.ThrottledUntil)
+		return s
 	case ResultThrottled:
 		// Not a failure: failures and circuit stay as they are.
 		wait := res.RetryAfter
@@ -123,16 +156,13 @@ func Next(p Policy, s State, res Result, now time.Time, r float64) State {
 	}
 	switch res.Kind {
 	case ResultTruncated:
-		s.NextDue = now
+		s.NextDue = began
 	case ResultChanged:
 		s.Interval = NextInterval(p.Config, s.Interval, Changed)
 		s.NextDue = now.Add(Jittered(s.Interval, p.Jitter, r))
 	default:
 		s.Interval = NextInterval(p.Config, s.Interval, Idle)
 		s.NextDue = now.Add(Jittered(s.Interval, p.Jitter, r))
-	}
-	if res.Pace > 0 {
-		s.NextDue = later(s.NextDue, now.Add(res.Pace))
 	}
 	s.NextDue = later(s.NextDue, s.ThrottledUntil)
 	return s
