@@ -15,6 +15,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // ---------------------------------------------------------------------------------------
@@ -40,7 +41,7 @@ func TestAdversary11G8YieldDropsARetryAfterWindow(t *testing.T) {
 				w := &windowWatch{clock: e.clock}
 				var a *Engine
 				var once sync.Once
-				e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+				e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 					w.note(fmt.Sprintf("%s page %d", req.Lane, req.Page))
 					first := false
 					if req.Page == 1 {
@@ -187,7 +188,7 @@ func TestAdversary11CircuitYieldedProbeClosesTheCircuit(t *testing.T) {
 				putN(e, 3)
 				name := "probe-" + mode
 				hang := false
-				e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+				e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 					if hang {
 						<-ctx.Done()
 						return ctx.Err()
@@ -240,7 +241,7 @@ type freezeHold struct {
 	returned chan struct{}
 }
 
-func (f *freezeHold) HoldClaim(ctx context.Context, key core.Key, d time.Time) error {
+func (f *freezeHold) HoldClaim(ctx context.Context, key watukuytype.Key, d time.Time) error {
 	first := false
 	f.once.Do(func() { first = true })
 	if !first {
@@ -271,7 +272,7 @@ func TestAdversary11LatenessFrozenHoldPushesBackTheNextOwnersDue(t *testing.T) {
 		p := e.poller(func(p *Poller) { p.Name = "latehold"; p.LeaseTTL = ttl })
 		fetchFrozen := make(chan struct{})
 		var firstFetch sync.Once
-		e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+		e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 			first := false
 			firstFetch.Do(func() { first = true })
 			if first {
@@ -297,7 +298,7 @@ func TestAdversary11LatenessFrozenHoldPushesBackTheNextOwnersDue(t *testing.T) {
 		if rep := e.tick(bb); rep.Ran != 1 || rep.Events != 3 {
 			t.Fatalf("the takeover: %+v", rep)
 		}
-		key := core.Key{Poller: "latehold"}
+		key := watukuytype.Key{Poller: "latehold"}
 		want, ok := dueScore(t, b, bb, key)
 		if !ok || want.After(e.clock.Now().Add(1500*time.Millisecond)) {
 			t.Fatalf("setup: after B's End the key is due at %v (now %v), want within its 1 s interval", want, e.clock.Now())

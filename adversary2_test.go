@@ -17,6 +17,7 @@ import (
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // stateOf reads the "state" field of an item (the only content of the unversioned pollers
@@ -416,7 +417,7 @@ func TestAdversary2G2WritesLostByAnAOFCrashComeBackWithNewIDs(t *testing.T) {
 	e.api.Put("o1", map[string]any{"n": 2})
 	e.api.Put("y", nil)
 	var once sync.Once
-	e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+	e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 		if req.Page == 1 {
 			once.Do(func() { e.api.Put("o1", map[string]any{"n": 3}) }) // o1 changes while paged
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // eachLight runs fn on miniredis and a private redis-server (not the cluster: the machine is
@@ -44,7 +45,7 @@ type lateBeginStore struct {
 	armed atomic.Bool
 }
 
-func (d *lateBeginStore) Begin(ctx context.Context, key core.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
+func (d *lateBeginStore) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
 	if d.armed.CompareAndSwap(true, false) {
 		d.clock.Advance(d.delay)
 	}
@@ -434,7 +435,7 @@ func TestAdversaryG3DelayedCommitRewindsCursorAndRows(t *testing.T) {
 	e.api.Put("x1", map[string]any{"state": "closed"})
 	e.api.Put("y1", map[string]any{"state": "closed"})
 	var once sync.Once
-	e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+	e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 		if req.Page == 1 {
 			once.Do(func() { e.api.Put("x1", map[string]any{"state": "open"}) }) // x1 changes while paged
 		}
@@ -556,7 +557,7 @@ func TestAdversaryG8DetailRetryAfterErasedAtEnd(t *testing.T) {
 			}
 			mu.Unlock()
 			e.clock.Advance(time.Minute)
-			if rep := eng.RunCycle(ctx, key); rep.Outcome != core.Ran {
+			if rep := eng.RunCycle(ctx, key); rep.Outcome != watukuytype.Ran {
 				t.Fatalf("second cycle: %+v", rep)
 			}
 			ki, _ := eng.Inspect(ctx, p.Name, "")

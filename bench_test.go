@@ -11,9 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // benchItems builds n order items of about 320 bytes with 10-character identities; gen
@@ -43,12 +43,12 @@ func listingOf(items *[]json.RawMessage, pageSize int) FetchFunc {
 type benchEnv struct {
 	rdb   redis.UniversalClient
 	eng   *Engine
-	key   core.Key
+	key   watukuytype.Key
 	count redistest.Counter
 }
 
 func newBenchEnv(b *testing.B, items *[]json.RawMessage, version string) *benchEnv {
-	be := &benchEnv{key: core.Key{Poller: "bench"}}
+	be := &benchEnv{key: watukuytype.Key{Poller: "bench"}}
 	rb := redistest.Real(b)
 	be.rdb = rb.Client
 	be.count.Attach(rb.Client)
@@ -67,7 +67,7 @@ func newBenchEnv(b *testing.B, items *[]json.RawMessage, version string) *benchE
 }
 
 // cycle makes the key due (untimed) and runs one timed cycle.
-func (be *benchEnv) cycle(b *testing.B) core.CycleReport {
+func (be *benchEnv) cycle(b *testing.B) watukuytype.CycleReport {
 	b.StopTimer()
 	if err := be.eng.core.Trigger(b.Context(), be.key); err != nil {
 		b.Fatal(err)
@@ -75,7 +75,7 @@ func (be *benchEnv) cycle(b *testing.B) core.CycleReport {
 	be.count.Reset()
 	b.StartTimer()
 	rep := be.eng.core.RunCycle(b.Context(), be.key)
-	if rep.Err != nil || rep.Outcome != core.Ran {
+	if rep.Err != nil || rep.Outcome != watukuytype.Ran {
 		b.Fatalf("cycle: %+v", rep)
 	}
 	return rep
@@ -174,8 +174,8 @@ func BenchmarkHTTPPoll(b *testing.B) {
 				Handler: func(context.Context, Event) error { return nil }, Delivery: Delivery{Concurrency: 8}}); err != nil {
 				b.Fatal(err)
 			}
-			key := core.Key{Poller: "http"}
-			cycle := func() core.CycleReport {
+			key := watukuytype.Key{Poller: "http"}
+			cycle := func() watukuytype.CycleReport {
 				if err := eng.core.Trigger(b.Context(), key); err != nil {
 					b.Fatal(err)
 				}
@@ -230,8 +230,8 @@ func BenchmarkLargePageCommit(b *testing.B) {
 	if err := eng.Register(Poller{Name: "small", Fetch: small.ChangeFeed(10), Version: Field("version"), Handler: noop}); err != nil {
 		b.Fatal(err)
 	}
-	big, other := core.Key{Poller: "big"}, core.Key{Poller: "small"}
-	run := func(k core.Key) core.CycleReport {
+	big, other := watukuytype.Key{Poller: "big"}, watukuytype.Key{Poller: "small"}
+	run := func(k watukuytype.Key) watukuytype.CycleReport {
 		if err := eng.core.Trigger(b.Context(), k); err != nil {
 			b.Fatal(err)
 		}
@@ -245,7 +245,7 @@ func BenchmarkLargePageCommit(b *testing.B) {
 		b.StopTimer()
 		items = benchItems(n, i+1)
 		rb.Client.SlowLogReset(b.Context())
-		done := make(chan core.CycleReport)
+		done := make(chan watukuytype.CycleReport)
 		b.StartTimer()
 		go func() { done <- run(big) }()
 	loop:

@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
-
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 func TestEndToEndChangeFeed(t *testing.T) {
@@ -76,9 +75,9 @@ func TestIdleCycleRoundTrips(t *testing.T) {
 				counter.Attach(b.Client)
 				e.clock.Advance(3 * time.Minute)
 				counter.Reset()
-				rep := eng.core.RunCycle(t.Context(), core.Key{Poller: p.Name})
+				rep := eng.core.RunCycle(t.Context(), watukuytype.Key{Poller: p.Name})
 				n := counter.Count()
-				if rep.Outcome != core.Ran || rep.Events != 0 || rep.Pages != tc.pages || rep.Err != nil {
+				if rep.Outcome != watukuytype.Ran || rep.Events != 0 || rep.Pages != tc.pages || rep.Err != nil {
 					t.Fatalf("not an idle cycle of %d pages: %+v", tc.pages, rep)
 				}
 				if n > tc.max || tc.pages > 1 && n != tc.max {
@@ -155,7 +154,7 @@ func TestInvalidItemsAreParked(t *testing.T) {
 			json.RawMessage(`{"id":"neg","total":-5}`),
 			json.RawMessage(`{"id":"broken","total":`),
 		}
-		fetch := func(ctx context.Context, req core.FetchRequest) (Page, error) {
+		fetch := func(ctx context.Context, req watukuytype.FetchRequest) (Page, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			return Page{Items: page, Next: "c1"}, nil

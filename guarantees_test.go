@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 func putN(e *env, n int) {
@@ -93,8 +93,8 @@ func TestG2DeterministicIDs(t *testing.T) {
 		}
 		// Clear cursor and snapshot (what reset-cursor --clear-snapshot does): re-emitted as
 		// created with the same ids.
-		items := c.store.Key(core.Key{Poller: "orders"}, "items")
-		state := c.store.Key(core.Key{Poller: "orders"}, "state")
+		items := c.store.Key(watukuytype.Key{Poller: "orders"}, "items")
+		state := c.store.Key(watukuytype.Key{Poller: "orders"}, "state")
 		if err := b.Client.Del(t.Context(), items).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -119,11 +119,11 @@ func TestG3NoSkippedChange(t *testing.T) {
 		fs := &faultyStore{failCommt: 1}
 		a := e.engine(e.poller(), faulty(fs))
 		e.tick(a) // dies after the fetch, before the commit (K2)
-		state := a.store.Key(core.Key{Poller: "orders"}, "state")
+		state := a.store.Key(watukuytype.Key{Poller: "orders"}, "state")
 		if cur := b.Client.HGet(t.Context(), state, "cursor.live").Val(); cur != "" {
 			t.Fatalf("cursor moved to %q without its page", cur)
 		}
-		outbox := a.store.Key(core.Key{Poller: "orders"}, "outbox")
+		outbox := a.store.Key(watukuytype.Key{Poller: "orders"}, "outbox")
 		if n := b.Client.XLen(t.Context(), outbox).Val(); n != 0 {
 			t.Fatalf("outbox has %d entries without a commit", n)
 		}
@@ -237,7 +237,7 @@ func TestG5Fencing(t *testing.T) {
 		putN(e, 3)
 		entered, release := make(chan struct{}), make(chan struct{})
 		var first atomic.Bool
-		e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+		e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 			if first.CompareAndSwap(false, true) {
 				close(entered)
 				<-release
@@ -253,7 +253,7 @@ func TestG5Fencing(t *testing.T) {
 		<-entered // a holds the lease and is inside its fetch
 
 		// Race: while a's lease is live, b cannot take the key.
-		if err := a.core.Trigger(t.Context(), core.Key{Poller: "orders"}); err != nil {
+		if err := a.core.Trigger(t.Context(), watukuytype.Key{Poller: "orders"}); err != nil {
 			t.Fatal(err)
 		}
 		if rep := e.tick(bb); rep.SkippedLeased != 1 || fb.commitCount() != 0 {
@@ -262,7 +262,7 @@ func TestG5Fencing(t *testing.T) {
 
 		// Stop-the-world: a's lease expires; b takes over and commits.
 		e.clock.Advance(31 * time.Second)
-		if err := a.core.Trigger(t.Context(), core.Key{Poller: "orders"}); err != nil {
+		if err := a.core.Trigger(t.Context(), watukuytype.Key{Poller: "orders"}); err != nil {
 			t.Fatal(err)
 		}
 		if rep := e.tick(bb); rep.Ran != 1 || fb.commitCount() != 1 {
@@ -299,7 +299,7 @@ func TestG6NoFalseDeletes(t *testing.T) {
 		var mu sync.Mutex
 		mode := ""
 		listing := e.api.Listing(5)
-		fetch := func(ctx context.Context, req core.FetchRequest) (Page, error) {
+		fetch := func(ctx context.Context, req watukuytype.FetchRequest) (Page, error) {
 			mu.Lock()
 			m := mode
 			mu.Unlock()
@@ -334,7 +334,7 @@ func TestG6NoFalseDeletes(t *testing.T) {
 		mu.Unlock()
 		trunc := e.engine(e.poller(func(p *Poller) { p.Strategy = SnapshotDiff; p.Fetch = fetch; p.MaxPagesPerCycle = 1 }), nil)
 		e.clock.Advance(3 * time.Minute)
-		if rep := trunc.core.RunCycle(t.Context(), core.Key{Poller: "orders"}); rep.Outcome != core.Ran || len(e.rec.events()) != 12 {
+		if rep := trunc.core.RunCycle(t.Context(), watukuytype.Key{Poller: "orders"}); rep.Outcome != watukuytype.Ran || len(e.rec.events()) != 12 {
 			t.Fatalf("truncated listing: %+v, %d events", rep, len(e.rec.events()))
 		}
 		if ki, _ := trunc.Inspect(t.Context(), "orders", ""); !strings.Contains(string(ki.LastError), `"CONFIG"`) {
@@ -365,7 +365,7 @@ func TestG7Suppression(t *testing.T) {
 			"x": {"id": "x", "status": "open", "last_seen_at": 1},
 			"y": {"id": "y", "status": "open", "last_seen_at": 1},
 		}
-		fetch := func(ctx context.Context, req core.FetchRequest) (Page, error) {
+		fetch := func(ctx context.Context, req watukuytype.FetchRequest) (Page, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			var p Page
@@ -415,7 +415,7 @@ func TestG9DrainBeforeFetch(t *testing.T) {
 		putN(e, 6)
 		var mu sync.Mutex
 		var trace []string
-		e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+		e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 			mu.Lock()
 			trace = append(trace, "fetch")
 			mu.Unlock()

@@ -26,6 +26,7 @@ import (
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/netproxy"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // hookStore runs test code around chosen store calls, to land a fault or another instance's
@@ -40,7 +41,7 @@ type hookStore struct {
 	afterPark    func()
 }
 
-func (h *hookStore) Begin(ctx context.Context, key core.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
+func (h *hookStore) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
 	b, err := h.Store.Begin(ctx, key, owner, ttl, op)
 	if err == nil && h.afterBegin != nil {
 		h.afterBegin(b)
@@ -120,7 +121,7 @@ func TestG9DrainGoesOnPastAHeldBatch(t *testing.T) {
 		}
 		e.api.Put("y1", nil) // y1@2
 		var fetchedBeforeY1 bool
-		e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+		e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 			if !slices.ContainsFunc(e.rec.events(), func(ev Event) bool { return ev.Identity == "y1" }) {
 				fetchedBeforeY1 = true
 			}
@@ -205,7 +206,7 @@ type delayStore struct {
 	once  sync.Once
 }
 
-func (d *delayStore) Begin(ctx context.Context, key core.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
+func (d *delayStore) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
 	b, err := d.Store.Begin(ctx, key, owner, ttl, op)
 	if err == nil && b.Status == core.BeginOK {
 		d.once.Do(func() { d.clock.Advance(d.delay) })
@@ -430,11 +431,11 @@ func TestG5LeasesFollowTheServerClock(t *testing.T) {
 	<-began
 	other := newEngine("b")
 	b.Mini.SetTime(start.Add(29 * time.Second)) // the lease (30 s) is live on the server
-	if rep := other.RunCycle(t.Context(), Key{Poller: "orders"}); rep.Outcome != core.SkippedLeased {
+	if rep := other.RunCycle(t.Context(), Key{Poller: "orders"}); rep.Outcome != watukuytype.SkippedLeased {
 		t.Fatalf("a live lease was taken over: %+v", rep)
 	}
 	b.Mini.SetTime(start.Add(31 * time.Second)) // expired on the server
-	if rep := other.RunCycle(t.Context(), Key{Poller: "orders"}); rep.Outcome != core.Ran {
+	if rep := other.RunCycle(t.Context(), Key{Poller: "orders"}); rep.Outcome != watukuytype.Ran {
 		t.Fatalf("an expired lease was not taken over: %+v", rep)
 	}
 	close(hold)
@@ -515,7 +516,7 @@ func TestG5FailoverThatLostTheGrant(t *testing.T) {
 		return eng
 	}
 	key := Key{Poller: "orders"}
-	if rep := instance("setup").RunCycle(ctx, key); rep.Outcome != core.Ran || rep.Err != nil {
+	if rep := instance("setup").RunCycle(ctx, key); rep.Outcome != watukuytype.Ran || rep.Err != nil {
 		t.Fatalf("first cycle: %+v", rep)
 	}
 	r.WaitSynced(t)
@@ -525,7 +526,7 @@ func TestG5FailoverThatLostTheGrant(t *testing.T) {
 	if err := a.Trigger(ctx, "orders", ""); err != nil {
 		t.Fatal(err)
 	}
-	aDone := make(chan core.CycleReport)
+	aDone := make(chan watukuytype.CycleReport)
 	go func() { aDone <- a.RunCycle(context.Background(), key) }()
 	<-gates["A"].in // A holds epoch 2, on the primary only
 	r.KillPrimary()
@@ -535,7 +536,7 @@ func TestG5FailoverThatLostTheGrant(t *testing.T) {
 	if err := bb.Trigger(ctx, "orders", ""); err != nil {
 		t.Fatal(err)
 	}
-	bDone := make(chan core.CycleReport)
+	bDone := make(chan watukuytype.CycleReport)
 	go func() { bDone <- bb.RunCycle(context.Background(), key) }()
 	<-gates["B"].in // B holds the key on the promoted replica
 	close(gates["A"].out)
@@ -553,7 +554,7 @@ func TestG5FailoverThatLostTheGrant(t *testing.T) {
 		t.Errorf("B's lease after A's end: owner %q (%v)", owner, err)
 	}
 	close(gates["B"].out)
-	if repB := <-bDone; repB.Outcome != core.Ran || repB.Err != nil {
+	if repB := <-bDone; repB.Outcome != watukuytype.Ran || repB.Err != nil {
 		t.Errorf("B's cycle: %+v", repB)
 	}
 	mu.Lock()
@@ -917,7 +918,7 @@ func TestG3FailoverNeverLosesADeliveredCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := Key{Poller: "orders"}
-	cycle := func() core.CycleReport {
+	cycle := func() watukuytype.CycleReport {
 		t.Helper()
 		if err := eng.Trigger(ctx, "orders", ""); err != nil {
 			t.Fatal(err)

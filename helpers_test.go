@@ -15,6 +15,7 @@ import (
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // newClock is the shared test clock every engine in a test uses in place of Redis TIME.
@@ -230,7 +231,7 @@ type raceStore struct {
 	afterBegin func(b core.BeginResult)
 }
 
-func (r *raceStore) Begin(ctx context.Context, key core.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
+func (r *raceStore) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
 	b, err := r.Store.Begin(ctx, key, owner, ttl, op)
 	if err == nil {
 		r.afterBegin(b)
@@ -283,7 +284,7 @@ func (w *windowWatch) check(t *testing.T, label string) {
 // operator's override, it leaves the key's Retry-After window in place.
 func makeDue(t *testing.T, eng *Engine, poller, partition string) {
 	t.Helper()
-	if err := eng.store.Trigger(t.Context(), core.Key{Poller: poller, Partition: partition}); err != nil {
+	if err := eng.store.Trigger(t.Context(), watukuytype.Key{Poller: poller, Partition: partition}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -336,7 +336,7 @@ func TestDeletesFromCompleteListingsOnly(t *testing.T) {
 		deleted := map[string][]string{}
 		for _, ev := range e.rec.events()[18:] {
 			if ev.Type == Deleted {
-				deleted[ev.Poller] = append(deleted[ev.Poller], ev.Identity+"/"+ev.Lane)
+				deleted[ev.Poller] = append(deleted[ev.Poller], ev.Identity+"/"+string(ev.Lane))
 			}
 		}
 		for _, p := range []string{"snap", "rec"} {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // The LeaseKeeper renews every TTL/3, so a cycle longer than its TTL keeps its lease and
@@ -17,7 +18,7 @@ func TestLeaseKeeperRenewsLongCycles(t *testing.T) {
 		e := newEnv(t, b)
 		putN(e, 3)
 		rs := &renewStore{renewed: make(chan struct{}, 1)}
-		e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+		e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 			for i := 0; i < 5; i++ { // 5 renewals of a 150ms lease: the fetch outlives the TTL
 				select {
 				case <-rs.renewed:
@@ -51,8 +52,8 @@ func TestLeaseKeeperCancelsOnLeaseLost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lease := eng.store.Key(core.Key{Poller: "orders"}, "lease")
-		e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+		lease := eng.store.Key(watukuytype.Key{Poller: "orders"}, "lease")
+		e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 			// Another instance takes over: the epoch moves on under this cycle.
 			if err := b.Client.HIncrBy(ctx, lease, "epoch", 1).Err(); err != nil {
 				return err
@@ -67,7 +68,7 @@ func TestLeaseKeeperCancelsOnLeaseLost(t *testing.T) {
 		if err != nil || len(rep.Errors) != 1 || !errors.As(rep.Errors[0], new(*LeaseLostError)) {
 			t.Fatalf("tick: %+v %v", rep, err)
 		}
-		if n := b.Client.XLen(t.Context(), eng.store.Key(core.Key{Poller: "orders"}, "outbox")).Val(); n != 0 || len(e.rec.events()) != 0 {
+		if n := b.Client.XLen(t.Context(), eng.store.Key(watukuytype.Key{Poller: "orders"}, "outbox")).Val(); n != 0 || len(e.rec.events()) != 0 {
 			t.Fatalf("a cycle that lost its lease wrote %d entries / delivered %d", n, len(e.rec.events()))
 		}
 	})

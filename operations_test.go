@@ -13,10 +13,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/diff"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // seqPosition places a fakeapi change-feed cursor (a sequence number) on a line.
@@ -34,7 +34,7 @@ func reached(cursor string, target float64) bool {
 func byLane(evs []Event) map[string][]Event {
 	m := map[string][]Event{}
 	for _, ev := range evs {
-		m[ev.Lane] = append(m[ev.Lane], ev)
+		m[string(ev.Lane)] = append(m[string(ev.Lane)], ev)
 	}
 	return m
 }
@@ -92,7 +92,7 @@ func TestBackfillTenThousand(t *testing.T) {
 		// backfill page.
 		e.api.Put("o9000", map[string]any{"total": 2})
 		before := len(e.rec.events())
-		if rep := eng.RunCycle(ctx, Key{Poller: "orders"}); rep.Err != nil || rep.Outcome != core.Ran {
+		if rep := eng.RunCycle(ctx, Key{Poller: "orders"}); rep.Err != nil || rep.Outcome != watukuytype.Ran {
 			t.Fatalf("cycle: %+v", rep)
 		}
 		next := e.rec.events()[before:]
@@ -213,7 +213,7 @@ func TestReplayLogIsTrimmed(t *testing.T) {
 		e := newEnv(t, b)
 		putN(e, 3)
 		eng := e.engine(e.poller(func(p *Poller) { p.LogRetention = time.Hour }), nil)
-		logKey := eng.store.Key(core.Key{Poller: "orders"}, "log")
+		logKey := eng.store.Key(watukuytype.Key{Poller: "orders"}, "log")
 		old := strconv.FormatInt(time.Now().Add(-2*time.Hour).UnixMilli(), 10) + "-0"
 		if err := b.Client.XAdd(ctx, &redis.XAddArgs{Stream: logKey, ID: old, Values: []string{"id", "ev_old", "ok", "x", "ev", "{}"}}).Err(); err != nil {
 			t.Fatal(err)
@@ -323,7 +323,7 @@ func TestSchemaDrift(t *testing.T) {
 		listing := func(p *Poller) { p.Strategy = SnapshotDiff; p.Fetch = e.api.Listing(100); p.Version = nil }
 		eng := e.engine(e.poller(listing), nil)
 		e.settle(eng)
-		key := core.Key{Poller: "orders"}
+		key := watukuytype.Key{Poller: "orders"}
 		rowSchema := func(id string) int {
 			raw, _ := b.Client.HGet(ctx, eng.store.Key(key, "items"), id).Bytes()
 			r, ok := diff.ParseRow(raw)
@@ -478,7 +478,7 @@ func TestPartitionsAtRunTime(t *testing.T) {
 		if _, err := ops.Inspect(ctx, "orders", "b"); !errors.As(err, &nf) {
 			t.Fatalf("inspect of a deleted partition: %v", err)
 		}
-		if rep := eng.RunCycle(ctx, kb); rep.Outcome == core.Ran || rep.Err != nil {
+		if rep := eng.RunCycle(ctx, kb); rep.Outcome == watukuytype.Ran || rep.Err != nil {
 			t.Fatalf("a stale task of a deleted partition: %+v", rep)
 		}
 		if n, _ := b.Client.Exists(ctx, eng.store.Key(kb, "items")).Result(); n != 0 {

@@ -15,10 +15,11 @@ import (
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // dueScore is the key's score in its poller's due set (ok false without an entry).
-func dueScore(t *testing.T, b redistest.Backend, eng *Engine, key core.Key) (time.Time, bool) {
+func dueScore(t *testing.T, b redistest.Backend, eng *Engine, key watukuytype.Key) (time.Time, bool) {
 	t.Helper()
 	v, err := b.Client.ZScore(t.Context(), eng.store.DueKey(key.Poller), key.String()).Result()
 	if err != nil {
@@ -28,7 +29,7 @@ func dueScore(t *testing.T, b redistest.Backend, eng *Engine, key core.Key) (tim
 }
 
 // redisZ is key's due-set member due at at.
-func redisZ(at time.Time, key core.Key) redis.Z {
+func redisZ(at time.Time, key watukuytype.Key) redis.Z {
 	return redis.Z{Score: float64(at.UnixMilli()), Member: key.String()}
 }
 
@@ -57,7 +58,7 @@ func TestClaimFollowsLeaseOfDeadCycle(t *testing.T) {
 		if at, _ := dueScore(t, b, bb, keys[0]); !at.Equal(e.clock.Now().Add(ttl + core.ClaimGrace)) {
 			t.Fatalf("claimed until %v, want now + TTL + grace (%v)", at, e.clock.Now().Add(ttl+core.ClaimGrace))
 		}
-		if rep := bb.core.RunCycle(t.Context(), keys[0]); rep.Outcome != core.Ran || rep.Events != 3 {
+		if rep := bb.core.RunCycle(t.Context(), keys[0]); rep.Outcome != watukuytype.Ran || rep.Events != 3 {
 			t.Fatalf("the next owner's cycle: %+v", rep)
 		}
 	})
@@ -72,7 +73,7 @@ type claimWatch struct {
 	renews chan struct{}
 }
 
-func (c *claimWatch) HoldClaim(ctx context.Context, key core.Key, d time.Time) error {
+func (c *claimWatch) HoldClaim(ctx context.Context, key watukuytype.Key, d time.Time) error {
 	err := c.Store.HoldClaim(ctx, key, d)
 	c.mu.Lock()
 	c.holds++
@@ -104,8 +105,8 @@ func TestLongCycleNeverClaimedTwice(t *testing.T) {
 		if err := a.Register(p); err != nil {
 			t.Fatal(err)
 		}
-		var stolen []core.Key
-		e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+		var stolen []watukuytype.Key
+		e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 			start := time.Now()
 			for time.Since(start) < 600*time.Millisecond { // three times the claim timeout
 				select {
@@ -143,7 +144,7 @@ func TestHoldClaim(t *testing.T) {
 		e := newEnv(t, b)
 		eng := e.engine(e.poller(), nil)
 		ctx := t.Context()
-		k := core.Key{Poller: "orders"}
+		k := watukuytype.Key{Poller: "orders"}
 		set := func(at time.Time) {
 			if err := b.Client.ZAdd(ctx, eng.store.DueKey("orders"), redisZ(at, k)).Err(); err != nil {
 				t.Fatal(err)
@@ -181,7 +182,7 @@ func TestHoldClaim(t *testing.T) {
 // was not given up), after signalling it.
 func hangingFetch(e *env, started chan<- struct{}) {
 	var once sync.Once
-	e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+	e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 		if req.Page == 0 {
 			return nil
 		}
@@ -222,7 +223,7 @@ func TestStopHandsKeyBackAtOnce(t *testing.T) {
 		if ki.LeaseOwner != "" || ki.LastError != nil || ki.Failures != 0 || ki.Status != "idle" {
 			t.Fatalf("after the stop: owner %q lastError %s failures %d status %s", ki.LeaseOwner, ki.LastError, ki.Failures, ki.Status)
 		}
-		if at, ok := dueScore(t, b, a, core.Key{Poller: "orders"}); !ok || at.After(e.clock.Now()) {
+		if at, ok := dueScore(t, b, a, watukuytype.Key{Poller: "orders"}); !ok || at.After(e.clock.Now()) {
 			t.Fatalf("due at %v (entry %v), want due at once (now %v)", at, ok, e.clock.Now())
 		}
 		e.api.OnFetch(nil)
@@ -280,7 +281,7 @@ func TestTickMaxDurationBoundsRunningCycles(t *testing.T) {
 		if ki.LeaseOwner != "" || ki.LastError != nil {
 			t.Fatalf("after the deadline: owner %q lastError %s", ki.LeaseOwner, ki.LastError)
 		}
-		if at, ok := dueScore(t, b, eng, core.Key{Poller: "orders"}); !ok || at.After(e.clock.Now()) {
+		if at, ok := dueScore(t, b, eng, watukuytype.Key{Poller: "orders"}); !ok || at.After(e.clock.Now()) {
 			t.Fatalf("due at %v, want at once", at)
 		}
 	})
@@ -295,7 +296,7 @@ func TestTriggerClearsRetryAfterWindow(t *testing.T) {
 		putN(e, 3)
 		var logs bytes.Buffer
 		throttle := true
-		e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+		e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 			if throttle {
 				throttle = false
 				return &HTTPError{Key: req.Key, StatusCode: 429, RetryAfter: 24 * time.Hour}
@@ -327,10 +328,10 @@ func TestTriggerClearsRetryAfterWindow(t *testing.T) {
 				})
 			}
 		}))
-		if err := b.Client.ZAdd(t.Context(), eng.store.DueKey("orders"), redisZ(e.clock.Now(), core.Key{Poller: "orders"})).Err(); err != nil {
+		if err := b.Client.ZAdd(t.Context(), eng.store.DueKey("orders"), redisZ(e.clock.Now(), watukuytype.Key{Poller: "orders"})).Err(); err != nil {
 			t.Fatal(err)
 		}
-		b.Client.HSet(t.Context(), eng.store.Key(core.Key{Poller: "orders"}, "state"), core.FieldNextDue, "0")
+		b.Client.HSet(t.Context(), eng.store.Key(watukuytype.Key{Poller: "orders"}, "state"), core.FieldNextDue, "0")
 		fetches := e.api.Fetches()
 		// The same tick claims the key again at once and polls it.
 		if rep := e.tick(race); rep.Ran != 2 || rep.Events != 3 || e.api.Fetches() == fetches {
@@ -355,7 +356,7 @@ func TestStopBeforeAnyAnswerKeepsTheSchedule(t *testing.T) {
 		putN(e, 3)
 		fail := true
 		started := make(chan struct{})
-		e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+		e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 			if fail {
 				return &HTTPError{Key: req.Key, StatusCode: 500}
 			}
@@ -383,7 +384,7 @@ func TestStopBeforeAnyAnswerKeepsTheSchedule(t *testing.T) {
 			t.Fatalf("after a stop with no answer: failures %d circuit %s lastError %s owner %q; want them as before",
 				ki.Failures, ki.Circuit, ki.LastError, ki.LeaseOwner)
 		}
-		if at, ok := dueScore(t, b, a, core.Key{Poller: "orders"}); !ok || at.After(e.clock.Now()) {
+		if at, ok := dueScore(t, b, a, watukuytype.Key{Poller: "orders"}); !ok || at.After(e.clock.Now()) {
 			t.Fatalf("due at %v, want at once", at)
 		}
 	})
@@ -399,7 +400,7 @@ type endRace struct {
 	once    sync.Once
 }
 
-func (r *endRace) HoldClaim(ctx context.Context, key core.Key, until time.Time) error {
+func (r *endRace) HoldClaim(ctx context.Context, key watukuytype.Key, until time.Time) error {
 	select {
 	case <-r.armed:
 		first := false
@@ -434,7 +435,7 @@ func TestKeeperStopsBeforeEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+		e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 			close(r.armed)
 			return nil
 		})
@@ -452,11 +453,11 @@ func TestKeeperStopsBeforeEnd(t *testing.T) {
 		if err := a.core.Setup(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		key := core.Key{Poller: "orders"}
+		key := watukuytype.Key{Poller: "orders"}
 		if keys, err := a.store.ClaimDue(t.Context(), 1, 0, nil); err != nil || len(keys) != 1 {
 			t.Fatalf("claim: %v %v", keys, err)
 		}
-		if rep := a.core.RunCycle(t.Context(), key); rep.Outcome != core.Ran || rep.Events != 3 || rep.Err != nil {
+		if rep := a.core.RunCycle(t.Context(), key); rep.Outcome != watukuytype.Ran || rep.Events != 3 || rep.Err != nil {
 			t.Fatalf("cycle: %+v", rep)
 		}
 		at, _ := dueScore(t, b, a, key)
@@ -476,7 +477,7 @@ func TestCancelledPastValidityIsLeaseLost(t *testing.T) {
 			e := newEnv(t, b)
 			putN(e, 3)
 			started := make(chan struct{})
-			e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error {
+			e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 				close(started)
 				<-ctx.Done()
 				return ctx.Err()
@@ -487,8 +488,8 @@ func TestCancelledPastValidityIsLeaseLost(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(t.Context())
-			done := make(chan core.CycleReport, 1)
-			go func() { done <- a.core.RunCycle(ctx, core.Key{Poller: name}) }()
+			done := make(chan watukuytype.CycleReport, 1)
+			go func() { done <- a.core.RunCycle(ctx, watukuytype.Key{Poller: name}) }()
 			select {
 			case <-started:
 			case rep := <-done:
@@ -499,7 +500,7 @@ func TestCancelledPastValidityIsLeaseLost(t *testing.T) {
 			}
 			cancel()
 			rep := <-done
-			if got := core.IsLeaseLost(rep.Err); got != past {
+			if got := watukuytype.IsLeaseLost(rep.Err); got != past {
 				t.Errorf("cancelled %s the lease's validity: %v (lease lost: %v, want %v)", map[bool]string{false: "within", true: "past"}[past], rep.Err, got, past)
 			}
 		}
@@ -518,7 +519,7 @@ func TestPausedKeyRecheckedLater(t *testing.T) {
 			}
 		}))
 		ctx := t.Context()
-		key := core.Key{Poller: "orders"}
+		key := watukuytype.Key{Poller: "orders"}
 		if err := a.core.Setup(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -532,7 +533,7 @@ func TestPausedKeyRecheckedLater(t *testing.T) {
 			}
 		}
 		claim()
-		if rep := a.core.RunCycle(ctx, key); rep.Outcome != core.SkippedPaused || rep.Err != nil {
+		if rep := a.core.RunCycle(ctx, key); rep.Outcome != watukuytype.SkippedPaused || rep.Err != nil {
 			t.Fatalf("paused cycle: %+v", rep)
 		}
 		if at, _ := dueScore(t, b, a, key); !at.Equal(e.clock.Now().Add(5 * time.Minute)) {
@@ -567,10 +568,10 @@ func TestLeasedSkipDueWhenTheLeaseLapses(t *testing.T) {
 		}
 		e.clock.Advance(20 * time.Second)
 		bb := e.engine(e.poller(), nil)
-		if rep := bb.core.RunCycle(t.Context(), core.Key{Poller: "orders"}); rep.Outcome != core.SkippedLeased {
+		if rep := bb.core.RunCycle(t.Context(), watukuytype.Key{Poller: "orders"}); rep.Outcome != watukuytype.SkippedLeased {
 			t.Fatalf("the stale task: %+v", rep)
 		}
-		if at, _ := dueScore(t, b, bb, core.Key{Poller: "orders"}); !at.Equal(ki.LeaseExpires.Add(core.ClaimGrace)) {
+		if at, _ := dueScore(t, b, bb, watukuytype.Key{Poller: "orders"}); !at.Equal(ki.LeaseExpires.Add(core.ClaimGrace)) {
 			t.Fatalf("due at %v, want the lease's end + the grace (%v)", at, ki.LeaseExpires.Add(core.ClaimGrace))
 		}
 	})

@@ -19,6 +19,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // commandCalls sums the calls of every command a real Redis ran (INFO commandstats counts the
@@ -160,7 +161,7 @@ func TestSchedulingDeletedKeyReAddedStaysDue(t *testing.T) {
 			}
 		}))
 		kb := Key{Poller: "orders", Partition: "b"}
-		if rep := stale.RunCycle(ctx, kb); rep.Outcome == core.Ran || rep.Err != nil || addErr != nil {
+		if rep := stale.RunCycle(ctx, kb); rep.Outcome == watukuytype.Ran || rep.Err != nil || addErr != nil {
 			t.Fatalf("the stale task: %+v, add: %v", rep, addErr)
 		}
 		start := len(e.rec.events())
@@ -207,7 +208,7 @@ func TestSchedulingTriggerNotOverwritten(t *testing.T) {
 						raceErr = errors.Join(raceErr, fmt.Errorf("the other instance's tick: %+v, %v", rep, err))
 					}
 				}
-				e.api.OnFetch(func(ctx context.Context, req core.FetchRequest) error { race(false); return nil })
+				e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error { race(false); return nil })
 				e.rec.setFail(func(ev Event) error { race(true); return nil })
 				e.api.Put("o01", map[string]any{"total": 100})
 				e.clock.Advance(3 * time.Minute)

@@ -16,10 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/metrics"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/internal/sink"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Issue 11, "Delivery pressure is visible" and "Stalls are visible": failed handler attempts,
@@ -265,7 +265,7 @@ func (s *scripted) stall(req FetchRequest) (Page, error) {
 func lastErrorCode(ki KeyInfo) string {
 	var le LastError
 	_ = json.Unmarshal(ki.LastError, &le)
-	return le.Code
+	return string(le.Code)
 }
 
 // Freshness and degraded keys. After one good cycle, a key goes through three more cycles a
@@ -308,7 +308,7 @@ func TestFreshnessAndDegraded(t *testing.T) {
 					if err := eng.Trigger(ctx, name, ""); err != nil {
 						t.Fatal(err)
 					}
-					if rep := eng.RunCycle(ctx, key); rep.Outcome != core.Ran {
+					if rep := eng.RunCycle(ctx, key); rep.Outcome != watukuytype.Ran {
 						t.Fatalf("cycle: %+v", rep)
 					}
 					ki, err := eng.Inspect(ctx, name, "")
@@ -336,7 +336,7 @@ func TestFreshnessAndDegraded(t *testing.T) {
 						t.Fatalf("cycle %d: key_freshness_seconds = %v, want %v", i+1, got, float64(want)/1000)
 					}
 				}
-				if ki.Status != tc.status || lastErrorCode(ki) != tc.code {
+				if string(ki.Status) != tc.status || lastErrorCode(ki) != tc.code {
 					t.Fatalf("status %s, lastError %s; want %s, %q", ki.Status, ki.LastError, tc.status, tc.code)
 				}
 				js, _ := json.Marshal(ki)

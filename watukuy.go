@@ -27,132 +27,142 @@ import (
 	"github.com/watukuy/watukuy/internal/cursor"
 	"github.com/watukuy/watukuy/internal/httpx"
 	"github.com/watukuy/watukuy/internal/redisstore"
-	"github.com/watukuy/watukuy/internal/schedule"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
-// Poller is one configured API source; see the field docs for defaults.
-type Poller = core.Poller
+// Poller is one configured API source; watukuytype.Poller documents its fields and defaults.
+type Poller = watukuytype.Poller
 
 // Delivery configures how a poller's events reach its handler.
-type Delivery = core.Delivery
+type Delivery = watukuytype.Delivery
 
 // Schedule is a poller's interval: min, max, jitter and Fixed (adaptive: false).
-type Schedule = schedule.Config
+type Schedule = watukuytype.Schedule
 
 // Backoff is exponential backoff with full jitter.
-type Backoff = schedule.Backoff
+type Backoff = watukuytype.Backoff
 
 // Page is one response of a poller's Fetch.
-type Page = core.Page
+type Page = watukuytype.Page
 
 // FetchRequest is what the engine passes to Fetch.
-type FetchRequest = core.FetchRequest
+type FetchRequest = watukuytype.FetchRequest
 
 // FetchFunc fetches one page for a cursor.
-type FetchFunc = core.FetchFunc
+type FetchFunc = watukuytype.FetchFunc
 
 // Event is the envelope handlers receive.
-type Event = core.Event
+type Event = watukuytype.Event
 
 // EventType is created, updated or deleted.
-type EventType = core.EventType
+type EventType = watukuytype.EventType
 
 // Handler receives events; an error or panic is a failed attempt.
-type Handler = core.Handler
+type Handler = watukuytype.Handler
 
 // Strategy is a poller's cursor strategy.
-type Strategy = core.Strategy
+type Strategy = watukuytype.Strategy
 
 // PoisonMode says what happens to an event whose handler keeps failing.
-type PoisonMode = core.PoisonMode
+type PoisonMode = watukuytype.PoisonMode
 
 // Hooks observe the engine; every field is optional and must not block.
-type Hooks = core.Hooks
+type Hooks = watukuytype.Hooks
 
 // CycleReport is what one cycle did.
-type CycleReport = core.CycleReport
+type CycleReport = watukuytype.CycleReport
 
 // Key names one partition of a poller.
-type Key = core.Key
+type Key = watukuytype.Key
 
 // TickReport sums what one Tick did.
-type TickReport = core.TickReport
+type TickReport = watukuytype.TickReport
 
 // KeyInfo is Inspect's report for one key.
-type KeyInfo = core.KeyInfo
+type KeyInfo = watukuytype.KeyInfo
 
 // LastError is the JSON of KeyInfo.LastError: code, phase, message, at.
-type LastError = core.LastError
+type LastError = watukuytype.LastError
 
 // PollSummary is the JSON of KeyInfo.LastPoll: what a key's last cycle did.
-type PollSummary = core.PollSummary
+type PollSummary = watukuytype.PollSummary
 
 // ParkedInfo is one parked row.
-type ParkedInfo = core.ParkedInfo
+type ParkedInfo = watukuytype.ParkedInfo
 
 // ConfigError is an invalid definition or setting; it names the poller and field.
-type ConfigError = core.ConfigError
+type ConfigError = watukuytype.ConfigError
 
 // LeaseLostError is a fenced write rejected because another instance holds the key.
-type LeaseLostError = core.LeaseLostError
+type LeaseLostError = watukuytype.LeaseLostError
 
 // HTTPError is a non-success answer of a third-party API.
-type HTTPError = core.HTTPError
+type HTTPError = watukuytype.HTTPError
 
 // NotFoundError names a poller or partition that neither the engine nor the registry knows.
-type NotFoundError = core.NotFoundError
+type NotFoundError = watukuytype.NotFoundError
 
 // ReplayUnavailableError is a replay of a poller without log.retention.
-type ReplayUnavailableError = core.ReplayUnavailableError
+type ReplayUnavailableError = watukuytype.ReplayUnavailableError
 
 // LayoutError is a Redis data layout this build cannot run on (newer, or older until
 // Migrate).
-type LayoutError = core.LayoutError
+type LayoutError = watukuytype.LayoutError
 
 // BackfillRequest asks for a backfill: from, to (nil: the live cursor now) and force.
-type BackfillRequest = core.BackfillRequest
+type BackfillRequest = watukuytype.BackfillRequest
 
 // BackfillProgress is a backfill's range, cursor, counters and whether it is done.
-type BackfillProgress = core.BackfillProgress
+type BackfillProgress = watukuytype.BackfillProgress
 
 // ProbeResult is what Probe saw on a poller's first page.
-type ProbeResult = core.ProbeResult
+type ProbeResult = watukuytype.ProbeResult
 
 // ProbeItem is one probed item: identity, version, fingerprint, or why it is invalid.
-type ProbeItem = core.ProbeItem
+type ProbeItem = watukuytype.ProbeItem
 
 // Layout is the Redis data layout: recorded version, this build's, and whether it is empty.
-type Layout = core.Layout
+type Layout = watukuytype.Layout
 
 // Migration is what Migrate did.
-type Migration = core.Migration
+type Migration = watukuytype.Migration
+
+// Lane, Status, CircuitState, ErrorCode and HandlerResult are the typed values KeyInfo,
+// Event, LastError and Hooks carry; their constants are in watukuytype.
+type (
+	Lane          = watukuytype.Lane
+	Status        = watukuytype.Status
+	CircuitState  = watukuytype.CircuitState
+	ErrorCode     = watukuytype.ErrorCode
+	HandlerResult = watukuytype.HandlerResult
+)
 
 // Cursor strategies, poison modes and event types.
 const (
-	Custom       = core.Custom
-	SnapshotDiff = core.SnapshotDiff
-	PoisonPark   = core.PoisonPark
-	PoisonHalt   = core.PoisonHalt
-	Created      = core.Created
-	Updated      = core.Updated
-	Deleted      = core.Deleted
+	Custom       = watukuytype.Custom
+	SnapshotDiff = watukuytype.SnapshotDiff
+	PoisonPark   = watukuytype.PoisonPark
+	PoisonHalt   = watukuytype.PoisonHalt
+	Created      = watukuytype.Created
+	Updated      = watukuytype.Updated
+	Deleted      = watukuytype.Deleted
 )
 
 // Field returns an Identity or Version function reading a gjson path of the item.
-func Field(path string) func(item json.RawMessage) (string, error) { return core.Field(path) }
+func Field(path string) func(item json.RawMessage) (string, error) { return watukuytype.Field(path) }
 
 // Flag returns a Tombstone function: true when the gjson path of the item is true.
-func Flag(path string) func(item json.RawMessage) bool { return core.Flag(path) }
+func Flag(path string) func(item json.RawMessage) bool { return watukuytype.Flag(path) }
 
 // Reconcile is a periodic full listing that detects deletes (G6).
-type Reconcile = core.Reconcile
+type Reconcile = watukuytype.Reconcile
 
 // RateLimit is a rate-limit window an API reported.
-type RateLimit = core.RateLimit
+type RateLimit = watukuytype.RateLimit
 
 // CursorStallError is a timestamp cursor that cannot advance (a full page of one time and
 // no tie-breaker).
-type CursorStallError = core.CursorStallError
+type CursorStallError = watukuytype.CursorStallError
 
 // HTTPClient sends a poller's requests: timeout, size limit, gzip, ETag, rate-limit and
 // Retry-After parsing, redacted logs.
@@ -175,7 +185,7 @@ type PageCursor = cursor.Page
 type DetailRequest = cursor.Detail
 
 // DetailFunc fetches one item by identity; found is false when the API says it is gone.
-type DetailFunc = core.DetailFunc
+type DetailFunc = watukuytype.DetailFunc
 
 // ParseTime reads an API date: "rfc3339", "epoch_s", "epoch_ms", "epoch" or a Go layout.
 func ParseTime(v string, formats []string) (time.Time, error) { return cursor.Parse(v, formats) }
@@ -276,17 +286,17 @@ func (e *Engine) RunCycle(ctx context.Context, key Key) CycleReport { return e.c
 
 // Trigger makes a key due now; an open circuit gets its probe.
 func (e *Engine) Trigger(ctx context.Context, poller, partition string) error {
-	return e.core.Trigger(ctx, core.Key{Poller: poller, Partition: partition})
+	return e.core.Trigger(ctx, watukuytype.Key{Poller: poller, Partition: partition})
 }
 
 // Pause stops a key's requests and deliveries until Resume.
 func (e *Engine) Pause(ctx context.Context, poller, partition string) error {
-	return e.core.Pause(ctx, core.Key{Poller: poller, Partition: partition})
+	return e.core.Pause(ctx, watukuytype.Key{Poller: poller, Partition: partition})
 }
 
 // Resume lifts a pause; the key is due at once.
 func (e *Engine) Resume(ctx context.Context, poller, partition string) error {
-	return e.core.Resume(ctx, core.Key{Poller: poller, Partition: partition})
+	return e.core.Resume(ctx, watukuytype.Key{Poller: poller, Partition: partition})
 }
 
 // RepairDue gives every registered key that is not deleted and lacks a due entry (it would
@@ -296,7 +306,7 @@ func (e *Engine) RepairDue(ctx context.Context) ([]Key, error) { return e.core.R
 
 // Inspect reports a key's status, cursor, lease, schedule and counters.
 func (e *Engine) Inspect(ctx context.Context, poller, partition string) (KeyInfo, error) {
-	return e.core.Inspect(ctx, core.Key{Poller: poller, Partition: partition})
+	return e.core.Inspect(ctx, watukuytype.Key{Poller: poller, Partition: partition})
 }
 
 // Stop refuses new cycles and waits for running ones. With drain each stops at its next step
@@ -314,17 +324,17 @@ type Parked struct{ e *core.Engine }
 
 // List returns a key's parked rows, oldest first; kind is "poison", "invalid" or "" for all.
 func (p Parked) List(ctx context.Context, poller, partition, kind string) ([]ParkedInfo, error) {
-	return p.e.ListParked(ctx, core.Key{Poller: poller, Partition: partition}, kind)
+	return p.e.ListParked(ctx, watukuytype.Key{Poller: poller, Partition: partition}, kind)
 }
 
 // Retry returns parked rows to work, keeping the original order of held events.
 func (p Parked) Retry(ctx context.Context, poller, partition string, ids ...string) (int, error) {
-	return p.e.RetryParked(ctx, core.Key{Poller: poller, Partition: partition}, ids)
+	return p.e.RetryParked(ctx, watukuytype.Key{Poller: poller, Partition: partition}, ids)
 }
 
 // Discard drops parked rows; events their ordering keys held go back to delivery.
 func (p Parked) Discard(ctx context.Context, poller, partition string, ids ...string) (int, error) {
-	return p.e.DiscardParked(ctx, core.Key{Poller: poller, Partition: partition}, ids)
+	return p.e.DiscardParked(ctx, watukuytype.Key{Poller: poller, Partition: partition}, ids)
 }
 
 // InspectAll reports every known key of poller ("" for all pollers), from the registered
@@ -341,20 +351,20 @@ func (e *Engine) Keys(ctx context.Context, poller string) ([]Key, error) {
 // Backfill runs the live lane's logic again from an older cursor, in a lane of its own with
 // lower priority than live; see BackfillRequest. snapshotDiff pollers refuse (*ConfigError).
 func (e *Engine) Backfill(ctx context.Context, poller, partition string, req BackfillRequest) (BackfillProgress, error) {
-	return e.core.Backfill(ctx, core.Key{Poller: poller, Partition: partition}, req)
+	return e.core.Backfill(ctx, watukuytype.Key{Poller: poller, Partition: partition}, req)
 }
 
 // Replay copies logged events committed in [from, to] (to zero: up to now) back into the
 // outbox with their original ids and lane "replay"; it returns how many. Without
 // log.retention it fails with *ReplayUnavailableError.
 func (e *Engine) Replay(ctx context.Context, poller, partition string, from, to time.Time) (int, error) {
-	return e.core.Replay(ctx, core.Key{Poller: poller, Partition: partition}, from, to)
+	return e.core.Replay(ctx, watukuytype.Key{Poller: poller, Partition: partition}, from, to)
 }
 
 // ResetCursor rewinds the live lane to cursor ("" for the beginning); clearSnapshot makes
 // every item count as new again (re-emitted as created, with new ids).
 func (e *Engine) ResetCursor(ctx context.Context, poller, partition, cursor string, clearSnapshot bool) error {
-	return e.core.ResetCursor(ctx, core.Key{Poller: poller, Partition: partition}, cursor, clearSnapshot)
+	return e.core.ResetCursor(ctx, watukuytype.Key{Poller: poller, Partition: partition}, cursor, clearSnapshot)
 }
 
 // Partitions adds, removes and deletes partitions at run time.
@@ -373,17 +383,17 @@ func (p Partitions) List(ctx context.Context, poller string) ([]KeyInfo, error) 
 
 // Add registers a new partition; workers running the poller pick it up at once.
 func (p Partitions) Add(ctx context.Context, poller, partition string) error {
-	return p.e.AddPartition(ctx, core.Key{Poller: poller, Partition: partition})
+	return p.e.AddPartition(ctx, watukuytype.Key{Poller: poller, Partition: partition})
 }
 
 // Remove pauses a partition and keeps its state; Resume brings it back from its last cursor.
 func (p Partitions) Remove(ctx context.Context, poller, partition string) error {
-	return p.e.RemovePartition(ctx, core.Key{Poller: poller, Partition: partition})
+	return p.e.RemovePartition(ctx, watukuytype.Key{Poller: poller, Partition: partition})
 }
 
 // Delete removes a partition with its state and snapshot.
 func (p Partitions) Delete(ctx context.Context, poller, partition string) error {
-	return p.e.DeletePartition(ctx, core.Key{Poller: poller, Partition: partition})
+	return p.e.DeletePartition(ctx, watukuytype.Key{Poller: poller, Partition: partition})
 }
 
 // Layout reads the Redis data layout.
@@ -396,7 +406,7 @@ func (e *Engine) Migrate(ctx context.Context) (Migration, error) { return e.core
 // *LeaseLostError when the cycle may have lost its lease to another instance (this process was
 // paused past its lease). The engine checks before every request and delivery; call it right
 // before a side effect that cannot be taken back to narrow the window further.
-func CheckLease(ctx context.Context) error { return core.CheckLease(ctx) }
+func CheckLease(ctx context.Context) error { return watukuytype.CheckLease(ctx) }
 
 // Probe fetches the first page of p for partition and reports what the engine would see:
 // identities, versions, fingerprints, invalid items and the next cursor. It writes nothing.

@@ -217,7 +217,7 @@ func statuses(ctx context.Context, eng *watukuy.Engine, keys []watukuy.Key) ([]k
 		if err != nil {
 			return out, err
 		}
-		out = append(out, keyStatus{Poller: k.Poller, Partition: k.Partition, Status: ki.Status})
+		out = append(out, keyStatus{Poller: k.Poller, Partition: k.Partition, Status: string(ki.Status)})
 	}
 	return out, nil
 }
@@ -326,8 +326,8 @@ func printKeyTable(w io.Writer, kis []watukuy.KeyInfo, now time.Time) error {
 			next = relative(*ki.NextDueAt, now)
 		}
 		le, _ := lastError(ki)
-		t.row(ki.Poller, ki.Partition, ki.Status, clip(ki.Cursor, 32), itoa(ki.Items), itoa(ki.OutboxPending), itoa(ki.Parked),
-			roundDur(time.Duration(ki.LagMs)*time.Millisecond).String(), freshness(ki), next, le.Code)
+		t.row(ki.Poller, ki.Partition, string(ki.Status), clip(ki.Cursor, 32), itoa(ki.Items), itoa(ki.OutboxPending), itoa(ki.Parked),
+			roundDur(time.Duration(ki.LagMs)*time.Millisecond).String(), freshness(ki), next, string(le.Code))
 	}
 	return t.flush()
 }
@@ -337,7 +337,7 @@ func printKeyDetail(w io.Writer, ki watukuy.KeyInfo, now time.Time) error {
 	t := newTable(w)
 	t.row("poller", ki.Poller)
 	t.row("partition", ki.Partition)
-	t.row("status", ki.Status)
+	t.row("status", string(ki.Status))
 	t.row("paused", yesNo(ki.Paused))
 	t.row("source", ki.Source)
 	lanes := make([]string, 0, len(ki.Cursors))
@@ -353,7 +353,7 @@ func printKeyDetail(w io.Writer, ki watukuy.KeyInfo, now time.Time) error {
 	t.row("lease.expiresAt", when(ki.LeaseExpires, now))
 	t.row("nextDueAt", when(ki.NextDueAt, now))
 	t.row("interval", ki.Interval.String())
-	t.row("circuit", ki.Circuit)
+	t.row("circuit", string(ki.Circuit))
 	t.row("consecutiveFailures", itoa(ki.Failures))
 	t.row("throttledUntil", when(ki.ThrottledUntil, now))
 	t.row("rateLimit", string(ki.RateLimit))
@@ -500,7 +500,7 @@ JSON line per change). Ctrl-C stops the waiting, not the backfill.`,
 				}
 				kb := keyBackfill{Event: "started", Poller: k.Poller, Partition: k.Partition, Backfill: &bp}
 				if ki, err := eng.Inspect(ctx, k.Poller, k.Partition); err == nil && ki.Paused {
-					kb.Note = "the key is " + ki.Status + ": its backfill runs after `watukuy resume`"
+					kb.Note = "the key is " + string(ki.Status) + ": its backfill runs after `watukuy resume`"
 				}
 				started = append(started, kb)
 			}
@@ -894,7 +894,7 @@ dedupes by id takes them); an item the API no longer lists is still deleted.`,
 				if err != nil {
 					return err
 				}
-				rows = append(rows, keyReset{k.Poller, k.Partition, ki.Cursor, clearSnapshot, ki.Status})
+				rows = append(rows, keyReset{k.Poller, k.Partition, ki.Cursor, clearSnapshot, string(ki.Status)})
 			}
 			if o.asJSON {
 				return writeJSON(o.out, rows)
@@ -1172,7 +1172,7 @@ func partitionsLsCmd() *cobra.Command {
 			}
 			t := newTable(o.out, "PARTITION", "SOURCE", "STATUS", "CURSOR", "ITEMS", "OUTBOX", "PARKED")
 			for _, ki := range kis {
-				t.row(ki.Partition, ki.Source, ki.Status, clip(ki.Cursor, 40), itoa(ki.Items), itoa(ki.OutboxPending), itoa(ki.Parked))
+				t.row(ki.Partition, ki.Source, string(ki.Status), clip(ki.Cursor, 40), itoa(ki.Items), itoa(ki.OutboxPending), itoa(ki.Parked))
 			}
 			return t.flush()
 		},
@@ -1188,7 +1188,7 @@ func partitionOp(o *op, s opSpec, fn func(ctx context.Context, eng *watukuy.Engi
 		}
 		status := "deleted"
 		if ki, err := eng.Inspect(ctx, o.poller, o.partition); err == nil {
-			status = ki.Status
+			status = string(ki.Status)
 		} else if !isNotFound(err) { // a deleted partition has left the registry
 			return err
 		}

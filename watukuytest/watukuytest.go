@@ -14,7 +14,7 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/chaos"
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Clock is the embedded Redis server's clock (TIME), which leases, due times and throttle
@@ -112,9 +112,9 @@ func RunChaos(tb testing.TB, pollers []watukuy.Poller, o ChaosOptions) Report {
 	m := miniredis.RunT(tb)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer rdb.Close()
-	var truth func() map[core.Key]chaos.Truth
+	var truth func() map[watukuytype.Key]chaos.Truth
 	if o.Truth != nil {
-		truth = func() map[core.Key]chaos.Truth { return o.Truth() }
+		truth = func() map[watukuytype.Key]chaos.Truth { return o.Truth() }
 	}
 	res, err := chaos.Run(context.Background(), chaos.Options{Seed: o.Seed, Steps: o.Steps, Redis: rdb,
 		Pollers: pollers, Between: o.Between, Truth: truth})

@@ -21,11 +21,11 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/config"
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/health"
 	"github.com/watukuy/watukuy/internal/metrics"
 	"github.com/watukuy/watukuy/internal/queue"
 	"github.com/watukuy/watukuy/internal/redisstore"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Settings are the flags every process shares (each also WATUKUY_<FLAG>).
@@ -119,7 +119,7 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 	env.Metrics = metrics.New(env.Registry)
 	env.reload.init(s, env.Registry)
 	eng, err := watukuy.New(watukuy.Options{Redis: rdb, Prefix: s.Prefix, InstanceID: s.InstanceID, Logger: env.Log, ClaimTimeout: s.ClaimTimeout, WaitReplicas: s.WaitReplicas,
-		Hooks: env.Metrics.Hooks(core.Hooks{})})
+		Hooks: env.Metrics.Hooks(watukuytype.Hooks{})})
 	if err != nil {
 		return err
 	}
@@ -182,8 +182,8 @@ func (env *Env) Register(ps ...watukuy.Poller) error {
 }
 
 // keyInfos inspects every key of the process's pollers, partitions added at run time too.
-func (env *Env) keyInfos(ctx context.Context) ([]core.KeyInfo, error) {
-	var out []core.KeyInfo
+func (env *Env) keyInfos(ctx context.Context) ([]watukuytype.KeyInfo, error) {
+	var out []watukuytype.KeyInfo
 	for _, name := range env.PollerNames() {
 		kis, err := env.Engine.InspectAll(ctx, name)
 		out = append(out, kis...)

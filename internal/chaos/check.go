@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/diff"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Truth is the fake API's ground truth for one key.
@@ -30,7 +30,7 @@ type Truth struct {
 	Content map[string]string
 	// OrderingKey, when set, is the ordering key of the key's events where no commit told it
 	// (processes observed from outside); G4 then checks order per ordering key, not identity.
-	OrderingKey func(ev core.Event) string
+	OrderingKey func(ev watukuytype.Event) string
 }
 
 // TruthOf reads an API's ground truth.
@@ -66,7 +66,7 @@ func (t Truth) want(id string) (string, bool) {
 
 // Violation is one broken guarantee, with what shows it.
 type Violation struct {
-	Key    core.Key
+	Key    watukuytype.Key
 	Detail string
 }
 
@@ -126,11 +126,11 @@ func (r Report) Lines() []string {
 
 // Check compares what the recorder saw with the ground truth of every key; a nil truth leaves
 // G3 and G6 unmeasured.
-func Check(truth map[core.Key]Truth, rec *Recorder) Report {
+func Check(truth map[watukuytype.Key]Truth, rec *Recorder) Report {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	r := Report{Violations: map[string][]Violation{}, NotMeasured: map[string]bool{}, Deliveries: len(rec.deliveries), Commits: len(rec.commits)}
-	add := func(g string, k core.Key, format string, a ...any) {
+	add := func(g string, k watukuytype.Key, format string, a ...any) {
 		r.Violations[g] = append(r.Violations[g], Violation{Key: k, Detail: fmt.Sprintf(format, a...)})
 	}
 	need := func(g string, kinds ...string) bool {
@@ -142,7 +142,9 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		}
 		return true
 	}
-	keyOf := func(ev core.Event) core.Key { return core.Key{Poller: ev.Poller, Partition: ev.Partition} }
+	keyOf := func(ev watukuytype.Event) watukuytype.Key {
+		return watukuytype.Key{Poller: ev.Poller, Partition: ev.Partition}
+	}
 
 	delivered := map[string]int64{} // event id -> logical time of its first delivery
 	for _, d := range rec.deliveries {
@@ -158,7 +160,7 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 	// The order that counts is the acks' (G4: "acked in commit order"): a frozen instance may
 	// finish a handler call after it lost its lease, but its ack is fenced off. Without acks
 	// (processes observed from outside) the handler's order stands in for them.
-	byID := map[string]core.Event{}
+	byID := map[string]watukuytype.Event{}
 	for _, c := range rec.commits {
 		for _, ev := range c.Events {
 			byID[ev.ID] = ev
@@ -183,7 +185,7 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 
 	// Identities with an event an operator discarded end where the operator left them: their
 	// final state is not the API's by decision.
-	dropped := map[core.Key]map[string]bool{}
+	dropped := map[watukuytype.Key]map[string]bool{}
 	for _, c := range rec.commits {
 		for _, ev := range c.Events {
 			if rec.discarded[ev.ID] {
@@ -228,7 +230,7 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		}
 		for what, ids := range idsOf {
 			if len(ids) > 1 {
-				add("G2", core.Key{}, "%s delivered with %d ids", what, len(ids))
+				add("G2", watukuytype.Key{}, "%s delivered with %d ids", what, len(ids))
 			}
 		}
 		// An id names one change: a consumer that applies the acked events in order and drops
@@ -318,7 +320,7 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 			grant *Grant
 			write *Write
 		}
-		byKey := map[core.Key][]item{}
+		byKey := map[watukuytype.Key][]item{}
 		for i := range rec.grants {
 			g := &rec.grants[i]
 			byKey[g.Key] = append(byKey[g.Key], item{n: g.N, grant: g})
@@ -385,7 +387,7 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 	// G6: every delete matches a deletion in the API of that version or a later one (the
 	// item may have changed again before it was deleted).
 	if truth != nil && need("G6", "deliveries") {
-		lastDeleted := map[core.Key]map[string][]int{}
+		lastDeleted := map[watukuytype.Key]map[string][]int{}
 		for k, t := range truth {
 			lastDeleted[k] = map[string][]int{}
 			for _, c := range t.Changes {
@@ -396,7 +398,7 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		}
 		for _, d := range rec.deliveries {
 			ev := d.Event
-			if ev.Type != core.Deleted {
+			if ev.Type != watukuytype.Deleted {
 				continue
 			}
 			if d.Early {
@@ -445,7 +447,7 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 		}
 		for what, n := range count {
 			if n > 1 {
-				add("G7", core.Key{}, "%s emitted %d times", what, n)
+				add("G7", watukuytype.Key{}, "%s emitted %d times", what, n)
 			}
 		}
 	}
@@ -453,11 +455,11 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 	// G8: no request inside a Retry-After window. Per key, a sweep in time keeps the latest
 	// end of the windows opened so far.
 	if need("G8", "fetches", "throttles") {
-		windows := map[core.Key][]Throttle{}
+		windows := map[watukuytype.Key][]Throttle{}
 		for _, t := range rec.throttles {
 			windows[t.Key] = append(windows[t.Key], t)
 		}
-		fetches := map[core.Key][]Fetch{}
+		fetches := map[watukuytype.Key][]Fetch{}
 		for _, f := range rec.fetches {
 			fetches[f.Key] = append(fetches[f.Key], f)
 		}
@@ -548,7 +550,7 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 			done  int64 // a commit's event: when it was first delivered
 			id    string
 		}
-		byKey := map[core.Key][]item{}
+		byKey := map[watukuytype.Key][]item{}
 		for _, c := range rec.commits {
 			for i, ev := range c.Events {
 				if held[okOf(c, i)] {
@@ -615,8 +617,8 @@ func Check(truth map[core.Key]Truth, rec *Recorder) Report {
 
 // seen is an event acked (or delivered) for a key.
 type seen struct {
-	key core.Key
-	ev  core.Event
+	key watukuytype.Key
+	ev  watukuytype.Event
 }
 
 // seqLess orders outbox sequences "ms-n".
@@ -647,7 +649,7 @@ func canonical(item []byte) []byte {
 
 // versionOf is an event's version, or, for a poller without one (fingerprint ids), the
 // fake API's version inside the item.
-func versionOf(ev core.Event) string {
+func versionOf(ev watukuytype.Event) string {
 	if ev.Version != "" || len(ev.Item) == 0 {
 		return ev.Version
 	}
@@ -661,8 +663,8 @@ func versionOf(ev core.Event) string {
 // finalStates applies the events in order, per key, to a state of identity → version (or
 // content, for keys whose truth compares content); with dedupe, an id seen before is dropped,
 // as a consumer that dedupes by id does.
-func finalStates(order []seen, dedupe bool, truth map[core.Key]Truth) map[core.Key]map[string]string {
-	out := map[core.Key]map[string]string{}
+func finalStates(order []seen, dedupe bool, truth map[watukuytype.Key]Truth) map[watukuytype.Key]map[string]string {
+	out := map[watukuytype.Key]map[string]string{}
 	seenID := map[string]bool{}
 	for _, o := range order {
 		if dedupe && seenID[o.ev.ID] {
@@ -673,7 +675,7 @@ func finalStates(order []seen, dedupe bool, truth map[core.Key]Truth) map[core.K
 			out[o.key] = map[string]string{}
 		}
 		switch project := truth[o.key].Project; {
-		case o.ev.Type == core.Deleted:
+		case o.ev.Type == watukuytype.Deleted:
 			delete(out[o.key], o.ev.Identity)
 		case project != nil:
 			out[o.key][o.ev.Identity] = project(o.ev.Item)

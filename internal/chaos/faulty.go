@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // KillPoint names the exact call at which a FaultyStore "crashes" its engine.
@@ -45,12 +46,12 @@ type FaultyStore struct {
 	// BeforeBegin and AfterBegin, when set, run around every Begin that reaches Redis: the
 	// scenario makes a grant's reply late, or loses the grant (a failover) and freezes the
 	// instance.
-	BeforeBegin func(key core.Key)
-	AfterBegin  func(key core.Key, b core.BeginResult, err error)
+	BeforeBegin func(key watukuytype.Key)
+	AfterBegin  func(key watukuytype.Key, b core.BeginResult, err error)
 
 	mu       sync.Mutex
 	armed    KillPoint
-	armedKey *core.Key
+	armedKey *watukuytype.Key
 	fired    KillPoint
 }
 
@@ -62,7 +63,7 @@ func (f *FaultyStore) Arm(p KillPoint) {
 }
 
 // ArmFor makes the next call at p for key kill the store.
-func (f *FaultyStore) ArmFor(p KillPoint, key core.Key) {
+func (f *FaultyStore) ArmFor(p KillPoint, key watukuytype.Key) {
 	f.mu.Lock()
 	f.armed, f.armedKey = p, &key
 	f.mu.Unlock()
@@ -76,7 +77,7 @@ func (f *FaultyStore) Killed() KillPoint {
 }
 
 // at reports whether the store is dead, or dies now at point p of a call for key.
-func (f *FaultyStore) at(p KillPoint, key core.Key) bool {
+func (f *FaultyStore) at(p KillPoint, key watukuytype.Key) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fired != "" {
@@ -89,7 +90,7 @@ func (f *FaultyStore) at(p KillPoint, key core.Key) bool {
 	return false
 }
 
-func (f *FaultyStore) dead() bool { return f.at("", core.Key{}) }
+func (f *FaultyStore) dead() bool { return f.at("", watukuytype.Key{}) }
 
 func (f *FaultyStore) now() time.Time {
 	if f.Clock != nil {
@@ -119,7 +120,7 @@ func (f *FaultyStore) write(op string, l core.Lease, before, after KillPoint, ca
 }
 
 // Begin implements core.Store.
-func (f *FaultyStore) Begin(ctx context.Context, key core.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
+func (f *FaultyStore) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
 	if f.at(K1BeforeAcquire, key) {
 		return core.BeginResult{}, ErrKilled
 	}
@@ -152,7 +153,7 @@ func (f *FaultyStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commi
 		if len(c.Events) == 0 {
 			return res.LeaseExpires, nil
 		}
-		evs := make([]core.Event, len(c.Events))
+		evs := make([]watukuytype.Event, len(c.Events))
 		oks := make([]string, len(c.Events))
 		for i, e := range c.Events {
 			_ = json.Unmarshal(e.Envelope, &evs[i])
@@ -246,7 +247,7 @@ func (f *FaultyStore) ReleaseParked(ctx context.Context, l core.Lease, retry boo
 // The unfenced calls of a dead process never reach Redis either.
 
 // ClaimDue implements core.Store.
-func (f *FaultyStore) ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]core.Key, error) {
+func (f *FaultyStore) ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]watukuytype.Key, error) {
 	if f.dead() {
 		return nil, ErrKilled
 	}
@@ -254,7 +255,7 @@ func (f *FaultyStore) ClaimDue(ctx context.Context, limit int, claimTimeout time
 }
 
 // LoadRows implements core.Store.
-func (f *FaultyStore) LoadRows(ctx context.Context, key core.Key, ids []string, want core.LoadWant) (core.StoredRows, error) {
+func (f *FaultyStore) LoadRows(ctx context.Context, key watukuytype.Key, ids []string, want core.LoadWant) (core.StoredRows, error) {
 	if f.dead() {
 		return core.StoredRows{}, ErrKilled
 	}
@@ -262,7 +263,7 @@ func (f *FaultyStore) LoadRows(ctx context.Context, key core.Key, ids []string, 
 }
 
 // SetDue implements core.Store.
-func (f *FaultyStore) SetDue(ctx context.Context, key core.Key, at time.Time) error {
+func (f *FaultyStore) SetDue(ctx context.Context, key watukuytype.Key, at time.Time) error {
 	if f.dead() {
 		return ErrKilled
 	}

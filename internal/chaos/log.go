@@ -9,13 +9,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Delivery is one successful handler call.
 type Delivery struct {
 	Instance string
-	Event    core.Event
+	Event    watukuytype.Event
 	// Start is when the call began (before any freeze inside it), At when it returned.
 	Start time.Time
 	At    time.Time
@@ -32,9 +32,9 @@ type Delivery struct {
 // Commit is one accepted CommitPoll: the events it wrote, with their sequence.
 type Commit struct {
 	Instance string
-	Key      core.Key
+	Key      watukuytype.Key
 	Epoch    int64
-	Events   []core.Event
+	Events   []watukuytype.Event
 	// OrderingKeys holds each event's ordering key.
 	OrderingKeys []string
 	Start        time.Time
@@ -45,7 +45,7 @@ type Commit struct {
 // Fetch is one request a lane sent for a key.
 type Fetch struct {
 	Instance string
-	Key      core.Key
+	Key      watukuytype.Key
 	At       time.Time
 	N        int64
 }
@@ -55,7 +55,7 @@ type Fetch struct {
 // runs record what the API answered.
 type Throttle struct {
 	Instance string
-	Key      core.Key
+	Key      watukuytype.Key
 	From, To time.Time
 	N        int64
 }
@@ -63,7 +63,7 @@ type Throttle struct {
 // Grant is a lease acquisition.
 type Grant struct {
 	Instance string
-	Key      core.Key
+	Key      watukuytype.Key
 	Epoch    int64
 	Token    string
 	At       time.Time
@@ -77,7 +77,7 @@ type Grant struct {
 type Write struct {
 	Instance string
 	Op       string
-	Key      core.Key
+	Key      watukuytype.Key
 	Epoch    int64
 	Token    string
 	Start    time.Time
@@ -91,7 +91,7 @@ type Write struct {
 // the key's next request at the API (any instance): zero Next when none came within Waited.
 type Recovery struct {
 	Instance string // the killed worker
-	Key      core.Key
+	Key      watukuytype.Key
 	Killed   time.Time // when the SIGKILL was sent
 	Next     time.Time
 	Waited   time.Duration
@@ -130,13 +130,13 @@ type Recorder struct {
 // Ack is an event whose acknowledgement the store accepted.
 type Ack struct {
 	Instance string
-	Key      core.Key
+	Key      watukuytype.Key
 	EventID  string
 	N        int64
 }
 
 // Entry records which event an outbox entry holds, so acks can be resolved.
-func (r *Recorder) Entry(key core.Key, streamID, eventID string) {
+func (r *Recorder) Entry(key watukuytype.Key, streamID, eventID string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.entries == nil {
@@ -146,7 +146,7 @@ func (r *Recorder) Entry(key core.Key, streamID, eventID string) {
 }
 
 // Acked records accepted acks of outbox entries, in sequence order.
-func (r *Recorder) Acked(instance string, key core.Key, streamIDs []string) {
+func (r *Recorder) Acked(instance string, key watukuytype.Key, streamIDs []string) {
 	r.add("acks", func() {
 		for _, id := range streamIDs {
 			a := Ack{Instance: instance, Key: key, EventID: r.entries[key.String()+"/"+id]}

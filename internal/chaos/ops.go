@@ -7,6 +7,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redisstore"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // operate is the operator's hand in a run: now and then a backfill from the beginning, a
@@ -47,7 +48,7 @@ func (s *scenario) operate(ctx context.Context, step int) {
 		})
 	case 0:
 		s.op(ctx, "backfill", k, true, func(eng *core.Engine) error {
-			_, err := eng.Backfill(ctx, k, core.BackfillRequest{})
+			_, err := eng.Backfill(ctx, k, watukuytype.BackfillRequest{})
 			return err
 		})
 	case 1:
@@ -64,7 +65,7 @@ func (s *scenario) operate(ctx context.Context, step int) {
 // (no poller definitions), with a random kill point armed as often as an engine's. A refusal
 // (a snapshotDiff backfill) or a kill is counted and logged, not fatal: the run's guarantees
 // must hold either way.
-func (s *scenario) op(ctx context.Context, name string, k core.Key, leased bool, fn func(eng *core.Engine) error) {
+func (s *scenario) op(ctx context.Context, name string, k watukuytype.Key, leased bool, fn func(eng *core.Engine) error) {
 	s.gen++
 	instance := fmt.Sprintf("operator-gen%d", s.gen)
 	st, err := redisstore.New(s.rdb, redisstore.Options{Prefix: s.prefix, Clock: s.clock.Now})
@@ -88,7 +89,7 @@ func (s *scenario) op(ctx context.Context, name string, k core.Key, leased bool,
 		return
 	}
 	err = fn(eng)
-	var ce *core.ConfigError
+	var ce *watukuytype.ConfigError
 	switch {
 	case err == nil:
 		s.res.Ops[name]++

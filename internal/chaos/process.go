@@ -32,7 +32,6 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/diff"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/luascripts"
@@ -40,6 +39,7 @@ import (
 	"github.com/watukuy/watukuy/internal/queue"
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/internal/sink"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // ProcessOptions configures a process-level chaos run.
@@ -128,7 +128,7 @@ func (r ProcessReport) RecoveryText() string {
 }
 
 // processKey is the one key the process run polls.
-var processKey = core.Key{Poller: "orders"}
+var processKey = watukuytype.Key{Poller: "orders"}
 
 const (
 	processLeaseTTL    = 2 * time.Second
@@ -379,7 +379,7 @@ func (r *processRun) setup(ctx context.Context) error {
 // verifiedEvent reads a webhook delivery, checks its signature and decodes its event; on
 // failure it has answered the request (a bad signature counted in badSig and, with logf,
 // logged) and ok is false.
-func verifiedEvent(w http.ResponseWriter, req *http.Request, badSig *atomic.Int64, logf func(string, ...any)) (ev core.Event, ok bool) {
+func verifiedEvent(w http.ResponseWriter, req *http.Request, badSig *atomic.Int64, logf func(string, ...any)) (ev watukuytype.Event, ok bool) {
 	body, err := io.ReadAll(req.Body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -431,7 +431,7 @@ const staleLate = 2 * time.Second
 // delivered before, with the same change), and stale (its seq is older than the newest one
 // delivered for its identity). Anything else is recorded, so a first delivery out of order
 // still counts against G4, and an old event sent again without a freeze against G3.
-func (r *processRun) staleRedelivery(ev core.Event, signed string, now time.Time) bool {
+func (r *processRun) staleRedelivery(ev watukuytype.Event, signed string, now time.Time) bool {
 	what := ev.Poller + "|" + ev.Partition + "|" + string(ev.Type) + "|" + ev.Identity + "|" + ev.Version + "|"
 	if c, err := diff.AppendCanonical(nil, ev.Item); err == nil {
 		h := sha256.Sum256(c)
@@ -515,7 +515,7 @@ func (r *processRun) run(ctx context.Context) (ProcessReport, error) {
 	r.rec.MarkMeasured("throttles")
 	throttles := 0
 	for _, o := range []struct {
-		key core.Key
+		key watukuytype.Key
 		srv *fakeapi.Server
 	}{{hotKey, r.hotSrv}, {fpKey, r.fpSrv}} {
 		for _, q := range o.srv.Requests() {
@@ -1702,8 +1702,8 @@ func (r *processRun) contLocked(p *osProc) {
 // waitConverged waits until the last delivered version per identity equals the API's final
 // state; it gives up after processQuiesceMax (less when ctx ends sooner), or when no new event
 // was delivered for processQuiesceIdle.
-func (r *processRun) waitConverged(ctx context.Context, truth map[core.Key]Truth) (bool, error) {
-	want := map[core.Key]map[string]string{}
+func (r *processRun) waitConverged(ctx context.Context, truth map[watukuytype.Key]Truth) (bool, error) {
+	want := map[watukuytype.Key]map[string]string{}
 	live := 0
 	for k, t := range truth {
 		want[k] = map[string]string{}
@@ -1752,10 +1752,10 @@ func (r *processRun) waitConverged(ctx context.Context, truth map[core.Key]Truth
 
 // deliveredState reports whether the last delivered version per identity of every key of
 // truth equals want's.
-func deliveredState(ds []Delivery, truth map[core.Key]Truth, want map[core.Key]map[string]string) bool {
+func deliveredState(ds []Delivery, truth map[watukuytype.Key]Truth, want map[watukuytype.Key]map[string]string) bool {
 	order := make([]seen, len(ds))
 	for i, d := range ds {
-		order[i] = seen{core.Key{Poller: d.Event.Poller, Partition: d.Event.Partition}, d.Event}
+		order[i] = seen{watukuytype.Key{Poller: d.Event.Poller, Partition: d.Event.Partition}, d.Event}
 	}
 	got := finalStates(order, false, truth)
 	for k := range truth {
@@ -1769,14 +1769,14 @@ func deliveredState(ds []Delivery, truth map[core.Key]Truth, want map[core.Key]m
 // truth is the ground truth of the run's three keys, once the changes have stopped: the fp
 // key's by content (its field n, what its fingerprint sees), the hot key's with its ordering
 // keys.
-func (r *processRun) truth(ctx context.Context) (map[core.Key]Truth, error) {
+func (r *processRun) truth(ctx context.Context) (map[watukuytype.Key]Truth, error) {
 	fp, err := TruthByContent(ctx, r.fpAPI, fieldN)
 	if err != nil {
 		return nil, err
 	}
 	hot := TruthOf(r.hotAPI)
 	hot.OrderingKey = hotOrderingKey
-	return map[core.Key]Truth{processKey: TruthOf(r.api), hotKey: hot, fpKey: fp}, nil
+	return map[watukuytype.Key]Truth{processKey: TruthOf(r.api), hotKey: hot, fpKey: fp}, nil
 }
 
 func sameState(a, b map[string]string) bool {
@@ -1827,7 +1827,7 @@ func (r *processRun) logDuplicates() {
 	type dup struct {
 		n           int
 		first, last time.Time
-		ev          core.Event
+		ev          watukuytype.Event
 	}
 	byID := map[string]*dup{}
 	var ids []string
@@ -1874,7 +1874,7 @@ func (r *processRun) logMismatches() {
 	for _, id := range ids {
 		ds := byIdentity[id]
 		last := ""
-		if n := len(ds); n > 0 && ds[n-1].Event.Type != core.Deleted {
+		if n := len(ds); n > 0 && ds[n-1].Event.Type != watukuytype.Deleted {
 			last = ds[n-1].Event.Version
 		}
 		want := ""

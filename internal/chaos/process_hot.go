@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/luascripts"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // The process run's other two keys: a hot ordering key with a poison event, and items without
@@ -26,10 +26,10 @@ var (
 	// hotKey is the poller whose items hot-h0000… share the ordering key hotGroup (their field
 	// group): a burst of hotBurst changes becomes hotBurst events of one ordering key. Its
 	// hot-y identities change often and have their own ordering keys.
-	hotKey = core.Key{Poller: "hot"}
+	hotKey = watukuytype.Key{Poller: "hot"}
 	// fpKey is the poller without a version: its items' field n takes one of three values, so
 	// content goes A→B→A, and identities are deleted and created again.
-	fpKey = core.Key{Poller: "fp"}
+	fpKey = watukuytype.Key{Poller: "fp"}
 )
 
 const (
@@ -97,11 +97,11 @@ func ProcessConfig(redisURL, prefix, apiURL, hotURL, fpURL, hookURL string, leas
 }
 
 // hotOrderingKey is the hot poller's ordering key of an event, as orderingKey: group makes it.
-func hotOrderingKey(ev core.Event) string {
+func hotOrderingKey(ev watukuytype.Event) string {
 	var it struct {
 		Group *string `json:"group"`
 	}
-	if ev.Type != core.Deleted && json.Unmarshal(ev.Item, &it) == nil && it.Group != nil {
+	if ev.Type != watukuytype.Deleted && json.Unmarshal(ev.Item, &it) == nil && it.Group != nil {
 		return *it.Group
 	}
 	return ev.Identity
@@ -162,7 +162,7 @@ func hotBurstMark(n int) string { return fmt.Sprintf("hot-burst-%d", n) }
 
 // refusePoison reports whether the receiver answers this delivery 500: the hot key's poison
 // event while the poison is on. Each refusal is counted and signalled.
-func (r *processRun) refusePoison(ev core.Event) bool {
+func (r *processRun) refusePoison(ev watukuytype.Event) bool {
 	r.recvMu.Lock()
 	defer r.recvMu.Unlock()
 	h := &r.hot
@@ -357,7 +357,7 @@ func isScript(cmd, name string) bool {
 // right as Redis answered the holder): every running worker is SIGSTOPped first, for the
 // microseconds it takes to read the lease, and the others SIGCONTed after. It returns the
 // killed worker's name ("" when none held it).
-func (r *processRun) killHolder(key core.Key) string {
+func (r *processRun) killHolder(key watukuytype.Key) string {
 	r.mu.Lock()
 	var frozen []*osProc
 	for _, w := range r.workers {
@@ -517,7 +517,7 @@ func (r *processRun) checkHot(rep *Report) {
 	type last struct {
 		seq string
 		at  time.Time
-		ev  core.Event
+		ev  watukuytype.Event
 	}
 	prev := map[string]last{}
 	for _, d := range ds {

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // testWriter turns progress lines into t.Log lines.
@@ -100,14 +100,14 @@ func TestProcessStaleRedelivery(t *testing.T) {
 	r := &processRun{start: time.Now(), rec: NewRecorder()}
 	now := time.Now()
 	signed := func(ago time.Duration) string { return strconv.FormatInt(now.Add(-ago).Unix(), 10) }
-	ev := func(id, version, seq string) core.Event {
-		return core.Event{ID: id, Poller: "orders", Type: core.Updated, Identity: "ord-1", Version: version, Seq: seq,
+	ev := func(id, version, seq string) watukuytype.Event {
+		return watukuytype.Event{ID: id, Poller: "orders", Type: watukuytype.Updated, Identity: "ord-1", Version: version, Seq: seq,
 			Item: json.RawMessage(`{"id":"ord-1","version":` + version + `}`)}
 	}
 	v19, v20 := ev("ev_19", "19", "100-0"), ev("ev_20", "20", "200-0")
 	steps := []struct {
 		what    string
-		ev      core.Event
+		ev      watukuytype.Event
 		ago     time.Duration
 		dropped bool
 	}{

@@ -24,6 +24,7 @@ import (
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Recovery in seconds: the processes against a Redis that loses its data (TestRecoveryFlush)
@@ -333,8 +334,8 @@ func (r *recoveryRun) shutdown() {
 
 // waitConverged waits (up to limit) until the last delivered version of every identity is the
 // API's final state.
-func (r *recoveryRun) waitConverged(truth map[core.Key]Truth, limit time.Duration) bool {
-	want := map[core.Key]map[string]string{}
+func (r *recoveryRun) waitConverged(truth map[watukuytype.Key]Truth, limit time.Duration) bool {
+	want := map[watukuytype.Key]map[string]string{}
 	for k, t := range truth {
 		want[k] = map[string]string{}
 		for id := range t.Final {
@@ -512,7 +513,7 @@ func TestRecoveryOutage(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second) // under load again; every tracker has seen Redis answer (checks every 1 s)
 	r.stopChanges()
-	truth := map[core.Key]Truth{processKey: TruthOf(r.api)}
+	truth := map[watukuytype.Key]Truth{processKey: TruthOf(r.api)}
 	converged := r.waitConverged(truth, 30*time.Second)
 	r.alive()
 	t.Logf("redis-server killed (-9) for %s (%s until it answered again), restarted from its AOF: first poll %s and first claim %s after it answered; converged: %v",

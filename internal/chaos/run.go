@@ -21,7 +21,7 @@ import (
 	"github.com/watukuy/watukuy/internal/cursor"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redisstore"
-	"github.com/watukuy/watukuy/internal/schedule"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Options configures an in-process chaos run. Everything random derives from Seed, so a
@@ -65,9 +65,9 @@ type Options struct {
 	// own pollers; their Fetch and Handler are wrapped to record what happens and to inject
 	// handler failures and pauses. Between runs before each step (change your fake API
 	// there); Truth, when set, gives the ground truth that G3 and G6 need.
-	Pollers []core.Poller
+	Pollers []watukuytype.Poller
 	Between func(step int)
-	Truth   func() map[core.Key]Truth
+	Truth   func() map[watukuytype.Key]Truth
 }
 
 // Result is a run's report with what the run did.
@@ -94,7 +94,7 @@ type Result struct {
 
 // key is one (poller, partition) of the run with its own fake API.
 type runKey struct {
-	key core.Key
+	key watukuytype.Key
 	api *fakeapi.API
 	srv *fakeapi.Server
 }
@@ -141,7 +141,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
 	s := &scenario{o: o, rng: rng, rec: NewRecorder(), clock: NewClock(time.UnixMilli(1_800_000_000_000)), prefix: fmt.Sprintf("chaos%d", o.Seed),
-		handlerFail: true, paused: map[core.Key]int{}, slow: map[string]slowCalls{}, res: Result{Seed: o.Seed, Steps: o.Steps, Kills: map[KillPoint]int{}, Ops: map[string]int{}, Frozen: map[string]int{}}}
+		handlerFail: true, paused: map[watukuytype.Key]int{}, slow: map[string]slowCalls{}, res: Result{Seed: o.Seed, Steps: o.Steps, Kills: map[KillPoint]int{}, Ops: map[string]int{}, Frozen: map[string]int{}}}
 	s.rec.MarkMeasured("throttles", "parked")
 	defer s.close()
 	rdb, err := s.resending(o.Redis)
@@ -200,10 +200,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err := s.quiesce(ctx); err != nil {
 		return s.res, err
 	}
-	var truth map[core.Key]Truth
+	var truth map[watukuytype.Key]Truth
 	switch {
 	case o.Pollers == nil:
-		truth = map[core.Key]Truth{}
+		truth = map[watukuytype.Key]Truth{}
 		for _, k := range s.keys {
 			truth[k.key] = TruthOf(k.api)
 			if k.key.Poller == "fp" {
@@ -240,8 +240,8 @@ type scenario struct {
 	handlerFail bool // poison and random failures are on until quiesce
 	freeze      *freeze
 
-	paused    map[core.Key]int     // keys the operator paused → the step that resumes them
-	slow      map[string]slowCalls // instance/key of a late Begin → its next handler calls take time
+	paused    map[watukuytype.Key]int // keys the operator paused → the step that resumes them
+	slow      map[string]slowCalls    // instance/key of a late Begin → its next handler calls take time
 	rdb       redis.UniversalClient
 	hotBursts int
 }
@@ -249,14 +249,14 @@ type scenario struct {
 // freeze is a pending stop-the-world: the next call of instance at a point blocks.
 type freeze struct {
 	instance string
-	at       string        // "fetch", "handler", "request" or "lost-grant"
-	claimed  bool          // lost-grant: a Begin has taken it
-	frozen   chan core.Key // reports the key it froze in
+	at       string               // "fetch", "handler", "request" or "lost-grant"
+	claimed  bool                 // lost-grant: a Begin has taken it
+	frozen   chan watukuytype.Key // reports the key it froze in
 	thaw     chan struct{}
 }
 
 // maybeFreeze blocks the caller when a stop-the-world waits for this instance at this point.
-func (s *scenario) maybeFreeze(instance string, key core.Key, at string) {
+func (s *scenario) maybeFreeze(instance string, key watukuytype.Key, at string) {
 	s.mu.Lock()
 	f := s.freeze
 	if f == nil || f.instance != instance || f.at != at {
@@ -282,7 +282,7 @@ func (s *scenario) newKeys() []*runKey {
 	mk := func(poller, part string) *runKey {
 		api := fakeapi.New()
 		srv := fakeapi.NewServer(api, fakeapi.ServerOptions{TieBreaker: true})
-		k := &runKey{key: core.Key{Poller: poller, Partition: part}, api: api, srv: srv}
+		k := &runKey{key: watukuytype.Key{Poller: poller, Partition: part}, api: api, srv: srv}
 		// Requests are recorded where they arrive, so a request a frozen instance never sent
 		// does not count.
 		srv.OnRequest(func(_ int, r *http.Request) {
@@ -303,17 +303,17 @@ func (s *scenario) newKeys() []*runKey {
 const instanceHeader = "X-Chaos-Instance"
 
 // allKeys lists the run's keys.
-func (s *scenario) allKeys() []core.Key {
-	var ks []core.Key
+func (s *scenario) allKeys() []watukuytype.Key {
+	var ks []watukuytype.Key
 	for _, k := range s.keys {
 		ks = append(ks, k.key)
 	}
 	for _, p := range s.o.Pollers {
 		if len(p.Partitions) == 0 {
-			ks = append(ks, core.Key{Poller: p.Name})
+			ks = append(ks, watukuytype.Key{Poller: p.Name})
 		}
 		for _, part := range p.Partitions {
-			ks = append(ks, core.Key{Poller: p.Name, Partition: part})
+			ks = append(ks, watukuytype.Key{Poller: p.Name, Partition: part})
 		}
 	}
 	return ks
@@ -326,12 +326,12 @@ func (s *scenario) close() {
 }
 
 // pollers defines the run's pollers for one engine instance.
-func (s *scenario) pollers(instance string) []core.Poller {
+func (s *scenario) pollers(instance string) []watukuytype.Poller {
 	if s.o.Pollers != nil {
-		var ps []core.Poller
+		var ps []watukuytype.Poller
 		for _, p := range s.o.Pollers {
 			fetch := p.Fetch
-			p.Fetch = func(ctx context.Context, req core.FetchRequest) (core.Page, error) {
+			p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 				s.rec.Fetched(Fetch{Instance: instance, Key: req.Key, At: s.clock.Now()})
 				page, err := fetch(ctx, req)
 				s.maybeFreeze(instance, req.Key, "fetch")
@@ -346,19 +346,19 @@ func (s *scenario) pollers(instance string) []core.Poller {
 }
 
 // builtinPollers are the default scenario's; fetches go to the key's own fake API.
-func (s *scenario) builtinPollers(instance string) []core.Poller {
+func (s *scenario) builtinPollers(instance string) []watukuytype.Poller {
 	type fetcher interface {
-		Fetch(context.Context, core.FetchRequest) (core.Page, error)
+		Fetch(context.Context, watukuytype.FetchRequest) (watukuytype.Page, error)
 	}
 	src := func(k *runKey, path string) cursor.Source {
 		return cursor.Source{URL: k.srv.URL + path, Items: "data", Header: http.Header{instanceHeader: {instance}}}
 	}
-	route := func(make func(k *runKey) fetcher) core.FetchFunc {
-		fs := map[core.Key]fetcher{}
+	route := func(make func(k *runKey) fetcher) watukuytype.FetchFunc {
+		fs := map[watukuytype.Key]fetcher{}
 		for _, k := range s.keys {
 			fs[k.key] = make(k)
 		}
-		return func(ctx context.Context, req core.FetchRequest) (core.Page, error) {
+		return func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 			// Frozen after the cycle's checks, before the request leaves.
 			s.maybeFreeze(instance, req.Key, "request")
 			p, err := fs[req.Key].Fetch(ctx, req)
@@ -381,42 +381,42 @@ func (s *scenario) builtinPollers(instance string) []core.Poller {
 	offsets := route(func(k *runKey) fetcher {
 		return &cursor.Page{Source: src(k, "/list"), Param: "offset", Offset: true, SizeParam: "limit", Size: 2 + s.rng.IntN(6), HasMore: "has_more"}
 	})
-	tok := func(limit func() int) core.FetchFunc {
+	tok := func(limit func() int) watukuytype.FetchFunc {
 		return route(func(k *runKey) fetcher {
 			return &cursor.Token{Source: src(k, "/sync"), Param: "cursor", Next: "next_cursor", HasMore: "has_more", LimitParam: "limit", Limit: limit()}
 		})
 	}
-	details := map[core.Key]*cursor.Detail{}
+	details := map[watukuytype.Key]*cursor.Detail{}
 	for _, k := range s.keys {
 		d := &cursor.Detail{Source: src(k, "/items/{id}")}
 		d.Items = "" // the body is the item
 		details[k.key] = d
 	}
-	detail := func(ctx context.Context, key core.Key, identity string) (json.RawMessage, bool, error) {
+	detail := func(ctx context.Context, key watukuytype.Key, identity string) (json.RawMessage, bool, error) {
 		return details[key].Fetch(ctx, key, identity)
 	}
-	common := func(p core.Poller) core.Poller {
+	common := func(p watukuytype.Poller) watukuytype.Poller {
 		if p.Fingerprint == nil {
-			p.Version = core.Field("version")
+			p.Version = watukuytype.Field("version")
 		}
 		p.Handler = s.handler(instance, nil)
-		p.Schedule = schedule.Config{Min: 200 * time.Millisecond, Max: 2 * time.Second}
+		p.Schedule = watukuytype.Schedule{Min: 200 * time.Millisecond, Max: 2 * time.Second}
 		p.LeaseTTL = 5 * time.Second
 		p.MaxPagesPerCycle = 1000
 		if p.CommitMaxItems == 0 {
 			p.CommitMaxItems = 200 // large pages commit in several chunks
 		}
-		p.Delivery = core.Delivery{Attempts: 2, Backoff: schedule.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}, OrderingKey: p.Delivery.OrderingKey}
+		p.Delivery = watukuytype.Delivery{Attempts: 2, Backoff: watukuytype.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}, OrderingKey: p.Delivery.OrderingKey}
 		return p
 	}
-	ps := []core.Poller{
-		common(core.Poller{Name: "ts", Partitions: []string{"a", "b"}, Fetch: ts,
-			Reconcile: &core.Reconcile{Every: 20 * time.Second, Fetch: list}}),
-		common(core.Poller{Name: "tok", Fetch: tok(func() int { return 1 + s.rng.IntN(6) }), Tombstone: core.Flag("deleted")}),
-		common(core.Poller{Name: "snap", Strategy: core.SnapshotDiff, Fetch: offsets, Detail: detail}),
+	ps := []watukuytype.Poller{
+		common(watukuytype.Poller{Name: "ts", Partitions: []string{"a", "b"}, Fetch: ts,
+			Reconcile: &watukuytype.Reconcile{Every: 20 * time.Second, Fetch: list}}),
+		common(watukuytype.Poller{Name: "tok", Fetch: tok(func() int { return 1 + s.rng.IntN(6) }), Tombstone: watukuytype.Flag("deleted")}),
+		common(watukuytype.Poller{Name: "snap", Strategy: watukuytype.SnapshotDiff, Fetch: offsets, Detail: detail}),
 		// Every "h…" identity shares one ordering key: a poison event holds hundreds behind it.
-		common(core.Poller{Name: "hot", Fetch: big, Reconcile: &core.Reconcile{Every: 20 * time.Second, Fetch: list}, CommitMaxItems: 1000,
-			Delivery: core.Delivery{OrderingKey: func(ev core.Event) string {
+		common(watukuytype.Poller{Name: "hot", Fetch: big, Reconcile: &watukuytype.Reconcile{Every: 20 * time.Second, Fetch: list}, CommitMaxItems: 1000,
+			Delivery: watukuytype.Delivery{OrderingKey: func(ev watukuytype.Event) string {
 				if strings.HasPrefix(ev.Identity, "hot-h") {
 					return "H"
 				}
@@ -424,11 +424,11 @@ func (s *scenario) builtinPollers(instance string) []core.Poller {
 			}}}),
 		// No version: the content (field n, one of three values) is the change, and it comes
 		// back; identities are deleted and created again.
-		common(core.Poller{Name: "fp", Fetch: tok(func() int { return 1 + s.rng.IntN(6) }), Tombstone: core.Flag("deleted"),
+		common(watukuytype.Poller{Name: "fp", Fetch: tok(func() int { return 1 + s.rng.IntN(6) }), Tombstone: watukuytype.Flag("deleted"),
 			Fingerprint: func(item json.RawMessage) ([]byte, error) { return []byte(fieldN(item)), nil }}),
 	}
 	if len(s.o.Keys) > 0 {
-		ps = slices.DeleteFunc(ps, func(p core.Poller) bool { return !slices.Contains(s.o.Keys, p.Name) })
+		ps = slices.DeleteFunc(ps, func(p watukuytype.Poller) bool { return !slices.Contains(s.o.Keys, p.Name) })
 	}
 	return ps
 }
@@ -436,11 +436,11 @@ func (s *scenario) builtinPollers(instance string) []core.Poller {
 // handler records deliveries; until quiesce, it fails at random and, in the built-in
 // scenario, always fails poison events (identities ending in 7 at an odd version). inner is
 // the user's handler, if any.
-func (s *scenario) handler(instance string, inner core.Handler) core.Handler {
-	return func(ctx context.Context, ev core.Event) error {
-		start, believed := s.clock.Now(), core.CheckLease(ctx) == nil
+func (s *scenario) handler(instance string, inner watukuytype.Handler) watukuytype.Handler {
+	return func(ctx context.Context, ev watukuytype.Event) error {
+		start, believed := s.clock.Now(), watukuytype.CheckLease(ctx) == nil
 		s.mu.Lock()
-		sk := instance + "/" + core.Key{Poller: ev.Poller, Partition: ev.Partition}.String()
+		sk := instance + "/" + watukuytype.Key{Poller: ev.Poller, Partition: ev.Partition}.String()
 		slow := s.slow[sk]
 		if slow.n--; slow.n <= 0 {
 			delete(s.slow, sk)
@@ -451,7 +451,7 @@ func (s *scenario) handler(instance string, inner core.Handler) core.Handler {
 		if slow.d > 0 {
 			defer s.clock.Advance(slow.d)
 		}
-		s.maybeFreeze(instance, core.Key{Poller: ev.Poller, Partition: ev.Partition}, "handler")
+		s.maybeFreeze(instance, watukuytype.Key{Poller: ev.Poller, Partition: ev.Partition}, "handler")
 		s.mu.Lock()
 		failing := s.handlerFail
 		fail := failing && s.rng.Float64() < s.o.FailRate
@@ -468,7 +468,7 @@ func (s *scenario) handler(instance string, inner core.Handler) core.Handler {
 			}
 		}
 		d := Delivery{Instance: instance, Event: ev, Start: start, Believed: believed, At: s.clock.Now()}
-		if ev.Type == core.Deleted {
+		if ev.Type == watukuytype.Deleted {
 			d.Early = s.deletedEarly(ev)
 		}
 		s.rec.Delivered(d)
@@ -484,10 +484,10 @@ type slowCalls struct {
 
 // deletedEarly reports whether a deleted event reaches the handler before its fake API deleted
 // the item at the event's version: a delete the API has not made (yet).
-func (s *scenario) deletedEarly(ev core.Event) bool {
+func (s *scenario) deletedEarly(ev watukuytype.Event) bool {
 	v, _ := strconv.Atoi(versionOf(ev))
 	for _, k := range s.keys {
-		if k.key == (core.Key{Poller: ev.Poller, Partition: ev.Partition}) {
+		if k.key == (watukuytype.Key{Poller: ev.Poller, Partition: ev.Partition}) {
 			return !k.api.DeletedSince(ev.Identity, v)
 		}
 	}
@@ -504,7 +504,7 @@ func fieldN(item json.RawMessage) string {
 }
 
 // poison picks the built-in scenario's poison events: identities ending in 7 at an odd version.
-func poison(ev core.Event) bool {
+func poison(ev watukuytype.Event) bool {
 	v := versionOf(ev)
 	return ev.Identity[len(ev.Identity)-1] == '7' && len(v) > 0 && (v[len(v)-1]-'0')%2 == 1
 }
@@ -520,8 +520,8 @@ func (s *scenario) spawn(i int) error {
 	fs := &FaultyStore{Store: st, Instance: instance, Rec: s.rec, Clock: s.clock.Now}
 	s.grantHooks(fs, st)
 	eng, err := core.NewEngine(core.Options{Store: fs, InstanceID: instance, TickConcurrency: 4, ClaimTimeout: 10 * time.Second, Clock: s.clock.Now,
-		Rand: func() float64 { return 0.5 }, Hooks: core.Hooks{OnCycle: func(r core.CycleReport, _ time.Duration) {
-			if r.Outcome == core.Ran {
+		Rand: func() float64 { return 0.5 }, Hooks: watukuytype.Hooks{OnCycle: func(r watukuytype.CycleReport, _ time.Duration) {
+			if r.Outcome == watukuytype.Ran {
 				s.mu.Lock()
 				s.res.Cycles++
 				s.mu.Unlock()
@@ -555,7 +555,7 @@ func (s *scenario) stopTheWorld(ctx context.Context, i int) {
 		points = append(points, "request")
 	}
 	at := points[s.rng.IntN(len(points))]
-	f := &freeze{instance: s.engines[i].store.Instance, at: at, frozen: make(chan core.Key, 1), thaw: make(chan struct{})}
+	f := &freeze{instance: s.engines[i].store.Instance, at: at, frozen: make(chan watukuytype.Key, 1), thaw: make(chan struct{})}
 	s.mu.Lock()
 	s.freeze = f
 	s.mu.Unlock()
@@ -597,8 +597,8 @@ func (s *scenario) stopTheWorld(ctx context.Context, i int) {
 // when the scenario asks for it.
 func (s *scenario) grantHooks(fs *FaultyStore, st *redisstore.Store) {
 	var mu sync.Mutex
-	lose := map[core.Key]map[string]string{} // the one Begin that loses its grant → the lease before it
-	fs.BeforeBegin = func(key core.Key) {
+	lose := map[watukuytype.Key]map[string]string{} // the one Begin that loses its grant → the lease before it
+	fs.BeforeBegin = func(key watukuytype.Key) {
 		s.mu.Lock()
 		f := s.freeze
 		mine := f != nil && f.instance == fs.Instance && f.at == "lost-grant" && !f.claimed
@@ -613,7 +613,7 @@ func (s *scenario) grantHooks(fs *FaultyStore, st *redisstore.Store) {
 			mu.Unlock()
 		}
 	}
-	fs.AfterBegin = func(key core.Key, b core.BeginResult, err error) {
+	fs.AfterBegin = func(key watukuytype.Key, b core.BeginResult, err error) {
 		mu.Lock()
 		before, lost := lose[key]
 		delete(lose, key)
@@ -754,7 +754,7 @@ func (s *scenario) quiesce(ctx context.Context) error {
 			}
 			for len(ids) > 0 { // in batches, as an operator would
 				n := min(len(ids), 200)
-				if _, err := eng.RetryParked(ctx, k, ids[:n]); err != nil && !core.IsLeaseLost(err) {
+				if _, err := eng.RetryParked(ctx, k, ids[:n]); err != nil && !watukuytype.IsLeaseLost(err) {
 					fmt.Fprintf(s.o.Log, "quiesce: retry parked on %s: %v\n", k, err)
 				}
 				ids = ids[n:]

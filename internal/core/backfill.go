@@ -4,66 +4,30 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
+
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // laneBackfill names the backfill lane (Event.Lane).
 const laneBackfill = "backfill"
 
-// BackfillProgress is a backfill's state: its range, where its cursor is, what it did.
-type BackfillProgress struct {
-	From string `json:"from"`
-	// To is the target cursor ("" runs until the API has no more).
-	To     string `json:"to"`
-	Cursor string `json:"cursor"`
-	Force  bool   `json:"force"`
-	// Generation counts the backfills of the key; forced events carry it in their ids.
-	Generation int64 `json:"generation"`
-	Pages      int   `json:"pages"`
-	Items      int   `json:"items"`
-	Events     int   `json:"events"`
-	Done       bool  `json:"done"`
-	// Failed stops a backfill whose cursor the API or the poller refuses (a malformed cursor,
-	// a cursor stall); start a new one.
-	Failed bool `json:"failed,omitempty"`
-	// LastError is the backfill's last failed request; a transient one is retried at the
-	// key's next cycle.
-	LastError string `json:"lastError,omitempty"`
-	// Fraction is how far the cursor is between From and To, when the poller can place
-	// cursors (CursorPosition).
-	Fraction  *float64   `json:"fraction,omitempty"`
-	StartedAt time.Time  `json:"startedAt"`
-	UpdatedAt time.Time  `json:"updatedAt"`
-	DoneAt    *time.Time `json:"doneAt,omitempty"`
-}
-
-// BackfillRequest is what Backfill is asked for.
-type BackfillRequest struct {
-	// From is the cursor to start at ("" from the very beginning).
-	From string
-	// To is the cursor to stop at; nil means the live cursor at the time of the call.
-	To *string
-	// Force re-emits identities already known at the same version, as updated.
-	Force bool
-}
-
 // Backfill (re)starts the key's backfill lane: the live lane's logic from an older cursor,
 // run with the page budget the live lane leaves, committing per page, events tagged lane
 // "backfill". Calling it again replaces cursor and target. snapshotDiff pollers have no
 // cursor to go back to and refuse with a *ConfigError.
-func (e *Engine) Backfill(ctx context.Context, key Key, req BackfillRequest) (BackfillProgress, error) {
+func (e *Engine) Backfill(ctx context.Context, key watukuytype.Key, req watukuytype.BackfillRequest) (watukuytype.BackfillProgress, error) {
 	t, err := e.resolve(ctx, key)
 	if err != nil {
-		return BackfillProgress{}, err
+		return watukuytype.BackfillProgress{}, err
 	}
 	if t.info.Strategy == "snapshotDiff" {
-		return BackfillProgress{}, &ConfigError{Poller: key.Poller, Field: "cursor.strategy",
+		return watukuytype.BackfillProgress{}, &watukuytype.ConfigError{Poller: key.Poller, Field: "cursor.strategy",
 			Msg: "snapshotDiff lists everything every cycle and has no cursor to backfill from; use reset-cursor --clear-snapshot to re-emit every item"}
 	}
-	var bp BackfillProgress
+	var bp watukuytype.BackfillProgress
 	err = e.withOpLease(ctx, t, func(c *cycle) error {
 		now := c.now()
-		bp = BackfillProgress{From: req.From, Cursor: req.From, Force: req.Force, StartedAt: now, UpdatedAt: now}
+		bp = watukuytype.BackfillProgress{From: req.From, Cursor: req.From, Force: req.Force, StartedAt: now, UpdatedAt: now}
 		if req.To != nil {
 			bp.To = *req.To
 		} else {
@@ -86,13 +50,13 @@ func (e *Engine) Backfill(ctx context.Context, key Key, req BackfillRequest) (Ba
 
 // backfillLane is the key's active backfill bp as a lane with budget pages, or false when the
 // live lane has not caught up or left no page.
-func (c *cycle) backfillLane(bp *BackfillProgress, live laneResult, budget int) (lane, bool) {
+func (c *cycle) backfillLane(bp *watukuytype.BackfillProgress, live laneResult, budget int) (lane, bool) {
 	if budget <= 0 || !live.complete || live.paced > 0 {
 		return lane{}, false
 	}
 	pos := c.p.CursorPosition
 	ln := lane{name: laneBackfill, fetch: c.p.Fetch, cursor: bp.Cursor, maxPages: budget, yield: true}
-	ln.save = func(page Page, events int) (map[string]string, bool) {
+	ln.save = func(page watukuytype.Page, events int) (map[string]string, bool) {
 		now := c.now()
 		bp.Cursor = page.Next
 		bp.Pages++
@@ -132,7 +96,9 @@ func (c *cycle) backfillLane(bp *BackfillProgress, live laneResult, budget int) 
 }
 
 // active reports whether a backfill is waiting to run.
-func (bp *BackfillProgress) active() bool { return bp != nil && !bp.Done && !bp.Failed }
+func backfillActive(bp *watukuytype.BackfillProgress) bool {
+	return bp != nil && !bp.Done && !bp.Failed
+}
 
 // endBackfill records how the running backfill lane ended without a page: done (no failure:
 // a 304 at its cursor), failed for good (a cursor the poller or API refuses), or a transient
@@ -146,13 +112,13 @@ func (c *cycle) endBackfill(ctx context.Context, f *cycleError) *cycleError {
 		one := 1.0
 		bp.Done, bp.DoneAt, bp.Fraction, bp.LastError = true, &now, &one, ""
 	default:
-		bp.LastError = f.code + ": " + f.err.Error()
-		bp.Failed = f.code == "CONFIG" || f.code == "CURSOR_STALL"
+		bp.LastError = string(f.code) + ": " + f.err.Error()
+		bp.Failed = f.code == watukuytype.CodeConfig || f.code == watukuytype.CodeCursorStall
 		c.log.Warn().Err(f.err).Bool("stopped", bp.Failed).Msg("backfill request failed")
 		if h := c.e.hooks.OnError; h != nil {
 			h(c.key, "backfill", f.err)
 		}
 	}
 	raw, _ := json.Marshal(bp)
-	return c.commitAndDeliver(ctx, &pageWrites{Commit: Commit{State: map[string]string{fieldBackfill: string(raw)}, ClearTouched: !bp.active()}})
+	return c.commitAndDeliver(ctx, &pageWrites{Commit: Commit{State: map[string]string{fieldBackfill: string(raw)}, ClearTouched: !backfillActive(bp)}})
 }

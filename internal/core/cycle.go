@@ -12,43 +12,14 @@ import (
 
 	"github.com/watukuy/watukuy/internal/diff"
 	"github.com/watukuy/watukuy/internal/schedule"
+	"github.com/watukuy/watukuy/watukuytype"
 )
-
-// Outcome says whether a cycle ran or why it was skipped.
-type Outcome int
-
-// Cycle outcomes.
-const (
-	Ran Outcome = iota
-	SkippedNotDue
-	SkippedLeased
-	SkippedPaused
-	Failed
-)
-
-// CycleReport is what one cycle did.
-type CycleReport struct {
-	Key       Key
-	Outcome   Outcome
-	Pages     int
-	Items     int
-	Events    int
-	Delivered int
-	Parked    int
-	Invalid   int
-	// DeleteCandidates counts stored identities a complete listing missed that are not
-	// deleted yet: the next listings (or a Detail request) confirm them first (G6).
-	DeleteCandidates int
-	Truncated        bool
-	NotModified      bool
-	Err              error
-}
 
 // cycle is one run for a key under its lease; it is dropped whole on LEASE_LOST.
 type cycle struct {
 	e      *Engine
-	p      *Poller
-	key    Key
+	p      *watukuytype.Poller
+	key    watukuytype.Key
 	lease  Lease
 	state  state
 	holds  map[string]bool
@@ -59,7 +30,7 @@ type cycle struct {
 	yield context.Context
 	canon diff.Canonicalizer
 	log   zerolog.Logger
-	rep   CycleReport
+	rep   watukuytype.CycleReport
 
 	items int64 // tracked identities: the count at Begin plus rows created since
 	// invalidIndexed: the key has parked invalid observations (at Begin, or parked since), so
@@ -76,17 +47,17 @@ type cycle struct {
 	// the key moved forward with data even if the cycle fails later (freshAt).
 	progressed bool
 
-	rateLimit   *RateLimit // the last rate-limit headers seen in this cycle
+	rateLimit   *watukuytype.RateLimit // the last rate-limit headers seen in this cycle
 	rateLimitAt time.Time
 	confirmed   bool // a fenced write succeeded since the last request
 	throttled   bool // the API answered 429 (or 503 with Retry-After) in this cycle
 	answered    bool // a lane's request got a page in this cycle
 	tagPending  bool // state[fieldLiveTag] is not written yet (see setTag)
 
-	backfilling *BackfillProgress // the backfill lane's progress while it runs
-	force       int64             // while a forced backfill runs: its generation
-	released    bool              // an operation gave the lease up itself (partition deleted)
-	endDelete   []string          // state fields an operation deletes when it ends (withOpLease)
+	backfilling *watukuytype.BackfillProgress // the backfill lane's progress while it runs
+	force       int64                         // while a forced backfill runs: its generation
+	released    bool                          // an operation gave the lease up itself (partition deleted)
+	endDelete   []string                      // state fields an operation deletes when it ends (withOpLease)
 
 	serverAt time.Time // server clock at Begin
 	localAt  time.Time // local clock when Begin was sent
@@ -95,7 +66,7 @@ type cycle struct {
 
 // newCycle starts a cycle under the lease b granted; sentAt and replyAt are the local times
 // Begin was sent and answered.
-func newCycle(e *Engine, p *Poller, b BeginResult, sentAt, replyAt time.Time) *cycle {
+func newCycle(e *Engine, p *watukuytype.Poller, b BeginResult, sentAt, replyAt time.Time) *cycle {
 	c := &cycle{e: e, p: p, key: b.Lease.Key, lease: b.Lease, state: newState(b.State), yield: context.Background(),
 		holds: map[string]bool{}, items: b.Items, invalidIndexed: b.InvalidIndexed > 0, serverAt: b.Now, localAt: sentAt, replyAt: replyAt,
 		log: e.log.With().Str("poller", b.Lease.Key.Poller).Str("partition", b.Lease.Key.Partition).Int64("epoch", b.Lease.Epoch).Logger()}
@@ -130,7 +101,7 @@ func (c *cycle) yielding(ctx context.Context) bool {
 }
 
 // RunCycle runs one cycle for key: begin, drain the outbox, the live lane page by page, end.
-func (e *Engine) RunCycle(ctx context.Context, key Key) CycleReport {
+func (e *Engine) RunCycle(ctx context.Context, key watukuytype.Key) watukuytype.CycleReport {
 	start := e.now()
 	rep := e.runCycle(ctx, key)
 	if h := e.hooks.OnCycle; h != nil {
@@ -139,8 +110,8 @@ func (e *Engine) RunCycle(ctx context.Context, key Key) CycleReport {
 	return rep
 }
 
-func (e *Engine) runCycle(ctx context.Context, key Key) CycleReport {
-	rep := CycleReport{Key: key, Outcome: Failed}
+func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key) watukuytype.CycleReport {
+	rep := watukuytype.CycleReport{Key: key, Outcome: watukuytype.Failed}
 	if !e.enter() {
 		rep.Err = errors.New("watukuy: engine is stopping")
 		// The key was claimed for this cycle: hand it back due now, not when the claim lapses.
@@ -170,25 +141,25 @@ func (e *Engine) runCycle(ctx context.Context, key Key) CycleReport {
 	case BeginPaused:
 		// Looked at again pausedRecheck later rather than at every lapse of its claim;
 		// Resume makes it due at once, and SetDue never overwrites that due-now entry.
-		rep.Outcome = SkippedPaused
+		rep.Outcome = watukuytype.SkippedPaused
 		rep.Err = e.wrapStore(key, "set due", e.store.SetDue(ctx, key, e.now().Add(pausedRecheck)))
 		return rep
 	case BeginDeleted:
 		// A task of a deleted partition: forget the key, unless a partitions add since the
 		// claim made it due again (Unschedule keeps a due-now entry).
-		rep.Outcome = SkippedPaused
+		rep.Outcome = watukuytype.SkippedPaused
 		rep.Err = e.wrapStore(key, "unschedule deleted key", e.store.Unschedule(ctx, key))
 		return rep
 	case BeginNotDue:
 		// SetDue keeps a due-now entry: a trigger racing this Begin is not overwritten.
-		rep.Outcome = SkippedNotDue
+		rep.Outcome = watukuytype.SkippedNotDue
 		rep.Err = e.wrapStore(key, "set due", e.store.SetDue(ctx, key, b.NextDue))
 		return rep
 	case BeginLeased:
 		// A stale task (asynq giving back a dead worker's task) met a live lease: the key is
 		// claimable again when that lease lapses plus the grace, as its claim would be; a due
 		// time later than that would delay the takeover of a dead holder's key.
-		rep.Outcome = SkippedLeased
+		rep.Outcome = watukuytype.SkippedLeased
 		rep.Err = e.wrapStore(key, "set due", e.store.SetDue(ctx, key, b.LeaseExpires.Add(ClaimGrace)))
 		return rep
 	}
@@ -200,7 +171,7 @@ func (e *Engine) runCycle(ctx context.Context, key Key) CycleReport {
 	c.keeper = startLeaseKeeper(cctx, e.store, c.lease, e.now, sent, cancel)
 	defer c.keeper.close()
 	c.run(cctx, b.OutboxLen)
-	if c.rep.Err != nil && !IsLeaseLost(c.rep.Err) {
+	if c.rep.Err != nil && !watukuytype.IsLeaseLost(c.rep.Err) {
 		c.log.Warn().Err(c.rep.Err).Msg("cycle failed")
 	}
 	return c.rep
@@ -209,7 +180,7 @@ func (e *Engine) runCycle(ctx context.Context, key Key) CycleReport {
 // pausedRecheck is how long a paused (or removed) key waits before it is claimed again.
 const pausedRecheck = 5 * time.Minute
 
-func (e *Engine) wrapStore(key Key, what string, err error) error {
+func (e *Engine) wrapStore(key watukuytype.Key, what string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -218,7 +189,7 @@ func (e *Engine) wrapStore(key Key, what string, err error) error {
 
 // run executes the cycle; on a lost lease it returns without writing anything more.
 func (c *cycle) run(ctx context.Context, outboxLen int64) {
-	c.rep.Outcome = Ran
+	c.rep.Outcome = watukuytype.Ran
 	var failure *cycleError
 	// G9: deliver what is pending before any request.
 	if outboxLen > 0 && !c.p.Shadow {
@@ -227,9 +198,9 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 	var live laneResult
 	if failure == nil {
 		live, failure = c.runLane(ctx, c.liveLane())
-		if failure == nil && !live.complete && live.paced == 0 && !live.halted && c.p.Strategy == SnapshotDiff {
+		if failure == nil && !live.complete && live.paced == 0 && !live.halted && c.p.Strategy == watukuytype.SnapshotDiff {
 			// Deletes need a listing completed in one cycle (G6); this one never completes.
-			failure = &cycleError{phase: "config", code: "CONFIG", kind: schedule.ResultFailed, err: fmt.Errorf(
+			failure = &cycleError{phase: "config", code: watukuytype.CodeConfig, kind: schedule.ResultFailed, err: fmt.Errorf(
 				"snapshotDiff listing of %s is longer than maxPagesPerCycle (%d): deletes cannot be detected; raise maxPagesPerCycle",
 				c.key, c.p.MaxPagesPerCycle)}
 		}
@@ -237,17 +208,17 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 	reconciled := false
 	if failure == nil && live.complete && c.reconcileDue() {
 		var rec laneResult
-		rec, failure = c.runLane(ctx, lane{name: "reconcile", fetch: c.p.Reconcile.Fetch, listing: true, maxPages: c.p.Reconcile.MaxPages})
+		rec, failure = c.runLane(ctx, lane{name: watukuytype.LaneReconcile, fetch: c.p.Reconcile.Fetch, listing: true, maxPages: c.p.Reconcile.MaxPages})
 		switch {
 		case failure == nil && rec.complete:
 			reconciled = true
 		case failure == nil && rec.paced == 0 && !rec.halted:
-			failure = &cycleError{phase: "config", code: "CONFIG", kind: schedule.ResultFailed, err: fmt.Errorf(
+			failure = &cycleError{phase: "config", code: watukuytype.CodeConfig, kind: schedule.ResultFailed, err: fmt.Errorf(
 				"reconcile listing of %s is longer than reconcile.maxPages (%d): deletes cannot be detected", c.key, c.p.Reconcile.MaxPages)}
 		}
 	}
 	backfillPending := false
-	if bp := c.state.backfill(); failure == nil && bp.active() && c.p.Strategy != SnapshotDiff {
+	if bp := c.state.backfill(); failure == nil && backfillActive(bp) && c.p.Strategy != watukuytype.SnapshotDiff {
 		backfillPending = true
 		// Only once the live lane has caught up does the backfill get the pages it left.
 		if ln, ok := c.backfillLane(bp, live, c.p.MaxPagesPerCycle-live.pages); ok {
@@ -266,11 +237,11 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 			backfillPending = f == nil && failure == nil && !c.backfilling.Done
 		}
 	}
-	if cause := context.Cause(ctx); cause != nil && IsLeaseLost(cause) {
+	if cause := context.Cause(ctx); cause != nil && watukuytype.IsLeaseLost(cause) {
 		c.abandon(cause)
 		return
 	}
-	if failure != nil && IsLeaseLost(failure.err) {
+	if failure != nil && watukuytype.IsLeaseLost(failure.err) {
 		c.abandon(failure.err)
 		return
 	}
@@ -278,7 +249,7 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 		// Cancelled from outside (asynq took the task back: its own lease of the task lapsed
 		// while the process was stopped) after the lease's validity passed: the lease is
 		// surely gone, which is what the operator needs to read.
-		c.abandon(&LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "cancelled after the lease's validity passed (the process was paused past it): " + failure.err.Error()})
+		c.abandon(&watukuytype.LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "cancelled after the lease's validity passed (the process was paused past it): " + failure.err.Error()})
 		return
 	}
 	if failure != nil && failure.kind != schedule.ResultThrottled {
@@ -289,7 +260,7 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 	if failure != nil && failure.phase == "store" {
 		// Redis trouble: the lease lapses by itself and the claim timeout brings the key back.
 		c.rep.Err = failure.err
-		c.rep.Outcome = Failed
+		c.rep.Outcome = watukuytype.Failed
 		return
 	}
 	c.rep.Truncated = failure == nil && !live.complete && !c.paused()
@@ -297,7 +268,7 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 		c.log.Info().Msg("key paused by an operator: cycle stopped at its next step")
 	}
 	if err := c.finish(ctx, failure, live.paced, reconciled, backfillPending); err != nil {
-		if IsLeaseLost(err) {
+		if watukuytype.IsLeaseLost(err) {
 			c.abandon(err)
 			return
 		}
@@ -309,7 +280,7 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 }
 
 func (c *cycle) abandon(err error) {
-	c.rep.Outcome = Failed
+	c.rep.Outcome = watukuytype.Failed
 	c.rep.Err = err
 	c.log.Warn().Err(err).Msg("lease lost: cycle abandoned")
 	if h := c.e.hooks.OnLeaseLost; h != nil {
@@ -317,51 +288,9 @@ func (c *cycle) abandon(err error) {
 	}
 }
 
-// LastError is the JSON of KeyInfo.LastError: a key's last failed cycle, kept until one
-// succeeds.
-type LastError struct {
-	// Code is FETCH, THROTTLED, CURSOR_STALL, POISON_HALT, STORE, REPLICATION, CONFIG or
-	// INVALID_ITEMS.
-	//
-	// INVALID_ITEMS (phase "validate") is set by a cycle that ran without any other failure,
-	// whose live and reconcile lanes read at least one item, and none of whose items passed
-	// identity, version, validation and fingerprint (each was parked as invalid, or skipped as
-	// an earlier duplicate of an invalid one on the same page): the cursor moved past items
-	// that produced no event. The key's status is then "degraded". A cycle that reads no item
-	// (nothing new, a 304) keeps it; it is cleared by a cycle that reads at least one valid
-	// item, by a parked retry or discard that leaves the key no parked invalid row, or
-	// replaced by another failure's code (which the next successful cycle clears).
-	Code    string `json:"code"`
-	Phase   string `json:"phase"`
-	Message string `json:"message"`
-	At      string `json:"at"`
-}
-
-// PollSummary is the JSON of KeyInfo.LastPoll: what a key's last cycle did.
-type PollSummary struct {
-	At         string `json:"at"`
-	Outcome    string `json:"outcome"` // "ok" or the failure's code
-	DurationMs int64  `json:"durationMs"`
-	Pages      int    `json:"pages"`
-	Items      int    `json:"items"`
-	Events     int    `json:"events"`
-	Delivered  int    `json:"delivered"`
-	Parked     int    `json:"parked"`
-	Invalid    int    `json:"invalid"`
-	// DeleteCandidates are identities a complete listing missed, not deleted until confirmed.
-	DeleteCandidates int  `json:"deleteCandidates,omitempty"`
-	Truncated        bool `json:"truncated"`
-	NotModified      bool `json:"notModified"`
-	Reconciled       bool `json:"reconciled"`
-	BackfillPending  bool `json:"backfillPending"`
-}
-
-// codeInvalidItems is the LastError code of a cycle whose items were all invalid.
-const codeInvalidItems = "INVALID_ITEMS"
-
 // lastErrorCode reads the code of a stored LastError ("" when none or unreadable).
-func lastErrorCode(v string) string {
-	var le LastError
+func lastErrorCode(v string) watukuytype.ErrorCode {
+	var le watukuytype.LastError
 	if v == "" || json.Unmarshal([]byte(v), &le) != nil {
 		return ""
 	}
@@ -372,7 +301,7 @@ func lastErrorCode(v string) string {
 // schedule state machine makes of it.
 type cycleError struct {
 	phase      string // fetch, handler, store, replication, config
-	code       string // FETCH, THROTTLED, CURSOR_STALL, POISON_HALT, STORE, REPLICATION, CONFIG
+	code       watukuytype.ErrorCode
 	kind       schedule.Kind
 	retryAfter time.Duration
 	err        error
@@ -382,7 +311,7 @@ func storeErr(err error) *cycleError {
 	if err == nil {
 		return nil
 	}
-	return &cycleError{phase: "store", code: "STORE", kind: schedule.ResultFailed, err: err}
+	return &cycleError{phase: "store", code: watukuytype.CodeStore, kind: schedule.ResultFailed, err: err}
 }
 
 // drain delivers the outbox until it holds nothing deliverable: it goes on while a read took
@@ -441,8 +370,8 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	}
 	res.Pace = max(paced, c.pace())
 	prev := schedule.State{Interval: c.state.duration(fieldInterval), Failures: c.state.int(fieldFailures),
-		Circuit: schedule.Circuit(c.state.circuit()), ThrottledUntil: c.state.time(FieldThrottled)}
-	next := schedule.Next(c.p.policy(), prev, res, now, c.e.rand())
+		Circuit: c.state.circuit(), ThrottledUntil: c.state.time(FieldThrottled)}
+	next := schedule.Next(policy(c.p), prev, res, now, c.e.rand())
 	if backfillPending && failure == nil && !noEvidence {
 		// More backfill to do: come back as soon as the API's pace allows (at once: the
 		// Begin time, whatever clock the next claimer reads).
@@ -483,24 +412,24 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	// Items read and none valid: the key is degraded (LastError). A cycle that read nothing
 	// says nothing new of the items and keeps it.
 	invalidOnly := failure == nil && c.read > 0 && c.valid == 0
-	stillInvalid := failure == nil && c.read == 0 && lastErrorCode(c.state.get(fieldLastError)) == codeInvalidItems
+	stillInvalid := failure == nil && c.read == 0 && lastErrorCode(c.state.get(fieldLastError)) == watukuytype.CodeInvalidItems
 	outcome := "ok"
 	switch {
 	case failure != nil && failure.kind != schedule.ResultThrottled:
-		le, _ := json.Marshal(LastError{Code: failure.code, Phase: failure.phase,
+		le, _ := json.Marshal(watukuytype.LastError{Code: failure.code, Phase: failure.phase,
 			Message: failure.err.Error(), At: now.UTC().Format(time.RFC3339Nano)})
 		st[fieldLastError] = string(le)
 	case invalidOnly:
-		le, _ := json.Marshal(LastError{Code: codeInvalidItems, Phase: "validate", At: now.UTC().Format(time.RFC3339Nano),
+		le, _ := json.Marshal(watukuytype.LastError{Code: watukuytype.CodeInvalidItems, Phase: "validate", At: now.UTC().Format(time.RFC3339Nano),
 			Message: fmt.Sprintf("all %d items read in this cycle are invalid (first: %s) and were parked: the cursor moved past them without an event; see `parked ls --kind invalid`, fix the poller's identity/validation (or the data), then `parked retry`", c.read, c.issue)})
 		st[fieldLastError] = string(le)
-		outcome = codeInvalidItems
+		outcome = string(watukuytype.CodeInvalidItems)
 	case stillInvalid, noEvidence:
 	case failure == nil:
 		del = append(del, fieldLastError)
 	}
 	if failure != nil {
-		outcome = failure.code
+		outcome = string(failure.code)
 	}
 	// freshAt: the key is current with its API (a cycle that ran through without failing or
 	// degrading, whether or not anything was new) or moved forward with data (a committed page
@@ -509,7 +438,7 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	if c.progressed || failure == nil && !invalidOnly && !stillInvalid && !noEvidence && !c.paused() {
 		st[fieldFreshAt] = strconv.FormatInt(now.UnixMilli(), 10)
 	}
-	summary, _ := json.Marshal(PollSummary{At: now.UTC().Format(time.RFC3339Nano), Outcome: outcome,
+	summary, _ := json.Marshal(watukuytype.PollSummary{At: now.UTC().Format(time.RFC3339Nano), Outcome: outcome,
 		DurationMs: c.e.now().Sub(c.localAt).Milliseconds(), Pages: c.rep.Pages, Items: c.rep.Items,
 		Events: c.rep.Events, Delivered: c.rep.Delivered, Parked: c.rep.Parked, Invalid: c.rep.Invalid, DeleteCandidates: c.rep.DeleteCandidates,
 		Truncated: c.rep.Truncated, NotModified: c.rep.NotModified, Reconciled: reconciled, BackfillPending: backfillPending})
@@ -521,7 +450,7 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	if err := c.e.store.End(ctx, c.lease, EndRequest{State: st, Delete: del, NextDue: next.NextDue, Trigger: c.state.get(FieldTrigger)}); err != nil {
 		return err
 	}
-	if h := c.e.hooks.OnCircuitOpen; h != nil && next.Circuit == schedule.Open && failure != nil {
+	if h := c.e.hooks.OnCircuitOpen; h != nil && next.Circuit == watukuytype.CircuitOpen && failure != nil {
 		h(c.key, next.NextDue, failure.err)
 	}
 	if h := c.e.hooks.OnThrottled; h != nil && failure != nil && failure.kind == schedule.ResultThrottled {

@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/schedule"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // delivery is one outbox entry on its way to the handler; ev is nil until decoded.
 type delivery struct {
 	entry Entry
-	ev    *Event
+	ev    *watukuytype.Event
 }
 
 // deliver hands a batch (in sequence order) to the handler: one ordering key at a time in
@@ -22,7 +23,7 @@ type delivery struct {
 // order in one fenced call; exhausted events are parked and hold their ordering key (G4), or
 // halt the cycle with PoisonHalt. Undelivered entries stay in the outbox (G1).
 func (c *cycle) deliver(ctx context.Context, batch []delivery) *cycleError {
-	d := &dispatch{c: c, acked: make([]bool, len(batch)), evs: make([]*Event, len(batch))}
+	d := &dispatch{c: c, acked: make([]bool, len(batch)), evs: make([]*watukuytype.Event, len(batch))}
 	groups := map[string][]int{}
 	var order []string
 	for i, b := range batch {
@@ -108,7 +109,7 @@ feed:
 	}
 	if !c.keeper.valid() {
 		// Entries were left undelivered: stop here rather than read them again.
-		return storeErr(&LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "lease could not be confirmed during delivery"})
+		return storeErr(&watukuytype.LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "lease could not be confirmed during delivery"})
 	}
 	return nil
 }
@@ -118,7 +119,7 @@ type dispatch struct {
 	c      *cycle
 	mu     sync.Mutex
 	acked  []bool
-	evs    []*Event // decoded events, for the OnDelivered hook
+	evs    []*watukuytype.Event // decoded events, for the OnDelivered hook
 	poison []Poison
 	held   []Held
 	halt   *cycleError
@@ -139,12 +140,12 @@ func (d *dispatch) runGroup(ctx context.Context, stop context.CancelFunc, batch 
 			d.mu.Unlock()
 			continue
 		}
-		if ctx.Err() != nil || IsLeaseLost(err) {
+		if ctx.Err() != nil || watukuytype.IsLeaseLost(err) {
 			return // not exhausted: the next lease holder delivers it (G1)
 		}
-		if c.p.Delivery.Poison == PoisonHalt {
+		if c.p.Delivery.Poison == watukuytype.PoisonHalt {
 			d.mu.Lock()
-			d.halt = &cycleError{phase: "handler", code: "POISON_HALT", kind: schedule.ResultPoisonHalt,
+			d.halt = &cycleError{phase: "handler", code: watukuytype.CodePoisonHalt, kind: schedule.ResultPoisonHalt,
 				err: fmt.Errorf("event %s of %s failed %d times, poison: halt: %w", b.entry.ID, c.key, len(errs), err)}
 			d.mu.Unlock()
 			stop()
@@ -160,11 +161,11 @@ func (d *dispatch) runGroup(ctx context.Context, stop context.CancelFunc, batch 
 
 // attempt calls the handler up to Attempts times with backoff; it returns the event and
 // every error seen.
-func (d *dispatch) attempt(ctx context.Context, b delivery) (*Event, []string, error) {
+func (d *dispatch) attempt(ctx context.Context, b delivery) (*watukuytype.Event, []string, error) {
 	c := d.c
 	ev := b.ev
 	if ev == nil {
-		ev = new(Event)
+		ev = new(watukuytype.Event)
 		if err := json.Unmarshal(b.entry.Envelope, ev); err != nil {
 			err = fmt.Errorf("corrupt envelope of %s: %w", b.entry.ID, err)
 			return nil, []string{err.Error()}, err
@@ -186,11 +187,11 @@ func (d *dispatch) attempt(ctx context.Context, b delivery) (*Event, []string, e
 				return ev, errs, err
 			}
 			if !c.keeper.valid() {
-				return ev, errs, &LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "lease may have expired during handler retries"}
+				return ev, errs, &watukuytype.LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "lease may have expired during handler retries"}
 			}
 		}
 		sent := time.Now()
-		last = c.p.callHandler(c.keeper.withLeaseCheck(ctx), *ev)
+		last = callHandler(c.p, c.keeper.withLeaseCheck(ctx), *ev)
 		if h := c.e.hooks.OnHandlerAttempt; h != nil {
 			h(c.key, *ev, a, time.Since(sent), handlerResult(ctx, last), last)
 		}
@@ -205,19 +206,19 @@ func (d *dispatch) attempt(ctx context.Context, b delivery) (*Event, []string, e
 
 // handlerResult classifies one handler attempt for Hooks.OnHandlerAttempt; ctx is the
 // delivery's context.
-func handlerResult(ctx context.Context, err error) string {
+func handlerResult(ctx context.Context, err error) watukuytype.HandlerResult {
 	var hp *handlerPanic
 	switch {
 	case err == nil:
-		return HandlerOK
+		return watukuytype.HandlerOK
 	case errors.As(err, &hp):
-		return HandlerPanic
-	case ctx.Err() != nil || IsLeaseLost(err):
-		return HandlerFenced
+		return watukuytype.HandlerPanic
+	case ctx.Err() != nil || watukuytype.IsLeaseLost(err):
+		return watukuytype.HandlerFenced
 	case errors.Is(err, context.DeadlineExceeded):
-		return HandlerTimeout
+		return watukuytype.HandlerTimeout
 	}
-	return HandlerError
+	return watukuytype.HandlerError
 }
 
 func (d *dispatch) park(b delivery, errs []string) {

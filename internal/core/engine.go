@@ -13,7 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/watukuy/watukuy/internal/schedule"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Options configures an Engine.
@@ -33,7 +33,7 @@ type Options struct {
 	// Rand returns uniform numbers in [0,1) for jitter; default math/rand/v2.
 	Rand func() float64
 	// Hooks observe cycles, requests, deliveries and failures.
-	Hooks Hooks
+	Hooks watukuytype.Hooks
 	// Clock is the local clock leases are kept by (validity counted from when a confirming
 	// call was sent); default time.Now. Tests that move the store's server clock pass the
 	// same fake clock here, so a simulated pause ages the lease on both sides.
@@ -51,12 +51,12 @@ type Engine struct {
 	rand    func() float64
 	tickN   int
 	claimTO time.Duration
-	hooks   Hooks
+	hooks   watukuytype.Hooks
 	clock   func() time.Time
 	wait    func(ctx context.Context, d time.Duration) error
 
 	mu         sync.Mutex
-	pollers    map[string]*Poller
+	pollers    map[string]*watukuytype.Poller
 	registered bool      // keys written to the registry and due set
 	regGen     uint64    // bumped by every registration change; ensureRegistered marks only the one it wrote
 	repairedAt time.Time // when Tick last ran the repair sweep (local clock)
@@ -73,13 +73,13 @@ type Engine struct {
 // NewEngine checks opts and returns an engine.
 func NewEngine(opts Options) (*Engine, error) {
 	if opts.Store == nil {
-		return nil, &ConfigError{Field: "store", Msg: "is required"}
+		return nil, &watukuytype.ConfigError{Field: "store", Msg: "is required"}
 	}
 	if opts.InstanceID == "" {
-		return nil, &ConfigError{Field: "instanceID", Msg: "is required"}
+		return nil, &watukuytype.ConfigError{Field: "instanceID", Msg: "is required"}
 	}
 	e := &Engine{store: opts.Store, owner: opts.InstanceID, log: opts.Logger, rand: opts.Rand,
-		tickN: opts.TickConcurrency, claimTO: opts.ClaimTimeout, hooks: opts.Hooks, clock: opts.Clock, wait: opts.Wait, pollers: map[string]*Poller{}}
+		tickN: opts.TickConcurrency, claimTO: opts.ClaimTimeout, hooks: opts.Hooks, clock: opts.Clock, wait: opts.Wait, pollers: map[string]*watukuytype.Poller{}}
 	if e.clock == nil {
 		e.clock = time.Now
 	}
@@ -98,15 +98,15 @@ func NewEngine(opts Options) (*Engine, error) {
 func (e *Engine) now() time.Time { return e.clock() }
 
 // Register adds a poller; an invalid definition is a *ConfigError naming the field.
-func (e *Engine) Register(p Poller) error {
-	p, err := p.withDefaults()
+func (e *Engine) Register(p watukuytype.Poller) error {
+	p, err := withDefaults(p)
 	if err != nil {
 		return err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, dup := e.pollers[p.Name]; dup {
-		return &ConfigError{Poller: p.Name, Field: "name", Msg: "is registered twice"}
+		return &watukuytype.ConfigError{Poller: p.Name, Field: "name", Msg: "is registered twice"}
 	}
 	e.pollers[p.Name] = &p
 	e.registered = false
@@ -120,15 +120,15 @@ func (e *Engine) Register(p Poller) error {
 // next cycle uses the new one. The keys of new pollers and partitions are written to the
 // registry and due set at the next Setup (or Tick, InspectAll); the keys of pollers left out
 // stay in the registry, and this engine no longer runs or claims them.
-func (e *Engine) Replace(ps ...Poller) error {
-	next := make(map[string]*Poller, len(ps))
+func (e *Engine) Replace(ps ...watukuytype.Poller) error {
+	next := make(map[string]*watukuytype.Poller, len(ps))
 	for _, p := range ps {
-		p, err := p.withDefaults()
+		p, err := withDefaults(p)
 		if err != nil {
 			return err
 		}
 		if _, dup := next[p.Name]; dup {
-			return &ConfigError{Poller: p.Name, Field: "name", Msg: "is registered twice"}
+			return &watukuytype.ConfigError{Poller: p.Name, Field: "name", Msg: "is registered twice"}
 		}
 		next[p.Name] = &p
 	}
@@ -143,15 +143,15 @@ func (e *Engine) Replace(ps ...Poller) error {
 // poller returns the registered poller of key for a cycle. Partitions added at run time
 // (partitions add) are not in the definition: any well-formed partition name is accepted,
 // since only registered keys ever become due.
-func (e *Engine) poller(key Key) (*Poller, error) {
+func (e *Engine) poller(key watukuytype.Key) (*watukuytype.Poller, error) {
 	e.mu.Lock()
 	p, ok := e.pollers[key.Poller]
 	e.mu.Unlock()
 	if !ok {
-		return nil, &NotFoundError{Poller: key.Poller, Hint: "this engine has no such poller registered"}
+		return nil, &watukuytype.NotFoundError{Poller: key.Poller, Hint: "this engine has no such poller registered"}
 	}
 	if key.Partition != "" && !partitionRE.MatchString(key.Partition) {
-		return nil, &ConfigError{Poller: key.Poller, Field: "partitions", Msg: fmt.Sprintf("malformed partition %q", key.Partition)}
+		return nil, &watukuytype.ConfigError{Poller: key.Poller, Field: "partitions", Msg: fmt.Sprintf("malformed partition %q", key.Partition)}
 	}
 	return p, nil
 }
@@ -175,11 +175,11 @@ func (e *Engine) ensureRegistered(ctx context.Context) error {
 	e.mu.Lock()
 	gen := e.regGen
 	pollers := map[string][]byte{}
-	keys := map[Key][]byte{}
+	keys := map[watukuytype.Key][]byte{}
 	entry, _ := json.Marshal(keyEntry{Source: "config"})
 	for _, p := range e.pollers {
-		pollers[p.Name], _ = json.Marshal(p.info())
-		for _, k := range p.keys() {
+		pollers[p.Name], _ = json.Marshal(info(p))
+		for _, k := range pollerKeys(p) {
 			keys[k] = entry
 		}
 	}
@@ -193,30 +193,15 @@ func (e *Engine) ensureRegistered(ctx context.Context) error {
 	return nil
 }
 
-// TickReport sums the cycles of one Tick.
-type TickReport struct {
-	Ran           int `json:"ran"`
-	SkippedNotDue int `json:"skippedNotDue"`
-	SkippedLeased int `json:"skippedLeased"`
-	SkippedPaused int `json:"skippedPaused"`
-	Events        int `json:"events"`
-	Delivered     int `json:"delivered"`
-	// DeleteCandidates counts identities missed by a complete listing and not yet deleted.
-	DeleteCandidates int `json:"deleteCandidates,omitempty"`
-	// Repaired counts the keys the repair sweep gave back their missing due entry.
-	Repaired int     `json:"repaired"`
-	Errors   []error `json:"-"`
-}
-
-func (r *TickReport) add(c CycleReport) {
+func addCycle(r *watukuytype.TickReport, c watukuytype.CycleReport) {
 	switch c.Outcome {
-	case Ran:
+	case watukuytype.Ran:
 		r.Ran++
-	case SkippedNotDue:
+	case watukuytype.SkippedNotDue:
 		r.SkippedNotDue++
-	case SkippedLeased:
+	case watukuytype.SkippedLeased:
 		r.SkippedLeased++
-	case SkippedPaused:
+	case watukuytype.SkippedPaused:
 		r.SkippedPaused++
 	}
 	r.Events += c.Events
@@ -233,8 +218,8 @@ func (r *TickReport) add(c CycleReport) {
 // given up), commit what they have and release their leases with the keys due at once. Tick
 // mode has no scheduler process, so Tick also runs the due-set repair sweep, at most once a
 // minute.
-func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (TickReport, error) {
-	var rep TickReport
+func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (watukuytype.TickReport, error) {
+	var rep watukuytype.TickReport
 	deadline := time.Now().Add(maxDuration)
 	yield, stopYield := context.WithDeadline(context.Background(), deadline)
 	defer stopYield()
@@ -263,7 +248,7 @@ func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (TickRepor
 				defer wg.Done()
 				c := e.RunCycle(ctx, k)
 				mu.Lock()
-				rep.add(c)
+				addCycle(&rep, c)
 				mu.Unlock()
 			}()
 		}
@@ -289,7 +274,7 @@ const tickRepairEvery = time.Minute
 
 // repairIfStale runs the repair sweep unless Tick ran it less than tickRepairEvery ago. A
 // failed sweep is logged and the tick goes on: its claims do not depend on it.
-func (e *Engine) repairIfStale(ctx context.Context) []Key {
+func (e *Engine) repairIfStale(ctx context.Context) []watukuytype.Key {
 	e.mu.Lock()
 	stale := e.repairedAt.IsZero() || time.Since(e.repairedAt) >= tickRepairEvery
 	if stale {
@@ -311,7 +296,7 @@ func (e *Engine) repairIfStale(ctx context.Context) []Key {
 // Hooks.OnDueRepaired. A key without a due entry would never be claimed again, whatever its
 // state says, so schedulers run this periodically and Tick at most once a minute. A database
 // of another layout is refused with a *LayoutError.
-func (e *Engine) RepairDue(ctx context.Context) ([]Key, error) {
+func (e *Engine) RepairDue(ctx context.Context) ([]watukuytype.Key, error) {
 	l, err := e.store.Layout(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("watukuy: repair due entries: read the data layout: %w", err)
@@ -384,8 +369,8 @@ func (e *Engine) Stop(drain bool, timeout time.Duration) error {
 // Trigger makes a key due now; an open circuit gets its probe. It is an operator's override:
 // it also clears the key's Retry-After window (the cleared window is logged), so a bogus
 // window need not be waited out. A window the API gives again is kept again.
-func (e *Engine) Trigger(ctx context.Context, key Key) error {
-	return e.keyOp(ctx, key, "trigger", func(ctx context.Context, key Key) error {
+func (e *Engine) Trigger(ctx context.Context, key watukuytype.Key) error {
+	return e.keyOp(ctx, key, "trigger", func(ctx context.Context, key watukuytype.Key) error {
 		until, err := e.store.ClearThrottle(ctx, key)
 		if err != nil {
 			return err
@@ -399,16 +384,16 @@ func (e *Engine) Trigger(ctx context.Context, key Key) error {
 }
 
 // Pause stops the key's cycles (no request, no delivery) until Resume.
-func (e *Engine) Pause(ctx context.Context, key Key) error {
+func (e *Engine) Pause(ctx context.Context, key watukuytype.Key) error {
 	return e.keyOp(ctx, key, "pause", e.store.Pause)
 }
 
 // Resume lifts a pause; the key is due at once.
-func (e *Engine) Resume(ctx context.Context, key Key) error {
+func (e *Engine) Resume(ctx context.Context, key watukuytype.Key) error {
 	return e.keyOp(ctx, key, "resume", e.store.Resume)
 }
 
-func (e *Engine) keyOp(ctx context.Context, key Key, name string, op func(context.Context, Key) error) error {
+func (e *Engine) keyOp(ctx context.Context, key watukuytype.Key, name string, op func(context.Context, watukuytype.Key) error) error {
 	if _, err := e.resolve(ctx, key); err != nil {
 		return err
 	}
@@ -418,93 +403,24 @@ func (e *Engine) keyOp(ctx context.Context, key Key, name string, op func(contex
 	return nil
 }
 
-// KeyInfo is what Inspect reports for a key.
-type KeyInfo struct {
-	Poller    string `json:"poller"`
-	Partition string `json:"partition"`
-	// Status is idle, running, paused, removed, deleted, circuitOpen, throttled, failing or
-	// degraded (the last cycle that read items found none valid: LastError INVALID_ITEMS).
-	Status string `json:"status"`
-	Paused bool   `json:"paused"`
-	// Source is where the key comes from: "config" or "cli" (partitions add).
-	Source string `json:"source,omitempty"`
-	// Cursor is the live lane's cursor; Cursors holds every lane's (live, backfill).
-	Cursor         string            `json:"cursor"`
-	Cursors        map[string]string `json:"cursors"`
-	LeaseOwner     string            `json:"leaseOwner,omitempty"`
-	LeaseEpoch     int64             `json:"leaseEpoch"`
-	LeaseExpires   *time.Time        `json:"leaseExpiresAt,omitempty"`
-	NextDueAt      *time.Time        `json:"nextDueAt,omitempty"`
-	Interval       time.Duration     `json:"intervalMs"`
-	Circuit        string            `json:"circuit"`
-	Failures       int               `json:"consecutiveFailures"`
-	ThrottledUntil *time.Time        `json:"throttledUntil,omitempty"`
-	RateLimit      json.RawMessage   `json:"rateLimit,omitempty"`
-	ReconcileDue   *time.Time        `json:"reconcileDueAt,omitempty"`
-	LastPoll       json.RawMessage   `json:"lastPoll,omitempty"`
-	// LastError is {code, phase, message, at} of the last failed cycle, until one succeeds.
-	LastError json.RawMessage `json:"lastError,omitempty"`
-	LagMs     int64           `json:"lagMs"`
-	// FreshAt is when a cycle last found the key current with its API (it ran through without
-	// failing or degrading, whether or not anything was new: a quiet API stays fresh) or moved
-	// it forward with data (committed a page with a valid item, even if it failed later). A
-	// cursor stall, failing requests, a throttle, a halted delivery or pages of invalid items
-	// leave it where it was. nil until the first such cycle. FreshnessMs is the time since
-	// (server clock at Inspect), -1 when FreshAt is nil.
-	FreshAt       *time.Time `json:"freshAt,omitempty"`
-	FreshnessMs   int64      `json:"freshnessMs"`
-	OutboxPending int64      `json:"outboxPending"`
-	// OutboxOldestAt is when the oldest event still in the outbox (committed, not yet acked,
-	// not held) entered it, by the Redis server's clock; OutboxOldestAgeMs is its age. Both
-	// are absent when the outbox is empty.
-	OutboxOldestAt    *time.Time `json:"outboxOldestAt,omitempty"`
-	OutboxOldestAgeMs int64      `json:"outboxOldestAgeMs,omitempty"`
-	// Parked counts every parked row; ParkedPoison and ParkedInvalid split it by kind.
-	Parked        int64 `json:"parked"`
-	ParkedPoison  int64 `json:"parkedPoison"`
-	ParkedInvalid int64 `json:"parkedInvalid"`
-	Held          int64 `json:"held"`
-	Items         int64 `json:"items"`
-	SchemaVersion int   `json:"schemaVersion"`
-	// Backfill is the last backfill's progress, nil when none was started.
-	Backfill *BackfillProgress `json:"backfill,omitempty"`
-	// Shadow is true for a poller in shadow mode; ShadowEvents counts the events it would
-	// have delivered, by type.
-	Shadow       bool           `json:"shadow,omitempty"`
-	ShadowEvents map[string]int `json:"shadowEvents,omitempty"`
-	// LogRetention is how long events are kept for replay (0: no log).
-	LogRetention time.Duration `json:"logRetentionMs,omitempty"`
-}
-
-// MarshalJSON writes the durations as milliseconds, as their names say.
-func (ki KeyInfo) MarshalJSON() ([]byte, error) {
-	type plain KeyInfo
-	out := struct {
-		plain
-		Interval     int64 `json:"intervalMs"`
-		LogRetention int64 `json:"logRetentionMs,omitempty"`
-	}{plain(ki), ki.Interval.Milliseconds(), ki.LogRetention.Milliseconds()}
-	return json.Marshal(out)
-}
-
 // Inspect reads one key's status.
-func (e *Engine) Inspect(ctx context.Context, key Key) (KeyInfo, error) {
+func (e *Engine) Inspect(ctx context.Context, key watukuytype.Key) (watukuytype.KeyInfo, error) {
 	t, err := e.resolve(ctx, key)
 	if err != nil {
-		return KeyInfo{}, err
+		return watukuytype.KeyInfo{}, err
 	}
 	return e.inspect(ctx, t)
 }
 
 // inspect reads a resolved key's status.
-func (e *Engine) inspect(ctx context.Context, t target) (KeyInfo, error) {
+func (e *Engine) inspect(ctx context.Context, t target) (watukuytype.KeyInfo, error) {
 	key := t.key
 	s, err := e.store.Inspect(ctx, key)
 	if err != nil {
-		return KeyInfo{}, fmt.Errorf("watukuy: inspect %s: %w", key, err)
+		return watukuytype.KeyInfo{}, fmt.Errorf("watukuy: inspect %s: %w", key, err)
 	}
 	st := newState(s.State)
-	ki := KeyInfo{Poller: key.Poller, Partition: key.Partition, Paused: st.paused(), Source: t.source,
+	ki := watukuytype.KeyInfo{Poller: key.Poller, Partition: key.Partition, Paused: st.paused(), Source: t.source,
 		Cursor: st.get(fieldCursorLive), Cursors: map[string]string{"live": st.get(fieldCursorLive)},
 		LeaseOwner: s.LeaseOwner, LeaseEpoch: s.LeaseEpoch,
 		Interval: st.duration(fieldInterval), Circuit: st.circuit(), Failures: st.int(fieldFailures),
@@ -523,7 +439,7 @@ func (e *Engine) inspect(ctx context.Context, t target) (KeyInfo, error) {
 		ki.Backfill = bp
 		ki.Cursors["backfill"] = bp.Cursor
 	}
-	for _, typ := range []EventType{Created, Updated, Deleted} {
+	for _, typ := range []watukuytype.EventType{watukuytype.Created, watukuytype.Updated, watukuytype.Deleted} {
 		if n := st.int(fieldShadowPrefix + string(typ)); n > 0 {
 			if ki.ShadowEvents == nil {
 				ki.ShadowEvents = map[string]int{}
@@ -559,29 +475,29 @@ func (e *Engine) inspect(ctx context.Context, t target) (KeyInfo, error) {
 	}
 	switch {
 	case st.get(fieldDeleted) == "1":
-		ki.Status = "deleted"
+		ki.Status = watukuytype.StatusDeleted
 	case st.get(fieldRemoved) == "1":
-		ki.Status = "removed"
+		ki.Status = watukuytype.StatusRemoved
 	case ki.Paused:
-		ki.Status = "paused"
+		ki.Status = watukuytype.StatusPaused
 	case ki.LeaseExpires != nil && ki.LeaseExpires.After(s.Now):
-		ki.Status = "running"
-	case ki.Circuit == string(schedule.Open):
-		ki.Status = "circuitOpen"
+		ki.Status = watukuytype.StatusRunning
+	case ki.Circuit == watukuytype.CircuitOpen:
+		ki.Status = watukuytype.StatusCircuitOpen
 	case ki.ThrottledUntil != nil:
-		ki.Status = "throttled"
-	case lastErrorCode(st.get(fieldLastError)) == codeInvalidItems:
-		ki.Status = "degraded"
+		ki.Status = watukuytype.StatusThrottled
+	case lastErrorCode(st.get(fieldLastError)) == watukuytype.CodeInvalidItems:
+		ki.Status = watukuytype.StatusDegraded
 	case ki.LastError != nil:
-		ki.Status = "failing"
+		ki.Status = watukuytype.StatusFailing
 	default:
-		ki.Status = "idle"
+		ki.Status = watukuytype.StatusIdle
 	}
 	return ki, nil
 }
 
 // InspectAll reads every known key of poller (all pollers when "").
-func (e *Engine) InspectAll(ctx context.Context, poller string) ([]KeyInfo, error) {
+func (e *Engine) InspectAll(ctx context.Context, poller string) ([]watukuytype.KeyInfo, error) {
 	if err := e.ensureRegistered(ctx); err != nil {
 		return nil, err
 	}
@@ -589,7 +505,7 @@ func (e *Engine) InspectAll(ctx context.Context, poller string) ([]KeyInfo, erro
 	if err != nil {
 		return nil, err
 	}
-	out := make([]KeyInfo, 0, len(ts))
+	out := make([]watukuytype.KeyInfo, 0, len(ts))
 	for _, t := range ts {
 		ki, err := e.inspect(ctx, t)
 		if err != nil {
@@ -600,32 +516,18 @@ func (e *Engine) InspectAll(ctx context.Context, poller string) ([]KeyInfo, erro
 	return out, nil
 }
 
-// ParkedInfo is one parked row.
-type ParkedInfo struct {
-	ID          string          `json:"id"`
-	Kind        string          `json:"kind"`
-	Error       string          `json:"error"`
-	Errors      []string        `json:"errors,omitempty"`
-	Attempts    int             `json:"attempts,omitempty"`
-	OrderingKey string          `json:"orderingKey,omitempty"`
-	Identity    string          `json:"identity,omitempty"`
-	Event       json.RawMessage `json:"event,omitempty"`
-	Item        json.RawMessage `json:"item,omitempty"`
-	ParkedAt    time.Time       `json:"parkedAt"`
-}
-
 // parkedRow is the stored JSON of a parked row.
 type parkedRow struct {
-	Kind     string     `json:"kind"`
-	ID       string     `json:"id"`
-	Error    string     `json:"error"`
-	Errors   []string   `json:"errors,omitempty"`
-	Attempts int        `json:"attempts,omitempty"`
-	Event    *heldEntry `json:"event,omitempty"`
-	Identity string     `json:"identity,omitempty"`
-	Lane     string     `json:"lane,omitempty"`
-	Item     string     `json:"item,omitempty"`
-	ParkedAt int64      `json:"parkedAt"`
+	Kind     string           `json:"kind"`
+	ID       string           `json:"id"`
+	Error    string           `json:"error"`
+	Errors   []string         `json:"errors,omitempty"`
+	Attempts int              `json:"attempts,omitempty"`
+	Event    *heldEntry       `json:"event,omitempty"`
+	Identity string           `json:"identity,omitempty"`
+	Lane     watukuytype.Lane `json:"lane,omitempty"`
+	Item     string           `json:"item,omitempty"`
+	ParkedAt int64            `json:"parkedAt"`
 }
 
 // heldEntry is an outbox entry kept aside (poison or held); the fields mirror the stream's.
@@ -637,7 +539,7 @@ type heldEntry struct {
 }
 
 // ListParked returns the key's parked rows, oldest first; kind "" lists all.
-func (e *Engine) ListParked(ctx context.Context, key Key, kind string) ([]ParkedInfo, error) {
+func (e *Engine) ListParked(ctx context.Context, key watukuytype.Key, kind string) ([]watukuytype.ParkedInfo, error) {
 	if _, err := e.resolve(ctx, key); err != nil {
 		return nil, err
 	}
@@ -645,17 +547,17 @@ func (e *Engine) ListParked(ctx context.Context, key Key, kind string) ([]Parked
 	if err != nil {
 		return nil, fmt.Errorf("watukuy: parked ls %s: %w", key, err)
 	}
-	out := []ParkedInfo{}
+	out := []watukuytype.ParkedInfo{}
 	for id, raw := range rows {
 		var r parkedRow
 		if err := json.Unmarshal(raw, &r); err != nil {
-			out = append(out, ParkedInfo{ID: id, Kind: "corrupt", Error: err.Error()})
+			out = append(out, watukuytype.ParkedInfo{ID: id, Kind: "corrupt", Error: err.Error()})
 			continue
 		}
 		if kind != "" && r.Kind != kind {
 			continue
 		}
-		pi := ParkedInfo{ID: id, Kind: r.Kind, Error: r.Error, Errors: r.Errors, Attempts: r.Attempts,
+		pi := watukuytype.ParkedInfo{ID: id, Kind: r.Kind, Error: r.Error, Errors: r.Errors, Attempts: r.Attempts,
 			Identity: r.Identity, ParkedAt: time.UnixMilli(r.ParkedAt).UTC()}
 		if r.Event != nil {
 			pi.OrderingKey = r.Event.OK
@@ -690,16 +592,16 @@ func (e *Engine) ListParked(ctx context.Context, key Key, kind string) ([]Parked
 // RetryParked returns parked rows to work: a poison event goes back to delivery, the events
 // its ordering key held follow in their original order; an invalid item is checked again and,
 // when it now passes, committed as a normal observation.
-func (e *Engine) RetryParked(ctx context.Context, key Key, ids []string) (int, error) {
+func (e *Engine) RetryParked(ctx context.Context, key watukuytype.Key, ids []string) (int, error) {
 	return e.releaseParked(ctx, key, ids, true)
 }
 
 // DiscardParked drops parked rows; the events a poison event held return to delivery.
-func (e *Engine) DiscardParked(ctx context.Context, key Key, ids []string) (int, error) {
+func (e *Engine) DiscardParked(ctx context.Context, key watukuytype.Key, ids []string) (int, error) {
 	return e.releaseParked(ctx, key, ids, false)
 }
 
-func (e *Engine) releaseParked(ctx context.Context, key Key, ids []string, retry bool) (int, error) {
+func (e *Engine) releaseParked(ctx context.Context, key watukuytype.Key, ids []string, retry bool) (int, error) {
 	t, err := e.resolve(ctx, key)
 	if err != nil {
 		return 0, err
@@ -738,7 +640,7 @@ func (e *Engine) releaseParked(ctx context.Context, key Key, ids []string, retry
 		}
 		// A degraded key (INVALID_ITEMS) whose parked invalid rows are all dealt with is no
 		// longer degraded: its next cycle reads nothing new and would keep the code.
-		if lastErrorCode(c.state.get(fieldLastError)) == codeInvalidItems && !invalidLeft(rows, ids) {
+		if lastErrorCode(c.state.get(fieldLastError)) == watukuytype.CodeInvalidItems && !invalidLeft(rows, ids) {
 			c.endDelete = append(c.endDelete, fieldLastError)
 		}
 		return nil
@@ -824,22 +726,22 @@ func (s state) time(f string) time.Time {
 	}
 	return time.UnixMilli(n).UTC()
 }
-func (s state) backfill() *BackfillProgress {
+func (s state) backfill() *watukuytype.BackfillProgress {
 	v := s[fieldBackfill]
 	if v == "" {
 		return nil
 	}
-	var bp BackfillProgress
+	var bp watukuytype.BackfillProgress
 	if json.Unmarshal([]byte(v), &bp) != nil {
 		return nil
 	}
 	return &bp
 }
-func (s state) circuit() string {
+func (s state) circuit() watukuytype.CircuitState {
 	if c := s[fieldCircuit]; c != "" {
-		return c
+		return watukuytype.CircuitState(c)
 	}
-	return string(schedule.Closed)
+	return watukuytype.CircuitClosed
 }
 
 // State hash fields.

@@ -10,18 +10,19 @@ import (
 
 	"github.com/watukuy/watukuy/internal/diff"
 	"github.com/watukuy/watukuy/internal/schedule"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // lane is one pass over an API within a cycle.
 type lane struct {
-	name     string // live, reconcile, backfill
-	fetch    FetchFunc
+	name     watukuytype.Lane
+	fetch    watukuytype.FetchFunc
 	cursor   string // where the pass starts
 	listing  bool   // a full listing: unlisted identities are deleted when it completes
 	maxPages int
 	// save returns the state to commit with a page (the lane's cursor) and whether the lane
 	// is done although the API has more (a backfill at its target); nil commits nothing.
-	save func(page Page, events int) (state map[string]string, done bool)
+	save func(page watukuytype.Page, events int) (state map[string]string, done bool)
 	// yield ends the lane, unfinished, whenever the API asks to slow down (backfill: the
 	// live lane gets the remaining budget).
 	yield bool
@@ -70,7 +71,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 			return res, nil
 		}
 		c.confirmed = false
-		req := FetchRequest{Key: c.key, Cursor: cursor, Lane: ln.name, Page: pages}
+		req := watukuytype.FetchRequest{Key: c.key, Cursor: cursor, Lane: ln.name, Page: pages}
 		if ln.tagged && !ln.fresh && pages == 0 {
 			req.ETag = c.tagFor(cursor)
 		}
@@ -108,7 +109,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		if ln.save != nil {
 			w.State, done = ln.save(page, len(w.events))
 		}
-		w.ClearTouched = w.history && !c.backfilling.active() // the backfill's last page
+		w.ClearTouched = w.history && !backfillActive(c.backfilling) // the backfill's last page
 		if ln.tagged {
 			if pages == 0 {
 				firstTag = page.ETag
@@ -204,10 +205,10 @@ func (c *cycle) beforeRequest(ctx context.Context, page int) *cycleError {
 		}
 	}
 	if !c.keeper.valid() {
-		return storeErr(&LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "the lease may have expired before a request (a pause past its validity)"})
+		return storeErr(&watukuytype.LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "the lease may have expired before a request (a pause past its validity)"})
 	}
 	if until := c.state.time(FieldThrottled); c.serverNotLater().Before(until) {
-		return &cycleError{phase: "fetch", code: "THROTTLED", kind: schedule.ResultThrottled, retryAfter: until.Sub(c.serverNotLater()),
+		return &cycleError{phase: "fetch", code: watukuytype.CodeThrottled, kind: schedule.ResultThrottled, retryAfter: until.Sub(c.serverNotLater()),
 			err: fmt.Errorf("%s is throttled until %s", c.key, until.Format(time.RFC3339Nano))}
 	}
 	return nil
@@ -242,13 +243,13 @@ func (c *cycle) fetchFailure(ctx context.Context, ln lane, cursor string, err er
 	if cause := context.Cause(ctx); cause != nil {
 		return storeErr(cause)
 	}
-	if IsLeaseLost(err) {
+	if watukuytype.IsLeaseLost(err) {
 		return storeErr(err) // the request never left: the cycle is abandoned
 	}
 	err = fmt.Errorf("%s lane of %s at cursor %q: %w", ln.name, c.key, cursor, err)
-	var he *HTTPError
-	var ce *ConfigError
-	var se *CursorStallError
+	var he *watukuytype.HTTPError
+	var ce *watukuytype.ConfigError
+	var se *watukuytype.CursorStallError
 	switch {
 	case errors.As(err, &he) && (he.StatusCode == 429 || he.StatusCode == 503 && he.RetryAfter > 0):
 		c.throttled = true
@@ -264,13 +265,13 @@ func (c *cycle) fetchFailure(ctx context.Context, ln lane, cursor string, err er
 			}
 			c.state[FieldThrottled] = until // whatever runs next in this cycle keeps out of it too
 		}
-		return &cycleError{phase: "fetch", code: "THROTTLED", kind: schedule.ResultThrottled, retryAfter: he.RetryAfter, err: err}
+		return &cycleError{phase: "fetch", code: watukuytype.CodeThrottled, kind: schedule.ResultThrottled, retryAfter: he.RetryAfter, err: err}
 	case errors.As(err, &ce):
-		return &cycleError{phase: "fetch", code: "CONFIG", kind: schedule.ResultFailed, err: err}
+		return &cycleError{phase: "fetch", code: watukuytype.CodeConfig, kind: schedule.ResultFailed, err: err}
 	case errors.As(err, &se):
-		return &cycleError{phase: "fetch", code: "CURSOR_STALL", kind: schedule.ResultFailed, err: err}
+		return &cycleError{phase: "fetch", code: watukuytype.CodeCursorStall, kind: schedule.ResultFailed, err: err}
 	}
-	return &cycleError{phase: "fetch", code: "FETCH", kind: schedule.ResultFailed, err: err}
+	return &cycleError{phase: "fetch", code: watukuytype.CodeFetch, kind: schedule.ResultFailed, err: err}
 }
 
 // listingDeletes handles the stored identities a complete listing did not show (G6). A
@@ -282,7 +283,7 @@ func (c *cycle) fetchFailure(ctx context.Context, ln lane, cursor string, err er
 // (and so is stored).
 //
 // tag is the listing's entity tag, committed when the deletes change nothing either.
-func (c *cycle) listingDeletes(ctx context.Context, lane string, seen map[string]bool, tag string) *cycleError {
+func (c *cycle) listingDeletes(ctx context.Context, lane watukuytype.Lane, seen map[string]bool, tag string) *cycleError {
 	stored := int64(0)
 	for _, valid := range seen {
 		if valid {
@@ -404,13 +405,13 @@ func (c *cycle) detail(ctx context.Context, identity string) (json.RawMessage, b
 // liveLane is the poller's live pass: from the committed cursor, or a full listing for
 // snapshotDiff.
 func (c *cycle) liveLane() lane {
-	ln := lane{name: "live", fetch: c.p.Fetch, cursor: c.state.get(fieldCursorLive), maxPages: c.p.MaxPagesPerCycle, tagged: true}
-	if c.p.Strategy == SnapshotDiff {
+	ln := lane{name: watukuytype.LaneLive, fetch: c.p.Fetch, cursor: c.state.get(fieldCursorLive), maxPages: c.p.MaxPagesPerCycle, tagged: true}
+	if c.p.Strategy == watukuytype.SnapshotDiff {
 		ln.cursor, ln.listing = "", true
 		ln.fresh = c.state.int(fieldDeleteCandidates) > 0
 		return ln
 	}
-	ln.save = func(page Page, _ int) (map[string]string, bool) {
+	ln.save = func(page watukuytype.Page, _ int) (map[string]string, bool) {
 		if page.Next == c.state.get(fieldCursorLive) {
 			return nil, false
 		}

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // DefaultLeaseTTL is a poller's lease TTL unless it sets one.
@@ -63,13 +65,13 @@ func (k *leaseKeeper) loop(ctx context.Context) {
 				err = k.store.HoldClaim(ctx, k.lease.Key, c.Expires.Add(ClaimGrace))
 			}
 			if err != nil {
-				if IsLeaseLost(err) {
+				if watukuytype.IsLeaseLost(err) {
 					k.over.Store(true)
 					k.cancel(err)
 					return
 				}
 				if !k.valid() {
-					k.cancel(&LeaseLostError{Key: k.lease.Key, Epoch: k.lease.Epoch, Reason: "could not renew before expiry: " + err.Error()})
+					k.cancel(&watukuytype.LeaseLostError{Key: k.lease.Key, Epoch: k.lease.Epoch, Reason: "could not renew before expiry: " + err.Error()})
 					return
 				}
 			}
@@ -124,7 +126,7 @@ func (k *leaseKeeper) valid() bool {
 // check passes on a fenced call's error, recording a lost lease, so that CheckLease answers
 // with it from then on.
 func (k *leaseKeeper) check(err error) error {
-	if IsLeaseLost(err) {
+	if watukuytype.IsLeaseLost(err) {
 		k.over.Store(true)
 	}
 	return err
@@ -148,34 +150,13 @@ func (k *leaseKeeper) close() {
 	<-k.done
 }
 
-// leaseCheckKey carries a cycle's lease check to the code that acts for it.
-type leaseCheckKey struct{}
-
 // withLeaseCheck returns ctx carrying the keeper's check, for the requests and handler calls
 // made with it.
 func (k *leaseKeeper) withLeaseCheck(ctx context.Context) context.Context {
-	return WithLeaseCheck(ctx, func() error {
+	return watukuytype.WithLeaseCheck(ctx, func() error {
 		if !k.valid() {
-			return &LeaseLostError{Key: k.lease.Key, Epoch: k.lease.Epoch, Reason: "the lease may have expired (a pause past its validity)"}
+			return &watukuytype.LeaseLostError{Key: k.lease.Key, Epoch: k.lease.Epoch, Reason: "the lease may have expired (a pause past its validity)"}
 		}
 		return nil
 	})
-}
-
-// WithLeaseCheck returns ctx carrying check, which CheckLease runs.
-func WithLeaseCheck(ctx context.Context, check func() error) context.Context {
-	return context.WithValue(ctx, leaseCheckKey{}, check)
-}
-
-// CheckLease fails with a *LeaseLostError when the cycle that ctx belongs to (a request of its
-// lanes, a handler call of its deliveries) may have lost its lease; it is nil outside a
-// cycle. The cycle checks before every request and delivery, but a process can be frozen (GC,
-// SIGSTOP) between that check and the act: HTTP clients call CheckLease as late as they can
-// before a request's bytes leave, and a handler can call it right before a side effect it
-// cannot take back.
-func CheckLease(ctx context.Context) error {
-	if g, ok := ctx.Value(leaseCheckKey{}).(func() error); ok {
-		return g()
-	}
-	return nil
 }

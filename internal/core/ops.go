@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/diff"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // replayBatch is how many logged events one fenced commit copies into the outbox.
@@ -17,13 +18,13 @@ const replayBatch = 500
 // their original ids, a fresh sequence and lane "replay", under the key's lease (waiting a few
 // seconds for a running cycle). The next cycle delivers them. A poller without log.retention
 // fails with *ReplayUnavailableError.
-func (e *Engine) Replay(ctx context.Context, key Key, from, to time.Time) (int, error) {
+func (e *Engine) Replay(ctx context.Context, key watukuytype.Key, from, to time.Time) (int, error) {
 	t, err := e.resolve(ctx, key)
 	if err != nil {
 		return 0, err
 	}
 	if t.info.logRetention() <= 0 {
-		return 0, &ReplayUnavailableError{Key: key}
+		return 0, &watukuytype.ReplayUnavailableError{Key: key}
 	}
 	if to.IsZero() {
 		to = time.Now().Add(time.Hour) // everything logged so far
@@ -44,7 +45,7 @@ func (e *Engine) Replay(ctx context.Context, key Key, from, to time.Time) (int, 
 			}
 			var cm Commit
 			for _, en := range entries {
-				env, err := withLane(en.Envelope, "replay")
+				env, err := withLane(en.Envelope, watukuytype.LaneReplay)
 				if err != nil {
 					return fmt.Errorf("logged event %s (%s): %w", en.ID, en.StreamID, err)
 				}
@@ -64,7 +65,7 @@ func (e *Engine) Replay(ctx context.Context, key Key, from, to time.Time) (int, 
 }
 
 // withLane rewrites an envelope's lane, keeping everything else byte for byte.
-func withLane(env []byte, lane string) ([]byte, error) {
+func withLane(env []byte, lane watukuytype.Lane) ([]byte, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(env, &m); err != nil {
 		return nil, err
@@ -80,7 +81,7 @@ func withLane(env []byte, lane string) ([]byte, error) {
 // with the id of its last emission where its content did not change, with a new one where it
 // did (each identity's count of changes goes on, G2); an item that is gone by the next listing
 // is still deleted.
-func (e *Engine) ResetCursor(ctx context.Context, key Key, cursor string, clearSnapshot bool) error {
+func (e *Engine) ResetCursor(ctx context.Context, key watukuytype.Key, cursor string, clearSnapshot bool) error {
 	t, err := e.resolve(ctx, key)
 	if err != nil {
 		return err
@@ -135,9 +136,9 @@ func (c *cycle) forgetRows(ctx context.Context) error {
 // AddPartition adds a partition to a poller at run time: it is registered and due now, and
 // workers running the poller pick it up. A deleted partition comes back empty; an existing
 // one is an error (resume brings back a removed one).
-func (e *Engine) AddPartition(ctx context.Context, key Key) error {
+func (e *Engine) AddPartition(ctx context.Context, key watukuytype.Key) error {
 	if key.Partition == "" || !partitionRE.MatchString(key.Partition) {
-		return &ConfigError{Poller: key.Poller, Field: "partitions", Msg: fmt.Sprintf("%q must match %s", key.Partition, partitionRE)}
+		return &watukuytype.ConfigError{Poller: key.Poller, Field: "partitions", Msg: fmt.Sprintf("%q must match %s", key.Partition, partitionRE)}
 	}
 	if t, err := e.resolve(ctx, key); err == nil {
 		ki, err := e.inspect(ctx, t)
@@ -147,7 +148,7 @@ func (e *Engine) AddPartition(ctx context.Context, key Key) error {
 		if ki.Status != "deleted" {
 			return fmt.Errorf("watukuy: partition %q of %q already exists (status %s); use resume to bring back a removed or paused one", key.Partition, key.Poller, ki.Status)
 		}
-	} else if nf := (*NotFoundError)(nil); !errors.As(err, &nf) || !nf.PartitionMissing {
+	} else if nf := (*watukuytype.NotFoundError)(nil); !errors.As(err, &nf) || !nf.PartitionMissing {
 		return err
 	}
 	entry, _ := json.Marshal(keyEntry{Source: "cli", AddedAt: time.Now().UnixMilli()})
@@ -159,7 +160,7 @@ func (e *Engine) AddPartition(ctx context.Context, key Key) error {
 
 // RemovePartition takes a partition out of service and keeps its state: it is paused and
 // marked removed; Resume brings it back from its last cursor.
-func (e *Engine) RemovePartition(ctx context.Context, key Key) error {
+func (e *Engine) RemovePartition(ctx context.Context, key watukuytype.Key) error {
 	t, err := e.resolve(ctx, key)
 	if err != nil {
 		return err
@@ -177,7 +178,7 @@ func (e *Engine) RemovePartition(ctx context.Context, key Key) error {
 // DeletePartition removes a partition with its state, snapshot, outbox, parked rows and log,
 // under its lease. A partition still listed in a running config stays deleted (workers skip
 // it) until AddPartition.
-func (e *Engine) DeletePartition(ctx context.Context, key Key) error {
+func (e *Engine) DeletePartition(ctx context.Context, key watukuytype.Key) error {
 	t, err := e.resolve(ctx, key)
 	if err != nil {
 		return err

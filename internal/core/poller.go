@@ -2,151 +2,21 @@ package core
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"time"
 
-	"github.com/tidwall/gjson"
-
 	"github.com/watukuy/watukuy/internal/schedule"
+	"github.com/watukuy/watukuy/watukuytype"
 )
-
-// Poller is one configured API source.
-type Poller struct {
-	// Name identifies the poller: letters, digits, '_', '-', '.'; at most 64.
-	Name string
-	// Partitions lists the instances of the poller (e.g. tenants); empty means one, "".
-	Partitions []string
-	// Fetch fetches one page for a cursor.
-	Fetch FetchFunc
-	// Strategy is Custom (default) or SnapshotDiff.
-	Strategy Strategy
-	// Identity extracts an item's identity; default Field("id"). An error or "" parks the
-	// item as invalid.
-	Identity func(item json.RawMessage) (string, error)
-	// Version extracts an item's version; optional.
-	Version func(item json.RawMessage) (string, error)
-	// Fingerprint returns the bytes that identify an item's content; default: the RFC 8785
-	// canonical SHA-256 of the whole item.
-	Fingerprint func(item json.RawMessage) ([]byte, error)
-	// SchemaVersion is part of every event id; bump it when the meaning of items changes.
-	SchemaVersion int
-	// EmitOnSchemaChange emits updated for items whose hash changed across a schema bump;
-	// the default (false) is onSchemaChange: rebaseline.
-	EmitOnSchemaChange bool
-	// Validate checks an item; an error parks it as invalid with the error's text.
-	Validate func(item json.RawMessage) error
-	// ConfirmDeletes is how many consecutive complete listings (snapshotDiff, reconcile) must
-	// miss a stored identity before it is deleted: a listing paged while the API deletes items
-	// can miss items that shifted onto pages already read (G6). Default 2; 1 deletes at the
-	// first miss.
-	ConfirmDeletes int
-	// Detail, when set, fetches one item by identity: an identity a complete listing missed is
-	// deleted at once when Detail reports it not found (HTTP 404/410), and diffed like a listed
-	// item when found. Deletes then wait for Detail's answer: a failed request leaves the
-	// identity a candidate for the next listing, and ConfirmDeletes does not apply.
-	Detail DetailFunc
-	// Tombstone marks items that report a deletion (sync/delta APIs); optional.
-	Tombstone func(item json.RawMessage) bool
-	// History says the API serves history (a change log, an events API: every change as an
-	// entry, old ones included), not items as they are now. A backfill then never writes an
-	// entry over a row it is not known to be newer than (versions that order); without it a
-	// backfill applies what it reads, as the present.
-	History bool
-	// Reconcile, when set, lists everything every Reconcile.Every with the same diff and
-	// emits deleted for stored identities the complete listing lacks (G6).
-	Reconcile *Reconcile
-	// Handler receives the events.
-	Handler Handler
-	// Delivery sets concurrency, ordering, attempts and poison handling.
-	Delivery Delivery
-	// Schedule sets the polling interval.
-	Schedule schedule.Config
-	// LeaseTTL is the lease length; default 30s.
-	LeaseTTL time.Duration
-	// MaxPagesPerCycle bounds one cycle's pages; default 100.
-	MaxPagesPerCycle int
-	// Failures is the consecutive failure count that opens the circuit; default 5.
-	Failures int
-	// ProbeEvery is how long an open circuit waits for its probe; default Schedule.Max.
-	ProbeEvery time.Duration
-	// LogRetention, when set, keeps every committed event in the key's replay log for this
-	// long (log.retention), so Replay can deliver it again.
-	LogRetention time.Duration
-	// Shadow polls and commits state but delivers nothing: the would-be events are only
-	// counted (Inspect shows them). For onboarding a new API safely.
-	Shadow bool
-	// CommitMaxItems and CommitMaxBytes bound one commit script: a larger page is committed in
-	// chunks (only the last moves the cursor), so no single script holds Redis for long.
-	// Defaults 1,000 changes and 1 MiB.
-	CommitMaxItems int
-	CommitMaxBytes int
-	// TombstoneRetention is how long a deleted identity is remembered, so that if it is
-	// created again its events get ids of their own; default 30 days.
-	TombstoneRetention time.Duration
-	// CursorPosition places a cursor on a line (e.g. its time in seconds) so a backfill can
-	// stop at its target and report how far it is; optional (then a backfill runs until its
-	// cursor equals the target or the API has no more).
-	CursorPosition func(cursor string) (float64, bool)
-}
-
-// Reconcile is a periodic full listing.
-type Reconcile struct {
-	// Every is the time between listings (the first comes Every after the first cycle).
-	Every time.Duration
-	// Fetch pages through the full listing; the cursor starts at "" each time.
-	Fetch FetchFunc
-	// MaxPages bounds one listing; default 10,000. A longer listing is a CONFIG error and
-	// deletes nothing.
-	MaxPages int
-}
-
-// Delivery configures the dispatcher.
-type Delivery struct {
-	// Concurrency is the number of ordering keys delivered at once; default 4.
-	Concurrency int
-	// OrderingKey maps an event to its ordering key; default the identity.
-	OrderingKey func(ev Event) string
-	// Attempts is how often an event is tried within a cycle before poison; default 5.
-	Attempts int
-	// Backoff spaces the attempts; default 100ms doubling up to 5s, full jitter.
-	Backoff schedule.Backoff
-	// Poison is PoisonPark (default) or PoisonHalt.
-	Poison PoisonMode
-}
-
-// Field returns an Identity or Version function that reads a gjson path of the item.
-// Numbers and strings are taken as their text; a missing or null field is an error.
-func Field(path string) func(item json.RawMessage) (string, error) {
-	return func(item json.RawMessage) (string, error) {
-		r := gjson.GetBytes(item, path)
-		switch r.Type {
-		case gjson.String, gjson.Number:
-			return r.String(), nil
-		case gjson.Null:
-			if r.Exists() {
-				return "", fmt.Errorf("field %q is null", path)
-			}
-			return "", fmt.Errorf("field %q is missing", path)
-		default:
-			return "", fmt.Errorf("field %q is %s, want a string or number", path, r.Type)
-		}
-	}
-}
-
-// Flag returns a Tombstone function that is true when the gjson path of the item is true.
-func Flag(path string) func(item json.RawMessage) bool {
-	return func(item json.RawMessage) bool { return gjson.GetBytes(item, path).Bool() }
-}
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 var partitionRE = regexp.MustCompile(`^[A-Za-z0-9_.:@-]{1,128}$`)
 
 // withDefaults validates p and fills its defaults; errors are *ConfigError.
-func (p Poller) withDefaults() (Poller, error) {
-	bad := func(field, format string, a ...any) (Poller, error) {
-		return p, &ConfigError{Poller: p.Name, Field: field, Msg: fmt.Sprintf(format, a...)}
+func withDefaults(p watukuytype.Poller) (watukuytype.Poller, error) {
+	bad := func(field, format string, a ...any) (watukuytype.Poller, error) {
+		return p, &watukuytype.ConfigError{Poller: p.Name, Field: field, Msg: fmt.Sprintf(format, a...)}
 	}
 	if !nameRE.MatchString(p.Name) {
 		return bad("name", "must match %s", nameRE)
@@ -167,11 +37,11 @@ func (p Poller) withDefaults() (Poller, error) {
 	if p.Handler == nil {
 		return bad("handler", "is required")
 	}
-	if p.Strategy != Custom && p.Strategy != SnapshotDiff {
+	if p.Strategy != watukuytype.Custom && p.Strategy != watukuytype.SnapshotDiff {
 		return bad("strategy", "unknown strategy %d", p.Strategy)
 	}
 	if p.Identity == nil {
-		p.Identity = Field("id")
+		p.Identity = watukuytype.Field("id")
 	}
 	if p.SchemaVersion < 0 {
 		return bad("schemaVersion", "must not be negative")
@@ -261,28 +131,28 @@ func (p Poller) withDefaults() (Poller, error) {
 	if d.Concurrency < 0 || d.Attempts < 0 {
 		return bad("delivery", "concurrency and attempts must be positive")
 	}
-	if d.Backoff == (schedule.Backoff{}) {
-		d.Backoff = schedule.Backoff{Base: 100 * time.Millisecond, Factor: 2, Max: 5 * time.Second}
+	if d.Backoff == (watukuytype.Backoff{}) {
+		d.Backoff = watukuytype.Backoff{Base: 100 * time.Millisecond, Factor: 2, Max: 5 * time.Second}
 	}
-	if d.Poison != PoisonPark && d.Poison != PoisonHalt {
+	if d.Poison != watukuytype.PoisonPark && d.Poison != watukuytype.PoisonHalt {
 		return bad("delivery.poison", "unknown mode %d", d.Poison)
 	}
 	return p, nil
 }
 
 // policy is the schedule state machine's view of the poller.
-func (p *Poller) policy() schedule.Policy {
-	return schedule.Policy{Config: p.Schedule, Failures: p.Failures, ProbeEvery: p.ProbeEvery}
+func policy(p *watukuytype.Poller) schedule.Policy {
+	return schedule.Policy{Schedule: p.Schedule, Failures: p.Failures, ProbeEvery: p.ProbeEvery}
 }
 
 // keys lists the poller's keys.
-func (p Poller) keys() []Key {
+func pollerKeys(p *watukuytype.Poller) []watukuytype.Key {
 	if len(p.Partitions) == 0 {
-		return []Key{{Poller: p.Name}}
+		return []watukuytype.Key{{Poller: p.Name}}
 	}
-	ks := make([]Key, len(p.Partitions))
+	ks := make([]watukuytype.Key, len(p.Partitions))
 	for i, part := range p.Partitions {
-		ks[i] = Key{Poller: p.Name, Partition: part}
+		ks[i] = watukuytype.Key{Poller: p.Name, Partition: part}
 	}
 	return ks
 }
@@ -295,7 +165,7 @@ const (
 )
 
 // orderingKey applies the poller's ordering key function.
-func (p *Poller) orderingKey(ev Event) string {
+func orderingKey(p *watukuytype.Poller, ev watukuytype.Event) string {
 	if p.Delivery.OrderingKey != nil {
 		return p.Delivery.OrderingKey(ev)
 	}
@@ -304,7 +174,7 @@ func (p *Poller) orderingKey(ev Event) string {
 
 // callHandler runs the handler, turning a panic into a *handlerPanic error so it never
 // crashes a worker.
-func (p *Poller) callHandler(ctx context.Context, ev Event) (err error) {
+func callHandler(p *watukuytype.Poller, ctx context.Context, ev watukuytype.Event) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &handlerPanic{value: r}

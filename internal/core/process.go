@@ -12,6 +12,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/diff"
 	"github.com/watukuy/watukuy/internal/schedule"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // observation is one valid item of a page.
@@ -42,7 +43,7 @@ type step struct {
 type pageWrites struct {
 	Commit
 	steps  []step
-	events []Event
+	events []watukuytype.Event
 	// history marks a page of the backfill lane: it re-reads the past, so it leaves alone
 	// what the live side wrote since the backfill began and its parked observations.
 	history bool
@@ -52,7 +53,7 @@ type pageWrites struct {
 }
 
 // event appends ev as the event of a step on identity.
-func (w *pageWrites) event(identity string, row []byte, ev Event) {
+func (w *pageWrites) event(identity string, row []byte, ev watukuytype.Event) {
 	w.steps = append(w.steps, step{identity: identity, row: row, event: len(w.events)})
 	w.events = append(w.events, ev)
 }
@@ -69,7 +70,7 @@ type stored struct {
 // process diffs a page's items against the stored rows, in page order, and adds the steps to
 // w. Tombstones (Poller.Tombstone) delete known identities. seen, when not nil, records every
 // listed identity and whether it was valid.
-func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessage, seen map[string]bool, w *pageWrites) error {
+func (c *cycle) process(ctx context.Context, lane watukuytype.Lane, items []json.RawMessage, seen map[string]bool, w *pageWrites) error {
 	c.rep.Items += len(items)
 	counted := lane != laneBackfill
 	if counted {
@@ -157,7 +158,7 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 			if c.force > 0 && lane == laneBackfill && r.VF == o.vf {
 				// A forced backfill re-emits what is known; its ids are new for each backfill
 				// generation (so consumers that dedupe by id receive them) and stable within it.
-				ev := c.newEvent(Updated, lane, o.identity, o.version, o.vf, o.raw, r)
+				ev := c.newEvent(watukuytype.Updated, lane, o.identity, o.version, o.vf, o.raw, r)
 				ev.ID = diff.EventID(c.key.Poller, c.key.Partition, o.identity, "updated/backfill-"+strconv.FormatInt(c.force, 10), o.vf, schema, r.Life, r.Changes)
 				w.event(o.identity, diff.AppendRow(nil, r), ev)
 				continue
@@ -175,11 +176,11 @@ func (c *cycle) process(ctx context.Context, lane string, items []json.RawMessag
 			w.steps = append(w.steps, step{identity: o.identity, row: diff.AppendRow(nil, r), event: -1})
 		case diff.Created, diff.Updated:
 			r := diff.Row{VF: o.vf, Schema: schema, Version: o.version, Changes: c.changeCount(o, k.row), Life: max(k.tomb, int64(c.state.int(fieldIncarnation)))}
-			typ := Created
+			typ := watukuytype.Created
 			if prev := k.row; prev != nil {
 				// A forgotten row is created again; its life goes on.
 				if !prev.Forgotten {
-					typ = Updated
+					typ = watukuytype.Updated
 				}
 				r.Life = prev.Life
 			}
@@ -237,12 +238,12 @@ func (c *cycle) load(ctx context.Context, ids []string, history bool) ([]stored,
 
 // delete emits deleted for a known identity and remembers it in a tombstone, so that if it is
 // created again its new life's ids differ from this one's (G2).
-func (c *cycle) delete(w *pageWrites, lane, identity string, k *stored) {
+func (c *cycle) delete(w *pageWrites, lane watukuytype.Lane, identity string, k *stored) {
 	r := *k.row
 	r.Changes++
 	gen := max(c.now().UnixMilli(), r.Life+1)
 	w.steps = append(w.steps, step{identity: identity, tomb: gen, event: len(w.events)})
-	w.events = append(w.events, c.newEvent(Deleted, lane, identity, r.Version, r.VF, nil, r))
+	w.events = append(w.events, c.newEvent(watukuytype.Deleted, lane, identity, r.Version, r.VF, nil, r))
 	k.row, k.tomb = nil, gen
 }
 
@@ -265,12 +266,12 @@ func (c *cycle) changeCount(o observation, prev *diff.Row) uint64 {
 // change counted. The id of a created or updated event leaves the type out: it only says
 // what the rows knew (a forgotten row, a change log passed again), not what changed. An
 // identity is deleted once per life.
-func (c *cycle) newEvent(typ EventType, lane, identity, version string, vf diff.VF, item json.RawMessage, r diff.Row) Event {
+func (c *cycle) newEvent(typ watukuytype.EventType, lane watukuytype.Lane, identity, version string, vf diff.VF, item json.RawMessage, r diff.Row) watukuytype.Event {
 	kind, change := "observed", r.Changes
-	if typ == Deleted {
-		kind, change = string(Deleted), 0
+	if typ == watukuytype.Deleted {
+		kind, change = string(watukuytype.Deleted), 0
 	}
-	return Event{ID: diff.EventID(c.key.Poller, c.key.Partition, identity, kind, vf, c.p.SchemaVersion, r.Life, change),
+	return watukuytype.Event{ID: diff.EventID(c.key.Poller, c.key.Partition, identity, kind, vf, c.p.SchemaVersion, r.Life, change),
 		Poller: c.key.Poller, Partition: c.key.Partition, Type: typ, Lane: lane, Identity: identity,
 		Version: version, ObservedAt: c.now(), SchemaVersion: c.p.SchemaVersion, Item: item}
 }
@@ -362,7 +363,7 @@ func (c *cycle) supersede(cm *Commit, identity string, k *stored) {
 
 // parkInvalid parks an invalid item; with an identity, it is that identity's latest invalid
 // observation and replaces the one parked before (commit_poll.lua).
-func (c *cycle) parkInvalid(cm *Commit, raw json.RawMessage, identity, version, lane, issue string) {
+func (c *cycle) parkInvalid(cm *Commit, raw json.RawMessage, identity, version string, lane watukuytype.Lane, issue string) {
 	id := invalidID(raw)
 	row, _ := json.Marshal(parkedRow{Kind: parkedInvalid, ID: id, Error: issue, Errors: []string{issue},
 		Identity: identity, Lane: lane, Item: string(raw), ParkedAt: c.now().UnixMilli()})
@@ -399,7 +400,7 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 	var chunk []step
 	var invalid []ParkedRow
 	size := 0
-	touch := !w.history && c.state.backfill().active()
+	touch := !w.history && backfillActive(c.state.backfill())
 	flush := func(last bool) error {
 		cm := Commit{LogRetention: w.LogRetention, Invalid: invalid,
 			TombstoneRetention: c.tombstoneRetention()}
@@ -531,11 +532,11 @@ func (c *cycle) tagWrites(cm *Commit, last bool) {
 
 // orderingKey is an event's ordering key; operations without the poller's definition keep
 // the default, the identity.
-func (c *cycle) orderingKey(ev Event) string {
+func (c *cycle) orderingKey(ev watukuytype.Event) string {
 	if c.p == nil {
 		return ev.Identity
 	}
-	return c.p.orderingKey(ev)
+	return orderingKey(c.p, ev)
 }
 
 // chunkItems bounds the entries one script handles: a commit's changes, an ack's or a park's
@@ -588,8 +589,8 @@ func (c *cycle) commitAndDeliver(ctx context.Context, w *pageWrites) *cycleError
 // unreplicated stops a cycle whose commit (or outbox read) the replicas did not confirm in
 // time: its events wait in the outbox until they are replicated, so that a failover never
 // loses a commit whose events reached the handler. The cycle ends with the schedule's backoff.
-func unreplicated(key Key) *cycleError {
-	return &cycleError{phase: "replication", code: "REPLICATION", kind: schedule.ResultFailed,
+func unreplicated(key watukuytype.Key) *cycleError {
+	return &cycleError{phase: "replication", code: watukuytype.CodeReplication, kind: schedule.ResultFailed,
 		err: fmt.Errorf("the replicas did not confirm the outbox of %s in time: its events wait until they do (check the replicas' health)", key)}
 }
 
@@ -654,7 +655,7 @@ func (c *cycle) retryInvalid(ctx context.Context, r parkedRow) error {
 	}
 	lane := r.Lane
 	if lane == "" {
-		lane = "live"
+		lane = watukuytype.LaneLive
 	}
 	var w pageWrites
 	if err := c.process(ctx, lane, []json.RawMessage{raw}, nil, &w); err != nil {

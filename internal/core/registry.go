@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // pollerInfo is a poller's registry entry: what an operator's tool needs about a poller when
@@ -35,9 +37,9 @@ type keyEntry struct {
 	AddedAt int64  `json:"addedAt,omitempty"`
 }
 
-func (p *Poller) info() pollerInfo {
+func info(p *watukuytype.Poller) pollerInfo {
 	strategy := "custom"
-	if p.Strategy == SnapshotDiff {
+	if p.Strategy == watukuytype.SnapshotDiff {
 		strategy = "snapshotDiff"
 	}
 	pi := pollerInfo{Name: p.Name, Partitions: p.Partitions, Strategy: strategy, Min: p.Schedule.Min.String(),
@@ -63,8 +65,8 @@ func (pi pollerInfo) logRetention() time.Duration {
 // target is a key resolved for an operation: the poller's definition when this engine has it
 // registered (p), and its registry entry either way.
 type target struct {
-	key  Key
-	p    *Poller
+	key  watukuytype.Key
+	p    *watukuytype.Poller
 	info pollerInfo
 	// source is where the key comes from: "config" or "cli".
 	source string
@@ -72,7 +74,7 @@ type target struct {
 
 // resolve finds key among the registered pollers and the registry, so that operations work
 // with the Redis URL alone. An unknown poller or partition is a *NotFoundError.
-func (e *Engine) resolve(ctx context.Context, key Key) (target, error) {
+func (e *Engine) resolve(ctx context.Context, key watukuytype.Key) (target, error) {
 	t := target{key: key}
 	if err := e.ensureRegistered(ctx); err != nil {
 		return t, err
@@ -81,8 +83,8 @@ func (e *Engine) resolve(ctx context.Context, key Key) (target, error) {
 	t.p = e.pollers[key.Poller]
 	e.mu.Unlock()
 	if t.p != nil {
-		t.info = t.p.info()
-		if slices.Contains(t.p.keys(), key) {
+		t.info = info(t.p)
+		if slices.Contains(pollerKeys(t.p), key) {
 			t.source = "config"
 			return t, nil
 		}
@@ -110,8 +112,8 @@ func (e *Engine) resolve(ctx context.Context, key Key) (target, error) {
 
 // notFound builds the error for an unknown poller (poller == "") or partition, listing what
 // exists.
-func (e *Engine) notFound(ctx context.Context, key Key, poller string) error {
-	nf := &NotFoundError{Poller: key.Poller, Partition: key.Partition, PartitionMissing: poller != ""}
+func (e *Engine) notFound(ctx context.Context, key watukuytype.Key, poller string) error {
+	nf := &watukuytype.NotFoundError{Poller: key.Poller, Partition: key.Partition, PartitionMissing: poller != ""}
 	pollers, keys, err := e.registry(ctx)
 	if err != nil {
 		return nf
@@ -154,11 +156,11 @@ func (e *Engine) registry(ctx context.Context) (map[string]pollerInfo, []target,
 	local := maps.Clone(e.pollers)
 	e.mu.Unlock()
 	for _, p := range local {
-		pollers[p.Name] = p.info()
+		pollers[p.Name] = info(p)
 	}
-	byKey := map[Key]target{}
+	byKey := map[watukuytype.Key]target{}
 	for s, raw := range kraw {
-		k, err := ParseKey(s)
+		k, err := watukuytype.ParseKey(s)
 		if err != nil {
 			continue
 		}
@@ -167,7 +169,7 @@ func (e *Engine) registry(ctx context.Context) (map[string]pollerInfo, []target,
 		byKey[k] = target{key: k, p: local[k.Poller], info: pollers[k.Poller], source: ke.Source}
 	}
 	for _, p := range local {
-		for _, k := range p.keys() {
+		for _, k := range pollerKeys(p) {
 			byKey[k] = target{key: k, p: p, info: pollers[k.Poller], source: "config"}
 		}
 	}
@@ -189,16 +191,16 @@ func (e *Engine) targets(ctx context.Context, poller string) ([]target, error) {
 		return ts, nil
 	}
 	if _, ok := pollers[poller]; !ok {
-		return nil, e.notFound(ctx, Key{Poller: poller}, "")
+		return nil, e.notFound(ctx, watukuytype.Key{Poller: poller}, "")
 	}
 	return slices.DeleteFunc(ts, func(t target) bool { return t.key.Poller != poller }), nil
 }
 
 // Keys lists the known keys of poller (every poller when ""), sorted. An unknown poller is a
 // *NotFoundError.
-func (e *Engine) Keys(ctx context.Context, poller string) ([]Key, error) {
+func (e *Engine) Keys(ctx context.Context, poller string) ([]watukuytype.Key, error) {
 	ts, err := e.targets(ctx, poller)
-	keys := make([]Key, len(ts))
+	keys := make([]watukuytype.Key, len(ts))
 	for i, t := range ts {
 		keys[i] = t.key
 	}
@@ -226,10 +228,10 @@ func (e *Engine) checkLayout(ctx context.Context) error {
 }
 
 // Layout reads the database's data layout.
-func (e *Engine) Layout(ctx context.Context) (Layout, error) { return e.store.Layout(ctx) }
+func (e *Engine) Layout(ctx context.Context) (watukuytype.Layout, error) { return e.store.Layout(ctx) }
 
 // Migrate upgrades the data layout in place; running it again changes nothing.
-func (e *Engine) Migrate(ctx context.Context) (Migration, error) {
+func (e *Engine) Migrate(ctx context.Context) (watukuytype.Migration, error) {
 	m, err := e.store.Migrate(ctx)
 	if err != nil {
 		return m, fmt.Errorf("watukuy: migrate: %w", err)

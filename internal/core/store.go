@@ -3,6 +3,8 @@ package core
 import (
 	"context"
 	"time"
+
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Store is the narrow interface between the engine and its database. Every method that takes
@@ -15,23 +17,23 @@ type Store interface {
 	// claimTimeout, or when it is 0 by their poller's lease TTL plus ClaimGrace (as
 	// registered; DefaultLeaseTTL for a poller registered without one). Its cost does not
 	// depend on the keys of other pollers.
-	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]Key, error)
+	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]watukuytype.Key, error)
 	// HoldClaim raises a claimed key's due time to until (server time), only while the key
 	// is claimed (due later than now) and never lowering it: the lease keeper holds a running
 	// cycle's claim up to its renewed lease's end plus ClaimGrace, so a claim lapses when a
 	// dead cycle's lease does.
-	HoldClaim(ctx context.Context, key Key, until time.Time) error
+	HoldClaim(ctx context.Context, key watukuytype.Key, until time.Time) error
 	// Begin starts a cycle (op=false: checks paused and due) or an operator action (op=true:
 	// checks the lease only), taking the lease when allowed.
-	Begin(ctx context.Context, key Key, owner string, ttl time.Duration, op bool) (BeginResult, error)
+	Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op bool) (BeginResult, error)
 	// Renew extends the lease and returns its new expiry (server clock) and whether the key
 	// was paused meanwhile.
 	Renew(ctx context.Context, l Lease) (Confirm, error)
 	// LoadRows returns what is stored of identities, index by index: rows and tombstones, and
 	// what want asks for besides.
-	LoadRows(ctx context.Context, key Key, identities []string, want LoadWant) (StoredRows, error)
+	LoadRows(ctx context.Context, key watukuytype.Key, identities []string, want LoadWant) (StoredRows, error)
 	// Identities lists every tracked identity of key.
-	Identities(ctx context.Context, key Key) ([]string, error)
+	Identities(ctx context.Context, key watukuytype.Key) ([]string, error)
 	// CommitPoll writes one page atomically and returns the outbox sequence of each event. A
 	// commit the store finds already applied (the client re-sent it) writes nothing again
 	// and reports Duplicate.
@@ -53,54 +55,54 @@ type Store interface {
 	// SetDue writes the key's due time without touching its state (skipped cycles), unless
 	// the key is due now: a claim pushes a claimed key past now before its Begin, so a due
 	// time <= now was written since by a trigger, resume or partitions add, and is kept.
-	SetDue(ctx context.Context, key Key, at time.Time) error
+	SetDue(ctx context.Context, key watukuytype.Key, at time.Time) error
 	// Register records pollers and keys in the registry and puts new keys in the due set,
 	// due now. A key of a deleted partition stays deleted.
-	Register(ctx context.Context, pollers map[string][]byte, keys map[Key][]byte) error
+	Register(ctx context.Context, pollers map[string][]byte, keys map[watukuytype.Key][]byte) error
 	// Lookup reads the registry entries of key's poller and of key (nil when absent).
-	Lookup(ctx context.Context, key Key) (poller, entry []byte, err error)
+	Lookup(ctx context.Context, key watukuytype.Key) (poller, entry []byte, err error)
 	// Registry reads every registered poller (by name) and key (by Key.String()).
 	Registry(ctx context.Context) (pollers, keys map[string][]byte, err error)
 	// AddPartition registers key (entry), lifts a deletion, and makes it due now.
-	AddPartition(ctx context.Context, key Key, entry []byte) error
+	AddPartition(ctx context.Context, key watukuytype.Key, entry []byte) error
 	// DeleteKey removes key's state, snapshot, outbox, parked rows and log under the lease,
 	// leaves a deletion mark, and drops it from the registry and due set unless a partitions
 	// add registered it again meanwhile.
 	DeleteKey(ctx context.Context, l Lease) error
 	// Unschedule drops key from the due set (a deleted key found by a stale task), unless it
 	// is due now (a partitions add since the claim brought it back), as SetDue.
-	Unschedule(ctx context.Context, key Key) error
+	Unschedule(ctx context.Context, key watukuytype.Key) error
 	// RepairDue gives every registered key that is not deleted and has no due entry one (at
 	// its state's next due time, or now), and returns those keys.
-	RepairDue(ctx context.Context) ([]Key, error)
+	RepairDue(ctx context.Context) ([]watukuytype.Key, error)
 	// ReadLog returns at most n of the key's logged events committed in [from, to], oldest
 	// first, starting after the entry whose StreamID is after (when not "").
-	ReadLog(ctx context.Context, key Key, from, to time.Time, after string, n int) ([]Entry, error)
+	ReadLog(ctx context.Context, key watukuytype.Key, from, to time.Time, after string, n int) ([]Entry, error)
 	// Layout reads the recorded data layout and the one this build writes.
-	Layout(ctx context.Context) (Layout, error)
+	Layout(ctx context.Context) (watukuytype.Layout, error)
 	// Migrate upgrades the data layout in place to the current one and records it; it is
 	// idempotent. An empty database is simply marked current.
-	Migrate(ctx context.Context) (Migration, error)
+	Migrate(ctx context.Context) (watukuytype.Migration, error)
 	// Pause stops cycles of key until Resume.
-	Pause(ctx context.Context, key Key) error
+	Pause(ctx context.Context, key watukuytype.Key) error
 	// Resume lifts a pause and makes the key due now.
-	Resume(ctx context.Context, key Key) error
+	Resume(ctx context.Context, key watukuytype.Key) error
 	// Trigger makes the key due now (a circuit-open key gets its probe).
-	Trigger(ctx context.Context, key Key) error
+	Trigger(ctx context.Context, key watukuytype.Key) error
 	// ClearThrottle removes the key's Retry-After window (state field FieldThrottled) and
 	// returns the end it had, zero when there was none.
-	ClearThrottle(ctx context.Context, key Key) (time.Time, error)
+	ClearThrottle(ctx context.Context, key watukuytype.Key) (time.Time, error)
 	// Inspect reads a key's state, lease and counters.
-	Inspect(ctx context.Context, key Key) (Snapshot, error)
+	Inspect(ctx context.Context, key watukuytype.Key) (Snapshot, error)
 	// ListParked returns the key's parked rows (JSON), keyed by parked id.
-	ListParked(ctx context.Context, key Key) (map[string][]byte, error)
+	ListParked(ctx context.Context, key watukuytype.Key) (map[string][]byte, error)
 }
 
 // Lease is the right to mutate one key, valid while its epoch and token are current and it
 // has not expired. The token is random per grant: a failover that loses the grant that raised
 // the epoch can make an epoch repeat, never a token.
 type Lease struct {
-	Key   Key
+	Key   watukuytype.Key
 	Owner string
 	Epoch int64
 	Token string
@@ -318,30 +320,4 @@ type Snapshot struct {
 	Items         int64
 	NextDue       time.Time
 	Now           time.Time
-}
-
-// Layout describes the data layout of a database.
-type Layout struct {
-	// Version is the recorded layout (0 when none is recorded).
-	Version int `json:"version"`
-	// Current is the layout this build writes.
-	Current int `json:"current"`
-	// Empty is true when the database holds no watukuy data yet.
-	Empty bool `json:"empty"`
-}
-
-// Err is what a worker makes of the layout: nil when it is this build's (or the database is
-// empty), else a *LayoutError (newer: upgrade watukuy; older: run migrate).
-func (l Layout) Err() error {
-	if l.Version == l.Current || l.Empty {
-		return nil
-	}
-	return &LayoutError{Found: l.Version, Known: l.Current}
-}
-
-// Migration is what Migrate did.
-type Migration struct {
-	From  int      `json:"from"`
-	To    int      `json:"to"`
-	Steps []string `json:"steps"`
 }

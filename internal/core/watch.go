@@ -216,7 +216,7 @@ func (e *Engine) registration() (pollers []string, keys int) {
 	defer e.mu.Unlock()
 	for _, p := range e.pollers {
 		pollers = append(pollers, p.Name)
-		keys += len(p.keys())
+		keys += len(pollerKeys(p))
 	}
 	sort.Strings(pollers)
 	return pollers, keys

@@ -11,8 +11,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/httpx"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Detail fetches one item by identity, the request that confirms a delete a listing suggests
@@ -25,10 +25,10 @@ type Detail struct {
 }
 
 // Fetch is the poller's DetailFunc.
-func (d *Detail) Fetch(ctx context.Context, key core.Key, identity string) (json.RawMessage, bool, error) {
+func (d *Detail) Fetch(ctx context.Context, key watukuytype.Key, identity string) (json.RawMessage, bool, error) {
 	u := strings.ReplaceAll(expand(d.URL, key), "{id}", url.PathEscape(identity))
 	resp, err := d.do(ctx, key, u, nil, "")
-	var he *core.HTTPError
+	var he *watukuytype.HTTPError
 	if errors.As(err, &he) && (he.StatusCode == http.StatusNotFound || he.StatusCode == http.StatusGone) {
 		return nil, false, nil
 	}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/httpx"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Source is an HTTP endpoint that returns a page of items as JSON. "${partition}" in URL,
@@ -40,13 +40,13 @@ type response struct {
 	body  gjson.Result
 }
 
-func expand(s string, key core.Key) string {
+func expand(s string, key watukuytype.Key) string {
 	return strings.ReplaceAll(s, "${partition}", key.Partition)
 }
 
 // do sends a GET of rawURL with the Source's query (params added) and headers, ${partition}
 // expanded.
-func (s *Source) do(ctx context.Context, key core.Key, rawURL string, params url.Values, etag string) (*httpx.Response, error) {
+func (s *Source) do(ctx context.Context, key watukuytype.Key, rawURL string, params url.Values, etag string) (*httpx.Response, error) {
 	q := url.Values{}
 	for k, vs := range s.Query {
 		for _, v := range vs {
@@ -70,7 +70,7 @@ func (s *Source) do(ctx context.Context, key core.Key, rawURL string, params url
 }
 
 // get requests rawURL (the Source URL when "") with params added, then decodes the items.
-func (s *Source) get(ctx context.Context, key core.Key, rawURL string, params url.Values, etag string) (*response, error) {
+func (s *Source) get(ctx context.Context, key watukuytype.Key, rawURL string, params url.Values, etag string) (*response, error) {
 	if rawURL == "" {
 		rawURL = expand(s.URL, key)
 	}
@@ -94,7 +94,7 @@ func (s *Source) get(ctx context.Context, key core.Key, rawURL string, params ur
 		if !arr.Exists() {
 			return r, nil // an empty page may leave the array out
 		}
-		return nil, &core.ConfigError{Poller: key.Poller, Field: "items", Msg: fmt.Sprintf("path %q is %s in the response, want an array", s.Items, arr.Type)}
+		return nil, &watukuytype.ConfigError{Poller: key.Poller, Field: "items", Msg: fmt.Sprintf("path %q is %s in the response, want an array", s.Items, arr.Type)}
 	}
 	arr.ForEach(func(_, v gjson.Result) bool {
 		r.items = append(r.items, json.RawMessage(v.Raw))
@@ -104,8 +104,8 @@ func (s *Source) get(ctx context.Context, key core.Key, rawURL string, params ur
 }
 
 // page converts a response into a core.Page.
-func (r *response) page(next string, hasMore bool) core.Page {
-	return core.Page{Items: r.items, Next: next, HasMore: hasMore, NotModified: r.NotModified, RateLimit: r.RateLimit, ETag: r.ETag}
+func (r *response) page(next string, hasMore bool) watukuytype.Page {
+	return watukuytype.Page{Items: r.items, Next: next, HasMore: hasMore, NotModified: r.NotModified, RateLimit: r.RateLimit, ETag: r.ETag}
 }
 
 // boolAt reads an optional boolean path of the body; ok is false when the path is unset or absent.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Timestamp pages through items changed since a time. The cursor is the largest change time
@@ -48,10 +48,10 @@ type timestampCursor struct {
 }
 
 // Fetch is the lane's FetchFunc.
-func (t *Timestamp) Fetch(ctx context.Context, req core.FetchRequest) (core.Page, error) {
+func (t *Timestamp) Fetch(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 	cur, err := parseTimestampCursor(req.Cursor, t.Formats)
 	if err != nil {
-		return core.Page{}, &core.ConfigError{Poller: req.Key.Poller, Field: "cursor", Msg: err.Error()}
+		return watukuytype.Page{}, &watukuytype.ConfigError{Poller: req.Key.Poller, Field: "cursor", Msg: err.Error()}
 	}
 	params := url.Values{}
 	if cur.Since != "" {
@@ -67,7 +67,7 @@ func (t *Timestamp) Fetch(ctx context.Context, req core.FetchRequest) (core.Page
 	}
 	r, err := t.get(ctx, req.Key, "", params, req.ETag)
 	if err != nil {
-		return core.Page{}, err
+		return watukuytype.Page{}, err
 	}
 	if r.NotModified {
 		return r.page(req.Cursor, false), nil
@@ -76,7 +76,7 @@ func (t *Timestamp) Fetch(ctx context.Context, req core.FetchRequest) (core.Page
 	var maxT time.Time
 	if next.Since != "" {
 		if maxT, err = Parse(next.Since, t.Formats); err != nil {
-			return core.Page{}, &core.ConfigError{Poller: req.Key.Poller, Field: "cursor.field", Msg: err.Error()}
+			return watukuytype.Page{}, &watukuytype.ConfigError{Poller: req.Key.Poller, Field: "cursor.field", Msg: err.Error()}
 		}
 	}
 	allAtCursor := len(r.items) > 0
@@ -92,7 +92,7 @@ func (t *Timestamp) Fetch(ctx context.Context, req core.FetchRequest) (core.Page
 		}
 		ts, err := Parse(v.String(), t.Formats)
 		if err != nil {
-			return core.Page{}, &core.ConfigError{Poller: req.Key.Poller, Field: "cursor.field",
+			return watukuytype.Page{}, &watukuytype.ConfigError{Poller: req.Key.Poller, Field: "cursor.field",
 				Msg: fmt.Sprintf("item field %q: %v", t.Field, err)}
 		}
 		switch {
@@ -115,7 +115,7 @@ func (t *Timestamp) Fetch(ctx context.Context, req core.FetchRequest) (core.Page
 		if t.TieBreaker != "" {
 			why = fmt.Sprintf("the API ignored the tie-breaker parameter %q", t.TieBreaker)
 		}
-		return core.Page{}, &core.CursorStallError{Key: req.Key, Cursor: req.Cursor, Msg: fmt.Sprintf(
+		return watukuytype.Page{}, &watukuytype.CursorStallError{Key: req.Key, Cursor: req.Cursor, Msg: fmt.Sprintf(
 			"a full page of %d items all at %s and %s, so the cursor cannot advance (set a tie-breaker or a larger page size)",
 			len(r.items), cur.Since, why)}
 	}
@@ -184,7 +184,7 @@ type Token struct {
 }
 
 // Fetch is the lane's FetchFunc.
-func (t *Token) Fetch(ctx context.Context, req core.FetchRequest) (core.Page, error) {
+func (t *Token) Fetch(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 	params := url.Values{}
 	rawURL := ""
 	switch {
@@ -198,7 +198,7 @@ func (t *Token) Fetch(ctx context.Context, req core.FetchRequest) (core.Page, er
 	}
 	r, err := t.get(ctx, req.Key, rawURL, params, req.ETag)
 	if err != nil {
-		return core.Page{}, err
+		return watukuytype.Page{}, err
 	}
 	if r.NotModified {
 		return r.page(req.Cursor, false), nil
@@ -239,7 +239,7 @@ type Page struct {
 }
 
 // Fetch is the lane's FetchFunc.
-func (p *Page) Fetch(ctx context.Context, req core.FetchRequest) (core.Page, error) {
+func (p *Page) Fetch(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 	pos := p.Start
 	if p.Offset {
 		pos = 0
@@ -250,7 +250,7 @@ func (p *Page) Fetch(ctx context.Context, req core.FetchRequest) (core.Page, err
 	if !first {
 		n, err := strconv.Atoi(req.Cursor)
 		if err != nil {
-			return core.Page{}, &core.ConfigError{Poller: req.Key.Poller, Field: "cursor", Msg: fmt.Sprintf("page cursor %q is not a number", req.Cursor)}
+			return watukuytype.Page{}, &watukuytype.ConfigError{Poller: req.Key.Poller, Field: "cursor", Msg: fmt.Sprintf("page cursor %q is not a number", req.Cursor)}
 		}
 		pos = n
 	}
@@ -268,7 +268,7 @@ func (p *Page) Fetch(ctx context.Context, req core.FetchRequest) (core.Page, err
 	}
 	r, err := p.get(ctx, req.Key, "", params, etag)
 	if err != nil {
-		return core.Page{}, err
+		return watukuytype.Page{}, err
 	}
 	if !p.CollectionETag {
 		r.ETag = "" // a page's own tag says nothing of the collection

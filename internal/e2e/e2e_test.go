@@ -21,10 +21,10 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/chaos"
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/internal/sink"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -42,7 +42,7 @@ func build(t *testing.T) string {
 // receiver is the webhook endpoint: it verifies each signature and records each delivery.
 type receiver struct {
 	mu        sync.Mutex
-	events    []core.Event
+	events    []watukuytype.Event
 	badSig    int
 	idsByWhat map[string]map[string]bool // identity@version@type -> event ids
 }
@@ -56,7 +56,7 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
 	}
-	var ev core.Event
+	var ev watukuytype.Event
 	if err := json.Unmarshal(body, &ev); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -78,7 +78,7 @@ func (r *receiver) final() map[string]string {
 	defer r.mu.Unlock()
 	m := map[string]string{}
 	for _, ev := range r.events {
-		if ev.Type == core.Deleted {
+		if ev.Type == watukuytype.Deleted {
 			delete(m, ev.Identity)
 		} else {
 			m[ev.Identity] = ev.Version
@@ -216,7 +216,7 @@ func TestEndToEndProcesses(t *testing.T) {
 	}
 	last := map[string]int{}
 	for _, ev := range rec.events {
-		if ev.Type == core.Deleted {
+		if ev.Type == watukuytype.Deleted {
 			continue
 		}
 		v, _ := strconv.Atoi(ev.Version)

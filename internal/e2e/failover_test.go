@@ -16,11 +16,11 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/queue"
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // failoverConfig is one poller on a 1 s schedule whose requests may hang for a minute (the
@@ -84,7 +84,7 @@ func (f *failover) hang(ctx context.Context) (string, *proc) {
 	for ctx.Err() == nil {
 		for _, r := range f.srv.Requests() {
 			if r.Path == "/items" && r.Status == 0 && r.Wall.After(armed) {
-				snap, err := f.st.Inspect(ctx, core.Key{Poller: "orders"})
+				snap, err := f.st.Inspect(ctx, watukuytype.Key{Poller: "orders"})
 				if err != nil {
 					f.t.Fatal(err)
 				}
@@ -107,7 +107,7 @@ func (f *failover) hang(ctx context.Context) (string, *proc) {
 // diagnose logs the key's lease, due entry and asynq task, for a failed wait.
 func (f *failover) diagnose() {
 	ctx := context.Background()
-	snap, err := f.st.Inspect(ctx, core.Key{Poller: "orders"})
+	snap, err := f.st.Inspect(ctx, watukuytype.Key{Poller: "orders"})
 	f.t.Logf("key: owner %q epoch %d expires %v (now %v) state %v err %v", snap.LeaseOwner, snap.LeaseEpoch, snap.LeaseExpires, snap.Now, snap.State, err)
 	score, err := f.rdb.ZScore(ctx, f.st.DueKey("orders"), "orders|").Result()
 	f.t.Logf("due entry: %v (%v)", time.UnixMilli(int64(score)), err)

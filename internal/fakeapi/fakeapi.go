@@ -24,7 +24,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Change is one ground-truth mutation.
@@ -56,7 +56,7 @@ type API struct {
 	seq     int64
 	items   map[string]*record
 	log     []Change
-	onFetch func(ctx context.Context, req core.FetchRequest) error
+	onFetch func(ctx context.Context, req watukuytype.FetchRequest) error
 	fetches int
 	now     time.Time
 	idx     *index // sorted views for the HTTP server, valid while idx.seq == seq
@@ -208,13 +208,13 @@ func (a *API) Fetches() int {
 }
 
 // OnFetch installs a hook run before each request; a non-nil error fails the request.
-func (a *API) OnFetch(f func(ctx context.Context, req core.FetchRequest) error) {
+func (a *API) OnFetch(f func(ctx context.Context, req watukuytype.FetchRequest) error) {
 	a.mu.Lock()
 	a.onFetch = f
 	a.mu.Unlock()
 }
 
-func (a *API) enter(ctx context.Context, req core.FetchRequest) error {
+func (a *API) enter(ctx context.Context, req watukuytype.FetchRequest) error {
 	a.mu.Lock()
 	a.fetches++
 	hook := a.onFetch
@@ -237,16 +237,16 @@ func (r *record) json() json.RawMessage {
 
 // ChangeFeed serves the items changed after the cursor (a sequence number), oldest first,
 // pageSize at a time: a custom-cursor API. Deleted items do not appear.
-func (a *API) ChangeFeed(pageSize int) core.FetchFunc {
-	return func(ctx context.Context, req core.FetchRequest) (core.Page, error) {
+func (a *API) ChangeFeed(pageSize int) watukuytype.FetchFunc {
+	return func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 		if err := a.enter(ctx, req); err != nil {
-			return core.Page{}, err
+			return watukuytype.Page{}, err
 		}
 		after := int64(0)
 		if req.Cursor != "" {
 			n, err := strconv.ParseInt(req.Cursor, 10, 64)
 			if err != nil {
-				return core.Page{}, fmt.Errorf("fakeapi: bad cursor %q", req.Cursor)
+				return watukuytype.Page{}, fmt.Errorf("fakeapi: bad cursor %q", req.Cursor)
 			}
 			after = n
 		}
@@ -259,7 +259,7 @@ func (a *API) ChangeFeed(pageSize int) core.FetchFunc {
 			}
 		}
 		sort.Slice(recs, func(i, j int) bool { return recs[i].seq < recs[j].seq })
-		p := core.Page{Next: req.Cursor}
+		p := watukuytype.Page{Next: req.Cursor}
 		for i, r := range recs {
 			if i == pageSize {
 				p.HasMore = true
@@ -274,16 +274,16 @@ func (a *API) ChangeFeed(pageSize int) core.FetchFunc {
 
 // Listing serves every live item ordered by id, pageSize per page, the cursor being the
 // offset: the full listing a snapshotDiff poller reads.
-func (a *API) Listing(pageSize int) core.FetchFunc {
-	return func(ctx context.Context, req core.FetchRequest) (core.Page, error) {
+func (a *API) Listing(pageSize int) watukuytype.FetchFunc {
+	return func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 		if err := a.enter(ctx, req); err != nil {
-			return core.Page{}, err
+			return watukuytype.Page{}, err
 		}
 		off := 0
 		if req.Cursor != "" {
 			n, err := strconv.Atoi(req.Cursor)
 			if err != nil {
-				return core.Page{}, fmt.Errorf("fakeapi: bad offset %q", req.Cursor)
+				return watukuytype.Page{}, fmt.Errorf("fakeapi: bad offset %q", req.Cursor)
 			}
 			off = n
 		}
@@ -296,7 +296,7 @@ func (a *API) Listing(pageSize int) core.FetchFunc {
 			}
 		}
 		sort.Strings(ids)
-		p := core.Page{}
+		p := watukuytype.Page{}
 		end := min(off+pageSize, len(ids))
 		for _, id := range ids[min(off, len(ids)):end] {
 			p.Items = append(p.Items, a.items[id].json())

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -739,7 +739,7 @@ func TestFetchFuncsCarryUpdatedAt(t *testing.T) {
 	a.Put("a", map[string]any{"n": 1})
 	a.Advance(time.Second)
 	a.Put("b", nil)
-	pg, err := a.ChangeFeed(10)(context.Background(), core.FetchRequest{})
+	pg, err := a.ChangeFeed(10)(context.Background(), watukuytype.FetchRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -749,7 +749,7 @@ func TestFetchFuncsCarryUpdatedAt(t *testing.T) {
 		t.Fatal(err)
 	}
 	eq(t, "b", it, map[string]any{"id": "b", "version": 1.0, "updated_seq": 2.0, "updated_at": "2026-01-01T00:00:01Z"})
-	pg, err = a.Listing(1)(context.Background(), core.FetchRequest{})
+	pg, err = a.Listing(1)(context.Background(), watukuytype.FetchRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

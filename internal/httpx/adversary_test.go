@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // TestAdversaryG8GuardDisarmedByAnotherRequest: the lease check on the connection's write
@@ -37,7 +37,7 @@ func TestAdversaryG8GuardDisarmedByAnotherRequest(t *testing.T) {
 	// B: its lease is gone from the moment it holds a connection (a freeze after Do's check).
 	var frozen atomic.Bool
 	bGot, aDone := make(chan struct{}), make(chan struct{})
-	bCtx := core.WithLeaseCheck(context.Background(), func() error {
+	bCtx := watukuytype.WithLeaseCheck(context.Background(), func() error {
 		if frozen.Load() {
 			return lost
 		}
@@ -56,13 +56,13 @@ func TestAdversaryG8GuardDisarmedByAnotherRequest(t *testing.T) {
 
 	// A: a 304 on a keep-alive connection; B starts as A's connection goes back to the pool.
 	var started atomic.Bool
-	aCtx := core.WithLeaseCheck(context.Background(), func() error { return nil })
+	aCtx := watukuytype.WithLeaseCheck(context.Background(), func() error { return nil })
 	aCtx = httptrace.WithClientTrace(aCtx, &httptrace.ClientTrace{PutIdleConn: func(err error) {
 		if err != nil || !started.CompareAndSwap(false, true) {
 			return
 		}
 		go func() {
-			_, err := (&Client{}).Do(bCtx, Request{Key: core.Key{Poller: "b"}, URL: srv.URL + "/b"})
+			_, err := (&Client{}).Do(bCtx, Request{Key: watukuytype.Key{Poller: "b"}, URL: srv.URL + "/b"})
 			bErr <- err
 		}()
 		select { // B took the connection A just gave back
@@ -70,7 +70,7 @@ func TestAdversaryG8GuardDisarmedByAnotherRequest(t *testing.T) {
 		case <-time.After(5 * time.Second):
 		}
 	}})
-	resp, err := (&Client{}).Do(aCtx, Request{Key: core.Key{Poller: "a"}, URL: srv.URL + "/a"})
+	resp, err := (&Client{}).Do(aCtx, Request{Key: watukuytype.Key{Poller: "a"}, URL: srv.URL + "/a"})
 	if err != nil || !resp.NotModified {
 		t.Fatalf("A: %v %+v", err, resp)
 	}
@@ -98,7 +98,7 @@ func TestAdversaryG8RetryAfterDateReadWithTheLocalClock(t *testing.T) {
 	defer srv.Close()
 	ahead := func() time.Time { return time.Now().Add(2 * time.Minute) } // the worker's clock
 	_, err := (&Client{Now: ahead}).Do(context.Background(), Request{URL: srv.URL})
-	var he *core.HTTPError
+	var he *watukuytype.HTTPError
 	if !errors.As(err, &he) || he.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("Do: %v", err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Defaults for the zero Client.
@@ -61,7 +61,7 @@ type Client struct {
 // Request is one HTTP request of a poller.
 type Request struct {
 	// Key is the poller key the request is for; errors and logs name it.
-	Key core.Key
+	Key watukuytype.Key
 	// Method is the HTTP method; "" means GET.
 	Method string
 	// URL is the absolute http(s) URL. Query is merged into it.
@@ -94,7 +94,7 @@ type Response struct {
 	// RetryAfter is the parsed Retry-After header (0 when absent or malformed).
 	RetryAfter time.Duration
 	// RateLimit is the parsed rate-limit headers, nil when none are usable.
-	RateLimit *core.RateLimit
+	RateLimit *watukuytype.RateLimit
 	// Elapsed is the time from sending the request to having read the body.
 	Elapsed time.Duration
 }
@@ -179,7 +179,7 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 	}
 	// A cycle's lease may have lapsed since its own check (a frozen process): no request
 	// leaves then. The default client checks once more before each write on the wire.
-	if err := core.CheckLease(ctx); err != nil {
+	if err := watukuytype.CheckLease(ctx); err != nil {
 		err = fmt.Errorf("watukuy: %s: %s %s: %w", req.Key, method, shown, err)
 		c.logRequest(req.Key, method, shown, hreq.Header, nil, time.Since(start), err)
 		return nil, err
@@ -253,7 +253,7 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 		body, _ := readBody(hresp, min(limit, errorBodyLimit))
 		resp.Body = body
 		resp.Elapsed = time.Since(start)
-		herr := &core.HTTPError{
+		herr := &watukuytype.HTTPError{
 			Key:        req.Key,
 			StatusCode: code,
 			URL:        shown,
@@ -300,7 +300,7 @@ func unwrapURLError(err error) error {
 
 // transportError names the key and the redacted URL, and says "timeout after <d>" when our
 // own per-request deadline (not the caller's context) ended the request.
-func (c *Client) transportError(parent, tctx context.Context, key core.Key, method, shown string, timeout time.Duration, err error) error {
+func (c *Client) transportError(parent, tctx context.Context, key watukuytype.Key, method, shown string, timeout time.Duration, err error) error {
 	err = unwrapURLError(err)
 	if errors.Is(tctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
 		return fmt.Errorf("watukuy: %s: %s %s: timeout after %s: %w", key, method, shown, timeout, err)
@@ -378,7 +378,7 @@ func (c *Client) now() time.Time {
 // logRequest writes the one debug line of a request. Nothing in it holds a secret: shown is
 // the redacted URL, sent goes through Redact, and every error built here quotes only the
 // redacted URL.
-func (c *Client) logRequest(key core.Key, method, shown string, sent http.Header, resp *Response, elapsed time.Duration, err error) {
+func (c *Client) logRequest(key watukuytype.Key, method, shown string, sent http.Header, resp *Response, elapsed time.Duration, err error) {
 	e := c.Logger.Debug()
 	if e == nil {
 		return // disabled: skip the Redact copy

@@ -19,10 +19,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
-var testKey = core.Key{Poller: "orders", Partition: "t_1"}
+var testKey = watukuytype.Key{Poller: "orders", Partition: "t_1"}
 
 // fakeNow is the fake clock of every Do test: Retry-After dates and epoch resets are relative
 // to it, so no test waits.
@@ -41,9 +41,9 @@ func gz(t *testing.T, b []byte) []byte {
 	return buf.Bytes()
 }
 
-func asHTTPError(t *testing.T, err error) *core.HTTPError {
+func asHTTPError(t *testing.T, err error) *watukuytype.HTTPError {
 	t.Helper()
-	var he *core.HTTPError
+	var he *watukuytype.HTTPError
 	if !errors.As(err, &he) {
 		t.Fatalf("err = %v (%T); want *core.HTTPError", err, err)
 	}
@@ -102,7 +102,7 @@ func TestDo(t *testing.T) {
 				if resp.ETag != `"v1"` || resp.NotModified || resp.Next != base+"/items?page=2" {
 					t.Fatalf("ETag %q NotModified %v Next %q", resp.ETag, resp.NotModified, resp.Next)
 				}
-				if want := (core.RateLimit{Limit: 100, Remaining: 7, Reset: time.Minute}); resp.RateLimit == nil || *resp.RateLimit != want {
+				if want := (watukuytype.RateLimit{Limit: 100, Remaining: 7, Reset: time.Minute}); resp.RateLimit == nil || *resp.RateLimit != want {
 					t.Fatalf("RateLimit = %+v; want %+v", resp.RateLimit, want)
 				}
 				if resp.Elapsed <= 0 || resp.RetryAfter != 0 {
@@ -137,7 +137,7 @@ func TestDo(t *testing.T) {
 					he.RetryAfter != 120*time.Second || he.Body != "{\"error\":\"slow down\"}\n" {
 					t.Fatalf("HTTPError = %+v", he)
 				}
-				if want := (core.RateLimit{Limit: 50, Remaining: 0, Reset: 2 * time.Minute}); he.RateLimit == nil || *he.RateLimit != want {
+				if want := (watukuytype.RateLimit{Limit: 50, Remaining: 0, Reset: 2 * time.Minute}); he.RateLimit == nil || *he.RateLimit != want {
 					t.Fatalf("RateLimit = %+v; want %+v", he.RateLimit, want)
 				}
 				if resp == nil || resp.StatusCode != 429 || resp.RetryAfter != 120*time.Second {
@@ -626,7 +626,7 @@ func TestDoNeverLeaksSecrets(t *testing.T) {
 		}
 		if err != nil {
 			texts = append(texts, err.Error(), fmtErr(err))
-			var he *core.HTTPError
+			var he *watukuytype.HTTPError
 			if errors.As(err, &he) {
 				texts = append(texts, he.Body, he.URL)
 				if !strings.Contains(he.Body, "[redacted]") {
@@ -742,7 +742,7 @@ func TestRequestCheckStopsTheWrite(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls atomic.Int64
-			ctx := core.WithLeaseCheck(context.Background(), func() error {
+			ctx := watukuytype.WithLeaseCheck(context.Background(), func() error {
 				if calls.Add(1) > int64(tc.passes) {
 					return lost
 				}

@@ -10,8 +10,8 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/httpx"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 func ExampleParseRateLimit() {
@@ -70,7 +70,7 @@ func ExampleClient_Do() {
 	defer srv.Close()
 
 	c := &httpx.Client{Timeout: 10 * time.Second}
-	key := core.Key{Poller: "orders", Partition: "t_1"}
+	key := watukuytype.Key{Poller: "orders", Partition: "t_1"}
 	ctx := context.Background()
 
 	resp, err := c.Do(ctx, httpx.Request{Key: key, URL: srv.URL + "/items"})
@@ -80,7 +80,7 @@ func ExampleClient_Do() {
 	fmt.Println(resp.StatusCode, resp.NotModified, err)
 
 	_, err = c.Do(ctx, httpx.Request{Key: key, URL: srv.URL + "/items", Query: url.Values{"since": {"later"}}})
-	var he *core.HTTPError
+	var he *watukuytype.HTTPError
 	if errors.As(err, &he) {
 		fmt.Println(he.StatusCode, he.RetryAfter)
 	}

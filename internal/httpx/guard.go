@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // guardedConn is a connection of the default transport that runs the current request's lease
@@ -50,7 +50,7 @@ func newDefaultHTTP() *http.Client {
 // guard arms the connection the request gets with ctx's lease check, until the returned
 // function disarms it (once the request is written and its answer's headers are in).
 func guard(ctx context.Context, hreq *http.Request) (*http.Request, func()) {
-	check := func() error { return core.CheckLease(ctx) }
+	check := func() error { return watukuytype.CheckLease(ctx) }
 	var armed *guardedConn
 	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
 		conn := info.Conn

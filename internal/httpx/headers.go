@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // MaxRetryAfter caps what ParseRetryAfter returns: a server asking for days is broken or
@@ -93,7 +93,7 @@ func nearestCentury(t, now time.Time) time.Time {
 // integers. Malformed fields are ignored, never fatal: a family with a malformed remaining
 // or reset falls through to the next, a malformed limit leaves Limit 0 (unknown). It returns
 // nil when nothing is usable. Header names are case-insensitive.
-func ParseRateLimit(h http.Header, now time.Time) *core.RateLimit {
+func ParseRateLimit(h http.Header, now time.Time) *watukuytype.RateLimit {
 	if rl := structuredRateLimit(h, now); rl != nil {
 		return rl
 	}
@@ -106,7 +106,7 @@ func ParseRateLimit(h http.Header, now time.Time) *core.RateLimit {
 }
 
 // splitRateLimit reads one family of separate Limit/Remaining/Reset headers.
-func splitRateLimit(h http.Header, prefix string, now time.Time) *core.RateLimit {
+func splitRateLimit(h http.Header, prefix string, now time.Time) *watukuytype.RateLimit {
 	remaining, ok := countValue(firstMember(headerValue(h, prefix+"Remaining")))
 	if !ok {
 		return nil
@@ -116,21 +116,21 @@ func splitRateLimit(h http.Header, prefix string, now time.Time) *core.RateLimit
 		return nil
 	}
 	limit, _ := countValue(firstMember(headerValue(h, prefix+"Limit")))
-	return &core.RateLimit{Limit: limit, Remaining: remaining, Reset: reset}
+	return &watukuytype.RateLimit{Limit: limit, Remaining: remaining, Reset: reset}
 }
 
 // structuredRateLimit reads the draft's RateLimit field in either of its shapes.
 // pace is the request spacing a window asks for: what is left of it per remaining request.
-func pace(rl *core.RateLimit) time.Duration {
+func pace(rl *watukuytype.RateLimit) time.Duration {
 	return rl.Reset / time.Duration(max(rl.Remaining, 1))
 }
 
-func structuredRateLimit(h http.Header, now time.Time) *core.RateLimit {
+func structuredRateLimit(h http.Header, now time.Time) *watukuytype.RateLimit {
 	vals := headerValues(h, "RateLimit")
 	if len(vals) == 0 {
 		return nil
 	}
-	var best *core.RateLimit
+	var best *watukuytype.RateLimit
 	var bestName string
 	dict := map[string]string{}
 	for _, m := range sfMembers(strings.Join(vals, ",")) {
@@ -145,7 +145,7 @@ func structuredRateLimit(h http.Header, now time.Time) *core.RateLimit {
 		if !okR || !okT {
 			continue
 		}
-		cand := &core.RateLimit{Remaining: r, Reset: t}
+		cand := &watukuytype.RateLimit{Remaining: r, Reset: t}
 		if best == nil || pace(cand) > pace(best) || (pace(cand) == pace(best) && r < best.Remaining) {
 			best, bestName = cand, m.head
 		}
@@ -167,7 +167,7 @@ func structuredRateLimit(h http.Header, now time.Time) *core.RateLimit {
 		return nil
 	}
 	limit, _ := countValue(dict["limit"])
-	return &core.RateLimit{Limit: limit, Remaining: remaining, Reset: reset}
+	return &watukuytype.RateLimit{Limit: limit, Remaining: remaining, Reset: reset}
 }
 
 // sfMember is one list member of a structured field (RFC 9651), parsed leniently: its head

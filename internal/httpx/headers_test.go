@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // rfcNow is the instant of RFC 9110's example dates, minus 37 seconds.
@@ -64,13 +64,13 @@ func TestParseRateLimit(t *testing.T) {
 		}
 		return h
 	}
-	rl := func(limit, remaining int, reset time.Duration) *core.RateLimit {
-		return &core.RateLimit{Limit: limit, Remaining: remaining, Reset: reset}
+	rl := func(limit, remaining int, reset time.Duration) *watukuytype.RateLimit {
+		return &watukuytype.RateLimit{Limit: limit, Remaining: remaining, Reset: reset}
 	}
 	for _, tc := range []struct {
 		name string
 		h    http.Header
-		want *core.RateLimit
+		want *watukuytype.RateLimit
 	}{
 		{"none", hdr(), nil},
 		// 1. the draft's structured fields

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 const alertsFile = "../../deploy/alerts.yaml"
@@ -44,19 +44,19 @@ func exportedNames(t *testing.T) map[string]bool {
 	reg := prometheus.NewPedanticRegistry()
 	m := New(reg)
 	NewRedis(reg)
-	m.WatchKeys(reg, func(ctx context.Context) ([]core.KeyInfo, error) {
+	m.WatchKeys(reg, func(ctx context.Context) ([]watukuytype.KeyInfo, error) {
 		now := time.Now()
-		return []core.KeyInfo{{Poller: "p", Partition: "x", Circuit: "open", LeaseOwner: "w",
+		return []watukuytype.KeyInfo{{Poller: "p", Partition: "x", Circuit: "open", LeaseOwner: "w",
 			LeaseExpires: at(now.Add(-time.Hour)), ThrottledUntil: at(now.Add(time.Hour)),
 			LastError: json.RawMessage(`{"code":"CONFIG"}`), OutboxPending: 1, Parked: 1, Held: 1, LagMs: 1,
 			FreshAt: at(now.Add(-time.Minute)), FreshnessMs: 60_000, OutboxOldestAt: at(now.Add(-time.Second)), OutboxOldestAgeMs: 1000}}, nil
 	})
-	k := core.Key{Poller: "p", Partition: "x"}
-	h := m.Hooks(core.Hooks{})
-	h.OnCycle(core.CycleReport{Key: k, Outcome: core.Ran, Events: 1}, time.Millisecond)
+	k := watukuytype.Key{Poller: "p", Partition: "x"}
+	h := m.Hooks(watukuytype.Hooks{})
+	h.OnCycle(watukuytype.CycleReport{Key: k, Outcome: watukuytype.Ran, Events: 1}, time.Millisecond)
 	h.OnFetch(k, "live", time.Millisecond, errors.New("x"))
-	h.OnDelivered(k, core.Event{}, time.Millisecond)
-	h.OnHandlerAttempt(k, core.Event{}, 1, time.Millisecond, core.HandlerError, errors.New("x"))
+	h.OnDelivered(k, watukuytype.Event{}, time.Millisecond)
+	h.OnHandlerAttempt(k, watukuytype.Event{}, 1, time.Millisecond, watukuytype.HandlerError, errors.New("x"))
 	h.OnParked(k, "poison", "id", "reason")
 	h.OnCircuitOpen(k, time.Now(), errors.New("x"))
 	h.OnThrottled(k, time.Now())

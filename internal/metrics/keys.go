@@ -8,14 +8,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/watukuy/watukuy/internal/core"
-	"github.com/watukuy/watukuy/internal/schedule"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // KeySource lists the keys with their status. WatchKeys calls it on every scrape, for the
 // gauges that need Redis. It may return the keys it could read together with an error; those
 // keys are exported and watukuy_key_source_up is 0.
-type KeySource func(ctx context.Context) ([]core.KeyInfo, error)
+type KeySource func(ctx context.Context) ([]watukuytype.KeyInfo, error)
 
 const (
 	// keySourceTimeout bounds one call of the KeySource per scrape.
@@ -102,11 +101,11 @@ func (c *keyCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, boolValue(err == nil))
 
 	now := c.now()
-	seen := make(map[core.Key]bool, len(keys))
+	seen := make(map[watukuytype.Key]bool, len(keys))
 	for _, k := range keys {
 		// Label values must be valid UTF-8, or the const metric panics.
 		poller, partition := strings.ToValidUTF8(k.Poller, "\uFFFD"), strings.ToValidUTF8(k.Partition, "\uFFFD")
-		id := core.Key{Poller: poller, Partition: partition}
+		id := watukuytype.Key{Poller: poller, Partition: partition}
 		if seen[id] {
 			continue // a duplicate would fail the whole scrape
 		}
@@ -122,7 +121,7 @@ func (c *keyCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.parked, float64(k.Parked))
 		gauge(c.held, float64(k.Held))
 		gauge(c.lag, float64(k.LagMs)/1000)
-		gauge(c.circuitOpen, boolValue(k.Circuit == string(schedule.Open)))
+		gauge(c.circuitOpen, boolValue(k.Circuit == watukuytype.CircuitOpen))
 		throttled := 0.0
 		if k.ThrottledUntil != nil {
 			throttled = float64(k.ThrottledUntil.UnixMilli()) / 1000
@@ -142,11 +141,11 @@ func errorCode(raw json.RawMessage) (string, bool) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", false
 	}
-	var le core.LastError
+	var le watukuytype.LastError
 	if err := json.Unmarshal(raw, &le); err != nil || le.Code == "" {
 		return unknownCode, true
 	}
-	return le.Code, true
+	return string(le.Code), true
 }
 
 func boolValue(b bool) float64 {

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 var testNow = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -20,8 +20,8 @@ var testNow = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 func at(t time.Time) *time.Time { return &t }
 
 // fakeKeys is what a Redis-backed KeySource would list: one key of each interesting kind.
-func fakeKeys() []core.KeyInfo {
-	return []core.KeyInfo{
+func fakeKeys() []watukuytype.KeyInfo {
+	return []watukuytype.KeyInfo{
 		{ // healthy, idle: fresh 2s ago, its oldest pending event 0.25s old
 			Poller: "orders", Partition: "t_1", Circuit: "closed", OutboxPending: 4, LagMs: 1500,
 			FreshAt: at(testNow.Add(-2 * time.Second)), FreshnessMs: 2000, OutboxOldestAt: at(testNow.Add(-250 * time.Millisecond)), OutboxOldestAgeMs: 250,
@@ -49,7 +49,7 @@ func fakeKeys() []core.KeyInfo {
 func TestWatchKeysGauges(t *testing.T) {
 	var calls atomic.Int32
 	var deadline time.Duration
-	src := func(ctx context.Context) ([]core.KeyInfo, error) {
+	src := func(ctx context.Context) ([]watukuytype.KeyInfo, error) {
 		calls.Add(1)
 		if d, ok := ctx.Deadline(); ok {
 			deadline = time.Until(d)
@@ -163,7 +163,7 @@ watukuy_key_source_up 1
 func TestWatchKeysRegistersAndScrapes(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	m := New(reg)
-	m.WatchKeys(reg, func(ctx context.Context) ([]core.KeyInfo, error) { return fakeKeys(), nil })
+	m.WatchKeys(reg, func(ctx context.Context) ([]watukuytype.KeyInfo, error) { return fakeKeys(), nil })
 	// 10 gauges for each of the 5 keys, 2 last_error series, key_source_up and duration.
 	if n, err := testutil.GatherAndCount(reg, "watukuy_outbox_pending", "watukuy_last_error", "watukuy_key_source_up"); err != nil || n != 5+2+1 {
 		t.Errorf("GatherAndCount = %d, %v; want 8", n, err)
@@ -174,12 +174,12 @@ func TestWatchKeysRegistersAndScrapes(t *testing.T) {
 			t.Error("a second WatchKeys on one registry did not panic")
 		}
 	}()
-	m.WatchKeys(reg, func(ctx context.Context) ([]core.KeyInfo, error) { return nil, nil })
+	m.WatchKeys(reg, func(ctx context.Context) ([]watukuytype.KeyInfo, error) { return nil, nil })
 }
 
 func TestWatchKeysSourceFails(t *testing.T) {
 	partial := fakeKeys()[:1]
-	c := newKeyCollector(func(ctx context.Context) ([]core.KeyInfo, error) {
+	c := newKeyCollector(func(ctx context.Context) ([]watukuytype.KeyInfo, error) {
 		return partial, errors.New("redis: connection refused")
 	}, func() time.Time { return testNow })
 	want := `
@@ -197,7 +197,7 @@ watukuy_outbox_pending{partition="t_1",poller="orders"} 4
 }
 
 func TestWatchKeysTimeout(t *testing.T) {
-	c := newKeyCollector(func(ctx context.Context) ([]core.KeyInfo, error) {
+	c := newKeyCollector(func(ctx context.Context) ([]watukuytype.KeyInfo, error) {
 		<-ctx.Done() // a hung Redis: the timeout (5s; shortened here) releases the scrape
 		return nil, ctx.Err()
 	}, time.Now)
@@ -218,13 +218,13 @@ watukuy_key_source_up 0
 
 // Duplicates and invalid UTF-8 in what the source lists never fail the scrape.
 func TestWatchKeysDuplicatesAndBadLabels(t *testing.T) {
-	keys := []core.KeyInfo{
+	keys := []watukuytype.KeyInfo{
 		{Poller: "orders", Partition: "t_1", OutboxPending: 1},
 		{Poller: "orders", Partition: "t_1", OutboxPending: 2},
 		{Poller: "orders", Partition: "t_\xff", OutboxPending: 3, LastError: json.RawMessage(`{"message":"no code"}`)},
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(newKeyCollector(func(ctx context.Context) ([]core.KeyInfo, error) { return keys, nil }, time.Now))
+	reg.MustRegister(newKeyCollector(func(ctx context.Context) ([]watukuytype.KeyInfo, error) { return keys, nil }, time.Now))
 	want := `
 # HELP watukuy_outbox_pending Events in the key's outbox, committed and not yet acked.
 # TYPE watukuy_outbox_pending gauge

@@ -12,18 +12,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 const namespace = "watukuy"
 
 // Cycle outcome label values, in core.Outcome order.
 var outcomes = [...]string{
-	core.Ran:           "ran",
-	core.SkippedNotDue: "skipped_not_due",
-	core.SkippedLeased: "skipped_leased",
-	core.SkippedPaused: "skipped_paused",
-	core.Failed:        "failed",
+	watukuytype.Ran:           "ran",
+	watukuytype.SkippedNotDue: "skipped_not_due",
+	watukuytype.SkippedLeased: "skipped_leased",
+	watukuytype.SkippedPaused: "skipped_paused",
+	watukuytype.Failed:        "failed",
 }
 
 // The phases OnError reports and the kinds OnParked reports; they are initialised at zero for
@@ -31,10 +31,10 @@ var outcomes = [...]string{
 var (
 	phases = []string{"fetch", "handler", "store", "config"}
 	kinds  = []string{"poison", "invalid"}
-	lanes  = []string{"live", "reconcile"}
+	lanes  = []watukuytype.Lane{watukuytype.LaneLive, watukuytype.LaneReconcile}
 )
 
-func outcomeLabel(o core.Outcome) string {
+func outcomeLabel(o watukuytype.Outcome) string {
 	if o >= 0 && int(o) < len(outcomes) {
 		return outcomes[o]
 	}
@@ -145,14 +145,14 @@ func (m *Metrics) init(poller string) {
 	for _, k := range kinds {
 		m.parked.WithLabelValues(poller, k)
 	}
-	for _, r := range core.HandlerResults() {
-		m.handlerAttempts.WithLabelValues(poller, r)
+	for _, r := range watukuytype.HandlerResults() {
+		m.handlerAttempts.WithLabelValues(poller, string(r))
 	}
 	for _, ph := range phases {
 		m.errors.WithLabelValues(poller, ph)
 	}
 	for _, l := range lanes {
-		m.fetchErrors.WithLabelValues(poller, l)
+		m.fetchErrors.WithLabelValues(poller, string(l))
 	}
 	for _, c := range []*prometheus.CounterVec{m.eventsEmitted, m.delivered, m.leaseLost, m.circuitOpened, m.throttled, m.dueRepaired} {
 		c.WithLabelValues(poller)
@@ -161,9 +161,9 @@ func (m *Metrics) init(poller string) {
 
 // Hooks returns core.Hooks that update the metrics; every hook of chain (the user's hooks) runs
 // too, after the metrics are updated.
-func (m *Metrics) Hooks(chain core.Hooks) core.Hooks {
-	return core.Hooks{
-		OnCycle: func(r core.CycleReport, d time.Duration) {
+func (m *Metrics) Hooks(chain watukuytype.Hooks) watukuytype.Hooks {
+	return watukuytype.Hooks{
+		OnCycle: func(r watukuytype.CycleReport, d time.Duration) {
 			m.init(r.Key.Poller)
 			m.cycles.WithLabelValues(r.Key.Poller, outcomeLabel(r.Outcome)).Inc()
 			m.cycleDuration.WithLabelValues(r.Key.Poller).Observe(d.Seconds())
@@ -174,17 +174,17 @@ func (m *Metrics) Hooks(chain core.Hooks) core.Hooks {
 				chain.OnCycle(r, d)
 			}
 		},
-		OnFetch: func(key core.Key, lane string, d time.Duration, err error) {
+		OnFetch: func(key watukuytype.Key, lane watukuytype.Lane, d time.Duration, err error) {
 			m.init(key.Poller)
-			m.fetchDuration.WithLabelValues(key.Poller, lane).Observe(d.Seconds())
+			m.fetchDuration.WithLabelValues(key.Poller, string(lane)).Observe(d.Seconds())
 			if err != nil {
-				m.fetchErrors.WithLabelValues(key.Poller, lane).Inc()
+				m.fetchErrors.WithLabelValues(key.Poller, string(lane)).Inc()
 			}
 			if chain.OnFetch != nil {
 				chain.OnFetch(key, lane, d, err)
 			}
 		},
-		OnDelivered: func(key core.Key, ev core.Event, latency time.Duration) {
+		OnDelivered: func(key watukuytype.Key, ev watukuytype.Event, latency time.Duration) {
 			m.init(key.Poller)
 			m.delivered.WithLabelValues(key.Poller).Inc()
 			// Observation and ack times come from different clocks only in tests; never go negative.
@@ -193,50 +193,50 @@ func (m *Metrics) Hooks(chain core.Hooks) core.Hooks {
 				chain.OnDelivered(key, ev, latency)
 			}
 		},
-		OnHandlerAttempt: func(key core.Key, ev core.Event, attempt int, d time.Duration, result string, err error) {
+		OnHandlerAttempt: func(key watukuytype.Key, ev watukuytype.Event, attempt int, d time.Duration, result watukuytype.HandlerResult, err error) {
 			m.init(key.Poller)
-			m.handlerAttempts.WithLabelValues(key.Poller, result).Inc()
+			m.handlerAttempts.WithLabelValues(key.Poller, string(result)).Inc()
 			m.handlerDuration.WithLabelValues(key.Poller).Observe(max(d, 0).Seconds())
 			if chain.OnHandlerAttempt != nil {
 				chain.OnHandlerAttempt(key, ev, attempt, d, result, err)
 			}
 		},
-		OnParked: func(key core.Key, kind, id, reason string) {
+		OnParked: func(key watukuytype.Key, kind, id, reason string) {
 			m.init(key.Poller)
 			m.parked.WithLabelValues(key.Poller, kind).Inc()
 			if chain.OnParked != nil {
 				chain.OnParked(key, kind, id, reason)
 			}
 		},
-		OnCircuitOpen: func(key core.Key, until time.Time, err error) {
+		OnCircuitOpen: func(key watukuytype.Key, until time.Time, err error) {
 			m.init(key.Poller)
 			m.circuitOpened.WithLabelValues(key.Poller).Inc()
 			if chain.OnCircuitOpen != nil {
 				chain.OnCircuitOpen(key, until, err)
 			}
 		},
-		OnThrottled: func(key core.Key, until time.Time) {
+		OnThrottled: func(key watukuytype.Key, until time.Time) {
 			m.init(key.Poller)
 			m.throttled.WithLabelValues(key.Poller).Inc()
 			if chain.OnThrottled != nil {
 				chain.OnThrottled(key, until)
 			}
 		},
-		OnLeaseLost: func(key core.Key, err error) {
+		OnLeaseLost: func(key watukuytype.Key, err error) {
 			m.init(key.Poller)
 			m.leaseLost.WithLabelValues(key.Poller).Inc()
 			if chain.OnLeaseLost != nil {
 				chain.OnLeaseLost(key, err)
 			}
 		},
-		OnDueRepaired: func(key core.Key) {
+		OnDueRepaired: func(key watukuytype.Key) {
 			m.init(key.Poller)
 			m.dueRepaired.WithLabelValues(key.Poller).Inc()
 			if chain.OnDueRepaired != nil {
 				chain.OnDueRepaired(key)
 			}
 		},
-		OnError: func(key core.Key, phase string, err error) {
+		OnError: func(key watukuytype.Key, phase string, err error) {
 			m.init(key.Poller)
 			m.errors.WithLabelValues(key.Poller, phase).Inc()
 			if chain.OnError != nil {

@@ -10,24 +10,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 var (
-	orders = core.Key{Poller: "orders", Partition: "t_1"}
-	users  = core.Key{Poller: "users"}
+	orders = watukuytype.Key{Poller: "orders", Partition: "t_1"}
+	users  = watukuytype.Key{Poller: "users"}
 )
 
 func TestCycleOutcomes(t *testing.T) {
 	m := New(prometheus.NewRegistry())
-	h := m.Hooks(core.Hooks{})
-	h.OnCycle(core.CycleReport{Key: orders, Outcome: core.Ran, Events: 3}, 120*time.Millisecond)
-	h.OnCycle(core.CycleReport{Key: orders, Outcome: core.Ran, Events: 2}, 80*time.Millisecond)
-	h.OnCycle(core.CycleReport{Key: orders, Outcome: core.SkippedNotDue}, time.Millisecond)
-	h.OnCycle(core.CycleReport{Key: orders, Outcome: core.SkippedLeased}, time.Millisecond)
-	h.OnCycle(core.CycleReport{Key: orders, Outcome: core.SkippedPaused}, time.Millisecond)
-	h.OnCycle(core.CycleReport{Key: orders, Outcome: core.Failed, Err: errors.New("boom")}, time.Second)
-	h.OnCycle(core.CycleReport{Key: users, Outcome: core.Ran, Events: 7}, time.Second)
+	h := m.Hooks(watukuytype.Hooks{})
+	h.OnCycle(watukuytype.CycleReport{Key: orders, Outcome: watukuytype.Ran, Events: 3}, 120*time.Millisecond)
+	h.OnCycle(watukuytype.CycleReport{Key: orders, Outcome: watukuytype.Ran, Events: 2}, 80*time.Millisecond)
+	h.OnCycle(watukuytype.CycleReport{Key: orders, Outcome: watukuytype.SkippedNotDue}, time.Millisecond)
+	h.OnCycle(watukuytype.CycleReport{Key: orders, Outcome: watukuytype.SkippedLeased}, time.Millisecond)
+	h.OnCycle(watukuytype.CycleReport{Key: orders, Outcome: watukuytype.SkippedPaused}, time.Millisecond)
+	h.OnCycle(watukuytype.CycleReport{Key: orders, Outcome: watukuytype.Failed, Err: errors.New("boom")}, time.Second)
+	h.OnCycle(watukuytype.CycleReport{Key: users, Outcome: watukuytype.Ran, Events: 7}, time.Second)
 
 	for outcome, want := range map[string]float64{"ran": 2, "skipped_not_due": 1, "skipped_leased": 1, "skipped_paused": 1, "failed": 1} {
 		if got := testutil.ToFloat64(m.cycles.WithLabelValues("orders", outcome)); got != want {
@@ -51,7 +51,7 @@ func TestCycleOutcomes(t *testing.T) {
 
 func TestCycleDuration(t *testing.T) {
 	m := New(prometheus.NewRegistry())
-	m.Hooks(core.Hooks{}).OnCycle(core.CycleReport{Key: users, Outcome: core.Ran}, 750*time.Millisecond)
+	m.Hooks(watukuytype.Hooks{}).OnCycle(watukuytype.CycleReport{Key: users, Outcome: watukuytype.Ran}, 750*time.Millisecond)
 	if err := testutil.CollectAndCompare(m.cycleDuration, strings.NewReader(`
 # HELP watukuy_cycle_duration_seconds Wall time of a cycle, ran or skipped.
 # TYPE watukuy_cycle_duration_seconds histogram
@@ -80,7 +80,7 @@ watukuy_cycle_duration_seconds_count{poller="users"} 1
 
 func TestUnknownOutcome(t *testing.T) {
 	m := New(prometheus.NewRegistry())
-	m.Hooks(core.Hooks{}).OnCycle(core.CycleReport{Key: users, Outcome: core.Outcome(42)}, 0)
+	m.Hooks(watukuytype.Hooks{}).OnCycle(watukuytype.CycleReport{Key: users, Outcome: watukuytype.Outcome(42)}, 0)
 	if got := testutil.ToFloat64(m.cycles.WithLabelValues("users", "unknown")); got != 1 {
 		t.Errorf("cycles{users,unknown} = %v, want 1", got)
 	}
@@ -88,11 +88,11 @@ func TestUnknownOutcome(t *testing.T) {
 
 func TestDeliveryAndParking(t *testing.T) {
 	m := New(prometheus.NewRegistry())
-	h := m.Hooks(core.Hooks{})
-	h.OnDelivered(orders, core.Event{ID: "e1"}, 3*time.Millisecond)
-	h.OnDelivered(orders, core.Event{ID: "e2"}, 2*time.Second)
-	h.OnDelivered(orders, core.Event{ID: "e3"}, 2*time.Hour)
-	h.OnDelivered(orders, core.Event{ID: "e4"}, -time.Second) // clock skew: counted as 0
+	h := m.Hooks(watukuytype.Hooks{})
+	h.OnDelivered(orders, watukuytype.Event{ID: "e1"}, 3*time.Millisecond)
+	h.OnDelivered(orders, watukuytype.Event{ID: "e2"}, 2*time.Second)
+	h.OnDelivered(orders, watukuytype.Event{ID: "e3"}, 2*time.Hour)
+	h.OnDelivered(orders, watukuytype.Event{ID: "e4"}, -time.Second) // clock skew: counted as 0
 	h.OnParked(orders, "poison", "e5", "handler: 500")
 	h.OnParked(orders, "invalid", "inv_1", "missing id")
 	h.OnParked(orders, "invalid", "inv_2", "missing id")
@@ -140,22 +140,22 @@ watukuy_delivery_latency_seconds_count{poller="orders"} 4
 // and a success are 2 error and 1 ok, whatever became of the event.
 func TestHandlerAttempts(t *testing.T) {
 	m := New(prometheus.NewRegistry())
-	h := m.Hooks(core.Hooks{})
+	h := m.Hooks(watukuytype.Hooks{})
 	for _, a := range []struct {
-		result string
+		result watukuytype.HandlerResult
 		d      time.Duration
 	}{
-		{core.HandlerError, 20 * time.Millisecond},
-		{core.HandlerError, 30 * time.Millisecond},
-		{core.HandlerOK, 4 * time.Millisecond},
-		{core.HandlerTimeout, 10 * time.Second},
-		{core.HandlerFenced, -time.Millisecond}, // clock skew: observed as 0
+		{watukuytype.HandlerError, 20 * time.Millisecond},
+		{watukuytype.HandlerError, 30 * time.Millisecond},
+		{watukuytype.HandlerOK, 4 * time.Millisecond},
+		{watukuytype.HandlerTimeout, 10 * time.Second},
+		{watukuytype.HandlerFenced, -time.Millisecond}, // clock skew: observed as 0
 	} {
 		var err error
-		if a.result != core.HandlerOK {
-			err = errors.New(a.result)
+		if a.result != watukuytype.HandlerOK {
+			err = errors.New(string(a.result))
 		}
-		h.OnHandlerAttempt(orders, core.Event{ID: "e1"}, 1, a.d, a.result, err)
+		h.OnHandlerAttempt(orders, watukuytype.Event{ID: "e1"}, 1, a.d, a.result, err)
 	}
 	for result, want := range map[string]float64{"ok": 1, "error": 2, "panic": 0, "timeout": 1, "fenced": 1} {
 		if got := testutil.ToFloat64(m.handlerAttempts.WithLabelValues("orders", result)); got != want {
@@ -190,7 +190,7 @@ watukuy_handler_duration_seconds_count{poller="orders"} 5
 
 func TestFetchErrorsAndFailures(t *testing.T) {
 	m := New(prometheus.NewRegistry())
-	h := m.Hooks(core.Hooks{})
+	h := m.Hooks(watukuytype.Hooks{})
 	h.OnFetch(orders, "live", 50*time.Millisecond, nil)
 	h.OnFetch(orders, "live", 70*time.Millisecond, errors.New("502"))
 	h.OnFetch(orders, "reconcile", time.Second, errors.New("timeout"))
@@ -231,15 +231,15 @@ func TestFetchErrorsAndFailures(t *testing.T) {
 // increase() see a series before the first failure.
 func TestSeriesInitialisedAtZero(t *testing.T) {
 	m := New(prometheus.NewRegistry())
-	m.Hooks(core.Hooks{}).OnDelivered(orders, core.Event{}, time.Millisecond)
+	m.Hooks(watukuytype.Hooks{}).OnDelivered(orders, watukuytype.Event{}, time.Millisecond)
 	if n := testutil.CollectAndCount(m.cycles, "watukuy_cycles_total"); n != len(outcomes) {
 		t.Errorf("cycles series = %d, want %d", n, len(outcomes))
 	}
 	if n := testutil.CollectAndCount(m.errors, "watukuy_errors_total"); n != len(phases) {
 		t.Errorf("errors series = %d, want %d", n, len(phases))
 	}
-	if n := testutil.CollectAndCount(m.handlerAttempts, "watukuy_handler_attempts_total"); n != len(core.HandlerResults()) {
-		t.Errorf("handler attempts series = %d, want %d", n, len(core.HandlerResults()))
+	if n := testutil.CollectAndCount(m.handlerAttempts, "watukuy_handler_attempts_total"); n != len(watukuytype.HandlerResults()) {
+		t.Errorf("handler attempts series = %d, want %d", n, len(watukuytype.HandlerResults()))
 	}
 	if got := testutil.ToFloat64(m.cycles.WithLabelValues("orders", "failed")); got != 0 {
 		t.Errorf("cycles{failed} = %v, want 0", got)
@@ -252,26 +252,30 @@ func TestSeriesInitialisedAtZero(t *testing.T) {
 
 func TestHooksChainUserHooks(t *testing.T) {
 	var calls []string
-	user := core.Hooks{
-		OnCycle:     func(r core.CycleReport, d time.Duration) { calls = append(calls, "cycle:"+r.Key.Poller) },
-		OnFetch:     func(k core.Key, lane string, d time.Duration, err error) { calls = append(calls, "fetch:"+lane) },
-		OnDelivered: func(k core.Key, ev core.Event, l time.Duration) { calls = append(calls, "delivered:"+ev.ID) },
-		OnHandlerAttempt: func(k core.Key, ev core.Event, attempt int, d time.Duration, result string, err error) {
+	user := watukuytype.Hooks{
+		OnCycle: func(r watukuytype.CycleReport, d time.Duration) { calls = append(calls, "cycle:"+r.Key.Poller) },
+		OnFetch: func(k watukuytype.Key, lane watukuytype.Lane, d time.Duration, err error) {
+			calls = append(calls, "fetch:"+string(lane))
+		},
+		OnDelivered: func(k watukuytype.Key, ev watukuytype.Event, l time.Duration) {
+			calls = append(calls, "delivered:"+ev.ID)
+		},
+		OnHandlerAttempt: func(k watukuytype.Key, ev watukuytype.Event, attempt int, d time.Duration, result watukuytype.HandlerResult, err error) {
 			calls = append(calls, fmt.Sprintf("attempt:%s:%d:%s", ev.ID, attempt, result))
 		},
-		OnParked:      func(k core.Key, kind, id, reason string) { calls = append(calls, "parked:"+kind) },
-		OnCircuitOpen: func(k core.Key, until time.Time, err error) { calls = append(calls, "circuit") },
-		OnThrottled:   func(k core.Key, until time.Time) { calls = append(calls, "throttled") },
-		OnLeaseLost:   func(k core.Key, err error) { calls = append(calls, "leaseLost") },
-		OnError:       func(k core.Key, phase string, err error) { calls = append(calls, "error:"+phase) },
-		OnDueRepaired: func(k core.Key) { calls = append(calls, "dueRepaired") },
+		OnParked:      func(k watukuytype.Key, kind, id, reason string) { calls = append(calls, "parked:"+kind) },
+		OnCircuitOpen: func(k watukuytype.Key, until time.Time, err error) { calls = append(calls, "circuit") },
+		OnThrottled:   func(k watukuytype.Key, until time.Time) { calls = append(calls, "throttled") },
+		OnLeaseLost:   func(k watukuytype.Key, err error) { calls = append(calls, "leaseLost") },
+		OnError:       func(k watukuytype.Key, phase string, err error) { calls = append(calls, "error:"+phase) },
+		OnDueRepaired: func(k watukuytype.Key) { calls = append(calls, "dueRepaired") },
 	}
 	m := New(prometheus.NewRegistry())
 	h := m.Hooks(user)
-	h.OnCycle(core.CycleReport{Key: orders, Outcome: core.Ran}, time.Millisecond)
+	h.OnCycle(watukuytype.CycleReport{Key: orders, Outcome: watukuytype.Ran}, time.Millisecond)
 	h.OnFetch(orders, "live", time.Millisecond, nil)
-	h.OnDelivered(orders, core.Event{ID: "e1"}, time.Millisecond)
-	h.OnHandlerAttempt(orders, core.Event{ID: "e1"}, 2, time.Millisecond, core.HandlerError, errors.New("x"))
+	h.OnDelivered(orders, watukuytype.Event{ID: "e1"}, time.Millisecond)
+	h.OnHandlerAttempt(orders, watukuytype.Event{ID: "e1"}, 2, time.Millisecond, watukuytype.HandlerError, errors.New("x"))
 	h.OnParked(orders, "poison", "e1", "x")
 	h.OnCircuitOpen(orders, time.Now(), errors.New("x"))
 	h.OnThrottled(orders, time.Now())
@@ -297,15 +301,15 @@ func TestHooksChainUserHooks(t *testing.T) {
 
 // Hooks with no user hooks never call a nil function; every hook is set.
 func TestHooksWithoutChain(t *testing.T) {
-	h := New(nil).Hooks(core.Hooks{})
+	h := New(nil).Hooks(watukuytype.Hooks{})
 	if h.OnCycle == nil || h.OnFetch == nil || h.OnDelivered == nil || h.OnHandlerAttempt == nil || h.OnParked == nil ||
 		h.OnCircuitOpen == nil || h.OnThrottled == nil || h.OnLeaseLost == nil || h.OnError == nil || h.OnDueRepaired == nil {
 		t.Fatal("a hook is nil")
 	}
-	h.OnCycle(core.CycleReport{Key: orders}, 0)
+	h.OnCycle(watukuytype.CycleReport{Key: orders}, 0)
 	h.OnFetch(orders, "live", 0, nil)
-	h.OnDelivered(orders, core.Event{}, 0)
-	h.OnHandlerAttempt(orders, core.Event{}, 1, 0, core.HandlerOK, nil)
+	h.OnDelivered(orders, watukuytype.Event{}, 0)
+	h.OnHandlerAttempt(orders, watukuytype.Event{}, 1, 0, watukuytype.HandlerOK, nil)
 	h.OnParked(orders, "poison", "", "")
 	h.OnCircuitOpen(orders, time.Time{}, nil)
 	h.OnThrottled(orders, time.Time{})
@@ -328,15 +332,15 @@ func TestNewRegistersOnce(t *testing.T) {
 // Hooks run concurrently from many cycles (checked under -race).
 func TestHooksConcurrent(t *testing.T) {
 	m := New(prometheus.NewRegistry())
-	h := m.Hooks(core.Hooks{})
+	h := m.Hooks(watukuytype.Hooks{})
 	done := make(chan struct{})
 	for i := range 8 {
 		go func() {
 			defer func() { done <- struct{}{} }()
-			k := core.Key{Poller: []string{"a", "b"}[i%2]}
+			k := watukuytype.Key{Poller: []string{"a", "b"}[i%2]}
 			for range 100 {
-				h.OnCycle(core.CycleReport{Key: k, Outcome: core.Ran, Events: 1}, time.Millisecond)
-				h.OnDelivered(k, core.Event{}, time.Millisecond)
+				h.OnCycle(watukuytype.CycleReport{Key: k, Outcome: watukuytype.Ran, Events: 1}, time.Millisecond)
+				h.OnDelivered(k, watukuytype.Event{}, time.Millisecond)
 			}
 		}()
 	}

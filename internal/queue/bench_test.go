@@ -14,6 +14,7 @@ import (
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 const benchKeys = 2000
@@ -40,8 +41,8 @@ func benchNoop(b *testing.B, perTask int) {
 	var done atomic.Int64
 	all := make(chan struct{}, 1)
 	target := atomic.Int64{}
-	eng, err := core.NewEngine(core.Options{Store: st, InstanceID: "bench", Hooks: core.Hooks{OnCycle: func(r core.CycleReport, _ time.Duration) {
-		if r.Outcome == core.Ran && done.Add(1) == target.Load() {
+	eng, err := core.NewEngine(core.Options{Store: st, InstanceID: "bench", Hooks: watukuytype.Hooks{OnCycle: func(r watukuytype.CycleReport, _ time.Duration) {
+		if r.Outcome == watukuytype.Ran && done.Add(1) == target.Load() {
 			all <- struct{}{}
 		}
 	}}})
@@ -52,11 +53,11 @@ func benchNoop(b *testing.B, perTask int) {
 	for i := range parts {
 		parts[i] = fmt.Sprintf("p%04d", i)
 	}
-	noop := func(ctx context.Context, req core.FetchRequest) (core.Page, error) {
-		return core.Page{Next: req.Cursor}, nil
+	noop := func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+		return watukuytype.Page{Next: req.Cursor}, nil
 	}
-	if err := eng.Register(core.Poller{Name: "noop", Partitions: parts, Fetch: noop,
-		Handler: func(context.Context, core.Event) error { return nil }}); err != nil {
+	if err := eng.Register(watukuytype.Poller{Name: "noop", Partitions: parts, Fetch: noop,
+		Handler: func(context.Context, watukuytype.Event) error { return nil }}); err != nil {
 		b.Fatal(err)
 	}
 	if err := eng.Setup(b.Context()); err != nil {
@@ -103,7 +104,7 @@ func benchNoop(b *testing.B, perTask int) {
 func makeAllDue(b *testing.B, rdb redis.UniversalClient, st *redisstore.Store, parts []string) {
 	_, err := rdb.Pipelined(b.Context(), func(p redis.Pipeliner) error {
 		for _, part := range parts {
-			k := core.Key{Poller: "noop", Partition: part}
+			k := watukuytype.Key{Poller: "noop", Partition: part}
 			p.HSet(b.Context(), st.Key(k, "state"), core.FieldNextDue, "0")
 			p.ZAdd(b.Context(), st.DueKey(k.Poller), redis.Z{Score: 0, Member: k.String()})
 		}

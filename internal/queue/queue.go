@@ -16,8 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/outage"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // TaskType is the asynq task type of a cycle.
@@ -27,14 +27,14 @@ const TaskType = "watukuy:cycle"
 const DefaultQueue = "watukuy"
 
 // TaskID is the asynq task ID of key's cycle: one queued or running cycle per key at most.
-func TaskID(prefix string, key core.Key) string { return prefix + ":cycle:" + key.String() }
+func TaskID(prefix string, key watukuytype.Key) string { return prefix + ":cycle:" + key.String() }
 
 // Claimer is the part of the store the scheduler needs.
 type Claimer interface {
-	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]core.Key, error)
+	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]watukuytype.Key, error)
 	// LeaseLive reports whether some instance holds the key's lease right now.
-	LeaseLive(ctx context.Context, key core.Key) (bool, error)
-	SetDue(ctx context.Context, key core.Key, at time.Time) error
+	LeaseLive(ctx context.Context, key watukuytype.Key) (bool, error)
+	SetDue(ctx context.Context, key watukuytype.Key, at time.Time) error
 	WakeChannel() string
 }
 
@@ -78,7 +78,7 @@ type Scheduler struct {
 	// Repair, when set, is the due-set repair sweep (the engine's RepairDue, which logs and
 	// counts each key it repairs): a registered key without a due entry is never claimed
 	// again, so the scheduler runs it at start and every RepairEvery.
-	Repair func(ctx context.Context) ([]core.Key, error)
+	Repair func(ctx context.Context) ([]watukuytype.Key, error)
 	// RepairEvery is the period of Repair; default 1m.
 	RepairEvery time.Duration
 	// RetryMin and RetryMax bound the wait after a failed claim or enqueue (exponential
@@ -289,7 +289,7 @@ func (s *Scheduler) unblock(id string) (deleted, ran bool) {
 }
 
 // orphaned reports whether the key's task is active while nobody holds the key's lease.
-func (s *Scheduler) orphaned(ctx context.Context, key core.Key, id string) bool {
+func (s *Scheduler) orphaned(ctx context.Context, key watukuytype.Key, id string) bool {
 	if s.Inspector == nil {
 		return false
 	}
@@ -303,7 +303,7 @@ func (s *Scheduler) orphaned(ctx context.Context, key core.Key, id string) bool 
 
 // CycleRunner runs one key's cycle (the engine).
 type CycleRunner interface {
-	RunCycle(ctx context.Context, key core.Key) core.CycleReport
+	RunCycle(ctx context.Context, key watukuytype.Key) watukuytype.CycleReport
 }
 
 // Handler is the worker's asynq handler: it runs the cycle of each key of the task, one
@@ -312,7 +312,7 @@ type CycleRunner interface {
 func Handler(eng CycleRunner, log zerolog.Logger) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		for _, member := range strings.Split(string(t.Payload()), "\n") {
-			key, err := core.ParseKey(member)
+			key, err := watukuytype.ParseKey(member)
 			if err != nil {
 				log.Error().Err(err).Msg("worker: skipping a malformed task key")
 				continue

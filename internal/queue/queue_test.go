@@ -11,30 +11,30 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/rs/zerolog"
 
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // recordingRunner records the keys whose cycles a worker ran.
 type recordingRunner struct {
 	mu   sync.Mutex
-	keys []core.Key
+	keys []watukuytype.Key
 	ran  chan struct{}
 }
 
-func (r *recordingRunner) RunCycle(ctx context.Context, key core.Key) core.CycleReport {
+func (r *recordingRunner) RunCycle(ctx context.Context, key watukuytype.Key) watukuytype.CycleReport {
 	r.mu.Lock()
 	r.keys = append(r.keys, key)
 	r.mu.Unlock()
 	r.ran <- struct{}{}
-	return core.CycleReport{Key: key, Outcome: core.Ran}
+	return watukuytype.CycleReport{Key: key, Outcome: watukuytype.Ran}
 }
 
-func keys(n int) []core.Key {
-	ks := make([]core.Key, n)
+func keys(n int) []watukuytype.Key {
+	ks := make([]watukuytype.Key, n)
 	for i := range ks {
-		ks[i] = core.Key{Poller: "p", Partition: fmt.Sprintf("k%02d", i)}
+		ks[i] = watukuytype.Key{Poller: "p", Partition: fmt.Sprintf("k%02d", i)}
 	}
 	return ks
 }
@@ -44,8 +44,8 @@ func keys(n int) []core.Key {
 var pollerP = map[string][]byte{"p": []byte(`{"poller":"p"}`)}
 
 // entries makes registry entries of ks, as workers write them.
-func entries(ks []core.Key) map[core.Key][]byte {
-	m := make(map[core.Key][]byte, len(ks))
+func entries(ks []watukuytype.Key) map[watukuytype.Key][]byte {
+	m := make(map[watukuytype.Key][]byte, len(ks))
 	for _, k := range ks {
 		m[k] = []byte(`{"source":"config"}`)
 	}
@@ -217,16 +217,16 @@ func TestSchedulerRunsRepair(t *testing.T) {
 		if err := st.Register(ctx, pollerP, entries(ks)); err != nil {
 			t.Fatal(err)
 		}
-		lose := func(k core.Key) {
+		lose := func(k watukuytype.Key) {
 			t.Helper()
 			if err := b.Client.ZRem(ctx, st.DueKey(k.Poller), k.String()).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
 		lose(ks[1])
-		sweeps := make(chan []core.Key)
+		sweeps := make(chan []watukuytype.Key)
 		sch := &Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "r", Idle: time.Hour,
-			RepairEvery: 10 * time.Millisecond, Repair: func(ctx context.Context) ([]core.Key, error) {
+			RepairEvery: 10 * time.Millisecond, Repair: func(ctx context.Context) ([]watukuytype.Key, error) {
 				repaired, err := st.RepairDue(ctx)
 				select {
 				case sweeps <- repaired:

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // CurrentLayout is the data layout this build writes:
@@ -29,8 +29,8 @@ const outboxHolder = "holder"
 func (s *Store) legacyDueKey() string { return s.prefix + ":{global}:due" }
 
 // Layout implements core.Store. Data without a recorded version is layout 1.
-func (s *Store) Layout(ctx context.Context) (core.Layout, error) {
-	l := core.Layout{Current: CurrentLayout}
+func (s *Store) Layout(ctx context.Context) (watukuytype.Layout, error) {
+	l := watukuytype.Layout{Current: CurrentLayout}
 	// One transaction: read apart, another process recording the layout and registering its
 	// pollers between the two reads would look like layout-1 data. The global keys share one
 	// slot, so a cluster client sends it to one node. Data without a recorded layout is
@@ -71,14 +71,14 @@ func (s *Store) Layout(ctx context.Context) (core.Layout, error) {
 
 // Migrate implements core.Store. Each step is idempotent on its own, so a migration that was
 // interrupted simply runs again.
-func (s *Store) Migrate(ctx context.Context) (core.Migration, error) {
+func (s *Store) Migrate(ctx context.Context) (watukuytype.Migration, error) {
 	l, err := s.Layout(ctx)
 	if err != nil {
-		return core.Migration{}, err
+		return watukuytype.Migration{}, err
 	}
-	m := core.Migration{From: l.Version, To: l.Version, Steps: []string{}}
+	m := watukuytype.Migration{From: l.Version, To: l.Version, Steps: []string{}}
 	if l.Version > CurrentLayout {
-		return m, &core.LayoutError{Found: l.Version, Known: CurrentLayout}
+		return m, &watukuytype.LayoutError{Found: l.Version, Known: CurrentLayout}
 	}
 	if l.Version == CurrentLayout {
 		return m, nil
@@ -128,7 +128,7 @@ func (s *Store) splitRegistry(ctx context.Context) (int, error) {
 		if json.Unmarshal([]byte(raw), &v1) != nil || v1.Poller == "" {
 			continue // already a layout-2 entry
 		}
-		if _, err := core.ParseKey(member); err != nil {
+		if _, err := watukuytype.ParseKey(member); err != nil {
 			return 0, err
 		}
 		pollers[v1.Poller] = raw
@@ -167,7 +167,7 @@ func (s *Store) splitDueSet(ctx context.Context) (int, error) {
 		_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			for _, z := range zs {
 				member, _ := z.Member.(string)
-				k, err := core.ParseKey(member)
+				k, err := watukuytype.ParseKey(member)
 				if err != nil {
 					// Not a key (nothing ever wrote one): it cannot be scheduled and would come
 					// back in every batch, so it goes.
@@ -195,7 +195,7 @@ func (s *Store) cleanOutboxes(ctx context.Context) (claimed, deleted int64, err 
 		return 0, 0, fmt.Errorf("read %s: %w", s.registryKey(), err)
 	}
 	for _, member := range members {
-		k, err := core.ParseKey(member)
+		k, err := watukuytype.ParseKey(member)
 		if err != nil {
 			continue
 		}

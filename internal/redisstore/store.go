@@ -19,6 +19,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/luascripts"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Options configures a Store.
@@ -73,7 +74,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 }
 
 // Key names: K = prefix:{poller|partition}.
-func (s *Store) k(key core.Key, suffix string) string {
+func (s *Store) k(key watukuytype.Key, suffix string) string {
 	return s.prefix + ":{" + key.Poller + "|" + key.Partition + "}:" + suffix
 }
 func (s *Store) registryKey() string { return s.prefix + ":{global}:registry" }
@@ -117,7 +118,7 @@ func (s *Store) CheckEviction(ctx context.Context) (string, error) {
 
 // Key returns the Redis key of one of key's structures (state, lease, items, outbox, parked,
 // holds, held), for tests and tools.
-func (s *Store) Key(key core.Key, suffix string) string { return s.k(key, suffix) }
+func (s *Store) Key(key watukuytype.Key, suffix string) string { return s.k(key, suffix) }
 
 // DueKey is the due set of poller's keys (member "poller|partition", score: due time ms),
 // for tests and tools.
@@ -204,7 +205,7 @@ func newToken() (string, error) {
 
 func (s *Store) mapErr(name string, l *core.Lease, err error) error {
 	if l != nil && strings.Contains(err.Error(), "LEASE_LOST") {
-		return &core.LeaseLostError{Key: l.Key, Epoch: l.Epoch, Reason: err.Error()}
+		return &watukuytype.LeaseLostError{Key: l.Key, Epoch: l.Epoch, Reason: err.Error()}
 	}
 	return fmt.Errorf("redisstore: %s: %w", name, err)
 }
@@ -231,7 +232,7 @@ func appendList(args []any, vs []string) []any {
 
 // ClaimDue implements core.Store. Without poller names it claims for every poller of the
 // pollers hash (one more round trip to read their names).
-func (s *Store) ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]core.Key, error) {
+func (s *Store) ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]watukuytype.Key, error) {
 	if len(pollers) == 0 {
 		var err error
 		if pollers, err = s.rdb.HKeys(ctx, s.pollersKey()).Result(); err != nil {
@@ -259,7 +260,7 @@ func (s *Store) ClaimDue(ctx context.Context, limit int, claimTimeout time.Durat
 // NextDue returns the earliest due entry among the named pollers' due sets (one pipelined
 // round trip): the key and when it is due, or the zero key when they are empty. A claimed key
 // is due when its claim lapses.
-func (s *Store) NextDue(ctx context.Context, pollers []string) (core.Key, time.Time, error) {
+func (s *Store) NextDue(ctx context.Context, pollers []string) (watukuytype.Key, time.Time, error) {
 	cmds := make([]*redis.ZSliceCmd, len(pollers))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, name := range pollers {
@@ -267,14 +268,14 @@ func (s *Store) NextDue(ctx context.Context, pollers []string) (core.Key, time.T
 		}
 		return nil
 	}); err != nil {
-		return core.Key{}, time.Time{}, fmt.Errorf("redisstore: read the due sets: %w", err)
+		return watukuytype.Key{}, time.Time{}, fmt.Errorf("redisstore: read the due sets: %w", err)
 	}
-	var key core.Key
+	var key watukuytype.Key
 	var at time.Time
 	for _, c := range cmds {
 		for _, z := range c.Val() {
-			k, err := core.ParseKey(fmt.Sprint(z.Member))
-			if t := time.UnixMilli(int64(z.Score)); err == nil && (key == (core.Key{}) || t.Before(at)) {
+			k, err := watukuytype.ParseKey(fmt.Sprint(z.Member))
+			if t := time.UnixMilli(int64(z.Score)); err == nil && (key == (watukuytype.Key{}) || t.Before(at)) {
 				key, at = k, t
 			}
 		}
@@ -283,7 +284,7 @@ func (s *Store) NextDue(ctx context.Context, pollers []string) (core.Key, time.T
 }
 
 // HoldClaim implements core.Store.
-func (s *Store) HoldClaim(ctx context.Context, key core.Key, until time.Time) error {
+func (s *Store) HoldClaim(ctx context.Context, key watukuytype.Key, until time.Time) error {
 	if _, err := s.run(ctx, "hold_claim", nil, []string{s.dueKey(key.Poller)}, s.nowArg(), key.String(), ms(until)); err != nil {
 		return fmt.Errorf("redisstore: hold the claim of %s: %w", key, err)
 	}
@@ -291,10 +292,10 @@ func (s *Store) HoldClaim(ctx context.Context, key core.Key, until time.Time) er
 }
 
 // parseMembers reads a script's reply of due-set members as keys.
-func parseMembers(v any) ([]core.Key, error) {
-	var keys []core.Key
+func parseMembers(v any) ([]watukuytype.Key, error) {
+	var keys []watukuytype.Key
 	for _, m := range v.([]any) {
-		k, err := core.ParseKey(m.(string))
+		k, err := watukuytype.ParseKey(m.(string))
 		if err != nil {
 			return keys, err
 		}
@@ -304,7 +305,7 @@ func parseMembers(v any) ([]core.Key, error) {
 }
 
 // Begin implements core.Store.
-func (s *Store) Begin(ctx context.Context, key core.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
+func (s *Store) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
 	mode := "cycle"
 	if op {
 		mode = "op"
@@ -385,7 +386,7 @@ func values(c *redis.SliceCmd) []any {
 
 // LoadRows implements core.Store: rows, tombstones and, as asked, parked invalid observations
 // and the backfill's touched set, in one round trip.
-func (s *Store) LoadRows(ctx context.Context, key core.Key, identities []string, want core.LoadWant) (core.StoredRows, error) {
+func (s *Store) LoadRows(ctx context.Context, key watukuytype.Key, identities []string, want core.LoadWant) (core.StoredRows, error) {
 	if len(identities) == 0 {
 		return core.StoredRows{}, nil
 	}
@@ -432,7 +433,7 @@ func (s *Store) LoadRows(ctx context.Context, key core.Key, identities []string,
 }
 
 // Identities implements core.Store.
-func (s *Store) Identities(ctx context.Context, key core.Key) ([]string, error) {
+func (s *Store) Identities(ctx context.Context, key watukuytype.Key) ([]string, error) {
 	// HSCAN in steps rather than one HKEYS: a million identities in one command would hold
 	// Redis for a long time.
 	var ids []string
@@ -592,7 +593,7 @@ func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error 
 	}
 	if err != nil {
 		err = s.mapErr("end", &l, err)
-		if core.IsLeaseLost(err) {
+		if watukuytype.IsLeaseLost(err) {
 			if next, herr := s.rdb.HGet(ctx, s.k(l.Key, "state"), core.FieldNextDue).Result(); herr == nil {
 				_ = s.setDue(ctx, l.Key, next) // best effort: the repair sweep covers a failure
 			}
@@ -632,7 +633,7 @@ func (s *Store) ReleaseParked(ctx context.Context, l core.Lease, retry bool, ids
 }
 
 // LeaseLive reports whether some instance holds key's lease now (server clock).
-func (s *Store) LeaseLive(ctx context.Context, key core.Key) (bool, error) {
+func (s *Store) LeaseLive(ctx context.Context, key watukuytype.Key) (bool, error) {
 	exp, err := s.rdb.HGet(ctx, s.k(key, "lease"), "expiresAt").Int64()
 	if errors.Is(err, redis.Nil) {
 		return false, nil
@@ -648,17 +649,17 @@ func (s *Store) LeaseLive(ctx context.Context, key core.Key) (bool, error) {
 }
 
 // SetDue implements core.Store.
-func (s *Store) SetDue(ctx context.Context, key core.Key, at time.Time) error {
+func (s *Store) SetDue(ctx context.Context, key watukuytype.Key, at time.Time) error {
 	return s.setDue(ctx, key, strconv.FormatInt(ms(at), 10))
 }
 
 // setDueArgs are set_due.lua's KEYS and ARGV: due is a time in ms or "remove".
-func (s *Store) setDueArgs(key core.Key, due string) ([]string, []any) {
+func (s *Store) setDueArgs(key watukuytype.Key, due string) ([]string, []any) {
 	return []string{s.dueKey(key.Poller)}, []any{s.nowArg(), key.String(), due}
 }
 
 // setDue writes (or removes) key's due entry unless it is due now (set_due.lua).
-func (s *Store) setDue(ctx context.Context, key core.Key, due string) error {
+func (s *Store) setDue(ctx context.Context, key watukuytype.Key, due string) error {
 	keys, args := s.setDueArgs(key, due)
 	if _, err := s.run(ctx, "set_due", nil, keys, args...); err != nil {
 		return fmt.Errorf("redisstore: due entry of %s: %w", key, err)
@@ -667,7 +668,7 @@ func (s *Store) setDue(ctx context.Context, key core.Key, due string) error {
 }
 
 // Register implements core.Store.
-func (s *Store) Register(ctx context.Context, pollers map[string][]byte, keys map[core.Key][]byte) error {
+func (s *Store) Register(ctx context.Context, pollers map[string][]byte, keys map[watukuytype.Key][]byte) error {
 	if len(pollers) == 0 && len(keys) == 0 {
 		return nil
 	}
@@ -689,7 +690,7 @@ func (s *Store) Register(ctx context.Context, pollers map[string][]byte, keys ma
 }
 
 // Lookup implements core.Store.
-func (s *Store) Lookup(ctx context.Context, key core.Key) ([]byte, []byte, error) {
+func (s *Store) Lookup(ctx context.Context, key watukuytype.Key) ([]byte, []byte, error) {
 	var pc, kc *redis.StringCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		pc = p.HGet(ctx, s.pollersKey(), key.Poller)
@@ -729,7 +730,7 @@ func (s *Store) Registry(ctx context.Context) (map[string][]byte, map[string][]b
 }
 
 // AddPartition implements core.Store.
-func (s *Store) AddPartition(ctx context.Context, key core.Key, entry []byte) error {
+func (s *Store) AddPartition(ctx context.Context, key watukuytype.Key, entry []byte) error {
 	if err := s.rdb.HSet(ctx, s.registryKey(), key.String(), entry).Err(); err != nil {
 		return err
 	}
@@ -776,7 +777,7 @@ func (s *Store) DeleteKey(ctx context.Context, l core.Lease) error {
 }
 
 // Unschedule implements core.Store.
-func (s *Store) Unschedule(ctx context.Context, key core.Key) error {
+func (s *Store) Unschedule(ctx context.Context, key watukuytype.Key) error {
 	return s.setDue(ctx, key, "remove")
 }
 
@@ -787,17 +788,17 @@ const repairBatch = 500
 // RepairDue implements core.Store: HSCAN the registry; per batch, one pipelined round trip
 // reads each key's deletion mark, next due time and due entry, and, only when some lack an
 // entry, repair_due.lua gives them one.
-func (s *Store) RepairDue(ctx context.Context) ([]core.Key, error) {
-	var repaired []core.Key
+func (s *Store) RepairDue(ctx context.Context) ([]watukuytype.Key, error) {
+	var repaired []watukuytype.Key
 	var cursor uint64
 	for {
 		kvs, next, err := s.rdb.HScan(ctx, s.registryKey(), cursor, "", repairBatch).Result()
 		if err != nil {
 			return repaired, fmt.Errorf("redisstore: scan %s: %w", s.registryKey(), err)
 		}
-		var keys []core.Key
+		var keys []watukuytype.Key
 		for i := 0; i < len(kvs); i += 2 {
-			if k, err := core.ParseKey(kvs[i]); err == nil {
+			if k, err := watukuytype.ParseKey(kvs[i]); err == nil {
 				keys = append(keys, k)
 			}
 		}
@@ -813,7 +814,7 @@ func (s *Store) RepairDue(ctx context.Context) ([]core.Key, error) {
 }
 
 // repairKeys gives the keys among keys that are not deleted and lack a due entry one.
-func (s *Store) repairKeys(ctx context.Context, keys []core.Key) ([]core.Key, error) {
+func (s *Store) repairKeys(ctx context.Context, keys []watukuytype.Key) ([]watukuytype.Key, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -865,7 +866,7 @@ func (s *Store) repairKeys(ctx context.Context, keys []core.Key) ([]core.Key, er
 }
 
 // ReadLog implements core.Store. Log entries are ids of the server's real time, in ms.
-func (s *Store) ReadLog(ctx context.Context, key core.Key, from, to time.Time, after string, n int) ([]core.Entry, error) {
+func (s *Store) ReadLog(ctx context.Context, key watukuytype.Key, from, to time.Time, after string, n int) ([]core.Entry, error) {
 	start := strconv.FormatInt(ms(from), 10)
 	if after != "" {
 		start = "(" + after
@@ -883,12 +884,12 @@ func (s *Store) ReadLog(ctx context.Context, key core.Key, from, to time.Time, a
 }
 
 // Pause implements core.Store.
-func (s *Store) Pause(ctx context.Context, key core.Key) error {
+func (s *Store) Pause(ctx context.Context, key watukuytype.Key) error {
 	return s.rdb.HSet(ctx, s.k(key, "state"), core.FieldPaused, "1").Err()
 }
 
 // Resume implements core.Store.
-func (s *Store) Resume(ctx context.Context, key core.Key) error {
+func (s *Store) Resume(ctx context.Context, key watukuytype.Key) error {
 	if err := s.rdb.HDel(ctx, s.k(key, "state"), core.FieldPaused, "removed").Err(); err != nil {
 		return err
 	}
@@ -896,7 +897,7 @@ func (s *Store) Resume(ctx context.Context, key core.Key) error {
 }
 
 // Trigger implements core.Store.
-func (s *Store) Trigger(ctx context.Context, key core.Key) error {
+func (s *Store) Trigger(ctx context.Context, key watukuytype.Key) error {
 	now, err := s.now(ctx)
 	if err != nil {
 		return err
@@ -917,7 +918,7 @@ func (s *Store) Trigger(ctx context.Context, key core.Key) error {
 }
 
 // ClearThrottle implements core.Store.
-func (s *Store) ClearThrottle(ctx context.Context, key core.Key) (time.Time, error) {
+func (s *Store) ClearThrottle(ctx context.Context, key watukuytype.Key) (time.Time, error) {
 	var until *redis.StringCmd
 	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		until = p.HGet(ctx, s.k(key, "state"), core.FieldThrottled)
@@ -938,7 +939,7 @@ func (s *Store) ClearThrottle(ctx context.Context, key core.Key) (time.Time, err
 // One pipeline: the key's structures, the outbox's oldest entry (its stream id is the server
 // time it was added) and the server's TIME, which that entry's age is counted by (and which is
 // Snapshot.Now unless a test clock overrides it).
-func (s *Store) Inspect(ctx context.Context, key core.Key) (core.Snapshot, error) {
+func (s *Store) Inspect(ctx context.Context, key watukuytype.Key) (core.Snapshot, error) {
 	var st *redis.MapStringStringCmd
 	var lease *redis.SliceCmd
 	var outbox, held, items *redis.IntCmd
@@ -997,7 +998,7 @@ func streamMillis(id string) (int64, bool) {
 }
 
 // ListParked implements core.Store.
-func (s *Store) ListParked(ctx context.Context, key core.Key) (map[string][]byte, error) {
+func (s *Store) ListParked(ctx context.Context, key watukuytype.Key) (map[string][]byte, error) {
 	m, err := s.rdb.HGetAll(ctx, s.k(key, "parked")).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 type clock struct {
@@ -41,7 +42,7 @@ func TestFencedWritesLeaveNoTrace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		key := core.Key{Poller: "orders", Partition: "t1"}
+		key := watukuytype.Key{Poller: "orders", Partition: "t1"}
 		ttl := 30 * time.Second
 		begin := func(owner string) core.Lease {
 			t.Helper()
@@ -88,7 +89,7 @@ func TestFencedWritesLeaveNoTrace(t *testing.T) {
 			for name, op := range ops {
 				before := b.Dump(t)
 				err := op(l)
-				var ll *core.LeaseLostError
+				var ll *watukuytype.LeaseLostError
 				if !errors.As(err, &ll) {
 					t.Errorf("%s with a dead lease: %v, want LeaseLostError", name, err)
 					continue
@@ -140,15 +141,15 @@ func TestClaimDue(t *testing.T) {
 		ctx := context.Background()
 		clk := &clock{t: time.UnixMilli(1_800_000_000_000)}
 		s, _ := New(b.Client, Options{Clock: clk.now})
-		keys := map[core.Key][]byte{}
+		keys := map[watukuytype.Key][]byte{}
 		for i := 0; i < 50; i++ {
-			keys[core.Key{Poller: "p", Partition: fmt.Sprint(i)}] = []byte(`{"source":"config"}`)
+			keys[watukuytype.Key{Poller: "p", Partition: fmt.Sprint(i)}] = []byte(`{"source":"config"}`)
 		}
 		if err := s.Register(ctx, map[string][]byte{"p": []byte(`{"poller":"p"}`)}, keys); err != nil {
 			t.Fatal(err)
 		}
 		var mu sync.Mutex
-		claimed := map[core.Key]int{}
+		claimed := map[watukuytype.Key]int{}
 		var wg sync.WaitGroup
 		for w := 0; w < 5; w++ {
 			wg.Add(1)
@@ -224,10 +225,10 @@ func TestClaimDueMergesPollers(t *testing.T) {
 		zadd(t, b, s.DueKey("a"), map[string]time.Time{"a|1": now.Add(-30 * time.Second), "a|2": now.Add(-10 * time.Second)})
 		zadd(t, b, s.DueKey("b"), map[string]time.Time{"b|1": now.Add(-20 * time.Second), "b|2": now.Add(10 * time.Second)})
 		zadd(t, b, s.DueKey("c"), map[string]time.Time{"c|1": now.Add(-5 * time.Second)})
-		k := func(p, part string) core.Key { return core.Key{Poller: p, Partition: part} }
+		k := func(p, part string) watukuytype.Key { return watukuytype.Key{Poller: p, Partition: part} }
 
 		got, err := s.ClaimDue(ctx, 3, time.Minute, nil)
-		if want := []core.Key{k("a", "1"), k("b", "1"), k("a", "2")}; err != nil || !reflect.DeepEqual(got, want) {
+		if want := []watukuytype.Key{k("a", "1"), k("b", "1"), k("a", "2")}; err != nil || !reflect.DeepEqual(got, want) {
 			t.Fatalf("claim across every poller: %v, %v; want %v", got, err, want)
 		}
 		if score := b.Client.ZScore(ctx, s.DueKey("b"), "b|1").Val(); score != float64(now.Add(time.Minute).UnixMilli()) {
@@ -236,7 +237,7 @@ func TestClaimDueMergesPollers(t *testing.T) {
 		if got, err := s.ClaimDue(ctx, 10, time.Minute, []string{"b"}); err != nil || len(got) != 0 {
 			t.Fatalf("claim of b with nothing due: %v, %v", got, err)
 		}
-		if got, err := s.ClaimDue(ctx, 10, time.Minute, []string{"c", "b", "unknown"}); err != nil || !reflect.DeepEqual(got, []core.Key{k("c", "1")}) {
+		if got, err := s.ClaimDue(ctx, 10, time.Minute, []string{"c", "b", "unknown"}); err != nil || !reflect.DeepEqual(got, []watukuytype.Key{k("c", "1")}) {
 			t.Fatalf("claim of c and b: %v, %v", got, err)
 		}
 	})
@@ -249,7 +250,7 @@ func TestDueWritesKeepDueNow(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		s, clk := newStore(t, b)
-		key := core.Key{Poller: "orders", Partition: "t1"}
+		key := watukuytype.Key{Poller: "orders", Partition: "t1"}
 		due := s.DueKey("orders")
 		score := func() float64 {
 			t.Helper()
@@ -329,8 +330,8 @@ func TestDeleteKeyKeepsAKeyAddedMeanwhile(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		s, _ := newStore(t, b)
-		key := core.Key{Poller: "orders", Partition: "t1"}
-		if err := s.Register(ctx, map[string][]byte{"orders": []byte(`{}`)}, map[core.Key][]byte{key: []byte(`{"source":"cli","addedAt":1}`)}); err != nil {
+		key := watukuytype.Key{Poller: "orders", Partition: "t1"}
+		if err := s.Register(ctx, map[string][]byte{"orders": []byte(`{}`)}, map[watukuytype.Key][]byte{key: []byte(`{"source":"cli","addedAt":1}`)}); err != nil {
 			t.Fatal(err)
 		}
 		del := func() {
@@ -399,9 +400,9 @@ func TestRepairDue(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		s, clk := newStore(t, b)
-		keys := map[core.Key][]byte{}
+		keys := map[watukuytype.Key][]byte{}
 		for i := 0; i < 2*repairBatch+100; i++ {
-			keys[core.Key{Poller: fmt.Sprintf("p%d", i%2), Partition: fmt.Sprint(i)}] = []byte(`{"source":"config"}`)
+			keys[watukuytype.Key{Poller: fmt.Sprintf("p%d", i%2), Partition: fmt.Sprint(i)}] = []byte(`{"source":"config"}`)
 		}
 		if err := s.Register(ctx, map[string][]byte{"p0": []byte(`{}`), "p1": []byte(`{}`)}, keys); err != nil {
 			t.Fatal(err)
@@ -409,7 +410,7 @@ func TestRepairDue(t *testing.T) {
 		if got, err := s.RepairDue(ctx); err != nil || len(got) != 0 {
 			t.Fatalf("a sweep with every entry in place: %v, %v", got, err)
 		}
-		deleted, later := core.Key{Poller: "p0", Partition: "0"}, core.Key{Poller: "p1", Partition: "1"}
+		deleted, later := watukuytype.Key{Poller: "p0", Partition: "0"}, watukuytype.Key{Poller: "p1", Partition: "1"}
 		if err := b.Client.HSet(ctx, s.Key(deleted, "state"), "deleted", "1").Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -439,7 +440,7 @@ func TestRepairDue(t *testing.T) {
 // Every key of one (poller, partition) shares a hash tag, so each script touches one slot.
 func TestKeysShareOneHashTag(t *testing.T) {
 	s, _ := New(nil, Options{Prefix: "wk"})
-	k := core.Key{Poller: "orders", Partition: "t_42"}
+	k := watukuytype.Key{Poller: "orders", Partition: "t_42"}
 	for _, suffix := range []string{"state", "lease", "items", "outbox", "parked", "holds", "held"} {
 		got := s.Key(k, suffix)
 		if want := "wk:{orders|t_42}:" + suffix; got != want {
@@ -461,7 +462,7 @@ func TestInvalidIndex(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		key := core.Key{Poller: "orders", Partition: "t1"}
+		key := watukuytype.Key{Poller: "orders", Partition: "t1"}
 		r, err := s.Begin(ctx, key, "a", 30*time.Second, true)
 		if err != nil || r.Status != core.BeginOK {
 			t.Fatalf("begin: %+v %v", r, err)
@@ -526,7 +527,7 @@ func TestLayoutWhileAnotherProcessSetsUp(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if err := s.Register(ctx, map[string][]byte{"p": []byte(`{}`)}, map[core.Key][]byte{{Poller: "p"}: []byte(`{"source":"config"}`)}); err != nil {
+				if err := s.Register(ctx, map[string][]byte{"p": []byte(`{}`)}, map[watukuytype.Key][]byte{{Poller: "p"}: []byte(`{"source":"config"}`)}); err != nil {
 					t.Error(err)
 					return
 				}

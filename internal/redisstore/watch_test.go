@@ -12,6 +12,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // watched is one process of the data-watcher test: an engine with its pollers and its watcher.
@@ -29,12 +30,12 @@ func newWatched(t *testing.T, s *Store, reregister bool, pollers ...string) *wat
 	if p.eng, err = core.NewEngine(core.Options{Store: s, InstanceID: "i", Logger: zerolog.New(p.log)}); err != nil {
 		t.Fatal(err)
 	}
-	noop := func(_ context.Context, req core.FetchRequest) (core.Page, error) {
-		return core.Page{Next: req.Cursor}, nil
+	noop := func(_ context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+		return watukuytype.Page{Next: req.Cursor}, nil
 	}
 	for _, name := range pollers {
-		if err := p.eng.Register(core.Poller{Name: name, Partitions: []string{"a", "b"}, Fetch: noop,
-			Handler: func(context.Context, core.Event) error { return nil }}); err != nil {
+		if err := p.eng.Register(watukuytype.Poller{Name: name, Partitions: []string{"a", "b"}, Fetch: noop,
+			Handler: func(context.Context, watukuytype.Event) error { return nil }}); err != nil {
 			t.Fatal(err)
 		}
 	}

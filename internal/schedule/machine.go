@@ -1,6 +1,10 @@
 package schedule
 
-import "time"
+import (
+	"time"
+
+	"github.com/watukuy/watukuy/watukuytype"
+)
 
 // The poller state machine. Every transition is a pure function of the persisted State, the
 // cycle's Outcome, the time and a random number, so every instance computes the same thing.
@@ -30,20 +34,11 @@ import "time"
 //
 // Half-open is not stored: a cycle that runs while the circuit is open is the probe.
 
-// Circuit is the breaker's state.
-type Circuit string
-
-// Circuit states.
-const (
-	Closed Circuit = "closed"
-	Open   Circuit = "open"
-)
-
 // Policy is one poller's schedule settings.
 type Policy struct {
-	Config
+	watukuytype.Schedule
 	// Backoff spaces failed cycles; zero value = DefaultBackoff.
-	Backoff Backoff
+	Backoff watukuytype.Backoff
 	// Failures opens the circuit after that many consecutive failures.
 	Failures int
 	// ProbeEvery is how long an open circuit waits before its probe.
@@ -54,7 +49,7 @@ type Policy struct {
 type State struct {
 	Interval       time.Duration
 	Failures       int
-	Circuit        Circuit
+	Circuit        watukuytype.CircuitState
 	NextDue        time.Time
 	ThrottledUntil time.Time
 }
@@ -110,11 +105,11 @@ func Next(p Policy, s State, res Result, now time.Time, r float64) State {
 // transition is Next before the pace.
 func transition(p Policy, s State, res Result, now time.Time, r float64) State {
 	b := p.Backoff
-	if b == (Backoff{}) {
+	if b == (watukuytype.Backoff{}) {
 		b = DefaultBackoff
 	}
 	if s.Circuit == "" {
-		s.Circuit = Closed
+		s.Circuit = watukuytype.CircuitClosed
 	}
 	began := res.Began
 	if began.IsZero() {
@@ -123,7 +118,7 @@ func transition(p Policy, s State, res Result, now time.Time, r float64) State {
 	switch res.Kind {
 	case ResultNoAnswer:
 		s.NextDue = began
-		if s.Circuit == Open {
+		if s.Circuit == watukuytype.CircuitOpen {
 			s.NextDue = now.Add(p.ProbeEvery)
 		}
 		s.NextDue = later(s.NextDue, s.ThrottledUntil)
@@ -139,8 +134,8 @@ func transition(p Policy, s State, res Result, now time.Time, r float64) State {
 		return s
 	case ResultFailed, ResultPoisonHalt:
 		s.Failures++
-		if res.Kind == ResultPoisonHalt || s.Failures >= p.Failures || s.Circuit == Open {
-			s.Circuit = Open
+		if res.Kind == ResultPoisonHalt || s.Failures >= p.Failures || s.Circuit == watukuytype.CircuitOpen {
+			s.Circuit = watukuytype.CircuitOpen
 			s.NextDue = now.Add(p.ProbeEvery)
 		} else {
 			s.NextDue = now.Add(b.Delay(s.Failures, r))
@@ -150,7 +145,7 @@ func transition(p Policy, s State, res Result, now time.Time, r float64) State {
 	}
 	// Success closes the circuit (a successful half-open probe) and clears the failures.
 	s.Failures = 0
-	s.Circuit = Closed
+	s.Circuit = watukuytype.CircuitClosed
 	if s.Interval <= 0 {
 		s.Interval = p.Min
 	}
@@ -158,10 +153,10 @@ func transition(p Policy, s State, res Result, now time.Time, r float64) State {
 	case ResultTruncated:
 		s.NextDue = began
 	case ResultChanged:
-		s.Interval = NextInterval(p.Config, s.Interval, Changed)
+		s.Interval = NextInterval(p.Schedule, s.Interval, Changed)
 		s.NextDue = now.Add(Jittered(s.Interval, p.Jitter, r))
 	default:
-		s.Interval = NextInterval(p.Config, s.Interval, Idle)
+		s.Interval = NextInterval(p.Schedule, s.Interval, Idle)
 		s.NextDue = now.Add(Jittered(s.Interval, p.Jitter, r))
 	}
 	s.NextDue = later(s.NextDue, s.ThrottledUntil)

@@ -4,31 +4,13 @@
 package schedule
 
 import (
-	"math"
 	"time"
+
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
-// Config is one poller's schedule.
-type Config struct {
-	// Min is the shortest interval and the starting one.
-	Min time.Duration
-	// Max caps the interval.
-	Max time.Duration
-	// Jitter is the symmetric jitter fraction (0.1 = ±10%).
-	Jitter float64
-	// Fixed pins the interval at Min (adaptive: false).
-	Fixed bool
-}
-
-// Backoff describes exponential backoff with full jitter.
-type Backoff struct {
-	Base   time.Duration
-	Factor float64
-	Max    time.Duration
-}
-
 // DefaultBackoff is the failure backoff of DESIGN.md: base 1s, factor 2, max 10m.
-var DefaultBackoff = Backoff{Base: time.Second, Factor: 2, Max: 10 * time.Minute}
+var DefaultBackoff = watukuytype.Backoff{Base: time.Second, Factor: 2, Max: 10 * time.Minute}
 
 // Outcome is what a cycle's fetches saw.
 type Outcome int
@@ -42,7 +24,7 @@ const (
 
 // NextInterval applies AIMD: a cycle with changes halves the interval (floor Min), an idle
 // one multiplies it by 1.5 (cap Max). A zero current interval starts at Min.
-func NextInterval(c Config, current time.Duration, o Outcome) time.Duration {
+func NextInterval(c watukuytype.Schedule, current time.Duration, o Outcome) time.Duration {
 	if c.Fixed || current <= 0 {
 		return c.Min
 	}
@@ -62,22 +44,4 @@ func Jittered(d time.Duration, j, r float64) time.Duration {
 		return d
 	}
 	return time.Duration(float64(d) * (1 + j*(2*r-1)))
-}
-
-// Delay returns the full-jitter backoff before retry number attempt (1 for the first
-// retry): uniform in [0, min(Max, Base·Factor^(attempt-1))).
-func (b Backoff) Delay(attempt int, r float64) time.Duration {
-	return time.Duration(r * float64(b.Cap(attempt)))
-}
-
-// Cap is the upper bound of Delay for that attempt.
-func (b Backoff) Cap(attempt int) time.Duration {
-	if attempt < 1 {
-		attempt = 1
-	}
-	c := float64(b.Base) * math.Pow(b.Factor, float64(attempt-1))
-	if c > float64(b.Max) || math.IsInf(c, 0) {
-		return b.Max
-	}
-	return time.Duration(c)
 }

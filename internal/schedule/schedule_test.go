@@ -4,13 +4,15 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 func TestNextInterval(t *testing.T) {
-	c := Config{Min: 5 * time.Second, Max: 5 * time.Minute}
+	c := watukuytype.Schedule{Min: 5 * time.Second, Max: 5 * time.Minute}
 	tests := []struct {
 		name string
-		cfg  Config
+		cfg  watukuytype.Schedule
 		cur  time.Duration
 		o    Outcome
 		want time.Duration
@@ -20,7 +22,7 @@ func TestNextInterval(t *testing.T) {
 		{"idle caps at max", c, 4 * time.Minute, Idle, 5 * time.Minute},
 		{"change halves", c, 40 * time.Second, Changed, 20 * time.Second},
 		{"change floors at min", c, 6 * time.Second, Changed, 5 * time.Second},
-		{"fixed pins min", Config{Min: time.Second, Max: time.Hour, Fixed: true}, time.Minute, Idle, time.Second},
+		{"fixed pins min", watukuytype.Schedule{Min: time.Second, Max: time.Hour, Fixed: true}, time.Minute, Idle, time.Second},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,7 +64,7 @@ func TestBackoff(t *testing.T) {
 }
 
 func ExampleNextInterval() {
-	c := Config{Min: 5 * time.Second, Max: time.Minute}
+	c := watukuytype.Schedule{Min: 5 * time.Second, Max: time.Minute}
 	iv := time.Duration(0)
 	for _, o := range []Outcome{Idle, Idle, Idle, Changed} {
 		iv = NextInterval(c, iv, o)

@@ -9,8 +9,8 @@ import (
 	"net/http/httptest"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/sink"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // A receiver checks the official Standard Webhooks test vector, then a tampered body.
@@ -46,7 +46,7 @@ func ExampleWebhook() {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		var ev core.Event
+		var ev watukuytype.Event
 		_ = json.Unmarshal(body, &ev)
 		fmt.Println("received", r.Header.Get("webhook-id"), ev.Type, ev.Identity)
 		w.WriteHeader(http.StatusNoContent)
@@ -58,8 +58,8 @@ func ExampleWebhook() {
 		fmt.Println(err)
 		return
 	}
-	var handler core.Handler = wh.Handle
-	err = handler(context.Background(), core.Event{ID: "ev_1", Poller: "orders", Type: core.Created,
+	var handler watukuytype.Handler = wh.Handle
+	err = handler(context.Background(), watukuytype.Event{ID: "ev_1", Poller: "orders", Type: watukuytype.Created,
 		Lane: "live", Identity: "A-1", Item: json.RawMessage(`{"id":"A-1"}`)})
 	fmt.Println("acked:", err == nil)
 	// Output:
@@ -70,7 +70,7 @@ func ExampleWebhook() {
 // Stdout with no writer prints NDJSON to os.Stdout.
 func ExampleStdout() {
 	s := &sink.Stdout{}
-	_ = s.Handle(context.Background(), core.Event{ID: "ev_1", Poller: "orders", Type: core.Deleted,
+	_ = s.Handle(context.Background(), watukuytype.Event{ID: "ev_1", Poller: "orders", Type: watukuytype.Deleted,
 		Lane: "reconcile", Identity: "A-1", ObservedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)})
 	// Output:
 	// {"id":"ev_1","poller":"orders","partition":"","type":"deleted","lane":"reconcile","identity":"A-1","observedAt":"2026-01-02T03:04:05Z","schemaVersion":0}

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // The official Standard Webhooks test vector.
@@ -19,12 +19,12 @@ const (
 // secondSecret is a second valid secret (24 bytes), for rotation tests.
 const secondSecret = "whsec_c2Vjb25kLXNlY3JldC1rZXktMjQtYnl0ZXM="
 
-func testEvent(id string) core.Event {
-	return core.Event{
+func testEvent(id string) watukuytype.Event {
+	return watukuytype.Event{
 		ID:            id,
 		Poller:        "orders",
 		Partition:     "t_42",
-		Type:          core.Updated,
+		Type:          watukuytype.Updated,
 		Lane:          "live",
 		Identity:      "A-1",
 		Version:       "2026-11-29T10:00:00Z",

@@ -7,7 +7,7 @@ import (
 	"os"
 	"sync"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Stdout writes one NDJSON line per event (the envelope and "\n") to W, os.Stdout when nil.
@@ -20,7 +20,7 @@ type Stdout struct {
 }
 
 // Handle writes one event. A context that is already done writes nothing and returns its error.
-func (s *Stdout) Handle(ctx context.Context, ev core.Event) error {
+func (s *Stdout) Handle(ctx context.Context, ev watukuytype.Event) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sink: stdout: event %s: %w", ev.ID, err)
 	}

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 func TestStdoutConcurrentNDJSON(t *testing.T) {
@@ -46,7 +46,7 @@ func TestStdoutConcurrentNDJSON(t *testing.T) {
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		line := sc.Bytes()
-		var ev core.Event
+		var ev watukuytype.Event
 		if err := json.Unmarshal(line, &ev); err != nil {
 			t.Fatalf("line %d is not JSON: %v: %.80s", len(seen)+1, err, line)
 		}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Stream field names of every entry the stream sink adds.
@@ -32,7 +32,7 @@ type Stream struct {
 }
 
 // Handle adds one event. It is safe for concurrent use.
-func (s *Stream) Handle(ctx context.Context, ev core.Event) error {
+func (s *Stream) Handle(ctx context.Context, ev watukuytype.Event) error {
 	if s == nil || s.Client == nil {
 		return errors.New("sink: stream: no redis client")
 	}

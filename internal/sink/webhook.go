@@ -16,8 +16,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/httpx"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Defaults and limits of the webhook sink.
@@ -154,7 +154,7 @@ func (e *StatusError) Error() string {
 }
 
 // Handle delivers one event. It is safe for concurrent use.
-func (w *Webhook) Handle(ctx context.Context, ev core.Event) error {
+func (w *Webhook) Handle(ctx context.Context, ev watukuytype.Event) error {
 	if w == nil || w.u == nil {
 		return errors.New("sink: webhook: not initialized (build it with NewWebhook)")
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 func vecHeader(sig string) http.Header {
@@ -385,4 +385,4 @@ func TestVerifyRejects(t *testing.T) {
 }
 
 // Compile-time check: every sink's Handle is a core.Handler.
-var _ = []core.Handler{(*Webhook)(nil).Handle, (*Stream)(nil).Handle, (*Stdout)(nil).Handle}
+var _ = []watukuytype.Handler{(*Webhook)(nil).Handle, (*Stream)(nil).Handle, (*Stdout)(nil).Handle}

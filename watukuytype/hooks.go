@@ -1,4 +1,4 @@
-package core
+package watukuytype
 
 import "time"
 
@@ -8,7 +8,7 @@ type Hooks struct {
 	// OnCycle runs after every cycle, ran or skipped.
 	OnCycle func(r CycleReport, d time.Duration)
 	// OnFetch runs after every request a lane sends; err is nil on success.
-	OnFetch func(key Key, lane string, d time.Duration, err error)
+	OnFetch func(key Key, lane Lane, d time.Duration, err error)
 	// OnDelivered runs after an event was acked; latency counts from its observation.
 	OnDelivered func(key Key, ev Event, latency time.Duration)
 	// OnHandlerAttempt runs after every call of the poller's handler (or sink): each attempt
@@ -17,7 +17,7 @@ type Hooks struct {
 	// HandlerTimeout or HandlerFenced, and err is nil only for HandlerOK. Delivery runs up to
 	// Delivery.Concurrency ordering keys at once, so it may be called from several
 	// goroutines of one cycle at the same time.
-	OnHandlerAttempt func(key Key, ev Event, attempt int, d time.Duration, result string, err error)
+	OnHandlerAttempt func(key Key, ev Event, attempt int, d time.Duration, result HandlerResult, err error)
 	// OnParked runs when an event is parked as poison or an item as invalid.
 	OnParked func(key Key, kind, id, reason string)
 	// OnCircuitOpen runs when a cycle leaves the key's circuit open.
@@ -33,25 +33,28 @@ type Hooks struct {
 	OnError func(key Key, phase string, err error)
 }
 
-// Results of a handler attempt (Hooks.OnHandlerAttempt).
+// HandlerResult is how one handler attempt ended (Hooks.OnHandlerAttempt).
+type HandlerResult string
+
+// Results of a handler attempt.
 const (
 	// HandlerOK: the handler returned nil.
-	HandlerOK = "ok"
+	HandlerOK HandlerResult = "ok"
 	// HandlerError: the handler returned an error (a webhook's non-2xx answer among them).
-	HandlerError = "error"
+	HandlerError HandlerResult = "error"
 	// HandlerPanic: the handler panicked (the engine recovered it as an error).
-	HandlerPanic = "panic"
+	HandlerPanic HandlerResult = "panic"
 	// HandlerTimeout: the handler's error wraps context.DeadlineExceeded (a sink's own
 	// timeout, such as the webhook's).
-	HandlerTimeout = "timeout"
+	HandlerTimeout HandlerResult = "timeout"
 	// HandlerFenced: the attempt failed because the cycle cut it short: it lost its lease (a
 	// CheckLease that failed), the engine is stopping, or another ordering key of the batch
 	// halted it (poison: halt). The event stays in the outbox for a later delivery; this is
 	// no failure of the handler.
-	HandlerFenced = "fenced"
+	HandlerFenced HandlerResult = "fenced"
 )
 
 // HandlerResults lists every result of a handler attempt.
-func HandlerResults() []string {
-	return []string{HandlerOK, HandlerError, HandlerPanic, HandlerTimeout, HandlerFenced}
+func HandlerResults() []HandlerResult {
+	return []HandlerResult{HandlerOK, HandlerError, HandlerPanic, HandlerTimeout, HandlerFenced}
 }

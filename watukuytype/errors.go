@@ -1,0 +1,123 @@
+package watukuytype
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// ConfigError is an invalid poller definition or setting; it names the poller and field.
+type ConfigError struct {
+	Poller string
+	Field  string
+	Msg    string
+}
+
+// LeaseLostError reports a fenced write rejected because the lease's epoch is stale or the
+// lease expired; the write changed nothing.
+type LeaseLostError struct {
+	Key    Key
+	Epoch  int64
+	Reason string
+}
+
+// HTTPError is a non-success answer of a third-party API.
+type HTTPError struct {
+	Key        Key
+	StatusCode int
+	URL        string
+	// Body is the start of the response body (at most 512 bytes), for lastError.
+	Body string
+	// RetryAfter is the parsed Retry-After header (0 when absent or malformed).
+	RetryAfter time.Duration
+	// RateLimit is what the response's rate-limit headers said, if anything.
+	RateLimit *RateLimit
+}
+
+// CursorStallError reports a cursor that cannot advance: a full page whose items all carry
+// the cursor's own timestamp, from an API without a tie-breaker. Re-asking would loop forever.
+type CursorStallError struct {
+	Key    Key
+	Cursor string
+	Msg    string
+}
+
+// IsLeaseLost reports whether err is (or wraps) a LeaseLostError.
+func IsLeaseLost(err error) bool {
+	var l *LeaseLostError
+	return errors.As(err, &l)
+}
+
+// NotFoundError names a poller or partition that neither this engine nor the registry knows.
+type NotFoundError struct {
+	Poller    string
+	Partition string
+	// PartitionMissing is true when the poller exists but the partition does not.
+	PartitionMissing bool
+	// Known lists the pollers (or the poller's partitions) that exist.
+	Known []string
+	// Hint says what to do, when there is more to say than the list.
+	Hint string
+}
+
+// ReplayUnavailableError reports a replay of a poller that keeps no event log.
+type ReplayUnavailableError struct {
+	Key Key
+}
+
+// LayoutError reports a database whose data layout this build cannot run on.
+type LayoutError struct {
+	Found int
+	Known int
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("watukuy: config: poller %q: %s: %s", e.Poller, e.Field, e.Msg)
+}
+
+func (e *LeaseLostError) Error() string {
+	return fmt.Sprintf("watukuy: lease lost on %s (epoch %d): %s", e.Key, e.Epoch, e.Reason)
+}
+
+func (e *HTTPError) Error() string {
+	return fmt.Sprintf("watukuy: %s: HTTP %d from %s", e.Key, e.StatusCode, e.URL)
+}
+
+func (e *CursorStallError) Error() string {
+	return fmt.Sprintf("watukuy: cursor stall on %s at %q: %s", e.Key, e.Cursor, e.Msg)
+}
+
+func (e *NotFoundError) Error() string {
+	var msg string
+	if e.PartitionMissing {
+		msg = fmt.Sprintf("watukuy: poller %q has no partition %q", e.Poller, e.Partition)
+	} else {
+		msg = fmt.Sprintf("watukuy: unknown poller %q", e.Poller)
+	}
+	if len(e.Known) > 0 {
+		shown := make([]string, len(e.Known))
+		for i, k := range e.Known {
+			shown[i] = fmt.Sprintf("%q", k)
+		}
+		msg += "; known: " + strings.Join(shown, ", ")
+	} else if !e.PartitionMissing {
+		msg += "; no poller is registered in this Redis (start a worker with the config, or check --redis and --prefix)"
+	}
+	if e.Hint != "" {
+		msg += "; " + e.Hint
+	}
+	return msg
+}
+
+func (e *ReplayUnavailableError) Error() string {
+	return fmt.Sprintf("watukuy: replay of %s is unavailable: poller %q keeps no event log; set log.retention (e.g. 168h) in its config and restart the workers: events committed from then on can be replayed",
+		e.Key, e.Key.Poller)
+}
+
+func (e *LayoutError) Error() string {
+	if e.Found > e.Known {
+		return fmt.Sprintf("watukuy: the Redis data layout is version %d, newer than this build knows (%d): upgrade watukuy before starting workers against it", e.Found, e.Known)
+	}
+	return fmt.Sprintf("watukuy: the Redis data layout is version %d, older than this build's %d: run `watukuy migrate` first", e.Found, e.Known)
+}
