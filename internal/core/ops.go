@@ -192,3 +192,77 @@ func (e *Engine) DeletePartition(ctx context.Context, key watukuytype.Key) error
 	}
 	return nil
 }
+
+// Trigger makes a key due now; an open circuit gets its probe. It is an operator's override:
+// it also clears the key's Retry-After window (the cleared window is logged), so a bogus
+// window need not be waited out. A window the API gives again is kept again.
+func (e *Engine) Trigger(ctx context.Context, key watukuytype.Key) error {
+	return e.keyOp(ctx, key, "trigger", func(ctx context.Context, key watukuytype.Key) error {
+		until, err := e.store.ClearThrottle(ctx, key)
+		if err != nil {
+			return err
+		}
+		if !until.IsZero() {
+			e.log.Warn().Str("poller", key.Poller).Str("partition", key.Partition).Time("throttledUntil", until.UTC()).
+				Msg("trigger: cleared the key's Retry-After window (operator override)")
+		}
+		return e.store.Trigger(ctx, key)
+	})
+}
+
+// Pause stops the key's cycles (no request, no delivery) until Resume.
+func (e *Engine) Pause(ctx context.Context, key watukuytype.Key) error {
+	return e.keyOp(ctx, key, "pause", e.store.Pause)
+}
+
+// Resume lifts a pause; the key is due at once.
+func (e *Engine) Resume(ctx context.Context, key watukuytype.Key) error {
+	return e.keyOp(ctx, key, "resume", e.store.Resume)
+}
+
+func (e *Engine) keyOp(ctx context.Context, key watukuytype.Key, name string, op func(context.Context, watukuytype.Key) error) error {
+	if _, err := e.resolve(ctx, key); err != nil {
+		return err
+	}
+	if err := op(ctx, key); err != nil {
+		return fmt.Errorf("watukuy: %s %s: %w", name, key, err)
+	}
+	return nil
+}
+
+// withOpLease runs fn under the key's lease, waiting up to 5s for another holder to finish.
+// The cycle's poller is nil when this engine does not have the key's definition.
+func (e *Engine) withOpLease(ctx context.Context, t target, fn func(c *cycle) error) error {
+	deadline := time.Now().Add(5 * time.Second)
+	ttl := t.info.leaseTTL()
+	if t.p != nil {
+		ttl = t.p.LeaseTTL
+	}
+	for {
+		sent := e.now()
+		b, err := e.store.Begin(ctx, t.key, e.owner, ttl, true)
+		if err != nil {
+			return err
+		}
+		if b.Status == BeginOK {
+			c := newCycle(e, t.p, b, sent, e.now())
+			ferr := fn(c)
+			if c.released {
+				return ferr
+			}
+			if err := e.store.End(ctx, c.lease, EndRequest{Delete: c.endDelete, NextDue: b.Now, Trigger: c.state.get(FieldTrigger)}); err != nil && ferr == nil {
+				ferr = err
+			}
+			return ferr
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the key stayed leased by another instance for 5s; try again")
+		}
+		wait := min(b.LeaseExpires.Sub(b.Now), 250*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(max(wait, 10*time.Millisecond)):
+		}
+	}
+}

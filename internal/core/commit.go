@@ -1,0 +1,247 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/watukuy/watukuy/internal/schedule"
+	"github.com/watukuy/watukuy/watukuytype"
+)
+
+// commitResult is what committing a page's writes did.
+type commitResult struct {
+	seqs      []string // each event's outbox sequence
+	envelopes [][]byte
+	keys      []string // ordering keys
+	paused    bool
+	// unreplicated: the store waits for replicas and they did not confirm a chunk in time.
+	unreplicated bool
+}
+
+// commit writes w (G3: the cursor goes with its page's events) in chunks of at most the
+// poller's CommitMaxItems changes and CommitMaxBytes, so that no single script holds Redis for
+// long whatever the page's size. Only the last chunk carries the state patch (the cursor); each
+// chunk writes the rows as they stand after its own changes.
+func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error) {
+	res := commitResult{seqs: make([]string, len(w.events)), envelopes: make([][]byte, len(w.events)), keys: make([]string, len(w.events))}
+	shadow := c.routeEvents(w)
+	maxItems, maxBytes := c.chunkItems(), defaultCommitMaxBytes
+	if c.p != nil {
+		maxBytes = c.p.CommitMaxBytes
+	}
+	var chunk []step
+	var invalid []ParkedRow
+	size := 0
+	touch := !w.history && backfillActive(c.state.backfill())
+	flush := func(last bool) error {
+		cm := Commit{LogRetention: w.LogRetention, Invalid: invalid,
+			TombstoneRetention: c.tombstoneRetention()}
+		if last {
+			cm.State, cm.Count, cm.Unpark, cm.ClearTouched = w.State, w.Count, w.Unpark, w.ClearTouched
+		}
+		var evIdx []int
+		lastStep := map[string]int{}
+		revived := map[string]bool{}
+		for i, st := range chunk {
+			lastStep[st.identity] = i
+			revived[st.identity] = revived[st.identity] || st.revived
+			if st.event < 0 || shadow {
+				continue
+			}
+			ev := w.events[st.event]
+			env, err := json.Marshal(ev)
+			if err != nil {
+				return fmt.Errorf("encode event %s: %w", ev.ID, err)
+			}
+			ok := c.orderingKey(ev)
+			res.envelopes[st.event], res.keys[st.event] = env, ok
+			cm.Events = append(cm.Events, OutboxEvent{ID: ev.ID, OrderingKey: ok, Envelope: env})
+			evIdx = append(evIdx, st.event)
+		}
+		for i, st := range chunk {
+			if lastStep[st.identity] != i {
+				continue
+			}
+			if st.row == nil {
+				cm.Deletes = append(cm.Deletes, st.identity)
+				cm.Tombstones = append(cm.Tombstones, Tombstone{Identity: st.identity, Gen: st.tomb})
+				continue
+			}
+			cm.Upserts = append(cm.Upserts, Upsert{Identity: st.identity, Row: st.row})
+			if revived[st.identity] {
+				cm.Revived = append(cm.Revived, st.identity)
+			}
+		}
+		if touch {
+			for _, u := range cm.Upserts {
+				cm.Touched = append(cm.Touched, u.Identity)
+			}
+			cm.Touched = append(cm.Touched, cm.Deletes...)
+		}
+		c.tagWrites(&cm, last)
+		if !last && len(cm.Upserts)+len(cm.Deletes)+len(cm.Invalid) == 0 {
+			return nil
+		}
+		if last && cm.empty() {
+			return nil
+		}
+		sent := c.e.now()
+		r, err := c.e.store.CommitPoll(ctx, c.lease, cm)
+		if err != nil {
+			if c.keeper != nil {
+				return c.keeper.check(err)
+			}
+			return err
+		}
+		if c.keeper != nil {
+			c.keeper.touched(sent, r.Paused)
+		}
+		c.confirmed = true
+		res.paused = res.paused || r.Paused
+		res.unreplicated = res.unreplicated || r.Unreplicated
+		for i, ev := range evIdx {
+			res.seqs[ev] = r.StreamIDs[i]
+		}
+		chunk, invalid, size = chunk[:0], nil, 0
+		return nil
+	}
+	add := func(n int) error {
+		if len(chunk)+len(invalid) > 0 && (len(chunk)+len(invalid)+1 > maxItems || size+n > maxBytes) {
+			if err := flush(false); err != nil {
+				return err
+			}
+		}
+		size += n
+		return nil
+	}
+	for _, st := range w.steps {
+		n := len(st.identity) + len(st.row) + 64
+		if st.event >= 0 {
+			n += len(w.events[st.event].Item) + 256
+		}
+		if err := add(n); err != nil {
+			return res, err
+		}
+		chunk = append(chunk, st)
+	}
+	for _, iv := range w.Invalid {
+		if err := add(len(iv.Row)); err != nil {
+			return res, err
+		}
+		invalid = append(invalid, iv)
+	}
+	if err := flush(true); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// tagWrites adds the live lane's tag to a chunk. A chunk that changes rows clears it in the
+// same write, whatever lane or operation commits it, so that a 304 to a committed tag always
+// means "nothing beyond what the rows hold" (G3); a pending tag (setTag) goes with the last
+// chunk of a commit that changes none. A tag is never written after a failed commit: it may
+// have carried the answer the tag names.
+func (c *cycle) tagWrites(cm *Commit, last bool) {
+	v := ""
+	switch {
+	case len(cm.Upserts)+len(cm.Deletes) > 0:
+		if c.state.get(fieldLiveTag) == "" && !c.tagPending {
+			return
+		}
+	case last && c.tagPending:
+		v = c.state.get(fieldLiveTag)
+	default:
+		return
+	}
+	st := make(map[string]string, len(cm.State)+1)
+	maps.Copy(st, cm.State)
+	st[fieldLiveTag] = v
+	cm.State, c.tagPending = st, false
+	if c.state != nil {
+		c.state[fieldLiveTag] = v
+	}
+}
+
+// orderingKey is an event's ordering key; operations without the poller's definition keep
+// the default, the identity.
+func (c *cycle) orderingKey(ev watukuytype.Event) string {
+	if c.p == nil {
+		return ev.Identity
+	}
+	return orderingKey(c.p, ev)
+}
+
+// chunkItems bounds the entries one script handles: a commit's changes, an ack's or a park's
+// entries.
+func (c *cycle) chunkItems() int {
+	if c.p == nil {
+		return defaultCommitMaxItems
+	}
+	return c.p.CommitMaxItems
+}
+
+// tombstoneRetention is how long this key's tombstones are kept.
+func (c *cycle) tombstoneRetention() time.Duration {
+	if c.p == nil {
+		return defaultTombstoneRetention
+	}
+	return c.p.TombstoneRetention
+}
+
+// empty reports whether cm writes nothing.
+func (cm *Commit) empty() bool {
+	return len(cm.State) == 0 && len(cm.Count) == 0 && len(cm.Upserts) == 0 && len(cm.Deletes) == 0 &&
+		len(cm.Events) == 0 && len(cm.Invalid) == 0 && len(cm.Unpark) == 0 && len(cm.Touched) == 0 && !cm.ClearTouched
+}
+
+// commitAndDeliver commits a page and delivers what it committed straight from memory. A pause
+// seen by the commit leaves the events in the outbox.
+func (c *cycle) commitAndDeliver(ctx context.Context, w *pageWrites) *cycleError {
+	res, err := c.commit(ctx, w)
+	if err != nil {
+		return storeErr(err)
+	}
+	c.progressed = c.progressed || w.progress
+	c.rep.Events += len(w.events)
+	if res.unreplicated && len(w.events) > 0 {
+		return unreplicated(c.key)
+	}
+	if res.paused || c.p.Shadow || len(w.events) == 0 {
+		return nil
+	}
+	ds := make([]delivery, len(w.events))
+	for i := range w.events {
+		w.events[i].Seq = res.seqs[i]
+		ds[i] = delivery{entry: Entry{StreamID: res.seqs[i], ID: w.events[i].ID, OrderingKey: res.keys[i],
+			Envelope: res.envelopes[i], Seq: res.seqs[i]}, ev: &w.events[i]}
+	}
+	return c.deliver(ctx, ds)
+}
+
+// unreplicated stops a cycle whose commit (or outbox read) the replicas did not confirm in
+// time: its events wait in the outbox until they are replicated, so that a failover never
+// loses a commit whose events reached the handler. The cycle ends with the schedule's backoff.
+func unreplicated(key watukuytype.Key) *cycleError {
+	return &cycleError{phase: "replication", code: watukuytype.CodeReplication, kind: schedule.ResultFailed,
+		err: fmt.Errorf("the replicas did not confirm the outbox of %s in time: its events wait until they do (check the replicas' health)", key)}
+}
+
+// routeEvents prepares a page's events: in shadow mode they are only counted (and true is
+// returned: nothing goes to the outbox), otherwise they are logged when the poller keeps a log.
+func (c *cycle) routeEvents(w *pageWrites) (shadow bool) {
+	if len(w.events) == 0 || c.p == nil {
+		return false
+	}
+	if c.p.Shadow {
+		w.Count = map[string]int{}
+		for _, ev := range w.events {
+			w.Count[fieldShadowPrefix+string(ev.Type)]++
+		}
+		return true
+	}
+	w.LogRetention = c.p.LogRetention
+	return false
+}

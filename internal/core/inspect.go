@@ -1,0 +1,122 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/watukuy/watukuy/watukuytype"
+)
+
+// Inspect reads one key's status.
+func (e *Engine) Inspect(ctx context.Context, key watukuytype.Key) (watukuytype.KeyInfo, error) {
+	t, err := e.resolve(ctx, key)
+	if err != nil {
+		return watukuytype.KeyInfo{}, err
+	}
+	return e.inspect(ctx, t)
+}
+
+// inspect reads a resolved key's status.
+func (e *Engine) inspect(ctx context.Context, t target) (watukuytype.KeyInfo, error) {
+	key := t.key
+	s, err := e.store.Inspect(ctx, key)
+	if err != nil {
+		return watukuytype.KeyInfo{}, fmt.Errorf("watukuy: inspect %s: %w", key, err)
+	}
+	st := newState(s.State)
+	ki := watukuytype.KeyInfo{Poller: key.Poller, Partition: key.Partition, Paused: st.paused(), Source: t.source,
+		Cursor: st.get(fieldCursorLive), Cursors: map[string]string{"live": st.get(fieldCursorLive)},
+		LeaseOwner: s.LeaseOwner, LeaseEpoch: s.LeaseEpoch,
+		Interval: st.duration(fieldInterval), Circuit: st.circuit(), Failures: st.int(fieldFailures),
+		OutboxPending: s.OutboxLen, Parked: s.Parked, ParkedInvalid: s.ParkedInvalid, ParkedPoison: s.Parked - s.ParkedInvalid,
+		Held: s.Held, Items: s.Items, SchemaVersion: t.info.SchemaVersion, Shadow: t.info.Shadow, LogRetention: t.info.logRetention()}
+	if v := st.get(fieldLastPoll); v != "" {
+		ki.LastPoll = json.RawMessage(v)
+	}
+	if v := st.get(fieldLastError); v != "" {
+		ki.LastError = json.RawMessage(v)
+	}
+	if v := st.get(fieldRateLimit); v != "" {
+		ki.RateLimit = json.RawMessage(v)
+	}
+	if bp := st.backfill(); bp != nil {
+		ki.Backfill = bp
+		ki.Cursors["backfill"] = bp.Cursor
+	}
+	for _, typ := range []watukuytype.EventType{watukuytype.Created, watukuytype.Updated, watukuytype.Deleted} {
+		if n := st.int(fieldShadowPrefix + string(typ)); n > 0 {
+			if ki.ShadowEvents == nil {
+				ki.ShadowEvents = map[string]int{}
+			}
+			ki.ShadowEvents[string(typ)] = n
+		}
+	}
+	if t := st.time(FieldThrottled); t.After(s.Now) {
+		ki.ThrottledUntil = &t
+	}
+	if t := st.time(fieldReconcileDue); !t.IsZero() {
+		ki.ReconcileDue = &t
+	}
+	if !s.LeaseExpires.IsZero() {
+		ki.LeaseExpires = &s.LeaseExpires
+	}
+	ki.FreshnessMs = -1
+	if t := st.time(fieldFreshAt); !t.IsZero() {
+		ki.FreshAt = &t
+		ki.FreshnessMs = max(s.Now.Sub(t), 0).Milliseconds()
+	}
+	if !s.OutboxOldest.IsZero() {
+		ki.OutboxOldestAt = &s.OutboxOldest
+		ki.OutboxOldestAgeMs = max(s.OutboxOldestAge, 0).Milliseconds()
+	}
+	if st.get(FieldNextDue) == "0" {
+		ki.NextDueAt = &s.Now // triggered: due now
+	} else if due := st.time(FieldNextDue); !due.IsZero() {
+		ki.NextDueAt = &due
+		if lag := s.Now.Sub(due); lag > 0 && !ki.Paused {
+			ki.LagMs = lag.Milliseconds()
+		}
+	}
+	switch {
+	case st.get(fieldDeleted) == "1":
+		ki.Status = watukuytype.StatusDeleted
+	case st.get(fieldRemoved) == "1":
+		ki.Status = watukuytype.StatusRemoved
+	case ki.Paused:
+		ki.Status = watukuytype.StatusPaused
+	case ki.LeaseExpires != nil && ki.LeaseExpires.After(s.Now):
+		ki.Status = watukuytype.StatusRunning
+	case ki.Circuit == watukuytype.CircuitOpen:
+		ki.Status = watukuytype.StatusCircuitOpen
+	case ki.ThrottledUntil != nil:
+		ki.Status = watukuytype.StatusThrottled
+	case lastErrorCode(st.get(fieldLastError)) == watukuytype.CodeInvalidItems:
+		ki.Status = watukuytype.StatusDegraded
+	case ki.LastError != nil:
+		ki.Status = watukuytype.StatusFailing
+	default:
+		ki.Status = watukuytype.StatusIdle
+	}
+	return ki, nil
+}
+
+// InspectAll reads every known key of poller (all pollers when "").
+func (e *Engine) InspectAll(ctx context.Context, poller string) ([]watukuytype.KeyInfo, error) {
+	if err := e.ensureRegistered(ctx); err != nil {
+		return nil, err
+	}
+	ts, err := e.targets(ctx, poller) // one registry read, no lookup per key
+	if err != nil {
+		return nil, err
+	}
+	out := make([]watukuytype.KeyInfo, 0, len(ts))
+	for _, t := range ts {
+		ki, err := e.inspect(ctx, t)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, ki)
+	}
+	return out, nil
+}
