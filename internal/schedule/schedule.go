@@ -27,7 +27,7 @@ type Backoff struct {
 	Max    time.Duration
 }
 
-// DefaultBackoff is the failure backoff of DESIGN.md: base 1s, factor 2, max 10m.
+// DefaultBackoff is the failure backoff (docs/design.md, Scheduling): base 1s, factor 2, max 10m.
 var DefaultBackoff = Backoff{Base: time.Second, Factor: 2, Max: 10 * time.Minute}
 
 // Outcome is what a cycle's fetches saw.
