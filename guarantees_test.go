@@ -1,6 +1,6 @@
 package watukuy
 
-// One named test per guarantee of DESIGN.md (G8 comes with the HTTP issue). Each runs on
+// One named test per guarantee (docs/design.md, Guarantees; G8 is in http_test.go). Each runs on
 // miniredis and on a private redis-server.
 
 import (

@@ -15,7 +15,7 @@ import (
 // KillPoint names the exact call at which a FaultyStore "crashes" its engine.
 type KillPoint string
 
-// The kill points of DESIGN.md.
+// The kill points (docs/design.md, Kill points).
 const (
 	K1BeforeAcquire KillPoint = "K1-before-acquire" // Begin is never sent
 	K2AfterFetch    KillPoint = "K2-after-fetch"    // a page was fetched; its commit is never sent

@@ -1,7 +1,7 @@
 // Package httpx is the HTTP helper every HTTP poller uses: one request per call of
 // Client.Do with a per-request timeout, gzip, a response size limit, ETag / If-None-Match,
 // Link rel="next", and the Retry-After and rate-limit headers the scheduler paces by
-// (DESIGN.md, Scheduling). It never retries: retrying, throttling and backoff are the
+// (docs/design.md, Scheduling). It never retries: retrying, throttling and backoff are the
 // scheduler's decisions, taken from the Response or the *core.HTTPError Do returns.
 //
 // Decisions the design left open, written down here:

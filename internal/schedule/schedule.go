@@ -9,7 +9,7 @@ import (
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
-// DefaultBackoff is the failure backoff of DESIGN.md: base 1s, factor 2, max 10m.
+// DefaultBackoff is the failure backoff (docs/design.md, Scheduling): base 1s, factor 2, max 10m.
 var DefaultBackoff = watukuytype.Backoff{Base: time.Second, Factor: 2, Max: 10 * time.Minute}
 
 // Outcome is what a cycle's fetches saw.

@@ -1,4 +1,4 @@
-// Package sink holds the sinks of the config-driven worker (DESIGN.md, Delivery): Webhook
+// Package sink holds the sinks of the config-driven worker (docs/design.md, Delivery): Webhook
 // (Standard Webhooks), Stream (XADD to a Redis stream) and Stdout (NDJSON). Each sink's
 // Handle method is a core.Handler: a nil error acks the event, an error is a failed attempt
 // that the engine retries with backoff and finally parks.
