@@ -2,7 +2,7 @@
 // (https://www.standardwebhooks.com/), the format watukuy's webhook sink sends. A receiver
 // needs only this package and the standard library:
 //
-//	v, err := webhook.NewVerifier([]string{os.Getenv("WATUKUY_WEBHOOK_SECRET")}, webhook.Options{})
+//	v, err := webhook.NewVerifier([]string{os.Getenv("WEBHOOK_SECRET")}, webhook.Options{})
 //	...
 //	http.Handle("/hooks/watukuy", v.Middleware(handleEvent))
 //

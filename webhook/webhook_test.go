@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"errors"
+	"go/build"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -235,3 +236,22 @@ var errBroken = errors.New("connection broke")
 type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, errBroken }
+
+// Receivers import this package into their own modules: it must pull in nothing but the
+// standard library (no other package of watukuy, no third-party module).
+func TestImportsOnlyTheStandardLibrary(t *testing.T) {
+	t.Parallel()
+	pkg, err := build.ImportDir(".", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pkg.Imports) == 0 {
+		t.Fatal("no imports found")
+	}
+	for _, imp := range pkg.Imports {
+		std, err := build.Import(imp, ".", build.FindOnly)
+		if err != nil || !std.Goroot {
+			t.Errorf("package webhook imports %s, which is not in the standard library", imp)
+		}
+	}
+}

@@ -2,7 +2,7 @@
 // prints the event. Point a watukuy webhook sink at http://<addr>/hooks/watukuy with the same
 // secret:
 //
-//	WATUKUY_WEBHOOK_SECRETS=whsec_... go run ./examples/webhookreceiver -addr 127.0.0.1:8080
+//	WEBHOOK_SECRET=whsec_... go run ./examples/webhookreceiver -addr 127.0.0.1:8080
 //
 // The secrets are space-separated; during a rotation give the old and the new one. A verified
 // event is answered 204; a forged, tampered or stale request 401 and an event the program
@@ -46,9 +46,9 @@ func main() {
 		fmt.Printf("%s %s %s %s %s\n", ev.ID, ev.Poller, ev.Type, ev.Identity, ev.Item)
 		return nil
 	}
-	h, err := newHandler(strings.Fields(os.Getenv("WATUKUY_WEBHOOK_SECRETS")), show)
+	h, err := newHandler(strings.Fields(os.Getenv("WEBHOOK_SECRET")), show)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "webhookreceiver: WATUKUY_WEBHOOK_SECRETS:", err)
+		fmt.Fprintln(os.Stderr, "webhookreceiver: WEBHOOK_SECRET:", err)
 		os.Exit(2)
 	}
 	srv := &http.Server{Addr: *addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
