@@ -1,10 +1,10 @@
 // Package sink holds the sinks of the config-driven worker (docs/design.md, Delivery): Webhook
 // (Standard Webhooks), Stream (XADD to a Redis stream) and Stdout (NDJSON). Each sink's
-// Handle method is a core.Handler: a nil error acks the event, an error is a failed attempt
+// Handle method is a watukuytype.Handler: a nil error acks the event, an error is a failed attempt
 // that the engine retries with backoff and finally parks.
 //
 // Every sink emits the same bytes for one event: Envelope(ev), which is json.Marshal of the
-// core.Event (id, poller, partition, type, lane, identity, version, seq, observedAt,
+// watukuytype.Event (id, poller, partition, type, lane, identity, version, seq, observedAt,
 // schemaVersion, item). Receivers deduplicate by the event id: delivery is at least once, and
 // a redelivered event keeps its id.
 //
@@ -15,10 +15,12 @@
 //     time of the attempt in unix seconds, and webhook-signature holds one "v1,<base64 HMAC>"
 //     per configured secret, space-separated, so a receiver can rotate its secret without
 //     downtime: configure old and new, switch the receiver, then drop the old one.
-//   - Secrets must be "whsec_" + standard base64 of at least 24 bytes (the spec asks for 24 to
-//     64 random bytes); surrounding whitespace (a trailing newline from a secret file) is
-//     ignored. Sign and Verify use the same rule. Errors name a secret by position, never by
-//     any part of its value.
+//   - Signing and verifying are package webhook's (github.com/watukuy/watukuy/webhook), the
+//     public package receivers use, so sender and receivers share one implementation; Sign,
+//     Verify, the header names and the errors here are its, with a "sink: " prefix. Secrets
+//     must be "whsec_" + standard base64 of at least 24 bytes (the spec asks for 24 to 64
+//     random bytes); surrounding whitespace (a trailing newline from a secret file) is
+//     ignored. Errors name a secret by position, never by any part of its value.
 //   - Only 2xx acks. Redirects are not followed by the default client: a 301/302/303 would turn
 //     the POST into a GET whose 2xx would ack an event nobody received, so every 3xx is a
 //     failed attempt that names the status. The error wraps a *StatusError with the status

@@ -3,9 +3,6 @@ package sink
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -18,25 +15,26 @@ import (
 
 	"github.com/watukuy/watukuy/internal/httpx"
 	"github.com/watukuy/watukuy/watukuytype"
+	"github.com/watukuy/watukuy/webhook"
 )
 
-// Defaults and limits of the webhook sink.
+// Defaults and limits of the webhook sink. The format's names and limits are package
+// webhook's, repeated here for the sink's callers.
 const (
 	// DefaultWebhookTimeout bounds one delivery attempt (connect, request, response headers
 	// and the part of the body that is read) when Webhook.Timeout is 0.
 	DefaultWebhookTimeout = 10 * time.Second
-	// DefaultTolerance is how far a webhook-timestamp may be from the receiver's clock, in
-	// either direction, when Verify is given a tolerance <= 0.
-	DefaultTolerance = 5 * time.Minute
-	// SecretPrefix starts every secret, as in the Standard Webhooks spec.
-	SecretPrefix = "whsec_"
-	// MinSecretBytes is the shortest decoded key accepted (the spec asks for 24 to 64 bytes).
-	MinSecretBytes = 24
+	// DefaultTolerance is webhook.DefaultTolerance: Verify's tolerance when given <= 0.
+	DefaultTolerance = webhook.DefaultTolerance
+	// SecretPrefix is webhook.SecretPrefix, which starts every secret.
+	SecretPrefix = webhook.SecretPrefix
+	// MinSecretBytes is webhook.MinSecretBytes, the shortest decoded key accepted.
+	MinSecretBytes = webhook.MinSecretBytes
 
-	// Header names of the Standard Webhooks spec.
-	HeaderID        = "webhook-id"
-	HeaderTimestamp = "webhook-timestamp"
-	HeaderSignature = "webhook-signature"
+	// Header names of the Standard Webhooks spec (package webhook's).
+	HeaderID        = webhook.HeaderID
+	HeaderTimestamp = webhook.HeaderTimestamp
+	HeaderSignature = webhook.HeaderSignature
 
 	// drainLimit bounds what is read of a response body so the connection can be reused.
 	drainLimit = 64 << 10
@@ -45,14 +43,14 @@ const (
 	userAgent  = "watukuy-webhook"
 )
 
-// Errors Verify wraps, for errors.Is.
+// Errors Verify wraps, for errors.Is: package webhook's.
 var (
 	// ErrMissingHeader: webhook-id, webhook-timestamp or webhook-signature is absent.
-	ErrMissingHeader = errors.New("sink: webhook: missing header")
+	ErrMissingHeader = webhook.ErrMissingHeader
 	// ErrTimestamp: webhook-timestamp is malformed or outside the tolerance.
-	ErrTimestamp = errors.New("sink: webhook: bad timestamp")
+	ErrTimestamp = webhook.ErrTimestamp
 	// ErrSignature: no v1 signature of the header matches any of the secrets.
-	ErrSignature = errors.New("sink: webhook: no matching signature")
+	ErrSignature = webhook.ErrSignature
 )
 
 // Webhook POSTs the envelope per the Standard Webhooks spec (https://www.standardwebhooks.com/):
@@ -82,7 +80,7 @@ type Webhook struct {
 
 	u        *url.URL
 	redacted string
-	keys     [][]byte
+	signer   *webhook.Signer
 }
 
 // NewWebhook validates the URL (absolute http or https) and the secrets (at least one, each
@@ -102,12 +100,9 @@ func NewWebhook(w Webhook) (*Webhook, error) {
 	if u.Host == "" {
 		return nil, fmt.Errorf("sink: webhook: url %s has no host", httpx.RedactURL(w.URL))
 	}
-	if len(w.Secrets) == 0 {
-		return nil, errors.New("sink: webhook: no secret: give at least one \"whsec_...\" secret")
-	}
-	keys, err := parseSecrets(w.Secrets)
+	signer, err := webhook.NewSigner(w.Secrets)
 	if err != nil {
-		return nil, fmt.Errorf("sink: webhook: %w", err)
+		return nil, fmt.Errorf("sink: %w", err)
 	}
 	if w.Timeout < 0 {
 		return nil, fmt.Errorf("sink: webhook: negative timeout %s", w.Timeout)
@@ -120,7 +115,7 @@ func NewWebhook(w Webhook) (*Webhook, error) {
 		Now:      w.Now,
 		u:        u,
 		redacted: httpx.RedactURL(w.URL),
-		keys:     keys,
+		signer:   signer,
 	}
 	if out.Timeout == 0 {
 		out.Timeout = DefaultWebhookTimeout
@@ -173,7 +168,7 @@ func (w *Webhook) Handle(ctx context.Context, ev watukuytype.Event) error {
 	req.Header.Set("User-Agent", userAgent)
 	req.Header.Set(HeaderID, ev.ID)
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
-	req.Header.Set(HeaderSignature, sign(w.keys, ev.ID, ts, body))
+	req.Header.Set(HeaderSignature, w.signer.Sign(ev.ID, ts, body))
 
 	resp, err := w.Client.Do(req)
 	if err != nil {
@@ -195,119 +190,31 @@ func (w *Webhook) Handle(ctx context.Context, ev watukuytype.Event) error {
 }
 
 // Sign returns the webhook-signature header value for a message: one "v1,<base64>" per
-// secret, space-separated, in the order of secrets. Webhook.Handle sends exactly this.
+// secret, space-separated, in the order of secrets. Webhook.Handle sends exactly this. It is
+// webhook.Sign.
 func Sign(secrets []string, id string, timestamp int64, body []byte) (string, error) {
-	if len(secrets) == 0 {
-		return "", errors.New("sink: webhook: no secret")
-	}
-	keys, err := parseSecrets(secrets)
+	sig, err := webhook.Sign(secrets, id, timestamp, body)
 	if err != nil {
-		return "", fmt.Errorf("sink: webhook: %w", err)
+		return "", fmt.Errorf("sink: %w", err)
 	}
-	return sign(keys, id, timestamp, body), nil
+	return sig, nil
 }
 
-// Verify checks a received webhook the way a receiver should: the three headers are present,
-// webhook-timestamp is within tolerance of now in either direction (tolerance <= 0 means 5
-// minutes), and at least one "v1,<sig>" entry of webhook-signature is the HMAC of
-// "<id>.<timestamp>.<body>" under one of the secrets. body must be the raw request body, byte
-// for byte. Entries of other versions (e.g. v1a) are ignored. The error wraps
-// ErrMissingHeader, ErrTimestamp or ErrSignature, or describes a malformed secret.
+// Verify checks a received webhook at the time now with package webhook's Verifier: the
+// three headers are present, webhook-timestamp is within tolerance of now in either
+// direction (tolerance <= 0 means 5 minutes), and at least one "v1,<sig>" entry of
+// webhook-signature is the HMAC of "<id>.<timestamp>.<body>" under one of the secrets. body
+// must be the raw request body, byte for byte. The error wraps ErrMissingHeader,
+// ErrTimestamp or ErrSignature, or describes a malformed secret.
 func Verify(secrets []string, header http.Header, body []byte, now time.Time, tolerance time.Duration) error {
-	if len(secrets) == 0 {
-		return errors.New("sink: webhook: verify: no secret")
-	}
-	keys, err := parseSecrets(secrets)
+	v, err := webhook.NewVerifier(secrets, webhook.Options{Tolerance: tolerance, Now: func() time.Time { return now }})
 	if err != nil {
-		return fmt.Errorf("sink: webhook: verify: %w", err)
+		return fmt.Errorf("sink: %w", err)
 	}
-	if tolerance <= 0 {
-		tolerance = DefaultTolerance
+	if err := v.Verify(header, body); err != nil {
+		return fmt.Errorf("sink: %w", err)
 	}
-	id, tsText, sigs := header.Get(HeaderID), header.Get(HeaderTimestamp), header.Get(HeaderSignature)
-	for _, h := range []struct{ name, v string }{{HeaderID, id}, {HeaderTimestamp, tsText}, {HeaderSignature, sigs}} {
-		if h.v == "" {
-			return fmt.Errorf("%w %s", ErrMissingHeader, h.name)
-		}
-	}
-	ts, err := strconv.ParseInt(tsText, 10, 64)
-	if err != nil {
-		return fmt.Errorf("%w: %s %q is not unix seconds", ErrTimestamp, HeaderTimestamp, tsText)
-	}
-	// Compare in seconds: a time.Duration overflows for absurd timestamps.
-	tol := int64(tolerance / time.Second)
-	nowS := now.Unix()
-	if ts < nowS-tol {
-		return fmt.Errorf("%w: message timestamp %d is more than %s older than now (%d)", ErrTimestamp, ts, tolerance, nowS)
-	}
-	if ts > nowS+tol {
-		return fmt.Errorf("%w: message timestamp %d is more than %s ahead of now (%d)", ErrTimestamp, ts, tolerance, nowS)
-	}
-	expected := make([][]byte, len(keys))
-	for i, k := range keys {
-		expected[i] = mac(k, id, ts, body)
-	}
-	for _, entry := range strings.Fields(sigs) {
-		version, sig, ok := strings.Cut(entry, ",")
-		if !ok || version != "v1" {
-			continue
-		}
-		got, err := base64.StdEncoding.DecodeString(sig)
-		if err != nil {
-			continue
-		}
-		for _, e := range expected {
-			if hmac.Equal(got, e) {
-				return nil
-			}
-		}
-	}
-	return fmt.Errorf("%w for message %s", ErrSignature, id)
-}
-
-func sign(keys [][]byte, id string, ts int64, body []byte) string {
-	var b strings.Builder
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString("v1,")
-		b.WriteString(base64.StdEncoding.EncodeToString(mac(k, id, ts, body)))
-	}
-	return b.String()
-}
-
-func mac(key []byte, id string, ts int64, body []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(id))
-	m.Write([]byte{'.'})
-	m.Write(strconv.AppendInt(nil, ts, 10))
-	m.Write([]byte{'.'})
-	m.Write(body)
-	return m.Sum(nil)
-}
-
-// parseSecrets decodes "whsec_<base64>" secrets. Errors name a secret by its position (1-based)
-// and never repeat any part of it.
-func parseSecrets(secrets []string) ([][]byte, error) {
-	keys := make([][]byte, 0, len(secrets))
-	for i, s := range secrets {
-		s = strings.TrimSpace(s)
-		rest, ok := strings.CutPrefix(s, SecretPrefix)
-		if !ok {
-			return nil, fmt.Errorf("secret %d of %d: must start with %q", i+1, len(secrets), SecretPrefix)
-		}
-		k, err := base64.StdEncoding.DecodeString(rest)
-		if err != nil {
-			return nil, fmt.Errorf("secret %d of %d: the part after %q is not standard base64", i+1, len(secrets), SecretPrefix)
-		}
-		if len(k) < MinSecretBytes {
-			return nil, fmt.Errorf("secret %d of %d: key is %d bytes, want at least %d (Standard Webhooks: 24 to 64 random bytes)",
-				i+1, len(secrets), len(k), MinSecretBytes)
-		}
-		keys = append(keys, k)
-	}
-	return keys, nil
+	return nil
 }
 
 // unwrapURLError drops *url.Error, whose message repeats the raw URL (query tokens included).
