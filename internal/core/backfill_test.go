@@ -71,6 +71,29 @@ func TestBackfillProgress(t *testing.T) {
 	}
 }
 
+// A backfill stops at its target cursor even where the API has more, and its events do not
+// move the live cursor.
+func TestBackfillStopsAtItsTarget(t *testing.T) {
+	w := newWorld(t)
+	f := newFeed(2)
+	f.putN(6)
+	eng := w.engine(w.poller(f.fetch))
+	w.run(eng)
+	w.rec.take()
+	to := "4"
+	if _, err := eng.Backfill(context.Background(), key, core.BackfillRequest{To: &to, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	rep := w.run(eng)
+	b := w.inspect(eng).Backfill
+	if rep.Pages != 3 || b == nil || !b.Done || b.Cursor != "4" || b.Pages != 2 {
+		t.Fatalf("report %+v, progress %+v: want the live page and 2 backfill pages, done at 4", rep, b)
+	}
+	if got := summary(w.rec.take()); !slices.Equal(got, []string{"updated:i01", "updated:i02", "updated:i03", "updated:i04"}) {
+		t.Fatalf("events %v", got)
+	}
+}
+
 // The backfill's failures are its own: a transient one is recorded and retried at the next
 // cycle without counting against the key; a cursor stall stops the backfill for good.
 func TestBackfillFailures(t *testing.T) {
