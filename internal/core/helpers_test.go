@@ -56,12 +56,13 @@ func newWorld(t *testing.T) *world {
 // key is the single key of the test pollers (no partitions).
 var key = core.Key{Poller: "orders"}
 
-// poller is the default test poller on fetch: handler the world's recorder, retries without
-// real waiting, schedule 1s..1m.
+// poller is the default test poller on fetch: handler the world's recorder, one ordering key
+// at a time (events reach the handler in commit order), retries without real waiting,
+// schedule 1s..1m.
 func (w *world) poller(fetch core.FetchFunc, mod ...func(*core.Poller)) core.Poller {
 	p := core.Poller{Name: key.Poller, Fetch: fetch, Version: core.Field("v"), Handler: w.rec.handle,
 		Schedule: schedule.Config{Min: time.Second, Max: time.Minute},
-		Delivery: core.Delivery{Attempts: 2, Backoff: schedule.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
+		Delivery: core.Delivery{Concurrency: 1, Attempts: 2, Backoff: schedule.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
 	for _, m := range mod {
 		m(&p)
 	}
