@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // A backfill runs on the pages the live lane leaves: one page a cycle here, each committed
@@ -19,7 +19,7 @@ func TestBackfillProgress(t *testing.T) {
 	w := newWorld(t)
 	f := newFeed(2)
 	f.putN(6)
-	eng := w.engine(w.poller(f.fetch, func(p *core.Poller) {
+	eng := w.engine(w.poller(f.fetch, func(p *watukuytype.Poller) {
 		// The live lane takes one page a cycle once caught up (nothing new): one is left for
 		// the backfill.
 		p.MaxPagesPerCycle = 2
@@ -31,7 +31,7 @@ func TestBackfillProgress(t *testing.T) {
 	w.run(eng) // the live lane reads 2 of the 3 pages (truncated: due again at once)
 	w.run(eng)
 	w.rec.take()
-	bp, err := eng.Backfill(context.Background(), key, core.BackfillRequest{Force: true})
+	bp, err := eng.Backfill(context.Background(), key, watukuytype.BackfillRequest{Force: true})
 	if err != nil || bp.To != "6" || bp.Generation != 1 {
 		t.Fatalf("backfill: %+v %v", bp, err)
 	}
@@ -54,7 +54,7 @@ func TestBackfillProgress(t *testing.T) {
 			b.Fraction == nil || *b.Fraction != want.fraction || b.Events != 2*(i+1) {
 			t.Fatalf("cycle %d: report %+v, progress %+v", i, rep, b)
 		}
-		if got := summary(evs); !slices.Equal(got, want.events) || evs[0].Lane != "backfill" {
+		if got := summary(evs); !slices.Equal(got, want.events) || evs[0].Lane != watukuytype.LaneBackfill {
 			t.Fatalf("cycle %d: events %v (lane %s), want %v", i, got, evs[0].Lane, want.events)
 		}
 		// Pending: due again at once; done: the live schedule (Min 1s, changed).
@@ -81,7 +81,7 @@ func TestBackfillStopsAtItsTarget(t *testing.T) {
 	w.run(eng)
 	w.rec.take()
 	to := "4"
-	if _, err := eng.Backfill(context.Background(), key, core.BackfillRequest{To: &to, Force: true}); err != nil {
+	if _, err := eng.Backfill(context.Background(), key, watukuytype.BackfillRequest{To: &to, Force: true}); err != nil {
 		t.Fatal(err)
 	}
 	rep := w.run(eng)
@@ -103,28 +103,28 @@ func TestBackfillFailures(t *testing.T) {
 		failed bool
 	}{
 		{"transient", errors.New("connection reset"), false},
-		{"cursor stall", &core.CursorStallError{Key: key, Cursor: "0", Msg: "stuck"}, true},
+		{"cursor stall", &watukuytype.CursorStallError{Key: key, Cursor: "0", Msg: "stuck"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t)
 			f := newFeed(2)
 			f.putN(4)
 			var failBackfill atomic.Bool
-			fetch := func(ctx context.Context, req core.FetchRequest) (core.Page, error) {
-				if req.Lane == "backfill" && failBackfill.Load() {
-					return core.Page{}, tc.err
+			fetch := func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+				if req.Lane == watukuytype.LaneBackfill && failBackfill.Load() {
+					return watukuytype.Page{}, tc.err
 				}
 				return f.fetch(ctx, req)
 			}
 			eng := w.engine(w.poller(fetch))
 			w.run(eng)
-			if _, err := eng.Backfill(context.Background(), key, core.BackfillRequest{}); err != nil {
+			if _, err := eng.Backfill(context.Background(), key, watukuytype.BackfillRequest{}); err != nil {
 				t.Fatal(err)
 			}
 			failBackfill.Store(true)
 			rep := w.run(eng)
 			ki := w.inspect(eng)
-			if rep.Err != nil || ki.Failures != 0 || ki.LastError != nil || ki.Circuit != "closed" {
+			if rep.Err != nil || ki.Failures != 0 || ki.LastError != nil || ki.Circuit != watukuytype.CircuitClosed {
 				t.Fatalf("the backfill's failure counted against the key: %+v, failures %d, lastError %s", rep, ki.Failures, ki.LastError)
 			}
 			if b := ki.Backfill; b == nil || b.LastError == "" || b.Failed != tc.failed || b.Done {

@@ -8,17 +8,18 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // The cycle's outcome matrix: what one cycle reports and leaves in the key's state, for each
 // way it can end (changes, fetch failure, circuit, throttle, truncation, stall, config,
 // 304) and each way it can be skipped (paused, leased, not due).
 func TestCycleOutcomes(t *testing.T) {
-	notModified := func(context.Context, core.FetchRequest) (core.Page, error) {
-		return core.Page{NotModified: true}, nil
+	notModified := func(context.Context, watukuytype.FetchRequest) (watukuytype.Page, error) {
+		return watukuytype.Page{NotModified: true}, nil
 	}
 	type want struct {
-		outcome   core.Outcome
+		outcome   watukuytype.Outcome
 		pages     int
 		events    int
 		delivered int
@@ -26,38 +27,38 @@ func TestCycleOutcomes(t *testing.T) {
 		notMod    bool
 		err       string // substring of CycleReport.Err; "" means nil
 		requests  int    // requests the checked cycle sent
-		status    string
+		status    watukuytype.Status
 		failures  int
-		circuit   string
-		lastError string        // LastError.Code; "" means none
-		throttled time.Duration // ThrottledUntil - now; 0 means none
-		nextDue   time.Duration // NextDueAt - now
+		circuit   watukuytype.CircuitState
+		lastError watukuytype.ErrorCode // LastError.Code; "" means none
+		throttled time.Duration         // ThrottledUntil - now; 0 means none
+		nextDue   time.Duration         // NextDueAt - now
 		cursor    string
 	}
 	for _, tc := range []struct {
 		name    string
 		items   int // in the feed before anything runs
 		size    int // page size
-		mod     func(p *core.Poller)
+		mod     func(p *watukuytype.Poller)
 		prepare func(w *world, f *feed, eng *core.Engine) // before the checked cycle
 		fail    error                                     // every request of the checked cycle fails with it
 		want    want
 	}{
 		{name: "changes are committed and delivered", items: 3, size: 10,
-			want: want{outcome: core.Ran, pages: 1, events: 3, delivered: 3, requests: 1, status: "idle", circuit: "closed",
+			want: want{outcome: watukuytype.Ran, pages: 1, events: 3, delivered: 3, requests: 1, status: watukuytype.StatusIdle, circuit: watukuytype.CircuitClosed,
 				nextDue: time.Second, cursor: "3"}},
 		{name: "a fetch failure counts and backs off", items: 3, size: 10, fail: errors.New("connection reset"),
-			want: want{outcome: core.Ran, pages: 1, err: "connection reset", requests: 1, status: "failing", failures: 1,
-				circuit: "closed", lastError: "FETCH", nextDue: 500 * time.Millisecond}}, // DefaultBackoff 1s, r=0.5
+			want: want{outcome: watukuytype.Ran, pages: 1, err: "connection reset", requests: 1, status: watukuytype.StatusFailing, failures: 1,
+				circuit: watukuytype.CircuitClosed, lastError: watukuytype.CodeFetch, nextDue: 500 * time.Millisecond}}, // DefaultBackoff 1s, r=0.5
 		{name: "consecutive failures open the circuit", items: 3, size: 10, fail: errors.New("connection reset"),
-			mod: func(p *core.Poller) { p.Failures = 2 },
+			mod: func(p *watukuytype.Poller) { p.Failures = 2 },
 			prepare: func(w *world, f *feed, eng *core.Engine) {
 				f.setErr(errors.New("connection reset"))
 				w.run(eng)
 				w.clock.advance(time.Second)
 			},
-			want: want{outcome: core.Ran, pages: 1, err: "connection reset", requests: 1, status: "circuitOpen", failures: 2,
-				circuit: "open", lastError: "FETCH", nextDue: time.Minute}}, // ProbeEvery = Schedule.Max
+			want: want{outcome: watukuytype.Ran, pages: 1, err: "connection reset", requests: 1, status: watukuytype.StatusCircuitOpen, failures: 2,
+				circuit: watukuytype.CircuitOpen, lastError: watukuytype.CodeFetch, nextDue: time.Minute}}, // ProbeEvery = Schedule.Max
 		{name: "a success clears failures and lastError", items: 3, size: 10,
 			prepare: func(w *world, f *feed, eng *core.Engine) {
 				f.setErr(errors.New("connection reset"))
@@ -65,53 +66,53 @@ func TestCycleOutcomes(t *testing.T) {
 				f.setErr(nil)
 				w.clock.advance(time.Second)
 			},
-			want: want{outcome: core.Ran, pages: 1, events: 3, delivered: 3, requests: 1, status: "idle", circuit: "closed",
+			want: want{outcome: watukuytype.Ran, pages: 1, events: 3, delivered: 3, requests: 1, status: watukuytype.StatusIdle, circuit: watukuytype.CircuitClosed,
 				nextDue: time.Second, cursor: "3"}},
 		{name: "429 with Retry-After throttles, not a failure", items: 3, size: 10,
-			fail: &core.HTTPError{Key: key, StatusCode: 429, URL: "http://api/x", RetryAfter: 90 * time.Second},
-			want: want{outcome: core.Ran, pages: 1, requests: 1, status: "throttled", circuit: "closed",
+			fail: &watukuytype.HTTPError{Key: key, StatusCode: 429, URL: "http://api/x", RetryAfter: 90 * time.Second},
+			want: want{outcome: watukuytype.Ran, pages: 1, requests: 1, status: watukuytype.StatusThrottled, circuit: watukuytype.CircuitClosed,
 				throttled: 90 * time.Second, nextDue: 90 * time.Second}},
 		{name: "503 with Retry-After throttles", items: 3, size: 10,
-			fail: &core.HTTPError{Key: key, StatusCode: 503, URL: "http://api/x", RetryAfter: 20 * time.Second},
-			want: want{outcome: core.Ran, pages: 1, requests: 1, status: "throttled", circuit: "closed",
+			fail: &watukuytype.HTTPError{Key: key, StatusCode: 503, URL: "http://api/x", RetryAfter: 20 * time.Second},
+			want: want{outcome: watukuytype.Ran, pages: 1, requests: 1, status: watukuytype.StatusThrottled, circuit: watukuytype.CircuitClosed,
 				throttled: 20 * time.Second, nextDue: 20 * time.Second}},
 		{name: "503 without Retry-After is a failure", items: 3, size: 10,
-			fail: &core.HTTPError{Key: key, StatusCode: 503, URL: "http://api/x"},
-			want: want{outcome: core.Ran, pages: 1, err: "HTTP 503", requests: 1, status: "failing", failures: 1,
-				circuit: "closed", lastError: "FETCH", nextDue: 500 * time.Millisecond}},
+			fail: &watukuytype.HTTPError{Key: key, StatusCode: 503, URL: "http://api/x"},
+			want: want{outcome: watukuytype.Ran, pages: 1, err: "HTTP 503", requests: 1, status: watukuytype.StatusFailing, failures: 1,
+				circuit: watukuytype.CircuitClosed, lastError: watukuytype.CodeFetch, nextDue: 500 * time.Millisecond}},
 		{name: "inside the throttle window the key is not due", items: 3, size: 10,
 			prepare: func(w *world, f *feed, eng *core.Engine) {
-				f.setErr(&core.HTTPError{Key: key, StatusCode: 429, URL: "http://api/x", RetryAfter: 90 * time.Second})
+				f.setErr(&watukuytype.HTTPError{Key: key, StatusCode: 429, URL: "http://api/x", RetryAfter: 90 * time.Second})
 				w.run(eng)
 				f.setErr(nil)
 				w.clock.advance(30 * time.Second)
 			},
-			want: want{outcome: core.SkippedNotDue, status: "throttled", circuit: "closed",
+			want: want{outcome: watukuytype.SkippedNotDue, status: watukuytype.StatusThrottled, circuit: watukuytype.CircuitClosed,
 				throttled: 60 * time.Second, nextDue: 60 * time.Second}},
 		{name: "a cursor stall has its own code", items: 3, size: 10,
-			fail: &core.CursorStallError{Key: key, Cursor: "c", Msg: "all at the cursor"},
-			want: want{outcome: core.Ran, pages: 1, err: "cursor stall", requests: 1, status: "failing", failures: 1,
-				circuit: "closed", lastError: "CURSOR_STALL", nextDue: 500 * time.Millisecond}},
+			fail: &watukuytype.CursorStallError{Key: key, Cursor: "c", Msg: "all at the cursor"},
+			want: want{outcome: watukuytype.Ran, pages: 1, err: "cursor stall", requests: 1, status: watukuytype.StatusFailing, failures: 1,
+				circuit: watukuytype.CircuitClosed, lastError: watukuytype.CodeCursorStall, nextDue: 500 * time.Millisecond}},
 		{name: "a config error from fetch has its own code", items: 3, size: 10,
-			fail: &core.ConfigError{Poller: key.Poller, Field: "items", Msg: "not an array"},
-			want: want{outcome: core.Ran, pages: 1, err: "not an array", requests: 1, status: "failing", failures: 1,
-				circuit: "closed", lastError: "CONFIG", nextDue: 500 * time.Millisecond}},
+			fail: &watukuytype.ConfigError{Poller: key.Poller, Field: "items", Msg: "not an array"},
+			want: want{outcome: watukuytype.Ran, pages: 1, err: "not an array", requests: 1, status: watukuytype.StatusFailing, failures: 1,
+				circuit: watukuytype.CircuitClosed, lastError: watukuytype.CodeConfig, nextDue: 500 * time.Millisecond}},
 		{name: "maxPagesPerCycle truncates and leaves the key due", items: 7, size: 2,
-			mod: func(p *core.Poller) { p.MaxPagesPerCycle = 2 },
-			want: want{outcome: core.Ran, pages: 2, events: 4, delivered: 4, truncated: true, requests: 2, status: "idle",
-				circuit: "closed", nextDue: 0, cursor: "4"}},
+			mod: func(p *watukuytype.Poller) { p.MaxPagesPerCycle = 2 },
+			want: want{outcome: watukuytype.Ran, pages: 2, events: 4, delivered: 4, truncated: true, requests: 2, status: watukuytype.StatusIdle,
+				circuit: watukuytype.CircuitClosed, nextDue: 0, cursor: "4"}},
 		{name: "the cycle after a truncated one goes on from its cursor", items: 7, size: 2,
-			mod:     func(p *core.Poller) { p.MaxPagesPerCycle = 2 },
+			mod:     func(p *watukuytype.Poller) { p.MaxPagesPerCycle = 2 },
 			prepare: func(w *world, f *feed, eng *core.Engine) { w.run(eng) },
-			want: want{outcome: core.Ran, pages: 2, events: 3, delivered: 3, requests: 2, status: "idle",
-				circuit: "closed", nextDue: time.Second, cursor: "7"}},
+			want: want{outcome: watukuytype.Ran, pages: 2, events: 3, delivered: 3, requests: 2, status: watukuytype.StatusIdle,
+				circuit: watukuytype.CircuitClosed, nextDue: time.Second, cursor: "7"}},
 		{name: "a snapshot listing longer than maxPagesPerCycle is a config error", items: 7, size: 2,
-			mod: func(p *core.Poller) { p.MaxPagesPerCycle = 2; p.Strategy = core.SnapshotDiff },
-			want: want{outcome: core.Ran, pages: 2, events: 4, delivered: 4, err: "longer than maxPagesPerCycle", requests: 2,
-				status: "failing", failures: 1, circuit: "closed", lastError: "CONFIG", nextDue: 500 * time.Millisecond}},
+			mod: func(p *watukuytype.Poller) { p.MaxPagesPerCycle = 2; p.Strategy = watukuytype.SnapshotDiff },
+			want: want{outcome: watukuytype.Ran, pages: 2, events: 4, delivered: 4, err: "longer than maxPagesPerCycle", requests: 2,
+				status: watukuytype.StatusFailing, failures: 1, circuit: watukuytype.CircuitClosed, lastError: watukuytype.CodeConfig, nextDue: 500 * time.Millisecond}},
 		{name: "304 is idle", items: 3, size: 10,
-			mod: func(p *core.Poller) { p.Fetch = notModified },
-			want: want{outcome: core.Ran, pages: 1, notMod: true, status: "idle", circuit: "closed",
+			mod: func(p *watukuytype.Poller) { p.Fetch = notModified },
+			want: want{outcome: watukuytype.Ran, pages: 1, notMod: true, status: watukuytype.StatusIdle, circuit: watukuytype.CircuitClosed,
 				nextDue: 1500 * time.Millisecond}}, // Min 1s, idle ×1.5
 		{name: "a paused key is skipped", items: 3, size: 10,
 			prepare: func(w *world, f *feed, eng *core.Engine) {
@@ -119,7 +120,7 @@ func TestCycleOutcomes(t *testing.T) {
 					w.t.Fatal(err)
 				}
 			},
-			want: want{outcome: core.SkippedPaused, status: "paused", circuit: "closed", nextDue: 5 * time.Minute}},
+			want: want{outcome: watukuytype.SkippedPaused, status: watukuytype.StatusPaused, circuit: watukuytype.CircuitClosed, nextDue: 5 * time.Minute}},
 		{name: "a key leased by another instance is skipped", items: 3, size: 10,
 			prepare: func(w *world, f *feed, eng *core.Engine) {
 				b, err := w.store.Begin(context.Background(), key, "other", 30*time.Second, false)
@@ -127,11 +128,11 @@ func TestCycleOutcomes(t *testing.T) {
 					w.t.Fatalf("begin: %+v %v", b, err)
 				}
 			},
-			want: want{outcome: core.SkippedLeased, status: "running", circuit: "closed",
+			want: want{outcome: watukuytype.SkippedLeased, status: watukuytype.StatusRunning, circuit: watukuytype.CircuitClosed,
 				nextDue: 30*time.Second + core.ClaimGrace}},
 		{name: "a key not due is skipped", items: 3, size: 10,
 			prepare: func(w *world, f *feed, eng *core.Engine) { w.run(eng) },
-			want:    want{outcome: core.SkippedNotDue, status: "idle", circuit: "closed", nextDue: time.Second, cursor: "3"}},
+			want:    want{outcome: watukuytype.SkippedNotDue, status: watukuytype.StatusIdle, circuit: watukuytype.CircuitClosed, nextDue: time.Second, cursor: "3"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t)
@@ -139,7 +140,7 @@ func TestCycleOutcomes(t *testing.T) {
 			f.putN(tc.items)
 			mod := tc.mod
 			if mod == nil {
-				mod = func(*core.Poller) {}
+				mod = func(*watukuytype.Poller) {}
 			}
 			eng := w.engine(w.poller(f.fetch, mod))
 			if tc.prepare != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // G4 at the dispatcher: an event that keeps failing is parked and holds its ordering key, so
@@ -24,14 +24,14 @@ func TestDispatchHoldsAnOrderingKey(t *testing.T) {
 			for _, it := range [][2]string{{"a1", "A"}, {"b1", "B"}, {"a2", "A"}, {"b2", "B"}, {"a3", "A"}} {
 				f.put(it[0], "1", "group", it[1])
 			}
-			group := func(ev core.Event) string { return gjson.GetBytes(ev.Item, "group").String() }
-			w.rec.setFail(func(ev core.Event) error {
+			group := func(ev watukuytype.Event) string { return gjson.GetBytes(ev.Item, "group").String() }
+			w.rec.setFail(func(ev watukuytype.Event) error {
 				if ev.Identity == "a1" {
 					return errors.New("sink refuses a1")
 				}
 				return nil
 			})
-			eng := w.engine(w.poller(f.fetch, func(p *core.Poller) {
+			eng := w.engine(w.poller(f.fetch, func(p *watukuytype.Poller) {
 				p.Delivery.OrderingKey = group
 				p.Delivery.Concurrency = concurrency
 			}))
@@ -88,14 +88,14 @@ func TestDispatchDiscardReleasesTheHeldEvents(t *testing.T) {
 	for _, id := range []string{"x1", "x2", "x3"} {
 		f.put(id, "1", "group", "X")
 	}
-	w.rec.setFail(func(ev core.Event) error {
+	w.rec.setFail(func(ev watukuytype.Event) error {
 		if ev.Identity == "x1" {
 			return errors.New("refused")
 		}
 		return nil
 	})
-	eng := w.engine(w.poller(f.fetch, func(p *core.Poller) {
-		p.Delivery.OrderingKey = func(ev core.Event) string { return gjson.GetBytes(ev.Item, "group").String() }
+	eng := w.engine(w.poller(f.fetch, func(p *watukuytype.Poller) {
+		p.Delivery.OrderingKey = func(ev watukuytype.Event) string { return gjson.GetBytes(ev.Item, "group").String() }
 	}))
 	if rep := w.run(eng); rep.Delivered != 0 || rep.Parked != 1 {
 		t.Fatalf("first cycle: %+v", rep)
@@ -119,15 +119,15 @@ func TestDispatchPoisonHalt(t *testing.T) {
 	w := newWorld(t)
 	f := newFeed(10)
 	f.putN(3)
-	w.rec.setFail(func(core.Event) error { return errors.New("sink down") })
-	eng := w.engine(w.poller(f.fetch, func(p *core.Poller) {
-		p.Delivery.Poison = core.PoisonHalt
+	w.rec.setFail(func(watukuytype.Event) error { return errors.New("sink down") })
+	eng := w.engine(w.poller(f.fetch, func(p *watukuytype.Poller) {
+		p.Delivery.Poison = watukuytype.PoisonHalt
 		p.Delivery.Concurrency = 1
 	}))
 	rep := w.run(eng)
 	ki := w.inspect(eng)
-	if rep.Delivered != 0 || rep.Parked != 0 || rep.Err == nil || ki.Circuit != "open" || ki.OutboxPending != 3 ||
-		lastError(t, ki).Code != "POISON_HALT" {
+	if rep.Delivered != 0 || rep.Parked != 0 || rep.Err == nil || ki.Circuit != watukuytype.CircuitOpen || ki.OutboxPending != 3 ||
+		lastError(t, ki).Code != watukuytype.CodePoisonHalt {
 		t.Fatalf("report %+v, circuit %s, pending %d, lastError %s", rep, ki.Circuit, ki.OutboxPending, ki.LastError)
 	}
 	// The probe (a trigger) drains the outbox before any request.
@@ -140,7 +140,7 @@ func TestDispatchPoisonHalt(t *testing.T) {
 	if got := summary(w.rec.take()); !slices.Equal(got, []string{"created:i01", "created:i02", "created:i03"}) || rep.Delivered != 3 {
 		t.Fatalf("probe delivered %v (%+v)", got, rep)
 	}
-	if ki := w.inspect(eng); ki.Circuit != "closed" || ki.OutboxPending != 0 || f.requestCount() != requests+1 {
+	if ki := w.inspect(eng); ki.Circuit != watukuytype.CircuitClosed || ki.OutboxPending != 0 || f.requestCount() != requests+1 {
 		t.Fatalf("after the probe: circuit %s, pending %d, requests %d", ki.Circuit, ki.OutboxPending, f.requestCount()-requests)
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/internal/redistest"
-	"github.com/watukuy/watukuy/internal/schedule"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // These tests drive core.Engine directly, on redisstore over miniredis: the subject is the
@@ -54,15 +54,15 @@ func newWorld(t *testing.T) *world {
 }
 
 // key is the single key of the test pollers (no partitions).
-var key = core.Key{Poller: "orders"}
+var key = watukuytype.Key{Poller: "orders"}
 
 // poller is the default test poller on fetch: handler the world's recorder, one ordering key
 // at a time (events reach the handler in commit order), retries without real waiting,
 // schedule 1s..1m.
-func (w *world) poller(fetch core.FetchFunc, mod ...func(*core.Poller)) core.Poller {
-	p := core.Poller{Name: key.Poller, Fetch: fetch, Version: core.Field("v"), Handler: w.rec.handle,
-		Schedule: schedule.Config{Min: time.Second, Max: time.Minute},
-		Delivery: core.Delivery{Concurrency: 1, Attempts: 2, Backoff: schedule.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
+func (w *world) poller(fetch watukuytype.FetchFunc, mod ...func(*watukuytype.Poller)) watukuytype.Poller {
+	p := watukuytype.Poller{Name: key.Poller, Fetch: fetch, Version: watukuytype.Field("v"), Handler: w.rec.handle,
+		Schedule: watukuytype.Schedule{Min: time.Second, Max: time.Minute},
+		Delivery: watukuytype.Delivery{Concurrency: 1, Attempts: 2, Backoff: watukuytype.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
 	for _, m := range mod {
 		m(&p)
 	}
@@ -71,7 +71,7 @@ func (w *world) poller(fetch core.FetchFunc, mod ...func(*core.Poller)) core.Pol
 
 // engine registers p on a new engine of the world; Rand is fixed at 0.5 so jitter and backoff
 // are exact.
-func (w *world) engine(p core.Poller) *core.Engine {
+func (w *world) engine(p watukuytype.Poller) *core.Engine {
 	w.t.Helper()
 	eng, err := core.NewEngine(core.Options{Store: w.store, InstanceID: "test", Clock: w.clock.now, Rand: func() float64 { return 0.5 }})
 	if err != nil {
@@ -89,7 +89,7 @@ func (w *world) engine(p core.Poller) *core.Engine {
 // run claims the key when it is due, as a scheduler does, and runs one cycle of it whether
 // it was claimed or not (a not-due key: a stale task). Without the claim the key's due entry
 // would stay "due now", which the store keeps as a trigger.
-func (w *world) run(eng *core.Engine) core.CycleReport {
+func (w *world) run(eng *core.Engine) watukuytype.CycleReport {
 	w.t.Helper()
 	if _, err := w.store.ClaimDue(context.Background(), 1, 0, nil); err != nil {
 		w.t.Fatal(err)
@@ -109,7 +109,7 @@ func (w *world) due() time.Time {
 }
 
 // inspect reads the key's state.
-func (w *world) inspect(eng *core.Engine) core.KeyInfo {
+func (w *world) inspect(eng *core.Engine) watukuytype.KeyInfo {
 	w.t.Helper()
 	ki, err := eng.Inspect(context.Background(), key)
 	if err != nil {
@@ -119,9 +119,9 @@ func (w *world) inspect(eng *core.Engine) core.KeyInfo {
 }
 
 // lastError decodes KeyInfo.LastError (zero when none).
-func lastError(t *testing.T, ki core.KeyInfo) core.LastError {
+func lastError(t *testing.T, ki watukuytype.KeyInfo) watukuytype.LastError {
 	t.Helper()
-	var le core.LastError
+	var le watukuytype.LastError
 	if ki.LastError != nil {
 		if err := json.Unmarshal(ki.LastError, &le); err != nil {
 			t.Fatalf("lastError %s: %v", ki.LastError, err)
@@ -134,11 +134,11 @@ func lastError(t *testing.T, ki core.KeyInfo) core.LastError {
 // refuses the events it returns an error for.
 type recorder struct {
 	mu   sync.Mutex
-	evs  []core.Event
-	fail func(ev core.Event) error
+	evs  []watukuytype.Event
+	fail func(ev watukuytype.Event) error
 }
 
-func (r *recorder) handle(_ context.Context, ev core.Event) error {
+func (r *recorder) handle(_ context.Context, ev watukuytype.Event) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.fail != nil {
@@ -150,14 +150,14 @@ func (r *recorder) handle(_ context.Context, ev core.Event) error {
 	return nil
 }
 
-func (r *recorder) setFail(f func(ev core.Event) error) {
+func (r *recorder) setFail(f func(ev watukuytype.Event) error) {
 	r.mu.Lock()
 	r.fail = f
 	r.mu.Unlock()
 }
 
 // take returns the events accepted since the last take.
-func (r *recorder) take() []core.Event {
+func (r *recorder) take() []watukuytype.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	evs := r.evs
@@ -166,7 +166,7 @@ func (r *recorder) take() []core.Event {
 }
 
 // summary renders events as "type:identity" for comparisons.
-func summary(evs []core.Event) []string {
+func summary(evs []watukuytype.Event) []string {
 	out := make([]string, len(evs))
 	for i, ev := range evs {
 		out[i] = string(ev.Type) + ":" + ev.Identity
@@ -228,22 +228,22 @@ func (f *feed) requestCount() int {
 	return f.requests
 }
 
-// fetch is the feed's core.FetchFunc.
-func (f *feed) fetch(_ context.Context, req core.FetchRequest) (core.Page, error) {
+// fetch is the feed's watukuytype.FetchFunc.
+func (f *feed) fetch(_ context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.requests++
 	if f.err != nil {
-		return core.Page{}, f.err
+		return watukuytype.Page{}, f.err
 	}
 	off := 0
 	if req.Cursor != "" {
 		var err error
 		if off, err = strconv.Atoi(req.Cursor); err != nil {
-			return core.Page{}, err
+			return watukuytype.Page{}, err
 		}
 	}
 	off = min(off, len(f.items))
 	end := min(off+f.size, len(f.items))
-	return core.Page{Items: slices.Clone(f.items[off:end]), Next: strconv.Itoa(end), HasMore: end < len(f.items)}, nil
+	return watukuytype.Page{Items: slices.Clone(f.items[off:end]), Next: strconv.Itoa(end), HasMore: end < len(f.items)}, nil
 }

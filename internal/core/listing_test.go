@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // G6 at the engine: what a snapshotDiff listing deletes. An identity missing from a complete
@@ -73,13 +73,13 @@ func TestListingDeletes(t *testing.T) {
 			f := newFeed(2)
 			f.putN(4)
 			var r round
-			fetch := func(ctx context.Context, req core.FetchRequest) (core.Page, error) {
+			fetch := func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 				if r.failPage > 0 && req.Page == r.failPage {
-					return core.Page{}, errors.New("page 1 refused")
+					return watukuytype.Page{}, errors.New("page 1 refused")
 				}
 				return f.fetch(ctx, req)
 			}
-			detail := func(_ context.Context, k core.Key, id string) (json.RawMessage, bool, error) {
+			detail := func(_ context.Context, k watukuytype.Key, id string) (json.RawMessage, bool, error) {
 				switch r.detail {
 				case found:
 					return json.RawMessage(`{"id":"` + id + `","v":"2"}`), true, nil
@@ -88,8 +88,8 @@ func TestListingDeletes(t *testing.T) {
 				}
 				return nil, false, errors.New("detail of " + id + " timed out")
 			}
-			eng := w.engine(w.poller(fetch, func(p *core.Poller) {
-				p.Strategy = core.SnapshotDiff
+			eng := w.engine(w.poller(fetch, func(p *watukuytype.Poller) {
+				p.Strategy = watukuytype.SnapshotDiff
 				p.ConfirmDeletes = tc.confirm
 				if tc.detail {
 					p.Detail = detail
@@ -124,8 +124,8 @@ func TestListingTruncatedDeletesNothing(t *testing.T) {
 	w := newWorld(t)
 	f := newFeed(2)
 	f.putN(4)
-	eng := w.engine(w.poller(f.fetch, func(p *core.Poller) {
-		p.Strategy = core.SnapshotDiff
+	eng := w.engine(w.poller(f.fetch, func(p *watukuytype.Poller) {
+		p.Strategy = watukuytype.SnapshotDiff
 		p.ConfirmDeletes = 1
 		p.MaxPagesPerCycle = 2
 	}))
@@ -138,7 +138,7 @@ func TestListingTruncatedDeletesNothing(t *testing.T) {
 		w.clock.advance(2 * time.Minute)
 		rep := w.run(eng)
 		for _, ev := range w.rec.take() {
-			if ev.Type == core.Deleted {
+			if ev.Type == watukuytype.Deleted {
 				t.Fatalf("cycle %d deleted %s from a listing that never completed", i, ev.Identity)
 			}
 		}
@@ -155,8 +155,8 @@ func TestReconcileLaneDeletes(t *testing.T) {
 	live, listing := newFeed(10), newFeed(2)
 	live.putN(3)
 	listing.putN(3)
-	eng := w.engine(w.poller(live.fetch, func(p *core.Poller) {
-		p.Reconcile = &core.Reconcile{Every: 5 * time.Minute, Fetch: listing.fetch}
+	eng := w.engine(w.poller(live.fetch, func(p *watukuytype.Poller) {
+		p.Reconcile = &watukuytype.Reconcile{Every: 5 * time.Minute, Fetch: listing.fetch}
 		p.ConfirmDeletes = 1
 	}))
 	w.run(eng)
@@ -176,7 +176,7 @@ func TestReconcileLaneDeletes(t *testing.T) {
 	w.clock.advance(4 * time.Minute)
 	rep := w.run(eng)
 	got := w.rec.take()
-	if !slices.Equal(summary(got), []string{"deleted:i02"}) || got[0].Lane != "reconcile" || rep.Pages != 2 {
+	if !slices.Equal(summary(got), []string{"deleted:i02"}) || got[0].Lane != watukuytype.LaneReconcile || rep.Pages != 2 {
 		t.Fatalf("reconcile: %v (%+v)", summary(got), rep)
 	}
 	ki := w.inspect(eng)
@@ -192,8 +192,8 @@ func TestReconcileTooLongDeletesNothing(t *testing.T) {
 	live, listing := newFeed(10), newFeed(1)
 	live.putN(4)
 	listing.putN(4)
-	eng := w.engine(w.poller(live.fetch, func(p *core.Poller) {
-		p.Reconcile = &core.Reconcile{Every: time.Minute, Fetch: listing.fetch, MaxPages: 2}
+	eng := w.engine(w.poller(live.fetch, func(p *watukuytype.Poller) {
+		p.Reconcile = &watukuytype.Reconcile{Every: time.Minute, Fetch: listing.fetch, MaxPages: 2}
 		p.ConfirmDeletes = 1
 	}))
 	w.run(eng)
@@ -202,7 +202,7 @@ func TestReconcileTooLongDeletesNothing(t *testing.T) {
 	w.clock.advance(2 * time.Minute)
 	rep := w.run(eng)
 	ki := w.inspect(eng)
-	if got := w.rec.take(); len(got) != 0 || ki.Items != 4 || lastError(t, ki).Code != "CONFIG" || rep.Err == nil {
+	if got := w.rec.take(); len(got) != 0 || ki.Items != 4 || lastError(t, ki).Code != watukuytype.CodeConfig || rep.Err == nil {
 		t.Fatalf("events %v, items %d, lastError %s, err %v", summary(got), ki.Items, ki.LastError, rep.Err)
 	}
 }

@@ -10,10 +10,10 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
-var testKey = core.Key{Poller: "orders", Partition: "t1"}
+var testKey = watukuytype.Key{Poller: "orders", Partition: "t1"}
 
 // api is an httptest server whose answers a test writes, and which records every request.
 type api struct {
@@ -65,7 +65,7 @@ func (a *api) count() int {
 }
 
 // ids lists the "id" fields of a page's items.
-func ids(p core.Page) []string {
+func ids(p watukuytype.Page) []string {
 	out := make([]string, len(p.Items))
 	for i, it := range p.Items {
 		out[i] = gjson.GetBytes(it, "id").String()

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // tsItem is an item of the timestamp API, which orders by (updated_at, id).
@@ -74,7 +74,7 @@ func TestTimestampPaging(t *testing.T) {
 		// the next cycle: its first page re-reads the cursor's second (inclusive, no tie-breaker)
 		{0, t3, "", []string{"e"}, tsCursor(t3, "e"), false},
 	} {
-		p, err := ts.Fetch(t.Context(), core.FetchRequest{Key: testKey, Cursor: cursor, Page: step.page})
+		p, err := ts.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: cursor, Page: step.page})
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
@@ -120,8 +120,8 @@ func TestTimestampStall(t *testing.T) {
 			a := newAPI(t, tsAPI(same, tc.ignoreAfter))
 			ts := &Timestamp{Source: Source{URL: a.URL, Items: "data"}, Field: "updated_at", Param: "since",
 				LimitParam: "limit", Limit: tc.limit, TieBreaker: tc.tieBreaker}
-			p, err := ts.Fetch(t.Context(), core.FetchRequest{Key: testKey, Cursor: tc.cursor, Page: tc.page})
-			var se *core.CursorStallError
+			p, err := ts.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: tc.cursor, Page: tc.page})
+			var se *watukuytype.CursorStallError
 			switch {
 			case tc.stall != "":
 				if !errors.As(err, &se) || se.Cursor != tc.cursor || se.Key != testKey || !strings.Contains(se.Msg, tc.stall) {
@@ -147,7 +147,7 @@ func TestTimestampCursorAndFields(t *testing.T) {
 		wantSince string // the since parameter sent
 		wantNext  string
 		wantMore  bool
-		errField  string // a *core.ConfigError on this field
+		errField  string // a *watukuytype.ConfigError on this field
 	}{
 		{name: "a bare time is a cursor (backfill --from)", body: `{"data":[]}`, cursor: "2026-01-01T00:00:00Z",
 			wantSince: "2026-01-01T00:00:00Z", wantNext: tsCursor("2026-01-01T00:00:00Z", "")},
@@ -171,9 +171,9 @@ func TestTimestampCursorAndFields(t *testing.T) {
 			a := newAPI(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, tc.body) })
 			ts := &Timestamp{Source: Source{URL: a.URL, Items: "data"}, Field: "updated_at", Formats: tc.formats, Param: "since",
 				LimitParam: "limit", Limit: 10, HasMore: tc.hasMore}
-			p, err := ts.Fetch(t.Context(), core.FetchRequest{Key: testKey, Cursor: tc.cursor, Page: 1})
+			p, err := ts.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: tc.cursor, Page: 1})
 			if tc.errField != "" {
-				var ce *core.ConfigError
+				var ce *watukuytype.ConfigError
 				if !errors.As(err, &ce) || ce.Field != tc.errField || ce.Poller != testKey.Poller {
 					t.Fatalf("got %v, want a config error on %s", err, tc.errField)
 				}
@@ -204,11 +204,11 @@ func TestTimestampNotModified(t *testing.T) {
 	})
 	ts := &Timestamp{Source: Source{URL: a.URL, Items: "data"}, Field: "updated_at", Param: "since"}
 	cur := tsCursor("2026-01-01T00:00:00Z", "")
-	p, err := ts.Fetch(t.Context(), core.FetchRequest{Key: testKey, Cursor: cur, ETag: `"v7"`})
+	p, err := ts.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: cur, ETag: `"v7"`})
 	if err != nil || !p.NotModified || p.Next != cur || p.HasMore || len(p.Items) != 0 {
 		t.Fatalf("304: %+v %v", p, err)
 	}
-	p, err = ts.Fetch(t.Context(), core.FetchRequest{Key: testKey, Cursor: cur})
+	p, err = ts.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: cur})
 	if err != nil || p.NotModified || p.ETag != `"v7"` {
 		t.Fatalf("200: %+v %v", p, err)
 	}
@@ -256,7 +256,7 @@ func TestTokenPaging(t *testing.T) {
 		{"t3", "more", []string{"4"}, "t4", false},
 	} {
 		tok := &Token{Source: Source{URL: a.URL, Items: "items"}, Param: "cursor", Next: "next", HasMore: tc.hasMore, LimitParam: "n", Limit: 50}
-		p, err := tok.Fetch(t.Context(), core.FetchRequest{Key: testKey, Cursor: tc.cursor})
+		p, err := tok.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: tc.cursor})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -284,11 +284,11 @@ func TestTokenLinkHeader(t *testing.T) {
 		fmt.Fprint(w, `[{"id":"2"}]`)
 	})
 	tok := &Token{Source: Source{URL: a.URL + "/feed"}, LimitParam: "limit", Limit: 10}
-	p, err := tok.Fetch(t.Context(), core.FetchRequest{Key: testKey})
+	p, err := tok.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey})
 	if err != nil || p.Next != a.URL+"/feed?page_token=abc" || !p.HasMore || !slices.Equal(ids(p), []string{"1"}) {
 		t.Fatalf("first page: %+v %v", p, err)
 	}
-	p, err = tok.Fetch(t.Context(), core.FetchRequest{Key: testKey, Cursor: p.Next})
+	p, err = tok.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: p.Next})
 	if err != nil || p.Next != a.URL+"/feed?page_token=abc" || p.HasMore || !slices.Equal(ids(p), []string{"2"}) {
 		t.Fatalf("last page: %+v %v", p, err)
 	}
@@ -342,7 +342,7 @@ func TestPagePaging(t *testing.T) {
 			pg.Source = Source{URL: a.URL, Items: "rows"}
 			cursor := ""
 			for i, step := range tc.steps {
-				p, err := pg.Fetch(t.Context(), core.FetchRequest{Key: testKey, Cursor: cursor, Page: i})
+				p, err := pg.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: cursor, Page: i})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -367,22 +367,22 @@ func TestPageCursorAndETag(t *testing.T) {
 		fmt.Fprint(w, `[{"id":"1"}]`)
 	})
 	pg := &Page{Source: Source{URL: a.URL}}
-	var ce *core.ConfigError
-	if _, err := pg.Fetch(t.Context(), core.FetchRequest{Key: testKey, Cursor: "two"}); !errors.As(err, &ce) || ce.Field != "cursor" {
+	var ce *watukuytype.ConfigError
+	if _, err := pg.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: "two"}); !errors.As(err, &ce) || ce.Field != "cursor" {
 		t.Fatalf("a non-numeric cursor: %v", err)
 	}
 	// Without CollectionETag a page's tag says nothing of the collection: none sent, none kept.
-	p, err := pg.Fetch(t.Context(), core.FetchRequest{Key: testKey, ETag: `"c1"`})
+	p, err := pg.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, ETag: `"c1"`})
 	if err != nil || p.NotModified || p.ETag != "" || a.request(t, 0).Header.Get("If-None-Match") != "" {
 		t.Fatalf("without CollectionETag: %+v %v", p, err)
 	}
 	pg.CollectionETag = true
-	p, err = pg.Fetch(t.Context(), core.FetchRequest{Key: testKey, ETag: `"c1"`})
+	p, err = pg.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, ETag: `"c1"`})
 	if err != nil || !p.NotModified || p.Next != "" || p.HasMore {
 		t.Fatalf("first page with the collection's tag: %+v %v", p, err)
 	}
 	// Only the first page is conditional.
-	p, err = pg.Fetch(t.Context(), core.FetchRequest{Key: testKey, Cursor: "2", ETag: `"c1"`})
+	p, err = pg.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: "2", ETag: `"c1"`})
 	if err != nil || p.NotModified || p.ETag != `"c1"` || a.request(t, 2).Header.Get("If-None-Match") != "" {
 		t.Fatalf("second page: %+v %v", p, err)
 	}
@@ -403,7 +403,7 @@ func TestSource(t *testing.T) {
 		{name: "the body is the array", body: `[{"id":"1"}]`, wantIDs: []string{"1"}},
 		{name: "an absent array is an empty page", body: `{"other":1}`, items: "data", wantIDs: []string{}},
 		{name: "a path to a non-array is a config error", body: `{"data":{"id":"1"}}`, items: "data", check: func(t *testing.T, err error) {
-			var ce *core.ConfigError
+			var ce *watukuytype.ConfigError
 			if !errors.As(err, &ce) || ce.Field != "items" {
 				t.Fatalf("got %v, want a config error on items", err)
 			}
@@ -414,7 +414,7 @@ func TestSource(t *testing.T) {
 			}
 		}},
 		{name: "an HTTP error", status: http.StatusInternalServerError, body: `oops`, check: func(t *testing.T, err error) {
-			var he *core.HTTPError
+			var he *watukuytype.HTTPError
 			if !errors.As(err, &he) || he.StatusCode != 500 || he.Key != testKey {
 				t.Fatalf("got %v, want an HTTP 500 error of the key", err)
 			}
@@ -430,7 +430,7 @@ func TestSource(t *testing.T) {
 			tok := &Token{Source: Source{URL: a.URL + "/t/${partition}/feed", Items: tc.items,
 				Query: map[string][]string{"tenant": {"${partition}"}, "fixed": {"x"}}, Header: http.Header{"X-Tenant": {"id-${partition}"}}},
 				Param: "cursor", Next: "next"}
-			p, err := tok.Fetch(t.Context(), core.FetchRequest{Key: testKey})
+			p, err := tok.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey})
 			if tc.check != nil {
 				tc.check(t, err)
 				return
