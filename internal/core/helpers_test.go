@@ -199,7 +199,7 @@ func (f *feed) put(id, v string, extra ...string) {
 	f.mu.Unlock()
 }
 
-// putN appends items id01..idN at version 1.
+// putN appends items i01..iNN at version 1.
 func (f *feed) putN(n int) {
 	for i := 1; i <= n; i++ {
 		f.put(fmt.Sprintf("i%02d", i), "1")
