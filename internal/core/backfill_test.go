@@ -1,0 +1,141 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/watukuy/watukuy/watukuytype"
+)
+
+// A backfill runs on the pages the live lane leaves: one page a cycle here, each committed
+// with its progress (cursor, pages, fraction), the key due again at once until the target is
+// reached; a forced backfill re-emits known items as updated, lane "backfill".
+func TestBackfillProgress(t *testing.T) {
+	w := newWorld(t)
+	f := newFeed(2)
+	f.putN(6)
+	eng := w.engine(w.poller(f.fetch, func(p *watukuytype.Poller) {
+		// The live lane takes one page a cycle once caught up (nothing new): one is left for
+		// the backfill.
+		p.MaxPagesPerCycle = 2
+		p.CursorPosition = func(c string) (float64, bool) {
+			n, err := strconv.ParseFloat(c, 64)
+			return n, err == nil
+		}
+	}))
+	w.run(eng) // the live lane reads 2 of the 3 pages (truncated: due again at once)
+	w.run(eng)
+	w.rec.take()
+	bp, err := eng.Backfill(context.Background(), key, watukuytype.BackfillRequest{Force: true})
+	if err != nil || bp.To != "6" || bp.Generation != 1 {
+		t.Fatalf("backfill: %+v %v", bp, err)
+	}
+	for i, want := range []struct {
+		cursor   string
+		fraction float64
+		done     bool
+		events   []string
+	}{
+		{"2", 2.0 / 6, false, []string{"updated:i01", "updated:i02"}},
+		{"4", 4.0 / 6, false, []string{"updated:i03", "updated:i04"}},
+		{"6", 1, true, []string{"updated:i05", "updated:i06"}},
+	} {
+		now := w.clock.now()
+		rep := w.run(eng)
+		evs := w.rec.take()
+		ki := w.inspect(eng)
+		b := ki.Backfill
+		if rep.Err != nil || rep.Pages != 2 || b == nil || b.Cursor != want.cursor || b.Pages != i+1 || b.Done != want.done ||
+			b.Fraction == nil || *b.Fraction != want.fraction || b.Events != 2*(i+1) {
+			t.Fatalf("cycle %d: report %+v, progress %+v", i, rep, b)
+		}
+		if got := summary(evs); !slices.Equal(got, want.events) || evs[0].Lane != watukuytype.LaneBackfill {
+			t.Fatalf("cycle %d: events %v (lane %s), want %v", i, got, evs[0].Lane, want.events)
+		}
+		// Pending: due again at once; done: the live schedule (Min 1s, changed).
+		wantDue := now
+		if want.done {
+			wantDue = now.Add(time.Second)
+		}
+		if due := w.due(); !due.Equal(wantDue) {
+			t.Fatalf("cycle %d: due in %v, want %v", i, due.Sub(now), wantDue.Sub(now))
+		}
+		if ki.Cursor != "6" {
+			t.Fatalf("cycle %d: the backfill moved the live cursor to %q", i, ki.Cursor)
+		}
+	}
+}
+
+// A backfill stops at its target cursor even where the API has more, and its events do not
+// move the live cursor.
+func TestBackfillStopsAtItsTarget(t *testing.T) {
+	w := newWorld(t)
+	f := newFeed(2)
+	f.putN(6)
+	eng := w.engine(w.poller(f.fetch))
+	w.run(eng)
+	w.rec.take()
+	to := "4"
+	if _, err := eng.Backfill(context.Background(), key, watukuytype.BackfillRequest{To: &to, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	rep := w.run(eng)
+	b := w.inspect(eng).Backfill
+	if rep.Pages != 3 || b == nil || !b.Done || b.Cursor != "4" || b.Pages != 2 {
+		t.Fatalf("report %+v, progress %+v: want the live page and 2 backfill pages, done at 4", rep, b)
+	}
+	if got := summary(w.rec.take()); !slices.Equal(got, []string{"updated:i01", "updated:i02", "updated:i03", "updated:i04"}) {
+		t.Fatalf("events %v", got)
+	}
+}
+
+// The backfill's failures are its own: a transient one is recorded and retried at the next
+// cycle without counting against the key; a cursor stall stops the backfill for good.
+func TestBackfillFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		err    error
+		failed bool
+	}{
+		{"transient", errors.New("connection reset"), false},
+		{"cursor stall", &watukuytype.CursorStallError{Key: key, Cursor: "0", Msg: "stuck"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			f := newFeed(2)
+			f.putN(4)
+			var failBackfill atomic.Bool
+			fetch := func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+				if req.Lane == watukuytype.LaneBackfill && failBackfill.Load() {
+					return watukuytype.Page{}, tc.err
+				}
+				return f.fetch(ctx, req)
+			}
+			eng := w.engine(w.poller(fetch))
+			w.run(eng)
+			if _, err := eng.Backfill(context.Background(), key, watukuytype.BackfillRequest{}); err != nil {
+				t.Fatal(err)
+			}
+			failBackfill.Store(true)
+			rep := w.run(eng)
+			ki := w.inspect(eng)
+			if rep.Err != nil || ki.Failures != 0 || ki.LastError != nil || ki.Circuit != watukuytype.CircuitClosed {
+				t.Fatalf("the backfill's failure counted against the key: %+v, failures %d, lastError %s", rep, ki.Failures, ki.LastError)
+			}
+			if b := ki.Backfill; b == nil || b.LastError == "" || b.Failed != tc.failed || b.Done {
+				t.Fatalf("progress %+v", b)
+			}
+			failBackfill.Store(false)
+			w.clock.advance(time.Minute)
+			w.run(eng)
+			if b := w.inspect(eng).Backfill; b.Done == tc.failed || b.Failed != tc.failed || !tc.failed && b.LastError != "" {
+				t.Fatalf("after the fix: %+v", b)
+			}
+		})
+	}
+}
