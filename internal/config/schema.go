@@ -1,0 +1,647 @@
+package config
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml/ast"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/httpx"
+	"github.com/watukuy/watukuy/internal/sink"
+	"github.com/watukuy/watukuy/watukuytype"
+)
+
+// kind is the type of a field's value in the file.
+type kind int
+
+const (
+	kindBlock    kind = iota // a mapping of further fields
+	kindString               // a string (numbers and booleans give their text)
+	kindInt                  // an integer, at least field.min
+	kindFloat                // a number
+	kindBool                 // true or false
+	kindDuration             // a positive duration: Go syntax plus days
+	kindStrings              // a list of non-empty strings
+	kindStrMap               // a mapping of strings
+	kindSecret               // a whsec_ secret or a list of them
+)
+
+// kindNames are the types as the reference shows them.
+var kindNames = map[kind]string{
+	kindBlock: "mapping", kindString: "string", kindInt: "integer", kindFloat: "number", kindBool: "boolean",
+	kindDuration: "duration", kindStrings: "list of strings", kindStrMap: "mapping of strings", kindSecret: "secret or list of secrets",
+}
+
+// field is one key of a poller entry: the schema row that decoding, the per-strategy checks,
+// Build and the README's reference table all read.
+type field struct {
+	path        string   // YAML path under the poller entry, e.g. "cursor.limit"
+	kind        kind     // the value's type
+	doc         string   // what it means (the reference's text)
+	def         string   // the default when left out, as the reference shows it ("" = none)
+	min         int      // integers: the smallest value allowed (0 or 1: an explicit 0 never means "default")
+	enum        []string // strings: the values allowed
+	what        string   // enum: what the value is called in errors ("strategy")
+	strategies  []string // cursor keys: the strategies that use it (nil = all)
+	requiredFor []string // cursor keys: the strategies that need it
+	required    bool     // must be given in its block (a block: must be given in the entry)
+	note        string   // appended to "required" in the error
+	partition   bool     // the value may hold ${partition}
+	listing     bool     // only complete listings (snapshotDiff, reconcile) use it
+	item        string   // lists: what an element is called in errors ("field")
+	sets        string   // the built poller's field that it sets, for the reference
+	// ptr is where the decoded value goes in the Poller (*string, *int, *int64, *float64,
+	// *bool, **bool, *time.Duration, *[]string or *map[string]string); nil for blocks.
+	ptr func(p *Poller) any
+	// open allocates a block the Poller holds by pointer; it runs when the key is given.
+	open func(p *Poller)
+	// check adds a check of a string value or list element that decoded.
+	check func(d *decoder, ps *pollerState, s string, at pos, field string)
+	// decode replaces the kind's decoding for the few fields that need their own.
+	decode func(d *decoder, ps *pollerState, v ast.Node, field string)
+	// after checks a block once all its keys are read.
+	after func(d *decoder, ps *pollerState, b blockRead)
+	// build sets the built poller from the decoded Poller (build.go).
+	build func(b *builder) error
+}
+
+// name is the key's own name, the last element of its path.
+func (f *field) name() string { return f.path[strings.LastIndexByte(f.path, '.')+1:] }
+
+// parent is the path of the block that holds the key ("" for the poller entry).
+func (f *field) parent() string {
+	if i := strings.LastIndexByte(f.path, '.'); i >= 0 {
+		return f.path[:i]
+	}
+	return ""
+}
+
+var (
+	nameRE      = regexp.MustCompile(core.NamePattern)
+	partitionRE = regexp.MustCompile(core.PartitionPattern)
+
+	strategies          = []string{StrategyTimestamp, StrategyToken, StrategyPage, StrategySnapshotDiff}
+	reconcileStrategies = []string{StrategyPage, StrategySnapshotDiff}
+	poisons             = []string{PoisonPark, PoisonHalt}
+	schemaChanges       = []string{"rebaseline", "emit"}
+	namedFormats        = []string{"rfc3339", "epoch_s", "epoch_ms", "epoch"}
+
+	timestampOnly = []string{StrategyTimestamp}
+	tokenOnly     = []string{StrategyToken}
+	incremental   = []string{StrategyTimestamp, StrategyToken}
+	listings      = []string{StrategyPage, StrategySnapshotDiff}
+)
+
+// schema is the poller entry's fields, each block followed by its keys; within a block the
+// order is the order errors list the keys in.
+var schema = []*field{
+	{path: "name", kind: kindString, required: true, sets: "Name", check: checkName,
+		doc: fmt.Sprintf("the poller's name (`%s`), unique in the file", core.NamePattern),
+		ptr: func(p *Poller) any { return &p.Name }, build: func(b *builder) error { b.p.Name = b.pc.Name; return nil }},
+	{path: "partitions", kind: kindStrings, sets: "Partitions", decode: decodePartitions, def: `one key, partition ""`,
+		doc:   fmt.Sprintf("instances of the poller, e.g. tenants (`%s`); `${partition}` in the request is replaced by each", core.PartitionPattern),
+		build: func(b *builder) error { b.p.Partitions = b.pc.Partitions; return nil }},
+	{path: "request", kind: kindBlock, required: true, sets: "Fetch", doc: "how a page is fetched", build: buildRequest},
+	{path: "request.url", kind: kindString, required: true, partition: true, check: checkHTTPURL,
+		doc: "the endpoint (http or https)", ptr: func(p *Poller) any { return &p.Request.URL }},
+	{path: "request.query", kind: kindStrMap, partition: true, doc: "query parameters sent with every request",
+		ptr: func(p *Poller) any { return &p.Request.Query }},
+	{path: "request.headers", kind: kindStrMap, partition: true, doc: "headers sent with every request (and the detail request)",
+		ptr: func(p *Poller) any { return &p.Request.Headers }},
+	{path: "request.timeout", kind: kindDuration, def: fmtDuration(httpx.DefaultTimeout), doc: "bounds one request, body included",
+		ptr: func(p *Poller) any { return &p.Request.Timeout }},
+	{path: "items", kind: kindString, def: "the body is the array", sets: "Fetch", doc: "gjson path of the item array in the body",
+		ptr: func(p *Poller) any { return &p.Items }},
+	{path: "identity", kind: kindString, def: "id", sets: "Identity", doc: "gjson path of the item's identity",
+		ptr: func(p *Poller) any { return &p.Identity }, build: buildIdentity},
+	{path: "version", kind: kindString, sets: "Version", doc: "gjson path of the item's version",
+		ptr: func(p *Poller) any { return &p.Version }, build: buildVersion},
+	{path: "fingerprint", kind: kindStrings, item: "field", sets: "Fingerprint", def: "the whole item",
+		doc: "gjson paths of the fields that count as a change", ptr: func(p *Poller) any { return &p.Fingerprint }, build: buildFingerprint},
+
+	{path: "cursor", kind: kindBlock, required: true, after: checkCursor, doc: "the cursor strategy and its parameters"},
+	{path: "cursor.strategy", kind: kindString, required: true, note: " (want " + orList(strategies) + ")", enum: strategies, what: "strategy", sets: "Fetch, Strategy", build: buildCursor,
+		doc: "`timestamp`, `token` (an opaque next token), `page` (page numbers or offsets) or `snapshotDiff` (a full listing every cycle; identities it misses are deleted)",
+		ptr: func(p *Poller) any { return &p.Cursor.Strategy }},
+	{path: "cursor.field", kind: kindString, strategies: timestampOnly, requiredFor: timestampOnly,
+		doc: "gjson path of the item's change time", ptr: func(p *Poller) any { return &p.Cursor.Field }},
+	{path: "cursor.param", kind: kindString, requiredFor: incremental, def: "page (page, snapshotDiff)",
+		doc: "query parameter that carries the cursor (page: the page number or offset)", ptr: func(p *Poller) any { return &p.Cursor.Param }},
+	{path: "cursor.hasMore", kind: kindString, doc: "gjson path of the response's has-more flag",
+		ptr: func(p *Poller) any { return &p.Cursor.HasMore }},
+	{path: "cursor.next", kind: kindString, strategies: tokenOnly, def: `the Link header's rel="next"`,
+		doc: "gjson path of the next token in the response", ptr: func(p *Poller) any { return &p.Cursor.Next }},
+	{path: "cursor.formats", kind: kindStrings, item: "format", strategies: timestampOnly, check: checkFormat, def: "RFC 3339 and epochs",
+		doc: "formats of the change time: " + orList(namedFormats) + ", or a Go layout", ptr: func(p *Poller) any { return &p.Cursor.Formats }},
+	{path: "cursor.limitParam", kind: kindString, strategies: incremental, doc: "query parameter that carries `limit`",
+		ptr: func(p *Poller) any { return &p.Cursor.LimitParam }},
+	{path: "cursor.limit", kind: kindInt, min: 1, strategies: incremental, doc: "items asked for per page",
+		ptr: func(p *Poller) any { return &p.Cursor.Limit }},
+	{path: "cursor.tieBreaker", kind: kindString, strategies: timestampOnly, doc: "query parameter for the last identity at the cursor time",
+		ptr: func(p *Poller) any { return &p.Cursor.TieBreaker }},
+	{path: "cursor.deleted", kind: kindString, sets: "Tombstone", doc: "gjson path of a flag that marks a deleted item",
+		ptr: func(p *Poller) any { return &p.Cursor.Deleted }, build: buildTombstone},
+	{path: "cursor.offset", kind: kindBool, strategies: listings, def: "false", doc: "`param` is an item offset, not a page number",
+		ptr: func(p *Poller) any { return &p.Cursor.Offset }},
+	{path: "cursor.start", kind: kindInt, min: 0, strategies: listings, def: "1 (offsets: 0)", doc: "the first page number",
+		ptr: func(p *Poller) any { return &p.Cursor.Start }},
+	{path: "cursor.sizeParam", kind: kindString, strategies: listings, doc: "query parameter that carries `size`",
+		ptr: func(p *Poller) any { return &p.Cursor.SizeParam }},
+	{path: "cursor.size", kind: kindInt, min: 1, strategies: listings, doc: "items asked for per page",
+		ptr: func(p *Poller) any { return &p.Cursor.Size }},
+	{path: "cursor.etag", kind: kindBool, strategies: listings, def: "false", doc: "every page carries the collection's ETag; an unchanged collection answers 304",
+		ptr: func(p *Poller) any { return &p.Cursor.ETag }},
+
+	{path: "schedule", kind: kindBlock, sets: "Schedule", doc: "the adaptive polling interval", after: checkSchedule},
+	{path: "schedule.min", kind: kindDuration, def: fmtDuration(core.DefaultScheduleMin), sets: "Schedule.Min", doc: "the shortest interval",
+		ptr: func(p *Poller) any { return &p.Schedule.Min }, build: func(b *builder) error { b.p.Schedule.Min = b.pc.Schedule.Min; return nil }},
+	{path: "schedule.max", kind: kindDuration, def: fmtDuration(core.DefaultScheduleMax), sets: "Schedule.Max", doc: "the longest interval (not less than min)",
+		ptr: func(p *Poller) any { return &p.Schedule.Max }, build: func(b *builder) error { b.p.Schedule.Max = b.pc.Schedule.Max; return nil }},
+	{path: "schedule.jitter", kind: kindFloat, def: strconv.FormatFloat(core.DefaultJitter, 'g', -1, 64), sets: "Schedule.Jitter", decode: decodeJitter,
+		doc: "random spread of the interval, in [0, 1)", build: func(b *builder) error { b.p.Schedule.Jitter = b.pc.Schedule.Jitter; return nil }},
+	{path: "schedule.adaptive", kind: kindBool, def: "true", sets: "Schedule.Fixed", doc: "false: always poll every min",
+		ptr: func(p *Poller) any { return &p.Schedule.Adaptive }, build: buildFixed},
+
+	{path: "reconcile", kind: kindBlock, sets: "Reconcile", doc: "a periodic full listing whose misses are deleted",
+		open: func(p *Poller) { p.Reconcile = &Reconcile{} }, build: buildReconcile},
+	{path: "reconcile.every", kind: kindDuration, required: true, sets: "Reconcile.Every", doc: "the time between listings",
+		ptr: func(p *Poller) any { return &p.Reconcile.Every }},
+	{path: "reconcile.strategy", kind: kindString, enum: reconcileStrategies, what: "reconcile strategy", def: StrategyPage,
+		doc: "how the listing pages", ptr: func(p *Poller) any { return &p.Reconcile.Strategy }},
+	{path: "reconcile.url", kind: kindString, partition: true, check: checkOptionalHTTPURL, def: "request.url",
+		doc: "another listing endpoint", ptr: func(p *Poller) any { return &p.Reconcile.URL }},
+	{path: "reconcile.param", kind: kindString, def: "page (offset: none)", doc: "query parameter of the page number or offset",
+		ptr: func(p *Poller) any { return &p.Reconcile.Param }},
+	{path: "reconcile.sizeParam", kind: kindString, doc: "query parameter that carries `size`",
+		ptr: func(p *Poller) any { return &p.Reconcile.SizeParam }},
+	{path: "reconcile.size", kind: kindInt, min: 1, doc: "items asked for per page",
+		ptr: func(p *Poller) any { return &p.Reconcile.Size }},
+	{path: "reconcile.offset", kind: kindBool, def: "false", doc: "`param` is an item offset, not a page number",
+		ptr: func(p *Poller) any { return &p.Reconcile.Offset }},
+	{path: "reconcile.hasMore", kind: kindString, doc: "gjson path of the response's has-more flag",
+		ptr: func(p *Poller) any { return &p.Reconcile.HasMore }},
+	{path: "reconcile.maxPages", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultReconcileMaxPages), sets: "Reconcile.MaxPages",
+		doc: "bounds one listing; a longer one is a CONFIG error and deletes nothing", ptr: func(p *Poller) any { return &p.Reconcile.MaxPages }},
+
+	{path: "log", kind: kindBlock, doc: "the replay log (`watukuy replay`)", def: "no log", open: func(p *Poller) { p.Log = &Log{} }},
+	{path: "log.retention", kind: kindDuration, required: true, sets: "LogRetention", doc: "how long committed events are kept",
+		ptr: func(p *Poller) any { return &p.Log.Retention }, build: buildLogRetention},
+
+	{path: "deletes", kind: kindBlock, doc: "how deletes found by complete listings are confirmed"},
+	{path: "deletes.confirmListings", kind: kindInt, min: 1, listing: true, def: strconv.Itoa(core.DefaultConfirmDeletes), sets: "ConfirmDeletes",
+		doc: "consecutive complete listings that must miss an identity before it is deleted", ptr: func(p *Poller) any { return &p.Deletes.ConfirmListings },
+		build: func(b *builder) error { b.p.ConfirmDeletes = b.pc.Deletes.ConfirmListings; return nil }},
+	{path: "deletes.detail", kind: kindBlock, listing: true, sets: "Detail", doc: "a request for one item: 404/410 deletes at once, found is diffed",
+		open: func(p *Poller) { p.Deletes.Detail = &Detail{} }, build: buildDetail},
+	{path: "deletes.detail.url", kind: kindString, required: true, partition: true, check: checkDetailURL,
+		doc: "the item's URL; `{id}` is replaced by the identity", ptr: func(p *Poller) any { return &p.Deletes.Detail.URL }},
+	{path: "deletes.detail.items", kind: kindString, def: "the body is the item", doc: "gjson path of the item in the body",
+		ptr: func(p *Poller) any { return &p.Deletes.Detail.Items }},
+	{path: "deletes.detail.query", kind: kindStrMap, partition: true, doc: "query parameters (sent with request.headers, not request.query)",
+		ptr: func(p *Poller) any { return &p.Deletes.Detail.Query }},
+	{path: "deletes.tombstones", kind: kindDuration, def: fmtDuration(core.DefaultTombstoneRetention), sets: "TombstoneRetention",
+		doc: "how long a deleted identity is remembered, so one created again gets new event ids", ptr: func(p *Poller) any { return &p.Deletes.Tombstones },
+		build: func(b *builder) error { b.p.TombstoneRetention = b.pc.Deletes.Tombstones; return nil }},
+
+	{path: "commit", kind: kindBlock, doc: "bounds one commit script; a larger page commits in chunks"},
+	{path: "commit.maxItems", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultCommitMaxItems), sets: "CommitMaxItems", doc: "changes per commit",
+		ptr: func(p *Poller) any { return &p.Commit.MaxItems }, build: func(b *builder) error { b.p.CommitMaxItems = b.pc.Commit.MaxItems; return nil }},
+	{path: "commit.maxBytes", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultCommitMaxBytes), sets: "CommitMaxBytes", doc: "bytes per commit",
+		ptr: func(p *Poller) any { return &p.Commit.MaxBytes }, build: func(b *builder) error { b.p.CommitMaxBytes = b.pc.Commit.MaxBytes; return nil }},
+
+	{path: "schemaVersion", kind: kindInt, min: 0, def: "0", sets: "SchemaVersion", doc: "part of every event id; bump it when the meaning of items changes",
+		ptr: func(p *Poller) any { return &p.SchemaVersion }, build: func(b *builder) error { b.p.SchemaVersion = b.pc.SchemaVersion; return nil }},
+	{path: "onSchemaChange", kind: kindString, enum: schemaChanges, what: "onSchemaChange", def: "rebaseline", sets: "EmitOnSchemaChange",
+		doc: "after a schemaVersion bump: rebaseline silently, or emit `updated` for changed items", ptr: func(p *Poller) any { return &p.OnSchemaChange },
+		build: func(b *builder) error { b.p.EmitOnSchemaChange = b.pc.OnSchemaChange == "emit"; return nil }},
+	{path: "schema", kind: kindString, decode: decodeSchemaPath, sets: "Validate", build: buildValidate,
+		doc: "JSON Schema file (relative to the config file); items it rejects are parked invalid"},
+	{path: "shadow", kind: kindBool, def: "false", sets: "Shadow", doc: "poll and commit state, deliver nothing (onboarding)",
+		ptr: func(p *Poller) any { return &p.Shadow }, build: func(b *builder) error { b.p.Shadow = b.pc.Shadow; return nil }},
+	{path: "history", kind: kindBool, def: "false", sets: "History", doc: "the API serves a change log: a backfill places entries by version",
+		ptr: func(p *Poller) any { return &p.History }, build: func(b *builder) error { b.p.History = b.pc.History; return nil }},
+	{path: "leaseTTL", kind: kindDuration, def: fmtDuration(core.DefaultLeaseTTL), sets: "LeaseTTL", doc: "the lease length",
+		ptr: func(p *Poller) any { return &p.LeaseTTL }, build: func(b *builder) error { b.p.LeaseTTL = b.pc.LeaseTTL; return nil }},
+	{path: "maxPagesPerCycle", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultMaxPagesPerCycle), sets: "MaxPagesPerCycle",
+		doc: "pages per cycle; a cut-short cycle is due again at once", ptr: func(p *Poller) any { return &p.MaxPagesPerCycle },
+		build: func(b *builder) error { b.p.MaxPagesPerCycle = b.pc.MaxPagesPerCycle; return nil }},
+
+	{path: "delivery", kind: kindBlock, required: true, note: " (one of webhook, stream or stdout)",
+		doc: "where events go: exactly one of webhook, stream and stdout", after: checkDelivery},
+	{path: "delivery.webhook", kind: kindBlock, sets: "Handler", doc: "POST each event, signed (Standard Webhooks)",
+		open: func(p *Poller) { p.Delivery.Webhook = &Webhook{} }, build: buildWebhook},
+	{path: "delivery.webhook.url", kind: kindString, required: true, check: checkHTTPURL, doc: "the receiver",
+		ptr: func(p *Poller) any { return &p.Delivery.Webhook.URL }},
+	{path: "delivery.webhook.secret", kind: kindSecret, decode: decodeSecrets, def: "unsigned",
+		doc: "`whsec_<base64>`; a list during a rotation (every secret signs)"},
+	{path: "delivery.webhook.timeout", kind: kindDuration, def: fmtDuration(sink.DefaultWebhookTimeout), doc: "bounds one attempt",
+		ptr: func(p *Poller) any { return &p.Delivery.Webhook.Timeout }},
+	{path: "delivery.stream", kind: kindBlock, sets: "Handler", doc: "XADD each event to a Redis stream",
+		open: func(p *Poller) { p.Delivery.Stream = &Stream{} }, build: buildStream},
+	{path: "delivery.stream.key", kind: kindString, required: true, check: checkNotEmpty, doc: "the stream",
+		ptr: func(p *Poller) any { return &p.Delivery.Stream.Key }},
+	{path: "delivery.stream.maxlen", kind: kindInt, min: 0, def: "no trimming", doc: "approximate trim length (must cover the slowest reader)",
+		ptr: func(p *Poller) any { return &p.Delivery.Stream.MaxLen }},
+	{path: "delivery.stdout", kind: kindBlock, sets: "Handler", doc: "print each event as an NDJSON line (takes no keys)",
+		open: func(p *Poller) { p.Delivery.Stdout = &Stdout{} }, build: buildStdout},
+	{path: "delivery.concurrency", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultConcurrency), sets: "Delivery.Concurrency",
+		doc: "ordering keys delivered at once", ptr: func(p *Poller) any { return &p.Delivery.Concurrency },
+		build: func(b *builder) error { b.p.Delivery.Concurrency = b.pc.Delivery.Concurrency; return nil }},
+	{path: "delivery.orderingKey", kind: kindString, def: "identity", sets: "Delivery.OrderingKey",
+		doc: "`identity` or a gjson path of the item: events with the same key are delivered in order", ptr: func(p *Poller) any { return &p.Delivery.OrderingKey },
+		build: buildOrderingKey},
+	{path: "delivery.attempts", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultAttempts), sets: "Delivery.Attempts",
+		doc: "tries of an event within a cycle before it is poison", ptr: func(p *Poller) any { return &p.Delivery.Attempts },
+		build: func(b *builder) error { b.p.Delivery.Attempts = b.pc.Delivery.Attempts; return nil }},
+	{path: "delivery.poison", kind: kindString, enum: poisons, what: "poison", def: PoisonPark, sets: "Delivery.Poison",
+		doc: "a poison event is parked (the key goes on) or halts the key", ptr: func(p *Poller) any { return &p.Delivery.Poison },
+		build: func(b *builder) error {
+			if b.pc.Delivery.Poison == PoisonHalt {
+				b.p.Delivery.Poison = watukuytype.PoisonHalt
+			}
+			return nil
+		}},
+}
+
+// pollerEntry is the poller entry itself, the block that holds the top-level keys.
+var pollerEntry = &field{kind: kindBlock, after: checkEntry}
+
+// keysOf lists the keys of the block at path ("" = the poller entry) in schema order.
+func keysOf(path string) []*field {
+	var out []*field
+	for _, f := range schema {
+		if f.parent() == path {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// fieldNames is the names of fs.
+func fieldNames(fs []*field) []string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.name()
+	}
+	return out
+}
+
+// fmtDuration shows a default duration the way the file writes it ("5m", "30d").
+func fmtDuration(d time.Duration) string {
+	if day := 24 * time.Hour; d >= day && d%day == 0 {
+		return fmt.Sprintf("%dd", d/day)
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// pollerState is what decoding one poller entry collects besides the Poller.
+type pollerState struct {
+	p       *Poller
+	nameAt  pos     // where the name is, for duplicate names
+	uses    []keyAt // values that hold ${partition}
+	listing []keyAt // keys given (null included) that only complete listings use
+}
+
+// keyAt is a key or value given in the file.
+type keyAt struct {
+	at    pos
+	field string
+}
+
+// blockRead is a block as decoding read it.
+type blockRead struct {
+	at      pos            // where the block's key is
+	field   string         // its field path
+	keys    []*field       // the block's keys in schema order
+	present map[string]pos // keys with a non-null value, at their key
+	values  map[string]pos // every key given, at its value
+}
+
+// block decodes the mapping n as the block f (pollerEntry for the poller entry itself), whose key is at at.
+func (d *decoder) block(ps *pollerState, f *field, n ast.Node, at pos, fp string) {
+	prefix := f.path
+	if f != pollerEntry {
+		prefix += "."
+	}
+	keys := keysOf(f.path)
+	given := map[string]bool{} // keys present, even with a null value
+	values := map[string]pos{}
+	present := d.object(n, fp, fieldNames(keys), func(key string, kat pos, v ast.Node, kfp string) {
+		k := lookup(strings.TrimPrefix(prefix+key, "."))
+		given[key], values[key] = true, posOf(v)
+		if k.listing {
+			ps.listing = append(ps.listing, keyAt{kat, kfp})
+		}
+		d.value(ps, k, v, kat, kfp)
+	})
+	for _, k := range keys {
+		if !k.required {
+			continue
+		}
+		if k.kind != kindBlock {
+			if _, ok := present[k.name()]; !ok {
+				d.errAt(at, join(fp, k.name()), "required%s", k.note)
+			}
+			continue
+		}
+		// A null block is reported by its own decoding; a missing one by its first
+		// required key, or as a whole.
+		if given[k.name()] {
+			continue
+		}
+		missing, note := k.name(), k.note
+		for _, c := range keysOf(k.path) {
+			if c.required {
+				missing, note = k.name()+"."+c.name(), c.note
+				break
+			}
+		}
+		d.errAt(at, join(fp, missing), "required%s", note)
+	}
+	if f.after != nil {
+		f.after(d, ps, blockRead{at: at, field: fp, keys: keys, present: present, values: values})
+	}
+}
+
+// lookup returns the field at path.
+func lookup(path string) *field {
+	for _, f := range schema {
+		if f.path == path {
+			return f
+		}
+	}
+	panic("config: no schema field " + path) // keysOf only gives paths of the schema
+}
+
+// value decodes one key's value by its field's kind into the Poller.
+func (d *decoder) value(ps *pollerState, f *field, v ast.Node, kat pos, fp string) {
+	if f.decode != nil {
+		f.decode(d, ps, v, fp)
+		return
+	}
+	if f.open != nil {
+		f.open(ps.p)
+	}
+	switch f.kind {
+	case kindBlock:
+		d.block(ps, f, v, kat, fp)
+	case kindString:
+		var s string
+		var ok bool
+		if f.enum != nil {
+			s, ok = d.enum(v, fp, f.what, f.enum)
+		} else {
+			s, ok = d.str(v, fp)
+		}
+		if !ok {
+			return
+		}
+		*f.ptr(ps.p).(*string) = s
+		if f.check != nil {
+			f.check(d, ps, s, posOf(v), fp)
+		}
+		if f.partition {
+			ps.noteUses(s, posOf(v), fp)
+		}
+	case kindInt:
+		switch dst := f.ptr(ps.p).(type) {
+		case *int:
+			i, ok := d.int(v, fp)
+			if ok {
+				d.atLeast(int64(i), f.min, v, fp)
+			}
+			*dst = i
+		case *int64:
+			i, ok := d.int64(v, fp)
+			if ok {
+				d.atLeast(i, f.min, v, fp)
+			}
+			*dst = i
+		}
+	case kindBool:
+		b, ok := d.bool(v, fp)
+		switch dst := f.ptr(ps.p).(type) {
+		case *bool:
+			*dst = b
+		case **bool: // nil when not given
+			if ok {
+				*dst = &b
+			}
+		}
+	case kindDuration:
+		*f.ptr(ps.p).(*time.Duration), _ = d.duration(v, fp)
+	case kindStrings:
+		var check func(s string, at pos, ip string)
+		if f.check != nil {
+			check = func(s string, at pos, ip string) { f.check(d, ps, s, at, ip) }
+		}
+		*f.ptr(ps.p).(*[]string) = d.strList(v, fp, f.item, check)
+	case kindStrMap:
+		var note func(k, val string, at pos)
+		if f.partition {
+			note = func(k, val string, at pos) { ps.noteUses(val, at, join(fp, k)) }
+		}
+		*f.ptr(ps.p).(*map[string]string) = d.strMap(v, fp, note)
+	}
+}
+
+// atLeast reports an integer below its field's minimum.
+func (d *decoder) atLeast(i int64, min int, v ast.Node, fp string) {
+	switch {
+	case i >= int64(min):
+	case min == 0:
+		d.errAt(posOf(v), fp, "must not be negative, got %d", i)
+	default:
+		d.errAt(posOf(v), fp, "must be at least %d, got %d", min, i)
+	}
+}
+
+// noteUses records a value that holds ${partition}.
+func (ps *pollerState) noteUses(s string, at pos, fp string) {
+	if strings.Contains(s, PartitionVar) {
+		ps.uses = append(ps.uses, keyAt{at, fp})
+	}
+}
+
+func checkName(d *decoder, ps *pollerState, s string, at pos, fp string) {
+	ps.nameAt = at
+	if !nameRE.MatchString(s) {
+		d.errAt(at, fp, "name %q must match %s", s, nameRE)
+	}
+}
+
+func checkHTTPURL(d *decoder, _ *pollerState, s string, at pos, fp string) { d.httpURL(s, at, fp) }
+
+func checkOptionalHTTPURL(d *decoder, _ *pollerState, s string, at pos, fp string) {
+	if s != "" {
+		d.httpURL(s, at, fp)
+	}
+}
+
+func checkDetailURL(d *decoder, _ *pollerState, s string, at pos, fp string) {
+	if d.httpURL(s, at, fp) && !strings.Contains(s, "{id}") {
+		d.errAt(at, fp, "must contain {id}, replaced by the identity to confirm")
+	}
+}
+
+func checkNotEmpty(d *decoder, _ *pollerState, s string, at pos, fp string) {
+	if s == "" {
+		d.errAt(at, fp, "must not be empty")
+	}
+}
+
+// checkFormat accepts the named formats and Go layouts (which must hold a layout element).
+func checkFormat(d *decoder, _ *pollerState, s string, at pos, fp string) {
+	if slices.Contains(namedFormats, s) {
+		return
+	}
+	msg := fmt.Sprintf("unknown format %q (want %s, or a Go layout such as %q)", s, orList(namedFormats), time.RFC3339)
+	if sug := suggest(s, namedFormats); sug != "" {
+		d.errAt(at, fp, "%s; did you mean %q?", msg, sug)
+		return
+	}
+	// A Go layout must hold at least one element (2006, 01, 02, 15, 04, 05, …).
+	if ref := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC); ref.Format(s) == s {
+		d.errAt(at, fp, "%s", msg)
+	}
+}
+
+func decodePartitions(d *decoder, ps *pollerState, v ast.Node, fp string) {
+	seen := map[string]int{}
+	d.list(v, fp, func(i int, item ast.Node, ip string) {
+		s, ok := d.str(item, ip)
+		if !ok {
+			if r, rok := d.resolve(item, ip); rok && r == nil {
+				d.errAt(posOf(item), ip, "empty partition")
+			}
+			return
+		}
+		iat := posOf(item)
+		switch line, dup := seen[s]; {
+		case !partitionRE.MatchString(s):
+			d.errAt(iat, ip, "partition %q must match %s", s, partitionRE)
+		case dup:
+			d.errAt(iat, ip, "partition %q is listed twice (first at line %d)", s, line)
+		default:
+			seen[s] = iat.line
+		}
+		ps.p.Partitions = append(ps.p.Partitions, s)
+	})
+}
+
+func decodeJitter(d *decoder, ps *pollerState, v ast.Node, fp string) {
+	if j, ok := d.float(v, fp); ok {
+		if j < 0 || j >= 1 {
+			d.errAt(posOf(v), fp, "jitter %v must be in [0, 1)", j)
+		}
+		ps.p.Schedule.Jitter = j
+	}
+}
+
+// decodeSchemaPath resolves the schema file against the config file's directory.
+func decodeSchemaPath(d *decoder, ps *pollerState, v ast.Node, fp string) {
+	if s, ok := d.str(v, fp); ok && s != "" {
+		if !filepath.IsAbs(s) {
+			s = filepath.Join(filepath.Dir(d.file), s)
+		}
+		ps.p.Schema = s
+	}
+}
+
+func decodeSecrets(d *decoder, ps *pollerState, v ast.Node, fp string) {
+	w := ps.p.Delivery.Webhook
+	r, ok := d.resolve(v, fp)
+	if !ok || r == nil {
+		return
+	}
+	if seq, isSeq := r.(*ast.SequenceNode); isSeq {
+		d.list(r, fp, func(i int, item ast.Node, ip string) {
+			if s, ok := d.secret(item, ip); ok {
+				w.Secrets = append(w.Secrets, s)
+			}
+		})
+		if len(w.Secrets) == 0 && len(seq.Values) == 0 {
+			d.errAt(posOf(v), fp, "empty list: give at least one secret or leave secret out")
+		}
+	} else if s, ok := d.secret(v, fp); ok {
+		w.Secrets = []string{s}
+	}
+}
+
+// checkCursor checks the keys given against the strategy: keys it does not use, keys it needs.
+func checkCursor(d *decoder, ps *pollerState, b blockRead) {
+	c := ps.p.Cursor
+	if c.Strategy == "" {
+		return // missing or unknown, already reported
+	}
+	for _, k := range b.keys {
+		if kat, ok := b.present[k.name()]; ok && k.strategies != nil && !slices.Contains(k.strategies, c.Strategy) {
+			d.errAt(kat, join(b.field, k.name()), "not used by the %s strategy (only by %s)", c.Strategy, orList(k.strategies))
+		}
+	}
+	for _, k := range b.keys {
+		if _, ok := b.present[k.name()]; !ok && slices.Contains(k.requiredFor, c.Strategy) {
+			d.errAt(b.at, join(b.field, k.name()), "required for the %s strategy", c.Strategy)
+		}
+	}
+}
+
+func checkSchedule(d *decoder, ps *pollerState, b blockRead) {
+	if s := ps.p.Schedule; s.Min > 0 && s.Max > 0 && s.Min > s.Max {
+		d.errAt(b.values["max"], join(b.field, "max"), "max %s is less than min %s", s.Max, s.Min)
+	}
+}
+
+func checkDelivery(d *decoder, ps *pollerState, b blockRead) {
+	dl := ps.p.Delivery
+	var sinks []string
+	if dl.Webhook != nil {
+		sinks = append(sinks, "webhook")
+	}
+	if dl.Stream != nil {
+		sinks = append(sinks, "stream")
+	}
+	if dl.Stdout != nil {
+		sinks = append(sinks, "stdout")
+	}
+	switch len(sinks) {
+	case 0:
+		d.errAt(b.at, b.field, "want one of webhook, stream or stdout")
+	case 1:
+	default:
+		d.errAt(b.at, b.field, "want exactly one of webhook, stream or stdout, got %s", strings.Join(sinks, " and "))
+	}
+}
+
+// checkEntry fills the identity default and checks what spans blocks: keys only complete
+// listings use, ${partition} without partitions.
+func checkEntry(d *decoder, ps *pollerState, _ blockRead) {
+	p := ps.p
+	if p.Identity == "" {
+		p.Identity = "id"
+	}
+	// An unknown strategy is reported by the cursor decoder.
+	if p.Cursor.Strategy != "" && p.Cursor.Strategy != StrategySnapshotDiff && p.Reconcile == nil {
+		for _, k := range ps.listing {
+			d.errAt(k.at, k.field, "not used by a %s poller without a reconcile lane: only complete listings (snapshotDiff or reconcile) find deletes", p.Cursor.Strategy)
+		}
+	}
+	if len(p.Partitions) == 0 {
+		for _, u := range ps.uses {
+			d.errAt(u.at, u.field, "uses %s but the poller lists no partitions", PartitionVar)
+		}
+	}
+}
