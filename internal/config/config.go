@@ -1,7 +1,12 @@
 // Package config reads the watukuy config file (--config, default ./watukuy.yaml): pollers
 // that need no Go code. Every error names the file, the line and column, and the field path;
-// unknown keys are errors. Defaults are the caller's business (zero values stay zero), except
+// unknown keys are errors. Defaults are the engine's business (zero values stay zero), except
 // Poller.Identity, which defaults to "id".
+//
+// One table (schema.go) describes every key of a poller entry: its type, default, range,
+// the cursor strategies that use it, its documentation and how it sets the engine's poller.
+// Decoding walks it (walk.go), Build runs its build steps (build.go), and the README's table
+// of poller keys is rendered from it (reference.go).
 //
 // String values expand ${VAR} from the environment; ${partition} is never read from the
 // environment and stays in the value, to be replaced by the key's partition when a request is
@@ -9,7 +14,6 @@
 package config
 
 import (
-	"encoding/base64"
 	"errors"
 	"io/fs"
 	"net/url"
@@ -298,6 +302,7 @@ func (d *decoder) config(body ast.Node) *Config {
 	return cfg
 }
 
+// poller decodes one entry of pollers; it also returns where the entry's name is.
 func (d *decoder) poller(n ast.Node, field string) (Poller, pos) {
 	at := posOf(n)
 	p := Poller{Line: at.line}
@@ -310,88 +315,4 @@ func (d *decoder) poller(n ast.Node, field string) (Poller, pos) {
 	ps := &pollerState{p: &p, nameAt: at}
 	d.block(ps, pollerEntry, n, at, field)
 	return p, ps.nameAt
-}
-
-// strList reads a list of non-empty strings; check, when set, checks each one.
-func (d *decoder) strList(n ast.Node, field, what string, check func(s string, at pos, ip string)) []string {
-	var out []string
-	d.list(n, field, func(i int, item ast.Node, ip string) {
-		s, ok := d.str(item, ip)
-		if !ok {
-			if r, rok := d.resolve(item, ip); rok && r == nil {
-				d.errAt(posOf(item), ip, "empty %s", what)
-			}
-			return
-		}
-		if s == "" {
-			d.errAt(posOf(item), ip, "empty %s", what)
-			return
-		}
-		if check != nil {
-			check(s, posOf(item), ip)
-		}
-		out = append(out, s)
-	})
-	return out
-}
-
-// httpURL checks an absolute http(s) URL; ${partition} counts as a host or path segment. It
-// reports whether the URL is good.
-func (d *decoder) httpURL(s string, at pos, field string) bool {
-	u, err := url.Parse(strings.ReplaceAll(s, PartitionVar, "p"))
-	switch {
-	case err != nil:
-		d.errAt(at, field, "bad URL: %v", errors.Unwrap(err))
-	case u.Scheme != "http" && u.Scheme != "https":
-		d.errAt(at, field, "want an http:// or https:// URL, got %q", redactURL(u))
-	case u.Host == "":
-		d.errAt(at, field, "URL %q has no host", redactURL(u))
-	default:
-		return true
-	}
-	return false
-}
-
-func redactURL(u *url.URL) string {
-	c := *u
-	c.User = nil
-	c.RawQuery = ""
-	c.Fragment = ""
-	return c.String()
-}
-
-// secret checks a Standard Webhooks secret without ever echoing it.
-func (d *decoder) secret(n ast.Node, field string) (string, bool) {
-	r, ok := d.resolve(n, field)
-	if !ok || r == nil {
-		if ok {
-			d.errAt(posOf(n), field, "empty secret")
-		}
-		return "", false
-	}
-	if _, isStr := r.(*ast.StringNode); !isStr {
-		if _, isLit := r.(*ast.LiteralNode); !isLit {
-			d.errAt(posOf(r), field, "want a string, got %s", kindOf(r))
-			return "", false
-		}
-	}
-	s, ok := d.str(r, field)
-	if !ok {
-		return "", false
-	}
-	s = strings.TrimSpace(s)
-	b64, hasPrefix := strings.CutPrefix(s, "whsec_")
-	if !hasPrefix {
-		d.errAt(posOf(r), field, "a webhook secret must start with whsec_ followed by base64 (value not shown)")
-		return "", false
-	}
-	raw, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil {
-		raw, err = base64.RawStdEncoding.DecodeString(b64)
-	}
-	if err != nil || len(raw) == 0 {
-		d.errAt(posOf(r), field, "a webhook secret must be whsec_ followed by valid base64 (value not shown)")
-		return "", false
-	}
-	return s, true
 }

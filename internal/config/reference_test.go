@@ -1,10 +1,18 @@
 package config
 
 import (
+	"context"
+	"errors"
 	"flag"
+	"io"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 var update = flag.Bool("update", false, "write the README's table of poller keys from the schema")
@@ -31,5 +39,27 @@ func TestReadmeReference(t *testing.T) {
 	}
 	if err := os.WriteFile(path, []byte(readme[:i]+want+readme[j:]), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLocateEngineError: a check only the engine makes (the lease's lower bound) comes back
+// with the file, the poller's line and the key.
+func TestLocateEngineError(t *testing.T) {
+	cfg, err := Parse("w.yaml", []byte(strings.Replace(valid, "  request:", "  leaseTTL: 1ms\n    request:", 1)), envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := Build(cfg, nil, io.Discard, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = core.Probe(context.Background(), ps[0], "")
+	err = cfg.Locate(err)
+	var ce *watukuytype.ConfigError
+	if err == nil || !strings.HasPrefix(err.Error(), "w.yaml:2: pollers[0].leaseTTL: 1ms is too short") || !errors.As(err, &ce) {
+		t.Fatalf("got %v", err)
+	}
+	if other := errors.New("x"); cfg.Locate(other) != other {
+		t.Fatal("an error that is not the engine's config error must come back as it is")
 	}
 }

@@ -1,8 +1,8 @@
 package config
 
 import (
+	"errors"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -309,341 +309,35 @@ func fmtDuration(d time.Duration) string {
 	return s
 }
 
-// pollerState is what decoding one poller entry collects besides the Poller.
-type pollerState struct {
-	p       *Poller
-	nameAt  pos     // where the name is, for duplicate names
-	uses    []keyAt // values that hold ${partition}
-	listing []keyAt // keys given (null included) that only complete listings use
-}
-
-// keyAt is a key or value given in the file.
-type keyAt struct {
-	at    pos
-	field string
-}
-
-// blockRead is a block as decoding read it.
-type blockRead struct {
-	at      pos            // where the block's key is
-	field   string         // its field path
-	keys    []*field       // the block's keys in schema order
-	present map[string]pos // keys with a non-null value, at their key
-	values  map[string]pos // every key given, at its value
-}
-
-// block decodes the mapping n as the block f (pollerEntry for the poller entry itself), whose key is at at.
-func (d *decoder) block(ps *pollerState, f *field, n ast.Node, at pos, fp string) {
-	prefix := f.path
-	if f != pollerEntry {
-		prefix += "."
+// Locate adds the file, the poller's line and the key to an engine *watukuytype.ConfigError about
+// one of the file's pollers: the engine owns the checks it shares with Go-defined pollers, and
+// this says where the file went wrong. Other errors are returned as they are.
+func (c *Config) Locate(err error) error {
+	var ce *watukuytype.ConfigError
+	if !errors.As(err, &ce) {
+		return err
 	}
-	keys := keysOf(f.path)
-	given := map[string]bool{} // keys present, even with a null value
-	values := map[string]pos{}
-	present := d.object(n, fp, fieldNames(keys), func(key string, kat pos, v ast.Node, kfp string) {
-		k := lookup(strings.TrimPrefix(prefix+key, "."))
-		given[key], values[key] = true, posOf(v)
-		if k.listing {
-			ps.listing = append(ps.listing, keyAt{kat, kfp})
-		}
-		d.value(ps, k, v, kat, kfp)
-	})
-	for _, k := range keys {
-		if !k.required {
-			continue
-		}
-		if k.kind != kindBlock {
-			if _, ok := present[k.name()]; !ok {
-				d.errAt(at, join(fp, k.name()), "required%s", k.note)
-			}
-			continue
-		}
-		// A null block is reported by its own decoding; a missing one by its first
-		// required key, or as a whole.
-		if given[k.name()] {
-			continue
-		}
-		missing, note := k.name(), k.note
-		for _, c := range keysOf(k.path) {
-			if c.required {
-				missing, note = k.name()+"."+c.name(), c.note
-				break
-			}
-		}
-		d.errAt(at, join(fp, missing), "required%s", note)
+	i := slices.IndexFunc(c.Pollers, func(p Poller) bool { return p.Name == ce.Poller })
+	if i < 0 {
+		return err
 	}
-	if f.after != nil {
-		f.after(d, ps, blockRead{at: at, field: fp, keys: keys, present: present, values: values})
-	}
+	return &Error{File: c.File, Line: c.Pollers[i].Line, Field: join(index("pollers", i), keyOf(ce.Field)), Msg: ce.Msg, Err: err}
 }
 
-// lookup returns the field at path.
-func lookup(path string) *field {
+// keyOf is the file's key for an engine field: the key of that path, or the key that sets
+// the poller field of that name.
+func keyOf(engineField string) string {
 	for _, f := range schema {
-		if f.path == path {
-			return f
+		if f.path == engineField {
+			return f.path
 		}
 	}
-	panic("config: no schema field " + path) // keysOf only gives paths of the schema
-}
-
-// value decodes one key's value by its field's kind into the Poller.
-func (d *decoder) value(ps *pollerState, f *field, v ast.Node, kat pos, fp string) {
-	if f.decode != nil {
-		f.decode(d, ps, v, fp)
-		return
-	}
-	if f.open != nil {
-		f.open(ps.p)
-	}
-	switch f.kind {
-	case kindBlock:
-		d.block(ps, f, v, kat, fp)
-	case kindString:
-		var s string
-		var ok bool
-		if f.enum != nil {
-			s, ok = d.enum(v, fp, f.what, f.enum)
-		} else {
-			s, ok = d.str(v, fp)
-		}
-		if !ok {
-			return
-		}
-		*f.ptr(ps.p).(*string) = s
-		if f.check != nil {
-			f.check(d, ps, s, posOf(v), fp)
-		}
-		if f.partition {
-			ps.noteUses(s, posOf(v), fp)
-		}
-	case kindInt:
-		switch dst := f.ptr(ps.p).(type) {
-		case *int:
-			i, ok := d.int(v, fp)
-			if ok {
-				d.atLeast(int64(i), f.min, v, fp)
-			}
-			*dst = i
-		case *int64:
-			i, ok := d.int64(v, fp)
-			if ok {
-				d.atLeast(i, f.min, v, fp)
-			}
-			*dst = i
-		}
-	case kindBool:
-		b, ok := d.bool(v, fp)
-		switch dst := f.ptr(ps.p).(type) {
-		case *bool:
-			*dst = b
-		case **bool: // nil when not given
-			if ok {
-				*dst = &b
+	for _, f := range schema {
+		for _, name := range strings.Split(f.sets, ", ") {
+			if strings.EqualFold(name, engineField) {
+				return f.path
 			}
 		}
-	case kindDuration:
-		*f.ptr(ps.p).(*time.Duration), _ = d.duration(v, fp)
-	case kindStrings:
-		var check func(s string, at pos, ip string)
-		if f.check != nil {
-			check = func(s string, at pos, ip string) { f.check(d, ps, s, at, ip) }
-		}
-		*f.ptr(ps.p).(*[]string) = d.strList(v, fp, f.item, check)
-	case kindStrMap:
-		var note func(k, val string, at pos)
-		if f.partition {
-			note = func(k, val string, at pos) { ps.noteUses(val, at, join(fp, k)) }
-		}
-		*f.ptr(ps.p).(*map[string]string) = d.strMap(v, fp, note)
 	}
-}
-
-// atLeast reports an integer below its field's minimum.
-func (d *decoder) atLeast(i int64, min int, v ast.Node, fp string) {
-	switch {
-	case i >= int64(min):
-	case min == 0:
-		d.errAt(posOf(v), fp, "must not be negative, got %d", i)
-	default:
-		d.errAt(posOf(v), fp, "must be at least %d, got %d", min, i)
-	}
-}
-
-// noteUses records a value that holds ${partition}.
-func (ps *pollerState) noteUses(s string, at pos, fp string) {
-	if strings.Contains(s, PartitionVar) {
-		ps.uses = append(ps.uses, keyAt{at, fp})
-	}
-}
-
-func checkName(d *decoder, ps *pollerState, s string, at pos, fp string) {
-	ps.nameAt = at
-	if !nameRE.MatchString(s) {
-		d.errAt(at, fp, "name %q must match %s", s, nameRE)
-	}
-}
-
-func checkHTTPURL(d *decoder, _ *pollerState, s string, at pos, fp string) { d.httpURL(s, at, fp) }
-
-func checkOptionalHTTPURL(d *decoder, _ *pollerState, s string, at pos, fp string) {
-	if s != "" {
-		d.httpURL(s, at, fp)
-	}
-}
-
-func checkDetailURL(d *decoder, _ *pollerState, s string, at pos, fp string) {
-	if d.httpURL(s, at, fp) && !strings.Contains(s, "{id}") {
-		d.errAt(at, fp, "must contain {id}, replaced by the identity to confirm")
-	}
-}
-
-func checkNotEmpty(d *decoder, _ *pollerState, s string, at pos, fp string) {
-	if s == "" {
-		d.errAt(at, fp, "must not be empty")
-	}
-}
-
-// checkFormat accepts the named formats and Go layouts (which must hold a layout element).
-func checkFormat(d *decoder, _ *pollerState, s string, at pos, fp string) {
-	if slices.Contains(namedFormats, s) {
-		return
-	}
-	msg := fmt.Sprintf("unknown format %q (want %s, or a Go layout such as %q)", s, orList(namedFormats), time.RFC3339)
-	if sug := suggest(s, namedFormats); sug != "" {
-		d.errAt(at, fp, "%s; did you mean %q?", msg, sug)
-		return
-	}
-	// A Go layout must hold at least one element (2006, 01, 02, 15, 04, 05, …).
-	if ref := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC); ref.Format(s) == s {
-		d.errAt(at, fp, "%s", msg)
-	}
-}
-
-func decodePartitions(d *decoder, ps *pollerState, v ast.Node, fp string) {
-	seen := map[string]int{}
-	d.list(v, fp, func(i int, item ast.Node, ip string) {
-		s, ok := d.str(item, ip)
-		if !ok {
-			if r, rok := d.resolve(item, ip); rok && r == nil {
-				d.errAt(posOf(item), ip, "empty partition")
-			}
-			return
-		}
-		iat := posOf(item)
-		switch line, dup := seen[s]; {
-		case !partitionRE.MatchString(s):
-			d.errAt(iat, ip, "partition %q must match %s", s, partitionRE)
-		case dup:
-			d.errAt(iat, ip, "partition %q is listed twice (first at line %d)", s, line)
-		default:
-			seen[s] = iat.line
-		}
-		ps.p.Partitions = append(ps.p.Partitions, s)
-	})
-}
-
-func decodeJitter(d *decoder, ps *pollerState, v ast.Node, fp string) {
-	if j, ok := d.float(v, fp); ok {
-		if j < 0 || j >= 1 {
-			d.errAt(posOf(v), fp, "jitter %v must be in [0, 1)", j)
-		}
-		ps.p.Schedule.Jitter = j
-	}
-}
-
-// decodeSchemaPath resolves the schema file against the config file's directory.
-func decodeSchemaPath(d *decoder, ps *pollerState, v ast.Node, fp string) {
-	if s, ok := d.str(v, fp); ok && s != "" {
-		if !filepath.IsAbs(s) {
-			s = filepath.Join(filepath.Dir(d.file), s)
-		}
-		ps.p.Schema = s
-	}
-}
-
-func decodeSecrets(d *decoder, ps *pollerState, v ast.Node, fp string) {
-	w := ps.p.Delivery.Webhook
-	r, ok := d.resolve(v, fp)
-	if !ok || r == nil {
-		return
-	}
-	if seq, isSeq := r.(*ast.SequenceNode); isSeq {
-		d.list(r, fp, func(i int, item ast.Node, ip string) {
-			if s, ok := d.secret(item, ip); ok {
-				w.Secrets = append(w.Secrets, s)
-			}
-		})
-		if len(w.Secrets) == 0 && len(seq.Values) == 0 {
-			d.errAt(posOf(v), fp, "empty list: give at least one secret or leave secret out")
-		}
-	} else if s, ok := d.secret(v, fp); ok {
-		w.Secrets = []string{s}
-	}
-}
-
-// checkCursor checks the keys given against the strategy: keys it does not use, keys it needs.
-func checkCursor(d *decoder, ps *pollerState, b blockRead) {
-	c := ps.p.Cursor
-	if c.Strategy == "" {
-		return // missing or unknown, already reported
-	}
-	for _, k := range b.keys {
-		if kat, ok := b.present[k.name()]; ok && k.strategies != nil && !slices.Contains(k.strategies, c.Strategy) {
-			d.errAt(kat, join(b.field, k.name()), "not used by the %s strategy (only by %s)", c.Strategy, orList(k.strategies))
-		}
-	}
-	for _, k := range b.keys {
-		if _, ok := b.present[k.name()]; !ok && slices.Contains(k.requiredFor, c.Strategy) {
-			d.errAt(b.at, join(b.field, k.name()), "required for the %s strategy", c.Strategy)
-		}
-	}
-}
-
-func checkSchedule(d *decoder, ps *pollerState, b blockRead) {
-	if s := ps.p.Schedule; s.Min > 0 && s.Max > 0 && s.Min > s.Max {
-		d.errAt(b.values["max"], join(b.field, "max"), "max %s is less than min %s", s.Max, s.Min)
-	}
-}
-
-func checkDelivery(d *decoder, ps *pollerState, b blockRead) {
-	dl := ps.p.Delivery
-	var sinks []string
-	if dl.Webhook != nil {
-		sinks = append(sinks, "webhook")
-	}
-	if dl.Stream != nil {
-		sinks = append(sinks, "stream")
-	}
-	if dl.Stdout != nil {
-		sinks = append(sinks, "stdout")
-	}
-	switch len(sinks) {
-	case 0:
-		d.errAt(b.at, b.field, "want one of webhook, stream or stdout")
-	case 1:
-	default:
-		d.errAt(b.at, b.field, "want exactly one of webhook, stream or stdout, got %s", strings.Join(sinks, " and "))
-	}
-}
-
-// checkEntry fills the identity default and checks what spans blocks: keys only complete
-// listings use, ${partition} without partitions.
-func checkEntry(d *decoder, ps *pollerState, _ blockRead) {
-	p := ps.p
-	if p.Identity == "" {
-		p.Identity = "id"
-	}
-	// An unknown strategy is reported by the cursor decoder.
-	if p.Cursor.Strategy != "" && p.Cursor.Strategy != StrategySnapshotDiff && p.Reconcile == nil {
-		for _, k := range ps.listing {
-			d.errAt(k.at, k.field, "not used by a %s poller without a reconcile lane: only complete listings (snapshotDiff or reconcile) find deletes", p.Cursor.Strategy)
-		}
-	}
-	if len(p.Partitions) == 0 {
-		for _, u := range ps.uses {
-			d.errAt(u.at, u.field, "uses %s but the poller lists no partitions", PartitionVar)
-		}
-	}
+	return engineField
 }
