@@ -480,3 +480,26 @@ func (d *decoder) enum(n ast.Node, field, what string, allowed []string) (string
 	d.errAt(posOf(n), field, "%s", msg)
 	return "", false
 }
+
+// strList reads a list of non-empty strings; check, when set, checks each one.
+func (d *decoder) strList(n ast.Node, field, what string, check func(s string, at pos, ip string)) []string {
+	var out []string
+	d.list(n, field, func(i int, item ast.Node, ip string) {
+		s, ok := d.str(item, ip)
+		if !ok {
+			if r, rok := d.resolve(item, ip); rok && r == nil {
+				d.errAt(posOf(item), ip, "empty %s", what)
+			}
+			return
+		}
+		if s == "" {
+			d.errAt(posOf(item), ip, "empty %s", what)
+			return
+		}
+		if check != nil {
+			check(s, posOf(item), ip)
+		}
+		out = append(out, s)
+	})
+	return out
+}

@@ -10,8 +10,8 @@ import (
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
-var partitionRE = regexp.MustCompile(`^[A-Za-z0-9_.:@-]{1,128}$`)
+var nameRE = regexp.MustCompile(NamePattern)
+var partitionRE = regexp.MustCompile(PartitionPattern)
 
 // withDefaults validates p and fills its defaults; errors are *ConfigError.
 func withDefaults(p watukuytype.Poller) (watukuytype.Poller, error) {
@@ -48,10 +48,10 @@ func withDefaults(p watukuytype.Poller) (watukuytype.Poller, error) {
 	}
 	s := &p.Schedule
 	if s.Min == 0 {
-		s.Min = 5 * time.Second
+		s.Min = DefaultScheduleMin
 	}
 	if s.Max == 0 {
-		s.Max = max(5*time.Minute, s.Min)
+		s.Max = max(DefaultScheduleMax, s.Min)
 	}
 	if s.Min < 0 || s.Max < 0 {
 		return bad("schedule", "min and max must be positive")
@@ -60,7 +60,7 @@ func withDefaults(p watukuytype.Poller) (watukuytype.Poller, error) {
 		return bad("schedule", "min %v is greater than max %v", s.Min, s.Max)
 	}
 	if s.Jitter == 0 {
-		s.Jitter = 0.1
+		s.Jitter = DefaultJitter
 	}
 	if s.Jitter < 0 || s.Jitter >= 1 {
 		return bad("schedule.jitter", "%v is outside [0, 1)", s.Jitter)
@@ -72,7 +72,7 @@ func withDefaults(p watukuytype.Poller) (watukuytype.Poller, error) {
 		return bad("leaseTTL", "%v is too short", p.LeaseTTL)
 	}
 	if p.MaxPagesPerCycle == 0 {
-		p.MaxPagesPerCycle = 100
+		p.MaxPagesPerCycle = DefaultMaxPagesPerCycle
 	}
 	if p.MaxPagesPerCycle < 0 {
 		return bad("maxPagesPerCycle", "must be positive")
@@ -96,13 +96,13 @@ func withDefaults(p watukuytype.Poller) (watukuytype.Poller, error) {
 		return bad("log.retention", "must not be negative")
 	}
 	if p.ConfirmDeletes == 0 {
-		p.ConfirmDeletes = 2
+		p.ConfirmDeletes = DefaultConfirmDeletes
 	}
 	if p.ConfirmDeletes < 0 {
 		return bad("confirmDeletes", "must be positive")
 	}
 	if p.Failures == 0 {
-		p.Failures = 5
+		p.Failures = DefaultFailures
 	}
 	if p.ProbeEvery == 0 {
 		p.ProbeEvery = s.Max
@@ -118,15 +118,15 @@ func withDefaults(p watukuytype.Poller) (watukuytype.Poller, error) {
 			return bad("reconcile.fetch", "is required")
 		}
 		if r.MaxPages == 0 {
-			r.MaxPages = 10_000
+			r.MaxPages = DefaultReconcileMaxPages
 		}
 	}
 	d := &p.Delivery
 	if d.Concurrency == 0 {
-		d.Concurrency = 4
+		d.Concurrency = DefaultConcurrency
 	}
 	if d.Attempts == 0 {
-		d.Attempts = 5
+		d.Attempts = DefaultAttempts
 	}
 	if d.Concurrency < 0 || d.Attempts < 0 {
 		return bad("delivery", "concurrency and attempts must be positive")
@@ -159,9 +159,9 @@ func pollerKeys(p *watukuytype.Poller) []watukuytype.Key {
 
 // Defaults of the commit chunks and tombstones.
 const (
-	defaultCommitMaxItems     = 1000
-	defaultCommitMaxBytes     = 1 << 20
-	defaultTombstoneRetention = 30 * 24 * time.Hour
+	defaultCommitMaxItems     = DefaultCommitMaxItems
+	defaultCommitMaxBytes     = DefaultCommitMaxBytes
+	defaultTombstoneRetention = DefaultTombstoneRetention
 )
 
 // orderingKey applies the poller's ordering key function.

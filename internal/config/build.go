@@ -1,0 +1,274 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/tidwall/gjson"
+
+	"github.com/watukuy/watukuy/internal/cursor"
+	"github.com/watukuy/watukuy/internal/diff"
+	"github.com/watukuy/watukuy/internal/httpx"
+	"github.com/watukuy/watukuy/internal/sink"
+	"github.com/watukuy/watukuy/watukuytype"
+)
+
+// Build turns the file's pollers into engine pollers, each by the build steps of the schema's
+// fields in order. rdb is for the stream sink (nil when nothing is delivered), out for the
+// stdout sink. The engine fills the defaults of what is left at zero and checks the result
+// when the poller is registered.
+func Build(cfg *Config, rdb redis.UniversalClient, out io.Writer, log zerolog.Logger) ([]watukuytype.Poller, error) {
+	var ps []watukuytype.Poller
+	for i := range cfg.Pollers {
+		b := &builder{cfg: cfg, pc: &cfg.Pollers[i], p: &watukuytype.Poller{}, rdb: rdb, out: out}
+		b.log = log.With().Str("poller", b.pc.Name).Logger()
+		for _, f := range schema {
+			if f.build == nil {
+				continue
+			}
+			if err := f.build(b); err != nil {
+				return nil, &Error{File: cfg.File, Line: b.pc.Line, Field: fmt.Sprintf("pollers.%s.%s", b.pc.Name, f.path), Msg: err.Error(), Err: err}
+			}
+		}
+		ps = append(ps, *b.p)
+	}
+	return ps, nil
+}
+
+// builder is one poller being built.
+type builder struct {
+	cfg *Config
+	pc  *Poller             // as decoded
+	p   *watukuytype.Poller // as built
+	rdb redis.UniversalClient
+	out io.Writer
+	log zerolog.Logger
+
+	client *httpx.Client // set by the request: every request of the poller goes through it
+	src    cursor.Source // the listing's source, set by the request
+}
+
+func buildRequest(b *builder) error {
+	r := b.pc.Request
+	b.client = &httpx.Client{Timeout: r.Timeout, Logger: b.log}
+	b.src = cursor.Source{Client: b.client, URL: r.URL, Query: url.Values{}, Header: http.Header{}, Items: b.pc.Items}
+	for k, v := range r.Query {
+		b.src.Query.Set(k, v)
+	}
+	for k, v := range r.Headers {
+		b.src.Header.Set(k, v)
+	}
+	return nil
+}
+
+func buildIdentity(b *builder) error {
+	id := b.pc.Identity
+	if id == "" { // a Poller made in Go, not decoded
+		id = "id"
+	}
+	b.p.Identity = watukuytype.Field(id)
+	return nil
+}
+
+func buildVersion(b *builder) error {
+	if b.pc.Version != "" {
+		b.p.Version = watukuytype.Field(b.pc.Version)
+	}
+	return nil
+}
+
+func buildFingerprint(b *builder) error {
+	if len(b.pc.Fingerprint) > 0 {
+		b.p.Fingerprint = fieldsFingerprint(b.pc.Fingerprint)
+	}
+	return nil
+}
+
+// buildCursor makes the strategy's Fetch from the cursor keys.
+func buildCursor(b *builder) error {
+	c, src := b.pc.Cursor, b.src
+	switch c.Strategy {
+	case StrategyTimestamp:
+		ts := &cursor.Timestamp{Source: src, Field: c.Field, Formats: c.Formats, Param: c.Param, LimitParam: c.LimitParam,
+			Limit: c.Limit, HasMore: c.HasMore, TieBreaker: c.TieBreaker, Identity: b.pc.Identity}
+		b.p.Fetch, b.p.CursorPosition = ts.Fetch, ts.Position
+	case StrategyToken:
+		b.p.Fetch = (&cursor.Token{Source: src, Param: c.Param, Next: c.Next, HasMore: c.HasMore, LimitParam: c.LimitParam, Limit: c.Limit}).Fetch
+	case StrategyPage, StrategySnapshotDiff:
+		if c.Strategy == StrategySnapshotDiff {
+			b.p.Strategy = watukuytype.SnapshotDiff
+		}
+		b.p.Fetch = (&cursor.Page{Source: src, Param: c.Param, Offset: c.Offset, Start: c.Start, SizeParam: c.SizeParam,
+			Size: c.Size, HasMore: c.HasMore, CollectionETag: c.ETag}).Fetch
+	default:
+		return fmt.Errorf("unknown strategy %q", c.Strategy)
+	}
+	return nil
+}
+
+func buildTombstone(b *builder) error {
+	if b.pc.Cursor.Deleted != "" {
+		b.p.Tombstone = watukuytype.Flag(b.pc.Cursor.Deleted)
+	}
+	return nil
+}
+
+func buildFixed(b *builder) error {
+	b.p.Schedule.Fixed = b.pc.Schedule.Adaptive != nil && !*b.pc.Schedule.Adaptive
+	return nil
+}
+
+func buildReconcile(b *builder) error {
+	r := b.pc.Reconcile
+	if r == nil {
+		return nil
+	}
+	rs := b.src
+	if r.URL != "" {
+		rs.URL = r.URL
+	}
+	param := r.Param
+	if param == "" && !r.Offset {
+		param = "page"
+	}
+	b.p.Reconcile = &watukuytype.Reconcile{Every: r.Every, MaxPages: r.MaxPages, Fetch: (&cursor.Page{Source: rs, Param: param,
+		Offset: r.Offset, SizeParam: r.SizeParam, Size: r.Size, HasMore: r.HasMore}).Fetch}
+	return nil
+}
+
+func buildLogRetention(b *builder) error {
+	if b.pc.Log != nil {
+		b.p.LogRetention = b.pc.Log.Retention
+	}
+	return nil
+}
+
+// buildDetail makes the detail request: it sends the poller's headers (auth) but not its
+// query (the listing's paging parameters).
+func buildDetail(b *builder) error {
+	dt := b.pc.Deletes.Detail
+	if dt == nil {
+		return nil
+	}
+	ds := cursor.Source{Client: b.client, URL: dt.URL, Query: url.Values{}, Header: b.src.Header, Items: dt.Items}
+	for k, v := range dt.Query {
+		ds.Query.Set(k, v)
+	}
+	b.p.Detail = (&cursor.Detail{Source: ds}).Fetch
+	return nil
+}
+
+func buildValidate(b *builder) error {
+	if b.pc.Schema == "" {
+		return nil
+	}
+	v, err := schemaValidator(b.pc.Schema)
+	if err != nil {
+		return err
+	}
+	b.p.Validate = v
+	return nil
+}
+
+func buildOrderingKey(b *builder) error {
+	path := b.pc.Delivery.OrderingKey
+	if path == "" || path == "identity" {
+		return nil
+	}
+	b.p.Delivery.OrderingKey = func(ev watukuytype.Event) string {
+		if v := gjson.GetBytes(ev.Item, path); v.Exists() {
+			return v.String()
+		}
+		return ev.Identity // deletes carry no item
+	}
+	return nil
+}
+
+func buildWebhook(b *builder) error {
+	wh := b.pc.Delivery.Webhook
+	if wh == nil {
+		return nil
+	}
+	w, err := sink.NewWebhook(sink.Webhook{URL: wh.URL, Secrets: wh.Secrets, Timeout: wh.Timeout})
+	if err != nil {
+		return err
+	}
+	b.p.Handler = w.Handle
+	return nil
+}
+
+func buildStream(b *builder) error {
+	if st := b.pc.Delivery.Stream; st != nil {
+		b.p.Handler = (&sink.Stream{Client: b.rdb, Key: st.Key, MaxLen: st.MaxLen}).Handle
+	}
+	return nil
+}
+
+// buildStdout also serves a Poller made in Go with no sink: stdout is the fallback.
+func buildStdout(b *builder) error {
+	if d := b.pc.Delivery; d.Stdout != nil || d.Webhook == nil && d.Stream == nil {
+		b.p.Handler = (&sink.Stdout{W: b.out}).Handle
+	}
+	return nil
+}
+
+// schemaValidator compiles a JSON Schema file; items it rejects are parked as invalid with
+// the schema's own explanation.
+func schemaValidator(path string) (func(item json.RawMessage) error, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	doc, err := jsonschema.UnmarshalJSON(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	loc := "file://" + filepath.ToSlash(abs)
+	if err := c.AddResource(loc, doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	sch, err := c.Compile(loc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return func(item json.RawMessage) error {
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(item))
+		if err != nil {
+			return err
+		}
+		return sch.Validate(inst)
+	}, nil
+}
+
+// fieldsFingerprint makes only the named fields count as a change: the canonical JSON of an
+// object holding just those paths.
+func fieldsFingerprint(paths []string) func(item json.RawMessage) ([]byte, error) {
+	return func(item json.RawMessage) ([]byte, error) {
+		sel := make(map[string]json.RawMessage, len(paths))
+		for _, path := range paths {
+			if v := gjson.GetBytes(item, path); v.Exists() {
+				sel[path] = json.RawMessage(v.Raw)
+			}
+		}
+		raw, err := json.Marshal(sel)
+		if err != nil {
+			return nil, err
+		}
+		return diff.AppendCanonical(nil, raw)
+	}
+}

@@ -1,0 +1,247 @@
+package config
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml/ast"
+)
+
+// The checks and decoders that schema rows name: what a key's kind alone does not say.
+
+func checkName(d *decoder, ps *pollerState, s string, at pos, fp string) {
+	ps.nameAt = at
+	if !nameRE.MatchString(s) {
+		d.errAt(at, fp, "name %q must match %s", s, nameRE)
+	}
+}
+
+func checkHTTPURL(d *decoder, _ *pollerState, s string, at pos, fp string) { d.httpURL(s, at, fp) }
+
+func checkOptionalHTTPURL(d *decoder, _ *pollerState, s string, at pos, fp string) {
+	if s != "" {
+		d.httpURL(s, at, fp)
+	}
+}
+
+func checkDetailURL(d *decoder, _ *pollerState, s string, at pos, fp string) {
+	if d.httpURL(s, at, fp) && !strings.Contains(s, "{id}") {
+		d.errAt(at, fp, "must contain {id}, replaced by the identity to confirm")
+	}
+}
+
+func checkNotEmpty(d *decoder, _ *pollerState, s string, at pos, fp string) {
+	if s == "" {
+		d.errAt(at, fp, "must not be empty")
+	}
+}
+
+// checkFormat accepts the named formats and Go layouts (which must hold a layout element).
+func checkFormat(d *decoder, _ *pollerState, s string, at pos, fp string) {
+	if slices.Contains(namedFormats, s) {
+		return
+	}
+	msg := fmt.Sprintf("unknown format %q (want %s, or a Go layout such as %q)", s, orList(namedFormats), time.RFC3339)
+	if sug := suggest(s, namedFormats); sug != "" {
+		d.errAt(at, fp, "%s; did you mean %q?", msg, sug)
+		return
+	}
+	// A Go layout must hold at least one element (2006, 01, 02, 15, 04, 05, …).
+	if ref := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC); ref.Format(s) == s {
+		d.errAt(at, fp, "%s", msg)
+	}
+}
+
+func decodePartitions(d *decoder, ps *pollerState, v ast.Node, fp string) {
+	seen := map[string]int{}
+	d.list(v, fp, func(i int, item ast.Node, ip string) {
+		s, ok := d.str(item, ip)
+		if !ok {
+			if r, rok := d.resolve(item, ip); rok && r == nil {
+				d.errAt(posOf(item), ip, "empty partition")
+			}
+			return
+		}
+		iat := posOf(item)
+		switch line, dup := seen[s]; {
+		case !partitionRE.MatchString(s):
+			d.errAt(iat, ip, "partition %q must match %s", s, partitionRE)
+		case dup:
+			d.errAt(iat, ip, "partition %q is listed twice (first at line %d)", s, line)
+		default:
+			seen[s] = iat.line
+		}
+		ps.p.Partitions = append(ps.p.Partitions, s)
+	})
+}
+
+func decodeJitter(d *decoder, ps *pollerState, v ast.Node, fp string) {
+	if j, ok := d.float(v, fp); ok {
+		if j < 0 || j >= 1 {
+			d.errAt(posOf(v), fp, "jitter %v must be in [0, 1)", j)
+		}
+		ps.p.Schedule.Jitter = j
+	}
+}
+
+// decodeSchemaPath resolves the schema file against the config file's directory.
+func decodeSchemaPath(d *decoder, ps *pollerState, v ast.Node, fp string) {
+	if s, ok := d.str(v, fp); ok && s != "" {
+		if !filepath.IsAbs(s) {
+			s = filepath.Join(filepath.Dir(d.file), s)
+		}
+		ps.p.Schema = s
+	}
+}
+
+func decodeSecrets(d *decoder, ps *pollerState, v ast.Node, fp string) {
+	w := ps.p.Delivery.Webhook
+	r, ok := d.resolve(v, fp)
+	if !ok || r == nil {
+		return
+	}
+	if seq, isSeq := r.(*ast.SequenceNode); isSeq {
+		d.list(r, fp, func(i int, item ast.Node, ip string) {
+			if s, ok := d.secret(item, ip); ok {
+				w.Secrets = append(w.Secrets, s)
+			}
+		})
+		if len(w.Secrets) == 0 && len(seq.Values) == 0 {
+			d.errAt(posOf(v), fp, "empty list: give at least one secret or leave secret out")
+		}
+	} else if s, ok := d.secret(v, fp); ok {
+		w.Secrets = []string{s}
+	}
+}
+
+// checkCursor checks the keys given against the strategy: keys it does not use, keys it needs.
+func checkCursor(d *decoder, ps *pollerState, b blockRead) {
+	c := ps.p.Cursor
+	if c.Strategy == "" {
+		return // missing or unknown, already reported
+	}
+	for _, k := range b.keys {
+		if kat, ok := b.present[k.name()]; ok && k.strategies != nil && !slices.Contains(k.strategies, c.Strategy) {
+			d.errAt(kat, join(b.field, k.name()), "not used by the %s strategy (only by %s)", c.Strategy, orList(k.strategies))
+		}
+	}
+	for _, k := range b.keys {
+		if _, ok := b.present[k.name()]; !ok && slices.Contains(k.requiredFor, c.Strategy) {
+			d.errAt(b.at, join(b.field, k.name()), "required for the %s strategy", c.Strategy)
+		}
+	}
+}
+
+func checkSchedule(d *decoder, ps *pollerState, b blockRead) {
+	if s := ps.p.Schedule; s.Min > 0 && s.Max > 0 && s.Min > s.Max {
+		d.errAt(b.values["max"], join(b.field, "max"), "max %s is less than min %s", s.Max, s.Min)
+	}
+}
+
+func checkDelivery(d *decoder, ps *pollerState, b blockRead) {
+	dl := ps.p.Delivery
+	var sinks []string
+	if dl.Webhook != nil {
+		sinks = append(sinks, "webhook")
+	}
+	if dl.Stream != nil {
+		sinks = append(sinks, "stream")
+	}
+	if dl.Stdout != nil {
+		sinks = append(sinks, "stdout")
+	}
+	switch len(sinks) {
+	case 0:
+		d.errAt(b.at, b.field, "want one of webhook, stream or stdout")
+	case 1:
+	default:
+		d.errAt(b.at, b.field, "want exactly one of webhook, stream or stdout, got %s", strings.Join(sinks, " and "))
+	}
+}
+
+// checkEntry fills the identity default and checks what spans blocks: keys only complete
+// listings use, ${partition} without partitions.
+func checkEntry(d *decoder, ps *pollerState, _ blockRead) {
+	p := ps.p
+	if p.Identity == "" {
+		p.Identity = "id"
+	}
+	// An unknown strategy is reported by the cursor decoder.
+	if p.Cursor.Strategy != "" && p.Cursor.Strategy != StrategySnapshotDiff && p.Reconcile == nil {
+		for _, k := range ps.listing {
+			d.errAt(k.at, k.field, "not used by a %s poller without a reconcile lane: only complete listings (snapshotDiff or reconcile) find deletes", p.Cursor.Strategy)
+		}
+	}
+	if len(p.Partitions) == 0 {
+		for _, u := range ps.uses {
+			d.errAt(u.at, u.field, "uses %s but the poller lists no partitions", PartitionVar)
+		}
+	}
+}
+
+// httpURL checks an absolute http(s) URL; ${partition} counts as a host or path segment. It
+// reports whether the URL is good.
+func (d *decoder) httpURL(s string, at pos, field string) bool {
+	u, err := url.Parse(strings.ReplaceAll(s, PartitionVar, "p"))
+	switch {
+	case err != nil:
+		d.errAt(at, field, "bad URL: %v", errors.Unwrap(err))
+	case u.Scheme != "http" && u.Scheme != "https":
+		d.errAt(at, field, "want an http:// or https:// URL, got %q", redactURL(u))
+	case u.Host == "":
+		d.errAt(at, field, "URL %q has no host", redactURL(u))
+	default:
+		return true
+	}
+	return false
+}
+
+func redactURL(u *url.URL) string {
+	c := *u
+	c.User = nil
+	c.RawQuery = ""
+	c.Fragment = ""
+	return c.String()
+}
+
+// secret checks a Standard Webhooks secret without ever echoing it.
+func (d *decoder) secret(n ast.Node, field string) (string, bool) {
+	r, ok := d.resolve(n, field)
+	if !ok || r == nil {
+		if ok {
+			d.errAt(posOf(n), field, "empty secret")
+		}
+		return "", false
+	}
+	if _, isStr := r.(*ast.StringNode); !isStr {
+		if _, isLit := r.(*ast.LiteralNode); !isLit {
+			d.errAt(posOf(r), field, "want a string, got %s", kindOf(r))
+			return "", false
+		}
+	}
+	s, ok := d.str(r, field)
+	if !ok {
+		return "", false
+	}
+	s = strings.TrimSpace(s)
+	b64, hasPrefix := strings.CutPrefix(s, "whsec_")
+	if !hasPrefix {
+		d.errAt(posOf(r), field, "a webhook secret must start with whsec_ followed by base64 (value not shown)")
+		return "", false
+	}
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		raw, err = base64.RawStdEncoding.DecodeString(b64)
+	}
+	if err != nil || len(raw) == 0 {
+		d.errAt(posOf(r), field, "a webhook secret must be whsec_ followed by valid base64 (value not shown)")
+		return "", false
+	}
+	return s, true
+}

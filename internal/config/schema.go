@@ -1,0 +1,347 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml/ast"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/httpx"
+	"github.com/watukuy/watukuy/internal/sink"
+	"github.com/watukuy/watukuy/watukuytype"
+)
+
+// kind is the type of a field's value in the file.
+type kind int
+
+const (
+	kindBlock    kind = iota // a mapping of further fields
+	kindString               // a string (numbers and booleans give their text)
+	kindInt                  // an integer, at least field.min
+	kindFloat                // a number
+	kindBool                 // true or false
+	kindDuration             // a positive duration: Go syntax plus days
+	kindStrings              // a list of non-empty strings
+	kindStrMap               // a mapping of strings
+	kindSecret               // a whsec_ secret or a list of them
+)
+
+// kindNames are the types as the reference shows them.
+var kindNames = map[kind]string{
+	kindBlock: "mapping", kindString: "string", kindInt: "integer", kindFloat: "number", kindBool: "boolean",
+	kindDuration: "duration", kindStrings: "list of strings", kindStrMap: "mapping of strings", kindSecret: "secret or list of secrets",
+}
+
+// field is one key of a poller entry: the schema row that decoding, the per-strategy checks,
+// Build and the README's reference table all read.
+type field struct {
+	path        string   // YAML path under the poller entry, e.g. "cursor.limit"
+	kind        kind     // the value's type
+	doc         string   // what it means (the reference's text)
+	def         string   // the default when left out, as the reference shows it ("" = none)
+	min         int      // integers: the smallest value allowed (0 or 1: an explicit 0 never means "default")
+	enum        []string // strings: the values allowed
+	what        string   // enum: what the value is called in errors ("strategy")
+	strategies  []string // cursor keys: the strategies that use it (nil = all)
+	requiredFor []string // cursor keys: the strategies that need it
+	required    bool     // must be given in its block (a block: must be given in the entry)
+	note        string   // appended to "required" in the error
+	partition   bool     // the value may hold ${partition}
+	listing     bool     // only complete listings (snapshotDiff, reconcile) use it
+	item        string   // lists: what an element is called in errors ("field")
+	allowed     string   // what a check of its own allows, for the reference
+	sets        string   // the built poller's field that it sets, for the reference
+	// ptr is where the decoded value goes in the Poller (*string, *int, *int64, *float64,
+	// *bool, **bool, *time.Duration, *[]string or *map[string]string); nil for blocks.
+	ptr func(p *Poller) any
+	// open allocates a block the Poller holds by pointer; it runs when the key is given.
+	open func(p *Poller)
+	// check adds a check of a string value or list element that decoded.
+	check func(d *decoder, ps *pollerState, s string, at pos, field string)
+	// decode replaces the kind's decoding for the few fields that need their own.
+	decode func(d *decoder, ps *pollerState, v ast.Node, field string)
+	// after checks a block once all its keys are read.
+	after func(d *decoder, ps *pollerState, b blockRead)
+	// build sets the built poller from the decoded Poller (build.go).
+	build func(b *builder) error
+}
+
+// name is the key's own name, the last element of its path.
+func (f *field) name() string { return f.path[strings.LastIndexByte(f.path, '.')+1:] }
+
+// parent is the path of the block that holds the key ("" for the poller entry).
+func (f *field) parent() string {
+	if i := strings.LastIndexByte(f.path, '.'); i >= 0 {
+		return f.path[:i]
+	}
+	return ""
+}
+
+var (
+	nameRE      = regexp.MustCompile(core.NamePattern)
+	partitionRE = regexp.MustCompile(core.PartitionPattern)
+
+	strategies          = []string{StrategyTimestamp, StrategyToken, StrategyPage, StrategySnapshotDiff}
+	reconcileStrategies = []string{StrategyPage, StrategySnapshotDiff}
+	poisons             = []string{PoisonPark, PoisonHalt}
+	schemaChanges       = []string{"rebaseline", "emit"}
+	namedFormats        = []string{"rfc3339", "epoch_s", "epoch_ms", "epoch"}
+
+	timestampOnly = []string{StrategyTimestamp}
+	tokenOnly     = []string{StrategyToken}
+	incremental   = []string{StrategyTimestamp, StrategyToken}
+	listings      = []string{StrategyPage, StrategySnapshotDiff}
+)
+
+// schema is the poller entry's fields, each block followed by its keys; within a block the
+// order is the order errors list the keys in.
+var schema = []*field{
+	{path: "name", kind: kindString, required: true, sets: "Name", check: checkName, allowed: "`" + core.NamePattern + "`",
+		doc: "the poller's name, unique in the file",
+		ptr: func(p *Poller) any { return &p.Name }, build: func(b *builder) error { b.p.Name = b.pc.Name; return nil }},
+	{path: "partitions", kind: kindStrings, sets: "Partitions", decode: decodePartitions, def: `one key, partition ""`,
+		allowed: "`" + core.PartitionPattern + "`, each once",
+		doc:     "instances of the poller, e.g. tenants; `${partition}` in the request is replaced by each",
+		build:   func(b *builder) error { b.p.Partitions = b.pc.Partitions; return nil }},
+	{path: "request", kind: kindBlock, required: true, sets: "Fetch", doc: "how a page is fetched", build: buildRequest},
+	{path: "request.url", kind: kindString, required: true, partition: true, check: checkHTTPURL, allowed: "http(s) URL",
+		doc: "the endpoint", ptr: func(p *Poller) any { return &p.Request.URL }},
+	{path: "request.query", kind: kindStrMap, partition: true, doc: "query parameters sent with every request",
+		ptr: func(p *Poller) any { return &p.Request.Query }},
+	{path: "request.headers", kind: kindStrMap, partition: true, doc: "headers sent with every request (and the detail request)",
+		ptr: func(p *Poller) any { return &p.Request.Headers }},
+	{path: "request.timeout", kind: kindDuration, def: fmtDuration(httpx.DefaultTimeout), doc: "bounds one request, body included",
+		ptr: func(p *Poller) any { return &p.Request.Timeout }},
+	{path: "items", kind: kindString, def: "the body is the array", sets: "Fetch", doc: "gjson path of the item array in the body",
+		ptr: func(p *Poller) any { return &p.Items }},
+	{path: "identity", kind: kindString, def: "id", sets: "Identity", doc: "gjson path of the item's identity",
+		ptr: func(p *Poller) any { return &p.Identity }, build: buildIdentity},
+	{path: "version", kind: kindString, sets: "Version", doc: "gjson path of the item's version",
+		ptr: func(p *Poller) any { return &p.Version }, build: buildVersion},
+	{path: "fingerprint", kind: kindStrings, item: "field", sets: "Fingerprint", def: "the whole item",
+		doc: "gjson paths of the fields that count as a change", ptr: func(p *Poller) any { return &p.Fingerprint }, build: buildFingerprint},
+
+	{path: "cursor", kind: kindBlock, required: true, after: checkCursor, doc: "the cursor strategy and its parameters"},
+	{path: "cursor.strategy", kind: kindString, required: true, note: " (want " + orList(strategies) + ")", enum: strategies, what: "strategy",
+		sets: "Fetch, Strategy", build: buildCursor,
+		doc: "`timestamp`, `token` (an opaque next token), `page` (page numbers or offsets) or `snapshotDiff` " +
+			"(a full listing every cycle; identities it misses are deleted)",
+		ptr: func(p *Poller) any { return &p.Cursor.Strategy }},
+	{path: "cursor.field", kind: kindString, strategies: timestampOnly, requiredFor: timestampOnly,
+		doc: "gjson path of the item's change time", ptr: func(p *Poller) any { return &p.Cursor.Field }},
+	{path: "cursor.param", kind: kindString, requiredFor: incremental, def: "page (page, snapshotDiff)",
+		doc: "query parameter that carries the cursor (page: the page number or offset)", ptr: func(p *Poller) any { return &p.Cursor.Param }},
+	{path: "cursor.hasMore", kind: kindString, doc: "gjson path of the response's has-more flag",
+		ptr: func(p *Poller) any { return &p.Cursor.HasMore }},
+	{path: "cursor.next", kind: kindString, strategies: tokenOnly, def: `the Link header's rel="next"`,
+		doc: "gjson path of the next token in the response", ptr: func(p *Poller) any { return &p.Cursor.Next }},
+	{path: "cursor.formats", kind: kindStrings, item: "format", strategies: timestampOnly, def: "RFC 3339 and epochs",
+		check: checkFormat, allowed: orList(namedFormats) + ", or a Go layout",
+		doc: "formats of the change time", ptr: func(p *Poller) any { return &p.Cursor.Formats }},
+	{path: "cursor.limitParam", kind: kindString, strategies: incremental, doc: "query parameter that carries `limit`",
+		ptr: func(p *Poller) any { return &p.Cursor.LimitParam }},
+	{path: "cursor.limit", kind: kindInt, min: 1, strategies: incremental, doc: "items asked for per page",
+		ptr: func(p *Poller) any { return &p.Cursor.Limit }},
+	{path: "cursor.tieBreaker", kind: kindString, strategies: timestampOnly, doc: "query parameter for the last identity at the cursor time",
+		ptr: func(p *Poller) any { return &p.Cursor.TieBreaker }},
+	{path: "cursor.deleted", kind: kindString, sets: "Tombstone", doc: "gjson path of a flag that marks a deleted item",
+		ptr: func(p *Poller) any { return &p.Cursor.Deleted }, build: buildTombstone},
+	{path: "cursor.offset", kind: kindBool, strategies: listings, def: "false", doc: "`param` is an item offset, not a page number",
+		ptr: func(p *Poller) any { return &p.Cursor.Offset }},
+	{path: "cursor.start", kind: kindInt, min: 0, strategies: listings, def: "1 (offsets: 0)", doc: "the first page number",
+		ptr: func(p *Poller) any { return &p.Cursor.Start }},
+	{path: "cursor.sizeParam", kind: kindString, strategies: listings, doc: "query parameter that carries `size`",
+		ptr: func(p *Poller) any { return &p.Cursor.SizeParam }},
+	{path: "cursor.size", kind: kindInt, min: 1, strategies: listings, doc: "items asked for per page",
+		ptr: func(p *Poller) any { return &p.Cursor.Size }},
+	{path: "cursor.etag", kind: kindBool, strategies: listings, def: "false", doc: "every page carries the collection's ETag; an unchanged collection answers 304",
+		ptr: func(p *Poller) any { return &p.Cursor.ETag }},
+
+	{path: "schedule", kind: kindBlock, sets: "Schedule", doc: "the adaptive polling interval", after: checkSchedule},
+	{path: "schedule.min", kind: kindDuration, def: fmtDuration(core.DefaultScheduleMin), sets: "Schedule.Min", doc: "the shortest interval",
+		ptr: func(p *Poller) any { return &p.Schedule.Min }, build: func(b *builder) error { b.p.Schedule.Min = b.pc.Schedule.Min; return nil }},
+	{path: "schedule.max", kind: kindDuration, def: fmtDuration(core.DefaultScheduleMax), sets: "Schedule.Max", doc: "the longest interval (not less than min)",
+		ptr: func(p *Poller) any { return &p.Schedule.Max }, build: func(b *builder) error { b.p.Schedule.Max = b.pc.Schedule.Max; return nil }},
+	{path: "schedule.jitter", kind: kindFloat, def: strconv.FormatFloat(core.DefaultJitter, 'g', -1, 64), sets: "Schedule.Jitter",
+		decode: decodeJitter, allowed: "[0, 1)",
+		doc: "random spread of the interval", build: func(b *builder) error { b.p.Schedule.Jitter = b.pc.Schedule.Jitter; return nil }},
+	{path: "schedule.adaptive", kind: kindBool, def: "true", sets: "Schedule.Fixed", doc: "false: always poll every min",
+		ptr: func(p *Poller) any { return &p.Schedule.Adaptive }, build: buildFixed},
+
+	{path: "reconcile", kind: kindBlock, sets: "Reconcile", doc: "a periodic full listing whose misses are deleted",
+		open: func(p *Poller) { p.Reconcile = &Reconcile{} }, build: buildReconcile},
+	{path: "reconcile.every", kind: kindDuration, required: true, sets: "Reconcile.Every", doc: "the time between listings",
+		ptr: func(p *Poller) any { return &p.Reconcile.Every }},
+	{path: "reconcile.strategy", kind: kindString, enum: reconcileStrategies, what: "reconcile strategy",
+		doc: "the kind of listing; it pages by `param` (or `offset`) either way", ptr: func(p *Poller) any { return &p.Reconcile.Strategy }},
+	{path: "reconcile.url", kind: kindString, partition: true, check: checkOptionalHTTPURL, allowed: "http(s) URL", def: "request.url",
+		doc: "another listing endpoint", ptr: func(p *Poller) any { return &p.Reconcile.URL }},
+	{path: "reconcile.param", kind: kindString, def: "page (offset: none)", doc: "query parameter of the page number or offset",
+		ptr: func(p *Poller) any { return &p.Reconcile.Param }},
+	{path: "reconcile.sizeParam", kind: kindString, doc: "query parameter that carries `size`",
+		ptr: func(p *Poller) any { return &p.Reconcile.SizeParam }},
+	{path: "reconcile.size", kind: kindInt, min: 1, doc: "items asked for per page",
+		ptr: func(p *Poller) any { return &p.Reconcile.Size }},
+	{path: "reconcile.offset", kind: kindBool, def: "false", doc: "`param` is an item offset, not a page number",
+		ptr: func(p *Poller) any { return &p.Reconcile.Offset }},
+	{path: "reconcile.hasMore", kind: kindString, doc: "gjson path of the response's has-more flag",
+		ptr: func(p *Poller) any { return &p.Reconcile.HasMore }},
+	{path: "reconcile.maxPages", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultReconcileMaxPages), sets: "Reconcile.MaxPages",
+		doc: "bounds one listing; a longer one is a CONFIG error and deletes nothing", ptr: func(p *Poller) any { return &p.Reconcile.MaxPages }},
+
+	{path: "log", kind: kindBlock, doc: "the replay log (`watukuy replay`)", def: "no log", open: func(p *Poller) { p.Log = &Log{} }},
+	{path: "log.retention", kind: kindDuration, required: true, sets: "LogRetention", doc: "how long committed events are kept",
+		ptr: func(p *Poller) any { return &p.Log.Retention }, build: buildLogRetention},
+
+	{path: "deletes", kind: kindBlock, doc: "how deletes found by complete listings are confirmed"},
+	{path: "deletes.confirmListings", kind: kindInt, min: 1, listing: true, def: strconv.Itoa(core.DefaultConfirmDeletes), sets: "ConfirmDeletes",
+		doc: "consecutive complete listings that must miss an identity before it is deleted", ptr: func(p *Poller) any { return &p.Deletes.ConfirmListings },
+		build: func(b *builder) error { b.p.ConfirmDeletes = b.pc.Deletes.ConfirmListings; return nil }},
+	{path: "deletes.detail", kind: kindBlock, listing: true, sets: "Detail", doc: "a request for one item: 404/410 deletes at once, found is diffed",
+		open: func(p *Poller) { p.Deletes.Detail = &Detail{} }, build: buildDetail},
+	{path: "deletes.detail.url", kind: kindString, required: true, partition: true, check: checkDetailURL, allowed: "http(s) URL with `{id}`",
+		doc: "the item's URL; `{id}` is replaced by the identity", ptr: func(p *Poller) any { return &p.Deletes.Detail.URL }},
+	{path: "deletes.detail.items", kind: kindString, def: "the body is the item", doc: "gjson path of the item in the body",
+		ptr: func(p *Poller) any { return &p.Deletes.Detail.Items }},
+	{path: "deletes.detail.query", kind: kindStrMap, partition: true, doc: "query parameters (sent with request.headers, not request.query)",
+		ptr: func(p *Poller) any { return &p.Deletes.Detail.Query }},
+	{path: "deletes.tombstones", kind: kindDuration, def: fmtDuration(core.DefaultTombstoneRetention), sets: "TombstoneRetention",
+		doc: "how long a deleted identity is remembered, so one created again gets new event ids", ptr: func(p *Poller) any { return &p.Deletes.Tombstones },
+		build: func(b *builder) error { b.p.TombstoneRetention = b.pc.Deletes.Tombstones; return nil }},
+
+	{path: "commit", kind: kindBlock, doc: "bounds one commit script; a larger page commits in chunks"},
+	{path: "commit.maxItems", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultCommitMaxItems), sets: "CommitMaxItems", doc: "changes per commit",
+		ptr: func(p *Poller) any { return &p.Commit.MaxItems }, build: func(b *builder) error { b.p.CommitMaxItems = b.pc.Commit.MaxItems; return nil }},
+	{path: "commit.maxBytes", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultCommitMaxBytes), sets: "CommitMaxBytes", doc: "bytes per commit",
+		ptr: func(p *Poller) any { return &p.Commit.MaxBytes }, build: func(b *builder) error { b.p.CommitMaxBytes = b.pc.Commit.MaxBytes; return nil }},
+
+	{path: "schemaVersion", kind: kindInt, min: 0, def: "0", sets: "SchemaVersion", doc: "part of every event id; bump it when the meaning of items changes",
+		ptr: func(p *Poller) any { return &p.SchemaVersion }, build: func(b *builder) error { b.p.SchemaVersion = b.pc.SchemaVersion; return nil }},
+	{path: "onSchemaChange", kind: kindString, enum: schemaChanges, what: "onSchemaChange", def: "rebaseline", sets: "EmitOnSchemaChange",
+		doc: "after a schemaVersion bump: rebaseline silently, or emit `updated` for changed items", ptr: func(p *Poller) any { return &p.OnSchemaChange },
+		build: func(b *builder) error { b.p.EmitOnSchemaChange = b.pc.OnSchemaChange == "emit"; return nil }},
+	{path: "schema", kind: kindString, decode: decodeSchemaPath, sets: "Validate", build: buildValidate,
+		doc: "JSON Schema file (relative to the config file); items it rejects are parked invalid"},
+	{path: "shadow", kind: kindBool, def: "false", sets: "Shadow", doc: "poll and commit state, deliver nothing (onboarding)",
+		ptr: func(p *Poller) any { return &p.Shadow }, build: func(b *builder) error { b.p.Shadow = b.pc.Shadow; return nil }},
+	{path: "history", kind: kindBool, def: "false", sets: "History", doc: "the API serves a change log: a backfill places entries by version",
+		ptr: func(p *Poller) any { return &p.History }, build: func(b *builder) error { b.p.History = b.pc.History; return nil }},
+	{path: "leaseTTL", kind: kindDuration, def: fmtDuration(core.DefaultLeaseTTL), sets: "LeaseTTL", doc: "the lease length",
+		ptr: func(p *Poller) any { return &p.LeaseTTL }, build: func(b *builder) error { b.p.LeaseTTL = b.pc.LeaseTTL; return nil }},
+	{path: "maxPagesPerCycle", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultMaxPagesPerCycle), sets: "MaxPagesPerCycle",
+		doc: "pages per cycle; a cut-short cycle is due again at once", ptr: func(p *Poller) any { return &p.MaxPagesPerCycle },
+		build: func(b *builder) error { b.p.MaxPagesPerCycle = b.pc.MaxPagesPerCycle; return nil }},
+
+	{path: "delivery", kind: kindBlock, required: true, note: " (one of webhook, stream or stdout)",
+		doc: "where events go: exactly one of webhook, stream and stdout", after: checkDelivery},
+	{path: "delivery.webhook", kind: kindBlock, sets: "Handler", doc: "POST each event, signed (Standard Webhooks)",
+		open: func(p *Poller) { p.Delivery.Webhook = &Webhook{} }, build: buildWebhook},
+	{path: "delivery.webhook.url", kind: kindString, required: true, check: checkHTTPURL, allowed: "http(s) URL", doc: "the receiver",
+		ptr: func(p *Poller) any { return &p.Delivery.Webhook.URL }},
+	{path: "delivery.webhook.secret", kind: kindSecret, decode: decodeSecrets, allowed: "`whsec_` + base64",
+		doc: "signing secret, needed to build the sink; a list during a rotation (every secret signs)"},
+	{path: "delivery.webhook.timeout", kind: kindDuration, def: fmtDuration(sink.DefaultWebhookTimeout), doc: "bounds one attempt",
+		ptr: func(p *Poller) any { return &p.Delivery.Webhook.Timeout }},
+	{path: "delivery.stream", kind: kindBlock, sets: "Handler", doc: "XADD each event to a Redis stream",
+		open: func(p *Poller) { p.Delivery.Stream = &Stream{} }, build: buildStream},
+	{path: "delivery.stream.key", kind: kindString, required: true, check: checkNotEmpty, allowed: "not empty", doc: "the stream",
+		ptr: func(p *Poller) any { return &p.Delivery.Stream.Key }},
+	{path: "delivery.stream.maxlen", kind: kindInt, min: 0, def: "0: no trimming", doc: "approximate trim length (must cover the slowest reader)",
+		ptr: func(p *Poller) any { return &p.Delivery.Stream.MaxLen }},
+	{path: "delivery.stdout", kind: kindBlock, sets: "Handler", doc: "print each event as an NDJSON line (takes no keys)",
+		open: func(p *Poller) { p.Delivery.Stdout = &Stdout{} }, build: buildStdout},
+	{path: "delivery.concurrency", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultConcurrency), sets: "Delivery.Concurrency",
+		doc: "ordering keys delivered at once", ptr: func(p *Poller) any { return &p.Delivery.Concurrency },
+		build: func(b *builder) error { b.p.Delivery.Concurrency = b.pc.Delivery.Concurrency; return nil }},
+	{path: "delivery.orderingKey", kind: kindString, def: "identity", sets: "Delivery.OrderingKey",
+		doc: "`identity` or a gjson path of the item: events with the same key are delivered in order", ptr: func(p *Poller) any { return &p.Delivery.OrderingKey },
+		build: buildOrderingKey},
+	{path: "delivery.attempts", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultAttempts), sets: "Delivery.Attempts",
+		doc: "tries of an event within a cycle before it is poison", ptr: func(p *Poller) any { return &p.Delivery.Attempts },
+		build: func(b *builder) error { b.p.Delivery.Attempts = b.pc.Delivery.Attempts; return nil }},
+	{path: "delivery.poison", kind: kindString, enum: poisons, what: "poison", def: PoisonPark, sets: "Delivery.Poison",
+		doc: "a poison event is parked (the key goes on) or halts the key", ptr: func(p *Poller) any { return &p.Delivery.Poison },
+		build: func(b *builder) error {
+			if b.pc.Delivery.Poison == PoisonHalt {
+				b.p.Delivery.Poison = watukuytype.PoisonHalt
+			}
+			return nil
+		}},
+}
+
+// pollerEntry is the poller entry itself, the block that holds the top-level keys.
+var pollerEntry = &field{kind: kindBlock, after: checkEntry}
+
+// keysOf lists the keys of the block at path ("" = the poller entry) in schema order.
+func keysOf(path string) []*field {
+	var out []*field
+	for _, f := range schema {
+		if f.parent() == path {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// fieldNames is the names of fs.
+func fieldNames(fs []*field) []string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.name()
+	}
+	return out
+}
+
+// fmtDuration shows a default duration the way the file writes it ("5m", "30d").
+func fmtDuration(d time.Duration) string {
+	if day := 24 * time.Hour; d >= day && d%day == 0 {
+		return fmt.Sprintf("%dd", d/day)
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// Locate adds the file, the poller's line and the key to an engine *watukuytype.ConfigError about
+// one of the file's pollers: the engine owns the checks it shares with Go-defined pollers, and
+// this says where the file went wrong. Other errors are returned as they are.
+func (c *Config) Locate(err error) error {
+	var ce *watukuytype.ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	i := slices.IndexFunc(c.Pollers, func(p Poller) bool { return p.Name == ce.Poller })
+	if i < 0 {
+		return err
+	}
+	return &Error{File: c.File, Line: c.Pollers[i].Line, Field: join(index("pollers", i), keyOf(ce.Field)), Msg: ce.Msg, Err: err}
+}
+
+// keyOf is the file's key for an engine field: the key of that path, or the key that sets
+// the poller field of that name.
+func keyOf(engineField string) string {
+	for _, f := range schema {
+		if f.path == engineField {
+			return f.path
+		}
+	}
+	for _, f := range schema {
+		for _, name := range strings.Split(f.sets, ", ") {
+			if strings.EqualFold(name, engineField) {
+				return f.path
+			}
+		}
+	}
+	return engineField
+}
