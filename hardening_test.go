@@ -2,7 +2,7 @@ package watukuy
 
 // Regression tests for the holes an adversarial review reproduced (issue "Guarantees that hold
 // against an outside adversary"), each named for the guarantee it broke. Each fails when its
-// fix is reverted; the README's "Guarantees under chaos" names which.
+// fix is reverted; which fault catches which is in (docs/design.md, Guarantees under chaos).
 
 import (
 	"context"

@@ -326,7 +326,7 @@ func invalidID(raw json.RawMessage) string {
 // versions order: an older version, the same version with other content (a timestamp to the
 // second ties; across a schema bump too, so drift is the live lane's to emit), or a deletion
 // entry whose version is not later (often it has none). Where they do not order, a backfill
-// cannot tell (README, Known limits).
+// cannot tell (docs/design.md, Known limits).
 func behind(o observation, r *diff.Row) bool {
 	order, ok := diff.CompareVersions(o.version, r.Version)
 	switch {
