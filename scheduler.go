@@ -96,6 +96,6 @@ func (s *Scheduler) Run(ctx context.Context) error {
 func (s *Scheduler) Ready(ctx context.Context) error { return s.eng.ping(ctx) }
 
 // Handler serves /healthz (liveness), /readyz (Ready), /metrics (SchedulerOptions.Registry)
-// and, with SchedulerOptions.UI, asynqmon at /monitoring/, for mounting in a server of your
-// own.
+// and, with SchedulerOptions.UI, asynqmon at /monitoring/. Its routes are absolute: mount it
+// at "/" of your own mux or serve it alone.
 func (s *Scheduler) Handler() http.Handler { return s.admin.Handler() }

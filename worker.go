@@ -135,7 +135,8 @@ func (w *Worker) Ready(ctx context.Context) error {
 }
 
 // Handler serves /healthz (liveness), /readyz (Ready), /metrics (WorkerOptions.Registry)
-// and, with WorkerOptions.UI, asynqmon at /monitoring/, for mounting in a server of your own.
+// and, with WorkerOptions.UI, asynqmon at /monitoring/. Its routes are absolute: mount it at
+// "/" of your own mux (mux.Handle("/", w.Handler())) or serve it alone.
 func (w *Worker) Handler() http.Handler { return w.admin.Handler() }
 
 // registerer is reg as a prometheus.Registerer, nil when reg is (a nil *Registry in the
