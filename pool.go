@@ -44,7 +44,8 @@ type pool struct {
 }
 
 // init makes the tracker and its metrics (registered on reg when set) on first use, and
-// routes go-redis' own log lines through the tracker.
+// routes go-redis' own log lines through the tracker (go-redis has one logger per process:
+// with several engines in one process, the last one's tracker gets them).
 func (p *pool) init(log zerolog.Logger, reg prometheus.Registerer) {
 	p.once.Do(func() {
 		m := metrics.NewRedis(reg)
