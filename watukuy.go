@@ -231,6 +231,8 @@ type Options struct {
 type Engine struct {
 	core  *core.Engine
 	store *redisstore.Store
+	rdb   redis.UniversalClient // the Workers' and Schedulers' asynq connection
+	pool  pool                  // what the Workers and Schedulers on this engine share (pool.go)
 }
 
 // New returns an engine on opts.Redis.
@@ -257,7 +259,7 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{core: ce, store: st}, nil
+	return &Engine{core: ce, store: st, rdb: opts.Redis}, nil
 }
 
 // Register adds a poller. An invalid definition is a *ConfigError naming poller and field.

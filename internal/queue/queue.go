@@ -1,7 +1,8 @@
 // Package queue runs cycles across processes on asynq: a Scheduler claims due keys from the
 // pollers' due sets (the atomic claim script) and enqueues one task per key, whose task ID is
 // derived from the key so a key is never queued twice, and runs the due-set repair sweep;
-// Workers are asynq servers whose handler runs the key's cycle.
+// workers are asynq servers whose Handler runs the key's cycle. The public watukuy.Scheduler
+// and watukuy.Worker are built on it.
 package queue
 
 import (

@@ -2,28 +2,21 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/hibiken/asynq"
-	"github.com/hibiken/asynqmon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/config"
-	"github.com/watukuy/watukuy/internal/health"
 	"github.com/watukuy/watukuy/internal/metrics"
-	"github.com/watukuy/watukuy/internal/queue"
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -55,7 +48,7 @@ type Settings struct {
 }
 
 // DefaultDrain is Settings.Drain when it is not set.
-const DefaultDrain = 30 * time.Second
+const DefaultDrain = watukuy.DefaultDrain
 
 // Env is what a process runs on.
 type Env struct {
@@ -68,9 +61,8 @@ type Env struct {
 	Pollers  []watukuy.Poller
 	Config   *config.Config
 
-	mu       sync.Mutex  // guards Pollers and Config, which a reload replaces (reload.go)
-	reload   reloadState // what Reload needs: the settings, the lock, the metric
-	recovery recovery    // Redis outages and data loss (watch.go)
+	mu     sync.Mutex  // guards Pollers and Config, which a reload replaces (reload.go)
+	reload reloadState // what Reload needs: the settings, the lock, the metric
 }
 
 // Open loads the config file (when there is one), connects to Redis (flag > env > file),
@@ -194,6 +186,7 @@ func (env *Env) keyInfos(ctx context.Context) ([]watukuytype.KeyInfo, error) {
 	return out, nil
 }
 
+// PollerNames names the process's pollers, config and Go-defined, as a reload left them.
 func (env *Env) PollerNames() []string {
 	env.mu.Lock()
 	defer env.mu.Unlock()
@@ -202,118 +195,4 @@ func (env *Env) PollerNames() []string {
 		names = append(names, p.Name)
 	}
 	return names
-}
-
-// serve starts the health, readiness, metrics and (with ui) asynqmon endpoints.
-func (env *Env) serve(ctx context.Context, s Settings, ready func(context.Context) error) (string, error) {
-	hs := &health.Server{Listen: s.Listen, Logger: env.Log, Ready: ready,
-		Metrics: promhttp.HandlerFor(env.Registry, promhttp.HandlerOpts{})}
-	if s.UI {
-		hs.UI = asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: connOpt{env.RDB}})
-	}
-	addr, err := hs.Start(ctx)
-	if err != nil {
-		return "", fmt.Errorf("listen %s: %w", s.Listen, err)
-	}
-	if addr != "" {
-		env.Log.Info().Str("addr", addr).Bool("ui", s.UI).Msg("serving /healthz /readyz /metrics")
-	}
-	return addr, nil
-}
-
-// connOpt hands asynqmon the process's own Redis client.
-type connOpt struct{ c redis.UniversalClient }
-
-func (o connOpt) MakeRedisClient() interface{} { return o.c }
-
-func (env *Env) ping(ctx context.Context) error { return env.RDB.Ping(ctx).Err() }
-
-// RunScheduler claims due keys and enqueues their cycles until ctx ends.
-func RunScheduler(ctx context.Context, env *Env, s Settings) error {
-	l, err := env.Engine.Layout(ctx)
-	if err != nil {
-		return fmt.Errorf("read the data layout: %w", err)
-	}
-	if l.Version > l.Current {
-		return &watukuy.LayoutError{Found: l.Version, Known: l.Current}
-	}
-	if _, err := env.serve(ctx, s, env.ping); err != nil {
-		return err
-	}
-	env.watchData(ctx, false) // a scheduler registers no pollers: it reports a data loss only
-	sch := env.scheduler(s)
-	env.Log.Info().Strs("pollers", sch.Pollers).Msg("scheduler started")
-	return sch.Run(ctx)
-}
-
-func (env *Env) scheduler(s Settings) *queue.Scheduler {
-	return &queue.Scheduler{Store: env.Store, Client: asynq.NewClientFromRedisClient(env.RDB),
-		Inspector: asynq.NewInspectorFromRedisClient(env.RDB), Redis: env.RDB, Prefix: env.Store.Prefix(), Logger: env.Log,
-		ClaimTimeout: s.ClaimTimeout, Repair: env.Engine.RepairDue, Outage: env.outage()}
-}
-
-// RunWorker serves cycles from asynq until ctx ends; then it stops taking tasks, and running
-// cycles stop at their next step (a request in flight is given up, a delivery in flight
-// finishes), release their leases and leave their keys due at once, so other workers take
-// them over in seconds. Cycles still running after s.Drain are cancelled (their unacked
-// events stay in the outbox, G1).
-func RunWorker(ctx context.Context, env *Env, s Settings) error {
-	if len(env.Pollers) == 0 {
-		return errors.New("no pollers: a worker needs --config (or WATUKUY_CONFIG) with at least one poller")
-	}
-	if err := env.Engine.Setup(ctx); err != nil {
-		return err
-	}
-	env.watchData(ctx, true) // registers the pollers again if Redis loses its data
-	var running atomic.Bool
-	ready := func(ctx context.Context) error {
-		if !running.Load() {
-			return errors.New("the asynq server is not running")
-		}
-		return env.ping(ctx)
-	}
-	if _, err := env.serve(ctx, s, ready); err != nil {
-		return err
-	}
-	drain := s.Drain
-	if drain <= 0 {
-		drain = DefaultDrain
-	}
-	srv := asynq.NewServerFromRedisClient(env.RDB, env.asynqLogger(queue.ServerConfig(max(s.Concurrency, 1), drain, "", env.Log)))
-	if err := srv.Start(queue.Handler(env.Engine, env.Log)); err != nil {
-		return fmt.Errorf("start the asynq server: %w", err)
-	}
-	running.Store(true)
-	env.Log.Info().Int("concurrency", s.Concurrency).Strs("pollers", env.PollerNames()).Msg("worker started")
-	<-ctx.Done()
-	running.Store(false)
-	env.Log.Info().Dur("drain", drain).Msg("worker stopping: no new cycles; running ones stop at their next step and hand their keys back")
-	stopped := make(chan error, 1)
-	go func() { stopped <- env.Engine.Stop(true, drain) }()
-	srv.Shutdown()
-	return <-stopped
-}
-
-// RunAll runs a scheduler and a worker in one process (watukuy run, watukuy dev). The first
-// of them to return stops the other, so a worker that cannot start (its listener cannot bind)
-// fails the process at once instead of leaving a scheduler that claims keys nobody runs.
-func RunAll(ctx context.Context, env *Env, s Settings) error {
-	if len(env.Pollers) == 0 {
-		return errors.New("no pollers: pass --config with at least one poller")
-	}
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	errc := make(chan error, 2)
-	go func() { errc <- RunWorker(ctx, env, s) }() // the worker serves the process's endpoints
-	go func() {
-		sch := env.scheduler(s)
-		sch.PollerNames = env.PollerNames // read at every claim: a reload changes them
-		errc <- sch.Run(ctx)
-	}()
-	err := <-errc
-	stop()
-	if err2 := <-errc; err == nil {
-		err = err2
-	}
-	return err
 }

@@ -1,0 +1,74 @@
+package watukuy_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/watukuy/watukuy"
+)
+
+// A worker process of the distributed pool: it registers its Go-defined pollers and runs
+// their cycles from the tasks the schedulers enqueue, until SIGTERM, when it hands its keys
+// back to the other workers. Start as many as the APIs need, on the same Redis.
+func ExampleWorker() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	log := zerolog.New(os.Stderr).With().Timestamp().Logger()
+	eng, err := watukuy.New(watukuy.Options{Redis: rdb, Logger: log})
+	if err != nil {
+		panic(err)
+	}
+	err = eng.Register(watukuy.Poller{
+		Name:       "orders",
+		Partitions: []string{"t_1", "t_2"},
+		Fetch: func(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
+			return watukuy.Page{Items: []json.RawMessage{}, Next: req.Cursor}, nil // call the API here
+		},
+		Handler: func(ctx context.Context, ev watukuy.Event) error {
+			fmt.Println(ev.Type, ev.Partition, ev.Identity)
+			return nil
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	reg := prometheus.NewRegistry()
+	w := watukuy.NewWorker(eng, watukuy.WorkerOptions{Concurrency: 10, Logger: log, Registry: reg, UI: true})
+
+	// /healthz, /readyz, /metrics and asynqmon at /monitoring/, next to the program's routes.
+	mux := http.NewServeMux()
+	mux.Handle("/", w.Handler())
+	go func() { _ = http.ListenAndServe("127.0.0.1:9090", mux) }()
+
+	if err := w.Run(ctx); err != nil { // Start, then Shutdown(true) when ctx ends
+		panic(err)
+	}
+}
+
+// A scheduler process of the distributed pool: it needs no pollers, only the Redis the
+// workers register theirs in. One or two of them serve any number of workers.
+func ExampleScheduler() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	log := zerolog.New(os.Stderr).With().Timestamp().Logger()
+	eng, err := watukuy.New(watukuy.Options{Redis: rdb, Logger: log})
+	if err != nil {
+		panic(err)
+	}
+	s := watukuy.NewScheduler(eng, watukuy.SchedulerOptions{Logger: log, Registry: prometheus.NewRegistry(),
+		Listen: "127.0.0.1:9091"}) // or mount s.Handler() in a server of your own
+	if err := s.Run(ctx); err != nil {
+		panic(err)
+	}
+}

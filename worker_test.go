@@ -1,0 +1,257 @@
+package watukuy_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/internal/redistest"
+)
+
+// onBackends runs fn on miniredis and on a private redis-server.
+func onBackends(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
+	t.Run("miniredis", func(t *testing.T) { fn(t, redistest.Miniredis(t).Client) })
+	t.Run("redis", func(t *testing.T) { fn(t, redistest.Real(t).Client) })
+}
+
+// get answers a GET of path on h: status and body.
+func get(t *testing.T, h http.Handler, path string) (int, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	body, _ := io.ReadAll(rec.Body)
+	return rec.Code, string(body)
+}
+
+// engine returns an engine on rdb with p registered (when it has a name).
+func engine(t *testing.T, rdb redis.UniversalClient, name string, p watukuy.Poller) *watukuy.Engine {
+	t.Helper()
+	eng, err := watukuy.New(watukuy.Options{Redis: rdb, InstanceID: name, Logger: zerolog.New(os.Stderr).Level(zerolog.WarnLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Name != "" {
+		if err := eng.Register(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return eng
+}
+
+// runAll runs each of fns until stop, which cancels them and returns what they returned; the
+// test's cleanup stops them too, before its Redis closes (also when the test fails).
+func runAll(t *testing.T, fns ...func(context.Context) error) (stop func() []error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, len(fns))
+	for _, fn := range fns {
+		go func() { errc <- fn(ctx) }()
+	}
+	var once sync.Once
+	var errs []error
+	stop = func() []error {
+		once.Do(func() {
+			cancel()
+			for range fns {
+				if err := <-errc; err != nil {
+					errs = append(errs, err)
+				}
+			}
+		})
+		return errs
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// A Scheduler and two Workers, each on an engine of its own (as in processes of their own),
+// run a Go-defined poller: every partition's item is delivered once; the workers' handler
+// answers /healthz, /readyz (503 until the worker runs and after it stopped) and /metrics.
+func TestWorkerAndSchedulerRunGoPoller(t *testing.T) {
+	onBackends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		partitions := []string{"a", "b", "c", "d"}
+		var mu sync.Mutex
+		got := map[string][]string{} // partition: the workers that delivered its item
+		done := make(chan struct{})
+		poller := func(worker string) watukuy.Poller {
+			return watukuy.Poller{Name: "p", Partitions: partitions, Strategy: watukuy.SnapshotDiff,
+				Fetch: func(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
+					return watukuy.Page{Items: []json.RawMessage{json.RawMessage(`{"id":"` + req.Key.Partition + `"}`)}}, nil
+				},
+				Handler: func(ctx context.Context, ev watukuy.Event) error {
+					mu.Lock()
+					defer mu.Unlock()
+					got[ev.Partition] = append(got[ev.Partition], worker)
+					if len(got) == len(partitions) {
+						select {
+						case <-done:
+						default:
+							close(done)
+						}
+					}
+					return nil
+				},
+				Schedule: watukuy.Schedule{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond, Fixed: true}}
+		}
+		reg := prometheus.NewRegistry()
+		w1 := watukuy.NewWorker(engine(t, rdb, "w1", poller("w1")), watukuy.WorkerOptions{Concurrency: 2, Registry: reg})
+		w2 := watukuy.NewWorker(engine(t, rdb, "w2", poller("w2")), watukuy.WorkerOptions{Concurrency: 2})
+		sch := watukuy.NewScheduler(engine(t, rdb, "s", watukuy.Poller{}), watukuy.SchedulerOptions{})
+		if code, body := get(t, w1.Handler(), "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not running") {
+			t.Fatalf("/readyz before Start: %d %q", code, body)
+		}
+
+		stop := runAll(t, sch.Run, w1.Run, w2.Run)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			mu.Lock()
+			t.Fatalf("after 30s delivered %v", got)
+		}
+		for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ok", "/metrics": "watukuy_redis_up 1"} {
+			if code, body := get(t, w1.Handler(), path); code != http.StatusOK || !strings.Contains(body, want) {
+				t.Errorf("%s while running: %d %q, want 200 with %q", path, code, body, want)
+			}
+		}
+		if code, _ := get(t, sch.Handler(), "/readyz"); code != http.StatusOK {
+			t.Errorf("scheduler /readyz: %d", code)
+		}
+		if errs := stop(); len(errs) > 0 {
+			t.Errorf("run: %v", errs)
+		}
+		if code, _ := get(t, w1.Handler(), "/readyz"); code != http.StatusServiceUnavailable {
+			t.Errorf("/readyz after Shutdown: %d, want 503", code)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range partitions {
+			if len(got[p]) != 1 {
+				t.Errorf("partition %s delivered by %v, want once (the item never changes)", p, got[p])
+			}
+		}
+	})
+}
+
+// Shutdown(true) gives up a request in flight at once (long before DrainTimeout): the cycle
+// releases its lease and leaves its key due at once, for another worker to take over.
+func TestWorkerShutdownDrainHandsKeyBack(t *testing.T) {
+	onBackends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		fetching := make(chan struct{}, 1)
+		eng := engine(t, rdb, "w", watukuy.Poller{Name: "slow",
+			Fetch: func(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
+				select {
+				case fetching <- struct{}{}:
+				default:
+				}
+				<-ctx.Done() // an API that does not answer
+				return watukuy.Page{}, ctx.Err()
+			},
+			Handler: func(ctx context.Context, ev watukuy.Event) error { return nil }})
+		w := watukuy.NewWorker(eng, watukuy.WorkerOptions{DrainTimeout: time.Minute})
+		sch := watukuy.NewScheduler(eng, watukuy.SchedulerOptions{})
+		if err := w.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.Shutdown(false) })
+		stop := runAll(t, sch.Run)
+		select {
+		case <-fetching:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no cycle started within 30s")
+		}
+		start := time.Now()
+		if err := w.Shutdown(true); err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("Shutdown(true) took %v: a request in flight must be given up at once", d)
+		}
+		ki, err := eng.Inspect(context.Background(), "slow", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ki.LeaseOwner != "" || ki.NextDueAt == nil || time.Until(*ki.NextDueAt) > 2*time.Second {
+			t.Errorf("after the drain: lease owner %q, next due %v; want the lease released and the key due at once", ki.LeaseOwner, ki.NextDueAt)
+		}
+		if errs := stop(); len(errs) > 0 {
+			t.Errorf("scheduler: %v", errs)
+		}
+	})
+}
+
+// lineSignal is a log writer that closes seen at the first line containing want.
+type lineSignal struct {
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (l *lineSignal) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), l.want) {
+		l.once.Do(func() { close(l.seen) })
+	}
+	return len(p), nil
+}
+
+// A Scheduler's data watcher only reports a loss; a Worker started after it on the same
+// engine (watukuy run) replaces it with one that registers the pollers again, so the key is
+// polled again after Redis lost its data.
+func TestSchedulerThenWorkerRegisterAgainAfterDataLoss(t *testing.T) {
+	rdb := redistest.Miniredis(t).Client
+	fetched := make(chan struct{}, 100)
+	eng := engine(t, rdb, "w", watukuy.Poller{Name: "p",
+		Fetch: func(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
+			fetched <- struct{}{}
+			return watukuy.Page{}, nil
+		},
+		Handler:  func(ctx context.Context, ev watukuy.Event) error { return nil },
+		Schedule: watukuy.Schedule{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond, Fixed: true}})
+	started := &lineSignal{want: "scheduler started", seen: make(chan struct{})}
+	sch := watukuy.NewScheduler(eng, watukuy.SchedulerOptions{Logger: zerolog.New(started)})
+	w := watukuy.NewWorker(eng, watukuy.WorkerOptions{})
+	ctx := context.Background()
+	stop := runAll(t, sch.Run)
+	<-started.seen // its report-only watcher runs
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Shutdown(false) })
+	// The watcher records the database's data id at its first check; a loss is told by it.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for n := 0; rdb.Exists(ctx, "wk:{global}:data-id").Val() == 0; n++ {
+		if n == 500 {
+			t.Fatal("no data id recorded within 10s")
+		}
+		<-tick.C
+	}
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Without its due entry the key is never polled again, unless registered again: a cycle
+	// running at the flush fetches once more at most.
+	for range len(fetched) {
+		<-fetched
+	}
+	for i := range 2 {
+		select {
+		case <-fetched:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("fetch %d after the data loss did not come: the pollers were not registered again", i+1)
+		}
+	}
+	if errs := stop(); len(errs) > 0 {
+		t.Errorf("scheduler: %v", errs)
+	}
+}
