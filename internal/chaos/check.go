@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/diff"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/jcs"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -640,7 +640,7 @@ func canonical(item []byte) []byte {
 	if len(item) == 0 {
 		return nil
 	}
-	c, err := diff.AppendCanonical(nil, item)
+	c, err := jcs.Append(nil, item)
 	if err != nil {
 		return item
 	}

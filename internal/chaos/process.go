@@ -32,8 +32,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/watukuy/watukuy/internal/diff"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/jcs"
 	"github.com/watukuy/watukuy/internal/luascripts"
 	"github.com/watukuy/watukuy/internal/netproxy"
 	"github.com/watukuy/watukuy/internal/queue"
@@ -433,7 +433,7 @@ const staleLate = 2 * time.Second
 // still counts against G4, and an old event sent again without a freeze against G3.
 func (r *processRun) staleRedelivery(ev watukuytype.Event, signed string, now time.Time) bool {
 	what := ev.Poller + "|" + ev.Partition + "|" + string(ev.Type) + "|" + ev.Identity + "|" + ev.Version + "|"
-	if c, err := diff.AppendCanonical(nil, ev.Item); err == nil {
+	if c, err := jcs.Append(nil, ev.Item); err == nil {
 		h := sha256.Sum256(c)
 		what += hex.EncodeToString(h[:8])
 	} else {
