@@ -15,6 +15,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/diff"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/jcs"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -348,7 +349,7 @@ func TestSchemaDrift(t *testing.T) {
 				if id >= "o05" {
 					return []byte(id), err
 				}
-				var cz diff.Canonicalizer
+				var cz jcs.Canonicalizer
 				h, err := cz.Hash(item)
 				return h[:], err
 			}

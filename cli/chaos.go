@@ -14,6 +14,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/app"
 	"github.com/watukuy/watukuy/internal/chaos"
+	"github.com/watukuy/watukuy/internal/chaos/procchaos"
 )
 
 func chaosCmd() *cobra.Command {
@@ -43,7 +44,7 @@ replies past the clients' read timeout).`,
 				var rep chaos.Report
 				var result any // what --json prints
 				if processes {
-					pr, err := chaos.RunProcesses(ctx, chaos.ProcessOptions{Seed: seed, Duration: duration, Log: progress})
+					pr, err := procchaos.Run(ctx, procchaos.Options{Seed: seed, Duration: duration, Log: progress})
 					if err != nil {
 						return err
 					}
@@ -53,7 +54,7 @@ replies past the clients' read timeout).`,
 							seed, duration, pr.Kills, pr.Stops, pr.RedisRestarts, pr.Failovers, pr.LostGrants, pr.TokenRefusals, pr.ProxyFaults, pr.ReplyStalls,
 							pr.ResentScripts, pr.ResentFenced, pr.Changes)
 						fmt.Fprintf(out, "recovery: %d of the kills hit the key's worker mid-fetch; its next request came after %s (goal %v)\n",
-							pr.HolderKills, pr.RecoveryText(), chaos.RecoveryGoal)
+							pr.HolderKills, pr.RecoveryText(), procchaos.RecoveryGoal)
 					}
 				} else {
 					redisURL := c.s.Redis

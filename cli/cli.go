@@ -9,6 +9,11 @@
 //
 // Exit codes: 0 success, 1 the operation failed, 2 a usage error (a missing or invalid flag,
 // an unknown command, an unknown poller or partition).
+//
+// The operator commands share ops.go (their flags, the keys they act on, status output, and
+// trigger, pause and resume); each other command group has its own file: ops_inspect.go,
+// ops_backfill.go, ops_replay.go (replay, reset-cursor), ops_parked.go, ops_partitions.go,
+// ops_layout.go (migrate and the layout check) and ops_validate.go.
 package cli
 
 import (

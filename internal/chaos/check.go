@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/diff"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/jcs"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -62,6 +62,19 @@ func (t Truth) want(id string) (string, bool) {
 		return t.Content[id], live
 	}
 	return strconv.Itoa(v), live
+}
+
+// ExpectedStates is what the final state should hold per key of truth: identity → version (or
+// content) of every live identity.
+func ExpectedStates(truth map[watukuytype.Key]Truth) map[watukuytype.Key]map[string]string {
+	want := make(map[watukuytype.Key]map[string]string, len(truth))
+	for k, t := range truth {
+		want[k] = make(map[string]string, len(t.Final))
+		for id := range t.Final {
+			want[k][id], _ = t.want(id)
+		}
+	}
+	return want
 }
 
 // Violation is one broken guarantee, with what shows it.
@@ -302,10 +315,10 @@ func Check(truth map[watukuytype.Key]Truth, rec *Recorder) Report {
 				key = f(ev)
 			}
 			ok := o.key.String() + "/" + key
-			if prev, has := lastSeq[ok]; has && seqLess(ev.Seq, prev) {
+			if prev, has := lastSeq[ok]; has && SeqLess(ev.Seq, prev) {
 				add("G4", o.key, "%s (ordering key %s): seq %s acked after seq %s", ev.Identity, key, ev.Seq, prev)
 			}
-			if prev, has := lastSeq[ok]; !has || seqLess(prev, ev.Seq) {
+			if prev, has := lastSeq[ok]; !has || SeqLess(prev, ev.Seq) {
 				lastSeq[ok] = ev.Seq
 			}
 		}
@@ -621,8 +634,8 @@ type seen struct {
 	ev  watukuytype.Event
 }
 
-// seqLess orders outbox sequences "ms-n".
-func seqLess(a, b string) bool {
+// SeqLess orders outbox sequences "ms-n".
+func SeqLess(a, b string) bool {
 	am, an, _ := strings.Cut(a, "-")
 	bm, bn, _ := strings.Cut(b, "-")
 	ai, _ := strconv.ParseUint(am, 10, 64)
@@ -640,7 +653,7 @@ func canonical(item []byte) []byte {
 	if len(item) == 0 {
 		return nil
 	}
-	c, err := diff.AppendCanonical(nil, item)
+	c, err := jcs.Append(nil, item)
 	if err != nil {
 		return item
 	}
@@ -658,6 +671,17 @@ func versionOf(ev watukuytype.Event) string {
 	}
 	_ = json.Unmarshal(ev.Item, &it)
 	return it.Version.String()
+}
+
+// DeliveredState is the state per key of truth that the deliveries ds leave, applied in
+// order by a consumer that does not dedupe: identity → version (or content, for keys whose
+// truth compares content).
+func DeliveredState(ds []Delivery, truth map[watukuytype.Key]Truth) map[watukuytype.Key]map[string]string {
+	order := make([]seen, len(ds))
+	for i, d := range ds {
+		order[i] = seen{watukuytype.Key{Poller: d.Event.Poller, Partition: d.Event.Partition}, d.Event}
+	}
+	return finalStates(order, false, truth)
 }
 
 // finalStates applies the events in order, per key, to a state of identity → version (or

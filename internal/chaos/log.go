@@ -2,7 +2,9 @@
 // the exact call of each kill point, after which its engine is dropped as a crashed process
 // would be; a Recorder logs what every engine and the fake API did; Check compares that log
 // with the fake API's ground truth and counts violations per guarantee; Run drives seeded,
-// reproducible scenarios.
+// reproducible scenarios. All of it runs in one process (engines on a shared Redis, fake APIs
+// on loopback HTTP), light enough for watukuytest to build on; the process-level harness,
+// which runs the built binaries and kills them, is package procchaos.
 package chaos
 
 import (

@@ -207,7 +207,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		for _, k := range s.keys {
 			truth[k.key] = TruthOf(k.api)
 			if k.key.Poller == "fp" {
-				t, err := TruthByContent(ctx, k.api, fieldN)
+				t, err := TruthByContent(ctx, k.api, FieldN)
 				if err != nil {
 					return s.res, err
 				}
@@ -425,7 +425,7 @@ func (s *scenario) builtinPollers(instance string) []watukuytype.Poller {
 		// No version: the content (field n, one of three values) is the change, and it comes
 		// back; identities are deleted and created again.
 		common(watukuytype.Poller{Name: "fp", Fetch: tok(func() int { return 1 + s.rng.IntN(6) }), Tombstone: watukuytype.Flag("deleted"),
-			Fingerprint: func(item json.RawMessage) ([]byte, error) { return []byte(fieldN(item)), nil }}),
+			Fingerprint: func(item json.RawMessage) ([]byte, error) { return []byte(FieldN(item)), nil }}),
 	}
 	if len(s.o.Keys) > 0 {
 		ps = slices.DeleteFunc(ps, func(p watukuytype.Poller) bool { return !slices.Contains(s.o.Keys, p.Name) })
@@ -494,8 +494,8 @@ func (s *scenario) deletedEarly(ev watukuytype.Event) bool {
 	return false
 }
 
-// fieldN is what the fp poller's fingerprint sees of an item: its field n.
-func fieldN(item json.RawMessage) string {
+// FieldN is what the fp poller's fingerprint sees of an item: its field n.
+func FieldN(item json.RawMessage) string {
 	var it struct {
 		N json.RawMessage `json:"n"`
 	}

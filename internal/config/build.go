@@ -16,8 +16,8 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/watukuy/watukuy/internal/cursor"
-	"github.com/watukuy/watukuy/internal/diff"
 	"github.com/watukuy/watukuy/internal/httpx"
+	"github.com/watukuy/watukuy/internal/jcs"
 	"github.com/watukuy/watukuy/internal/sink"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -269,6 +269,6 @@ func fieldsFingerprint(paths []string) func(item json.RawMessage) ([]byte, error
 		if err != nil {
 			return nil, err
 		}
-		return diff.AppendCanonical(nil, raw)
+		return jcs.Append(nil, raw)
 	}
 }

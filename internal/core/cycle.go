@@ -10,7 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/watukuy/watukuy/internal/diff"
+	"github.com/watukuy/watukuy/internal/jcs"
 	"github.com/watukuy/watukuy/internal/schedule"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -28,7 +28,7 @@ type cycle struct {
 	// drain, Tick's deadline): the cycle commits what it has, releases its lease and leaves
 	// the key due at once.
 	yield context.Context
-	canon diff.Canonicalizer
+	canon jcs.Canonicalizer
 	log   zerolog.Logger
 	rep   watukuytype.CycleReport
 

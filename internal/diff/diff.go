@@ -1,6 +1,6 @@
-// Package diff decides what changed: it canonicalizes items (RFC 8785), hashes them into
-// fingerprints, keeps the compact per-identity rows stored in Redis, and derives the
-// deterministic event ids of guarantee G2.
+// Package diff decides what changed: it hashes an observation's version and fingerprint
+// (the fingerprint is usually an item's RFC 8785 hash, see package jcs), keeps the compact
+// per-identity rows stored in Redis, and derives the deterministic event ids of guarantee G2.
 package diff
 
 import (

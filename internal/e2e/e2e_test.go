@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/chaos"
+	"github.com/watukuy/watukuy/internal/chaos/procchaos"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/internal/sink"
@@ -33,7 +33,7 @@ const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 func build(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := chaos.BuildBinaries(context.Background(), dir); err != nil {
+	if err := procchaos.BuildBinaries(context.Background(), dir); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -157,7 +157,7 @@ func TestEndToEndProcesses(t *testing.T) {
 	defer hook.Close()
 
 	cfg := filepath.Join(t.TempDir(), "watukuy.yaml")
-	if err := os.WriteFile(cfg, []byte(chaos.OrdersConfig(rb.URL, "wk", srv.URL, hook.URL, 2*time.Second)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(procchaos.OrdersConfig(rb.URL, "wk", srv.URL, hook.URL, 2*time.Second)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	os.Setenv("HOOK_SECRET", secret)

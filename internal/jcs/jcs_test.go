@@ -1,4 +1,4 @@
-package diff
+package jcs
 
 import (
 	"bytes"
@@ -13,14 +13,14 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/gowebpki/jcs"
+	refjcs "github.com/gowebpki/jcs"
 )
 
-func jcsMust(t testing.TB, src string) string {
+func mustCanonical(t testing.TB, src string) string {
 	t.Helper()
-	out, err := AppendCanonical(nil, []byte(src))
+	out, err := Append(nil, []byte(src))
 	if err != nil {
-		t.Fatalf("AppendCanonical(%q): %v", src, err)
+		t.Fatalf("Append(%q): %v", src, err)
 	}
 	return string(out)
 }
@@ -63,11 +63,11 @@ func TestCanonicalNumbersAppendixB(t *testing.T) {
 			strconv.FormatFloat(f, 'e', -1, 64),
 			strconv.FormatFloat(f, 'E', 17, 64),
 		} {
-			if got := jcsMust(t, lit); got != tt.want {
+			if got := mustCanonical(t, lit); got != tt.want {
 				t.Errorf("%#016x: %s -> %s, want %s", tt.bits, lit, got, tt.want)
 			}
 			// Also inside a container, followed by a delimiter.
-			if got := jcsMust(t, "[ "+lit+" ]"); got != "["+tt.want+"]" {
+			if got := mustCanonical(t, "[ "+lit+" ]"); got != "["+tt.want+"]" {
 				t.Errorf("%#016x: [%s] -> %s, want [%s]", tt.bits, lit, got, tt.want)
 			}
 		}
@@ -89,7 +89,7 @@ func TestCanonicalRFCExamples(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := jcsMust(t, tt.in); got != tt.want {
+			if got := mustCanonical(t, tt.in); got != tt.want {
 				t.Errorf("got  %s\nwant %s", got, tt.want)
 			}
 		})
@@ -141,14 +141,14 @@ func TestCanonicalCases(t *testing.T) {
 		{"{\"x\uE000\":1,\"x\U0001F600\":2}", "{\"x\U0001F600\":2,\"x\uE000\":1}"},
 	}
 	for _, tt := range tests {
-		if got := jcsMust(t, tt.in); got != tt.want {
+		if got := mustCanonical(t, tt.in); got != tt.want {
 			t.Errorf("%s -> %s, want %s", tt.in, got, tt.want)
 		}
 	}
 }
 
 // Plain decimal literals (the copy-as-is fast path and its edges) agree with
-// jcs.NumberToJSON.
+// gowebpki's jcs.NumberToJSON.
 func TestCanonicalDecimals(t *testing.T) {
 	rng := rand.New(rand.NewSource(3))
 	digits := func(n int) string {
@@ -177,11 +177,11 @@ func TestCanonicalDecimals(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := jcs.NumberToJSON(f)
+		want, err := refjcs.NumberToJSON(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := jcsMust(t, lit); got != want {
+		if got := mustCanonical(t, lit); got != want {
 			t.Fatalf("%s -> %s, want %s", lit, got, want)
 		}
 	}
@@ -206,11 +206,11 @@ func TestCanonicalLargeObject(t *testing.T) {
 		want.WriteString(`"k` + strconv.Itoa(1000+k) + `":` + strconv.Itoa(k))
 	}
 	want.WriteByte('}')
-	if got := jcsMust(t, in.String()); got != want.String() {
+	if got := mustCanonical(t, in.String()); got != want.String() {
 		t.Errorf("got %s", got)
 	}
 	dup := strings.Replace(in.String(), `"k1050"`, `"k1051"`, 1)
-	if _, err := AppendCanonical(nil, []byte(dup)); err == nil || !strings.Contains(err.Error(), "duplicate key") {
+	if _, err := Append(nil, []byte(dup)); err == nil || !strings.Contains(err.Error(), "duplicate key") {
 		t.Errorf("duplicate in large object: err = %v", err)
 	}
 }
@@ -264,7 +264,7 @@ func TestCanonicalErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		prefix := []byte("keep")
-		out, err := AppendCanonical(prefix, []byte(tt.in))
+		out, err := Append(prefix, []byte(tt.in))
 		if err == nil {
 			t.Errorf("%.40q: no error, got %s", tt.in, out)
 			continue
@@ -272,9 +272,9 @@ func TestCanonicalErrors(t *testing.T) {
 		if err.Error() != tt.want {
 			t.Errorf("%.40q:\n got  %v\n want %s", tt.in, err, tt.want)
 		}
-		var je *jcsError
+		var je *inputError
 		if !errors.As(err, &je) {
-			t.Errorf("%.40q: error %T is not *jcsError", tt.in, err)
+			t.Errorf("%.40q: error %T is not *inputError", tt.in, err)
 		}
 		if string(out) != "keep" {
 			t.Errorf("%.40q: dst = %q on error, want it unchanged", tt.in, out)
@@ -284,11 +284,11 @@ func TestCanonicalErrors(t *testing.T) {
 
 func TestCanonicalMaxDepthAccepted(t *testing.T) {
 	in := strings.Repeat("[", 10000) + strings.Repeat("]", 10000)
-	if got := jcsMust(t, in); got != in {
+	if got := mustCanonical(t, in); got != in {
 		t.Errorf("depth 10000 array changed")
 	}
 	in = strings.Repeat(`{"a":`, 10000) + "1" + strings.Repeat("}", 10000)
-	if got := jcsMust(t, in); got != in {
+	if got := mustCanonical(t, in); got != in {
 		t.Errorf("depth 10000 object changed")
 	}
 }
@@ -302,11 +302,11 @@ func TestCanonicalReuse(t *testing.T) {
 		`{"b":{"y":1,"x":2},"a":[{"d":1,"c":2`, // error mid-object
 		`{"\u0062":{"\u0079":1,"x":2},"a":3}`,
 		`{"z":1,"z":2}`,
-		string(jcsSampleOrder),
+		string(sampleOrder),
 	}
 	for round := 0; round < 3; round++ {
 		for _, d := range docs {
-			want, wantErr := jcs.Transform([]byte(d))
+			want, wantErr := refjcs.Transform([]byte(d))
 			got, err := c.Append(nil, []byte(d))
 			if (err != nil) != (wantErr != nil) {
 				t.Fatalf("%s: err = %v, jcs err = %v", d, err, wantErr)
@@ -320,8 +320,8 @@ func TestCanonicalReuse(t *testing.T) {
 
 func TestCanonicalHash(t *testing.T) {
 	var c Canonicalizer
-	for _, d := range []string{string(jcsSampleOrder), `{"b":1,"a":2}`, `[]`, `"x"`} {
-		want, err := jcs.Transform([]byte(d))
+	for _, d := range []string{string(sampleOrder), `{"b":1,"a":2}`, `[]`, `"x"`} {
+		want, err := refjcs.Transform([]byte(d))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -340,12 +340,12 @@ func TestCanonicalHash(t *testing.T) {
 
 func TestCanonicalAppendNoAlloc(t *testing.T) {
 	var c Canonicalizer
-	buf, err := c.Append(nil, jcsSampleOrder) // warm up the internal buffers
+	buf, err := c.Append(nil, sampleOrder) // warm up the internal buffers
 	if err != nil {
 		t.Fatal(err)
 	}
 	allocs := testing.AllocsPerRun(100, func() {
-		buf, err = c.Append(buf[:0], jcsSampleOrder)
+		buf, err = c.Append(buf[:0], sampleOrder)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -354,7 +354,7 @@ func TestCanonicalAppendNoAlloc(t *testing.T) {
 		t.Errorf("Append allocates %v times per run on a warm Canonicalizer", allocs)
 	}
 	allocs = testing.AllocsPerRun(100, func() {
-		if _, err := c.Hash(jcsSampleOrder); err != nil {
+		if _, err := c.Hash(sampleOrder); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -363,23 +363,23 @@ func TestCanonicalAppendNoAlloc(t *testing.T) {
 	}
 }
 
-// jcsCompareKeys must agree with a plain UTF-16 code unit comparison.
+// compareKeys must agree with a plain UTF-16 code unit comparison.
 func TestCanonicalCompareKeys(t *testing.T) {
 	rng := rand.New(rand.NewSource(7))
 	for n := 0; n < 20000; n++ {
-		a, b := jcsRandKey(rng), jcsRandKey(rng)
+		a, b := randKey(rng), randKey(rng)
 		if rng.Intn(4) == 0 {
-			b = a + jcsRandKey(rng)
+			b = a + randKey(rng)
 		}
-		want := jcsCompareUTF16(a, b)
-		got := jcsCompareKeys([]byte(a), []byte(b))
-		if jcsSign(got) != jcsSign(want) {
+		want := compareUTF16(a, b)
+		got := compareKeys([]byte(a), []byte(b))
+		if sign(got) != sign(want) {
 			t.Fatalf("compare(%q, %q) = %d, want sign %d", a, b, got, want)
 		}
 	}
 }
 
-func jcsSign(x int) int {
+func sign(x int) int {
 	switch {
 	case x < 0:
 		return -1
@@ -389,7 +389,7 @@ func jcsSign(x int) int {
 	return 0
 }
 
-func jcsCompareUTF16(a, b string) int {
+func compareUTF16(a, b string) int {
 	x, y := utf16.Encode([]rune(a)), utf16.Encode([]rune(b))
 	for i := 0; i < len(x) && i < len(y); i++ {
 		if x[i] != y[i] {
@@ -399,37 +399,37 @@ func jcsCompareUTF16(a, b string) int {
 	return len(x) - len(y)
 }
 
-// jcsKeyRunes is the alphabet for generated keys and strings: ASCII, the
+// keyRunes is the alphabet for generated keys and strings: ASCII, the
 // characters RFC 8785 escapes, and the ranges where UTF-8 and UTF-16 order
 // disagree (U+E000-U+FFFF versus supplementary characters).
-var jcsKeyRunes = []rune{
+var keyRunes = []rune{
 	'a', 'b', 'z', 'A', '0', ' ', '/', '"', '\\', 0x7f, 0, 0x1f, '\b', '\t', '\n', '\f', '\r',
 	0x80, 0xe9, 0xff, 0x100, 0x7ff, 0x800, 0x20ac, 0xd7ff, 0xe000, 0xe001, 0xfb33, 0xfeff, 0xfffd, 0xffff,
 	0x10000, 0x1d11e, 0x1f600, 0x10ffff,
 }
 
-func jcsRandKey(rng *rand.Rand) string {
+func randKey(rng *rand.Rand) string {
 	n := rng.Intn(4)
 	rs := make([]rune, n)
 	for i := range rs {
-		rs[i] = jcsKeyRunes[rng.Intn(len(jcsKeyRunes))]
+		rs[i] = keyRunes[rng.Intn(len(keyRunes))]
 	}
 	return string(rs)
 }
 
-// jcsGen writes random JSON with random (but valid) spellings.
-type jcsGen struct {
+// generator writes random JSON with random (but valid) spellings.
+type generator struct {
 	rng *rand.Rand
 	buf []byte
 }
 
-func (g *jcsGen) ws() {
+func (g *generator) ws() {
 	for g.rng.Intn(4) == 0 {
 		g.buf = append(g.buf, " \t\r\n"[g.rng.Intn(4)])
 	}
 }
 
-func (g *jcsGen) str(s string) {
+func (g *generator) str(s string) {
 	const hexLower, hexUpper = "0123456789abcdef", "0123456789ABCDEF"
 	g.buf = append(g.buf, '"')
 	for _, r := range s {
@@ -453,7 +453,7 @@ func (g *jcsGen) str(s string) {
 	g.buf = append(g.buf, '"')
 }
 
-func (g *jcsGen) number() {
+func (g *generator) number() {
 	rng := g.rng
 	switch rng.Intn(7) {
 	case 0:
@@ -502,7 +502,7 @@ func (g *jcsGen) number() {
 	}
 }
 
-func (g *jcsGen) value(depth int) {
+func (g *generator) value(depth int) {
 	rng := g.rng
 	k := rng.Intn(10)
 	if depth > 4 && k < 4 {
@@ -521,7 +521,7 @@ func (g *jcsGen) value(depth int) {
 		}
 		first := true
 		for i := 0; i < n; i++ {
-			key := jcsRandKey(rng)
+			key := randKey(rng)
 			if seen[key] {
 				continue
 			}
@@ -552,7 +552,7 @@ func (g *jcsGen) value(depth int) {
 		}
 		g.buf = append(g.buf, ']')
 	case k < 6:
-		g.str(jcsRandKey(rng) + jcsRandKey(rng))
+		g.str(randKey(rng) + randKey(rng))
 	case k < 9:
 		g.number()
 	default:
@@ -560,17 +560,17 @@ func (g *jcsGen) value(depth int) {
 	}
 }
 
-// jcsWithInlineReorder runs f with objects reordered immediately (huge
+// withInlineReorder runs f with objects reordered immediately (huge
 // limit), always in the final pass (limit 0), and with the default.
-func jcsWithInlineReorder(t *testing.T, f func(t *testing.T, c *Canonicalizer)) {
+func withInlineReorder(t *testing.T, f func(t *testing.T, c *Canonicalizer)) {
 	for _, limit := range []int{0, -1, 1 << 30} {
 		t.Run("inline="+strconv.Itoa(limit), func(t *testing.T) { f(t, &Canonicalizer{reorderLimit: limit}) })
 	}
 }
 
 func TestCanonicalMatchesJCS(t *testing.T) {
-	jcsWithInlineReorder(t, func(t *testing.T, c *Canonicalizer) {
-		g := &jcsGen{rng: rand.New(rand.NewSource(8785))}
+	withInlineReorder(t, func(t *testing.T, c *Canonicalizer) {
+		g := &generator{rng: rand.New(rand.NewSource(8785))}
 		var out []byte
 		total := 0
 		for n := 0; n < 500; n++ {
@@ -579,7 +579,7 @@ func TestCanonicalMatchesJCS(t *testing.T) {
 			g.value(0)
 			g.ws()
 			doc := g.buf
-			want, err := jcs.Transform(doc)
+			want, err := refjcs.Transform(doc)
 			if err != nil {
 				t.Fatalf("jcs rejects generated document %q: %v", doc, err)
 			}
@@ -590,7 +590,7 @@ func TestCanonicalMatchesJCS(t *testing.T) {
 			if !bytes.Equal(out, want) {
 				t.Fatalf("%q:\n got  %q\n want %q", doc, out, want)
 			}
-			jcsCheckKeyOrder(t, out)
+			checkKeyOrder(t, out)
 			total += len(doc)
 			if n < 2 && testing.Verbose() {
 				t.Logf("sample: %s\n   ->   %s", doc, out)
@@ -604,9 +604,9 @@ func TestCanonicalMatchesJCS(t *testing.T) {
 // output must be right, and (checked by the benchmark of the same shape)
 // the work stays linear rather than depth x size.
 func TestCanonicalDeepUnsorted(t *testing.T) {
-	doc := jcsDeepUnsorted(jcsMaxDepth-1, 1<<16)
-	jcsWithInlineReorder(t, func(t *testing.T, c *Canonicalizer) {
-		want, err := jcs.Transform(doc)
+	doc := deepUnsorted(maxDepth-1, 1<<16)
+	withInlineReorder(t, func(t *testing.T, c *Canonicalizer) {
+		want, err := refjcs.Transform(doc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -620,9 +620,9 @@ func TestCanonicalDeepUnsorted(t *testing.T) {
 	})
 }
 
-// jcsDeepUnsorted builds {"z":1,"a":{"z":1,"a":...["xxx…"]...}} with depth
+// deepUnsorted builds {"z":1,"a":{"z":1,"a":...["xxx…"]...}} with depth
 // objects around an array holding a leafLen-byte string.
-func jcsDeepUnsorted(depth, leafLen int) []byte {
+func deepUnsorted(depth, leafLen int) []byte {
 	var b []byte
 	for k := 0; k < depth; k++ {
 		b = append(b, `{"z":1,"a":`...)
@@ -636,10 +636,10 @@ func jcsDeepUnsorted(depth, leafLen int) []byte {
 	return b
 }
 
-// jcsCheckKeyOrder independently checks (with encoding/json's tokenizer)
+// checkKeyOrder independently checks (with encoding/json's tokenizer)
 // that the keys of every object in doc are in strictly increasing UTF-16
 // order.
-func jcsCheckKeyOrder(t *testing.T, doc []byte) {
+func checkKeyOrder(t *testing.T, doc []byte) {
 	t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	type frame struct {
@@ -659,7 +659,7 @@ func jcsCheckKeyOrder(t *testing.T, doc []byte) {
 			top := &stack[len(stack)-1]
 			if top.wantKey {
 				if key, ok := tok.(string); ok {
-					if top.last != nil && jcsCompareUTF16(*top.last, key) >= 0 {
+					if top.last != nil && compareUTF16(*top.last, key) >= 0 {
 						t.Fatalf("output %q: key %q not after %q", doc, key, *top.last)
 					}
 					top.last = &key
@@ -685,12 +685,12 @@ func jcsCheckKeyOrder(t *testing.T, doc []byte) {
 }
 
 func FuzzCanonical(f *testing.F) {
-	f.Add(jcsSampleOrder)
+	f.Add(sampleOrder)
 	f.Add([]byte(`{"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001], "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/", "literals": [null, true, false]}`))
 	f.Add([]byte(`{"\u20ac": "Euro Sign", "\r": "Carriage Return", "\ufb33": "Hebrew Letter Dalet With Dagesh", "1": "One", "\ud83d\ude00": "Emoji: Grinning Face", "\u0080": "Control", "\u00f6": "Latin Small Letter O With Diaeresis"}`))
 	f.Add([]byte("{\"\uE000\":1,\"\U00010000\":[0.0000001,-0,1e21,123456789012345678]}"))
 	f.Add([]byte(`[1e400, "\ud800"]`))
-	g := &jcsGen{rng: rand.New(rand.NewSource(1))}
+	g := &generator{rng: rand.New(rand.NewSource(1))}
 	for n := 0; n < 20; n++ {
 		g.buf = nil
 		g.value(0)
@@ -699,9 +699,9 @@ func FuzzCanonical(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var c Canonicalizer
 		got, err := c.Append(nil, data)
-		want, jerr := jcs.Transform(data)
+		want, jerr := refjcs.Transform(data)
 		if err != nil {
-			var je *jcsError
+			var je *inputError
 			if !errors.As(err, &je) || je.off < 0 || je.off > len(data) {
 				t.Fatalf("bad error %v (%T)", err, err)
 			}

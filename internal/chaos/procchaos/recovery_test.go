@@ -1,6 +1,6 @@
 //go:build unix
 
-package chaos
+package procchaos
 
 import (
 	"bufio"
@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/chaos"
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
@@ -42,7 +43,7 @@ type recoveryRun struct {
 	api   *fakeapi.API
 	srv   *fakeapi.Server
 	hook  *httptest.Server
-	rec   *Recorder
+	rec   *chaos.Recorder
 	cfg   string
 
 	procs   []*recoveryProc
@@ -78,7 +79,7 @@ func newRecoveryRun(t *testing.T, lo, hi time.Duration, kinds ...string) *recove
 		}
 		t.Skipf("redis-server not installed: %v", err)
 	}
-	r := &recoveryRun{t: t, dir: t.TempDir(), bins: t.TempDir(), rec: NewRecorder(), stop: make(chan struct{})}
+	r := &recoveryRun{t: t, dir: t.TempDir(), bins: t.TempDir(), rec: chaos.NewRecorder(), stop: make(chan struct{})}
 	if err := os.MkdirAll(filepath.Join(r.dir, "logs"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +164,7 @@ func (r *recoveryRun) receive(w http.ResponseWriter, req *http.Request) {
 	if !ok {
 		return
 	}
-	r.rec.Delivered(Delivery{Instance: "webhook", Event: ev, At: time.Now()})
+	r.rec.Delivered(chaos.Delivery{Instance: "webhook", Event: ev, At: time.Now()})
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -334,14 +335,8 @@ func (r *recoveryRun) shutdown() {
 
 // waitConverged waits (up to limit) until the last delivered version of every identity is the
 // API's final state.
-func (r *recoveryRun) waitConverged(truth map[watukuytype.Key]Truth, limit time.Duration) bool {
-	want := map[watukuytype.Key]map[string]string{}
-	for k, t := range truth {
-		want[k] = map[string]string{}
-		for id := range t.Final {
-			want[k][id], _ = t.want(id)
-		}
-	}
+func (r *recoveryRun) waitConverged(truth map[watukuytype.Key]chaos.Truth, limit time.Duration) bool {
+	want := chaos.ExpectedStates(truth)
 	deadline := time.Now().Add(limit)
 	for {
 		if deliveredState(r.rec.Deliveries(), truth, want) {
@@ -513,7 +508,7 @@ func TestRecoveryOutage(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second) // under load again; every tracker has seen Redis answer (checks every 1 s)
 	r.stopChanges()
-	truth := map[watukuytype.Key]Truth{processKey: TruthOf(r.api)}
+	truth := map[watukuytype.Key]chaos.Truth{processKey: chaos.TruthOf(r.api)}
 	converged := r.waitConverged(truth, 30*time.Second)
 	r.alive()
 	t.Logf("redis-server killed (-9) for %s (%s until it answered again), restarted from its AOF: first poll %s and first claim %s after it answered; converged: %v",
@@ -544,7 +539,7 @@ func TestRecoveryOutage(t *testing.T) {
 		}
 	}
 	r.shutdown()
-	rep := Check(truth, r.rec)
+	rep := chaos.Check(truth, r.rec)
 	for _, l := range rep.Lines() {
 		t.Log(l)
 	}

@@ -1,19 +1,19 @@
-package diff
+package jcs
 
 import (
 	"crypto/sha256"
 	"testing"
 
-	"github.com/gowebpki/jcs"
+	refjcs "github.com/gowebpki/jcs"
 )
 
-// jcsSampleOrder is a realistic compact e-commerce order item (316 bytes,
+// sampleOrder is a realistic compact e-commerce order item (316 bytes,
 // keys deliberately not sorted, one non-ASCII name) shared by the benchmark
 // and the allocation test.
-var jcsSampleOrder = []byte(`{"status":"paid","id":"ord_8f3c2a9","customer":{"name":"Zoë Łukasiewicz","id":48213,"vip":true},"lines":[{"sku":"TSH-BLK-M","qty":2,"price":19.99},{"sku":"MUG-01","qty":1,"price":12.5}],"totals":{"subtotal":52.48,"tax":4.2,"total":56.68},"created_at":"2024-05-17T09:42:13Z","updated_at":"2024-05-17T10:05:48.512Z"}`)
+var sampleOrder = []byte(`{"status":"paid","id":"ord_8f3c2a9","customer":{"name":"Zoë Łukasiewicz","id":48213,"vip":true},"lines":[{"sku":"TSH-BLK-M","qty":2,"price":19.99},{"sku":"MUG-01","qty":1,"price":12.5}],"totals":{"subtotal":52.48,"tax":4.2,"total":56.68},"created_at":"2024-05-17T09:42:13Z","updated_at":"2024-05-17T10:05:48.512Z"}`)
 
 func BenchmarkCanonicalHash(b *testing.B) {
-	item := jcsSampleOrder
+	item := sampleOrder
 	b.Run("watukuy", func(b *testing.B) {
 		var c Canonicalizer
 		b.SetBytes(int64(len(item)))
@@ -28,7 +28,7 @@ func BenchmarkCanonicalHash(b *testing.B) {
 		b.SetBytes(int64(len(item)))
 		b.ReportAllocs()
 		for b.Loop() {
-			out, err := jcs.Transform(item)
+			out, err := refjcs.Transform(item)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -40,7 +40,7 @@ func BenchmarkCanonicalHash(b *testing.B) {
 // BenchmarkCanonicalDeepUnsorted guards against work growing with depth x
 // size: 9999 nested objects that all need reordering around a 64 KiB string.
 func BenchmarkCanonicalDeepUnsorted(b *testing.B) {
-	doc := jcsDeepUnsorted(jcsMaxDepth-1, 1<<16)
+	doc := deepUnsorted(maxDepth-1, 1<<16)
 	var c Canonicalizer
 	b.SetBytes(int64(len(doc)))
 	b.ReportAllocs()

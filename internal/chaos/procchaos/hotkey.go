@@ -1,6 +1,6 @@
 //go:build unix
 
-package chaos
+package procchaos
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/chaos"
 	"github.com/watukuy/watukuy/internal/luascripts"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -51,7 +52,7 @@ const (
 	rewindGap = 250 * time.Millisecond
 )
 
-// hotState is the hot key's fault stages and the receiver's poison (r.recvMu).
+// hotState is the hot key's fault stages and the receiver's poison (r.recv.mu).
 type hotState struct {
 	stage  int // next hot fault: 0 poison burst, 1 held burst, 2 operator retry
 	bursts []map[string]int
@@ -64,11 +65,11 @@ type hotState struct {
 	retries                 int           // parked rows the CLI retried
 }
 
-// ProcessConfig is the process run's config: OrdersConfig plus the hot poller (timestamp
+// RunConfig is the process run's config: OrdersConfig plus the hot poller (timestamp
 // pages of up to 1000 items committed in one script, ordering key from the item's group,
 // three attempts before an event is parked) over hotURL, and the fp poller (token cursor with
 // tombstones, no version: the fingerprint of field n) over fpURL.
-func ProcessConfig(redisURL, prefix, apiURL, hotURL, fpURL, hookURL string, leaseTTL time.Duration) string {
+func RunConfig(redisURL, prefix, apiURL, hotURL, fpURL, hookURL string, leaseTTL time.Duration) string {
 	hook := fmt.Sprintf(`{url: %s/hook, secret: "${HOOK_SECRET}", timeout: 5s}`, hookURL)
 	return OrdersConfig(redisURL, prefix, apiURL, hookURL, leaseTTL) + fmt.Sprintf(`  - name: hot
     request: {url: %s/items, timeout: 5s}
@@ -111,17 +112,17 @@ func hotOrderingKey(ev watukuytype.Event) string {
 // values, deletes and re-creates) on each tick of mutate.
 func (r *processRun) mutateOthers(rng *rand.Rand) {
 	now := time.Now().UTC()
-	r.hotAPI.SetNow(now)
-	r.fpAPI.SetNow(now)
+	r.apis.hot.SetNow(now)
+	r.apis.fp.SetNow(now)
 	if rng.IntN(4) == 0 {
-		r.hotAPI.Put("hot-y"+strconv.Itoa(rng.IntN(hotYs)), map[string]any{"n": rng.IntN(1000)})
+		r.apis.hot.Put("hot-y"+strconv.Itoa(rng.IntN(hotYs)), map[string]any{"n": rng.IntN(1000)})
 	}
 	if rng.IntN(2) == 0 {
 		id := "fp-" + strconv.Itoa(rng.IntN(fpIDs))
 		if rng.IntN(6) == 0 {
-			r.fpAPI.Delete(id)
+			r.apis.fp.Delete(id)
 		} else {
-			r.fpAPI.Put(id, map[string]any{"n": rng.IntN(3)})
+			r.apis.fp.Put(id, map[string]any{"n": rng.IntN(3)})
 		}
 	}
 }
@@ -130,9 +131,9 @@ func (r *processRun) mutateOthers(rng *rand.Rand) {
 // step of the API (one page, one commit; the hot-y events follow the held ones in the
 // outbox). The items carry the burst's number, so MONITOR can tell its commit.
 func (r *processRun) hotBurstPut() (n int, versions map[string]int) {
-	r.recvMu.Lock()
+	r.recv.mu.Lock()
 	n = len(r.hot.bursts) + 1
-	r.recvMu.Unlock()
+	r.recv.mu.Unlock()
 	ids := make([]string, 0, hotBurst+hotYs)
 	for i := range hotBurst {
 		ids = append(ids, fmt.Sprintf("hot-h%04d", i))
@@ -140,8 +141,8 @@ func (r *processRun) hotBurstPut() (n int, versions map[string]int) {
 	for i := range hotYs {
 		ids = append(ids, "hot-y"+strconv.Itoa(i))
 	}
-	r.hotAPI.SetNow(time.Now().UTC())
-	vs := r.hotAPI.PutEach(ids, func(id string) map[string]any {
+	r.apis.hot.SetNow(time.Now().UTC())
+	vs := r.apis.hot.PutEach(ids, func(id string) map[string]any {
 		if strings.HasPrefix(id, "hot-h") {
 			return map[string]any{"group": hotGroup, "burst": hotBurstMark(n)}
 		}
@@ -151,9 +152,9 @@ func (r *processRun) hotBurstPut() (n int, versions map[string]int) {
 	for i, id := range ids[:hotBurst] {
 		versions[id] = vs[i]
 	}
-	r.recvMu.Lock()
+	r.recv.mu.Lock()
 	r.hot.bursts = append(r.hot.bursts, versions)
-	r.recvMu.Unlock()
+	r.recv.mu.Unlock()
 	return n, versions
 }
 
@@ -163,8 +164,8 @@ func hotBurstMark(n int) string { return fmt.Sprintf("hot-burst-%d", n) }
 // refusePoison reports whether the receiver answers this delivery 500: the hot key's poison
 // event while the poison is on. Each refusal is counted and signalled.
 func (r *processRun) refusePoison(ev watukuytype.Event) bool {
-	r.recvMu.Lock()
-	defer r.recvMu.Unlock()
+	r.recv.mu.Lock()
+	defer r.recv.mu.Unlock()
 	h := &r.hot
 	if h.poisonID == "" || ev.Poller != hotKey.Poller || ev.Identity != h.poisonID || ev.Version != h.poisonVersion {
 		return false
@@ -201,15 +202,15 @@ func (r *processRun) hotFault(ctx context.Context, rng *rand.Rand) error {
 // key's park script kills its worker as Redis answers it, before the ack that follows.
 func (r *processRun) hotPoisonBurst(ctx context.Context) error {
 	r.loadScript(ctx, "park")
-	mon, err := monitorScripts(r.primary.addr(), filepath.Join(r.dir, "logs", "monitor-hot-poison.log"))
+	mon, err := monitorScripts(r.db.primary.addr(), filepath.Join(r.files.dir, "logs", "monitor-hot-poison.log"))
 	if err != nil {
-		r.logf("hot: MONITOR on %s: %v (the park is not aimed at)", r.primary.name, err)
+		r.logf("hot: MONITOR on %s: %v (the park is not aimed at)", r.db.primary.name, err)
 	}
-	r.recvMu.Lock()
+	r.recv.mu.Lock()
 	r.hot.failed = make(chan struct{}, 1)
 	r.hot.poisonID = hotPoison
-	r.hot.poisonVersion = strconv.Itoa(r.hotAPI.Final()[hotPoison] + 1)
-	r.recvMu.Unlock()
+	r.hot.poisonVersion = strconv.Itoa(r.apis.hot.Final()[hotPoison] + 1)
+	r.recv.mu.Unlock()
 	// The worker retrying the poison event is known before it parks it: the kill then takes
 	// microseconds, and lands before the ack that follows the park's reply.
 	var target atomic.Pointer[osProc]
@@ -223,9 +224,9 @@ func (r *processRun) hotPoisonBurst(ctx context.Context) error {
 			killed <- r.killHolder(hotKey)
 		})
 	}
-	r.recvMu.Lock()
+	r.recv.mu.Lock()
 	failed := r.hot.failed
-	r.recvMu.Unlock()
+	r.recv.mu.Unlock()
 	go func() {
 		select {
 		case <-failed:
@@ -233,12 +234,12 @@ func (r *processRun) hotPoisonBurst(ctx context.Context) error {
 			return
 		}
 		ictx, cancel := context.WithTimeout(ctx, time.Second)
-		snap, err := r.store.Inspect(ictx, hotKey)
+		snap, err := r.db.store.Inspect(ictx, hotKey)
 		cancel()
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		for _, w := range r.workers {
-			if err == nil && w.name == snap.LeaseOwner && !r.stopped[w] {
+		for _, w := range r.procs.workers {
+			if err == nil && w.name == snap.LeaseOwner && !r.procs.stopped[w] {
 				w.expect.Store(true) // the harness replaces it (afterHotKill), not the respawn
 				target.Store(w)
 			}
@@ -261,13 +262,13 @@ func (r *processRun) hotPoisonBurst(ctx context.Context) error {
 // hotHeldBurst: a burst while the key is held; its committer is killed as Redis answers the
 // commit, so the burst's events wait in the outbox: hotBurst held ones, then the hot-y ones.
 func (r *processRun) hotHeldBurst(ctx context.Context) error {
-	r.recvMu.Lock()
+	r.recv.mu.Lock()
 	n := len(r.hot.bursts) + 1
-	r.recvMu.Unlock()
+	r.recv.mu.Unlock()
 	r.loadScript(ctx, "commit_poll")
-	mon, err := monitorScripts(r.primary.addr(), filepath.Join(r.dir, "logs", fmt.Sprintf("monitor-hot-%d.log", n)))
+	mon, err := monitorScripts(r.db.primary.addr(), filepath.Join(r.files.dir, "logs", fmt.Sprintf("monitor-hot-%d.log", n)))
 	if err != nil {
-		r.logf("hot: MONITOR on %s: %v (the commit is not aimed at)", r.primary.name, err)
+		r.logf("hot: MONITOR on %s: %v (the commit is not aimed at)", r.db.primary.name, err)
 	}
 	killed := make(chan string, 1)
 	if mon != nil {
@@ -312,9 +313,9 @@ func (r *processRun) awaitAimedKill(ctx context.Context, mon *scriptMonitor, kil
 // hotRetry: the receiver accepts the poison event from now on, a worker is SIGKILLed while
 // the operator lists the parked rows and retries them with the CLI binary.
 func (r *processRun) hotRetry(ctx context.Context, rng *rand.Rand) error {
-	r.recvMu.Lock()
+	r.recv.mu.Lock()
 	r.hot.poisonID = ""
-	r.recvMu.Unlock()
+	r.recv.mu.Unlock()
 	pick := rng.Uint64()
 	done := make(chan struct{})
 	go func() { // the operator's commands run while a worker dies
@@ -341,7 +342,7 @@ func (r *processRun) loadScript(ctx context.Context, name string) {
 	if err == nil {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		err = r.direct.ScriptLoad(ctx, src).Err()
+		err = r.db.direct.ScriptLoad(ctx, src).Err()
 	}
 	if err != nil {
 		r.logf("hot: SCRIPT LOAD %s: %v", name, err)
@@ -360,14 +361,14 @@ func isScript(cmd, name string) bool {
 func (r *processRun) killHolder(key watukuytype.Key) string {
 	r.mu.Lock()
 	var frozen []*osProc
-	for _, w := range r.workers {
-		if !r.stopped[w] && w.signal(syscall.SIGSTOP) == nil {
+	for _, w := range r.procs.workers {
+		if !r.procs.stopped[w] && w.signal(syscall.SIGSTOP) == nil {
 			frozen = append(frozen, w)
 		}
 	}
 	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	snap, err := r.store.Inspect(ctx, key)
+	snap, err := r.db.store.Inspect(ctx, key)
 	cancel()
 	who := ""
 	for _, w := range frozen {
@@ -394,7 +395,7 @@ func (r *processRun) afterHotKill(ctx context.Context, who, when string, count *
 	}
 	r.mu.Lock()
 	i := -1
-	for j, w := range r.workers {
+	for j, w := range r.procs.workers {
 		if w.name == who {
 			i = j
 		}
@@ -403,7 +404,7 @@ func (r *processRun) afterHotKill(ctx context.Context, who, when string, count *
 		r.mu.Unlock()
 		return nil
 	}
-	p := r.workers[i]
+	p := r.procs.workers[i]
 	r.mu.Unlock()
 	p.kill()
 	if err := r.replaceWorker(i, p); err != nil {
@@ -411,7 +412,7 @@ func (r *processRun) afterHotKill(ctx context.Context, who, when string, count *
 	}
 	ictx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	snap, err := r.store.Inspect(ictx, hotKey)
+	snap, err := r.db.store.Inspect(ictx, hotKey)
 	if err == nil {
 		r.mu.Lock()
 		*count++
@@ -425,7 +426,7 @@ func (r *processRun) afterHotKill(ctx context.Context, who, when string, count *
 func (r *processRun) parkedCount(ctx context.Context) int64 {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	snap, err := r.store.Inspect(ctx, hotKey)
+	snap, err := r.db.store.Inspect(ctx, hotKey)
 	if err != nil {
 		return -1
 	}
@@ -436,8 +437,8 @@ func (r *processRun) parkedCount(ctx context.Context) int64 {
 func (r *processRun) cli(ctx context.Context, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	args = append(args, "--redis", r.redisURL, "--prefix", processPrefix)
-	cmd := exec.CommandContext(ctx, filepath.Join(r.binDir, "watukuy"), args...)
+	args = append(args, "--redis", r.db.url, "--prefix", processPrefix)
+	cmd := exec.CommandContext(ctx, filepath.Join(r.files.binDir, "watukuy"), args...)
 	out, err := cmd.Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -489,7 +490,7 @@ func (r *processRun) retryParked(ctx context.Context) (int, error) {
 // and each is committed before the next). G4: per ordering key, a delivery never follows a
 // newer one of its key by less than rewindGap (a retry that requeues the poison event ahead
 // of an older event of its key: x2, x1).
-func (r *processRun) checkHot(rep *Report) {
+func (r *processRun) checkHot(rep *chaos.Report) {
 	ds := r.rec.Deliveries()
 	got := map[string]bool{}
 	for _, d := range ds {
@@ -497,9 +498,9 @@ func (r *processRun) checkHot(rep *Report) {
 			got[d.Event.Identity+"@"+d.Event.Version] = true
 		}
 	}
-	r.recvMu.Lock()
+	r.recv.mu.Lock()
 	bursts := r.hot.bursts
-	r.recvMu.Unlock()
+	r.recv.mu.Unlock()
 	delete(rep.NotMeasured, "G1")
 	for b, vs := range bursts {
 		var missing []string
@@ -510,7 +511,7 @@ func (r *processRun) checkHot(rep *Report) {
 		}
 		sort.Strings(missing)
 		if len(missing) > 0 {
-			rep.Violations["G1"] = append(rep.Violations["G1"], Violation{Key: hotKey,
+			rep.Violations["G1"] = append(rep.Violations["G1"], chaos.Violation{Key: hotKey,
 				Detail: fmt.Sprintf("burst %d: %d changes never delivered, e.g. %s", b+1, len(missing), strings.Join(missing[:min(3, len(missing))], ", "))})
 		}
 	}
@@ -526,8 +527,8 @@ func (r *processRun) checkHot(rep *Report) {
 			continue
 		}
 		ok := hotOrderingKey(ev)
-		if p, has := prev[ok]; has && seqLess(ev.Seq, p.seq) && d.At.Sub(p.at) < rewindGap {
-			rep.Violations["G4"] = append(rep.Violations["G4"], Violation{Key: hotKey, Detail: fmt.Sprintf(
+		if p, has := prev[ok]; has && chaos.SeqLess(ev.Seq, p.seq) && d.At.Sub(p.at) < rewindGap {
+			rep.Violations["G4"] = append(rep.Violations["G4"], chaos.Violation{Key: hotKey, Detail: fmt.Sprintf(
 				"ordering key %s: %s v%s (seq %s) delivered %s after %s v%s (seq %s), a newer event of its key",
 				ok, ev.Identity, ev.Version, ev.Seq, d.At.Sub(p.at).Round(time.Microsecond), p.ev.Identity, p.ev.Version, p.seq)})
 		}

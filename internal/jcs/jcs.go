@@ -1,6 +1,6 @@
-package diff
-
-// RFC 8785 (JSON Canonicalization Scheme) working directly on raw JSON bytes.
+// Package jcs canonicalizes JSON by RFC 8785 (JSON Canonicalization Scheme), working
+// directly on raw JSON bytes. The engine fingerprints items with it, so two spellings of one
+// document hash the same.
 //
 // Why hand-rolled: fingerprinting is on the hot path, and decoding into
 // map[string]any (or a node tree, as generic JCS libraries do) costs far more
@@ -13,6 +13,7 @@ package diff
 // output. The final pass keeps the work linear for deeply nested unsorted
 // objects, where permuting each object at once would copy every byte once
 // per enclosing object.
+package jcs
 
 import (
 	"crypto/sha256"
@@ -23,16 +24,16 @@ import (
 	"unsafe"
 )
 
-// jcsMaxDepth bounds array/object nesting so hostile input cannot exhaust the
+// maxDepth bounds array/object nesting so hostile input cannot exhaust the
 // stack. Same limit as github.com/gowebpki/jcs.
-const jcsMaxDepth = 10000
+const maxDepth = 10000
 
-// jcsInlineReorder is the largest object body that is reordered as soon as it
+// inlineReorder is the largest object body that is reordered as soon as it
 // is parsed (when nothing nested in it is pending); bigger ones are left to
 // the final pass. Immediate reordering is cheapest for the small objects that
 // make up typical documents, and the bound keeps its worst case (nested
 // objects each copying their whole body again) to a small constant factor.
-const jcsInlineReorder = 512
+const inlineReorder = 512
 
 // Canonicalizer turns raw JSON into its RFC 8785 form. The zero value is ready; it reuses
 // internal buffers, so one value must not be used by two goroutines at once.
@@ -40,19 +41,19 @@ type Canonicalizer struct {
 	// members is a stack shared by all nesting levels: an object appends its
 	// members after those of its enclosing objects and truncates back when it
 	// is done, so no per-object slice is allocated.
-	members []jcsMember
+	members []member
 	// keys is an arena for object keys that contained escapes (keys without
 	// escapes are compared straight from src). Stack-like, like members.
 	keys []byte
 	// recs notes the objects left for the final reordering pass; spans holds
 	// their members' output spans in key order (recs[i].spanLo:spanHi).
-	recs  []jcsRec
-	spans []jcsSpan
+	recs  []record
+	spans []span
 	// scratch holds document-order output while it is being reordered.
 	scratch []byte
 	// out is the output buffer reused by Hash.
 	out []byte
-	// reorderLimit overrides jcsInlineReorder so tests can force either path:
+	// reorderLimit overrides inlineReorder so tests can force either path:
 	// 0 keeps the default, a negative value defers every reordering.
 	reorderLimit int
 }
@@ -60,17 +61,17 @@ type Canonicalizer struct {
 func (c *Canonicalizer) inlineLimit() int {
 	switch {
 	case c.reorderLimit == 0:
-		return jcsInlineReorder
+		return inlineReorder
 	case c.reorderLimit < 0:
 		return 0
 	}
 	return c.reorderLimit
 }
 
-// jcsMember describes one object member. It holds offsets rather than slices
+// member describes one object member. It holds offsets rather than slices
 // so the members stack contains no pointers (cheap for the GC, and no
 // retention of old inputs).
-type jcsMember struct {
+type member struct {
 	keyOff int  // offset of the key's opening quote in src (for errors)
 	ks, ke int  // decoded key: src[ks:ke], or keys[ks:ke] if inKeys
 	start  int  // `"key":value` occupies dst[start:end]
@@ -78,50 +79,50 @@ type jcsMember struct {
 	inKeys bool // key was unescaped into the arena
 }
 
-// jcsRec is an object whose members must be reordered (spanLo >= 0), or a
+// record is an object whose members must be reordered (spanLo >= 0), or a
 // sorted object that merely contains such objects (spanLo < 0). Its body (the
 // bytes between the braces) is [start, end) in the first-pass output. Records
 // are in pre-order: the records nested in this one are the ndesc that follow.
-type jcsRec struct {
+type record struct {
 	start, end     int
 	spanLo, spanHi int
 	ndesc          int
 }
 
-// jcsSpan is a member's `"key":value` text in the first-pass output.
-type jcsSpan struct{ start, end int }
+// span is a member's `"key":value` text in the first-pass output.
+type span struct{ start, end int }
 
-// jcsError is the error returned for every rejected input. It always names
+// inputError is the error returned for every rejected input. It always names
 // the byte offset in src so that callers can point at the problem.
-type jcsError struct {
+type inputError struct {
 	msg string
 	off int
 }
 
-func (e *jcsError) Error() string {
+func (e *inputError) Error() string {
 	return "jcs: " + e.msg + " at offset " + strconv.Itoa(e.off)
 }
 
-// jcsErrAt builds the error for an unexpected byte at src[i] (or for the end
+// errAt builds the error for an unexpected byte at src[i] (or for the end
 // of input when i == len(src)).
-func jcsErrAt(src []byte, i int) error {
+func errAt(src []byte, i int) error {
 	if i >= len(src) {
-		return &jcsError{msg: "unexpected end of input", off: i}
+		return &inputError{msg: "unexpected end of input", off: i}
 	}
 	b := src[i]
 	if b < utf8.RuneSelf {
-		return &jcsError{msg: "invalid character " + strconv.QuoteRune(rune(b)), off: i}
+		return &inputError{msg: "invalid character " + strconv.QuoteRune(rune(b)), off: i}
 	}
 	r, size := utf8.DecodeRune(src[i:])
 	if r == utf8.RuneError && size <= 1 {
-		return &jcsError{msg: "invalid UTF-8", off: i}
+		return &inputError{msg: "invalid UTF-8", off: i}
 	}
-	return &jcsError{msg: "invalid character " + strconv.QuoteRune(r), off: i}
+	return &inputError{msg: "invalid character " + strconv.QuoteRune(r), off: i}
 }
 
-// jcsPlain marks bytes that may be copied verbatim inside a string without
+// plain marks bytes that may be copied verbatim inside a string without
 // further thought: printable ASCII other than '"' and '\\'.
-var jcsPlain = func() (t [256]bool) {
+var plain = func() (t [256]bool) {
 	for b := 0x20; b < 0x80; b++ {
 		t[b] = b != '"' && b != '\\'
 	}
@@ -133,10 +134,10 @@ var jcsPlain = func() (t [256]bool) {
 // not finite doubles) name the byte offset in src: e.g. `jcs: invalid character 'x' at offset 17`.
 // On error dst is returned unchanged.
 func (c *Canonicalizer) Append(dst, src []byte) ([]byte, error) {
-	out, i, err := c.value(dst, src, jcsSkipWS(src, 0), 0)
+	out, i, err := c.value(dst, src, skipWS(src, 0), 0)
 	if err == nil {
-		if i = jcsSkipWS(src, i); i < len(src) {
-			err = jcsErrAt(src, i)
+		if i = skipWS(src, i); i < len(src) {
+			err = errAt(src, i)
 		}
 	}
 	if err == nil && len(c.recs) > 0 {
@@ -163,13 +164,13 @@ func (c *Canonicalizer) Hash(src []byte) ([32]byte, error) {
 	return sha256.Sum256(out), nil
 }
 
-// AppendCanonical is Append on a fresh Canonicalizer (convenience; may allocate).
-func AppendCanonical(dst, src []byte) ([]byte, error) {
+// Append is Canonicalizer.Append on a fresh Canonicalizer (convenience; may allocate).
+func Append(dst, src []byte) ([]byte, error) {
 	var c Canonicalizer
 	return c.Append(dst, src)
 }
 
-func jcsSkipWS(src []byte, i int) int {
+func skipWS(src []byte, i int) int {
 	for i < len(src) {
 		switch src[i] {
 		case ' ', '\t', '\n', '\r':
@@ -186,44 +187,44 @@ func jcsSkipWS(src []byte, i int) int {
 // containers.
 func (c *Canonicalizer) value(dst, src []byte, i, depth int) ([]byte, int, error) {
 	if i >= len(src) {
-		return dst, i, jcsErrAt(src, i)
+		return dst, i, errAt(src, i)
 	}
 	switch b := src[i]; b {
 	case '"':
-		return jcsString(dst, src, i)
+		return stringValue(dst, src, i)
 	case '{':
 		return c.object(dst, src, i, depth+1)
 	case '[':
 		return c.array(dst, src, i, depth+1)
 	case 't':
-		return jcsLiteral(dst, src, i, "true")
+		return literal(dst, src, i, "true")
 	case 'f':
-		return jcsLiteral(dst, src, i, "false")
+		return literal(dst, src, i, "false")
 	case 'n':
-		return jcsLiteral(dst, src, i, "null")
+		return literal(dst, src, i, "null")
 	default:
 		if b == '-' || (b >= '0' && b <= '9') {
-			return jcsNumber(dst, src, i)
+			return number(dst, src, i)
 		}
-		return dst, i, jcsErrAt(src, i)
+		return dst, i, errAt(src, i)
 	}
 }
 
-func jcsLiteral(dst, src []byte, i int, lit string) ([]byte, int, error) {
+func literal(dst, src []byte, i int, lit string) ([]byte, int, error) {
 	for k := 0; k < len(lit); k++ {
 		if i+k >= len(src) || src[i+k] != lit[k] {
-			return dst, i, jcsErrAt(src, i+k)
+			return dst, i, errAt(src, i+k)
 		}
 	}
 	return append(dst, lit...), i + len(lit), nil
 }
 
 func (c *Canonicalizer) array(dst, src []byte, i, depth int) ([]byte, int, error) {
-	if depth > jcsMaxDepth {
-		return dst, i, &jcsError{msg: "nesting depth exceeds " + strconv.Itoa(jcsMaxDepth), off: i}
+	if depth > maxDepth {
+		return dst, i, &inputError{msg: "nesting depth exceeds " + strconv.Itoa(maxDepth), off: i}
 	}
 	dst = append(dst, '[')
-	i = jcsSkipWS(src, i+1)
+	i = skipWS(src, i+1)
 	if i < len(src) && src[i] == ']' {
 		return append(dst, ']'), i + 1, nil
 	}
@@ -232,18 +233,18 @@ func (c *Canonicalizer) array(dst, src []byte, i, depth int) ([]byte, int, error
 		if dst, i, err = c.value(dst, src, i, depth); err != nil {
 			return dst, i, err
 		}
-		i = jcsSkipWS(src, i)
+		i = skipWS(src, i)
 		if i < len(src) {
 			switch src[i] {
 			case ',':
 				dst = append(dst, ',')
-				i = jcsSkipWS(src, i+1)
+				i = skipWS(src, i+1)
 				continue
 			case ']':
 				return append(dst, ']'), i + 1, nil
 			}
 		}
-		return dst, i, jcsErrAt(src, i)
+		return dst, i, errAt(src, i)
 	}
 }
 
@@ -252,12 +253,12 @@ func (c *Canonicalizer) array(dst, src []byte, i, depth int) ([]byte, int, error
 // sorted, the member texts are permuted (now or in the final pass). Every
 // byte is parsed exactly once, and already-sorted objects cost no extra copy.
 func (c *Canonicalizer) object(dst, src []byte, i, depth int) ([]byte, int, error) {
-	if depth > jcsMaxDepth {
-		return dst, i, &jcsError{msg: "nesting depth exceeds " + strconv.Itoa(jcsMaxDepth), off: i}
+	if depth > maxDepth {
+		return dst, i, &inputError{msg: "nesting depth exceeds " + strconv.Itoa(maxDepth), off: i}
 	}
 	dst = append(dst, '{')
 	body := len(dst)
-	i = jcsSkipWS(src, i+1)
+	i = skipWS(src, i+1)
 	if i < len(src) && src[i] == '}' {
 		return append(dst, '}'), i + 1, nil
 	}
@@ -265,33 +266,33 @@ func (c *Canonicalizer) object(dst, src []byte, i, depth int) ([]byte, int, erro
 	// Reserve this object's record now so that records end up in pre-order
 	// (position order); it is dropped again below if it turns out useless.
 	rec := len(c.recs)
-	c.recs = append(c.recs, jcsRec{start: body, spanLo: -1})
+	c.recs = append(c.recs, record{start: body, spanLo: -1})
 	var err error
 	for {
 		if i >= len(src) || src[i] != '"' {
-			return dst, i, jcsErrAt(src, i)
+			return dst, i, errAt(src, i)
 		}
-		m := jcsMember{keyOff: i, start: len(dst)}
+		m := member{keyOff: i, start: len(dst)}
 		if dst, i, err = c.key(dst, src, i, &m); err != nil {
 			return dst, i, err
 		}
-		i = jcsSkipWS(src, i)
+		i = skipWS(src, i)
 		if i >= len(src) || src[i] != ':' {
-			return dst, i, jcsErrAt(src, i)
+			return dst, i, errAt(src, i)
 		}
 		dst = append(dst, ':')
-		if dst, i, err = c.value(dst, src, jcsSkipWS(src, i+1), depth); err != nil {
+		if dst, i, err = c.value(dst, src, skipWS(src, i+1), depth); err != nil {
 			return dst, i, err
 		}
 		m.end = len(dst)
 		// Appended only now: nested objects have pushed and popped their own
 		// members meanwhile, so this object's members stay contiguous.
 		c.members = append(c.members, m)
-		i = jcsSkipWS(src, i)
+		i = skipWS(src, i)
 		if i < len(src) {
 			if src[i] == ',' {
 				dst = append(dst, ',')
-				i = jcsSkipWS(src, i+1)
+				i = skipWS(src, i+1)
 				continue
 			}
 			if src[i] == '}' {
@@ -299,7 +300,7 @@ func (c *Canonicalizer) object(dst, src []byte, i, depth int) ([]byte, int, erro
 				break
 			}
 		}
-		return dst, i, jcsErrAt(src, i)
+		return dst, i, errAt(src, i)
 	}
 	reordered := false
 	if len(c.members)-base > 1 {
@@ -315,7 +316,7 @@ func (c *Canonicalizer) object(dst, src []byte, i, depth int) ([]byte, int, erro
 		if reordered {
 			r.spanLo = len(c.spans)
 			for _, m := range c.members[base:] {
-				c.spans = append(c.spans, jcsSpan{m.start, m.end})
+				c.spans = append(c.spans, span{m.start, m.end})
 			}
 			r.spanHi = len(c.spans)
 		}
@@ -342,13 +343,13 @@ func (c *Canonicalizer) object(dst, src []byte, i, depth int) ([]byte, int, erro
 
 // key canonicalizes an object key at src[i] (the opening quote) into dst and
 // records where its decoded form lives in m.
-func (c *Canonicalizer) key(dst, src []byte, i int, m *jcsMember) ([]byte, int, error) {
+func (c *Canonicalizer) key(dst, src []byte, i int, m *member) ([]byte, int, error) {
 	start := i + 1
-	j, nonASCII := jcsScanPlain(src, start)
+	j, nonASCII := scanPlain(src, start)
 	if j < len(src) && src[j] == '"' {
 		// Common case: no escapes, so the decoded key is the raw text.
 		if nonASCII {
-			if err := jcsCheckUTF8(src, start, j); err != nil {
+			if err := checkUTF8(src, start, j); err != nil {
 				return dst, i, err
 			}
 		}
@@ -360,16 +361,16 @@ func (c *Canonicalizer) key(dst, src []byte, i int, m *jcsMember) ([]byte, int, 
 	// Escapes (or an error): unescape into the arena, then write the
 	// canonical escaping of the decoded text.
 	ks := len(c.keys)
-	keys, j, err := jcsUnescape(c.keys, src, start)
+	keys, j, err := unescape(c.keys, src, start)
 	c.keys = keys
 	if err != nil {
 		return dst, j, err
 	}
 	m.ks, m.ke, m.inKeys = ks, len(keys), true
-	return jcsAppendQuoted(dst, keys[ks:]), j, nil
+	return appendQuoted(dst, keys[ks:]), j, nil
 }
 
-func (c *Canonicalizer) keyOf(src []byte, m *jcsMember) []byte {
+func (c *Canonicalizer) keyOf(src []byte, m *member) []byte {
 	if m.inKeys {
 		return c.keys[m.ks:m.ke]
 	}
@@ -378,12 +379,12 @@ func (c *Canonicalizer) keyOf(src []byte, m *jcsMember) []byte {
 
 // sortMembers sorts the members ms of an object by key, rejecting duplicate
 // keys, and reports whether their order changed.
-func (c *Canonicalizer) sortMembers(src []byte, ms []jcsMember) (bool, error) {
+func (c *Canonicalizer) sortMembers(src []byte, ms []member) (bool, error) {
 	sorted := true
 	for k := 1; k < len(ms); k++ {
-		r := jcsCompareKeys(c.keyOf(src, &ms[k-1]), c.keyOf(src, &ms[k]))
+		r := compareKeys(c.keyOf(src, &ms[k-1]), c.keyOf(src, &ms[k]))
 		if r == 0 {
-			return false, jcsDupError(src, ms[k].keyOff)
+			return false, dupError(src, ms[k].keyOff)
 		}
 		if r > 0 {
 			sorted = false
@@ -396,18 +397,18 @@ func (c *Canonicalizer) sortMembers(src []byte, ms []jcsMember) (bool, error) {
 	if len(ms) <= 12 {
 		// Insertion sort: small objects dominate and this needs no closure.
 		for k := 1; k < len(ms); k++ {
-			for j := k; j > 0 && jcsCompareKeys(c.keyOf(src, &ms[j-1]), c.keyOf(src, &ms[j])) > 0; j-- {
+			for j := k; j > 0 && compareKeys(c.keyOf(src, &ms[j-1]), c.keyOf(src, &ms[j])) > 0; j-- {
 				ms[j-1], ms[j] = ms[j], ms[j-1]
 			}
 		}
 	} else {
-		slices.SortFunc(ms, func(a, b jcsMember) int {
-			return jcsCompareKeys(c.keyOf(src, &a), c.keyOf(src, &b))
+		slices.SortFunc(ms, func(a, b member) int {
+			return compareKeys(c.keyOf(src, &a), c.keyOf(src, &b))
 		})
 	}
 	for k := 1; k < len(ms); k++ {
-		if jcsCompareKeys(c.keyOf(src, &ms[k-1]), c.keyOf(src, &ms[k])) == 0 {
-			return false, jcsDupError(src, max(ms[k-1].keyOff, ms[k].keyOff))
+		if compareKeys(c.keyOf(src, &ms[k-1]), c.keyOf(src, &ms[k])) == 0 {
+			return false, dupError(src, max(ms[k-1].keyOff, ms[k].keyOff))
 		}
 	}
 	return true, nil
@@ -443,8 +444,8 @@ func (c *Canonicalizer) emitRange(dst []byte, base, lo, hi, ri, rj int) []byte {
 			}
 			// This member's nested records: the run of this object's
 			// descendants (contiguous, by position) that start inside sp.
-			a, _ := slices.BinarySearchFunc(desc, sp.start, jcsRecCmp)
-			b, _ := slices.BinarySearchFunc(desc[a:], sp.end, jcsRecCmp)
+			a, _ := slices.BinarySearchFunc(desc, sp.start, recCmp)
+			b, _ := slices.BinarySearchFunc(desc[a:], sp.end, recCmp)
 			dst = c.emitRange(dst, base, sp.start, sp.end, k+1+a, k+1+a+b)
 		}
 		lo = r.end
@@ -453,9 +454,9 @@ func (c *Canonicalizer) emitRange(dst []byte, base, lo, hi, ri, rj int) []byte {
 	return append(dst, c.scratch[lo-base:hi-base]...)
 }
 
-func jcsRecCmp(r jcsRec, off int) int { return r.start - off }
+func recCmp(r record, off int) int { return r.start - off }
 
-func jcsDupError(src []byte, off int) error {
+func dupError(src []byte, off int) error {
 	// Quote (and bound) the raw key: error text ends up in logs.
 	end := off + 1
 	for end < len(src) && src[end] != '"' {
@@ -468,10 +469,10 @@ func jcsDupError(src []byte, off int) error {
 	if len(raw) > 32 {
 		raw = raw[:32]
 	}
-	return &jcsError{msg: "duplicate key " + strconv.Quote(string(raw)), off: off}
+	return &inputError{msg: "duplicate key " + strconv.Quote(string(raw)), off: off}
 }
 
-// jcsCompareKeys compares decoded (UTF-8) keys as arrays of UTF-16 code
+// compareKeys compares decoded (UTF-8) keys as arrays of UTF-16 code
 // units, as RFC 8785 §3.2.3 requires.
 //
 // Why bytes suffice almost always: UTF-8 byte order equals code point order,
@@ -482,7 +483,7 @@ func jcsDupError(src []byte, off int) error {
 // start a character, or both sit inside characters with the same lead byte
 // (same length class, where the orders agree). Hence only that one byte pair
 // needs the UTF-16 correction.
-func jcsCompareKeys(a, b []byte) int {
+func compareKeys(a, b []byte) int {
 	n := min(len(a), len(b))
 	i := 0
 	for i < n && a[i] == b[i] {
@@ -504,14 +505,14 @@ func jcsCompareKeys(a, b []byte) int {
 	return int(x) - int(y)
 }
 
-// jcsScanPlain advances over bytes that need no decoding inside a string:
+// scanPlain advances over bytes that need no decoding inside a string:
 // printable ASCII other than '"' and '\\', and any byte >= 0x80 (validated
 // as UTF-8 separately by the caller when nonASCII is reported).
-func jcsScanPlain(src []byte, i int) (int, bool) {
+func scanPlain(src []byte, i int) (int, bool) {
 	nonASCII := false
 	for i < len(src) {
 		b := src[i]
-		if jcsPlain[b] {
+		if plain[b] {
 			i++
 			continue
 		}
@@ -524,90 +525,90 @@ func jcsScanPlain(src []byte, i int) (int, bool) {
 	return i, nonASCII
 }
 
-// jcsCheckUTF8 validates src[i:j]; multi-byte sequences never contain ASCII
-// bytes, so a run that jcsScanPlain stopped on is self-contained.
-func jcsCheckUTF8(src []byte, i, j int) error {
+// checkUTF8 validates src[i:j]; multi-byte sequences never contain ASCII
+// bytes, so a run that scanPlain stopped on is self-contained.
+func checkUTF8(src []byte, i, j int) error {
 	if utf8.Valid(src[i:j]) {
 		return nil
 	}
 	for i < j {
 		r, size := utf8.DecodeRune(src[i:j])
 		if r == utf8.RuneError && size <= 1 {
-			return &jcsError{msg: "invalid UTF-8 in string", off: i}
+			return &inputError{msg: "invalid UTF-8 in string", off: i}
 		}
 		i += size
 	}
 	return nil // unreachable
 }
 
-// jcsString canonicalizes the string at src[i] (the opening quote). Raw runs
+// stringValue canonicalizes the string at src[i] (the opening quote). Raw runs
 // are copied as is (they cannot contain anything RFC 8785 would escape);
 // each escape is decoded and re-emitted in canonical form.
-func jcsString(dst, src []byte, i int) ([]byte, int, error) {
+func stringValue(dst, src []byte, i int) ([]byte, int, error) {
 	dst = append(dst, '"')
 	i++
 	for {
-		j, nonASCII := jcsScanPlain(src, i)
+		j, nonASCII := scanPlain(src, i)
 		if nonASCII {
-			if err := jcsCheckUTF8(src, i, j); err != nil {
+			if err := checkUTF8(src, i, j); err != nil {
 				return dst, i, err
 			}
 		}
 		dst = append(dst, src[i:j]...)
 		if j >= len(src) {
-			return dst, j, jcsErrAt(src, j)
+			return dst, j, errAt(src, j)
 		}
 		switch src[j] {
 		case '"':
 			return append(dst, '"'), j + 1, nil
 		case '\\':
-			r, next, err := jcsEscape(src, j)
+			r, next, err := escape(src, j)
 			if err != nil {
 				return dst, next, err
 			}
-			dst = jcsAppendRune(dst, r)
+			dst = appendRune(dst, r)
 			i = next
 		default:
-			return dst, j, &jcsError{msg: "control character in string", off: j}
+			return dst, j, &inputError{msg: "control character in string", off: j}
 		}
 	}
 }
 
-// jcsUnescape decodes the string body starting at src[i] (just past the
+// unescape decodes the string body starting at src[i] (just past the
 // opening quote) into out and returns the offset past the closing quote.
-func jcsUnescape(out, src []byte, i int) ([]byte, int, error) {
+func unescape(out, src []byte, i int) ([]byte, int, error) {
 	for {
-		j, nonASCII := jcsScanPlain(src, i)
+		j, nonASCII := scanPlain(src, i)
 		if nonASCII {
-			if err := jcsCheckUTF8(src, i, j); err != nil {
+			if err := checkUTF8(src, i, j); err != nil {
 				return out, i, err
 			}
 		}
 		out = append(out, src[i:j]...)
 		if j >= len(src) {
-			return out, j, jcsErrAt(src, j)
+			return out, j, errAt(src, j)
 		}
 		switch src[j] {
 		case '"':
 			return out, j + 1, nil
 		case '\\':
-			r, next, err := jcsEscape(src, j)
+			r, next, err := escape(src, j)
 			if err != nil {
 				return out, next, err
 			}
 			out = utf8.AppendRune(out, r)
 			i = next
 		default:
-			return out, j, &jcsError{msg: "control character in string", off: j}
+			return out, j, &inputError{msg: "control character in string", off: j}
 		}
 	}
 }
 
-// jcsEscape decodes the escape sequence at src[i] == '\\', joining surrogate
+// escape decodes the escape sequence at src[i] == '\\', joining surrogate
 // pairs; a lone surrogate is an error (it has no UTF-8 form).
-func jcsEscape(src []byte, i int) (rune, int, error) {
+func escape(src []byte, i int) (rune, int, error) {
 	if i+1 >= len(src) {
-		return 0, i + 1, jcsErrAt(src, i+1)
+		return 0, i + 1, errAt(src, i+1)
 	}
 	switch src[i+1] {
 	case '"':
@@ -627,7 +628,7 @@ func jcsEscape(src []byte, i int) (rune, int, error) {
 	case 't':
 		return '\t', i + 2, nil
 	case 'u':
-		r, err := jcsHex4(src, i+2)
+		r, err := hex4(src, i+2)
 		if err != nil {
 			return 0, i, err
 		}
@@ -635,7 +636,7 @@ func jcsEscape(src []byte, i int) (rune, int, error) {
 			return r, i + 6, nil
 		}
 		if r <= 0xDBFF && i+7 < len(src) && src[i+6] == '\\' && src[i+7] == 'u' {
-			lo, err := jcsHex4(src, i+8)
+			lo, err := hex4(src, i+8)
 			if err != nil {
 				return 0, i, err
 			}
@@ -643,17 +644,17 @@ func jcsEscape(src []byte, i int) (rune, int, error) {
 				return 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00), i + 12, nil
 			}
 		}
-		return 0, i, &jcsError{msg: "lone surrogate " + strconv.Quote(string(src[i:i+6])), off: i}
+		return 0, i, &inputError{msg: "lone surrogate " + strconv.Quote(string(src[i:i+6])), off: i}
 	default:
-		return 0, i + 1, &jcsError{msg: "invalid escape " + strconv.Quote(string(src[i:i+2])), off: i}
+		return 0, i + 1, &inputError{msg: "invalid escape " + strconv.Quote(string(src[i:i+2])), off: i}
 	}
 }
 
-func jcsHex4(src []byte, i int) (rune, error) {
+func hex4(src []byte, i int) (rune, error) {
 	var r rune
 	for k := i; k < i+4; k++ {
 		if k >= len(src) {
-			return 0, jcsErrAt(src, k)
+			return 0, errAt(src, k)
 		}
 		b := src[k]
 		switch {
@@ -664,24 +665,24 @@ func jcsHex4(src []byte, i int) (rune, error) {
 		case b >= 'A' && b <= 'F':
 			b -= 'A' - 10
 		default:
-			return 0, jcsErrAt(src, k)
+			return 0, errAt(src, k)
 		}
 		r = r<<4 | rune(b)
 	}
 	return r, nil
 }
 
-const jcsHexDigits = "0123456789abcdef"
+const hexDigits = "0123456789abcdef"
 
-// jcsAppendRune writes one decoded character in its RFC 8785 form.
-func jcsAppendRune(dst []byte, r rune) []byte {
+// appendRune writes one decoded character in its RFC 8785 form.
+func appendRune(dst []byte, r rune) []byte {
 	if r >= utf8.RuneSelf {
 		return utf8.AppendRune(dst, r)
 	}
-	return jcsAppendASCII(dst, byte(r))
+	return appendASCII(dst, byte(r))
 }
 
-func jcsAppendASCII(dst []byte, b byte) []byte {
+func appendASCII(dst []byte, b byte) []byte {
 	switch b {
 	case '"':
 		return append(dst, '\\', '"')
@@ -699,13 +700,13 @@ func jcsAppendASCII(dst []byte, b byte) []byte {
 		return append(dst, '\\', 'r')
 	}
 	if b < 0x20 {
-		return append(dst, '\\', 'u', '0', '0', jcsHexDigits[b>>4], jcsHexDigits[b&0xF])
+		return append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
 	}
 	return append(dst, b)
 }
 
-// jcsAppendQuoted writes the decoded string s quoted and escaped per RFC 8785.
-func jcsAppendQuoted(dst, s []byte) []byte {
+// appendQuoted writes the decoded string s quoted and escaped per RFC 8785.
+func appendQuoted(dst, s []byte) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for k, b := range s {
@@ -713,22 +714,22 @@ func jcsAppendQuoted(dst, s []byte) []byte {
 			continue
 		}
 		dst = append(dst, s[start:k]...)
-		dst = jcsAppendASCII(dst, b)
+		dst = appendASCII(dst, b)
 		start = k + 1
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
 
-// jcsNumber validates the RFC 8259 number at src[i] and writes it the way
+// number validates the RFC 8259 number at src[i] and writes it the way
 // ECMAScript's Number.prototype.toString would (RFC 8785 §3.2.2.3).
-func jcsNumber(dst, src []byte, i int) ([]byte, int, error) {
+func number(dst, src []byte, i int) ([]byte, int, error) {
 	start := i
 	if src[i] == '-' {
 		i++
 	}
 	if i >= len(src) {
-		return dst, i, jcsErrAt(src, i)
+		return dst, i, errAt(src, i)
 	}
 	intStart := i
 	switch b := src[i]; {
@@ -740,7 +741,7 @@ func jcsNumber(dst, src []byte, i int) ([]byte, int, error) {
 			i++
 		}
 	default:
-		return dst, i, jcsErrAt(src, i)
+		return dst, i, errAt(src, i)
 	}
 	intEnd, fracStart, fracEnd := i, i, i
 	if i < len(src) && src[i] == '.' {
@@ -750,7 +751,7 @@ func jcsNumber(dst, src []byte, i int) ([]byte, int, error) {
 			i++
 		}
 		if i == fracStart {
-			return dst, i, jcsErrAt(src, i)
+			return dst, i, errAt(src, i)
 		}
 		fracEnd = i
 	}
@@ -766,10 +767,10 @@ func jcsNumber(dst, src []byte, i int) ([]byte, int, error) {
 			i++
 		}
 		if i == expStart {
-			return dst, i, jcsErrAt(src, i)
+			return dst, i, errAt(src, i)
 		}
 	}
-	if !hasExp && jcsCanonicalDecimal(src[intStart:intEnd], src[fracStart:fracEnd]) {
+	if !hasExp && canonicalDecimal(src[intStart:intEnd], src[fracStart:fracEnd]) {
 		if intEnd-intStart == 1 && src[intStart] == '0' && fracEnd == fracStart {
 			return append(dst, '0'), i, nil // "0" or "-0"
 		}
@@ -779,12 +780,12 @@ func jcsNumber(dst, src []byte, i int) ([]byte, int, error) {
 	// clone it), and this keeps long literals from allocating.
 	f, err := strconv.ParseFloat(unsafe.String(&src[start], i-start), 64)
 	if err != nil {
-		return dst, start, &jcsError{msg: "number is not a finite double", off: start}
+		return dst, start, &inputError{msg: "number is not a finite double", off: start}
 	}
-	return jcsAppendFloat(dst, f), i, nil
+	return appendFloat(dst, f), i, nil
 }
 
-// jcsCanonicalDecimal reports whether a literal without exponent, with
+// canonicalDecimal reports whether a literal without exponent, with
 // integer digits ip (no leading zero unless "0") and fraction digits fp
 // (possibly empty), is already in ECMAScript form.
 //
@@ -793,7 +794,7 @@ func jcsNumber(dst, src []byte, i int) ([]byte, int, error) {
 // same double; hence the shortest round-trip digits of its double are exactly
 // its own digits. Plain (non-exponent) form needs 1e-6 <= |x| < 1e21, and
 // the literal must have no trailing fraction zeros.
-func jcsCanonicalDecimal(ip, fp []byte) bool {
+func canonicalDecimal(ip, fp []byte) bool {
 	if len(fp) == 0 {
 		return len(ip) <= 15
 	}
@@ -811,8 +812,8 @@ func jcsCanonicalDecimal(ip, fp []byte) bool {
 	return lz <= 5 && len(fp)-lz <= 15
 }
 
-// jcsAppendFloat formats f like ECMAScript Number.prototype.toString.
-func jcsAppendFloat(dst []byte, f float64) []byte {
+// appendFloat formats f like ECMAScript Number.prototype.toString.
+func appendFloat(dst []byte, f float64) []byte {
 	if f == 0 {
 		return append(dst, '0') // also -0
 	}

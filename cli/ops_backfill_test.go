@@ -1,0 +1,179 @@
+package cli
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/watukuy/watukuy"
+)
+
+// backfill starts a backfill per key, --wait follows it to the end (bar or JSON lines), and
+// snapshotDiff pollers refuse.
+func TestBackfill(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.api.PutMany(25, "o", nil)
+	w.register(w.poller("orders", func(p *watukuy.Poller) {
+		p.MaxPagesPerCycle = 2 // the live lane's page leaves one backfill page per cycle
+		p.CursorPosition = func(c string) (float64, bool) {
+			n, err := strconv.Atoi(c)
+			return float64(n), err == nil
+		}
+	}), w.poller("listing", func(p *watukuy.Poller) {
+		p.Strategy, p.Fetch = watukuy.SnapshotDiff, w.api.Listing(10)
+	}))
+	w.tick()
+
+	out := w.ok("backfill", "--poller", "orders", "--from", "null")
+	r := rowWhere(t, parseTable(t, out, "POLLER"), "POLLER", "orders", "PARTITION", "-")
+	if r["FROM"] != "(the beginning)" || r["TO"] != "25" || r["GENERATION"] != "1" || r["FORCE"] != "no" {
+		t.Fatalf("backfill: %v\n%s", r, out)
+	}
+	if bp := w.inspect("orders", "").Backfill; bp == nil || bp.Generation != 1 || bp.Done || bp.To != "25" {
+		t.Fatalf("after backfill: %+v", bp)
+	}
+	started := jsonOf[[]keyBackfill](t, w.ok("backfill", "--poller", "orders", "--from", "5", "--to", "null", "--force", "--json"))
+	if len(started) != 1 || started[0].Backfill.Generation != 2 || started[0].Backfill.From != "5" || started[0].Backfill.To != "" || !started[0].Backfill.Force {
+		t.Fatalf("backfill --json: %+v", started)
+	}
+
+	// --wait: the test's engine plays the worker until the command returns.
+	wait := func(args ...string) (string, string) {
+		type result struct {
+			out, errb string
+			code      int
+		}
+		done := make(chan result, 1)
+		go func() {
+			out, errb, code := w.cli(args...)
+			done <- result{out, errb, code}
+		}()
+		for {
+			select {
+			case r := <-done:
+				if r.code != ExitOK {
+					t.Fatalf("%v: exit %d\n%s\n%s", args, r.code, r.out, r.errb)
+				}
+				return r.out, r.errb
+			case <-time.After(5 * time.Millisecond):
+				w.tick()
+			}
+		}
+	}
+	out, errb := wait("backfill", "--poller", "orders", "--from", "null", "--wait", "--poll-interval", "5ms")
+	r = rowWhere(t, parseTable(t, out[strings.Index(out, "waiting for them"):], "POLLER"), "POLLER", "orders")
+	if r["PAGES"] != "3" || r["ITEMS"] != "25" || r["EVENTS"] != "0" || r["CURSOR"] != "25" || !strings.HasPrefix(r["RESULT"], "done at ") {
+		t.Fatalf("backfill --wait: %v\n%s", r, out)
+	}
+	if !strings.Contains(errb, "orders  pages 3  items 25  events 0  cursor 25") {
+		t.Errorf("the progress bar does not show the counters:\n%q", errb)
+	}
+	if bp := w.inspect("orders", "").Backfill; !bp.Done || bp.Generation != 3 {
+		t.Fatalf("after --wait: %+v", bp)
+	}
+
+	if !strings.Contains(errb, "100% |") {
+		t.Errorf("the poller places cursors, yet the bar shows no percentage:\n%q", errb)
+	}
+
+	// --wait --json, one backfill page per cycle: the test runs a cycle only after the
+	// command has reported the previous one, so every step shows up as a line.
+	ctx := context.Background()
+	lines, errc := startCLI(t, ctx, "backfill", "--poller", "orders", "--from", "null", "--force", "--wait", "--json", "--poll-interval", "5ms", "--redis", w.b.URL)
+	first := jsonOf[keyBackfill](t, next(t, lines))
+	if first.Event != "started" || first.Backfill.Generation != 4 || !first.Backfill.Force {
+		t.Fatalf("first line: %+v", first)
+	}
+	key := watukuy.Key{Poller: "orders"}
+	for i, want := range []struct {
+		event  string
+		pages  int
+		cursor string
+		frac   float64
+	}{{"progress", 1, "10", 0.4}, {"progress", 2, "20", 0.8}, {"done", 3, "25", 1}} {
+		if rep := w.eng.RunCycle(ctx, key); rep.Err != nil {
+			t.Fatal(rep.Err)
+		}
+		got := jsonOf[keyBackfill](t, next(t, lines))
+		bp := got.Backfill
+		if got.Event != want.event || bp.Pages != want.pages || bp.Cursor != want.cursor || bp.Fraction == nil || *bp.Fraction != want.frac || bp.Events != min(10*(i+1), 25) { // forced: every item again
+			t.Fatalf("line %d: %+v %+v", i+2, got, bp)
+		}
+	}
+	last := jsonOf[struct {
+		Event     string
+		Backfills []keyBackfill
+	}](t, next(t, lines))
+	if last.Event != "finished" || len(last.Backfills) != 1 || !last.Backfills[0].Backfill.Done || last.Backfills[0].Backfill.Events != 25 {
+		t.Fatalf("last line: %+v", last)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+
+	// Ctrl-C stops the waiting, not the backfill.
+	cctx, cancel := context.WithCancel(ctx)
+	lines, errc = startCLI(t, cctx, "backfill", "--poller", "orders", "--from", "null", "--wait", "--json", "--poll-interval", "5ms", "--redis", w.b.URL)
+	begun := jsonOf[keyBackfill](t, next(t, lines))
+	cancel()
+	for lines.Scan() { // progress lines until the command notices
+	}
+	if err := <-errc; exitCode(err) != ExitFailed || !strings.Contains(err.Error(), "stopped waiting; the backfills go on in the workers") {
+		t.Fatalf("after Ctrl-C: %v", err)
+	}
+	if bp := w.inspect("orders", "").Backfill; bp.Done || bp.Generation != begun.Backfill.Generation {
+		t.Fatalf("the backfill did not go on after Ctrl-C: %+v", bp)
+	}
+
+	w.fails(ExitFailed, "snapshotDiff lists everything every cycle", "backfill", "--poller", "listing", "--from", "null")
+	w.fails(ExitUsage, "--from is required", "backfill", "--poller", "orders")
+}
+
+// backfill --wait ends when the backfill fails for good (a cursor the poller refuses), says
+// why, and exits 1; the key itself keeps running.
+func TestBackfillWaitEndsOnFailure(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.api.PutMany(5, "o", nil)
+	w.api.OnFetch(func(ctx context.Context, req watukuy.FetchRequest) error {
+		if req.Lane == "backfill" && req.Cursor == "garbage" {
+			return &watukuy.ConfigError{Poller: req.Key.Poller, Field: "cursor", Msg: `"garbage" is not a sequence number`}
+		}
+		return nil
+	})
+	w.register(w.poller("orders"))
+	w.tick()
+	done := make(chan struct {
+		errb string
+		code int
+	}, 1)
+	go func() {
+		_, errb, code := w.cli("backfill", "--poller", "orders", "--from", "garbage", "--wait", "--poll-interval", "5ms")
+		done <- struct {
+			errb string
+			code int
+		}{errb, code}
+	}()
+	for {
+		select {
+		case r := <-done:
+			if r.code != ExitFailed || !strings.Contains(r.errb, "backfill of orders failed") {
+				t.Fatalf("backfill --wait of a refused cursor: exit %d\n%s", r.code, r.errb)
+			}
+			ki := w.inspect("orders", "")
+			if !ki.Backfill.Failed || !strings.Contains(ki.Backfill.LastError, "not a sequence number") || ki.Status != "idle" {
+				t.Fatalf("after the failure: %+v, status %s", ki.Backfill, ki.Status)
+			}
+			out := w.ok("inspect", "--poller", "orders", "--partition", "")
+			if d := detail(out); !strings.Contains(d["backfill.progress"], "failed") || !strings.Contains(d["backfill.lastError"], "CONFIG") {
+				t.Fatalf("inspect of a failed backfill:\n%s", out)
+			}
+			return
+		case <-time.After(5 * time.Millisecond):
+			w.tick()
+		}
+	}
+}

@@ -1,0 +1,42 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/watukuy/watukuy"
+)
+
+// migrate records the layout of a fresh database, moves a layout-1 registry to the pollers
+// hash, and does nothing the second time. Other commands refuse a layout-1 database.
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := newWorld(t)
+	out := w.ok("migrate")
+	if !strings.Contains(out, "none (empty database) → 3") || w.b.Client.Get(ctx, "wk:{global}:layout").Val() != "3" {
+		t.Fatalf("migrate of an empty database: %s", out)
+	}
+	if out := w.ok("migrate"); !strings.Contains(out, "already at layout 3") {
+		t.Fatalf("second migrate: %s", out)
+	}
+
+	old := newWorld(t)
+	v1 := `{"poller":"p","partitions":[],"min":"5s","max":"5m0s","leaseTTL":"30s","schemaVersion":0}`
+	if err := old.b.Client.HSet(ctx, "wk:{global}:registry", "p|", v1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	old.fails(ExitFailed, "run `watukuy migrate` first", "inspect")
+	m := jsonOf[watukuy.Migration](t, old.ok("migrate", "--json"))
+	if m.From != 1 || m.To != 3 || len(m.Steps) != 2 {
+		t.Fatalf("migrate 1→3: %+v", m)
+	}
+	if old.hget("wk:{global}:pollers", "p") != v1 || old.hget("wk:{global}:registry", "p|") != `{"source":"config"}` || old.b.Client.Get(ctx, "wk:{global}:layout").Val() != "3" {
+		t.Fatalf("after migrate: pollers %q registry %q", old.hget("wk:{global}:pollers", "p"), old.hget("wk:{global}:registry", "p|"))
+	}
+	if m := jsonOf[watukuy.Migration](t, old.ok("migrate", "--json")); m.From != 3 || m.To != 3 || len(m.Steps) != 0 {
+		t.Fatalf("second migrate: %+v", m)
+	}
+	rowWhere(t, parseTable(t, old.ok("inspect"), "POLLER"), "POLLER", "p", "PARTITION", "-")
+}

@@ -1,0 +1,234 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/watukuy/watukuy"
+)
+
+// parkedRow is a parked row with its key, for listings across partitions.
+type parkedRow struct {
+	Poller    string `json:"poller"`
+	Partition string `json:"partition"`
+	watukuy.ParkedInfo
+}
+
+func parkedCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "parked",
+		Short: "List, retry and discard parked rows (poison events and invalid items)",
+		Long: `A poison event is one its handler kept failing: it is parked and holds the later events of
+its ordering key (G4) until it is retried or discarded. An invalid item failed identity,
+fingerprint or validation and was parked with its raw JSON.`,
+		Args: cobra.NoArgs,
+		RunE: needSubcommand,
+	}
+	cmd.AddCommand(parkedLsCmd(),
+		parkedReleaseCmd("retry", "Return parked rows to work: poison events to delivery (held events follow in order), invalid items to the checks",
+			"retried", "back to delivery in their original order; the next cycle delivers them", watukuy.Parked.Retry),
+		parkedReleaseCmd("discard", "Drop parked rows; the events a poison event held go back to delivery",
+			"discarded", "gone; the events they held go back to delivery", watukuy.Parked.Discard))
+	return cmd
+}
+
+func parkedLsCmd() *cobra.Command {
+	o := &op{}
+	var kind string
+	var limit int
+	return o.command(opSpec{
+		use:   "ls --poller P [--partition X] [--kind poison|invalid] [--limit N]",
+		short: "List parked rows: a table, then each row's error history, event or item, and held ordering key",
+		keys:  pollerKeys,
+		flags: func(fs *pflag.FlagSet) {
+			fs.StringVar(&kind, "kind", "", "only rows of this kind: poison or invalid")
+			fs.IntVar(&limit, "limit", 0, "show at most N rows, oldest first (0: all)")
+		},
+		check: func(cmd *cobra.Command) error {
+			if kind != "" && kind != "poison" && kind != "invalid" {
+				return usagef("--kind %q: want poison or invalid", kind)
+			}
+			if limit < 0 {
+				return usagef("--limit %d must not be negative", limit)
+			}
+			return nil
+		},
+		run: func(ctx context.Context, eng *watukuy.Engine) error {
+			keys, err := o.keys(ctx, eng)
+			if err != nil {
+				return err
+			}
+			rows := []parkedRow{}
+			for _, k := range keys {
+				ps, err := eng.Parked().List(ctx, k.Poller, k.Partition, kind)
+				if err != nil {
+					return err
+				}
+				for _, p := range ps {
+					rows = append(rows, parkedRow{k.Poller, k.Partition, p})
+				}
+			}
+			sort.SliceStable(rows, func(i, j int) bool { return rows[i].ParkedAt.Before(rows[j].ParkedAt) })
+			all := len(rows)
+			if limit > 0 && len(rows) > limit {
+				rows = rows[:limit]
+			}
+			if o.asJSON {
+				return writeJSON(o.out, rows)
+			}
+			return o.printParked(rows, all)
+		},
+	})
+}
+
+// printParked prints the parked rows as a table, then one detail block per row.
+func (o *op) printParked(rows []parkedRow, all int) error {
+	if len(rows) == 0 {
+		_, err := fmt.Fprintf(o.out, "no parked rows in %s\n", o.poller)
+		return err
+	}
+	t := newTable(o.out, "PARTITION", "ID", "KIND", "ATTEMPTS", "ORDERING-KEY", "IDENTITY", "PARKED-AT", "ERROR")
+	for _, r := range rows {
+		t.row(r.Partition, r.ID, r.Kind, itoa(r.Attempts), r.OrderingKey, r.Identity, r.ParkedAt.UTC().Format(time.RFC3339), clip(r.Error, 60))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		fmt.Fprintf(o.out, "\n%s (%s, %s)\n", r.ID, r.Kind, keyName(r.Poller, r.Partition))
+		errs := r.Errors
+		if len(errs) == 0 && r.Error != "" {
+			errs = []string{r.Error}
+		}
+		fmt.Fprintln(o.out, "  errors:")
+		for i, e := range errs {
+			fmt.Fprintf(o.out, "    %d. %s\n", i+1, strings.ReplaceAll(e, "\n", "\n       "))
+		}
+		if r.OrderingKey != "" {
+			fmt.Fprintf(o.out, "  holds ordering key %q: its later events wait until this row is retried or discarded\n", r.OrderingKey)
+		}
+		if len(r.Event) > 0 {
+			fmt.Fprintf(o.out, "  event: %s\n", indentJSON(r.Event))
+		}
+		if len(r.Item) > 0 {
+			fmt.Fprintf(o.out, "  item: %s\n", indentJSON(r.Item))
+		}
+	}
+	if all > len(rows) {
+		fmt.Fprintf(o.out, "\nshowing %d of %d parked rows (--limit)\n", len(rows), all)
+	}
+	_, err := fmt.Fprintf(o.out, "\nretry: watukuy parked retry --poller %s --ids ID[,ID...]   discard: watukuy parked discard --poller %s --ids ID[,ID...]\n", o.poller, o.poller)
+	return err
+}
+
+// indentJSON renders raw JSON indented under a detail block's label.
+func indentJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, "  ", "  "); err != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// parkedReleaseCmd is parked retry or parked discard. Without --partition the ids are looked
+// up in every partition of the poller, as `parked ls` lists them.
+func parkedReleaseCmd(use, short, done, effect string,
+	release func(watukuy.Parked, context.Context, string, string, ...string) (int, error)) *cobra.Command {
+	o := &op{}
+	var ids []string
+	return o.command(opSpec{
+		use:   use + " --poller P [--partition X] --ids ID[,ID...]",
+		short: short,
+		keys:  pollerKeys,
+		flags: func(fs *pflag.FlagSet) {
+			fs.StringSliceVar(&ids, "ids", nil, "ids of the parked rows (`watukuy parked ls` lists them); required")
+		},
+		check: func(cmd *cobra.Command) error {
+			ids = slices.DeleteFunc(ids, func(id string) bool { return strings.TrimSpace(id) == "" })
+			if len(ids) == 0 {
+				return usagef("--ids is required: the ids of the parked rows (`watukuy parked ls --poller P` lists them)")
+			}
+			return nil
+		},
+		run: func(ctx context.Context, eng *watukuy.Engine) error {
+			byKey, order, err := o.locateParked(ctx, eng, ids)
+			if err != nil {
+				return err
+			}
+			type keyRelease struct {
+				Poller    string   `json:"poller"`
+				Partition string   `json:"partition"`
+				IDs       []string `json:"ids"`
+				Released  int      `json:"released"`
+			}
+			var res []keyRelease
+			total := 0
+			for _, k := range order {
+				n, err := release(eng.Parked(), ctx, k.Poller, k.Partition, byKey[k]...)
+				total += n
+				if err != nil {
+					if total > 0 {
+						err = fmt.Errorf("%w (%d row(s) were %s before it)", err, total, done)
+					}
+					return err
+				}
+				res = append(res, keyRelease{k.Poller, k.Partition, byKey[k], n})
+			}
+			if o.asJSON {
+				return writeJSON(o.out, struct {
+					Action   string       `json:"action"`
+					Released int          `json:"released"`
+					Keys     []keyRelease `json:"keys"`
+				}{use, total, res})
+			}
+			for _, r := range res {
+				fmt.Fprintf(o.out, "%s %d parked row(s) of %s: %s\n", done, r.Released, keyName(r.Poller, r.Partition), effect)
+			}
+			return nil
+		},
+	})
+}
+
+// locateParked finds the key of every id: the named key, or the partition of the poller
+// whose parked rows hold it.
+func (o *op) locateParked(ctx context.Context, eng *watukuy.Engine, ids []string) (map[watukuy.Key][]string, []watukuy.Key, error) {
+	keys, err := o.keys(ctx, eng)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(keys) == 1 {
+		return map[watukuy.Key][]string{keys[0]: ids}, keys, nil
+	}
+	where := map[string]watukuy.Key{}
+	for _, k := range keys {
+		rows, err := eng.Parked().List(ctx, k.Poller, k.Partition, "")
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, r := range rows {
+			where[r.ID] = k
+		}
+	}
+	byKey := map[watukuy.Key][]string{}
+	var order []watukuy.Key
+	for _, id := range ids {
+		k, ok := where[id]
+		if !ok {
+			return nil, nil, fmt.Errorf("no parked row %q in any partition of %s: `watukuy parked ls --poller %s` lists them", id, o.poller, o.poller)
+		}
+		if byKey[k] == nil {
+			order = append(order, k)
+		}
+		byKey[k] = append(byKey[k], id)
+	}
+	return byKey, order, nil
+}

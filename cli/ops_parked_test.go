@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/watukuy/watukuy"
+)
+
+// parked ls shows poison rows with their details; retry returns one to delivery, discard
+// drops the other.
+func TestParked(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.api.PutMany(2, "o", nil)
+	var healthy atomic.Bool
+	w.register(w.poller("orders", func(p *watukuy.Poller) {
+		p.Delivery.Attempts = 1
+		p.Handler = func(ctx context.Context, ev watukuy.Event) error {
+			if !healthy.Load() {
+				return errors.New("sink down")
+			}
+			return nil
+		}
+	}), w.poller("strict", func(p *watukuy.Poller) { p.Identity = watukuy.Field("sku") }))
+	w.tick()
+	ctx := context.Background()
+
+	out := w.ok("parked", "ls", "--poller", "orders")
+	rows := parseTable(t, out, "PARTITION")
+	if len(rows) != 2 {
+		t.Fatalf("parked ls:\n%s", out)
+	}
+	r := rowWhere(t, rows, "IDENTITY", "o0000")
+	if r["KIND"] != "poison" || r["ATTEMPTS"] != "1" || r["ORDERING-KEY"] != "o0000" || r["ERROR"] != "sink down" || r["PARTITION"] != "-" {
+		t.Fatalf("parked row: %v", r)
+	}
+	for _, want := range []string{"\n" + r["ID"] + " (poison, orders)\n", "  errors:\n    1. sink down\n", `holds ordering key "o0000"`, `"identity": "o0000"`, "parked retry --poller orders"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("parked ls does not show %q:\n%s", want, out)
+		}
+	}
+	infos := jsonOf[[]parkedRow](t, w.ok("parked", "ls", "--poller", "orders", "--json"))
+	if len(infos) != 2 || infos[0].Kind != "poison" || infos[0].Poller != "orders" || len(infos[0].Event) == 0 || infos[0].Errors[0] != "sink down" {
+		t.Fatalf("parked ls --json: %+v", infos)
+	}
+	if out := w.ok("parked", "ls", "--poller", "orders", "--limit", "1"); len(parseTable(t, out, "PARTITION")) != 1 || !strings.Contains(out, "showing 1 of 2") {
+		t.Fatalf("--limit 1:\n%s", out)
+	}
+	if out := w.ok("parked", "ls", "--poller", "orders", "--kind", "invalid"); !strings.Contains(out, "no parked rows in orders") {
+		t.Fatalf("--kind invalid:\n%s", out)
+	}
+
+	healthy.Store(true)
+	out = w.ok("parked", "retry", "--poller", "orders", "--ids", infos[0].ID)
+	if !strings.Contains(out, "retried 1 parked row(s) of orders") {
+		t.Fatalf("retry: %s", out)
+	}
+	if n := w.b.Client.HLen(ctx, "wk:{orders|}:parked").Val(); n != 1 {
+		t.Fatalf("%d parked rows after retry", n)
+	}
+	if rep := w.tick(); rep.Delivered != 1 {
+		t.Fatalf("the retried event was not delivered: %+v", rep)
+	}
+	res := jsonOf[struct {
+		Action   string
+		Released int
+	}](t, w.ok("parked", "discard", "--poller", "orders", "--partition", "", "--ids", infos[1].ID, "--json"))
+	if res.Action != "discard" || res.Released != 1 || w.b.Client.Exists(ctx, "wk:{orders|}:parked").Val() != 0 {
+		t.Fatalf("discard: %+v", res)
+	}
+
+	// An invalid item's retry runs the poller's checks: without --config it says so.
+	invalid := jsonOf[[]parkedRow](t, w.ok("parked", "ls", "--poller", "strict", "--kind", "invalid", "--json"))
+	if len(invalid) != 2 || !strings.Contains(invalid[0].Error, "sku") || len(invalid[0].Item) == 0 {
+		t.Fatalf("invalid rows: %+v", invalid)
+	}
+	w.fails(ExitFailed, "pass --config", "parked", "retry", "--poller", "strict", "--ids", invalid[0].ID)
+	w.fails(ExitFailed, `no parked row "nope"`, "parked", "discard", "--poller", "strict", "--ids", "nope")
+	w.fails(ExitUsage, "--ids is required", "parked", "retry", "--poller", "orders")
+	w.fails(ExitUsage, `--kind "sick"`, "parked", "ls", "--poller", "orders", "--kind", "sick")
+}

@@ -1,0 +1,53 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/watukuy/watukuy"
+)
+
+// partitions ls, add, remove and delete (which wants --yes) from the Redis URL alone.
+func TestPartitions(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.api.PutMany(2, "o", nil)
+	w.register(w.poller("tenants", func(p *watukuy.Poller) { p.Partitions = []string{"a", "b"} }))
+	w.tick()
+	ctx := context.Background()
+
+	rows := parseTable(t, w.ok("partitions", "ls", "--poller", "tenants"), "PARTITION")
+	if len(rows) != 2 || rows[0]["PARTITION"] != "a" || rows[0]["SOURCE"] != "config" || rows[0]["ITEMS"] != "2" || rows[0]["CURSOR"] != "2" {
+		t.Fatalf("partitions ls: %v", rows)
+	}
+
+	out := w.ok("partitions", "add", "--poller", "tenants", "--partition", "c")
+	if !strings.Contains(out, `added partition "c" to tenants`) || !strings.Contains(w.hget("wk:{global}:registry", "tenants|c"), `"source":"cli"`) {
+		t.Fatalf("add: %s", out)
+	}
+	kis := jsonOf[[]watukuy.KeyInfo](t, w.ok("partitions", "ls", "--poller", "tenants", "--json"))
+	if len(kis) != 3 || kis[2].Partition != "c" || kis[2].Source != "cli" {
+		t.Fatalf("partitions ls --json: %+v", kis)
+	}
+	w.tick() // the worker picks c up
+
+	out = w.ok("partitions", "remove", "--poller", "tenants", "--partition", "c")
+	if !strings.Contains(out, "brings it back from its last cursor") || w.hget("wk:{tenants|c}:state", "paused") != "1" || w.hget("wk:{tenants|c}:state", "removed") != "1" {
+		t.Fatalf("remove: %s", out)
+	}
+	rowWhere(t, parseTable(t, w.ok("partitions", "ls", "--poller", "tenants"), "PARTITION"), "PARTITION", "c", "STATUS", "removed", "CURSOR", "2")
+
+	errb := w.fails(ExitUsage, "pass --yes", "partitions", "delete", "--poller", "tenants", "--partition", "c")
+	if !strings.Contains(errb, `live cursor "2"`) || !strings.Contains(errb, "2 known items") {
+		t.Fatalf("the refusal does not say what would be deleted: %s", errb)
+	}
+	if !w.b.Client.HExists(ctx, "wk:{global}:registry", "tenants|c").Val() {
+		t.Fatal("a refused delete deleted")
+	}
+	st := jsonOf[keyStatus](t, w.ok("partitions", "delete", "--poller", "tenants", "--partition", "c", "--yes", "--json"))
+	if st.Status != "deleted" || w.b.Client.HExists(ctx, "wk:{global}:registry", "tenants|c").Val() || w.b.Client.Exists(ctx, "wk:{tenants|c}:items").Val() != 0 {
+		t.Fatalf("delete: %+v", st)
+	}
+	w.fails(ExitUsage, "--poller and --partition are required", "partitions", "add", "--poller", "tenants")
+}

@@ -1,0 +1,90 @@
+package cli
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/internal/diff"
+)
+
+// replay copies logged events back into the outbox; a poller without log.retention fails
+// with the reason and what to do.
+func TestReplay(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.api.PutMany(3, "o", nil)
+	w.register(w.poller("orders", func(p *watukuy.Poller) { p.LogRetention = time.Hour }), w.poller("plain"))
+	start := time.Now().Add(-time.Minute)
+	w.tick()
+	ctx := context.Background()
+	outbox := func() int64 { return w.b.Client.XLen(ctx, "wk:{orders|}:outbox").Val() }
+	before := outbox()
+
+	out := w.ok("replay", "--poller", "orders", "--from", strconv.FormatInt(start.UnixMilli(), 10))
+	if !strings.Contains(out, "replayed 3 events of orders") {
+		t.Fatalf("replay: %s", out)
+	}
+	if got := outbox(); got != before+3 {
+		t.Fatalf("outbox %d after replay, want %d", got, before+3)
+	}
+	res := jsonOf[struct {
+		Replayed int
+		Keys     []struct {
+			Poller, Partition string
+			Replayed          int
+		}
+	}](t, w.ok("replay", "--poller", "orders", "--partition", "", "--from", start.UTC().Format(time.RFC3339), "--to", time.Now().Add(time.Minute).UTC().Format(time.RFC3339), "--json"))
+	if res.Replayed != 3 || len(res.Keys) != 1 || res.Keys[0].Poller != "orders" || res.Keys[0].Replayed != 3 {
+		t.Fatalf("replay --json: %+v", res)
+	}
+	if got := outbox(); got != before+6 {
+		t.Fatalf("outbox %d after the second replay, want %d", got, before+6)
+	}
+	if rep := w.tick(); rep.Delivered != 6 {
+		t.Fatalf("the replayed events were not delivered: %+v", rep)
+	}
+
+	w.fails(ExitFailed, "set log.retention", "replay", "--poller", "plain", "--from", "0")
+	w.fails(ExitUsage, "want an RFC 3339 time", "replay", "--poller", "orders", "--from", "yesterday")
+	w.fails(ExitUsage, "--from is required", "replay", "--poller", "orders")
+}
+
+// reset-cursor rewinds the live lane; with --clear-snapshot every item comes back as created.
+func TestResetCursor(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.api.PutMany(3, "o", nil)
+	w.register(w.poller("orders"))
+	w.tick()
+	ctx := context.Background()
+
+	out := w.ok("reset-cursor", "--poller", "orders", "--to", "null", "--clear-snapshot")
+	r := rowWhere(t, parseTable(t, out, "POLLER"), "POLLER", "orders")
+	if r["CURSOR"] != "-" || r["SNAPSHOT"] != "cleared" || !strings.Contains(out, "every item is emitted again as created") {
+		t.Fatalf("reset-cursor: %v\n%s", r, out)
+	}
+	if got := w.hget("wk:{orders|}:state", "cursor.live"); got != "" {
+		t.Fatalf("cursor.live = %q", got)
+	}
+	// The rows stay, forgotten: lives and counts go on, and deletes can still be found.
+	for id, row := range w.b.Client.HGetAll(ctx, "wk:{orders|}:items").Val() {
+		if r, ok := diff.ParseRow([]byte(row)); !ok || !r.Forgotten {
+			t.Fatalf("row of %s after --clear-snapshot: %+v (ok %v), want forgotten", id, r, ok)
+		}
+	}
+	if rep := w.tick(); rep.Events != 3 {
+		t.Fatalf("after the reset: %+v", rep)
+	}
+	rows := jsonOf[[]map[string]any](t, w.ok("reset-cursor", "--poller", "orders", "--partition", "", "--to", "2", "--json"))
+	if len(rows) != 1 || rows[0]["cursor"] != "2" || rows[0]["clearSnapshot"] != false {
+		t.Fatalf("reset-cursor --json: %v", rows)
+	}
+	if got := w.hget("wk:{orders|}:state", "cursor.live"); got != "2" {
+		t.Fatalf("cursor.live = %q", got)
+	}
+	w.fails(ExitUsage, "--to is required", "reset-cursor", "--poller", "orders")
+}
