@@ -8,7 +8,7 @@ import (
 )
 
 // heavy are packages watukuytest must not compile into its users' test binaries: the
-// distributed queue, and the process control and HTTP test servers of the process-level
+// distributed queue and its monitoring, and the process control and HTTP test servers of the process-level
 // chaos harness (internal/chaos/procchaos). Each maps to the importers that may still bring
 // it, with why; any other importer fails the test.
 var heavy = map[string]map[string]string{
@@ -17,10 +17,7 @@ var heavy = map[string]map[string]string{
 		// miniredis runs EVAL with gopher-lua, whose os library imports os/exec.
 		"github.com/yuin/gopher-lua": "miniredis's Lua interpreter",
 	},
-	"net/http/httptest": {
-		// chaos.Run serves each fake API over loopback HTTP with fakeapi.NewServer.
-		"github.com/watukuy/watukuy/internal/fakeapi": "fakeapi.Server",
-	},
+	"net/http/httptest": {},
 }
 
 // TestDependenciesStayLight walks watukuytest's import graph (go list -deps) and fails when a

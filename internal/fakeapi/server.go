@@ -1,14 +1,15 @@
 package fakeapi
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"sort"
 	"strconv"
@@ -47,7 +48,8 @@ type Request struct {
 	Held bool
 }
 
-// Server serves an API over real HTTP (an httptest.Server on a loopback port).
+// Server serves an API over real HTTP on a loopback port (an http.Server of its own, not
+// httptest: watukuytest's chaos runs serve it, and user test binaries stay free of httptest).
 //
 // Endpoints (GET only; every body is JSON with Content-Type application/json):
 //
@@ -65,7 +67,7 @@ type Server struct {
 
 	api  *API
 	opts ServerOptions
-	ts   *httptest.Server
+	srv  *http.Server
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -90,8 +92,13 @@ func NewServer(a *API, opts ServerOptions) *Server {
 	}
 	opts.PageSize = min(opts.PageSize, opts.MaxPageSize)
 	s := &Server{api: a, opts: opts, closing: make(chan struct{})}
-	s.ts = httptest.NewServer(s)
-	s.URL = s.ts.URL
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(fmt.Sprintf("fakeapi: listen on a loopback port: %v", err)) // as httptest.NewServer does
+	}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.srv.Serve(ln) }()
+	s.URL = "http://" + ln.Addr().String()
 	return s
 }
 
@@ -99,7 +106,7 @@ func NewServer(a *API, opts ServerOptions) *Server {
 // handlers to return.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() { close(s.closing) })
-	s.ts.Close()
+	_ = s.srv.Shutdown(context.Background()) // waits for the handlers, closes idle connections
 }
 
 // Requests returns every request received so far, in arrival order.
