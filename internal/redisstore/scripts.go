@@ -196,7 +196,7 @@ func (r *reply) time(v any, field string) time.Time { return time.UnixMilli(r.in
 // members reads an array of due-set members as keys.
 func (r *reply) members(v any, field string) []core.Key {
 	a := r.list(v, field)
-	keys := make([]core.Key, 0, len(a))
+	var keys []core.Key
 	for i, m := range a {
 		f := fmt.Sprintf("%s[%d]", field, i)
 		k, err := core.ParseKey(r.str(m, f))
