@@ -75,14 +75,6 @@ func source(t *testing.T, name string) (header []string, code string) {
 	return h, strings.Join(lines[n:], "")
 }
 
-// keyPhrases names, per structure, the words a header uses for it.
-var keyPhrases = map[string]string{
-	"state": "state hash", "lease": "lease hash", "outbox": "outbox stream", "holds": "holds hash",
-	"held": "held hash", "items": "items hash", "parked": "parked hash", "log": "replay log stream",
-	"gone": "tombstones sorted set", "invalid": "invalid observations hash", "touched": "set of identities",
-	"registry": "registry hash", "pollers": "pollers hash", "due": "due set",
-}
-
 // structureOf is the structure a key names: its suffix, or for a global key its kind.
 func structureOf(s *Store, key string) string {
 	switch {
@@ -148,16 +140,30 @@ func describe(ds []keyDescription, n int) string {
 	return ""
 }
 
-// Every script has a wrapper, and each header says what the wrapper sends: the structure of
-// every KEYS entry in order, the fence arguments first (and the write id fourth) in fenced
-// scripts, and where the clock override goes.
-func TestHeadersMatchTheWrappers(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{}) // never connects: only key names are made
+// offlineStore is a store whose client never connects: for tests that only need key names.
+func offlineStore(t *testing.T) *Store {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{})
 	t.Cleanup(func() { _ = rdb.Close() })
 	s, err := New(rdb, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// Every script has a wrapper, and each header says what the wrapper sends: the structure of
+// every KEYS entry in order, the fence arguments first (and the write id fourth) in fenced
+// scripts, and where the clock override goes.
+func TestHeadersMatchTheWrappers(t *testing.T) {
+	// keyPhrases names, per structure, the words a header uses for it.
+	keyPhrases := map[string]string{
+		"state": "state hash", "lease": "lease hash", "outbox": "outbox stream", "holds": "holds hash",
+		"held": "held hash", "items": "items hash", "parked": "parked hash", "log": "replay log stream",
+		"gone": "tombstones sorted set", "invalid": "invalid observations hash", "touched": "set of identities",
+		"registry": "registry hash", "pollers": "pollers hash", "due": "due set",
+	}
+	s := offlineStore(t)
 	l := core.Lease{Key: core.Key{Poller: "orders", Partition: "t1"}, Epoch: 42, Token: "the-token"}
 	var wrapped []string
 	for _, sc := range samples(l) {
@@ -582,14 +588,6 @@ func callArgs(code string) [][]string {
 	return calls
 }
 
-// fieldArgs is, per hash command, which of its arguments after the key are field names.
-var fieldArgs = map[string]func(args []string) []string{
-	"HGET": firstArg, "HEXISTS": firstArg, "HINCRBY": firstArg, "HINCRBYFLOAT": firstArg, "HSTRLEN": firstArg,
-	"HMGET": allArgs, "HDEL": allArgs,
-	"HSET": pairArgs, "HSETNX": pairArgs, "HMSET": pairArgs,
-	"HGETALL": noArgs, "HKEYS": noArgs, "HVALS": noArgs, "HLEN": noArgs, "UNLINK": noArgs, "DEL": noArgs, "EXISTS": noArgs,
-}
-
 func firstArg(args []string) []string { return args[:min(1, len(args))] }
 func allArgs(args []string) []string  { return args }
 func noArgs([]string) []string        { return nil }
@@ -621,12 +619,7 @@ func TestStateFieldsAreOneList(t *testing.T) {
 
 	// The state hash is KEYS[n] where the wrapper sends the state key there, and state_key in
 	// the prelude's helpers.
-	rdb := redis.NewClient(&redis.Options{}) // never connects: only key names are made
-	t.Cleanup(func() { _ = rdb.Close() })
-	s, err := New(rdb, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := offlineStore(t)
 	stateExpr := map[string]map[string]bool{"prelude": {"state_key": true}}
 	for _, sc := range samples(core.Lease{Key: core.Key{Poller: "orders", Partition: "t1"}}) {
 		keys, _ := sc.encode(s)
@@ -636,6 +629,13 @@ func TestStateFieldsAreOneList(t *testing.T) {
 				stateExpr[sc.name()]["KEYS["+strconv.Itoa(i+1)+"]"] = true
 			}
 		}
+	}
+	// fieldArgs is, per hash command, which of its arguments after the key are field names.
+	fieldArgs := map[string]func(args []string) []string{
+		"HGET": firstArg, "HEXISTS": firstArg, "HINCRBY": firstArg, "HINCRBYFLOAT": firstArg, "HSTRLEN": firstArg,
+		"HMGET": allArgs, "HDEL": allArgs,
+		"HSET": pairArgs, "HSETNX": pairArgs, "HMSET": pairArgs,
+		"HGETALL": noArgs, "HKEYS": noArgs, "HVALS": noArgs, "HLEN": noArgs, "UNLINK": noArgs, "DEL": noArgs, "EXISTS": noArgs,
 	}
 	pausedOf := regexp.MustCompile(`paused\(([^)]*)\)`)
 	inLua := map[string]bool{}
