@@ -4,7 +4,8 @@
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4...] stream ids in commit
 -- order
 -- Returns {number of ids deleted, paused 0|1}. Running it twice deletes nothing more.
--- Fence check first: LEASE_LOST when stale or expired, before any write.
+-- Fence check first: LEASE_LOST when the epoch or token is not ours or the lease expired,
+-- before any write.
 local now = now_ms(ARGV[3])
 local err = fence(KEYS[1], ARGV[1], ARGV[2], now)
 if err then return err end

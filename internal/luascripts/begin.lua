@@ -7,10 +7,12 @@
 -- with the epoch
 -- Returns {'deleted'} | {'paused'} | {'notDue', nextDue, now} | {'leased', expiresAt, now}
 --       | {'ok', epoch, now, outboxLen, {state field, value, ...}, {held ordering keys}, itemCount,
---          parked invalid observations (so a cycle reads them only where there are any)}
--- Checks, in order, before any write: deleted (partitions delete), paused, due (nextDue <= now
--- or outbox non-empty), live lease. A live lease that carries ARGV[5] is this very grant, sent
--- again by the client after a read timeout: it is returned as granted, not taken twice.
+--          count of identities with a latest invalid observation in KEYS[6] (so a cycle reads
+--          them only where there are any)}
+-- Checks, in order, before any write: a live lease that carries ARGV[5] (this very grant, sent
+-- again by the client after a read timeout: returned as granted, not taken twice); in mode
+-- 'cycle' deleted (partitions delete), paused, due (nextDue <= now or outbox non-empty); a
+-- live lease.
 local now = now_ms(ARGV[3])
 local mode = ARGV[4]
 local token = ARGV[5]

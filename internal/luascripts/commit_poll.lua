@@ -23,7 +23,9 @@
 -- ...), so the caller knows every id from the first. A write id applied before (the client
 -- re-sent it after a read timeout) writes nothing again and returns the first reply's firstId
 -- with duplicate 1.
--- Fence check first: LEASE_LOST when stale or expired, before any write.
+-- Fence check first, before any write: LEASE_LOST when the epoch or token is not ours; then
+-- the write id (applied before: the reply above, even if the lease expired since); then
+-- LEASE_LOST when the lease expired.
 local now = now_ms(ARGV[3])
 local err, dup = fence(KEYS[2], ARGV[1], ARGV[2], now, ARGV[4])
 if err then return err end

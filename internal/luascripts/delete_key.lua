@@ -8,7 +8,9 @@
 -- identities touched during a backfill
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] write id
 -- Returns 1, or DUPLICATE when this write was applied before.
--- Fence check first: LEASE_LOST when stale or expired, before any write.
+-- Fence check first, before any write: LEASE_LOST when the epoch or token is not ours; then
+-- the write id (applied before: the reply above, even if the lease expired since); then
+-- LEASE_LOST when the lease expired.
 local now = now_ms(ARGV[3])
 local err, dup = fence(KEYS[1], ARGV[1], ARGV[2], now, ARGV[4])
 if err then return err end

@@ -8,7 +8,9 @@
 -- Returns 1, or 2 when a trigger (or resume) landed during the cycle: nextDue then stays 0
 -- (due now) whatever the pairs said, and the caller keeps the due entry due now; DUPLICATE
 -- when this write was applied before (the due entry, kept due now by a trigger, stays so).
--- Fence check first: LEASE_LOST when stale or expired, before any write.
+-- Fence check first, before any write: LEASE_LOST when the epoch or token is not ours; then
+-- the write id (applied before: the reply above, even if the lease expired since); then
+-- LEASE_LOST when the lease expired.
 local now = now_ms(ARGV[3])
 local err, dup = fence(KEYS[2], ARGV[1], ARGV[2], now, ARGV[4])
 if err then return err end

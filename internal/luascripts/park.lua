@@ -5,7 +5,8 @@
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', then two sections, each a count
 -- and values: poison (streamId, parkedId, orderingKey, row JSON), held (streamId, held JSON)
 -- Returns the number of entries moved out of the outbox. Running it twice moves nothing more.
--- Fence check first: LEASE_LOST when stale or expired, before any write.
+-- Fence check first: LEASE_LOST when the epoch or token is not ours or the lease expired,
+-- before any write.
 local now = now_ms(ARGV[3])
 local err = fence(KEYS[1], ARGV[1], ARGV[2], now)
 if err then return err end

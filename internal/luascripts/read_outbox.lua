@@ -10,7 +10,8 @@
 -- every entry taken, held ones included, so a batch that was all held is not taken for an
 -- empty outbox; the entries are the deliverable ones, in stream order. Running it twice
 -- returns the same entries (the second run reclaims them).
--- Fence check first: LEASE_LOST when stale or expired, before any write.
+-- Fence check first: LEASE_LOST when the epoch or token is not ours or the lease expired,
+-- before any write.
 local now = now_ms(ARGV[3])
 local err = fence(KEYS[1], ARGV[1], ARGV[2], now)
 if err then return err end

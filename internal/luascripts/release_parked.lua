@@ -11,7 +11,9 @@
 -- ARGV[5] 'retry' | 'discard', ARGV[6...] ids
 -- Returns {released rows, events returned to the outbox}; a write id applied before returns
 -- the reply it had then, having written nothing.
--- Fence check first: LEASE_LOST when stale or expired, before any write.
+-- Fence check first, before any write: LEASE_LOST when the epoch or token is not ours; then
+-- the write id (applied before: the reply above, even if the lease expired since); then
+-- LEASE_LOST when the lease expired.
 local now = now_ms(ARGV[3])
 local err, dup = fence(KEYS[1], ARGV[1], ARGV[2], now, ARGV[4])
 if err then return err end

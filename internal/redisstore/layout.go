@@ -199,13 +199,12 @@ func (s *Store) cleanOutboxes(ctx context.Context) (claimed, deleted int64, err 
 		if err != nil {
 			continue
 		}
-		v, err := s.run(ctx, "clean_outbox", nil, []string{s.k(k, "outbox")}, outboxHolder)
+		r, err := run(ctx, s, nil, cleanOutboxArgs{Key: k, Holder: outboxHolder})
 		if err != nil {
 			return claimed, deleted, fmt.Errorf("clean the consumers of %s: %w", s.k(k, "outbox"), err)
 		}
-		r := v.([]any)
-		claimed += r[0].(int64)
-		deleted += r[1].(int64)
+		claimed += r.Claimed
+		deleted += r.Deleted
 	}
 	return claimed, deleted, nil
 }

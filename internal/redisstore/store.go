@@ -139,60 +139,6 @@ func (s *Store) now(ctx context.Context) (time.Time, error) {
 	return s.rdb.Time(ctx).Result()
 }
 
-// run executes a script, mapping a LEASE_LOST reply to *core.LeaseLostError.
-func (s *Store) run(ctx context.Context, name string, l *core.Lease, keys []string, args ...any) (any, error) {
-	v, err := s.scripts[name].Run(ctx, s.rdb, keys, args...).Result()
-	if err != nil {
-		return nil, s.mapErr(name, l, err)
-	}
-	return v, nil
-}
-
-// runReplicated executes a script and, with WaitReplicas set, WAIT right after it on the same
-// connection of the node that owns keys[0], and reports whether enough replicas have the
-// script's writes (and every write before them). Without WaitReplicas it is run, replicated.
-func (s *Store) runReplicated(ctx context.Context, name string, l *core.Lease, keys []string, args ...any) (any, bool, error) {
-	if s.waitN <= 0 {
-		v, err := s.run(ctx, name, l, keys, args...)
-		return v, true, err
-	}
-	node, ok := s.rdb.(*redis.Client)
-	if cc, isCluster := s.rdb.(*redis.ClusterClient); isCluster {
-		n, err := cc.MasterForKey(ctx, keys[0])
-		if err != nil {
-			return nil, false, fmt.Errorf("redisstore: %s: node of %s: %w", name, keys[0], err)
-		}
-		node, ok = n, true
-	}
-	if !ok {
-		return nil, false, fmt.Errorf("redisstore: waitReplicas needs a *redis.Client or *redis.ClusterClient, not a %T", s.rdb)
-	}
-	script := s.scripts[name]
-	for attempt := 0; ; attempt++ {
-		var sc, wc *redis.Cmd
-		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
-			sc = script.EvalSha(ctx, p, keys, args...)
-			wc = p.Do(ctx, "wait", s.waitN, s.waitFor.Milliseconds())
-			return nil
-		})
-		v, err := sc.Result()
-		if redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
-			if err := script.Load(ctx, node).Err(); err != nil {
-				return nil, false, fmt.Errorf("redisstore: %s: load: %w", name, err)
-			}
-			continue // WAIT must follow the script on its own connection: run both again
-		}
-		if err != nil {
-			return nil, false, s.mapErr(name, l, err)
-		}
-		n, err := wc.Int64()
-		if err != nil {
-			return nil, false, fmt.Errorf("redisstore: %s: WAIT: %w", name, err)
-		}
-		return v, n >= int64(s.waitN), nil
-	}
-}
-
 // newToken makes a lease token: random, so that no two grants share one even when a failover
 // makes an epoch repeat.
 func newToken() (string, error) {
@@ -203,32 +149,7 @@ func newToken() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
-func (s *Store) mapErr(name string, l *core.Lease, err error) error {
-	if l != nil && strings.Contains(err.Error(), "LEASE_LOST") {
-		return &watukuytype.LeaseLostError{Key: l.Key, Epoch: l.Epoch, Reason: err.Error()}
-	}
-	return fmt.Errorf("redisstore: %s: %w", name, err)
-}
-
 func ms(t time.Time) int64 { return t.UnixMilli() }
-
-// appendPairs appends a script section: the pair count, then field, value, ...
-func appendPairs(args []any, m map[string]string) []any {
-	args = append(args, len(m))
-	for f, v := range m {
-		args = append(args, f, v)
-	}
-	return args
-}
-
-// appendList appends a script section: the count, then the values.
-func appendList(args []any, vs []string) []any {
-	args = append(args, len(vs))
-	for _, v := range vs {
-		args = append(args, v)
-	}
-	return args
-}
 
 // ClaimDue implements core.Store. Without poller names it claims for every poller of the
 // pollers hash (one more round trip to read their names).
@@ -242,19 +163,8 @@ func (s *Store) ClaimDue(ctx context.Context, limit int, claimTimeout time.Durat
 			return nil, nil
 		}
 	}
-	keys := make([]string, 0, len(pollers)+1)
-	keys = append(keys, s.pollersKey())
-	args := []any{s.nowArg(), limit, claimTimeout.Milliseconds(), core.ClaimGrace.Milliseconds(),
-		(core.DefaultLeaseTTL + core.ClaimGrace).Milliseconds()}
-	for _, p := range pollers {
-		keys = append(keys, s.dueKey(p))
-		args = append(args, p)
-	}
-	v, err := s.run(ctx, "claim_due", nil, keys, args...)
-	if err != nil {
-		return nil, err
-	}
-	return parseMembers(v)
+	return run(ctx, s, nil, claimDueArgs{Now: s.nowArg(), Limit: limit, ClaimTimeout: claimTimeout, Grace: core.ClaimGrace,
+		DefaultClaim: core.DefaultLeaseTTL + core.ClaimGrace, Pollers: pollers})
 }
 
 // NextDue returns the earliest due entry among the named pollers' due sets (one pipelined
@@ -285,95 +195,24 @@ func (s *Store) NextDue(ctx context.Context, pollers []string) (watukuytype.Key,
 
 // HoldClaim implements core.Store.
 func (s *Store) HoldClaim(ctx context.Context, key watukuytype.Key, until time.Time) error {
-	if _, err := s.run(ctx, "hold_claim", nil, []string{s.dueKey(key.Poller)}, s.nowArg(), key.String(), ms(until)); err != nil {
+	if _, err := run(ctx, s, nil, holdClaimArgs{Now: s.nowArg(), Key: key, Until: until}); err != nil {
 		return fmt.Errorf("redisstore: hold the claim of %s: %w", key, err)
 	}
 	return nil
 }
 
-// parseMembers reads a script's reply of due-set members as keys.
-func parseMembers(v any) ([]watukuytype.Key, error) {
-	var keys []watukuytype.Key
-	for _, m := range v.([]any) {
-		k, err := watukuytype.ParseKey(m.(string))
-		if err != nil {
-			return keys, err
-		}
-		keys = append(keys, k)
-	}
-	return keys, nil
-}
-
 // Begin implements core.Store.
 func (s *Store) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
-	mode := "cycle"
-	if op {
-		mode = "op"
-	}
 	token, err := newToken()
 	if err != nil {
 		return core.BeginResult{}, err
 	}
-	v, err := s.run(ctx, "begin", nil, []string{s.k(key, "state"), s.k(key, "lease"), s.k(key, "outbox"), s.k(key, "holds"), s.k(key, "items"), s.k(key, "invalid")},
-		owner, ttl.Milliseconds(), s.nowArg(), mode, token)
-	if err != nil {
-		return core.BeginResult{}, err
-	}
-	r := v.([]any)
-	var res core.BeginResult
-	switch r[0].(string) {
-	case "deleted":
-		res.Status = core.BeginDeleted
-	case "paused":
-		res.Status = core.BeginPaused
-	case "notDue":
-		res.Status = core.BeginNotDue
-		res.NextDue = time.UnixMilli(r[1].(int64))
-		res.Now = time.UnixMilli(r[2].(int64))
-	case "leased":
-		res.Status = core.BeginLeased
-		res.LeaseExpires = time.UnixMilli(r[1].(int64))
-		res.Now = time.UnixMilli(r[2].(int64))
-	case "ok":
-		res.Status = core.BeginOK
-		res.Lease = core.Lease{Key: key, Owner: owner, Epoch: r[1].(int64), Token: token, TTL: ttl}
-		res.Now = time.UnixMilli(r[2].(int64))
-		res.OutboxLen = r[3].(int64)
-		flat := r[4].([]any)
-		res.State = make(map[string]string, len(flat)/2)
-		for i := 0; i+1 < len(flat); i += 2 {
-			res.State[flat[i].(string)] = flat[i+1].(string)
-		}
-		for _, h := range r[5].([]any) {
-			res.Holds = append(res.Holds, h.(string))
-		}
-		res.Items, res.InvalidIndexed = r[6].(int64), r[7].(int64)
-	default:
-		return res, fmt.Errorf("redisstore: begin %s: unexpected reply %v", key, r)
-	}
-	return res, nil
-}
-
-// fencedArgs are the first arguments of every fenced script: epoch, token, clock override.
-func (s *Store) fencedArgs(l core.Lease) []any {
-	return []any{l.Epoch, l.Token, s.nowArg()}
-}
-
-// writeArgs are fencedArgs plus a fresh write id, for the scripts whose effect must not
-// happen twice when the client re-sends them. Ids grow with every write of this store, so a
-// late copy of an earlier write is recognised too (the scripts compare them as numbers).
-func (s *Store) writeArgs(l core.Lease) []any {
-	return append(s.fencedArgs(l), strconv.FormatUint(s.writes.Add(1), 10))
+	return run(ctx, s, nil, beginArgs{Key: key, Owner: owner, TTL: ttl, Now: s.nowArg(), Op: op, Token: token})
 }
 
 // Renew implements core.Store.
 func (s *Store) Renew(ctx context.Context, l core.Lease) (core.Confirm, error) {
-	v, err := s.run(ctx, "renew", &l, []string{s.k(l.Key, "lease"), s.k(l.Key, "state")}, append(s.fencedArgs(l), l.TTL.Milliseconds())...)
-	if err != nil {
-		return core.Confirm{}, err
-	}
-	r := v.([]any)
-	return core.Confirm{Expires: time.UnixMilli(r[0].(int64)), Paused: r[1].(int64) == 1}, nil
+	return run(ctx, s, &l, renewArgs{Key: l.Key, fence: s.fenceOf(l), TTL: l.TTL})
 }
 
 // values is a command's values, none when it was not sent.
@@ -457,115 +296,33 @@ func (s *Store) Identities(ctx context.Context, key watukuytype.Key) ([]string, 
 
 // CommitPoll implements core.Store.
 func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
-	args := make([]any, 0, 20+2*len(c.State)+2*len(c.Count)+2*len(c.Upserts)+len(c.Deletes)+2*len(c.Tombstones)+len(c.Revived)+3*len(c.Events)+4*len(c.Invalid)+2*len(c.Unpark)+len(c.Touched))
-	args = append(args, s.writeArgs(l)...)
-	clear := "0"
-	if c.ClearTouched {
-		clear = "1"
-	}
-	args = append(args, l.TTL.Milliseconds(), c.LogRetention.Milliseconds(), c.TombstoneRetention.Milliseconds(), clear)
-	args = appendPairs(args, c.State)
-	args = append(args, len(c.Count))
-	for f, n := range c.Count {
-		args = append(args, f, n)
-	}
-	args = append(args, len(c.Upserts))
-	for _, u := range c.Upserts {
-		args = append(args, u.Identity, u.Row)
-	}
-	args = appendList(args, c.Deletes)
-	args = append(args, len(c.Tombstones))
-	for _, t := range c.Tombstones {
-		args = append(args, t.Identity, t.Gen)
-	}
-	args = appendList(args, c.Revived)
-	args = append(args, len(c.Events))
-	for _, e := range c.Events {
-		args = append(args, e.ID, e.OrderingKey, e.Envelope)
-	}
-	args = append(args, len(c.Invalid))
-	for _, p := range c.Invalid {
-		args = append(args, p.ID, p.Identity, p.Version, p.Row)
-	}
-	args = append(args, len(c.Unpark))
-	for _, p := range c.Unpark {
-		args = append(args, p.ID, p.Identity)
-	}
-	args = appendList(args, c.Touched)
-	k := l.Key
-	v, replicated, err := s.runReplicated(ctx, "commit_poll", &l, []string{s.k(k, "state"), s.k(k, "lease"), s.k(k, "items"), s.k(k, "outbox"), s.k(k, "parked"), s.k(k, "log"), s.k(k, "gone"), s.k(k, "invalid"), s.k(k, "touched")}, args...)
+	res, replicated, err := runReplicated(ctx, s, &l, commitPollArgs{Key: l.Key, writeFence: s.writeFenceOf(l), TTL: l.TTL, Commit: c})
 	if err != nil {
 		return core.CommitResult{}, err
 	}
-	r := v.([]any)
-	res := core.CommitResult{LeaseExpires: time.UnixMilli(r[0].(int64)), Paused: r[1].(int64) == 1, Duplicate: r[3].(int64) == 1, Unreplicated: !replicated}
-	if res.StreamIDs, err = streamIDs(r[2].(string), len(c.Events)); err != nil {
-		return res, fmt.Errorf("redisstore: commit_poll %s: %w", l.Key, err)
-	}
+	res.Unreplicated = !replicated
 	return res, nil
-}
-
-// streamIDs lists the n outbox ids commit_poll gave its events: first, then the same
-// milliseconds with the sequence counted up.
-func streamIDs(first string, n int) ([]string, error) {
-	if n == 0 {
-		return nil, nil
-	}
-	msPart, seqPart, ok := strings.Cut(first, "-")
-	seq, err := strconv.ParseUint(seqPart, 10, 64)
-	if !ok || err != nil {
-		return nil, fmt.Errorf("first stream id %q is malformed", first)
-	}
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = msPart + "-" + strconv.FormatUint(seq+uint64(i), 10)
-	}
-	return ids, nil
 }
 
 // ReadOutbox implements core.Store.
 func (s *Store) ReadOutbox(ctx context.Context, l core.Lease, n int) (core.Batch, error) {
-	k := l.Key
-	v, replicated, err := s.runReplicated(ctx, "read_outbox", &l, []string{s.k(k, "lease"), s.k(k, "outbox"), s.k(k, "holds"), s.k(k, "held"), s.k(k, "state")},
-		append(s.fencedArgs(l), n)...)
+	b, replicated, err := runReplicated(ctx, s, &l, readOutboxArgs{Key: l.Key, fence: s.fenceOf(l), Count: n})
 	if err != nil {
 		return core.Batch{}, err
 	}
-	r := v.([]any)
-	rows := r[2].([]any)
-	b := core.Batch{Read: int(r[0].(int64)), Paused: r[1].(int64) == 1, Unreplicated: !replicated, Entries: make([]core.Entry, len(rows))}
-	for i, x := range rows {
-		e := x.([]any)
-		b.Entries[i] = core.Entry{StreamID: e[0].(string), ID: e[1].(string), OrderingKey: e[2].(string), Envelope: []byte(e[3].(string)), Seq: e[4].(string)}
-	}
+	b.Unreplicated = !replicated
 	return b, nil
 }
 
 // Ack implements core.Store.
 func (s *Store) Ack(ctx context.Context, l core.Lease, streamIDs []string) (bool, error) {
-	args := s.fencedArgs(l)
-	for _, id := range streamIDs {
-		args = append(args, id)
-	}
-	v, err := s.run(ctx, "ack", &l, []string{s.k(l.Key, "lease"), s.k(l.Key, "outbox"), s.k(l.Key, "state")}, args...)
-	if err != nil {
-		return false, err
-	}
-	return v.([]any)[1].(int64) == 1, nil
+	r, err := run(ctx, s, &l, ackArgs{Key: l.Key, fence: s.fenceOf(l), StreamIDs: streamIDs})
+	return r.Paused, err
 }
 
 // Park implements core.Store.
 func (s *Store) Park(ctx context.Context, l core.Lease, poison []core.Poison, held []core.Held) error {
-	args := append(s.fencedArgs(l), len(poison))
-	for _, p := range poison {
-		args = append(args, p.StreamID, p.ParkedID, p.OrderingKey, p.Row)
-	}
-	args = append(args, len(held))
-	for _, h := range held {
-		args = append(args, h.StreamID, h.JSON)
-	}
-	k := l.Key
-	_, err := s.run(ctx, "park", &l, []string{s.k(k, "lease"), s.k(k, "outbox"), s.k(k, "parked"), s.k(k, "holds"), s.k(k, "held")}, args...)
+	_, err := run(ctx, s, &l, parkArgs{Key: l.Key, fence: s.fenceOf(l), Poison: poison, Held: held})
 	return err
 }
 
@@ -576,38 +333,47 @@ func (s *Store) Park(ctx context.Context, l core.Lease, poison []core.Poison, he
 // now (the pipelined write may have pushed it to NextDue). A re-sent end whose first attempt
 // was applied (DUPLICATE) succeeded.
 func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error {
-	args := append(appendList(appendPairs(s.writeArgs(l), e.State), e.Delete), e.Trigger)
-	keys := []string{s.k(l.Key, "state"), s.k(l.Key, "lease")}
-	script, due := s.scripts["end"], s.scripts["set_due"]
-	dueKeys, dueArgs := s.setDueArgs(l.Key, strconv.FormatInt(ms(e.NextDue), 10))
+	end := endArgs{Key: l.Key, writeFence: s.writeFenceOf(l), State: e.State, Delete: e.Delete, Trigger: e.Trigger}
+	due := setDueArgs{Now: s.nowArg(), Key: l.Key, Due: strconv.FormatInt(ms(e.NextDue), 10)}
+	endLua, dueLua := s.scripts[end.name()], s.scripts[due.name()]
+	keys, argv := end.encode(s)
+	dueKeys, dueArgv := due.encode(s)
 	var endCmd, dueCmd *redis.Cmd
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		endCmd = script.EvalSha(ctx, p, keys, args...)
-		dueCmd = due.EvalSha(ctx, p, dueKeys, dueArgs...)
+		endCmd = endLua.EvalSha(ctx, p, keys, argv...)
+		dueCmd = dueLua.EvalSha(ctx, p, dueKeys, dueArgv...)
 		return nil
 	})
 	// A server that lost its script cache (restart, failover) answers NOSCRIPT: load and run.
-	v, err := endCmd.Result()
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
-		v, err = script.Run(ctx, s.rdb, keys, args...).Result()
+	result := func(c *redis.Cmd, lua *redis.Script, keys []string, argv []any) (any, error) {
+		v, err := c.Result()
+		if redis.HasErrorPrefix(err, codeNoScript) {
+			return lua.Run(ctx, s.rdb, keys, argv...).Result()
+		}
+		return v, err
 	}
+	v, err := result(endCmd, endLua, keys, argv)
 	if err != nil {
-		err = s.mapErr("end", &l, err)
+		err = s.mapErr(end.name(), &l, err)
 		if watukuytype.IsLeaseLost(err) {
-			if next, herr := s.rdb.HGet(ctx, s.k(l.Key, "state"), core.FieldNextDue).Result(); herr == nil {
+			if next, herr := s.rdb.HGet(ctx, s.k(l.Key, "state"), fieldNextDue).Result(); herr == nil {
 				_ = s.setDue(ctx, l.Key, next) // best effort: the repair sweep covers a failure
 			}
 		}
 		return err
 	}
-	derr := dueCmd.Err()
-	if redis.HasErrorPrefix(derr, "NOSCRIPT") {
-		derr = due.Run(ctx, s.rdb, dueKeys, dueArgs...).Err()
+	dv, derr := result(dueCmd, dueLua, dueKeys, dueArgv)
+	if derr == nil {
+		_, derr = due.decode(dv)
 	}
 	if derr != nil {
 		return fmt.Errorf("redisstore: end %s: due entry: %w", l.Key, derr)
 	}
-	if v == int64(2) {
+	r, err := end.decode(v)
+	if err != nil {
+		return err
+	}
+	if r.Triggered {
 		return s.setDue(ctx, l.Key, "0") // triggered during the cycle: due now
 	}
 	return nil
@@ -615,21 +381,8 @@ func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error 
 
 // ReleaseParked implements core.Store.
 func (s *Store) ReleaseParked(ctx context.Context, l core.Lease, retry bool, ids []string) (int, int, error) {
-	mode := "discard"
-	if retry {
-		mode = "retry"
-	}
-	args := append(s.writeArgs(l), mode)
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	k := l.Key
-	v, err := s.run(ctx, "release_parked", &l, []string{s.k(k, "lease"), s.k(k, "outbox"), s.k(k, "parked"), s.k(k, "holds"), s.k(k, "held"), s.k(k, "invalid")}, args...)
-	if err != nil {
-		return 0, 0, err
-	}
-	r := v.([]any)
-	return int(r[0].(int64)), int(r[1].(int64)), nil
+	r, err := run(ctx, s, &l, releaseParkedArgs{Key: l.Key, writeFence: s.writeFenceOf(l), Retry: retry, IDs: ids})
+	return int(r.Released), int(r.Returned), err
 }
 
 // LeaseLive reports whether some instance holds key's lease now (server clock).
@@ -653,15 +406,9 @@ func (s *Store) SetDue(ctx context.Context, key watukuytype.Key, at time.Time) e
 	return s.setDue(ctx, key, strconv.FormatInt(ms(at), 10))
 }
 
-// setDueArgs are set_due.lua's KEYS and ARGV: due is a time in ms or "remove".
-func (s *Store) setDueArgs(key watukuytype.Key, due string) ([]string, []any) {
-	return []string{s.dueKey(key.Poller)}, []any{s.nowArg(), key.String(), due}
-}
-
 // setDue writes (or removes) key's due entry unless it is due now (set_due.lua).
 func (s *Store) setDue(ctx context.Context, key watukuytype.Key, due string) error {
-	keys, args := s.setDueArgs(key, due)
-	if _, err := s.run(ctx, "set_due", nil, keys, args...); err != nil {
+	if _, err := run(ctx, s, nil, setDueArgs{Now: s.nowArg(), Key: key, Due: due}); err != nil {
 		return fmt.Errorf("redisstore: due entry of %s: %w", key, err)
 	}
 	return nil
@@ -735,7 +482,7 @@ func (s *Store) AddPartition(ctx context.Context, key watukuytype.Key, entry []b
 		return err
 	}
 	state := s.k(key, "state")
-	marks, err := s.rdb.HMGet(ctx, state, "deleted", "incarnation").Result()
+	marks, err := s.rdb.HMGet(ctx, state, fieldDeleted, fieldIncarnation).Result()
 	if err != nil {
 		return err
 	}
@@ -746,11 +493,11 @@ func (s *Store) AddPartition(ctx context.Context, key watukuytype.Key, entry []b
 		if err != nil {
 			return err
 		}
-		if err := s.rdb.HSetNX(ctx, state, "incarnation", now.UnixMilli()).Err(); err != nil {
+		if err := s.rdb.HSetNX(ctx, state, fieldIncarnation, now.UnixMilli()).Err(); err != nil {
 			return err
 		}
 	}
-	if err := s.rdb.HDel(ctx, state, "deleted").Err(); err != nil {
+	if err := s.rdb.HDel(ctx, state, fieldDeleted).Err(); err != nil {
 		return err
 	}
 	return s.Trigger(ctx, key)
@@ -766,11 +513,10 @@ func (s *Store) DeleteKey(ctx context.Context, l core.Lease) error {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("redisstore: read the registry entry of %s: %w", k, err)
 	}
-	if _, err := s.run(ctx, "delete_key", &l, []string{s.k(k, "lease"), s.k(k, "state"), s.k(k, "items"), s.k(k, "outbox"),
-		s.k(k, "parked"), s.k(k, "holds"), s.k(k, "held"), s.k(k, "log"), s.k(k, "gone"), s.k(k, "invalid"), s.k(k, "touched")}, s.writeArgs(l)...); err != nil {
+	if _, err := run(ctx, s, &l, deleteKeyArgs{Key: k, writeFence: s.writeFenceOf(l)}); err != nil {
 		return err
 	}
-	if _, err := s.run(ctx, "forget_key", nil, []string{s.registryKey(), s.dueKey(k.Poller)}, k.String(), entry); err != nil {
+	if _, err := run(ctx, s, nil, forgetKeyArgs{Key: k, Entry: entry}); err != nil {
 		return fmt.Errorf("redisstore: drop %s from the registry and due set: %w", k, err)
 	}
 	return nil
@@ -822,14 +568,12 @@ func (s *Store) repairKeys(ctx context.Context, keys []watukuytype.Key) ([]watuk
 	scores := make([]*redis.FloatCmd, len(keys))
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
-			states[i] = p.HMGet(ctx, s.k(k, "state"), "deleted", core.FieldNextDue)
+			states[i] = p.HMGet(ctx, s.k(k, "state"), fieldDeleted, fieldNextDue)
 			scores[i] = p.ZScore(ctx, s.dueKey(k.Poller), k.String())
 		}
 		return nil
 	})
-	scriptKeys := []string{s.registryKey()}
-	slot := map[string]int{} // due set -> its index in scriptKeys (1-based, as in Lua)
-	args := []any{s.nowArg()}
+	repair := repairDueArgs{Now: s.nowArg()}
 	for i, k := range keys {
 		if err := states[i].Err(); err != nil {
 			return nil, fmt.Errorf("redisstore: read the state of %s: %w", k, err)
@@ -848,21 +592,12 @@ func (s *Store) repairKeys(ctx context.Context, keys []watukuytype.Key) ([]watuk
 		if v, ok := st[1].(string); ok {
 			due, _ = strconv.ParseInt(v, 10, 64)
 		}
-		set := s.dueKey(k.Poller)
-		if _, ok := slot[set]; !ok {
-			scriptKeys = append(scriptKeys, set)
-			slot[set] = len(scriptKeys)
-		}
-		args = append(args, k.String(), slot[set], due)
+		repair.Entries = append(repair.Entries, repairEntry{Key: k, Due: due})
 	}
-	if len(args) == 1 {
+	if len(repair.Entries) == 0 {
 		return nil, nil
 	}
-	v, err := s.run(ctx, "repair_due", nil, scriptKeys, args...)
-	if err != nil {
-		return nil, err
-	}
-	return parseMembers(v)
+	return run(ctx, s, nil, repair)
 }
 
 // ReadLog implements core.Store. Log entries are ids of the server's real time, in ms.
@@ -885,12 +620,12 @@ func (s *Store) ReadLog(ctx context.Context, key watukuytype.Key, from, to time.
 
 // Pause implements core.Store.
 func (s *Store) Pause(ctx context.Context, key watukuytype.Key) error {
-	return s.rdb.HSet(ctx, s.k(key, "state"), core.FieldPaused, "1").Err()
+	return s.rdb.HSet(ctx, s.k(key, "state"), fieldPaused, "1").Err()
 }
 
 // Resume implements core.Store.
 func (s *Store) Resume(ctx context.Context, key watukuytype.Key) error {
-	if err := s.rdb.HDel(ctx, s.k(key, "state"), core.FieldPaused, "removed").Err(); err != nil {
+	if err := s.rdb.HDel(ctx, s.k(key, "state"), fieldPaused, fieldRemoved).Err(); err != nil {
 		return err
 	}
 	return s.Trigger(ctx, key)
@@ -905,8 +640,8 @@ func (s *Store) Trigger(ctx context.Context, key watukuytype.Key) error {
 	// The generation tells a cycle running now to end due now (end.lua), and the due entry is
 	// written unconditionally: a trigger always wins over an older due time.
 	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, s.k(key, "state"), core.FieldNextDue, "0")
-		p.HIncrBy(ctx, s.k(key, "state"), core.FieldTrigger, 1)
+		p.HSet(ctx, s.k(key, "state"), fieldNextDue, "0")
+		p.HIncrBy(ctx, s.k(key, "state"), fieldTrigger, 1)
 		return nil
 	}); err != nil {
 		return fmt.Errorf("redisstore: trigger %s: %w", key, err)
@@ -921,8 +656,8 @@ func (s *Store) Trigger(ctx context.Context, key watukuytype.Key) error {
 func (s *Store) ClearThrottle(ctx context.Context, key watukuytype.Key) (time.Time, error) {
 	var until *redis.StringCmd
 	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		until = p.HGet(ctx, s.k(key, "state"), core.FieldThrottled)
-		p.HDel(ctx, s.k(key, "state"), core.FieldThrottled)
+		until = p.HGet(ctx, s.k(key, "state"), fieldThrottled)
+		p.HDel(ctx, s.k(key, "state"), fieldThrottled)
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
 		return time.Time{}, fmt.Errorf("redisstore: clear the throttle window of %s: %w", key, err)

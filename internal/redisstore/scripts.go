@@ -1,0 +1,779 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
+)
+
+// The typed contract between this package and the Lua scripts of internal/luascripts: one
+// arguments type per script, whose encode gives KEYS and ARGV in the order of the script's
+// header and whose decode checks the reply's every type, naming the script, the key and the
+// field when the reply has another shape.
+
+// script is one Lua script called with its arguments.
+type script[R any] interface {
+	// name is the script's file name without .lua.
+	name() string
+	// encode gives KEYS and ARGV, in the order the script's header lists them.
+	encode(s *Store) (keys []string, argv []any)
+	// decode reads the script's reply.
+	decode(reply any) (R, error)
+}
+
+// Error codes the scripts fail with (redis.error_reply), recognised by their prefix.
+const (
+	// codeLeaseLost: the fence check found another grant's epoch or token, or an expired lease.
+	codeLeaseLost = "LEASE_LOST"
+	// codeNoScript: the server lost its script cache (restart, failover).
+	codeNoScript = "NOSCRIPT"
+)
+
+// duplicate is the status reply of a write-once script whose write id was applied before.
+const duplicate = "DUPLICATE"
+
+// run executes sc (EVALSHA, loading the script on NOSCRIPT) and decodes its reply; a
+// LEASE_LOST error becomes *watukuytype.LeaseLostError for l (nil for the unfenced scripts).
+func run[R any](ctx context.Context, s *Store, l *core.Lease, sc script[R]) (R, error) {
+	keys, argv := sc.encode(s)
+	v, err := s.scripts[sc.name()].Run(ctx, s.rdb, keys, argv...).Result()
+	if err != nil {
+		var zero R
+		return zero, s.mapErr(sc.name(), l, err)
+	}
+	return sc.decode(v)
+}
+
+// runReplicated executes sc and, with WaitReplicas set, WAIT right after it on the same
+// connection of the node that owns its first key, and reports whether enough replicas have
+// the script's writes (and every write before them). Without WaitReplicas it is run,
+// replicated.
+func runReplicated[R any](ctx context.Context, s *Store, l *core.Lease, sc script[R]) (R, bool, error) {
+	var zero R
+	if s.waitN <= 0 {
+		v, err := run(ctx, s, l, sc)
+		return v, true, err
+	}
+	name := sc.name()
+	keys, argv := sc.encode(s)
+	node, ok := s.rdb.(*redis.Client)
+	if cc, isCluster := s.rdb.(*redis.ClusterClient); isCluster {
+		n, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return zero, false, fmt.Errorf("redisstore: %s: node of %s: %w", name, keys[0], err)
+		}
+		node, ok = n, true
+	}
+	if !ok {
+		return zero, false, fmt.Errorf("redisstore: waitReplicas needs a *redis.Client or *redis.ClusterClient, not a %T", s.rdb)
+	}
+	lua := s.scripts[name]
+	for attempt := 0; ; attempt++ {
+		var cmd, wc *redis.Cmd
+		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			cmd = lua.EvalSha(ctx, p, keys, argv...)
+			wc = p.Do(ctx, "wait", s.waitN, s.waitFor.Milliseconds())
+			return nil
+		})
+		v, err := cmd.Result()
+		if redis.HasErrorPrefix(err, codeNoScript) && attempt == 0 {
+			if err := lua.Load(ctx, node).Err(); err != nil {
+				return zero, false, fmt.Errorf("redisstore: %s: load: %w", name, err)
+			}
+			continue // WAIT must follow the script on its own connection: run both again
+		}
+		if err != nil {
+			return zero, false, s.mapErr(name, l, err)
+		}
+		n, err := wc.Int64()
+		if err != nil {
+			return zero, false, fmt.Errorf("redisstore: %s: WAIT: %w", name, err)
+		}
+		r, err := sc.decode(v)
+		return r, n >= int64(s.waitN), err
+	}
+}
+
+// mapErr maps a script's LEASE_LOST error to *watukuytype.LeaseLostError for l, and names the script
+// in any other.
+func (s *Store) mapErr(name string, l *core.Lease, err error) error {
+	if l != nil && redis.HasErrorPrefix(err, codeLeaseLost) {
+		return &watukuytype.LeaseLostError{Key: l.Key, Epoch: l.Epoch, Reason: err.Error()}
+	}
+	return fmt.Errorf("redisstore: %s: %w", name, err)
+}
+
+// keysOf names key's structures, in the order given.
+func (s *Store) keysOf(key watukuytype.Key, suffixes ...string) []string {
+	keys := make([]string, len(suffixes))
+	for i, suffix := range suffixes {
+		keys[i] = s.k(key, suffix)
+	}
+	return keys
+}
+
+// replyError reports a script reply of an unexpected shape.
+type replyError struct {
+	Script string // the script's file name without .lua
+	On     string // the key (or due sets) the script ran on
+	Field  string // the field of the reply, e.g. "epoch" or "entries[2].envelope"
+	Got    any
+	Want   string
+}
+
+func (e *replyError) Error() string {
+	got := fmt.Sprintf("%T %v", e.Got, e.Got)
+	if e.Got == nil {
+		got = "missing"
+	}
+	return fmt.Sprintf("redisstore: %s.lua on %s: reply field %s is %s, want %s", e.Script, e.On, e.Field, got, e.Want)
+}
+
+// reply reads one script reply. The first shape error sticks (err); reads after it return
+// zero values, so a decoder reads every field and checks err once at the end.
+type reply struct {
+	script, on string
+	err        error
+}
+
+func (r *reply) fail(field string, got any, want string) {
+	if r.err == nil {
+		r.err = &replyError{Script: r.script, On: r.on, Field: field, Got: got, Want: want}
+	}
+}
+
+// list reads an array of any length.
+func (r *reply) list(v any, field string) []any {
+	a, ok := v.([]any)
+	if !ok {
+		r.fail(field, v, "an array")
+	}
+	return a
+}
+
+// tuple reads an array of exactly n elements (n nils when it is not one).
+func (r *reply) tuple(v any, field string, n int) []any {
+	a, ok := v.([]any)
+	if !ok || len(a) != n {
+		r.fail(field, v, fmt.Sprintf("an array of %d", n))
+		return make([]any, n)
+	}
+	return a
+}
+
+func (r *reply) int(v any, field string) int64 {
+	n, ok := v.(int64)
+	if !ok {
+		r.fail(field, v, "an integer")
+	}
+	return n
+}
+
+func (r *reply) str(v any, field string) string {
+	str, ok := v.(string)
+	if !ok {
+		r.fail(field, v, "a string")
+	}
+	return str
+}
+
+// flag reads a 0 or 1.
+func (r *reply) flag(v any, field string) bool {
+	if v != int64(0) && v != int64(1) {
+		r.fail(field, v, "0 or 1")
+	}
+	return v == int64(1)
+}
+
+func (r *reply) time(v any, field string) time.Time { return time.UnixMilli(r.int(v, field)) }
+
+// members reads an array of due-set members as keys.
+func (r *reply) members(v any, field string) []watukuytype.Key {
+	a := r.list(v, field)
+	var keys []watukuytype.Key
+	for i, m := range a {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		k, err := watukuytype.ParseKey(r.str(m, f))
+		if err != nil && r.err == nil {
+			r.fail(f, m, "a member poller|partition")
+		}
+		keys = append(keys, k)
+	}
+	if r.err != nil {
+		return nil
+	}
+	return keys
+}
+
+// fence is ARGV[1..3] of every fenced script: the lease's epoch and token (the check that runs
+// first) and the clock override.
+type fence struct {
+	Epoch int64
+	Token string
+	Now   string
+}
+
+func (f fence) argv(extra int) []any {
+	return append(make([]any, 0, 3+extra), f.Epoch, f.Token, f.Now)
+}
+
+// writeFence is fence plus ARGV[4], the write id of a script whose effect must not happen
+// twice when the client re-sends it.
+type writeFence struct {
+	fence
+	Write string
+}
+
+func (f writeFence) argv(extra int) []any { return append(f.fence.argv(1+extra), f.Write) }
+
+// fenceOf is l's fence.
+func (s *Store) fenceOf(l core.Lease) fence {
+	return fence{Epoch: l.Epoch, Token: l.Token, Now: s.nowArg()}
+}
+
+// writeFenceOf is l's fence with a fresh write id. Ids grow with every write of this store, so
+// a late copy of an earlier write is recognised too (the scripts compare them as numbers).
+func (s *Store) writeFenceOf(l core.Lease) writeFence {
+	return writeFence{fence: s.fenceOf(l), Write: strconv.FormatUint(s.writes.Add(1), 10)}
+}
+
+// appendPairs appends a script section: the pair count, then field, value, ...
+func appendPairs(args []any, m map[string]string) []any {
+	args = append(args, len(m))
+	for f, v := range m {
+		args = append(args, f, v)
+	}
+	return args
+}
+
+// appendList appends a script section: the count, then the values.
+func appendList(args []any, vs []string) []any {
+	args = append(args, len(vs))
+	for _, v := range vs {
+		args = append(args, v)
+	}
+	return args
+}
+
+// ackArgs call ack.lua.
+type ackArgs struct {
+	Key watukuytype.Key
+	fence
+	StreamIDs []string
+}
+
+// ackReply is ack.lua's reply.
+type ackReply struct {
+	Deleted int64
+	Paused  bool
+}
+
+func (ackArgs) name() string { return "ack" }
+
+func (a ackArgs) encode(s *Store) ([]string, []any) {
+	argv := a.fence.argv(len(a.StreamIDs))
+	for _, id := range a.StreamIDs {
+		argv = append(argv, id)
+	}
+	return s.keysOf(a.Key, "lease", "outbox", "state"), argv
+}
+
+func (a ackArgs) decode(v any) (ackReply, error) {
+	r := reply{script: a.name(), on: a.Key.String()}
+	t := r.tuple(v, "reply", 2)
+	out := ackReply{Deleted: r.int(t[0], "deleted"), Paused: r.flag(t[1], "paused")}
+	return out, r.err
+}
+
+// beginArgs call begin.lua.
+type beginArgs struct {
+	Key   watukuytype.Key
+	Owner string
+	TTL   time.Duration
+	Now   string
+	// Op begins an operator action (mode 'op': the lease is the only check), not a cycle.
+	Op    bool
+	Token string
+}
+
+func (beginArgs) name() string { return "begin" }
+
+func (a beginArgs) encode(s *Store) ([]string, []any) {
+	mode := "cycle"
+	if a.Op {
+		mode = "op"
+	}
+	return s.keysOf(a.Key, "state", "lease", "outbox", "holds", "items", "invalid"),
+		[]any{a.Owner, a.TTL.Milliseconds(), a.Now, mode, a.Token}
+}
+
+func (a beginArgs) decode(v any) (core.BeginResult, error) {
+	r := reply{script: a.name(), on: a.Key.String()}
+	var res core.BeginResult
+	status := ""
+	if l := r.list(v, "reply"); len(l) > 0 {
+		status = r.str(l[0], "status")
+	} else {
+		r.fail("status", nil, "a string")
+	}
+	switch status {
+	case "deleted":
+		r.tuple(v, "reply", 1)
+		res.Status = core.BeginDeleted
+	case "paused":
+		r.tuple(v, "reply", 1)
+		res.Status = core.BeginPaused
+	case "notDue":
+		t := r.tuple(v, "reply", 3)
+		res.Status = core.BeginNotDue
+		res.NextDue, res.Now = r.time(t[1], "nextDue"), r.time(t[2], "now")
+	case "leased":
+		t := r.tuple(v, "reply", 3)
+		res.Status = core.BeginLeased
+		res.LeaseExpires, res.Now = r.time(t[1], "expiresAt"), r.time(t[2], "now")
+	case "ok":
+		t := r.tuple(v, "reply", 8)
+		res.Status = core.BeginOK
+		res.Lease = core.Lease{Key: a.Key, Owner: a.Owner, Epoch: r.int(t[1], "epoch"), Token: a.Token, TTL: a.TTL}
+		res.Now = r.time(t[2], "now")
+		res.OutboxLen = r.int(t[3], "outboxLen")
+		flat := r.list(t[4], "state")
+		if len(flat)%2 != 0 {
+			r.fail("state", t[4], "field, value pairs")
+		}
+		res.State = make(map[string]string, len(flat)/2)
+		for i := 0; i+1 < len(flat); i += 2 {
+			res.State[r.str(flat[i], fmt.Sprintf("state[%d]", i))] = r.str(flat[i+1], fmt.Sprintf("state[%d]", i+1))
+		}
+		for i, h := range r.list(t[5], "holds") {
+			res.Holds = append(res.Holds, r.str(h, fmt.Sprintf("holds[%d]", i)))
+		}
+		res.Items, res.InvalidIndexed = r.int(t[6], "items"), r.int(t[7], "invalidIndexed")
+	default:
+		r.fail("status", status, "deleted, paused, notDue, leased or ok")
+	}
+	if r.err != nil {
+		return core.BeginResult{}, r.err
+	}
+	return res, nil
+}
+
+// claimDueArgs call claim_due.lua.
+type claimDueArgs struct {
+	Now          string
+	Limit        int
+	ClaimTimeout time.Duration // a fixed claim for every key when not 0
+	Grace        time.Duration // added to a poller's lease TTL
+	// DefaultClaim is the claim of a poller whose entry records no lease TTL.
+	DefaultClaim time.Duration
+	Pollers      []string
+}
+
+func (claimDueArgs) name() string { return "claim_due" }
+
+func (a claimDueArgs) encode(s *Store) ([]string, []any) {
+	keys := make([]string, 0, len(a.Pollers)+1)
+	keys = append(keys, s.pollersKey())
+	argv := make([]any, 0, 5+len(a.Pollers))
+	argv = append(argv, a.Now, a.Limit, a.ClaimTimeout.Milliseconds(), a.Grace.Milliseconds(), a.DefaultClaim.Milliseconds())
+	for _, p := range a.Pollers {
+		keys = append(keys, s.dueKey(p))
+		argv = append(argv, p)
+	}
+	return keys, argv
+}
+
+func (a claimDueArgs) decode(v any) ([]watukuytype.Key, error) {
+	r := reply{script: a.name(), on: "the due sets of " + strings.Join(a.Pollers, ", ")}
+	keys := r.members(v, "claimed")
+	return keys, r.err
+}
+
+// cleanOutboxArgs call clean_outbox.lua.
+type cleanOutboxArgs struct {
+	Key    watukuytype.Key
+	Holder string
+}
+
+// cleanOutboxReply is clean_outbox.lua's reply.
+type cleanOutboxReply struct{ Claimed, Deleted int64 }
+
+func (cleanOutboxArgs) name() string { return "clean_outbox" }
+
+func (a cleanOutboxArgs) encode(s *Store) ([]string, []any) {
+	return s.keysOf(a.Key, "outbox"), []any{a.Holder}
+}
+
+func (a cleanOutboxArgs) decode(v any) (cleanOutboxReply, error) {
+	r := reply{script: a.name(), on: a.Key.String()}
+	t := r.tuple(v, "reply", 2)
+	out := cleanOutboxReply{Claimed: r.int(t[0], "claimed"), Deleted: r.int(t[1], "deleted")}
+	return out, r.err
+}
+
+// commitPollArgs call commit_poll.lua.
+type commitPollArgs struct {
+	Key watukuytype.Key
+	writeFence
+	TTL    time.Duration
+	Commit core.Commit
+}
+
+func (commitPollArgs) name() string { return "commit_poll" }
+
+func (a commitPollArgs) encode(s *Store) ([]string, []any) {
+	c := a.Commit
+	argv := a.writeFence.argv(16 + 2*len(c.State) + 2*len(c.Count) + 2*len(c.Upserts) + len(c.Deletes) + 2*len(c.Tombstones) +
+		len(c.Revived) + 3*len(c.Events) + 4*len(c.Invalid) + 2*len(c.Unpark) + len(c.Touched))
+	clear := "0"
+	if c.ClearTouched {
+		clear = "1"
+	}
+	argv = append(argv, a.TTL.Milliseconds(), c.LogRetention.Milliseconds(), c.TombstoneRetention.Milliseconds(), clear)
+	argv = appendPairs(argv, c.State)
+	argv = append(argv, len(c.Count))
+	for f, n := range c.Count {
+		argv = append(argv, f, n)
+	}
+	argv = append(argv, len(c.Upserts))
+	for _, u := range c.Upserts {
+		argv = append(argv, u.Identity, u.Row)
+	}
+	argv = appendList(argv, c.Deletes)
+	argv = append(argv, len(c.Tombstones))
+	for _, t := range c.Tombstones {
+		argv = append(argv, t.Identity, t.Gen)
+	}
+	argv = appendList(argv, c.Revived)
+	argv = append(argv, len(c.Events))
+	for _, e := range c.Events {
+		argv = append(argv, e.ID, e.OrderingKey, e.Envelope)
+	}
+	argv = append(argv, len(c.Invalid))
+	for _, p := range c.Invalid {
+		argv = append(argv, p.ID, p.Identity, p.Version, p.Row)
+	}
+	argv = append(argv, len(c.Unpark))
+	for _, p := range c.Unpark {
+		argv = append(argv, p.ID, p.Identity)
+	}
+	argv = appendList(argv, c.Touched)
+	return s.keysOf(a.Key, "state", "lease", "items", "outbox", "parked", "log", "gone", "invalid", "touched"), argv
+}
+
+// decode reads {expiresAt, paused, firstId, duplicate}; the events' stream ids follow from the
+// first (Unreplicated is the caller's).
+func (a commitPollArgs) decode(v any) (core.CommitResult, error) {
+	r := reply{script: a.name(), on: a.Key.String()}
+	t := r.tuple(v, "reply", 4)
+	res := core.CommitResult{LeaseExpires: r.time(t[0], "expiresAt"), Paused: r.flag(t[1], "paused"), Duplicate: r.flag(t[3], "duplicate")}
+	first := r.str(t[2], "firstId")
+	if r.err != nil {
+		return core.CommitResult{}, r.err
+	}
+	ids, err := streamIDs(first, len(a.Commit.Events))
+	if err != nil {
+		r.fail("firstId", first, "a stream id ms-seq")
+		return core.CommitResult{}, r.err
+	}
+	res.StreamIDs = ids
+	return res, nil
+}
+
+// streamIDs lists the n outbox ids commit_poll gave its events: first, then the same
+// milliseconds with the sequence counted up.
+func streamIDs(first string, n int) ([]string, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	msPart, seqPart, ok := strings.Cut(first, "-")
+	seq, err := strconv.ParseUint(seqPart, 10, 64)
+	if !ok || err != nil {
+		return nil, fmt.Errorf("first stream id %q is malformed", first)
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = msPart + "-" + strconv.FormatUint(seq+uint64(i), 10)
+	}
+	return ids, nil
+}
+
+// deleteKeyArgs call delete_key.lua.
+type deleteKeyArgs struct {
+	Key watukuytype.Key
+	writeFence
+}
+
+func (deleteKeyArgs) name() string { return "delete_key" }
+
+func (a deleteKeyArgs) encode(s *Store) ([]string, []any) {
+	return s.keysOf(a.Key, "lease", "state", "items", "outbox", "parked", "holds", "held", "log", "gone", "invalid", "touched"),
+		a.writeFence.argv(0)
+}
+
+// decode reports whether the script deleted (false: DUPLICATE, deleted by the first attempt).
+func (a deleteKeyArgs) decode(v any) (bool, error) {
+	r := reply{script: a.name(), on: a.Key.String()}
+	switch v {
+	case int64(1):
+		return true, nil
+	case duplicate:
+		return false, nil
+	}
+	r.fail("reply", v, "1 or "+duplicate)
+	return false, r.err
+}
+
+// endArgs call end.lua.
+type endArgs struct {
+	Key watukuytype.Key
+	writeFence
+	State   map[string]string
+	Delete  []string
+	Trigger string // the trigger generation the cycle saw at Begin
+}
+
+// endReply is end.lua's reply.
+type endReply struct {
+	// Triggered: a trigger landed during the cycle and the key stays due now.
+	Triggered bool
+	// Duplicate: the first attempt of this write was applied.
+	Duplicate bool
+}
+
+func (endArgs) name() string { return "end" }
+
+func (a endArgs) encode(s *Store) ([]string, []any) {
+	argv := appendList(appendPairs(a.writeFence.argv(3+2*len(a.State)+len(a.Delete)), a.State), a.Delete)
+	return s.keysOf(a.Key, "state", "lease"), append(argv, a.Trigger)
+}
+
+func (a endArgs) decode(v any) (endReply, error) {
+	r := reply{script: a.name(), on: a.Key.String()}
+	switch v {
+	case int64(1):
+		return endReply{}, nil
+	case int64(2):
+		return endReply{Triggered: true}, nil
+	case duplicate:
+		return endReply{Duplicate: true}, nil
+	}
+	r.fail("reply", v, "1, 2 or "+duplicate)
+	return endReply{}, r.err
+}
+
+// forgetKeyArgs call forget_key.lua.
+type forgetKeyArgs struct {
+	Key watukuytype.Key
+	// Entry is the registry entry read before the delete ("" when there was none).
+	Entry string
+}
+
+func (forgetKeyArgs) name() string { return "forget_key" }
+
+func (a forgetKeyArgs) encode(s *Store) ([]string, []any) {
+	return []string{s.registryKey(), s.dueKey(a.Key.Poller)}, []any{a.Key.String(), a.Entry}
+}
+
+// decode reports whether the key was forgotten (false: added again meanwhile).
+func (a forgetKeyArgs) decode(v any) (bool, error) {
+	r := reply{script: a.name(), on: a.Key.String()}
+	forgotten := r.flag(v, "reply")
+	return forgotten, r.err
+}
+
+// holdClaimArgs call hold_claim.lua.
+type holdClaimArgs struct {
+	Now   string
+	Key   watukuytype.Key
+	Until time.Time
+}
+
+func (holdClaimArgs) name() string { return "hold_claim" }
+
+func (a holdClaimArgs) encode(s *Store) ([]string, []any) {
+	return []string{s.dueKey(a.Key.Poller)}, []any{a.Now, a.Key.String(), ms(a.Until)}
+}
+
+// decode reports whether the claim was pushed forward.
+func (a holdClaimArgs) decode(v any) (bool, error) {
+	r := reply{script: a.name(), on: a.Key.String()}
+	held := r.flag(v, "reply")
+	return held, r.err
+}
+
+// parkArgs call park.lua.
+type parkArgs struct {
+	Key watukuytype.Key
+	fence
+	Poison []core.Poison
+	Held   []core.Held
+}
+
+func (parkArgs) name() string { return "park" }
+
+func (a parkArgs) encode(s *Store) ([]string, []any) {
+	argv := append(a.fence.argv(2+4*len(a.Poison)+2*len(a.Held)), len(a.Poison))
+	for _, p := range a.Poison {
+		argv = append(argv, p.StreamID, p.ParkedID, p.OrderingKey, p.Row)
+	}
+	argv = append(argv, len(a.Held))
+	for _, h := range a.Held {
+		argv = append(argv, h.StreamID, h.JSON)
+	}
+	return s.keysOf(a.Key, "lease", "outbox", "parked", "holds", "held"), argv
+}
+
+// decode reads the number of entries moved out of the outbox.
+func (a parkArgs) decode(v any) (int64, error) {
+	r := reply{script: a.name(), on: a.Key.String()}
+	moved := r.int(v, "moved")
+	return moved, r.err
+}
+
+// readOutboxArgs call read_outbox.lua.
+type readOutboxArgs struct {
+	Key watukuytype.Key
+	fence
+	Count int
+}
+
+func (readOutboxArgs) name() string { return "read_outbox" }
+
+func (a readOutboxArgs) encode(s *Store) ([]string, []any) {
+	return s.keysOf(a.Key, "lease", "outbox", "holds", "held", "state"), append(a.fence.argv(1), a.Count)
+}
+
+// decode reads {read, paused, entries} (Unreplicated is the caller's).
+func (a readOutboxArgs) decode(v any) (core.Batch, error) {
+	r := reply{script: a.name(), on: a.Key.String()}
+	t := r.tuple(v, "reply", 3)
+	b := core.Batch{Read: int(r.int(t[0], "read")), Paused: r.flag(t[1], "paused")}
+	rows := r.list(t[2], "entries")
+	b.Entries = make([]core.Entry, len(rows))
+	for i, x := range rows {
+		f := func(name string) string { return fmt.Sprintf("entries[%d].%s", i, name) }
+		e := r.tuple(x, fmt.Sprintf("entries[%d]", i), 5)
+		b.Entries[i] = core.Entry{StreamID: r.str(e[0], f("streamId")), ID: r.str(e[1], f("id")), OrderingKey: r.str(e[2], f("orderingKey")),
+			Envelope: []byte(r.str(e[3], f("envelope"))), Seq: r.str(e[4], f("seq"))}
+	}
+	if r.err != nil {
+		return core.Batch{}, r.err
+	}
+	return b, nil
+}
+
+// releaseParkedArgs call release_parked.lua.
+type releaseParkedArgs struct {
+	Key watukuytype.Key
+	writeFence
+	Retry bool // retry, else discard
+	IDs   []string
+}
+
+// releaseParkedReply is release_parked.lua's reply.
+type releaseParkedReply struct{ Released, Returned int64 }
+
+func (releaseParkedArgs) name() string { return "release_parked" }
+
+func (a releaseParkedArgs) encode(s *Store) ([]string, []any) {
+	mode := "discard"
+	if a.Retry {
+		mode = "retry"
+	}
+	argv := append(a.writeFence.argv(1+len(a.IDs)), mode)
+	for _, id := range a.IDs {
+		argv = append(argv, id)
+	}
+	return s.keysOf(a.Key, "lease", "outbox", "parked", "holds", "held", "invalid"), argv
+}
+
+func (a releaseParkedArgs) decode(v any) (releaseParkedReply, error) {
+	r := reply{script: a.name(), on: a.Key.String()}
+	t := r.tuple(v, "reply", 2)
+	out := releaseParkedReply{Released: r.int(t[0], "released"), Returned: r.int(t[1], "returned")}
+	return out, r.err
+}
+
+// renewArgs call renew.lua.
+type renewArgs struct {
+	Key watukuytype.Key
+	fence
+	TTL time.Duration
+}
+
+func (renewArgs) name() string { return "renew" }
+
+func (a renewArgs) encode(s *Store) ([]string, []any) {
+	return s.keysOf(a.Key, "lease", "state"), append(a.fence.argv(1), a.TTL.Milliseconds())
+}
+
+func (a renewArgs) decode(v any) (core.Confirm, error) {
+	r := reply{script: a.name(), on: a.Key.String()}
+	t := r.tuple(v, "reply", 2)
+	c := core.Confirm{Expires: r.time(t[0], "expiresAt"), Paused: r.flag(t[1], "paused")}
+	return c, r.err
+}
+
+// repairDueArgs call repair_due.lua.
+type repairDueArgs struct {
+	Now     string
+	Entries []repairEntry
+}
+
+// repairEntry is a key to give a due entry, due at Due (ms; 0: now).
+type repairEntry struct {
+	Key watukuytype.Key
+	Due int64
+}
+
+func (repairDueArgs) name() string { return "repair_due" }
+
+func (a repairDueArgs) encode(s *Store) ([]string, []any) {
+	keys := []string{s.registryKey()}
+	slot := map[string]int{} // due set -> its index in keys (1-based, as in Lua)
+	argv := make([]any, 0, 1+3*len(a.Entries))
+	argv = append(argv, a.Now)
+	for _, e := range a.Entries {
+		set := s.dueKey(e.Key.Poller)
+		if _, ok := slot[set]; !ok {
+			keys = append(keys, set)
+			slot[set] = len(keys)
+		}
+		argv = append(argv, e.Key.String(), slot[set], e.Due)
+	}
+	return keys, argv
+}
+
+func (a repairDueArgs) decode(v any) ([]watukuytype.Key, error) {
+	r := reply{script: a.name(), on: fmt.Sprintf("%d registered keys", len(a.Entries))}
+	keys := r.members(v, "repaired")
+	return keys, r.err
+}
+
+// setDueArgs call set_due.lua.
+type setDueArgs struct {
+	Now string
+	Key watukuytype.Key
+	Due string // a time in ms, or "remove"
+}
+
+func (setDueArgs) name() string { return "set_due" }
+
+func (a setDueArgs) encode(s *Store) ([]string, []any) {
+	return []string{s.dueKey(a.Key.Poller)}, []any{a.Now, a.Key.String(), a.Due}
+}
+
+// decode reports whether the entry was written (false: a due-now entry was kept).
+func (a setDueArgs) decode(v any) (bool, error) {
+	r := reply{script: a.name(), on: a.Key.String()}
+	written := r.flag(v, "reply")
+	return written, r.err
+}
