@@ -15,6 +15,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -331,7 +332,7 @@ func TestTriggerClearsRetryAfterWindow(t *testing.T) {
 		if err := b.Client.ZAdd(t.Context(), eng.store.DueKey("orders"), redisZ(e.clock.Now(), watukuytype.Key{Poller: "orders"})).Err(); err != nil {
 			t.Fatal(err)
 		}
-		b.Client.HSet(t.Context(), eng.store.Key(watukuytype.Key{Poller: "orders"}, "state"), core.FieldNextDue, "0")
+		b.Client.HSet(t.Context(), eng.store.Key(watukuytype.Key{Poller: "orders"}, "state"), statehash.NextDue, "0")
 		fetches := e.api.Fetches()
 		// The same tick claims the key again at once and polls it.
 		if rep := e.tick(race); rep.Ran != 2 || rep.Events != 3 || e.api.Fetches() == fetches {
@@ -461,7 +462,7 @@ func TestKeeperStopsBeforeEnd(t *testing.T) {
 			t.Fatalf("cycle: %+v", rep)
 		}
 		at, _ := dueScore(t, b, a, key)
-		nextDue, _ := b.Client.HGet(t.Context(), a.store.Key(key, "state"), core.FieldNextDue).Int64()
+		nextDue, _ := b.Client.HGet(t.Context(), a.store.Key(key, "state"), statehash.NextDue).Int64()
 		if at.UnixMilli() != nextDue {
 			t.Fatalf("due at %v, but End wrote %v: a claim hold landed after End", at, time.UnixMilli(nextDue))
 		}

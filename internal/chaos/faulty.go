@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -145,7 +146,7 @@ func (f *FaultyStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commi
 		if res, err = f.Store.CommitPoll(ctx, l, c); err != nil {
 			return time.Time{}, err
 		}
-		if v, ok := c.State[core.FieldThrottled]; ok {
+		if v, ok := c.State[statehash.Throttled]; ok {
 			if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
 				f.Rec.Throttled(Throttle{Instance: f.Instance, Key: l.Key, From: f.now(), To: time.UnixMilli(ms)})
 			}

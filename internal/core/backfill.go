@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -31,7 +32,7 @@ func (e *Engine) Backfill(ctx context.Context, key watukuytype.Key, req watukuyt
 		if req.To != nil {
 			bp.To = *req.To
 		} else {
-			bp.To = c.state.get(fieldCursorLive)
+			bp.To = c.state.get(statehash.CursorLive)
 		}
 		if prev := c.state.backfill(); prev != nil {
 			bp.Generation = prev.Generation
@@ -39,7 +40,7 @@ func (e *Engine) Backfill(ctx context.Context, key watukuytype.Key, req watukuyt
 		bp.Generation++
 		raw, _ := json.Marshal(bp)
 		// What the live side writes from now on is kept from the backfill's past (G3).
-		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{fieldBackfill: string(raw)}, ClearTouched: true})
+		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{statehash.Backfill: string(raw)}, ClearTouched: true})
 		return err
 	})
 	if err != nil {
@@ -85,7 +86,7 @@ func (c *cycle) backfillLane(bp *watukuytype.BackfillProgress, live laneResult, 
 			bp.Fraction = &one
 		}
 		raw, _ := json.Marshal(bp)
-		return map[string]string{fieldBackfill: string(raw)}, reached
+		return map[string]string{statehash.Backfill: string(raw)}, reached
 	}
 	c.force = 0
 	if bp.Force {
@@ -120,5 +121,5 @@ func (c *cycle) endBackfill(ctx context.Context, f *cycleError) *cycleError {
 		}
 	}
 	raw, _ := json.Marshal(bp)
-	return c.commitAndDeliver(ctx, &pageWrites{Commit: Commit{State: map[string]string{fieldBackfill: string(raw)}, ClearTouched: !backfillActive(bp)}})
+	return c.commitAndDeliver(ctx, &pageWrites{Commit: Commit{State: map[string]string{statehash.Backfill: string(raw)}, ClearTouched: !backfillActive(bp)}})
 }

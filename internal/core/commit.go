@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/schedule"
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -148,20 +149,20 @@ func (c *cycle) tagWrites(cm *Commit, last bool) {
 	v := ""
 	switch {
 	case len(cm.Upserts)+len(cm.Deletes) > 0:
-		if c.state.get(fieldLiveTag) == "" && !c.tagPending {
+		if c.state.get(statehash.LiveTag) == "" && !c.tagPending {
 			return
 		}
 	case last && c.tagPending:
-		v = c.state.get(fieldLiveTag)
+		v = c.state.get(statehash.LiveTag)
 	default:
 		return
 	}
 	st := make(map[string]string, len(cm.State)+1)
 	maps.Copy(st, cm.State)
-	st[fieldLiveTag] = v
+	st[statehash.LiveTag] = v
 	cm.State, c.tagPending = st, false
 	if c.state != nil {
-		c.state[fieldLiveTag] = v
+		c.state[statehash.LiveTag] = v
 	}
 }
 
@@ -238,7 +239,7 @@ func (c *cycle) routeEvents(w *pageWrites) (shadow bool) {
 	if c.p.Shadow {
 		w.Count = map[string]int{}
 		for _, ev := range w.events {
-			w.Count[fieldShadowPrefix+string(ev.Type)]++
+			w.Count[statehash.ShadowPrefix+string(ev.Type)]++
 		}
 		return true
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/jcs"
 	"github.com/watukuy/watukuy/internal/schedule"
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -52,7 +53,7 @@ type cycle struct {
 	confirmed   bool // a fenced write succeeded since the last request
 	throttled   bool // the API answered 429 (or 503 with Retry-After) in this cycle
 	answered    bool // a lane's request got a page in this cycle
-	tagPending  bool // state[fieldLiveTag] is not written yet (see setTag)
+	tagPending  bool // state[statehash.LiveTag] is not written yet (see setTag)
 
 	backfilling *watukuytype.BackfillProgress // the backfill lane's progress while it runs
 	force       int64                         // while a forced backfill runs: its generation
@@ -71,7 +72,7 @@ func newCycle(e *Engine, p *watukuytype.Poller, b BeginResult, sentAt, replyAt t
 		holds: map[string]bool{}, items: b.Items, invalidIndexed: b.InvalidIndexed > 0, serverAt: b.Now, localAt: sentAt, replyAt: replyAt,
 		log: e.log.With().Str("poller", b.Lease.Key.Poller).Str("partition", b.Lease.Key.Partition).Int64("epoch", b.Lease.Epoch).Logger()}
 	c.rep.Key = c.key
-	c.rep.DeleteCandidates = c.state.int(fieldDeleteCandidates) // until a listing counts them anew
+	c.rep.DeleteCandidates = c.state.int(statehash.DeleteCandidates) // until a listing counts them anew
 	for _, h := range b.Holds {
 		c.holds[h] = true
 	}
@@ -369,8 +370,8 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		res.Kind = schedule.ResultChanged
 	}
 	res.Pace = max(paced, c.pace())
-	prev := schedule.State{Interval: c.state.duration(fieldInterval), Failures: c.state.int(fieldFailures),
-		Circuit: c.state.circuit(), ThrottledUntil: c.state.time(FieldThrottled)}
+	prev := schedule.State{Interval: c.state.duration(statehash.Interval), Failures: c.state.int(statehash.Failures),
+		Circuit: c.state.circuit(), ThrottledUntil: c.state.time(statehash.Throttled)}
 	next := schedule.Next(policy(c.p), prev, res, now, c.e.rand())
 	if backfillPending && failure == nil && !noEvidence {
 		// More backfill to do: come back as soon as the API's pace allows (at once: the
@@ -385,11 +386,11 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	}
 
 	st := map[string]string{
-		fieldInterval: strconv.FormatInt(next.Interval.Milliseconds(), 10),
-		fieldFailures: strconv.Itoa(next.Failures),
-		fieldCircuit:  string(next.Circuit),
-		FieldNextDue:  strconv.FormatInt(next.NextDue.UnixMilli(), 10),
-		fieldSchema:   strconv.Itoa(c.p.SchemaVersion),
+		statehash.Interval: strconv.FormatInt(next.Interval.Milliseconds(), 10),
+		statehash.Failures: strconv.Itoa(next.Failures),
+		statehash.Circuit:  string(next.Circuit),
+		statehash.NextDue:  strconv.FormatInt(next.NextDue.UnixMilli(), 10),
+		statehash.Schema:   strconv.Itoa(c.p.SchemaVersion),
 	}
 	var del []string
 	// Kept while the server clock may still be inside it: now() runs ahead of the server by
@@ -397,36 +398,36 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	// cycle: rewriting the window Begin found would undo a trigger that cleared it meanwhile.
 	switch {
 	case !next.ThrottledUntil.After(c.serverNotLater()):
-		del = append(del, FieldThrottled)
+		del = append(del, statehash.Throttled)
 	case c.throttled:
-		st[FieldThrottled] = strconv.FormatInt(next.ThrottledUntil.UnixMilli(), 10)
+		st[statehash.Throttled] = strconv.FormatInt(next.ThrottledUntil.UnixMilli(), 10)
 	}
 	if c.rateLimit != nil {
 		rl, _ := json.Marshal(map[string]any{"limit": c.rateLimit.Limit, "remaining": c.rateLimit.Remaining,
 			"resetAt": c.rateLimitAt.Add(c.rateLimit.Reset).UTC().Format(time.RFC3339Nano), "seenAt": c.rateLimitAt.UTC().Format(time.RFC3339Nano)})
-		st[fieldRateLimit] = string(rl)
+		st[statehash.RateLimit] = string(rl)
 	}
-	if c.p.Reconcile != nil && (reconciled || c.state.time(fieldReconcileDue).IsZero()) {
-		st[fieldReconcileDue] = strconv.FormatInt(now.Add(c.p.Reconcile.Every).UnixMilli(), 10)
+	if c.p.Reconcile != nil && (reconciled || c.state.time(statehash.ReconcileDue).IsZero()) {
+		st[statehash.ReconcileDue] = strconv.FormatInt(now.Add(c.p.Reconcile.Every).UnixMilli(), 10)
 	}
 	// Items read and none valid: the key is degraded (LastError). A cycle that read nothing
 	// says nothing new of the items and keeps it.
 	invalidOnly := failure == nil && c.read > 0 && c.valid == 0
-	stillInvalid := failure == nil && c.read == 0 && lastErrorCode(c.state.get(fieldLastError)) == watukuytype.CodeInvalidItems
+	stillInvalid := failure == nil && c.read == 0 && lastErrorCode(c.state.get(statehash.LastError)) == watukuytype.CodeInvalidItems
 	outcome := "ok"
 	switch {
 	case failure != nil && failure.kind != schedule.ResultThrottled:
 		le, _ := json.Marshal(watukuytype.LastError{Code: failure.code, Phase: failure.phase,
 			Message: failure.err.Error(), At: now.UTC().Format(time.RFC3339Nano)})
-		st[fieldLastError] = string(le)
+		st[statehash.LastError] = string(le)
 	case invalidOnly:
 		le, _ := json.Marshal(watukuytype.LastError{Code: watukuytype.CodeInvalidItems, Phase: "validate", At: now.UTC().Format(time.RFC3339Nano),
 			Message: fmt.Sprintf("all %d items read in this cycle are invalid (first: %s) and were parked: the cursor moved past them without an event; see `parked ls --kind invalid`, fix the poller's identity/validation (or the data), then `parked retry`", c.read, c.issue)})
-		st[fieldLastError] = string(le)
+		st[statehash.LastError] = string(le)
 		outcome = string(watukuytype.CodeInvalidItems)
 	case stillInvalid, noEvidence:
 	case failure == nil:
-		del = append(del, fieldLastError)
+		del = append(del, statehash.LastError)
 	}
 	if failure != nil {
 		outcome = string(failure.code)
@@ -436,18 +437,18 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	// with a valid item, even in a cycle that failed later). A cursor stall, failing requests,
 	// a throttle, a halted delivery or pages of invalid items never refresh it.
 	if c.progressed || failure == nil && !invalidOnly && !stillInvalid && !noEvidence && !c.paused() {
-		st[fieldFreshAt] = strconv.FormatInt(now.UnixMilli(), 10)
+		st[statehash.FreshAt] = strconv.FormatInt(now.UnixMilli(), 10)
 	}
 	summary, _ := json.Marshal(watukuytype.PollSummary{At: now.UTC().Format(time.RFC3339Nano), Outcome: outcome,
 		DurationMs: c.e.now().Sub(c.localAt).Milliseconds(), Pages: c.rep.Pages, Items: c.rep.Items,
 		Events: c.rep.Events, Delivered: c.rep.Delivered, Parked: c.rep.Parked, Invalid: c.rep.Invalid, DeleteCandidates: c.rep.DeleteCandidates,
 		Truncated: c.rep.Truncated, NotModified: c.rep.NotModified, Reconciled: reconciled, BackfillPending: backfillPending})
-	st[fieldLastPoll] = string(summary)
+	st[statehash.LastPoll] = string(summary)
 	if c.tagPending {
-		st[fieldLiveTag] = c.state.get(fieldLiveTag)
+		st[statehash.LiveTag] = c.state.get(statehash.LiveTag)
 	}
 	c.keeper.close()
-	if err := c.e.store.End(ctx, c.lease, EndRequest{State: st, Delete: del, NextDue: next.NextDue, Trigger: c.state.get(FieldTrigger)}); err != nil {
+	if err := c.e.store.End(ctx, c.lease, EndRequest{State: st, Delete: del, NextDue: next.NextDue, Trigger: c.state.get(statehash.Trigger)}); err != nil {
 		return err
 	}
 	if h := c.e.hooks.OnCircuitOpen; h != nil && next.Circuit == watukuytype.CircuitOpen && failure != nil {

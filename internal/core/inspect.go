@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -26,18 +27,18 @@ func (e *Engine) inspect(ctx context.Context, t target) (watukuytype.KeyInfo, er
 	}
 	st := newState(s.State)
 	ki := watukuytype.KeyInfo{Poller: key.Poller, Partition: key.Partition, Paused: st.paused(), Source: t.source,
-		Cursor: st.get(fieldCursorLive), Cursors: map[string]string{"live": st.get(fieldCursorLive)},
+		Cursor: st.get(statehash.CursorLive), Cursors: map[string]string{"live": st.get(statehash.CursorLive)},
 		LeaseOwner: s.LeaseOwner, LeaseEpoch: s.LeaseEpoch,
-		Interval: st.duration(fieldInterval), Circuit: st.circuit(), Failures: st.int(fieldFailures),
+		Interval: st.duration(statehash.Interval), Circuit: st.circuit(), Failures: st.int(statehash.Failures),
 		OutboxPending: s.OutboxLen, Parked: s.Parked, ParkedInvalid: s.ParkedInvalid, ParkedPoison: s.Parked - s.ParkedInvalid,
 		Held: s.Held, Items: s.Items, SchemaVersion: t.info.SchemaVersion, Shadow: t.info.Shadow, LogRetention: t.info.logRetention()}
-	if v := st.get(fieldLastPoll); v != "" {
+	if v := st.get(statehash.LastPoll); v != "" {
 		ki.LastPoll = json.RawMessage(v)
 	}
-	if v := st.get(fieldLastError); v != "" {
+	if v := st.get(statehash.LastError); v != "" {
 		ki.LastError = json.RawMessage(v)
 	}
-	if v := st.get(fieldRateLimit); v != "" {
+	if v := st.get(statehash.RateLimit); v != "" {
 		ki.RateLimit = json.RawMessage(v)
 	}
 	if bp := st.backfill(); bp != nil {
@@ -45,24 +46,24 @@ func (e *Engine) inspect(ctx context.Context, t target) (watukuytype.KeyInfo, er
 		ki.Cursors["backfill"] = bp.Cursor
 	}
 	for _, typ := range []watukuytype.EventType{watukuytype.Created, watukuytype.Updated, watukuytype.Deleted} {
-		if n := st.int(fieldShadowPrefix + string(typ)); n > 0 {
+		if n := st.int(statehash.ShadowPrefix + string(typ)); n > 0 {
 			if ki.ShadowEvents == nil {
 				ki.ShadowEvents = map[string]int{}
 			}
 			ki.ShadowEvents[string(typ)] = n
 		}
 	}
-	if t := st.time(FieldThrottled); t.After(s.Now) {
+	if t := st.time(statehash.Throttled); t.After(s.Now) {
 		ki.ThrottledUntil = &t
 	}
-	if t := st.time(fieldReconcileDue); !t.IsZero() {
+	if t := st.time(statehash.ReconcileDue); !t.IsZero() {
 		ki.ReconcileDue = &t
 	}
 	if !s.LeaseExpires.IsZero() {
 		ki.LeaseExpires = &s.LeaseExpires
 	}
 	ki.FreshnessMs = -1
-	if t := st.time(fieldFreshAt); !t.IsZero() {
+	if t := st.time(statehash.FreshAt); !t.IsZero() {
 		ki.FreshAt = &t
 		ki.FreshnessMs = max(s.Now.Sub(t), 0).Milliseconds()
 	}
@@ -70,18 +71,18 @@ func (e *Engine) inspect(ctx context.Context, t target) (watukuytype.KeyInfo, er
 		ki.OutboxOldestAt = &s.OutboxOldest
 		ki.OutboxOldestAgeMs = max(s.OutboxOldestAge, 0).Milliseconds()
 	}
-	if st.get(FieldNextDue) == "0" {
+	if st.get(statehash.NextDue) == "0" {
 		ki.NextDueAt = &s.Now // triggered: due now
-	} else if due := st.time(FieldNextDue); !due.IsZero() {
+	} else if due := st.time(statehash.NextDue); !due.IsZero() {
 		ki.NextDueAt = &due
 		if lag := s.Now.Sub(due); lag > 0 && !ki.Paused {
 			ki.LagMs = lag.Milliseconds()
 		}
 	}
 	switch {
-	case st.get(fieldDeleted) == "1":
+	case st.get(statehash.Deleted) == "1":
 		ki.Status = watukuytype.StatusDeleted
-	case st.get(fieldRemoved) == "1":
+	case st.get(statehash.Removed) == "1":
 		ki.Status = watukuytype.StatusRemoved
 	case ki.Paused:
 		ki.Status = watukuytype.StatusPaused
@@ -91,7 +92,7 @@ func (e *Engine) inspect(ctx context.Context, t target) (watukuytype.KeyInfo, er
 		ki.Status = watukuytype.StatusCircuitOpen
 	case ki.ThrottledUntil != nil:
 		ki.Status = watukuytype.StatusThrottled
-	case lastErrorCode(st.get(fieldLastError)) == watukuytype.CodeInvalidItems:
+	case lastErrorCode(st.get(statehash.LastError)) == watukuytype.CodeInvalidItems:
 		ki.Status = watukuytype.StatusDegraded
 	case ki.LastError != nil:
 		ki.Status = watukuytype.StatusFailing

@@ -10,6 +10,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/diff"
 	"github.com/watukuy/watukuy/internal/schedule"
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -174,7 +175,7 @@ func (c *cycle) encodeTag(cursor, etag string) string {
 // tagFor is the committed tag of a pass's first request at cursor, if there is one.
 func (c *cycle) tagFor(cursor string) string {
 	var t liveTag
-	if json.Unmarshal([]byte(c.state.get(fieldLiveTag)), &t) != nil || t.Cursor != cursor || t.Schema != c.p.SchemaVersion {
+	if json.Unmarshal([]byte(c.state.get(statehash.LiveTag)), &t) != nil || t.Cursor != cursor || t.Schema != c.p.SchemaVersion {
 		return ""
 	}
 	return t.ETag
@@ -183,8 +184,8 @@ func (c *cycle) tagFor(cursor string) string {
 // setTag records the live lane's tag (encoded, "" for none); it goes with the cycle's next
 // commit that writes anything, or with its end.
 func (c *cycle) setTag(v string) {
-	if v != c.state.get(fieldLiveTag) {
-		c.state[fieldLiveTag] = v
+	if v != c.state.get(statehash.LiveTag) {
+		c.state[statehash.LiveTag] = v
 		c.tagPending = true
 	}
 }
@@ -207,7 +208,7 @@ func (c *cycle) beforeRequest(ctx context.Context, page int) *cycleError {
 	if !c.keeper.valid() {
 		return storeErr(&watukuytype.LeaseLostError{Key: c.key, Epoch: c.lease.Epoch, Reason: "the lease may have expired before a request (a pause past its validity)"})
 	}
-	if until := c.state.time(FieldThrottled); c.serverNotLater().Before(until) {
+	if until := c.state.time(statehash.Throttled); c.serverNotLater().Before(until) {
 		return &cycleError{phase: "fetch", code: watukuytype.CodeThrottled, kind: schedule.ResultThrottled, retryAfter: until.Sub(c.serverNotLater()),
 			err: fmt.Errorf("%s is throttled until %s", c.key, until.Format(time.RFC3339Nano))}
 	}
@@ -260,10 +261,10 @@ func (c *cycle) fetchFailure(ctx context.Context, ln lane, cursor string, err er
 			// Saved at once, not only at the end of the cycle: if this process dies first, the
 			// next owner still keeps out of the window (G8).
 			until := strconv.FormatInt(c.now().Add(he.RetryAfter).UnixMilli(), 10)
-			if _, werr := c.commit(ctx, &pageWrites{Commit: Commit{State: map[string]string{FieldThrottled: until}}}); werr != nil {
+			if _, werr := c.commit(ctx, &pageWrites{Commit: Commit{State: map[string]string{statehash.Throttled: until}}}); werr != nil {
 				return storeErr(werr)
 			}
-			c.state[FieldThrottled] = until // whatever runs next in this cycle keeps out of it too
+			c.state[statehash.Throttled] = until // whatever runs next in this cycle keeps out of it too
 		}
 		return &cycleError{phase: "fetch", code: watukuytype.CodeThrottled, kind: schedule.ResultThrottled, retryAfter: he.RetryAfter, err: err}
 	case errors.As(err, &ce):
@@ -292,10 +293,10 @@ func (c *cycle) listingDeletes(ctx context.Context, lane watukuytype.Lane, seen 
 	}
 	var w pageWrites
 	c.rep.DeleteCandidates = 0
-	if pending := c.state.int(fieldDeleteCandidates); stored == c.items {
+	if pending := c.state.int(statehash.DeleteCandidates); stored == c.items {
 		// Every stored identity was listed: skip reading them all.
 		if pending > 0 {
-			w.State = map[string]string{fieldDeleteCandidates: "0"}
+			w.State = map[string]string{statehash.DeleteCandidates: "0"}
 		}
 		if tag != "" {
 			c.setTag(tag)
@@ -372,7 +373,7 @@ func (c *cycle) listingDeletes(ctx context.Context, lane watukuytype.Lane, seen 
 	}
 	c.items -= int64(len(w.events))
 	// The next listing of a key with candidates must be a full one: a 304 confirms nothing.
-	w.State = map[string]string{fieldDeleteCandidates: strconv.Itoa(c.rep.DeleteCandidates)}
+	w.State = map[string]string{statehash.DeleteCandidates: strconv.Itoa(c.rep.DeleteCandidates)}
 	if len(found) > 0 {
 		if err := c.process(ctx, lane, found, nil, &w); err != nil {
 			return storeErr(err)
@@ -405,24 +406,24 @@ func (c *cycle) detail(ctx context.Context, identity string) (json.RawMessage, b
 // liveLane is the poller's live pass: from the committed cursor, or a full listing for
 // snapshotDiff.
 func (c *cycle) liveLane() lane {
-	ln := lane{name: watukuytype.LaneLive, fetch: c.p.Fetch, cursor: c.state.get(fieldCursorLive), maxPages: c.p.MaxPagesPerCycle, tagged: true}
+	ln := lane{name: watukuytype.LaneLive, fetch: c.p.Fetch, cursor: c.state.get(statehash.CursorLive), maxPages: c.p.MaxPagesPerCycle, tagged: true}
 	if c.p.Strategy == watukuytype.SnapshotDiff {
 		ln.cursor, ln.listing = "", true
-		ln.fresh = c.state.int(fieldDeleteCandidates) > 0
+		ln.fresh = c.state.int(statehash.DeleteCandidates) > 0
 		return ln
 	}
 	ln.save = func(page watukuytype.Page, _ int) (map[string]string, bool) {
-		if page.Next == c.state.get(fieldCursorLive) {
+		if page.Next == c.state.get(statehash.CursorLive) {
 			return nil, false
 		}
-		c.state[fieldCursorLive] = page.Next
-		return map[string]string{fieldCursorLive: page.Next}, false
+		c.state[statehash.CursorLive] = page.Next
+		return map[string]string{statehash.CursorLive: page.Next}, false
 	}
 	return ln
 }
 
 // reconcileDue reports whether the reconcile lane runs in this cycle.
 func (c *cycle) reconcileDue() bool {
-	due := c.state.time(fieldReconcileDue)
+	due := c.state.time(statehash.ReconcileDue)
 	return c.p.Reconcile != nil && !due.IsZero() && !c.now().Before(due)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/diff"
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -93,7 +94,7 @@ func (e *Engine) ResetCursor(ctx context.Context, key watukuytype.Key, cursor st
 			}
 		}
 		// The committed ETag goes too: it describes what the rows held before.
-		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{fieldCursorLive: cursor, fieldLiveTag: ""}})
+		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{statehash.CursorLive: cursor, statehash.LiveTag: ""}})
 		return err
 	})
 	if err != nil {
@@ -166,7 +167,7 @@ func (e *Engine) RemovePartition(ctx context.Context, key watukuytype.Key) error
 		return err
 	}
 	err = e.withOpLease(ctx, t, func(c *cycle) error {
-		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{FieldPaused: "1", fieldRemoved: "1"}})
+		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{statehash.Paused: "1", statehash.Removed: "1"}})
 		return err
 	})
 	if err != nil {
@@ -250,7 +251,7 @@ func (e *Engine) withOpLease(ctx context.Context, t target, fn func(c *cycle) er
 			if c.released {
 				return ferr
 			}
-			if err := e.store.End(ctx, c.lease, EndRequest{Delete: c.endDelete, NextDue: b.Now, Trigger: c.state.get(FieldTrigger)}); err != nil && ferr == nil {
+			if err := e.store.End(ctx, c.lease, EndRequest{Delete: c.endDelete, NextDue: b.Now, Trigger: c.state.get(statehash.Trigger)}); err != nil && ferr == nil {
 				ferr = err
 			}
 			return ferr

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/watukuy/watukuy/internal/diff"
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -171,7 +172,7 @@ func (c *cycle) process(ctx context.Context, lane watukuytype.Lane, items []json
 			k.row = &r
 			w.steps = append(w.steps, step{identity: o.identity, row: diff.AppendRow(nil, r), event: -1})
 		case diff.Created, diff.Updated:
-			r := diff.Row{VF: o.vf, Schema: schema, Version: o.version, Changes: c.changeCount(o, k.row), Life: max(k.tomb, int64(c.state.int(fieldIncarnation)))}
+			r := diff.Row{VF: o.vf, Schema: schema, Version: o.version, Changes: c.changeCount(o, k.row), Life: max(k.tomb, int64(c.state.int(statehash.Incarnation)))}
 			typ := watukuytype.Created
 			if prev := k.row; prev != nil {
 				// A forgotten row is created again; its life goes on.

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -134,8 +135,8 @@ func (e *Engine) releaseParked(ctx context.Context, key watukuytype.Key, ids []s
 		}
 		// A degraded key (INVALID_ITEMS) whose parked invalid rows are all dealt with is no
 		// longer degraded: its next cycle reads nothing new and would keep the code.
-		if lastErrorCode(c.state.get(fieldLastError)) == watukuytype.CodeInvalidItems && !invalidLeft(rows, ids) {
-			c.endDelete = append(c.endDelete, fieldLastError)
+		if lastErrorCode(c.state.get(statehash.LastError)) == watukuytype.CodeInvalidItems && !invalidLeft(rows, ids) {
+			c.endDelete = append(c.endDelete, statehash.LastError)
 		}
 		return nil
 	})

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -20,7 +21,7 @@ func newState(m map[string]string) state {
 
 func (s state) get(f string) string { return s[f] }
 func (s state) int(f string) int    { n, _ := strconv.Atoi(s[f]); return n }
-func (s state) paused() bool        { return s[FieldPaused] == "1" }
+func (s state) paused() bool        { return s[statehash.Paused] == "1" }
 func (s state) duration(f string) time.Duration {
 	return time.Duration(s.int(f)) * time.Millisecond
 }
@@ -32,7 +33,7 @@ func (s state) time(f string) time.Time {
 	return time.UnixMilli(n).UTC()
 }
 func (s state) backfill() *watukuytype.BackfillProgress {
-	v := s[fieldBackfill]
+	v := s[statehash.Backfill]
 	if v == "" {
 		return nil
 	}
@@ -43,41 +44,14 @@ func (s state) backfill() *watukuytype.BackfillProgress {
 	return &bp
 }
 func (s state) circuit() watukuytype.CircuitState {
-	if c := s[fieldCircuit]; c != "" {
+	if c := s[statehash.Circuit]; c != "" {
 		return watukuytype.CircuitState(c)
 	}
 	return watukuytype.CircuitClosed
 }
 
-// State hash fields.
+// Kinds of parked rows.
 const (
-	fieldCursorLive = "cursor.live"
-	FieldNextDue    = "nextDue"
-	fieldInterval   = "interval"
-	fieldFailures   = "failures"
-	fieldCircuit    = "circuit"
-	fieldLastPoll   = "lastPoll"
-	fieldLastError  = "lastError"
-	FieldPaused     = "paused"
-	fieldSchema     = "schemaVersion"
-	FieldThrottled  = "throttledUntil"
-	// FieldTrigger counts triggers (trigger, resume, partitions add): a cycle that ends after
-	// one landed stays due now.
-	FieldTrigger   = "trig"
-	fieldRateLimit = "rateLimit"
-	// fieldFreshAt is when (ms, server clock) a cycle last found the key current with its API
-	// or moved it forward with data (finish); KeyInfo.FreshAt.
-	fieldFreshAt = "freshAt"
-
-	fieldReconcileDue     = "reconcileDue"
-	fieldDeleteCandidates = "deleteCandidates"
-	fieldLiveTag          = "etag.live" // the live lane's committed entity tag (liveTag)
-	fieldBackfill         = "backfill"
-	fieldShadowPrefix     = "shadow."
-	fieldRemoved          = "removed"
-	fieldDeleted          = "deleted"
-	fieldIncarnation      = "incarnation" // a partition deleted and added again: its lives start here
-
 	parkedInvalid = "invalid"
 	parkedPoison  = "poison"
 )

@@ -89,7 +89,7 @@ type Store interface {
 	Resume(ctx context.Context, key watukuytype.Key) error
 	// Trigger makes the key due now (a circuit-open key gets its probe).
 	Trigger(ctx context.Context, key watukuytype.Key) error
-	// ClearThrottle removes the key's Retry-After window (state field FieldThrottled) and
+	// ClearThrottle removes the key's Retry-After window (state field statehash.Throttled) and
 	// returns the end it had, zero when there was none.
 	ClearThrottle(ctx context.Context, key watukuytype.Key) (time.Time, error)
 	// Inspect reads a key's state, lease and counters.
@@ -296,7 +296,7 @@ type EndRequest struct {
 	State   map[string]string
 	Delete  []string
 	NextDue time.Time
-	// Trigger is the trigger generation (state field FieldTrigger) seen at Begin: when a
+	// Trigger is the trigger generation (state field statehash.Trigger) seen at Begin: when a
 	// trigger moved it since, End keeps the key due now instead of NextDue.
 	Trigger string
 }

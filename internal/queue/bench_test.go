@@ -14,6 +14,7 @@ import (
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -105,7 +106,7 @@ func makeAllDue(b *testing.B, rdb redis.UniversalClient, st *redisstore.Store, p
 	_, err := rdb.Pipelined(b.Context(), func(p redis.Pipeliner) error {
 		for _, part := range parts {
 			k := watukuytype.Key{Poller: "noop", Partition: part}
-			p.HSet(b.Context(), st.Key(k, "state"), core.FieldNextDue, "0")
+			p.HSet(b.Context(), st.Key(k, "state"), statehash.NextDue, "0")
 			p.ZAdd(b.Context(), st.DueKey(k.Poller), redis.Z{Score: 0, Member: k.String()})
 		}
 		return nil

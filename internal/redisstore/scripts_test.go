@@ -21,6 +21,7 @@ import (
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/luascripts"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -47,7 +48,7 @@ func samples(l core.Lease) []encoder {
 		cleanOutboxArgs{Key: k, Holder: outboxHolder},
 		commitPollArgs{Key: k, writeFence: wf, TTL: time.Second},
 		deleteKeyArgs{Key: k, writeFence: wf},
-		endArgs{Key: k, writeFence: wf, State: map[string]string{fieldNextDue: "1"}},
+		endArgs{Key: k, writeFence: wf, State: map[string]string{statehash.NextDue: "1"}},
 		forgetKeyArgs{Key: k},
 		holdClaimArgs{Now: sampleNow, Key: k, Until: time.UnixMilli(5)},
 		parkArgs{Key: k, fence: f},
@@ -423,7 +424,7 @@ func TestFencedScriptsCheckTheFenceFirst(t *testing.T) {
 			case "delete_key":
 				_, err = run(ctx, s, &l, deleteKeyArgs{Key: key, writeFence: s.writeFenceOf(l)})
 			case "end":
-				_, err = run(ctx, s, &l, endArgs{Key: key, writeFence: s.writeFenceOf(l), State: map[string]string{fieldNextDue: "1"}})
+				_, err = run(ctx, s, &l, endArgs{Key: key, writeFence: s.writeFenceOf(l), State: map[string]string{statehash.NextDue: "1"}})
 			case "park":
 				_, err = run(ctx, s, &l, parkArgs{Key: key, fence: s.fenceOf(l),
 					Poison: []core.Poison{{StreamID: ids[0], ParkedID: "ev1", OrderingKey: "x", Row: []byte(`{}`)}},
@@ -513,49 +514,6 @@ func constSpecs(f *ast.File) []*ast.ValueSpec {
 	return specs
 }
 
-// stateFieldsGo reads the const block of fields.go: field constant -> value, a constant
-// defined as pkg.Name taking that package's value.
-func stateFieldsGo(t *testing.T) map[string]string {
-	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "fields.go", nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dirs := map[string]string{} // import name -> directory
-	for _, imp := range f.Imports {
-		path, _ := strconv.Unquote(imp.Path.Value)
-		name := path[strings.LastIndex(path, "/")+1:]
-		if imp.Name != nil {
-			name = imp.Name.Name
-		}
-		if strings.HasPrefix(path, module) {
-			dirs[name] = filepath.Join("..", "..", strings.TrimPrefix(path, module))
-		}
-	}
-	fields := map[string]string{}
-	for _, spec := range constSpecs(f) {
-		for i, n := range spec.Names {
-			switch v := spec.Values[i].(type) {
-			case *ast.BasicLit:
-				fields[n.Name], _ = strconv.Unquote(v.Value)
-			case *ast.SelectorExpr:
-				pkg, _ := v.X.(*ast.Ident)
-				if pkg == nil || dirs[pkg.Name] == "" {
-					t.Fatalf("fields.go: %s is not a constant of this module", n.Name)
-				}
-				value, ok := stringConsts(t, dirs[pkg.Name])[v.Sel.Name]
-				if !ok {
-					t.Fatalf("fields.go: %s.%s is not a string constant", pkg.Name, v.Sel.Name)
-				}
-				fields[n.Name] = value
-			default:
-				t.Fatalf("fields.go: %s is neither a string nor another package's constant", n.Name)
-			}
-		}
-	}
-	return fields
-}
-
 // callArgs lists the top-level arguments of every redis.call in code (quotes and nested
 // calls kept whole).
 func callArgs(code string) [][]string {
@@ -602,20 +560,14 @@ func pairArgs(args []string) []string {
 
 var luaString = regexp.MustCompile(`^'([^']*)'$|^"([^"]*)"$`)
 
-// The state-hash field names live in one list (fields.go): every field a script reads or
-// writes on the state hash by name is in it, every field in it is named by a script or by this
-// package's code, and the fields core also declares are spelled as core spells them. A field
-// renamed on one side only fails here.
+// The state-hash field names live in one list (package statehash): every field a script reads
+// or writes on the state hash by name is in it, and every field in it is named by a script or
+// by the engine's or the store's Go code. A field renamed on one side only fails here.
 func TestStateFieldsAreOneList(t *testing.T) {
-	fields := stateFieldsGo(t)
+	fields := stringConsts(t, filepath.Join("..", "statehash"))
 	listed := map[string]bool{}
 	for _, v := range fields {
 		listed[v] = true
-	}
-	for name, v := range stringConsts(t, filepath.Join("..", "core")) {
-		if want, ok := fields[name]; ok && v != want {
-			t.Errorf("core's %s is %q, fields.go's is %q", name, v, want)
-		}
 	}
 
 	// The state hash is KEYS[n] where the wrapper sends the state key there, and state_key in
@@ -665,7 +617,7 @@ func TestStateFieldsAreOneList(t *testing.T) {
 				field := m[1] + m[2]
 				inLua[field] = true
 				if !listed[field] {
-					t.Errorf("%s.lua: %s names state field %q, which fields.go does not list", name, cmd, field)
+					t.Errorf("%s.lua: %s names state field %q, which package statehash does not list", name, cmd, field)
 				}
 			}
 		}
@@ -674,35 +626,34 @@ func TestStateFieldsAreOneList(t *testing.T) {
 		t.Fatal("found no state field in the scripts: the parser is broken")
 	}
 
-	// Field constants this package's code names.
+	// Field constants the Go code names (statehash.X in the engine and the store).
 	inGo := map[string]bool{}
-	paths, _ := filepath.Glob("*.go")
-	for _, path := range paths {
-		if strings.HasSuffix(path, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		declared := map[*ast.Ident]bool{} // the field constants' own names are no use of them
-		if path == "fields.go" {
-			for _, spec := range constSpecs(f) {
-				for _, n := range spec.Names {
-					declared[n] = true
+	for _, dir := range []string{".", filepath.Join("..", "core")} {
+		paths, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		for _, path := range paths {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				if sel, ok := n.(*ast.SelectorExpr); ok {
+					if id, ok := sel.X.(*ast.Ident); ok && id.Name == "statehash" {
+						inGo[sel.Sel.Name] = true
+					}
 				}
-			}
+				return true
+			})
 		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			if id, ok := n.(*ast.Ident); ok && !declared[id] {
-				inGo[id.Name] = true
-			}
-			return true
-		})
+	}
+	if len(inGo) == 0 {
+		t.Fatal("found no statehash constant in the Go code: the parser is broken")
 	}
 	for name, v := range fields {
 		if !inLua[v] && !inGo[name] {
-			t.Errorf("fields.go: %s (%q) is named by no script and no code of this package", name, v)
+			t.Errorf("statehash.%s (%q) is named by no script and no Go code of the engine or the store", name, v)
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/luascripts"
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -356,7 +357,7 @@ func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error 
 	if err != nil {
 		err = s.mapErr(end.name(), &l, err)
 		if watukuytype.IsLeaseLost(err) {
-			if next, herr := s.rdb.HGet(ctx, s.k(l.Key, "state"), fieldNextDue).Result(); herr == nil {
+			if next, herr := s.rdb.HGet(ctx, s.k(l.Key, "state"), statehash.NextDue).Result(); herr == nil {
 				_ = s.setDue(ctx, l.Key, next) // best effort: the repair sweep covers a failure
 			}
 		}
@@ -482,7 +483,7 @@ func (s *Store) AddPartition(ctx context.Context, key watukuytype.Key, entry []b
 		return err
 	}
 	state := s.k(key, "state")
-	marks, err := s.rdb.HMGet(ctx, state, fieldDeleted, fieldIncarnation).Result()
+	marks, err := s.rdb.HMGet(ctx, state, statehash.Deleted, statehash.Incarnation).Result()
 	if err != nil {
 		return err
 	}
@@ -493,11 +494,11 @@ func (s *Store) AddPartition(ctx context.Context, key watukuytype.Key, entry []b
 		if err != nil {
 			return err
 		}
-		if err := s.rdb.HSetNX(ctx, state, fieldIncarnation, now.UnixMilli()).Err(); err != nil {
+		if err := s.rdb.HSetNX(ctx, state, statehash.Incarnation, now.UnixMilli()).Err(); err != nil {
 			return err
 		}
 	}
-	if err := s.rdb.HDel(ctx, state, fieldDeleted).Err(); err != nil {
+	if err := s.rdb.HDel(ctx, state, statehash.Deleted).Err(); err != nil {
 		return err
 	}
 	return s.Trigger(ctx, key)
@@ -568,7 +569,7 @@ func (s *Store) repairKeys(ctx context.Context, keys []watukuytype.Key) ([]watuk
 	scores := make([]*redis.FloatCmd, len(keys))
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
-			states[i] = p.HMGet(ctx, s.k(k, "state"), fieldDeleted, fieldNextDue)
+			states[i] = p.HMGet(ctx, s.k(k, "state"), statehash.Deleted, statehash.NextDue)
 			scores[i] = p.ZScore(ctx, s.dueKey(k.Poller), k.String())
 		}
 		return nil
@@ -620,12 +621,12 @@ func (s *Store) ReadLog(ctx context.Context, key watukuytype.Key, from, to time.
 
 // Pause implements core.Store.
 func (s *Store) Pause(ctx context.Context, key watukuytype.Key) error {
-	return s.rdb.HSet(ctx, s.k(key, "state"), fieldPaused, "1").Err()
+	return s.rdb.HSet(ctx, s.k(key, "state"), statehash.Paused, "1").Err()
 }
 
 // Resume implements core.Store.
 func (s *Store) Resume(ctx context.Context, key watukuytype.Key) error {
-	if err := s.rdb.HDel(ctx, s.k(key, "state"), fieldPaused, fieldRemoved).Err(); err != nil {
+	if err := s.rdb.HDel(ctx, s.k(key, "state"), statehash.Paused, statehash.Removed).Err(); err != nil {
 		return err
 	}
 	return s.Trigger(ctx, key)
@@ -640,8 +641,8 @@ func (s *Store) Trigger(ctx context.Context, key watukuytype.Key) error {
 	// The generation tells a cycle running now to end due now (end.lua), and the due entry is
 	// written unconditionally: a trigger always wins over an older due time.
 	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, s.k(key, "state"), fieldNextDue, "0")
-		p.HIncrBy(ctx, s.k(key, "state"), fieldTrigger, 1)
+		p.HSet(ctx, s.k(key, "state"), statehash.NextDue, "0")
+		p.HIncrBy(ctx, s.k(key, "state"), statehash.Trigger, 1)
 		return nil
 	}); err != nil {
 		return fmt.Errorf("redisstore: trigger %s: %w", key, err)
@@ -656,8 +657,8 @@ func (s *Store) Trigger(ctx context.Context, key watukuytype.Key) error {
 func (s *Store) ClearThrottle(ctx context.Context, key watukuytype.Key) (time.Time, error) {
 	var until *redis.StringCmd
 	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		until = p.HGet(ctx, s.k(key, "state"), fieldThrottled)
-		p.HDel(ctx, s.k(key, "state"), fieldThrottled)
+		until = p.HGet(ctx, s.k(key, "state"), statehash.Throttled)
+		p.HDel(ctx, s.k(key, "state"), statehash.Throttled)
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
 		return time.Time{}, fmt.Errorf("redisstore: clear the throttle window of %s: %w", key, err)

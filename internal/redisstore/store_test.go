@@ -17,6 +17,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -301,12 +302,12 @@ func TestDueWritesKeepDueNow(t *testing.T) {
 			t.Fatal(err)
 		}
 		zadd(t, b, due, map[string]time.Time{key.String(): clk.now().Add(15 * time.Second)})
-		end := core.EndRequest{State: map[string]string{core.FieldNextDue: strconv.FormatInt(clk.now().Add(time.Hour).UnixMilli(), 10)},
-			NextDue: clk.now().Add(time.Hour), Trigger: r.State[core.FieldTrigger]}
+		end := core.EndRequest{State: map[string]string{statehash.NextDue: strconv.FormatInt(clk.now().Add(time.Hour).UnixMilli(), 10)},
+			NextDue: clk.now().Add(time.Hour), Trigger: r.State[statehash.Trigger]}
 		if err := s.End(ctx, r.Lease, end); err != nil {
 			t.Fatal(err)
 		}
-		if st := b.Client.HGet(ctx, s.Key(key, "state"), core.FieldNextDue).Val(); st != "0" || score() > ms(0) {
+		if st := b.Client.HGet(ctx, s.Key(key, "state"), statehash.NextDue).Val(); st != "0" || score() > ms(0) {
 			t.Fatalf("after a trigger during the cycle: nextDue %q, due entry %v; want due now", st, score())
 		}
 		// The next cycle sees the trigger at Begin: its End writes the schedule.
@@ -314,11 +315,11 @@ func TestDueWritesKeepDueNow(t *testing.T) {
 		if r, err = s.Begin(ctx, key, "a", 30*time.Second, false); err != nil || r.Status != core.BeginOK {
 			t.Fatalf("begin: %+v, %v", r, err)
 		}
-		end.Trigger = r.State[core.FieldTrigger]
+		end.Trigger = r.State[statehash.Trigger]
 		if err := s.End(ctx, r.Lease, end); err != nil {
 			t.Fatal(err)
 		}
-		if st := b.Client.HGet(ctx, s.Key(key, "state"), core.FieldNextDue).Val(); st != end.State[core.FieldNextDue] || score() != ms(time.Hour) {
+		if st := b.Client.HGet(ctx, s.Key(key, "state"), statehash.NextDue).Val(); st != end.State[statehash.NextDue] || score() != ms(time.Hour) {
 			t.Fatalf("a cycle without a trigger: nextDue %q, due entry %v; want both in an hour", st, score())
 		}
 	})
@@ -415,7 +416,7 @@ func TestRepairDue(t *testing.T) {
 			t.Fatal(err)
 		}
 		at := clk.now().Add(time.Hour).UnixMilli()
-		if err := b.Client.HSet(ctx, s.Key(later, "state"), core.FieldNextDue, at).Err(); err != nil {
+		if err := b.Client.HSet(ctx, s.Key(later, "state"), statehash.NextDue, at).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := b.Client.Del(ctx, s.DueKey("p0"), s.DueKey("p1")).Err(); err != nil {

@@ -1,0 +1,38 @@
+// Package statehash names the fields of a key's state hash ({prefix}:{poller|partition}:state),
+// the one list the engine (internal/core), the store (internal/redisstore) and the Lua scripts
+// share. The scripts spell the names as Lua strings: redisstore's TestStateFieldsAreOneList
+// fails when a script names a field missing here, or a field here is named nowhere.
+package statehash
+
+// State hash fields.
+const (
+	CursorLive = "cursor.live" // the live lane's cursor
+	NextDue    = "nextDue"     // ms of the next due time; "0" after a trigger (due now)
+	Interval   = "interval"    // ms of the adaptive interval
+	Failures   = "failures"    // consecutive failed cycles
+	Circuit    = "circuit"     // the circuit breaker's state (watukuytype.CircuitState)
+	LastPoll   = "lastPoll"    // JSON of watukuytype.PollSummary
+	LastError  = "lastError"   // JSON of watukuytype.LastError, until a cycle succeeds
+	Paused     = "paused"      // "1" while paused
+	Schema     = "schemaVersion"
+	Throttled  = "throttledUntil" // ms until which the API asked to wait (Retry-After)
+	// Trigger counts triggers (trigger, resume, partitions add): a cycle that ends after one
+	// landed stays due now.
+	Trigger   = "trig"
+	RateLimit = "rateLimit" // JSON of the last rate-limit window the API reported
+	// FreshAt is when (ms, server clock) a cycle last found the key current with its API or
+	// moved it forward with data; KeyInfo.FreshAt.
+	FreshAt          = "freshAt"
+	ReconcileDue     = "reconcileDue"     // ms of the next reconcile listing
+	DeleteCandidates = "deleteCandidates" // identities a complete listing missed, not yet deleted
+	LiveTag          = "etag.live"        // the live lane's committed entity tag
+	Backfill         = "backfill"         // JSON of watukuytype.BackfillProgress
+	ShadowPrefix     = "shadow."          // shadow.<type>: events a shadow poller would have delivered
+	Removed          = "removed"          // "1": the poller left the config (resume clears it)
+	Deleted          = "deleted"          // "1": the partition was deleted
+	// Incarnation is where a partition deleted and added again starts its identities' lives.
+	Incarnation = "incarnation"
+	// LastLife is the highest identity generation ever given (commit_poll.lua writes it,
+	// delete_key.lua starts the next incarnation above it); no Go code reads it.
+	LastLife = "lastLife"
+)
