@@ -11,15 +11,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/chaos"
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/fakeclock"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // newClock is the shared test clock every engine in a test uses in place of Redis TIME.
-func newClock() *chaos.Clock { return chaos.NewClock(time.UnixMilli(1_800_000_000_000)) }
+func newClock() *fakeclock.Clock { return fakeclock.New(time.UnixMilli(1_800_000_000_000)) }
 
 // recorder is a handler that records every delivery attempt that succeeded, in order.
 type recorder struct {
@@ -72,7 +72,7 @@ func (r *recorder) final() map[string]string {
 type env struct {
 	t     *testing.T
 	b     redistest.Backend
-	clock *chaos.Clock
+	clock *fakeclock.Clock
 	api   *fakeapi.API
 	rec   *recorder
 	n     int
@@ -247,7 +247,7 @@ func racing(afterBegin func(b core.BeginResult)) func(core.Store) core.Store {
 // windowWatch records the requests a test's fake API receives inside a Retry-After window it
 // handed out (G8).
 type windowWatch struct {
-	clock  *chaos.Clock
+	clock  *fakeclock.Clock
 	mu     sync.Mutex
 	until  time.Time
 	inside []string

@@ -14,13 +14,14 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/chaos"
+	"github.com/watukuy/watukuy/internal/fakeclock"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Clock is the embedded Redis server's clock (TIME), which leases, due times and throttle
 // windows follow. It moves only when the test moves it.
 type Clock struct {
-	*chaos.Clock
+	*fakeclock.Clock
 	m *miniredis.Miniredis
 }
 
@@ -46,7 +47,7 @@ func New(tb testing.TB, pollers ...watukuy.Poller) *Env {
 	m := miniredis.RunT(tb)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	tb.Cleanup(func() { _ = rdb.Close() })
-	clk := &Clock{Clock: chaos.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), m: m}
+	clk := &Clock{Clock: fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), m: m}
 	m.SetTime(clk.Now())
 	eng, err := watukuy.New(watukuy.Options{Redis: rdb, InstanceID: "watukuytest"})
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/cursor"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/fakeclock"
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -140,7 +141,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		o.Log = io.Discard
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
-	s := &scenario{o: o, rng: rng, rec: NewRecorder(), clock: NewClock(time.UnixMilli(1_800_000_000_000)), prefix: fmt.Sprintf("chaos%d", o.Seed),
+	s := &scenario{o: o, rng: rng, rec: NewRecorder(), clock: fakeclock.New(time.UnixMilli(1_800_000_000_000)), prefix: fmt.Sprintf("chaos%d", o.Seed),
 		handlerFail: true, paused: map[watukuytype.Key]int{}, slow: map[string]slowCalls{}, res: Result{Seed: o.Seed, Steps: o.Steps, Kills: map[KillPoint]int{}, Ops: map[string]int{}, Frozen: map[string]int{}}}
 	s.rec.MarkMeasured("throttles", "parked")
 	defer s.close()
@@ -229,7 +230,7 @@ type scenario struct {
 	o       Options
 	rng     *rand.Rand
 	rec     *Recorder
-	clock   *Clock
+	clock   *fakeclock.Clock
 	prefix  string
 	keys    []*runKey
 	engines []*engineSlot
@@ -788,30 +789,6 @@ func (s *scenario) settled(ctx context.Context, eng *core.Engine) bool {
 		}
 	}
 	return true
-}
-
-// Clock is a fake clock that stands in for the Redis server clock (and the engines' time)
-// in tests and chaos runs. It moves only when told to.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// NewClock returns a clock at t.
-func NewClock(t time.Time) *Clock { return &Clock{t: t} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
 }
 
 // resending returns a client of its own to the run's Redis whose script calls are, at

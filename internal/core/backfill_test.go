@@ -45,7 +45,7 @@ func TestBackfillProgress(t *testing.T) {
 		{"4", 4.0 / 6, false, []string{"updated:i03", "updated:i04"}},
 		{"6", 1, true, []string{"updated:i05", "updated:i06"}},
 	} {
-		now := w.clock.now()
+		now := w.clock.Now()
 		rep := w.run(eng)
 		evs := w.rec.take()
 		ki := w.inspect(eng)
@@ -131,7 +131,7 @@ func TestBackfillFailures(t *testing.T) {
 				t.Fatalf("progress %+v", b)
 			}
 			failBackfill.Store(false)
-			w.clock.advance(time.Minute)
+			w.clock.Advance(time.Minute)
 			w.run(eng)
 			if b := w.inspect(eng).Backfill; b.Done == tc.failed || b.Failed != tc.failed || !tc.failed && b.LastError != "" {
 				t.Fatalf("after the fix: %+v", b)

@@ -55,7 +55,7 @@ func TestCycleOutcomes(t *testing.T) {
 			prepare: func(w *world, f *feed, eng *core.Engine) {
 				f.setErr(errors.New("connection reset"))
 				w.run(eng)
-				w.clock.advance(time.Second)
+				w.clock.Advance(time.Second)
 			},
 			want: want{outcome: watukuytype.Ran, pages: 1, err: "connection reset", requests: 1, status: watukuytype.StatusCircuitOpen, failures: 2,
 				circuit: watukuytype.CircuitOpen, lastError: watukuytype.CodeFetch, nextDue: time.Minute}}, // ProbeEvery = Schedule.Max
@@ -64,7 +64,7 @@ func TestCycleOutcomes(t *testing.T) {
 				f.setErr(errors.New("connection reset"))
 				w.run(eng)
 				f.setErr(nil)
-				w.clock.advance(time.Second)
+				w.clock.Advance(time.Second)
 			},
 			want: want{outcome: watukuytype.Ran, pages: 1, events: 3, delivered: 3, requests: 1, status: watukuytype.StatusIdle, circuit: watukuytype.CircuitClosed,
 				nextDue: time.Second, cursor: "3"}},
@@ -85,7 +85,7 @@ func TestCycleOutcomes(t *testing.T) {
 				f.setErr(&watukuytype.HTTPError{Key: key, StatusCode: 429, URL: "http://api/x", RetryAfter: 90 * time.Second})
 				w.run(eng)
 				f.setErr(nil)
-				w.clock.advance(30 * time.Second)
+				w.clock.Advance(30 * time.Second)
 			},
 			want: want{outcome: watukuytype.SkippedNotDue, status: watukuytype.StatusThrottled, circuit: watukuytype.CircuitClosed,
 				throttled: 60 * time.Second, nextDue: 60 * time.Second}},
@@ -149,7 +149,7 @@ func TestCycleOutcomes(t *testing.T) {
 			f.setErr(tc.fail)
 			w.rec.take()
 			before := f.requestCount()
-			now := w.clock.now()
+			now := w.clock.Now()
 			rep := w.run(eng)
 			ki := w.inspect(eng)
 			got := want{outcome: rep.Outcome, pages: rep.Pages, events: rep.Events, delivered: rep.Delivered,

@@ -55,7 +55,7 @@ func TestDispatchHoldsAnOrderingKey(t *testing.T) {
 			// A later cycle: A's new event joins the held ones, B's goes through.
 			f.put("a4", "1", "group", "A")
 			f.put("b3", "1", "group", "B")
-			w.clock.advance(time.Minute)
+			w.clock.Advance(time.Minute)
 			rep = w.run(eng)
 			if got := summary(w.rec.take()); !slices.Equal(got, []string{"created:b3"}) || rep.Delivered != 1 {
 				t.Fatalf("second cycle delivered %v (%+v), want only b3", got, rep)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/fakeclock"
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -19,25 +20,10 @@ import (
 // These tests drive core.Engine directly, on redisstore over miniredis: the subject is the
 // engine's logic, the scripts have tests of their own next to redisstore.
 
-// clock is the fake clock the engine and the store share, so leases, due times and throttle
-// windows move only when a test advances it.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // world is one test's database, clock and handler.
 type world struct {
 	t     *testing.T
-	clock *clock
+	clock *fakeclock.Clock
 	store core.Store
 	redis *redisstore.Store // store, for reads the engine has no call for
 	rec   *recorder
@@ -45,8 +31,8 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	clk := &clock{t: time.UnixMilli(1_800_000_000_000)}
-	st, err := redisstore.New(redistest.Miniredis(t).Client, redisstore.Options{Clock: clk.now})
+	clk := fakeclock.New(time.UnixMilli(1_800_000_000_000))
+	st, err := redisstore.New(redistest.Miniredis(t).Client, redisstore.Options{Clock: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +59,7 @@ func (w *world) poller(fetch watukuytype.FetchFunc, mod ...func(*watukuytype.Pol
 // are exact.
 func (w *world) engine(p watukuytype.Poller) *core.Engine {
 	w.t.Helper()
-	eng, err := core.NewEngine(core.Options{Store: w.store, InstanceID: "test", Clock: w.clock.now, Rand: func() float64 { return 0.5 }})
+	eng, err := core.NewEngine(core.Options{Store: w.store, InstanceID: "test", Clock: w.clock.Now, Rand: func() float64 { return 0.5 }})
 	if err != nil {
 		w.t.Fatal(err)
 	}

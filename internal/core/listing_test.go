@@ -104,7 +104,7 @@ func TestListingDeletes(t *testing.T) {
 				if r.change != nil {
 					r.change(f)
 				}
-				w.clock.advance(2 * time.Minute)
+				w.clock.Advance(2 * time.Minute)
 				rep := w.run(eng)
 				got := summary(w.rec.take())
 				ki := w.inspect(eng)
@@ -135,7 +135,7 @@ func TestListingTruncatedDeletesNothing(t *testing.T) {
 	f.put("i06", "1") // 5 items: 3 pages of 2, the 3rd is beyond maxPagesPerCycle
 	w.rec.take()
 	for i := range 3 {
-		w.clock.advance(2 * time.Minute)
+		w.clock.Advance(2 * time.Minute)
 		rep := w.run(eng)
 		for _, ev := range w.rec.take() {
 			if ev.Type == watukuytype.Deleted {
@@ -161,26 +161,26 @@ func TestReconcileLaneDeletes(t *testing.T) {
 	}))
 	w.run(eng)
 	w.rec.take()
-	if ki := w.inspect(eng); ki.ReconcileDue == nil || !ki.ReconcileDue.Equal(w.clock.now().Add(5*time.Minute)) || listing.requestCount() != 0 {
+	if ki := w.inspect(eng); ki.ReconcileDue == nil || !ki.ReconcileDue.Equal(w.clock.Now().Add(5*time.Minute)) || listing.requestCount() != 0 {
 		t.Fatalf("first cycle: reconcile due %v, listing requests %d (the first listing comes Every later)", ki.ReconcileDue, listing.requestCount())
 	}
 	listing.remove("i02")
 
 	// Before Every is over the live lane runs alone.
-	w.clock.advance(2 * time.Minute)
+	w.clock.Advance(2 * time.Minute)
 	w.run(eng)
 	if got := w.rec.take(); len(got) != 0 || listing.requestCount() != 0 {
 		t.Fatalf("reconciled early: %v, %d listing requests", summary(got), listing.requestCount())
 	}
 
-	w.clock.advance(4 * time.Minute)
+	w.clock.Advance(4 * time.Minute)
 	rep := w.run(eng)
 	got := w.rec.take()
 	if !slices.Equal(summary(got), []string{"deleted:i02"}) || got[0].Lane != watukuytype.LaneReconcile || rep.Pages != 2 {
 		t.Fatalf("reconcile: %v (%+v)", summary(got), rep)
 	}
 	ki := w.inspect(eng)
-	if ki.Items != 2 || ki.ReconcileDue == nil || !ki.ReconcileDue.Equal(w.clock.now().Add(5*time.Minute)) ||
+	if ki.Items != 2 || ki.ReconcileDue == nil || !ki.ReconcileDue.Equal(w.clock.Now().Add(5*time.Minute)) ||
 		!strings.Contains(string(ki.LastPoll), `"reconciled":true`) {
 		t.Fatalf("after the reconcile: items %d, due %v, lastPoll %s", ki.Items, ki.ReconcileDue, ki.LastPoll)
 	}
@@ -199,7 +199,7 @@ func TestReconcileTooLongDeletesNothing(t *testing.T) {
 	w.run(eng)
 	w.rec.take()
 	listing.remove("i01")
-	w.clock.advance(2 * time.Minute)
+	w.clock.Advance(2 * time.Minute)
 	rep := w.run(eng)
 	ki := w.inspect(eng)
 	if got := w.rec.take(); len(got) != 0 || ki.Items != 4 || lastError(t, ki).Code != watukuytype.CodeConfig || rep.Err == nil {

@@ -457,7 +457,7 @@ func TestFencedScriptsCheckTheFenceFirst(t *testing.T) {
 						t.Errorf("epoch %d, token %s: Redis changed:\nbefore %v\nafter  %v", forged.Epoch, forged.Token, before, after)
 					}
 				}
-				clk.add(time.Millisecond) // so that a renewal moves the lease's end
+				clk.Advance(time.Millisecond) // so that a renewal moves the lease's end
 				before := b.Dump(t)
 				if err := call(name, l, ids); err != nil {
 					t.Fatalf("under the live lease: %v", err)

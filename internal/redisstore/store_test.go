@@ -16,30 +16,19 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/fakeclock"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // Every fenced script fails with LEASE_LOST and writes nothing, whether the epoch is stale
 // (another instance took over) or the lease expired with nobody else holding it.
 func TestFencedWritesLeaveNoTrace(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
-		clk := &clock{t: time.UnixMilli(1_800_000_000_000)}
-		s, err := New(b.Client, Options{Clock: clk.now})
+		clk := fakeclock.New(time.UnixMilli(1_800_000_000_000))
+		s, err := New(b.Client, Options{Clock: clk.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +72,7 @@ func TestFencedWritesLeaveNoTrace(t *testing.T) {
 			},
 			"releaseParked": func(l core.Lease) error { _, _, err := s.ReleaseParked(ctx, l, false, []string{"inv1"}); return err },
 			"end": func(l core.Lease) error {
-				return s.End(ctx, l, core.EndRequest{State: map[string]string{"nextDue": "1"}, NextDue: clk.now()})
+				return s.End(ctx, l, core.EndRequest{State: map[string]string{"nextDue": "1"}, NextDue: clk.Now()})
 			},
 		}
 		check := func(t *testing.T, l core.Lease) {
@@ -108,7 +97,7 @@ func TestFencedWritesLeaveNoTrace(t *testing.T) {
 			}
 		}
 		t.Run("expired", func(t *testing.T) {
-			clk.add(ttl + time.Millisecond)
+			clk.Advance(ttl + time.Millisecond)
 			check(t, l1)
 		})
 		t.Run("stale epoch", func(t *testing.T) {
@@ -124,7 +113,7 @@ func TestFencedWritesLeaveNoTrace(t *testing.T) {
 		t.Run("same epoch, another grant's token", func(t *testing.T) {
 			// After a failover that lost a grant, the epoch can repeat: the token tells the
 			// grants apart.
-			clk.add(ttl + time.Millisecond)
+			clk.Advance(ttl + time.Millisecond)
 			l3 := begin("c")
 			forged := l3
 			forged.Token = "a-lost-grant"
@@ -140,8 +129,8 @@ func TestFencedWritesLeaveNoTrace(t *testing.T) {
 func TestClaimDue(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
-		clk := &clock{t: time.UnixMilli(1_800_000_000_000)}
-		s, _ := New(b.Client, Options{Clock: clk.now})
+		clk := fakeclock.New(time.UnixMilli(1_800_000_000_000))
+		s, _ := New(b.Client, Options{Clock: clk.Now})
 		keys := map[watukuytype.Key][]byte{}
 		for i := 0; i < 50; i++ {
 			keys[watukuytype.Key{Poller: "p", Partition: fmt.Sprint(i)}] = []byte(`{"source":"config"}`)
@@ -185,7 +174,7 @@ func TestClaimDue(t *testing.T) {
 		if ks, _ := s.ClaimDue(ctx, 100, time.Minute, nil); len(ks) != 0 {
 			t.Fatalf("claimed again before the timeout: %d", len(ks))
 		}
-		clk.add(time.Minute)
+		clk.Advance(time.Minute)
 		if ks, _ := s.ClaimDue(ctx, 100, time.Minute, nil); len(ks) != 50 {
 			t.Fatalf("after the claim timeout: %d keys due, want 50", len(ks))
 		}
@@ -193,10 +182,10 @@ func TestClaimDue(t *testing.T) {
 }
 
 // newStore is a store on b with a test clock.
-func newStore(t *testing.T, b redistest.Backend) (*Store, *clock) {
+func newStore(t *testing.T, b redistest.Backend) (*Store, *fakeclock.Clock) {
 	t.Helper()
-	clk := &clock{t: time.UnixMilli(1_800_000_000_000)}
-	s, err := New(b.Client, Options{Clock: clk.now})
+	clk := fakeclock.New(time.UnixMilli(1_800_000_000_000))
+	s, err := New(b.Client, Options{Clock: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +208,7 @@ func TestClaimDueMergesPollers(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		s, clk := newStore(t, b)
-		now := clk.now()
+		now := clk.Now()
 		if err := s.Register(ctx, map[string][]byte{"a": []byte(`{}`), "b": []byte(`{}`), "c": []byte(`{}`)}, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -264,27 +253,27 @@ func TestDueWritesKeepDueNow(t *testing.T) {
 			}
 			return v
 		}
-		ms := func(d time.Duration) float64 { return float64(clk.now().Add(d).UnixMilli()) }
+		ms := func(d time.Duration) float64 { return float64(clk.Now().Add(d).UnixMilli()) }
 
-		if err := s.SetDue(ctx, key, clk.now().Add(time.Minute)); err != nil || score() != ms(time.Minute) {
+		if err := s.SetDue(ctx, key, clk.Now().Add(time.Minute)); err != nil || score() != ms(time.Minute) {
 			t.Fatalf("SetDue of an absent entry: %v, score %v", err, score())
 		}
-		if err := s.SetDue(ctx, key, clk.now().Add(time.Hour)); err != nil || score() != ms(time.Hour) {
+		if err := s.SetDue(ctx, key, clk.Now().Add(time.Hour)); err != nil || score() != ms(time.Hour) {
 			t.Fatalf("SetDue over a future entry: %v, score %v", err, score())
 		}
 		if err := s.Trigger(ctx, key); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.SetDue(ctx, key, clk.now().Add(time.Hour)); err != nil || score() != ms(0) {
+		if err := s.SetDue(ctx, key, clk.Now().Add(time.Hour)); err != nil || score() != ms(0) {
 			t.Fatalf("SetDue over a due-now entry: %v, score %v; want it kept", err, score())
 		}
 		if err := s.Unschedule(ctx, key); err != nil || score() != ms(0) {
 			t.Fatalf("Unschedule of a due-now entry: %v, score %v; want it kept", err, score())
 		}
-		if err := s.SetDue(ctx, key, clk.now().Add(-time.Second)); err != nil || score() != ms(0) {
+		if err := s.SetDue(ctx, key, clk.Now().Add(-time.Second)); err != nil || score() != ms(0) {
 			t.Fatalf("SetDue over a due-now entry: %v, score %v", err, score())
 		}
-		zadd(t, b, due, map[string]time.Time{key.String(): clk.now().Add(2 * time.Minute)}) // claimed
+		zadd(t, b, due, map[string]time.Time{key.String(): clk.Now().Add(2 * time.Minute)}) // claimed
 		if err := s.Unschedule(ctx, key); err != nil || score() != -1 {
 			t.Fatalf("Unschedule of a claimed entry: %v, score %v; want it removed", err, score())
 		}
@@ -298,12 +287,12 @@ func TestDueWritesKeepDueNow(t *testing.T) {
 		if err := s.Trigger(ctx, key); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.SetDue(ctx, key, clk.now().Add(2*time.Minute)); err != nil {
+		if err := s.SetDue(ctx, key, clk.Now().Add(2*time.Minute)); err != nil {
 			t.Fatal(err)
 		}
-		zadd(t, b, due, map[string]time.Time{key.String(): clk.now().Add(15 * time.Second)})
-		end := core.EndRequest{State: map[string]string{statehash.NextDue: strconv.FormatInt(clk.now().Add(time.Hour).UnixMilli(), 10)},
-			NextDue: clk.now().Add(time.Hour), Trigger: r.State[statehash.Trigger]}
+		zadd(t, b, due, map[string]time.Time{key.String(): clk.Now().Add(15 * time.Second)})
+		end := core.EndRequest{State: map[string]string{statehash.NextDue: strconv.FormatInt(clk.Now().Add(time.Hour).UnixMilli(), 10)},
+			NextDue: clk.Now().Add(time.Hour), Trigger: r.State[statehash.Trigger]}
 		if err := s.End(ctx, r.Lease, end); err != nil {
 			t.Fatal(err)
 		}
@@ -311,7 +300,7 @@ func TestDueWritesKeepDueNow(t *testing.T) {
 			t.Fatalf("after a trigger during the cycle: nextDue %q, due entry %v; want due now", st, score())
 		}
 		// The next cycle sees the trigger at Begin: its End writes the schedule.
-		zadd(t, b, due, map[string]time.Time{key.String(): clk.now().Add(2 * time.Minute)}) // claimed
+		zadd(t, b, due, map[string]time.Time{key.String(): clk.Now().Add(2 * time.Minute)}) // claimed
 		if r, err = s.Begin(ctx, key, "a", 30*time.Second, false); err != nil || r.Status != core.BeginOK {
 			t.Fatalf("begin: %+v, %v", r, err)
 		}
@@ -415,7 +404,7 @@ func TestRepairDue(t *testing.T) {
 		if err := b.Client.HSet(ctx, s.Key(deleted, "state"), "deleted", "1").Err(); err != nil {
 			t.Fatal(err)
 		}
-		at := clk.now().Add(time.Hour).UnixMilli()
+		at := clk.Now().Add(time.Hour).UnixMilli()
 		if err := b.Client.HSet(ctx, s.Key(later, "state"), statehash.NextDue, at).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -429,7 +418,7 @@ func TestRepairDue(t *testing.T) {
 		if score := b.Client.ZScore(ctx, s.DueKey("p1"), later.String()).Val(); score != float64(at) {
 			t.Fatalf("a key with a next due time repaired at %v, want %v", score, at)
 		}
-		if score := b.Client.ZScore(ctx, s.DueKey("p1"), "p1|3").Val(); score != float64(clk.now().UnixMilli()) {
+		if score := b.Client.ZScore(ctx, s.DueKey("p1"), "p1|3").Val(); score != float64(clk.Now().UnixMilli()) {
 			t.Fatalf("a key without a next due time repaired at %v, want now", score)
 		}
 		if got, err := s.RepairDue(ctx); err != nil || len(got) != 0 {
