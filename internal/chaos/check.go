@@ -436,7 +436,7 @@ func Check(truth map[watukuytype.Key]Truth, rec *Recorder) Report {
 		seqOf := map[string]string{}
 		for _, d := range rec.deliveries {
 			ev := d.Event
-			if ev.Lane == "replay" || ev.Seq == "" {
+			if ev.Lane == watukuytype.LaneReplay || ev.Seq == "" {
 				continue
 			}
 			if s, ok := seqOf[ev.ID]; ok && s != ev.Seq {

@@ -9,9 +9,6 @@ import (
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
-// laneBackfill names the backfill lane (Event.Lane).
-const laneBackfill = "backfill"
-
 // Backfill (re)starts the key's backfill lane: the live lane's logic from an older cursor,
 // run with the page budget the live lane leaves, committing per page, events tagged lane
 // "backfill". Calling it again replaces cursor and target. snapshotDiff pollers have no
@@ -56,7 +53,7 @@ func (c *cycle) backfillLane(bp *watukuytype.BackfillProgress, live laneResult, 
 		return lane{}, false
 	}
 	pos := c.p.CursorPosition
-	ln := lane{name: laneBackfill, fetch: c.p.Fetch, cursor: bp.Cursor, maxPages: budget, yield: true}
+	ln := lane{name: watukuytype.LaneBackfill, fetch: c.p.Fetch, cursor: bp.Cursor, maxPages: budget, yield: true}
 	ln.save = func(page watukuytype.Page, events int) (map[string]string, bool) {
 		now := c.now()
 		bp.Cursor = page.Next

@@ -27,7 +27,7 @@ func (e *Engine) inspect(ctx context.Context, t target) (watukuytype.KeyInfo, er
 	}
 	st := newState(s.State)
 	ki := watukuytype.KeyInfo{Poller: key.Poller, Partition: key.Partition, Paused: st.paused(), Source: t.source,
-		Cursor: st.get(statehash.CursorLive), Cursors: map[string]string{"live": st.get(statehash.CursorLive)},
+		Cursor: st.get(statehash.CursorLive), Cursors: map[string]string{string(watukuytype.LaneLive): st.get(statehash.CursorLive)},
 		LeaseOwner: s.LeaseOwner, LeaseEpoch: s.LeaseEpoch,
 		Interval: st.duration(statehash.Interval), Circuit: st.circuit(), Failures: st.int(statehash.Failures),
 		OutboxPending: s.OutboxLen, Parked: s.Parked, ParkedInvalid: s.ParkedInvalid, ParkedPoison: s.Parked - s.ParkedInvalid,
@@ -43,7 +43,7 @@ func (e *Engine) inspect(ctx context.Context, t target) (watukuytype.KeyInfo, er
 	}
 	if bp := st.backfill(); bp != nil {
 		ki.Backfill = bp
-		ki.Cursors["backfill"] = bp.Cursor
+		ki.Cursors[string(watukuytype.LaneBackfill)] = bp.Cursor
 	}
 	for _, typ := range []watukuytype.EventType{watukuytype.Created, watukuytype.Updated, watukuytype.Deleted} {
 		if n := st.int(statehash.ShadowPrefix + string(typ)); n > 0 {

@@ -101,7 +101,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 			res.complete = true
 			return res, nil // idle, and never a source of deletes (G6)
 		}
-		w := pageWrites{history: ln.name == laneBackfill}
+		w := pageWrites{history: ln.name == watukuytype.LaneBackfill}
 		valid := c.valid
 		if err := c.process(ctx, ln.name, page.Items, seen, &w); err != nil {
 			return res, storeErr(err)

@@ -69,7 +69,7 @@ type stored struct {
 // listed identity and whether it was valid.
 func (c *cycle) process(ctx context.Context, lane watukuytype.Lane, items []json.RawMessage, seen map[string]bool, w *pageWrites) error {
 	c.rep.Items += len(items)
-	counted := lane != laneBackfill
+	counted := lane != watukuytype.LaneBackfill
 	if counted {
 		c.read += len(items)
 	}
@@ -152,7 +152,7 @@ func (c *cycle) process(ctx context.Context, lane watukuytype.Lane, items []json
 		switch kind {
 		case diff.Unchanged:
 			r := *k.row
-			if c.force > 0 && lane == laneBackfill && r.VF == o.vf {
+			if c.force > 0 && lane == watukuytype.LaneBackfill && r.VF == o.vf {
 				// A forced backfill re-emits what is known; its ids are new for each backfill
 				// generation (so consumers that dedupe by id receive them) and stable within it.
 				ev := c.newEvent(watukuytype.Updated, lane, o.identity, o.version, o.vf, o.raw, r)

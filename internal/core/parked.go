@@ -173,7 +173,7 @@ func (c *cycle) placeRetry(ctx context.Context, r parkedRow, o observation) erro
 		return err
 	}
 	k := known[0]
-	history := r.Lane == laneBackfill && c.p.History // parked by a backfill over history
+	history := r.Lane == watukuytype.LaneBackfill && c.p.History // parked by a backfill over history
 	if r.Identity != "" && !history && k.parked.ID == r.ID && (k.row == nil || !versionBefore(o.version, k.row.Version)) {
 		return nil // its identity's latest observation, unless a backfill wrote a later one
 	}
