@@ -231,8 +231,7 @@ type Options struct {
 type Engine struct {
 	core  *core.Engine
 	store *redisstore.Store
-	rdb   redis.UniversalClient // the Workers' and Schedulers' asynq connection
-	pool  pool                  // what the Workers and Schedulers on this engine share (pool.go)
+	rdb   redis.UniversalClient
 }
 
 // New returns an engine on opts.Redis.
@@ -260,6 +259,32 @@ func New(opts Options) (*Engine, error) {
 		return nil, err
 	}
 	return &Engine{core: ce, store: st, rdb: opts.Redis}, nil
+}
+
+// Redis returns the go-redis client the engine runs on (Options.Redis): the distributed pool
+// (package pool) runs asynq, its health checks and its monitoring on it.
+func (e *Engine) Redis() redis.UniversalClient { return e.rdb }
+
+// Claimer returns the engine's due set, where schedulers claim due keys: Tick claims there to
+// run the cycles itself, the schedulers of the distributed pool (package pool) to hand them
+// to their workers.
+func (e *Engine) Claimer() Claimer { return e.store }
+
+// Claimer is the part of the engine's Redis store a scheduler claims keys with.
+type Claimer interface {
+	// ClaimDue atomically takes up to limit keys of pollers (every registered poller when
+	// none) whose due time has passed, earliest due first, and pushes their due time forward
+	// by claimTimeout (0: the key's lease TTL plus 2s), so no other claim takes them before
+	// their cycle holds the lease.
+	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]Key, error)
+	// LeaseLive reports whether some instance holds key's lease now.
+	LeaseLive(ctx context.Context, key Key) (bool, error)
+	// WakeChannel is the pub/sub channel Trigger and Resume publish on, so that schedulers
+	// claim at once instead of at their next poll of the due set.
+	WakeChannel() string
+	// Prefix is the prefix of the engine's Redis keys (Options.Prefix, default "wk"): it names
+	// the deployment, in the task IDs of the pool for one.
+	Prefix() string
 }
 
 // Register adds a poller. An invalid definition is a *ConfigError naming poller and field.

@@ -1,6 +1,6 @@
-// Command distributed runs a poller defined in Go on watukuy's distributed pool: a
-// Scheduler moves due keys into asynq tasks, and Workers, as many as you start, run their
-// cycles. The poller has its own Fetch, against a small demo API in this file whose items
+// Command distributed runs a poller defined in Go on watukuy's distributed pool (package
+// pool): a Scheduler moves due keys into asynq tasks, and Workers, as many as you start, run
+// their cycles. The poller has its own Fetch, against a small demo API in this file whose items
 // change every second, and a Handler that prints each event with the worker that delivered
 // it.
 //
@@ -45,6 +45,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/pool"
 )
 
 // tenants are the poller's partitions: one key, and so one task per cycle, each.
@@ -87,7 +88,7 @@ func run(ctx context.Context, role, redisURL, api, name, adminAddr string, out i
 		if err != nil {
 			return err
 		}
-		return withAdmin(ctx, adminAddr, s.Handler(), log, s.Run)
+		return withAdmin(ctx, adminAddr, s.proc.Handler(), log, s.Run)
 	case "worker":
 		if api == "" {
 			return errors.New("-api: a worker needs the demo API's base URL")
@@ -100,7 +101,7 @@ func run(ctx context.Context, role, redisURL, api, name, adminAddr string, out i
 		if err != nil {
 			return err
 		}
-		err = withAdmin(ctx, adminAddr, w.Handler(), log, w.Run)
+		err = withAdmin(ctx, adminAddr, w.proc.Handler(), log, w.Run)
 		fmt.Fprintf(out, "%s ran %d cycles\n", name, w.cycles.Load())
 		return err
 	}
@@ -151,19 +152,27 @@ func runAll(ctx context.Context, rdb redis.UniversalClient, out io.Writer, log z
 	return errors.Join(errs...)
 }
 
+// scheduler is the pool's scheduler with the process it runs in (its endpoints).
+type scheduler struct {
+	*pool.Scheduler
+	proc *pool.Process
+}
+
 // newScheduler returns the pool's scheduler, on an engine of its own that needs no pollers:
 // it claims the keys the workers registered.
-func newScheduler(rdb redis.UniversalClient, log zerolog.Logger) (*watukuy.Scheduler, error) {
+func newScheduler(rdb redis.UniversalClient, log zerolog.Logger) (*scheduler, error) {
 	eng, err := watukuy.New(watukuy.Options{Redis: rdb, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	return watukuy.NewScheduler(eng, watukuy.SchedulerOptions{Logger: log, Registry: prometheus.NewRegistry(), UI: true}), nil
+	proc := pool.New(eng, pool.Options{Logger: log, Registry: prometheus.NewRegistry(), UI: true})
+	return &scheduler{Scheduler: proc.Scheduler(pool.SchedulerOptions{}), proc: proc}, nil
 }
 
-// worker is one worker of the pool with the engine it runs on.
+// worker is one worker of the pool with the process it runs in (its endpoints).
 type worker struct {
-	*watukuy.Worker
+	*pool.Worker
+	proc   *pool.Process
 	name   string
 	cycles atomic.Int64 // cycles that fetched, for the summary
 }
@@ -185,7 +194,8 @@ func newWorker(rdb redis.UniversalClient, name, apiURL string, out io.Writer, lo
 	if err := eng.Register(itemsPoller(apiURL, printEvents(out, name))); err != nil {
 		return nil, err
 	}
-	w.Worker = watukuy.NewWorker(eng, watukuy.WorkerOptions{Concurrency: 2, Logger: log, Registry: prometheus.NewRegistry(), UI: true})
+	w.proc = pool.New(eng, pool.Options{Logger: log, Registry: prometheus.NewRegistry(), UI: true})
+	w.Worker = w.proc.Worker(pool.WorkerOptions{Concurrency: 2})
 	return w, nil
 }
 
@@ -237,7 +247,7 @@ func printEvents(out io.Writer, worker string) watukuy.Handler {
 	}
 }
 
-// withAdmin runs fn until it returns; with addr it also serves the pool's admin handler
+// withAdmin runs fn until it returns; with addr it also serves the process's admin handler
 // (health, readiness, the registry's metrics, asynqmon) in the program's own mux, next to a
 // route of its own.
 func withAdmin(ctx context.Context, addr string, admin http.Handler, log zerolog.Logger, fn func(context.Context) error) error {

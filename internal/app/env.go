@@ -18,6 +18,7 @@ import (
 	"github.com/watukuy/watukuy/internal/config"
 	"github.com/watukuy/watukuy/internal/metrics"
 	"github.com/watukuy/watukuy/internal/redisstore"
+	"github.com/watukuy/watukuy/pool"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -48,7 +49,7 @@ type Settings struct {
 }
 
 // DefaultDrain is Settings.Drain when it is not set.
-const DefaultDrain = watukuy.DefaultDrain
+const DefaultDrain = pool.DefaultDrain
 
 // Env is what a process runs on.
 type Env struct {

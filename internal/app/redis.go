@@ -1,6 +1,6 @@
 // Package app wires the processes: Redis connection, logging, the engine built from the
 // config file (env.go) and its metrics, config reloads, and the runs of the public
-// watukuy.Scheduler and watukuy.Worker with the flags' settings (run.go). cmd/* and the CLI
+// pool.Scheduler and pool.Worker with the flags' settings (run.go). cmd/* and the CLI
 // are thin layers over it.
 package app
 

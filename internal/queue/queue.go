@@ -1,8 +1,8 @@
 // Package queue runs cycles across processes on asynq: a Scheduler claims due keys from the
 // pollers' due sets (the atomic claim script) and enqueues one task per key, whose task ID is
 // derived from the key so a key is never queued twice, and runs the due-set repair sweep;
-// workers are asynq servers whose Handler runs the key's cycle. The public watukuy.Scheduler
-// and watukuy.Worker are built on it.
+// workers are asynq servers whose Handler runs the key's cycle. The public pool.Scheduler
+// and pool.Worker are built on it.
 package queue
 
 import (
@@ -35,7 +35,6 @@ type Claimer interface {
 	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]watukuytype.Key, error)
 	// LeaseLive reports whether some instance holds the key's lease right now.
 	LeaseLive(ctx context.Context, key watukuytype.Key) (bool, error)
-	SetDue(ctx context.Context, key watukuytype.Key, at time.Time) error
 	WakeChannel() string
 }
 

@@ -1,4 +1,4 @@
-package watukuy_test
+package pool_test
 
 import (
 	"context"
@@ -14,12 +14,13 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/pool"
 )
 
 // A worker process of the distributed pool: it registers its Go-defined pollers and runs
 // their cycles from the tasks the schedulers enqueue, until SIGTERM, when it hands its keys
 // back to the other workers. Start as many as the APIs need, on the same Redis.
-func ExampleWorker() {
+func ExampleProcess_Worker() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
@@ -42,12 +43,12 @@ func ExampleWorker() {
 	if err != nil {
 		panic(err)
 	}
-	reg := prometheus.NewRegistry()
-	w := watukuy.NewWorker(eng, watukuy.WorkerOptions{Concurrency: 10, Logger: log, Registry: reg, UI: true})
+	p := pool.New(eng, pool.Options{Logger: log, Registry: prometheus.NewRegistry(), UI: true})
+	w := p.Worker(pool.WorkerOptions{Concurrency: 10})
 
 	// /healthz, /readyz, /metrics and asynqmon at /monitoring/, next to the program's routes.
 	mux := http.NewServeMux()
-	mux.Handle("/", w.Handler())
+	mux.Handle("/", p.Handler())
 	go func() { _ = http.ListenAndServe("127.0.0.1:9090", mux) }()
 
 	if err := w.Run(ctx); err != nil { // Start, then Shutdown(true) when ctx ends
@@ -57,7 +58,7 @@ func ExampleWorker() {
 
 // A scheduler process of the distributed pool: it needs no pollers, only the Redis the
 // workers register theirs in. One or two of them serve any number of workers.
-func ExampleScheduler() {
+func ExampleProcess_Scheduler() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
@@ -66,9 +67,11 @@ func ExampleScheduler() {
 	if err != nil {
 		panic(err)
 	}
-	s := watukuy.NewScheduler(eng, watukuy.SchedulerOptions{Logger: log, Registry: prometheus.NewRegistry(),
-		Listen: "127.0.0.1:9091"}) // or mount s.Handler() in a server of your own
-	if err := s.Run(ctx); err != nil {
+	p := pool.New(eng, pool.Options{Logger: log, Registry: prometheus.NewRegistry()})
+	if _, err := p.Serve(ctx, "127.0.0.1:9091"); err != nil { // or mount p.Handler() in a server of your own
+		panic(err)
+	}
+	if err := p.Scheduler(pool.SchedulerOptions{}).Run(ctx); err != nil {
 		panic(err)
 	}
 }

@@ -1,4 +1,4 @@
-package watukuy_test
+package pool_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/pool"
 )
 
 // onBackends runs fn on miniredis and on a private redis-server.
@@ -76,8 +77,9 @@ func runAll(t *testing.T, fns ...func(context.Context) error) (stop func() []err
 }
 
 // A Scheduler and two Workers, each on an engine of its own (as in processes of their own),
-// run a Go-defined poller: every partition's item is delivered once; the workers' handler
-// answers /healthz, /readyz (503 until the worker runs and after it stopped) and /metrics.
+// run a Go-defined poller: every partition's item is delivered once; the handler of a
+// worker's process answers /healthz, /readyz (503 until the worker runs and after it
+// stopped) and /metrics.
 func TestWorkerAndSchedulerRunGoPoller(t *testing.T) {
 	onBackends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		partitions := []string{"a", "b", "c", "d"}
@@ -105,10 +107,12 @@ func TestWorkerAndSchedulerRunGoPoller(t *testing.T) {
 				Schedule: watukuy.Schedule{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond, Fixed: true}}
 		}
 		reg := prometheus.NewRegistry()
-		w1 := watukuy.NewWorker(engine(t, rdb, "w1", poller("w1")), watukuy.WorkerOptions{Concurrency: 2, Registry: reg})
-		w2 := watukuy.NewWorker(engine(t, rdb, "w2", poller("w2")), watukuy.WorkerOptions{Concurrency: 2})
-		sch := watukuy.NewScheduler(engine(t, rdb, "s", watukuy.Poller{}), watukuy.SchedulerOptions{})
-		if code, body := get(t, w1.Handler(), "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not running") {
+		p1 := pool.New(engine(t, rdb, "w1", poller("w1")), pool.Options{Registry: reg})
+		w1 := p1.Worker(pool.WorkerOptions{Concurrency: 2})
+		w2 := pool.New(engine(t, rdb, "w2", poller("w2")), pool.Options{}).Worker(pool.WorkerOptions{Concurrency: 2})
+		ps := pool.New(engine(t, rdb, "s", watukuy.Poller{}), pool.Options{})
+		sch := ps.Scheduler(pool.SchedulerOptions{})
+		if code, body := get(t, p1.Handler(), "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not running") {
 			t.Fatalf("/readyz before Start: %d %q", code, body)
 		}
 
@@ -120,17 +124,17 @@ func TestWorkerAndSchedulerRunGoPoller(t *testing.T) {
 			t.Fatalf("after 30s delivered %v", got)
 		}
 		for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ok", "/metrics": "watukuy_redis_up 1"} {
-			if code, body := get(t, w1.Handler(), path); code != http.StatusOK || !strings.Contains(body, want) {
+			if code, body := get(t, p1.Handler(), path); code != http.StatusOK || !strings.Contains(body, want) {
 				t.Errorf("%s while running: %d %q, want 200 with %q", path, code, body, want)
 			}
 		}
-		if code, _ := get(t, sch.Handler(), "/readyz"); code != http.StatusOK {
+		if code, _ := get(t, ps.Handler(), "/readyz"); code != http.StatusOK {
 			t.Errorf("scheduler /readyz: %d", code)
 		}
 		if errs := stop(); len(errs) > 0 {
 			t.Errorf("run: %v", errs)
 		}
-		if code, _ := get(t, w1.Handler(), "/readyz"); code != http.StatusServiceUnavailable {
+		if code, _ := get(t, p1.Handler(), "/readyz"); code != http.StatusServiceUnavailable {
 			t.Errorf("/readyz after Shutdown: %d, want 503", code)
 		}
 		mu.Lock()
@@ -158,8 +162,9 @@ func TestWorkerShutdownDrainHandsKeyBack(t *testing.T) {
 				return watukuy.Page{}, ctx.Err()
 			},
 			Handler: func(ctx context.Context, ev watukuy.Event) error { return nil }})
-		w := watukuy.NewWorker(eng, watukuy.WorkerOptions{DrainTimeout: time.Minute})
-		sch := watukuy.NewScheduler(eng, watukuy.SchedulerOptions{})
+		p := pool.New(eng, pool.Options{})
+		w := p.Worker(pool.WorkerOptions{DrainTimeout: time.Minute})
+		sch := p.Scheduler(pool.SchedulerOptions{})
 		if err := w.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +210,7 @@ func (l *lineSignal) Write(p []byte) (int, error) {
 }
 
 // A Scheduler's data watcher only reports a loss; a Worker started after it on the same
-// engine (watukuy run) replaces it with one that registers the pollers again, so the key is
+// Process (watukuy run) replaces it with one that registers the pollers again, so the key is
 // polled again after Redis lost its data.
 func TestSchedulerThenWorkerRegisterAgainAfterDataLoss(t *testing.T) {
 	rdb := redistest.Miniredis(t).Client
@@ -218,8 +223,9 @@ func TestSchedulerThenWorkerRegisterAgainAfterDataLoss(t *testing.T) {
 		Handler:  func(ctx context.Context, ev watukuy.Event) error { return nil },
 		Schedule: watukuy.Schedule{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond, Fixed: true}})
 	started := &lineSignal{want: "scheduler started", seen: make(chan struct{})}
-	sch := watukuy.NewScheduler(eng, watukuy.SchedulerOptions{Logger: zerolog.New(started)})
-	w := watukuy.NewWorker(eng, watukuy.WorkerOptions{})
+	p := pool.New(eng, pool.Options{Logger: zerolog.New(started)})
+	sch := p.Scheduler(pool.SchedulerOptions{})
+	w := p.Worker(pool.WorkerOptions{})
 	ctx := context.Background()
 	stop := runAll(t, sch.Run)
 	<-started.seen // its report-only watcher runs
@@ -254,4 +260,30 @@ func TestSchedulerThenWorkerRegisterAgainAfterDataLoss(t *testing.T) {
 	if errs := stop(); len(errs) > 0 {
 		t.Errorf("scheduler: %v", errs)
 	}
+}
+
+// Serve serves the process's handler on a free port until its context ends, and a busy
+// address fails at once.
+func TestProcessServe(t *testing.T) {
+	onBackends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		p := pool.New(engine(t, rdb, "s", watukuy.Poller{}), pool.Options{})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		addr, err := p.Serve(ctx, "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "ok" {
+			t.Errorf("/readyz of a scheduler's process: %d %q, want 200 ok", resp.StatusCode, body)
+		}
+		if _, err := pool.New(engine(t, rdb, "s2", watukuy.Poller{}), pool.Options{}).Serve(ctx, addr); err == nil || !strings.Contains(err.Error(), addr) {
+			t.Errorf("Serve on the busy %s: %v, want an error naming it", addr, err)
+		}
+	})
 }
