@@ -133,6 +133,9 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 	}
 	for _, p := range env.Pollers {
 		if err := eng.Register(p); err != nil {
+			if env.Config != nil {
+				return env.Config.Locate(err) // file:line: pollers[i].field: …
+			}
 			return err
 		}
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/config"
 	"github.com/watukuy/watukuy/internal/metrics"
 )
@@ -114,7 +113,10 @@ func (env *Env) reloadLocked(ctx context.Context) error {
 		return fmt.Errorf("%s: pollers: the file has none (a process without pollers runs nothing)%s", cfg.File, kept)
 	}
 	if err := env.Engine.Replace(pollers...); err != nil {
-		return fmt.Errorf("%s%w%s", where(cfg, err), err, kept)
+		if located := cfg.Locate(err); located != err {
+			return fmt.Errorf("%w%s", located, kept) // file:line: pollers[i].field: …
+		}
+		return fmt.Errorf("%s: %w%s", cfg.File, err, kept)
 	}
 	env.mu.Lock()
 	env.Config, env.Pollers = cfg, pollers
@@ -126,19 +128,6 @@ func (env *Env) reloadLocked(ctx context.Context) error {
 		return fmt.Errorf("the new config is running, but writing its keys to Redis failed (send SIGHUP again once Redis answers): %w", err)
 	}
 	return nil
-}
-
-// where is "file:line: " of the poller an engine *ConfigError names, or "file: ".
-func where(cfg *config.Config, err error) string {
-	var ce *watukuy.ConfigError
-	if errors.As(err, &ce) {
-		for _, pc := range cfg.Pollers {
-			if pc.Name == ce.Poller && pc.Line > 0 {
-				return fmt.Sprintf("%s:%d: ", cfg.File, pc.Line)
-			}
-		}
-	}
-	return cfg.File + ": "
 }
 
 // diffPollers names the pollers the new file adds, removes and changes (any setting of its
