@@ -9,7 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/fakeclock"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -58,7 +60,7 @@ func (resend) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 // runs), calling between before each store call, and checks what a cycle relies on: the
 // page's events are in the outbox once, under the ids CommitPoll reported, the trigger
 // keeps the key due now, and the lease is released. Then an operator deletes the key.
-func cycleSteps(t *testing.T, b redistest.Backend, s *Store, clk *clock, between func()) {
+func cycleSteps(t *testing.T, b redistest.Backend, s *Store, clk *fakeclock.Clock, between func()) {
 	t.Helper()
 	ctx := context.Background()
 	key := watukuytype.Key{Poller: "orders", Partition: "t1"}
@@ -107,11 +109,11 @@ func cycleSteps(t *testing.T, b redistest.Backend, s *Store, clk *clock, between
 		t.Fatalf("trigger: %v", err)
 	}
 	between()
-	if err := s.End(ctx, l, core.EndRequest{State: map[string]string{"nextDue": "1"}, NextDue: clk.now().Add(time.Hour), Trigger: begun.State["trig"]}); err != nil {
+	if err := s.End(ctx, l, core.EndRequest{State: map[string]string{statehash.NextDue: "1"}, NextDue: clk.Now().Add(time.Hour), Trigger: begun.State[statehash.Trigger]}); err != nil {
 		t.Fatalf("end: %v", err)
 	}
 	score, err := b.Client.ZScore(ctx, s.DueKey("orders"), key.String()).Result()
-	if err != nil || int64(score) > clk.now().UnixMilli() {
+	if err != nil || int64(score) > clk.Now().UnixMilli() {
 		t.Fatalf("a trigger landed during the cycle, the key is due at %v (%v), want now", int64(score), err)
 	}
 	if live, err := s.LeaseLive(ctx, key); err != nil || live {
@@ -147,8 +149,8 @@ func TestAdv12ScriptCacheLostBetweenCalls(t *testing.T) {
 func TestAdv12ReplicatedCommitAfterScriptCacheLost(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
-		clk := &clock{t: time.UnixMilli(1_800_000_000_000)}
-		s, err := New(b.Client, Options{Clock: clk.now, WaitReplicas: 1, WaitTimeout: 20 * time.Millisecond})
+		clk := fakeclock.New(time.UnixMilli(1_800_000_000_000))
+		s, err := New(b.Client, Options{Clock: clk.Now, WaitReplicas: 1, WaitTimeout: 20 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
