@@ -9,6 +9,10 @@
 //	eng, _ := watukuy.New(watukuy.Options{Redis: rdb})
 //	_ = eng.Register(watukuy.Poller{Name: "orders", Fetch: fetchOrders, Handler: onEvent})
 //	report, _ := eng.Tick(ctx, 50*time.Second)
+//
+// Tick runs in one process; package pool runs the same pollers as a scheduler and any number
+// of workers. The types this package re-exports (Poller, Event, KeyInfo, …) are defined,
+// with their field docs, in package watukuytype. Design: docs/design.md in the repository.
 package watukuy
 
 import (

@@ -42,7 +42,7 @@ func TestExamplesImportOnlyPublicPackages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"quickstart", "webhookreceiver"} {
+	for _, want := range []string{"quickstart", "distributed", "webhookreceiver"} {
 		if !slices.Contains(checked, want) {
 			t.Errorf("examples/%s was not checked (checked %v)", want, checked)
 		}

@@ -17,7 +17,9 @@ var heavy = map[string]map[string]string{
 		// miniredis runs EVAL with gopher-lua, whose os library imports os/exec.
 		"github.com/yuin/gopher-lua": "miniredis's Lua interpreter",
 	},
-	"net/http/httptest": {},
+	"net/http/httptest":                   {},
+	"github.com/hibiken/asynqmon":         {},
+	"github.com/prometheus/client_golang": {},
 }
 
 // TestDependenciesStayLight walks watukuytest's import graph (go list -deps) and fails when a
