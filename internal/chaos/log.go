@@ -22,7 +22,7 @@ type Delivery struct {
 	Start time.Time
 	At    time.Time
 	// Believed is whether the engine held its lease for valid when the call began
-	// (core.CheckLease on the handler's context).
+	// (watukuytype.CheckLease on the handler's context).
 	Believed bool
 	// Early marks a deleted event delivered before the API had deleted the item at that
 	// version (known only where the run owns the fake API).

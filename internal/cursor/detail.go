@@ -16,7 +16,7 @@ import (
 )
 
 // Detail fetches one item by identity, the request that confirms a delete a listing suggests
-// (core.Poller.Detail): URL holds "{id}", replaced by the path-escaped identity. 404 and 410
+// (watukuytype.Poller.Detail): URL holds "{id}", replaced by the path-escaped identity. 404 and 410
 // mean the item is gone; any other failure is an error, and the listings decide.
 type Detail struct {
 	// Source sends the request; its URL holds "{id}", and Items, when set, is the gjson path

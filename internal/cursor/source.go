@@ -1,7 +1,7 @@
 // Package cursor turns HTTP APIs into FetchFuncs, one per cursor strategy: timestamp (a change
 // time with an inclusive re-query), token (an opaque next/sync token), page (page number or
 // offset, for full listings: snapshotDiff and reconcile). The custom strategy is any
-// core.FetchFunc written in Go.
+// watukuytype.FetchFunc written in Go.
 package cursor
 
 import (
@@ -103,7 +103,7 @@ func (s *Source) get(ctx context.Context, key watukuytype.Key, rawURL string, pa
 	return r, nil
 }
 
-// page converts a response into a core.Page.
+// page converts a response into a watukuytype.Page.
 func (r *response) page(next string, hasMore bool) watukuytype.Page {
 	return watukuytype.Page{Items: r.items, Next: next, HasMore: hasMore, NotModified: r.NotModified, RateLimit: r.RateLimit, ETag: r.ETag}
 }

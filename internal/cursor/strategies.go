@@ -20,7 +20,7 @@ import (
 // A full page in which every item has the cursor's own time cannot advance: with a
 // TieBreaker parameter the last identity is sent along (on every page but a cycle's first,
 // which re-reads the whole second so that items written in it later are not missed); without
-// one the cycle stops with a *core.CursorStallError instead of asking the same page forever.
+// one the cycle stops with a *watukuytype.CursorStallError instead of asking the same page forever.
 type Timestamp struct {
 	Source
 	// Field is the gjson path of the item's change time.

@@ -118,7 +118,7 @@ var errTooLarge = errors.New("body too large")
 // Do sends the request and reads the whole response body. It never retries.
 //
 // A 2xx or 304 returns the Response and a nil error. Any other status returns the Response
-// together with a *core.HTTPError carrying the status, the redacted URL (query included, the
+// together with a *watukuytype.HTTPError carrying the status, the redacted URL (query included, the
 // values of sensitive parameters such as token, key, secret, signature, password or auth
 // replaced), the first 512 bytes of the body, RetryAfter and RateLimit. A body over MaxBody
 // returns the Response (Body nil) and an error that errors.As finds as *BodyTooLargeError.

@@ -2,7 +2,7 @@
 // Client.Do with a per-request timeout, gzip, a response size limit, ETag / If-None-Match,
 // Link rel="next", and the Retry-After and rate-limit headers the scheduler paces by
 // (docs/design.md, Scheduling). It never retries: retrying, throttling and backoff are the
-// scheduler's decisions, taken from the Response or the *core.HTTPError Do returns.
+// scheduler's decisions, taken from the Response or the *watukuytype.HTTPError Do returns.
 //
 // Decisions the design left open, written down here:
 //

@@ -13,7 +13,7 @@ import (
 )
 
 // guardedConn is a connection of the default transport that runs the current request's lease
-// check (core.CheckLease) before every write: the last moment before bytes leave. A process
+// check (watukuytype.CheckLease) before every write: the last moment before bytes leave. A process
 // frozen after the cycle's own checks and resumed past its lease then sends nothing.
 type guardedConn struct {
 	net.Conn

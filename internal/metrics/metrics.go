@@ -17,7 +17,7 @@ import (
 
 const namespace = "watukuy"
 
-// Cycle outcome label values, in core.Outcome order.
+// Cycle outcome label values, in watukuytype.Outcome order.
 var outcomes = [...]string{
 	watukuytype.Ran:           "ran",
 	watukuytype.SkippedNotDue: "skipped_not_due",
@@ -159,7 +159,7 @@ func (m *Metrics) init(poller string) {
 	}
 }
 
-// Hooks returns core.Hooks that update the metrics; every hook of chain (the user's hooks) runs
+// Hooks returns watukuytype.Hooks that update the metrics; every hook of chain (the user's hooks) runs
 // too, after the metrics are updated.
 func (m *Metrics) Hooks(chain watukuytype.Hooks) watukuytype.Hooks {
 	return watukuytype.Hooks{

@@ -9,13 +9,13 @@ import (
 )
 
 // Sink is what every sink of this package implements; Handle has the signature of a
-// core.Handler, so a sink's method value (s.Handle) can be registered as the handler.
+// watukuytype.Handler, so a sink's method value (s.Handle) can be registered as the handler.
 type Sink interface {
 	Handle(ctx context.Context, ev watukuytype.Event) error
 }
 
 // Envelope renders the event envelope every sink emits: exactly json.Marshal(ev) of the
-// core.Event, so one event gives the same bytes on a webhook, in a stream and on stdout.
+// watukuytype.Event, so one event gives the same bytes on a webhook, in a stream and on stdout.
 // An item that is not valid JSON is an error (no sink sends a broken envelope).
 func Envelope(ev watukuytype.Event) ([]byte, error) {
 	b, err := json.Marshal(ev)

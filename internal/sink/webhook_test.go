@@ -384,5 +384,5 @@ func TestVerifyRejects(t *testing.T) {
 	}
 }
 
-// Compile-time check: every sink's Handle is a core.Handler.
+// Compile-time check: every sink's Handle is a watukuytype.Handler.
 var _ = []watukuytype.Handler{(*Webhook)(nil).Handle, (*Stream)(nil).Handle, (*Stdout)(nil).Handle}
