@@ -11,14 +11,16 @@ import (
 	"time"
 
 	"github.com/goccy/go-yaml/ast"
+
+	"github.com/watukuy/watukuy/internal/core"
 )
 
 // The checks and decoders that schema rows name: what a key's kind alone does not say.
 
 func checkName(d *decoder, ps *pollerState, s string, at pos, fp string) {
 	ps.nameAt = at
-	if !nameRE.MatchString(s) {
-		d.errAt(at, fp, "name %q must match %s", s, nameRE)
+	if err := core.CheckName(s); err != nil {
+		d.errAt(at, fp, "%v", err)
 	}
 }
 
@@ -69,9 +71,10 @@ func decodePartitions(d *decoder, ps *pollerState, v ast.Node, fp string) {
 			return
 		}
 		iat := posOf(item)
+		bad := core.CheckPartition(s)
 		switch line, dup := seen[s]; {
-		case !partitionRE.MatchString(s):
-			d.errAt(iat, ip, "partition %q must match %s", s, partitionRE)
+		case bad != nil:
+			d.errAt(iat, ip, "%v", bad)
 		case dup:
 			d.errAt(iat, ip, "partition %q is listed twice (first at line %d)", s, line)
 		default:
@@ -83,8 +86,8 @@ func decodePartitions(d *decoder, ps *pollerState, v ast.Node, fp string) {
 
 func decodeJitter(d *decoder, ps *pollerState, v ast.Node, fp string) {
 	if j, ok := d.float(v, fp); ok {
-		if j < 0 || j >= 1 {
-			d.errAt(posOf(v), fp, "jitter %v must be in [0, 1)", j)
+		if err := core.CheckJitter(j); err != nil {
+			d.errAt(posOf(v), fp, "%v", err)
 		}
 		ps.p.Schedule.Jitter = j
 	}
@@ -139,8 +142,10 @@ func checkCursor(d *decoder, ps *pollerState, b blockRead) {
 }
 
 func checkSchedule(d *decoder, ps *pollerState, b blockRead) {
-	if s := ps.p.Schedule; s.Min > 0 && s.Max > 0 && s.Min > s.Max {
-		d.errAt(b.values["max"], join(b.field, "max"), "max %s is less than min %s", s.Max, s.Min)
+	if s := ps.p.Schedule; s.Min > 0 && s.Max > 0 {
+		if err := core.CheckInterval(s.Min, s.Max); err != nil {
+			d.errAt(b.values["max"], join(b.field, "max"), "%v", err)
+		}
 	}
 }
 

@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,9 +83,6 @@ func (f *field) parent() string {
 }
 
 var (
-	nameRE      = regexp.MustCompile(core.NamePattern)
-	partitionRE = regexp.MustCompile(core.PartitionPattern)
-
 	strategies          = []string{StrategyTimestamp, StrategyToken, StrategyPage, StrategySnapshotDiff}
 	reconcileStrategies = []string{StrategyPage, StrategySnapshotDiff}
 	poisons             = []string{PoisonPark, PoisonHalt}

@@ -147,7 +147,7 @@ func (e *Engine) poller(key watukuytype.Key) (*watukuytype.Poller, error) {
 	if !ok {
 		return nil, &watukuytype.NotFoundError{Poller: key.Poller, Hint: "this engine has no such poller registered"}
 	}
-	if key.Partition != "" && !partitionRE.MatchString(key.Partition) {
+	if key.Partition != "" && CheckPartition(key.Partition) != nil {
 		return nil, &watukuytype.ConfigError{Poller: key.Poller, Field: "partitions", Msg: fmt.Sprintf("malformed partition %q", key.Partition)}
 	}
 	return p, nil

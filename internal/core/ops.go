@@ -138,8 +138,8 @@ func (c *cycle) forgetRows(ctx context.Context) error {
 // workers running the poller pick it up. A deleted partition comes back empty; an existing
 // one is an error (resume brings back a removed one).
 func (e *Engine) AddPartition(ctx context.Context, key watukuytype.Key) error {
-	if key.Partition == "" || !partitionRE.MatchString(key.Partition) {
-		return &watukuytype.ConfigError{Poller: key.Poller, Field: "partitions", Msg: fmt.Sprintf("%q must match %s", key.Partition, partitionRE)}
+	if err := CheckPartition(key.Partition); key.Partition == "" || err != nil {
+		return &watukuytype.ConfigError{Poller: key.Poller, Field: "partitions", Msg: fmt.Sprintf("%q must match %s", key.Partition, PartitionPattern)}
 	}
 	if t, err := e.resolve(ctx, key); err == nil {
 		ki, err := e.inspect(ctx, t)

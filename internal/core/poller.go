@@ -3,28 +3,24 @@ package core
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/watukuy/watukuy/internal/schedule"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
-var nameRE = regexp.MustCompile(NamePattern)
-var partitionRE = regexp.MustCompile(PartitionPattern)
-
 // withDefaults validates p and fills its defaults; errors are *ConfigError.
 func withDefaults(p watukuytype.Poller) (watukuytype.Poller, error) {
 	bad := func(field, format string, a ...any) (watukuytype.Poller, error) {
 		return p, &watukuytype.ConfigError{Poller: p.Name, Field: field, Msg: fmt.Sprintf(format, a...)}
 	}
-	if !nameRE.MatchString(p.Name) {
-		return bad("name", "must match %s", nameRE)
+	if err := CheckName(p.Name); err != nil {
+		return bad("name", "%v", err)
 	}
 	seen := map[string]bool{}
 	for _, part := range p.Partitions {
-		if !partitionRE.MatchString(part) {
-			return bad("partitions", "%q must match %s", part, partitionRE)
+		if err := CheckPartition(part); err != nil {
+			return bad("partitions", "%v", err)
 		}
 		if seen[part] {
 			return bad("partitions", "%q is listed twice", part)
@@ -53,17 +49,14 @@ func withDefaults(p watukuytype.Poller) (watukuytype.Poller, error) {
 	if s.Max == 0 {
 		s.Max = max(DefaultScheduleMax, s.Min)
 	}
-	if s.Min < 0 || s.Max < 0 {
-		return bad("schedule", "min and max must be positive")
-	}
-	if s.Min > s.Max {
-		return bad("schedule", "min %v is greater than max %v", s.Min, s.Max)
+	if err := CheckInterval(s.Min, s.Max); err != nil {
+		return bad("schedule", "%v", err)
 	}
 	if s.Jitter == 0 {
 		s.Jitter = DefaultJitter
 	}
-	if s.Jitter < 0 || s.Jitter >= 1 {
-		return bad("schedule.jitter", "%v is outside [0, 1)", s.Jitter)
+	if err := CheckJitter(s.Jitter); err != nil {
+		return bad("schedule.jitter", "%v", err)
 	}
 	if p.LeaseTTL == 0 {
 		p.LeaseTTL = DefaultLeaseTTL

@@ -1,10 +1,15 @@
 package core
 
-import "time"
+import (
+	"fmt"
+	"regexp"
+	"time"
+)
 
 // Defaults a poller gets for the settings it leaves at zero, and the patterns its names must
-// match. The engine applies them when a poller is registered; the config file's reference
-// (internal/config) documents the same values.
+// match. The engine applies them when a poller is registered; the config file's schema
+// (internal/config) documents these values and checks a file by the Check functions below, so
+// each rule is written once and a config file's errors still name file, line and column.
 const (
 	// NamePattern is what a poller name must match.
 	NamePattern = `^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`
@@ -36,3 +41,43 @@ const (
 	// DefaultAttempts is how often an event is tried within a cycle before poison.
 	DefaultAttempts = 5
 )
+
+var (
+	nameRE      = regexp.MustCompile(NamePattern)
+	partitionRE = regexp.MustCompile(PartitionPattern)
+)
+
+// CheckName reports a poller name that does not match NamePattern.
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("name %q must match %s", name, NamePattern)
+	}
+	return nil
+}
+
+// CheckPartition reports a partition that does not match PartitionPattern.
+func CheckPartition(partition string) error {
+	if !partitionRE.MatchString(partition) {
+		return fmt.Errorf("partition %q must match %s", partition, PartitionPattern)
+	}
+	return nil
+}
+
+// CheckInterval reports a schedule whose bounds are negative or whose max is below its min.
+func CheckInterval(min, max time.Duration) error {
+	switch {
+	case min < 0 || max < 0:
+		return fmt.Errorf("min and max must be positive")
+	case max < min:
+		return fmt.Errorf("max %v is less than min %v", max, min)
+	}
+	return nil
+}
+
+// CheckJitter reports a jitter fraction outside [0, 1).
+func CheckJitter(j float64) error {
+	if j < 0 || j >= 1 {
+		return fmt.Errorf("jitter %v must be in [0, 1)", j)
+	}
+	return nil
+}
