@@ -31,6 +31,9 @@ func (e *Engine) Backfill(ctx context.Context, key watukuytype.Key, req watukuyt
 		} else {
 			bp.To = c.state.get(statehash.CursorLive)
 		}
+		if err := checkBackfill(t, bp, req.To != nil); err != nil {
+			return err
+		}
 		if prev := c.state.backfill(); prev != nil {
 			bp.Generation = prev.Generation
 		}
@@ -44,6 +47,39 @@ func (e *Engine) Backfill(ctx context.Context, key watukuytype.Key, req watukuyt
 		return bp, fmt.Errorf("watukuy: backfill %s: %w", key, err)
 	}
 	return bp, e.store.Trigger(ctx, key)
+}
+
+// checkBackfill refuses, before anything is written, a range the poller's CursorPosition
+// can check: a From or To it cannot place, and a From after the target. Without the
+// poller's definition (an operator's process with only the Redis URL) or a CursorPosition,
+// cursors are opaque and the backfill lane's first request is their check. toGiven says
+// whether the caller set To or it defaulted to the live cursor: an error blames only what
+// the caller gave (Field names the command's flag).
+func checkBackfill(t target, bp watukuytype.BackfillProgress, toGiven bool) error {
+	if t.p == nil || t.p.CursorPosition == nil {
+		return nil
+	}
+	pos := t.p.CursorPosition
+	bad := func(flag, cursor string) error {
+		return &watukuytype.ConfigError{Poller: t.key.Poller, Field: flag,
+			Msg: fmt.Sprintf("%q is not a cursor of this poller (it cannot place it): give a cursor as the poller writes it (`watukuy inspect` shows the live one), or null", cursor)}
+	}
+	from, fromOK := pos(bp.From)
+	if bp.From != "" && !fromOK {
+		return bad("--from", bp.From)
+	}
+	to, toOK := pos(bp.To)
+	if toGiven && bp.To != "" && !toOK {
+		return bad("--to", bp.To)
+	}
+	if bp.From == "" || !fromOK || !toOK || from <= to {
+		return nil
+	}
+	if toGiven {
+		return &watukuytype.ConfigError{Poller: t.key.Poller, Field: "--to", Msg: fmt.Sprintf("%q is before --from %q: nothing to backfill", bp.To, bp.From)}
+	}
+	return &watukuytype.ConfigError{Poller: t.key.Poller, Field: "--from",
+		Msg: fmt.Sprintf("%q is after the live cursor %q, where a backfill stops by default: nothing to backfill (give an older --from, or --to null to run until the API has no more)", bp.From, bp.To)}
 }
 
 // backfillLane is the key's active backfill bp as a lane with budget pages, or false when the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,5 +138,47 @@ func TestBackfillFailures(t *testing.T) {
 				t.Fatalf("after the fix: %+v", b)
 			}
 		})
+	}
+}
+
+// A poller that places cursors has its backfill range checked before anything is written: a
+// cursor it cannot place names the flag, and a --from after the target blames --to only when
+// the caller gave it; a defaulted target is the live cursor and is named so.
+func TestBackfillChecksRange(t *testing.T) {
+	w := newWorld(t)
+	f := newFeed(10)
+	f.putN(6)
+	eng := w.engine(w.poller(f.fetch, func(p *watukuytype.Poller) {
+		p.CursorPosition = func(c string) (float64, bool) {
+			n, err := strconv.ParseFloat(c, 64)
+			return n, err == nil
+		}
+	}))
+	w.run(eng) // live cursor "6"
+	ctx := context.Background()
+	to := func(s string) *string { return &s }
+	for _, c := range []struct {
+		req         watukuytype.BackfillRequest
+		field, want string
+	}{
+		{watukuytype.BackfillRequest{From: "yesterday"}, "--from", `"yesterday" is not a cursor of this poller`},
+		{watukuytype.BackfillRequest{From: "1", To: to("soon")}, "--to", `"soon" is not a cursor of this poller`},
+		{watukuytype.BackfillRequest{From: "5", To: to("2")}, "--to", `"2" is before --from "5"`},
+		{watukuytype.BackfillRequest{From: "9"}, "--from", `"9" is after the live cursor "6"`},
+	} {
+		_, err := eng.Backfill(ctx, key, c.req)
+		var ce *watukuytype.ConfigError
+		if !errors.As(err, &ce) || ce.Field != c.field || !strings.Contains(ce.Msg, c.want) {
+			t.Fatalf("backfill %+v: %v, want %s: %s", c.req, err, c.field, c.want)
+		}
+		if ki := w.inspect(eng); ki.Backfill != nil {
+			t.Fatalf("a refused backfill %+v was written: %+v", c.req, ki.Backfill)
+		}
+	}
+	// Within range, to the end, and from the beginning pass.
+	for _, req := range []watukuytype.BackfillRequest{{From: "2"}, {From: "9", To: to("")}, {From: "", To: to("3")}} {
+		if _, err := eng.Backfill(ctx, key, req); err != nil {
+			t.Fatalf("backfill %+v: %v", req, err)
+		}
 	}
 }
