@@ -102,7 +102,8 @@ func (c *common) dev(ctx context.Context, out io.Writer, log zerolog.Logger) err
 	return app.RunAll(ctx, env, c.s)
 }
 
-// printEvents is the demo's handler: one readable line per event, or with asJSON the event
+// printEvents is the demo's handler: one readable line per event (time observed, poller,
+// partition, lane, type, identity, version, a few fields, id), or with asJSON the event
 // envelope as one JSON line.
 func printEvents(w io.Writer, asJSON bool) watukuy.Handler {
 	var mu sync.Mutex
@@ -125,10 +126,12 @@ func printEvents(w io.Writer, asJSON bool) watukuy.Handler {
 		if ev.Version != "" {
 			version = "v" + ev.Version
 		}
+		// The lane and partition tell a replayed event (observed long ago) or a backfilled one
+		// from what the live lane sees now.
 		mu.Lock()
 		defer mu.Unlock()
-		_, err := fmt.Fprintf(w, "%s  %-9s %-8s %-9s %-4s%s  %s\n", ev.ObservedAt.Local().Format(time.TimeOnly),
-			ev.Poller, ev.Type, ev.Identity, version, detail, ev.ID)
+		_, err := fmt.Fprintf(w, "%s  %-9s %-9s %-9s %-8s %-9s %-4s%s  %s\n", ev.ObservedAt.Local().Format(time.TimeOnly),
+			ev.Poller, cell(ev.Partition), ev.Lane, ev.Type, ev.Identity, version, detail, ev.ID)
 		return err
 	}
 }
