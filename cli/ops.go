@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/app"
+	"github.com/watukuy/watukuy/internal/config"
 )
 
 // opsCmds returns the operator commands for Root. inspect, trigger, pause, resume, backfill,
@@ -49,9 +51,12 @@ type op struct {
 	asJSON         bool
 	poller         string
 	partition      string
-	partitionGiven bool // --partition "" names the key of an unpartitioned poller
+	partitionGiven bool // --partition "" (or -) names the key of an unpartitioned poller
 	cmd            *cobra.Command
 	out, errOut    io.Writer
+	// cfg is the config file when one was loaded: what the registry does not say about a
+	// poller (its cursor strategy, its request) comes from there.
+	cfg *config.Config
 }
 
 // opSpec describes one operator command.
@@ -90,6 +95,7 @@ func (o *op) command(s opSpec) *cobra.Command {
 			}
 			o.out, o.errOut = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			return o.withEnv(cmd, func(ctx context.Context, env *app.Env) error {
+				o.cfg = env.Config
 				if !s.anyLayout {
 					if err := requireLayout(ctx, env.Engine); err != nil {
 						return err
@@ -105,15 +111,15 @@ func (o *op) command(s opSpec) *cobra.Command {
 	switch s.keys {
 	case anyKeys:
 		fs.StringVar(&o.poller, "poller", "", "poller to inspect (default: every poller)")
-		fs.StringVar(&o.partition, "partition", "", `one partition of --poller ("" for an unpartitioned poller; default: every partition)`)
+		fs.StringVar(&o.partition, "partition", "", `one partition of --poller ("" or - for an unpartitioned poller; default: every partition)`)
 	case pollerKeys:
 		fs.StringVar(&o.poller, "poller", "", "poller to act on (required)")
-		fs.StringVar(&o.partition, "partition", "", `one partition of --poller ("" for an unpartitioned poller; default: every partition)`)
+		fs.StringVar(&o.partition, "partition", "", `one partition of --poller ("" or - for an unpartitioned poller; default: every partition)`)
 	case pollerOnly:
 		fs.StringVar(&o.poller, "poller", "", "poller (required)")
 	case oneKey:
 		fs.StringVar(&o.poller, "poller", "", "poller (required)")
-		fs.StringVar(&o.partition, "partition", "", "partition (required)")
+		fs.StringVar(&o.partition, "partition", "", `partition (required; "" or - for an unpartitioned poller)`)
 	}
 	cmdLineOnly(fs, "poller", "partition")
 	if s.flags != nil {
@@ -129,9 +135,13 @@ func (o *op) bindJSON(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.asJSON, "json", false, "print machine-readable JSON instead of tables")
 }
 
-// checkKeys validates --poller and --partition for the command's keyFlags.
+// checkKeys validates --poller and --partition for the command's keyFlags. --partition -
+// names the unpartitioned key, as the tables show it.
 func (o *op) checkKeys(cmd *cobra.Command, kf keyFlags) error {
 	o.partitionGiven = cmd.Flags().Changed("partition")
+	if o.partition == "-" {
+		o.partition = ""
+	}
 	switch kf {
 	case anyKeys:
 		if o.partitionGiven && o.poller == "" {
@@ -164,6 +174,20 @@ func (o *op) keys(ctx context.Context, eng *watukuy.Engine) ([]watukuy.Key, erro
 		return nil, fmt.Errorf("poller %q has no partitions (all were deleted): add one with `watukuy partitions add --poller %s --partition NAME`", o.poller, o.poller)
 	}
 	return keys, nil
+}
+
+// configPoller is --poller's entry in the loaded config file; nil without a config file or
+// when the file has no such poller (a Go-defined one, another deployment's).
+func (o *op) configPoller() *config.Poller {
+	if o.cfg == nil {
+		return nil
+	}
+	for i := range o.cfg.Pollers {
+		if o.cfg.Pollers[i].Name == o.poller {
+			return &o.cfg.Pollers[i]
+		}
+	}
+	return nil
 }
 
 // keyName renders a key for messages: "orders" for an unpartitioned poller, "orders|eu"
@@ -252,12 +276,42 @@ func keyOpCmd(use, short, done, effect string, fn func(*watukuy.Engine, context.
 // flagSet reports whether a flag of the running command was given on the command line.
 func (o *op) flagSet(name string) bool { return o.cmd.Flags().Changed(name) }
 
-// parseTime reads a time flag: RFC 3339 or unix milliseconds.
-func parseTime(flag, v string) (time.Time, error) {
+// timeHelp says what parseTime accepts, for flag help and errors.
+const timeHelp = "an RFC 3339 time (2026-01-02T15:04:05Z), a date (2026-01-02, UTC), unix milliseconds, or a time ago (2h or -2h, 30m, 7d)"
+
+// parseTime reads a time flag: RFC 3339, unix milliseconds, or what operatorTime reads.
+func parseTime(flag, v string, now time.Time) (time.Time, error) {
 	if t, err := watukuy.ParseTime(v, []string{"rfc3339", "epoch_ms"}); err == nil {
 		return t, nil
 	}
-	return time.Time{}, usagef("--%s %q: want an RFC 3339 time (2026-01-02T15:04:05Z) or unix milliseconds", flag, v)
+	if t, ok := operatorTime(v, now); ok {
+		return t, nil
+	}
+	return time.Time{}, usagef("--%s %q: want %s", flag, v, timeHelp)
+}
+
+// operatorTime reads the times an operator types that no API writes: a date (midnight UTC)
+// and a time ago ("2h" and "-2h" both mean two hours before now; d is 24h).
+func operatorTime(v string, now time.Time) (time.Time, bool) {
+	if t, err := time.Parse(time.DateOnly, v); err == nil {
+		return t, true
+	}
+	ago := strings.TrimPrefix(v, "-")
+	if ago == "" || ago[len(ago)-1] < 'a' { // a bare number is a cursor or epoch, not a duration
+		return time.Time{}, false
+	}
+	if days, ok := strings.CutSuffix(ago, "d"); ok {
+		n, err := strconv.ParseFloat(days, 64)
+		if err != nil || n < 0 {
+			return time.Time{}, false
+		}
+		return now.Add(-time.Duration(n * 24 * float64(time.Hour))), true
+	}
+	d, err := time.ParseDuration(ago)
+	if err != nil || d < 0 {
+		return time.Time{}, false
+	}
+	return now.Add(-d), true
 }
 
 // needSubcommand is the RunE of a command group: without a subcommand it is a usage error

@@ -2,9 +2,12 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/internal/config"
 )
 
 // keyBackfill is one key's backfill in the output; Event tags the lines of --wait --json
@@ -31,7 +35,7 @@ func backfillCmd() *cobra.Command {
 	var force, wait bool
 	var every time.Duration
 	return o.command(opSpec{
-		use:   "backfill --poller P [--partition X] --from <cursor|null> [--to <cursor|null>] [--force] [--wait]",
+		use:   "backfill --poller P [--partition X] --from <cursor|time|null> [--to <cursor|time|null>] [--force] [--wait]",
 		short: "Run the live lane's logic again from an older cursor, in a lane of its own",
 		long: `backfill starts (or restarts) a backfill lane: the poller's live logic from --from ("null":
 the very beginning) up to --to (default: the live cursor at this moment; "null": until the API
@@ -39,12 +43,20 @@ has no more). Workers run it with the pages the live lane leaves, after the live
 up; events carry lane "backfill". Known items at the same version emit nothing, unless --force
 re-emits them as updated. snapshotDiff pollers have no cursor to go back to and refuse.
 
---wait follows the progress until every backfill is done (a bar on stderr, or with --json one
-JSON line per change). Ctrl-C stops the waiting, not the backfill.`,
+A timestamp poller's cursor can be given as a time: RFC 3339, a date (2026-01-02, UTC), unix
+time, or a time ago (2h or -2h, 30m, 7d); with the config (--config) it is written as the API
+writes times (cursor.formats). Token and page cursors are taken as typed. When this process
+has the poller's definition, a cursor it cannot place, or a --from after the target, is
+refused before anything is written; with only the Redis URL the workers check the cursor at
+the backfill's first request (--wait shows it).
+
+--wait follows the progress until every backfill is done (a bar on a terminal's stderr, one
+line per step otherwise, or with --json one JSON line per change). Ctrl-C stops the waiting,
+not the backfill.`,
 		keys: pollerKeys,
 		flags: func(fs *pflag.FlagSet) {
-			fs.StringVar(&from, "from", "", `cursor to start at ("null": the very beginning); required`)
-			fs.StringVar(&to, "to", "", `cursor to stop at ("null": until the API has no more; default: the live cursor now)`)
+			fs.StringVar(&from, "from", "", `cursor (or, for a timestamp poller, time) to start at ("null": the very beginning); required`)
+			fs.StringVar(&to, "to", "", `cursor or time to stop at ("null": until the API has no more; default: the live cursor now)`)
 			fs.BoolVar(&force, "force", false, "re-emit items already known at the same version, as updated")
 			fs.BoolVar(&wait, "wait", false, "follow the progress until every backfill is done")
 			fs.DurationVar(&every, "poll-interval", 500*time.Millisecond, "with --wait, how often the progress is read")
@@ -63,14 +75,19 @@ JSON line per change). Ctrl-C stops the waiting, not the backfill.`,
 			if err != nil {
 				return err
 			}
-			req := watukuy.BackfillRequest{From: nullCursor(from), Force: force}
+			now := time.Now()
+			req := watukuy.BackfillRequest{From: o.backfillCursor(from, now), Force: force}
 			if o.flagSet("to") {
-				t := nullCursor(to)
+				t := o.backfillCursor(to, now)
 				req.To = &t
 			}
 			started := make([]keyBackfill, 0, len(keys))
 			for _, k := range keys {
 				bp, err := eng.Backfill(ctx, k.Poller, k.Partition, req)
+				if ce := (*watukuy.ConfigError)(nil); errors.As(err, &ce) && strings.HasPrefix(ce.Field, "--") {
+					typed := map[string]string{"--from": from, "--to": to}[ce.Field]
+					err = usagef("%s %s (you typed %q; poller %s)", ce.Field, ce.Msg, typed, o.poller)
+				}
 				if err != nil {
 					if len(started) > 0 {
 						_ = o.printStarted(started, wait)
@@ -93,6 +110,59 @@ JSON line per change). Ctrl-C stops the waiting, not the backfill.`,
 			return o.waitBackfills(ctx, eng, started, every)
 		},
 	})
+}
+
+// backfillCursor reads --from or --to. "null" is the empty cursor. A timestamp poller's
+// cursor may be a time (RFC 3339, unix time, a date, a time ago); it is written as the
+// poller's API writes times (cursor.formats) when the config says the strategy. Token and
+// page cursors are opaque: taken as typed. Without the config the strategy is unknown: only a
+// date or a time ago, which no cursor looks like, becomes a time (RFC 3339), and the engine
+// checks the result against the poller's definition when it has one.
+func (o *op) backfillCursor(v string, now time.Time) string {
+	if v == "null" {
+		return ""
+	}
+	pc := o.configPoller()
+	if pc == nil {
+		if t, ok := operatorTime(v, now); ok {
+			return t.UTC().Format(time.RFC3339)
+		}
+		return v
+	}
+	if pc.Cursor.Strategy != config.StrategyTimestamp {
+		return v
+	}
+	formats := pc.Cursor.Formats
+	if _, err := watukuy.ParseTime(v, formats); err == nil || strings.HasPrefix(v, "{") {
+		return v // as the API writes it, or a committed cursor copied from inspect
+	}
+	t, ok := operatorTime(v, now)
+	if !ok {
+		var err error
+		if t, err = watukuy.ParseTime(v, []string{"rfc3339", "epoch"}); err != nil {
+			return v // the engine says why it is no cursor
+		}
+	}
+	return writeTime(t, formats)
+}
+
+// writeTime writes t in the first of a timestamp poller's formats (RFC 3339 without any).
+func writeTime(t time.Time, formats []string) string {
+	t = t.UTC()
+	f := "rfc3339"
+	if len(formats) > 0 {
+		f = formats[0]
+	}
+	switch f {
+	case "rfc3339":
+		return t.Format(time.RFC3339)
+	case "epoch_s", "epoch":
+		return strconv.FormatInt(t.Unix(), 10)
+	case "epoch_ms":
+		return strconv.FormatInt(t.UnixMilli(), 10)
+	default:
+		return t.Format(f)
+	}
 }
 
 // printStarted reports the backfills just started.
@@ -145,7 +215,7 @@ func (o *op) waitBackfills(ctx context.Context, eng *watukuy.Engine, started []k
 	finished := make([]bool, len(cur))
 	var bar *backfillBar
 	if !o.asJSON {
-		bar = newBackfillBar(o.errOut)
+		bar = newBackfillBar(o.errOut, isTerminal(o.errOut))
 	}
 	stopped := func() error {
 		if bar != nil {
@@ -269,25 +339,41 @@ func progressChanged(a, b *watukuy.BackfillProgress) bool {
 	return a.Pages != b.Pages || a.Items != b.Items || a.Events != b.Events || a.Cursor != b.Cursor || a.Done != b.Done || fa != fb
 }
 
-// backfillBar shows the backfills' progress on one line of w: a percentage bar when every
-// key's position is known (the poller places cursors), a spinner otherwise, followed by pages,
+// backfillBar shows the backfills' progress on stderr: on a terminal one line redrawn in
+// place, a percentage bar when every key's position is known (the poller places cursors) and
+// a spinner otherwise; elsewhere (a log file, CI) a plain line per step. Both carry pages,
 // items, events and (for one key) the cursor.
 type backfillBar struct {
 	w     io.Writer
-	bar   *progressbar.ProgressBar
+	bar   *progressbar.ProgressBar // nil: plain lines
 	known bool
+	last  string // the last plain line, so that a poll without progress prints nothing
 }
 
 // barMax is the bar's resolution: per mille.
 const barMax = 1000
 
-func newBackfillBar(w io.Writer) *backfillBar {
+// newBackfillBar draws on w: the bar when w is a terminal, plain lines otherwise.
+func newBackfillBar(w io.Writer, terminal bool) *backfillBar {
+	if !terminal {
+		return &backfillBar{w: w}
+	}
 	// No spinner goroutine (change interval 0): the bar is drawn only at each poll, so nothing
 	// writes to w behind the command's back.
 	bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(w), progressbar.OptionSetWidth(30),
 		progressbar.OptionSpinnerType(14), progressbar.OptionSetSpinnerChangeInterval(0),
 		progressbar.OptionSetElapsedTime(true), progressbar.OptionSetPredictTime(false), progressbar.OptionShowDescriptionAtLineEnd())
 	return &backfillBar{w: w, bar: bar}
+}
+
+// isTerminal reports whether w is a terminal (a character device), where \r redraws a line.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 func (b *backfillBar) update(cur []keyBackfill, finished []bool) {
@@ -312,6 +398,18 @@ func (b *backfillBar) update(cur []keyBackfill, finished []bool) {
 		desc = fmt.Sprintf("%s  pages %d  items %d  events %d  cursor %s", keyName(kb.Poller, kb.Partition), pages, items, events,
 			cell(clip(kb.Backfill.Cursor, 40)))
 	}
+	permille := int(frac / float64(len(cur)) * barMax)
+	if b.bar == nil {
+		line := desc
+		if known {
+			line = fmt.Sprintf("%3d%%  %s", permille/10, desc)
+		}
+		if line != b.last {
+			b.last = line
+			fmt.Fprintln(b.w, line)
+		}
+		return
+	}
 	b.bar.Describe(desc)
 	if known != b.known {
 		b.known = known
@@ -322,18 +420,25 @@ func (b *backfillBar) update(cur []keyBackfill, finished []bool) {
 		}
 	}
 	if known {
-		_ = b.bar.Set(int(frac / float64(len(cur)) * barMax))
+		_ = b.bar.Set(permille)
 	} else {
 		_ = b.bar.Add(1) // turn the spinner
 	}
 }
 
+// finish ends the bar's line; plain lines are complete already.
 func (b *backfillBar) finish() {
+	if b.bar == nil {
+		return
+	}
 	_ = b.bar.Finish()
 	fmt.Fprintln(b.w)
 }
 
 func (b *backfillBar) stop() {
+	if b.bar == nil {
+		return
+	}
 	_ = b.bar.Exit()
 	fmt.Fprintln(b.w)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/internal/config"
 )
 
 // backfill starts a backfill per key, --wait follows it to the end (bar or JSON lines), and
@@ -75,8 +76,9 @@ func TestBackfill(t *testing.T) {
 		t.Fatalf("after --wait: %+v", bp)
 	}
 
-	if !strings.Contains(errb, "100% |") {
-		t.Errorf("the poller places cursors, yet the bar shows no percentage:\n%q", errb)
+	// stderr is no terminal here: plain lines, one per step, no \r.
+	if !strings.Contains(errb, "100%  orders  pages 3") || strings.Contains(errb, "\r") || strings.Count(errb, "\n") > 5 {
+		t.Errorf("the poller places cursors, yet the lines show no percentage, or redraw, or repeat per poll:\n%q", errb)
 	}
 
 	// --wait --json, one backfill page per cycle: the test runs a cycle only after the
@@ -176,4 +178,76 @@ func TestBackfillWaitEndsOnFailure(t *testing.T) {
 			w.tick()
 		}
 	}
+}
+
+// On a terminal the progress is a bar redrawn in place.
+func TestBackfillBarOnTerminal(t *testing.T) {
+	var b strings.Builder
+	bar := newBackfillBar(&b, true)
+	one := 1.0
+	bar.update([]keyBackfill{{Poller: "orders", Backfill: &watukuy.BackfillProgress{Pages: 3, Cursor: "25", Fraction: &one}}}, []bool{true})
+	bar.finish()
+	if !strings.Contains(b.String(), "100% |") || !strings.Contains(b.String(), "\r") {
+		t.Fatalf("terminal bar: %q", b.String())
+	}
+}
+
+// backfill --from and --to read times for a timestamp poller, written as its API writes them
+// (the config says the strategy and formats); token cursors stay as typed; a refused cursor is
+// a usage error that names the flag, before anything is written.
+func TestBackfillCursorFlags(t *testing.T) {
+	now := time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC)
+	cfg := &config.Config{Pollers: []config.Poller{
+		{Name: "ts", Cursor: config.Cursor{Strategy: config.StrategyTimestamp}},
+		{Name: "ms", Cursor: config.Cursor{Strategy: config.StrategyTimestamp, Formats: []string{"epoch_ms"}}},
+		{Name: "tok", Cursor: config.Cursor{Strategy: config.StrategyToken}},
+	}}
+	for _, c := range []struct {
+		poller string
+		cfg    *config.Config
+		in     string
+		want   string
+	}{
+		{"ts", cfg, "-1h", "2026-03-04T11:00:00Z"},
+		{"ts", cfg, "2h", "2026-03-04T10:00:00Z"},
+		{"ts", cfg, "7d", "2026-02-25T12:00:00Z"},
+		{"ts", cfg, "2026-01-02", "2026-01-02T00:00:00Z"},
+		{"ts", cfg, "2026-01-02T03:04:05Z", "2026-01-02T03:04:05Z"},
+		{"ts", cfg, "null", ""},
+		{"ms", cfg, "-1h", "1772622000000"},
+		{"ms", cfg, "2026-03-04T11:00:00Z", "1772622000000"},
+		{"ms", cfg, "1772622000000", "1772622000000"},
+		{"tok", cfg, "2h", "2h"},
+		{"ts", nil, "-30m", "2026-03-04T11:30:00Z"}, // no config: the strategy is unknown
+		{"ts", nil, "yesterday", "yesterday"},
+		{"ts", nil, "12", "12"},
+	} {
+		o := &op{poller: c.poller, cfg: c.cfg}
+		if got := o.backfillCursor(c.in, now); got != c.want {
+			t.Errorf("%s --from %s: %q, want %q", c.poller, c.in, got, c.want)
+		}
+	}
+}
+
+// The engine's check of a cursor reaches the operator as a usage error naming the flag.
+func TestBackfillRefusedCursor(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.api.PutMany(5, "o", nil)
+	cfg := writeConfig(t, `pollers:
+  - name: orders
+    request: {url: http://127.0.0.1:1/orders}
+    cursor: {strategy: timestamp, field: updated_at, param: since}
+    delivery: {stdout: {}}
+`)
+	w.ok("pause", "--poller", "orders", "--config", cfg) // registers the config's poller
+	errb := w.fails(ExitUsage, `--from "yesterday" is not a cursor of this poller`, "backfill", "--poller", "orders", "--from", "yesterday", "--config", cfg)
+	if !strings.Contains(errb, "poller orders") {
+		t.Fatalf("the refusal does not name the poller: %s", errb)
+	}
+	w.fails(ExitUsage, "--to \"2026-01-01T00:00:00Z\" is before --from", "backfill", "--poller", "orders", "--from", "2026-01-02", "--to", "2026-01-01", "--config", cfg)
+	if bp := w.inspect("orders", "").Backfill; bp != nil {
+		t.Fatalf("a refused backfill was written: %+v", bp)
+	}
+	w.ok("backfill", "--poller", "orders", "--from", "-1h", "--to", "null", "--config", cfg)
 }

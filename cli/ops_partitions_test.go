@@ -51,3 +51,37 @@ func TestPartitions(t *testing.T) {
 	}
 	w.fails(ExitUsage, "--poller and --partition are required", "partitions", "add", "--poller", "tenants")
 }
+
+// partitions add refuses a config poller whose request has no ${partition} (the new key
+// would poll the same API again), takes one that has it, and without the config warns that
+// it could not check. --partition - names the unpartitioned key; add refuses it.
+func TestPartitionsAddNeedsPartitionVar(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	cfg := writeConfig(t, `pollers:
+  - name: orders
+    request: {url: http://127.0.0.1:1/orders}
+    cursor: {strategy: timestamp, field: updated_at, param: since}
+    delivery: {stdout: {}}
+  - name: tenants
+    partitions: [a]
+    request: {url: http://127.0.0.1:1/orders, headers: {X-Tenant: "${partition}"}}
+    cursor: {strategy: timestamp, field: updated_at, param: since}
+    delivery: {stdout: {}}
+`)
+	w.ok("pause", "--poller", "orders", "--config", cfg) // registers the config's pollers
+	errb := w.fails(ExitUsage, "has no ${partition}", "partitions", "add", "--poller", "orders", "--partition", "eu", "--config", cfg)
+	if !strings.Contains(errb, "poll the same API") || w.b.Client.HExists(context.Background(), "wk:{global}:registry", "orders|eu").Val() {
+		t.Fatalf("partitions add without ${partition}: %s", errb)
+	}
+	w.ok("partitions", "add", "--poller", "tenants", "--partition", "b", "--config", cfg)
+	_, errb, code := w.cli("partitions", "add", "--poller", "orders", "--partition", "eu")
+	if code != ExitOK || !strings.Contains(errb, "warning: cannot check that the request of poller orders uses ${partition}") {
+		t.Fatalf("partitions add without the config: exit %d\n%s", code, errb)
+	}
+	w.fails(ExitUsage, "name the new partition", "partitions", "add", "--poller", "orders", "--partition", "-")
+	sts := jsonOf[[]keyStatus](t, w.ok("resume", "--poller", "orders", "--partition", "-", "--json"))
+	if len(sts) != 1 || sts[0].Poller != "orders" || sts[0].Partition != "" {
+		t.Fatalf("--partition - resumed %+v", sts)
+	}
+}

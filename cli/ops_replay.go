@@ -20,25 +20,33 @@ func replayCmd() *cobra.Command {
 		short: "Deliver logged events again: copy them back into the outbox with their original ids",
 		long: `replay copies the events committed between --from and --to (default: now) from the key's
 replay log back into its outbox, with their original ids and lane "replay"; the next cycle
-delivers them. Times are RFC 3339 (2026-01-02T15:04:05Z) or unix milliseconds. The poller needs
-log.retention in its config: without it there is no log and replay fails.`,
+delivers them. Times are ` + timeHelp + `. The poller needs log.retention in its config:
+without it there is no log and replay fails.`,
 		keys: pollerKeys,
 		flags: func(fs *pflag.FlagSet) {
-			fs.StringVar(&fromS, "from", "", "replay events committed from this time on (RFC 3339 or unix ms); required")
+			fs.StringVar(&fromS, "from", "", "replay events committed from this time on (RFC 3339, a date, unix ms or a time ago: 2h); required")
 			fs.StringVar(&toS, "to", "", "replay events committed up to this time (default: now)")
 		},
 		check: func(cmd *cobra.Command) error {
 			if fromS == "" {
-				return usagef("--from is required: an RFC 3339 time (2026-01-02T15:04:05Z) or unix milliseconds")
+				return usagef("--from is required: %s", timeHelp)
 			}
+			now := time.Now()
 			var err error
-			if from, err = parseTime("from", fromS); err != nil {
+			if from, err = parseTime("from", fromS, now); err != nil {
 				return err
 			}
-			if toS != "" {
-				if to, err = parseTime("to", toS); err != nil {
-					return err
+			if toS == "" {
+				if from.After(now) {
+					return usagef("--from %s is in the future: nothing was logged after it yet", from.UTC().Format(time.RFC3339))
 				}
+				return nil
+			}
+			if to, err = parseTime("to", toS, now); err != nil {
+				return err
+			}
+			if to.Before(from) {
+				return usagef("--to %s is before --from %s", to.UTC().Format(time.RFC3339), from.UTC().Format(time.RFC3339))
 			}
 			return nil
 		},

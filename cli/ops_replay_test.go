@@ -48,6 +48,13 @@ func TestReplay(t *testing.T) {
 		t.Fatalf("the replayed events were not delivered: %+v", rep)
 	}
 
+	// A time ago, and a blame that names only what was given.
+	if out := w.ok("replay", "--poller", "orders", "--partition", "-", "--from", "2h"); !strings.Contains(out, "replayed 3 events of orders") {
+		t.Fatalf("replay --from 2h: %s", out)
+	}
+	w.fails(ExitUsage, "--to 2026-01-01T00:00:00Z is before --from 2026-01-02T00:00:00Z", "replay", "--poller", "orders", "--from", "2026-01-02", "--to", "2026-01-01")
+	w.fails(ExitUsage, "is in the future", "replay", "--poller", "orders", "--from", time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+
 	w.fails(ExitFailed, "set log.retention", "replay", "--poller", "plain", "--from", "0")
 	w.fails(ExitUsage, "want an RFC 3339 time", "replay", "--poller", "orders", "--from", "yesterday")
 	w.fails(ExitUsage, "--from is required", "replay", "--poller", "orders")
