@@ -67,6 +67,8 @@ type Poller struct {
 	Failures int
 	// ProbeEvery is how long an open circuit waits for its probe; default Schedule.Max.
 	ProbeEvery time.Duration
+	// Backoff spaces failed cycles; default 1s×2 up to 10m. Zero fields take the default's.
+	Backoff Backoff
 	// LogRetention, when set, keeps every committed event in the key's replay log for this
 	// long (log.retention), so Replay can deliver it again.
 	LogRetention time.Duration

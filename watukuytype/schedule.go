@@ -11,8 +11,10 @@ type Schedule struct {
 	Min time.Duration
 	// Max caps the interval.
 	Max time.Duration
-	// Jitter is the symmetric jitter fraction (0.1 = ±10%).
+	// Jitter is the symmetric jitter fraction (0.1 = ±10%); 0 means the default, 0.1.
 	Jitter float64
+	// NoJitter turns jitter off: every interval is exact (the config file's jitter: 0).
+	NoJitter bool
 	// Fixed pins the interval at Min (adaptive: false).
 	Fixed bool
 }

@@ -269,19 +269,37 @@ func parseSecrets(secrets []string) ([][]byte, error) {
 	}
 	keys := make([][]byte, 0, len(secrets))
 	for i, s := range secrets {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(s), SecretPrefix)
-		if !ok {
-			return nil, fmt.Errorf("webhook: secret %d of %d: must start with %q", i+1, len(secrets), SecretPrefix)
-		}
-		k, err := base64.StdEncoding.DecodeString(rest)
+		k, err := decodeSecret(s)
 		if err != nil {
-			return nil, fmt.Errorf("webhook: secret %d of %d: the part after %q is not standard base64", i+1, len(secrets), SecretPrefix)
-		}
-		if len(k) < MinSecretBytes {
-			return nil, fmt.Errorf("webhook: secret %d of %d: key is %d bytes, want at least %d (Standard Webhooks: 24 to 64 random bytes)",
-				i+1, len(secrets), len(k), MinSecretBytes)
+			return nil, fmt.Errorf("webhook: secret %d of %d: %w", i+1, len(secrets), err)
 		}
 		keys = append(keys, k)
 	}
 	return keys, nil
+}
+
+// CheckSecret reports why secret is not a usable secret: "whsec_" followed by the standard
+// base64 of at least MinSecretBytes bytes, surrounding whitespace ignored. The error never
+// holds any part of the secret. Make one with
+//
+//	echo whsec_$(head -c 32 /dev/urandom | base64)
+func CheckSecret(secret string) error {
+	_, err := decodeSecret(secret)
+	return err
+}
+
+// decodeSecret is the HMAC key of a secret.
+func decodeSecret(secret string) ([]byte, error) {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(secret), SecretPrefix)
+	if !ok {
+		return nil, fmt.Errorf("must start with %q", SecretPrefix)
+	}
+	k, err := base64.StdEncoding.DecodeString(rest)
+	if err != nil {
+		return nil, fmt.Errorf("the part after %q is not standard base64", SecretPrefix)
+	}
+	if len(k) < MinSecretBytes {
+		return nil, fmt.Errorf("key is %d bytes, want at least %d (Standard Webhooks: 24 to 64 random bytes)", len(k), MinSecretBytes)
+	}
+	return k, nil
 }

@@ -172,6 +172,29 @@ func TestBadSecrets(t *testing.T) {
 	}
 }
 
+// CheckSecret is the rule NewSigner and NewVerifier apply to each secret, for callers that
+// check a secret where it is written (the config file).
+func TestCheckSecret(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ secret, want string }{
+		{"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", `must start with "whsec_"`},
+		{"whsec_not*base64!", `the part after "whsec_" is not standard base64`},
+		{"whsec_c2hvcnQta2V5", "key is 9 bytes, want at least 24"},
+	}
+	for _, c := range cases {
+		err := CheckSecret(c.secret)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("CheckSecret(%q) = %v, want %q", c.secret, err, c.want)
+		}
+		if _, serr := NewSigner([]string{c.secret}); serr == nil || !strings.Contains(serr.Error(), err.Error()) {
+			t.Errorf("NewSigner(%q) = %v, want the same rule as CheckSecret", c.secret, serr)
+		}
+	}
+	if err := CheckSecret(" " + vecSecret + "\n"); err != nil {
+		t.Errorf("a good secret with surrounding whitespace: %v", err)
+	}
+}
+
 func TestMiddleware(t *testing.T) {
 	t.Parallel()
 	at := time.Unix(vecTimestamp, 0)

@@ -25,9 +25,12 @@ import (
 // Build turns the file's pollers into engine pollers, each by the build steps of the schema's
 // fields in order. rdb is for the stream sink (nil when nothing is delivered), out for the
 // stdout sink. The engine fills the defaults of what is left at zero and checks the result
-// when the poller is registered.
+// when the poller is registered. Decoding has checked what it can; what only building finds
+// (a schema file changed since Load) is reported for every poller at once, in the decoder's
+// style.
 func Build(cfg *Config, rdb redis.UniversalClient, out io.Writer, log zerolog.Logger) ([]watukuytype.Poller, error) {
 	var ps []watukuytype.Poller
+	var errs []*Error
 	for i := range cfg.Pollers {
 		b := &builder{cfg: cfg, pc: &cfg.Pollers[i], p: &watukuytype.Poller{}, rdb: rdb, out: out}
 		b.log = log.With().Str("poller", b.pc.Name).Logger()
@@ -36,10 +39,13 @@ func Build(cfg *Config, rdb redis.UniversalClient, out io.Writer, log zerolog.Lo
 				continue
 			}
 			if err := f.build(b); err != nil {
-				return nil, &Error{File: cfg.File, Line: b.pc.Line, Field: fmt.Sprintf("pollers.%s.%s", b.pc.Name, f.path), Msg: err.Error(), Err: err}
+				errs = append(errs, &Error{File: cfg.File, Line: b.pc.Line, Field: join(index("pollers", i), f.path), Msg: err.Error(), Err: err})
 			}
 		}
 		ps = append(ps, *b.p)
+	}
+	if err := joinErrors(errs); err != nil {
+		return nil, err
 	}
 	return ps, nil
 }
@@ -59,7 +65,7 @@ type builder struct {
 
 func buildRequest(b *builder) error {
 	r := b.pc.Request
-	b.client = &httpx.Client{Timeout: r.Timeout, Logger: b.log}
+	b.client = &httpx.Client{Timeout: r.Timeout, MaxBody: r.MaxBodyBytes, Logger: b.log}
 	b.src = cursor.Source{Client: b.client, URL: r.URL, Query: url.Values{}, Header: http.Header{}, Items: b.pc.Items}
 	for k, v := range r.Query {
 		b.src.Query.Set(k, v)
@@ -119,6 +125,20 @@ func buildTombstone(b *builder) error {
 	if b.pc.Cursor.Deleted != "" {
 		b.p.Tombstone = watukuytype.Flag(b.pc.Cursor.Deleted)
 	}
+	return nil
+}
+
+// buildJitter maps an explicit jitter: 0 to NoJitter: the engine's zero Jitter is the default.
+func buildJitter(b *builder) error {
+	if j := b.pc.Schedule.Jitter; j != nil {
+		b.p.Schedule.Jitter, b.p.Schedule.NoJitter = *j, *j == 0
+	}
+	return nil
+}
+
+func buildBackoff(b *builder) error {
+	bo := b.pc.Schedule.Backoff
+	b.p.Backoff = watukuytype.Backoff{Base: bo.Base, Factor: bo.Factor, Max: bo.Max}
 	return nil
 }
 

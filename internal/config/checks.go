@@ -1,7 +1,6 @@
 package config
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/url"
@@ -13,6 +12,8 @@ import (
 	"github.com/goccy/go-yaml/ast"
 
 	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/watukuytype"
+	"github.com/watukuy/watukuy/webhook"
 )
 
 // The checks and decoders that schema rows name: what a key's kind alone does not say.
@@ -89,17 +90,44 @@ func decodeJitter(d *decoder, ps *pollerState, v ast.Node, fp string) {
 		if err := core.CheckJitter(j); err != nil {
 			d.errAt(posOf(v), fp, "%v", err)
 		}
-		ps.p.Schedule.Jitter = j
+		ps.p.Schedule.Jitter = &j
 	}
 }
 
-// decodeSchemaPath resolves the schema file against the config file's directory.
+// decodeFactor reads the backoff factor: an explicit value below 1 is an error, never the
+// default.
+func decodeFactor(d *decoder, ps *pollerState, v ast.Node, fp string) {
+	if f, ok := d.float(v, fp); ok {
+		if f < 1 {
+			d.errAt(posOf(v), fp, "must be at least 1, got %v", f)
+			return
+		}
+		ps.p.Schedule.Backoff.Factor = f
+	}
+}
+
+// checkBackoff applies the engine's rule to the backoff with its defaults filled in: a max
+// given below the base.
+func checkBackoff(d *decoder, ps *pollerState, b blockRead) {
+	bo := ps.p.Schedule.Backoff
+	if _, err := core.CycleBackoff(watukuytype.Backoff{Base: bo.Base, Factor: bo.Factor, Max: bo.Max}); err != nil {
+		d.errAt(b.values["max"], join(b.field, "max"), "%v", err)
+	}
+}
+
+// decodeSchemaPath resolves the schema file against the config file's directory; Load also
+// compiles it, so a missing or broken schema is reported with the file's other errors.
 func decodeSchemaPath(d *decoder, ps *pollerState, v ast.Node, fp string) {
 	if s, ok := d.str(v, fp); ok && s != "" {
 		if !filepath.IsAbs(s) {
 			s = filepath.Join(filepath.Dir(d.file), s)
 		}
 		ps.p.Schema = s
+		if d.files {
+			if _, err := schemaValidator(s); err != nil {
+				d.errAt(posOf(v), fp, "%v", err)
+			}
+		}
 	}
 }
 
@@ -116,7 +144,7 @@ func decodeSecrets(d *decoder, ps *pollerState, v ast.Node, fp string) {
 			}
 		})
 		if len(w.Secrets) == 0 && len(seq.Values) == 0 {
-			d.errAt(posOf(v), fp, "empty list: give at least one secret or leave secret out")
+			d.errAt(posOf(v), fp, "empty list: give at least one secret")
 		}
 	} else if s, ok := d.secret(v, fp); ok {
 		w.Secrets = []string{s}
@@ -215,7 +243,11 @@ func redactURL(u *url.URL) string {
 	return c.String()
 }
 
-// secret checks a Standard Webhooks secret without ever echoing it.
+// secretHint says how to make a secret.
+const secretHint = "make one with: echo whsec_$(head -c 32 /dev/urandom | base64)"
+
+// secret checks a Standard Webhooks secret by the webhook package's rule, without ever
+// echoing it.
 func (d *decoder) secret(n ast.Node, field string) (string, bool) {
 	r, ok := d.resolve(n, field)
 	if !ok || r == nil {
@@ -235,17 +267,8 @@ func (d *decoder) secret(n ast.Node, field string) (string, bool) {
 		return "", false
 	}
 	s = strings.TrimSpace(s)
-	b64, hasPrefix := strings.CutPrefix(s, "whsec_")
-	if !hasPrefix {
-		d.errAt(posOf(r), field, "a webhook secret must start with whsec_ followed by base64 (value not shown)")
-		return "", false
-	}
-	raw, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil {
-		raw, err = base64.RawStdEncoding.DecodeString(b64)
-	}
-	if err != nil || len(raw) == 0 {
-		d.errAt(posOf(r), field, "a webhook secret must be whsec_ followed by valid base64 (value not shown)")
+	if err := webhook.CheckSecret(s); err != nil {
+		d.errAt(posOf(r), field, "a webhook secret: %v (value not shown); %s", err, secretHint)
 		return "", false
 	}
 	return s, true

@@ -56,6 +56,7 @@ type Poller struct {
 	History          bool
 	LeaseTTL         time.Duration
 	MaxPagesPerCycle int
+	Circuit          Circuit
 	Delivery         Delivery
 	Line             int // line of the poller's entry in the file
 }
@@ -63,10 +64,11 @@ type Poller struct {
 // Request is how a page is fetched. URL, Query values and Headers values may hold
 // ${partition}.
 type Request struct {
-	URL     string
-	Query   map[string]string
-	Headers map[string]string
-	Timeout time.Duration
+	URL          string
+	Query        map[string]string
+	Headers      map[string]string
+	Timeout      time.Duration
+	MaxBodyBytes int64 // 0 = the default
 }
 
 // Cursor strategies.
@@ -96,11 +98,24 @@ type Cursor struct {
 	ETag       bool // page, snapshotDiff: collection ETag on the first page
 }
 
-// Schedule is the adaptive polling interval.
+// Schedule is the adaptive polling interval and the failure backoff.
 type Schedule struct {
 	Min, Max time.Duration
-	Jitter   float64
-	Adaptive *bool // nil = default (true)
+	Jitter   *float64 // nil = default; 0 = none
+	Adaptive *bool    // nil = default (true)
+	Backoff  Backoff
+}
+
+// Backoff spaces failed cycles; zero values are the defaults.
+type Backoff struct {
+	Base, Max time.Duration
+	Factor    float64
+}
+
+// Circuit is the circuit breaker; zero values are the defaults.
+type Circuit struct {
+	Failures   int
+	ProbeEvery time.Duration
 }
 
 // Reconcile is the periodic full listing that finds deletes.
@@ -176,8 +191,9 @@ type Stream struct {
 // Stdout prints events as NDJSON.
 type Stdout struct{}
 
-// Load reads and validates path. getenv expands ${VAR}; nil means the process environment
-// (then a variable set to "" is allowed; with a getenv function "" counts as not set).
+// Load reads and validates path and the JSON Schema files it names, so that one run reports
+// every error. getenv expands ${VAR}; nil means the process environment (then a variable set
+// to "" is allowed; with a getenv function "" counts as not set).
 func Load(path string, getenv func(string) string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -188,12 +204,17 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		}
 		return nil, &Error{File: path, Msg: msg, Err: err}
 	}
-	return Parse(path, data, getenv)
+	return parse(path, data, getenv, true)
 }
 
-// Parse is Load on bytes already read; file is the name used in errors and the base of
-// relative schema paths.
+// Parse is Load on bytes already read, without reading the schema files they name (Build
+// does); file is the name used in errors and the base of relative schema paths.
 func Parse(file string, data []byte, getenv func(string) string) (*Config, error) {
+	return parse(file, data, getenv, false)
+}
+
+// parse is Parse; with files it also compiles the schema files the pollers name.
+func parse(file string, data []byte, getenv func(string) string, files bool) (*Config, error) {
 	lookup := os.LookupEnv
 	if getenv != nil {
 		lookup = func(k string) (string, bool) {
@@ -201,7 +222,7 @@ func Parse(file string, data []byte, getenv func(string) string) (*Config, error
 			return v, v != ""
 		}
 	}
-	d := &decoder{file: file, lookup: lookup, anchors: map[string]ast.Node{}}
+	d := &decoder{file: file, lookup: lookup, anchors: map[string]ast.Node{}, files: files}
 	f, err := parser.ParseBytes(data, 0)
 	if err != nil {
 		e := &Error{File: file, Msg: err.Error(), Err: err}

@@ -19,6 +19,7 @@ type decoder struct {
 	file    string
 	lookup  func(string) (string, bool)
 	anchors map[string]ast.Node
+	files   bool // compile the schema files the pollers name
 	errs    []*Error
 }
 

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -11,9 +12,11 @@ const (
 	referenceEnd   = "<!-- /poller-keys -->"
 )
 
-// reference is the README's table of poller keys, one row per schema field.
+// reference is the README's table of poller keys, one row per schema field, after a line
+// that says which keys are required.
 func reference() string {
 	var b strings.Builder
+	b.WriteString(requiredText() + "\n\n")
 	b.WriteString("| key | type | default | allowed | strategies | meaning | sets |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, f := range schema {
@@ -23,10 +26,44 @@ func reference() string {
 	return b.String()
 }
 
+// requiredText says what every entry needs, what a strategy needs and what a block needs
+// once it is given.
+func requiredText() string {
+	var always, strategy, inBlock []string
+	for _, f := range schema {
+		switch {
+		case f.required && f.kind == kindBlock && alwaysGiven(f.parent()) && !slices.ContainsFunc(keysOf(f.path), func(c *field) bool { return c.required }):
+			always = append(always, "`"+f.path+"`"+f.note) // a block of alternatives (delivery)
+		case f.required && f.kind != kindBlock && alwaysGiven(f.parent()):
+			always = append(always, "`"+f.path+"`")
+		case f.required && f.kind != kindBlock:
+			inBlock = append(inBlock, "`"+f.path+"`")
+		case f.requiredFor != nil:
+			strategy = append(strategy, fmt.Sprintf("`%s` (%s)", f.path, orList(f.requiredFor)))
+		}
+	}
+	return fmt.Sprintf("**Required** in every poller entry: %s; by its cursor strategy: %s; once their block is given: %s. "+
+		"Everything else has a default.", strings.Join(always, ", "), strings.Join(strategy, ", "), strings.Join(inBlock, ", "))
+}
+
+// alwaysGiven reports whether the block at path must be in every entry ("" is the entry).
+func alwaysGiven(path string) bool {
+	for path != "" {
+		i := slices.IndexFunc(schema, func(f *field) bool { return f.path == path })
+		if i < 0 || !schema[i].required {
+			return false
+		}
+		path = schema[i].parent()
+	}
+	return true
+}
+
 // defaultText is the default column: required, required for some strategies, or the default.
 func (f *field) defaultText() string {
 	switch {
 	case f.required && f.kind == kindBlock:
+		return "required"
+	case f.required && alwaysGiven(f.parent()):
 		return "required"
 	case f.required:
 		return "required (in its block)"

@@ -12,6 +12,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/httpx"
+	"github.com/watukuy/watukuy/internal/schedule"
 	"github.com/watukuy/watukuy/internal/sink"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -114,6 +115,9 @@ var schema = []*field{
 		ptr: func(p *Poller) any { return &p.Request.Headers }},
 	{path: "request.timeout", kind: kindDuration, def: fmtDuration(httpx.DefaultTimeout), doc: "bounds one request, body included",
 		ptr: func(p *Poller) any { return &p.Request.Timeout }},
+	{path: "request.maxBodyBytes", kind: kindInt, min: 1, def: fmt.Sprintf("%d (%d MiB)", httpx.DefaultMaxBody, httpx.DefaultMaxBody>>20),
+		doc: "bounds a response body in bytes, on the wire and decompressed; a larger page fails the cycle (lower `cursor.limit` or `cursor.size`, or raise this)",
+		ptr: func(p *Poller) any { return &p.Request.MaxBodyBytes }},
 	{path: "items", kind: kindString, def: "the body is the array", sets: "Fetch", doc: "gjson path of the item array in the body",
 		ptr: func(p *Poller) any { return &p.Items }},
 	{path: "identity", kind: kindString, def: "id", sets: "Identity", doc: "gjson path of the item's identity",
@@ -164,18 +168,28 @@ var schema = []*field{
 		ptr: func(p *Poller) any { return &p.Schedule.Min }, build: func(b *builder) error { b.p.Schedule.Min = b.pc.Schedule.Min; return nil }},
 	{path: "schedule.max", kind: kindDuration, def: fmtDuration(core.DefaultScheduleMax), sets: "Schedule.Max", doc: "the longest interval (not less than min)",
 		ptr: func(p *Poller) any { return &p.Schedule.Max }, build: func(b *builder) error { b.p.Schedule.Max = b.pc.Schedule.Max; return nil }},
-	{path: "schedule.jitter", kind: kindFloat, def: strconv.FormatFloat(core.DefaultJitter, 'g', -1, 64), sets: "Schedule.Jitter",
-		decode: decodeJitter, allowed: "[0, 1)",
-		doc: "random spread of the interval", build: func(b *builder) error { b.p.Schedule.Jitter = b.pc.Schedule.Jitter; return nil }},
+	{path: "schedule.jitter", kind: kindFloat, def: strconv.FormatFloat(core.DefaultJitter, 'g', -1, 64), sets: "Schedule.Jitter, Schedule.NoJitter",
+		decode: decodeJitter, allowed: "[0, 1)", build: buildJitter,
+		doc: "random spread of the interval (0.1: ±10%), so keys polled together drift apart; 0: none, every interval exact"},
 	{path: "schedule.adaptive", kind: kindBool, def: "true", sets: "Schedule.Fixed", doc: "false: always poll every min",
 		ptr: func(p *Poller) any { return &p.Schedule.Adaptive }, build: buildFixed},
+	{path: "schedule.backoff", kind: kindBlock, sets: "Backoff", after: checkBackoff, build: buildBackoff,
+		doc: "spaces failed cycles: after failure n the next is due within a random delay up to min(max, base×factor^(n-1)); " +
+			"the failure that reaches `circuit.failures` opens the circuit instead"},
+	{path: "schedule.backoff.base", kind: kindDuration, def: fmtDuration(schedule.DefaultBackoff.Base), doc: "the delay bound after the first failure",
+		ptr: func(p *Poller) any { return &p.Schedule.Backoff.Base }},
+	{path: "schedule.backoff.factor", kind: kindFloat, def: strconv.FormatFloat(schedule.DefaultBackoff.Factor, 'g', -1, 64), allowed: "≥ 1",
+		decode: decodeFactor, doc: "multiplies the bound after each further failure"},
+	{path: "schedule.backoff.max", kind: kindDuration, def: fmtDuration(schedule.DefaultBackoff.Max) + " (at least base)", doc: "the largest bound (not less than base)",
+		ptr: func(p *Poller) any { return &p.Schedule.Backoff.Max }},
 
 	{path: "reconcile", kind: kindBlock, sets: "Reconcile", doc: "a periodic full listing whose misses are deleted",
 		open: func(p *Poller) { p.Reconcile = &Reconcile{} }, build: buildReconcile},
 	{path: "reconcile.every", kind: kindDuration, required: true, sets: "Reconcile.Every", doc: "the time between listings",
 		ptr: func(p *Poller) any { return &p.Reconcile.Every }},
 	{path: "reconcile.strategy", kind: kindString, enum: reconcileStrategies, what: "reconcile strategy",
-		doc: "the kind of listing; it pages by `param` (or `offset`) either way", ptr: func(p *Poller) any { return &p.Reconcile.Strategy }},
+		doc: "for the reader only: a reconcile listing is always complete and paged by `param` (or `offset`), so `page` and `snapshotDiff` work the same",
+		ptr: func(p *Poller) any { return &p.Reconcile.Strategy }},
 	{path: "reconcile.url", kind: kindString, partition: true, check: checkOptionalHTTPURL, allowed: "http(s) URL", def: "request.url",
 		doc: "another listing endpoint", ptr: func(p *Poller) any { return &p.Reconcile.URL }},
 	{path: "reconcile.param", kind: kindString, def: "page (offset: none)", doc: "query parameter of the page number or offset",
@@ -184,12 +198,13 @@ var schema = []*field{
 		ptr: func(p *Poller) any { return &p.Reconcile.SizeParam }},
 	{path: "reconcile.size", kind: kindInt, min: 1, doc: "items asked for per page",
 		ptr: func(p *Poller) any { return &p.Reconcile.Size }},
-	{path: "reconcile.offset", kind: kindBool, def: "false", doc: "`param` is an item offset, not a page number",
+	{path: "reconcile.offset", kind: kindBool, def: "false", doc: "`param` is an item offset (0, size, 2×size, …), not a page number; with it `param` has no default",
 		ptr: func(p *Poller) any { return &p.Reconcile.Offset }},
 	{path: "reconcile.hasMore", kind: kindString, doc: "gjson path of the response's has-more flag",
 		ptr: func(p *Poller) any { return &p.Reconcile.HasMore }},
 	{path: "reconcile.maxPages", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultReconcileMaxPages), sets: "Reconcile.MaxPages",
-		doc: "bounds one listing; a longer one is a CONFIG error and deletes nothing", ptr: func(p *Poller) any { return &p.Reconcile.MaxPages }},
+		doc: "pages of one listing; a longer listing is a CONFIG error and deletes nothing (raise it for a collection larger than maxPages × size)",
+		ptr: func(p *Poller) any { return &p.Reconcile.MaxPages }},
 
 	{path: "log", kind: kindBlock, doc: "the replay log (`watukuy replay`)", def: "no log", open: func(p *Poller) { p.Log = &Log{} }},
 	{path: "log.retention", kind: kindDuration, required: true, sets: "LogRetention", doc: "how long committed events are kept",
@@ -228,11 +243,22 @@ var schema = []*field{
 		ptr: func(p *Poller) any { return &p.Shadow }, build: func(b *builder) error { b.p.Shadow = b.pc.Shadow; return nil }},
 	{path: "history", kind: kindBool, def: "false", sets: "History", doc: "the API serves a change log: a backfill places entries by version",
 		ptr: func(p *Poller) any { return &p.History }, build: func(b *builder) error { b.p.History = b.pc.History; return nil }},
-	{path: "leaseTTL", kind: kindDuration, def: fmtDuration(core.DefaultLeaseTTL), sets: "LeaseTTL", doc: "the lease length",
+	{path: "leaseTTL", kind: kindDuration, def: fmtDuration(core.DefaultLeaseTTL), sets: "LeaseTTL",
+		doc: "how long a cycle's lease on a key lasts unless renewed (every TTL/3 and with every committed page); " +
+			"a worker that dies mid-cycle holds its keys until it runs out: shorter fails over sooner, with more renewals",
 		ptr: func(p *Poller) any { return &p.LeaseTTL }, build: func(b *builder) error { b.p.LeaseTTL = b.pc.LeaseTTL; return nil }},
 	{path: "maxPagesPerCycle", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultMaxPagesPerCycle), sets: "MaxPagesPerCycle",
-		doc: "pages per cycle; a cut-short cycle is due again at once", ptr: func(p *Poller) any { return &p.MaxPagesPerCycle },
+		doc:   "pages one cycle fetches, its lanes together (live first); a cut-short cycle is due again at once, so a backlog is worked off in slices",
+		ptr:   func(p *Poller) any { return &p.MaxPagesPerCycle },
 		build: func(b *builder) error { b.p.MaxPagesPerCycle = b.pc.MaxPagesPerCycle; return nil }},
+
+	{path: "circuit", kind: kindBlock, doc: "the circuit breaker: failed cycles in a row open it, and an open circuit polls only a probe now and then"},
+	{path: "circuit.failures", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultFailures), sets: "Failures",
+		doc: "consecutive failed cycles that open the circuit (earlier ones back off: `schedule.backoff`)",
+		ptr: func(p *Poller) any { return &p.Circuit.Failures }, build: func(b *builder) error { b.p.Failures = b.pc.Circuit.Failures; return nil }},
+	{path: "circuit.probeEvery", kind: kindDuration, def: "schedule.max", sets: "ProbeEvery",
+		doc: "how long an open circuit waits before its probe, one cycle: a success closes the circuit, a failure waits again (`watukuy trigger` probes at once)",
+		ptr: func(p *Poller) any { return &p.Circuit.ProbeEvery }, build: func(b *builder) error { b.p.ProbeEvery = b.pc.Circuit.ProbeEvery; return nil }},
 
 	{path: "delivery", kind: kindBlock, required: true, note: " (one of webhook, stream or stdout)",
 		doc: "where events go: exactly one of webhook, stream and stdout", after: checkDelivery},
@@ -240,8 +266,9 @@ var schema = []*field{
 		open: func(p *Poller) { p.Delivery.Webhook = &Webhook{} }, build: buildWebhook},
 	{path: "delivery.webhook.url", kind: kindString, required: true, check: checkHTTPURL, allowed: "http(s) URL", doc: "the receiver",
 		ptr: func(p *Poller) any { return &p.Delivery.Webhook.URL }},
-	{path: "delivery.webhook.secret", kind: kindSecret, decode: decodeSecrets, allowed: "`whsec_` + base64",
-		doc: "signing secret, needed to build the sink; a list during a rotation (every secret signs)"},
+	{path: "delivery.webhook.secret", kind: kindSecret, required: true, note: " (" + secretHint + ")", decode: decodeSecrets, allowed: "`whsec_` + standard base64 of ≥ 24 bytes",
+		doc: "signing secret (Standard Webhooks); make one with `echo whsec_$(head -c 32 /dev/urandom | base64)` and keep it out of the file " +
+			"(`secret: \"${WEBHOOK_SECRET}\"`); a list during a rotation (every secret signs)"},
 	{path: "delivery.webhook.timeout", kind: kindDuration, def: fmtDuration(sink.DefaultWebhookTimeout), doc: "bounds one attempt",
 		ptr: func(p *Poller) any { return &p.Delivery.Webhook.Timeout }},
 	{path: "delivery.stream", kind: kindBlock, sets: "Handler", doc: "XADD each event to a Redis stream",

@@ -52,7 +52,10 @@ func withDefaults(p watukuytype.Poller) (watukuytype.Poller, error) {
 	if err := CheckInterval(s.Min, s.Max); err != nil {
 		return bad("schedule", "%v", err)
 	}
-	if s.Jitter == 0 {
+	switch {
+	case s.NoJitter && s.Jitter != 0:
+		return bad("schedule.jitter", "jitter %v with NoJitter: set one of them", s.Jitter)
+	case s.Jitter == 0 && !s.NoJitter:
 		s.Jitter = DefaultJitter
 	}
 	if err := CheckJitter(s.Jitter); err != nil {
@@ -100,6 +103,17 @@ func withDefaults(p watukuytype.Poller) (watukuytype.Poller, error) {
 	if p.ProbeEvery == 0 {
 		p.ProbeEvery = s.Max
 	}
+	if p.Failures < 0 {
+		return bad("failures", "must be positive")
+	}
+	if p.ProbeEvery < 0 {
+		return bad("probeEvery", "must be positive")
+	}
+	b, err := CycleBackoff(p.Backoff)
+	if err != nil {
+		return bad("backoff", "%v", err)
+	}
+	p.Backoff = b
 	if p.Reconcile != nil {
 		rc := *p.Reconcile // the caller's value stays as given
 		r := &rc
@@ -135,7 +149,32 @@ func withDefaults(p watukuytype.Poller) (watukuytype.Poller, error) {
 
 // policy is the schedule state machine's view of the poller.
 func policy(p *watukuytype.Poller) schedule.Policy {
-	return schedule.Policy{Schedule: p.Schedule, Failures: p.Failures, ProbeEvery: p.ProbeEvery}
+	return schedule.Policy{Schedule: p.Schedule, Backoff: p.Backoff, Failures: p.Failures, ProbeEvery: p.ProbeEvery}
+}
+
+// CycleBackoff fills the zero fields of a poller's failure backoff with schedule.DefaultBackoff's
+// (a Max left out is at least Base) and checks it: Base positive, Factor at least 1, Max not
+// below Base. The engine's Register and the config file's checks both apply it.
+func CycleBackoff(b watukuytype.Backoff) (watukuytype.Backoff, error) {
+	d := schedule.DefaultBackoff
+	if b.Base == 0 {
+		b.Base = d.Base
+	}
+	if b.Factor == 0 {
+		b.Factor = d.Factor
+	}
+	if b.Max == 0 {
+		b.Max = max(d.Max, b.Base)
+	}
+	switch {
+	case b.Base < 0 || b.Max < 0:
+		return b, fmt.Errorf("base and max must be positive")
+	case b.Factor < 1:
+		return b, fmt.Errorf("factor %v must be at least 1", b.Factor)
+	case b.Max < b.Base:
+		return b, fmt.Errorf("max %v is less than base %v", b.Max, b.Base)
+	}
+	return b, nil
 }
 
 // keys lists the poller's keys.
