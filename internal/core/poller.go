@@ -152,31 +152,6 @@ func policy(p *watukuytype.Poller) schedule.Policy {
 	return schedule.Policy{Schedule: p.Schedule, Backoff: p.Backoff, Failures: p.Failures, ProbeEvery: p.ProbeEvery}
 }
 
-// CycleBackoff fills the zero fields of a poller's failure backoff with schedule.DefaultBackoff's
-// (a Max left out is at least Base) and checks it: Base positive, Factor at least 1, Max not
-// below Base. The engine's Register and the config file's checks both apply it.
-func CycleBackoff(b watukuytype.Backoff) (watukuytype.Backoff, error) {
-	d := schedule.DefaultBackoff
-	if b.Base == 0 {
-		b.Base = d.Base
-	}
-	if b.Factor == 0 {
-		b.Factor = d.Factor
-	}
-	if b.Max == 0 {
-		b.Max = max(d.Max, b.Base)
-	}
-	switch {
-	case b.Base < 0 || b.Max < 0:
-		return b, fmt.Errorf("base and max must be positive")
-	case b.Factor < 1:
-		return b, fmt.Errorf("factor %v must be at least 1", b.Factor)
-	case b.Max < b.Base:
-		return b, fmt.Errorf("max %v is less than base %v", b.Max, b.Base)
-	}
-	return b, nil
-}
-
 // keys lists the poller's keys.
 func pollerKeys(p *watukuytype.Poller) []watukuytype.Key {
 	if len(p.Partitions) == 0 {
