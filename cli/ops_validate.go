@@ -158,7 +158,7 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool) error
 	for _, pr := range probes {
 		fmt.Fprintf(o.out, "\nprobe %s:", keyName(pr.Poller, pr.Partition))
 		if pr.Error != "" {
-			fmt.Fprintf(o.out, " FAILED: %s\n", pr.Error)
+			fmt.Fprintf(o.out, " FAILED: %s\n", strings.TrimPrefix(pr.Error, "watukuy: probe "+watukuy.Key{Poller: pr.Poller, Partition: pr.Partition}.Describe()+": ")) // the line names the key
 			continue
 		}
 		res := pr.Result
