@@ -87,7 +87,7 @@ invalid or a probe request fails; invalid items are reported, not fatal.`,
 			return o.run(cmd, func(ctx context.Context, log zerolog.Logger) error { return o.validate(ctx, log, probe) })
 		},
 	}
-	o.bind(cmd.Flags())
+	o.bindOperator(cmd.Flags())
 	o.bindJSON(cmd.Flags())
 	cmd.Flags().BoolVar(&probe, "probe", false, "fetch the first page of every poller (writes nothing)")
 	cmdLineOnly(cmd.Flags(), "probe")
