@@ -103,7 +103,7 @@ replies past the clients' read timeout).`,
 			})
 		},
 	}
-	c.bind(cmd.Flags())
+	c.bind(cmd.Flags(), "console")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of every random choice")
 	cmd.Flags().DurationVar(&duration, "duration", 30*time.Second, "how long faults are injected")
 	cmd.Flags().BoolVar(&processes, "processes", false, "run real processes against a private redis-server")

@@ -100,11 +100,23 @@ type common struct {
 	json bool
 }
 
-func (c *common) bind(fs *pflag.FlagSet) {
+// bind binds the flags every command takes; logFormat is the command's default log format:
+// json for the processes a log collector reads, console for the commands people run.
+func (c *common) bind(fs *pflag.FlagSet, logFormat string) {
 	fs.StringVar(&c.s.Redis, "redis", "", "Redis URL (redis://, rediss://, unix://, redis+cluster://); env WATUKUY_REDIS_URL")
 	fs.StringVar(&c.s.Config, "config", defaultConf, "config file with the pollers")
 	fs.StringVar(&c.s.Prefix, "prefix", "", "Redis key prefix (default wk, or prefix: in the config)")
-	fs.StringVar(&c.s.LogFormat, "log-format", "json", "log format: json or console")
+	fs.StringVar(&c.s.LogFormat, "log-format", logFormat, "log format: json or console")
+	fs.StringVar(&c.s.LogLevel, "log-level", "info", "least severe log level shown: debug (one line per HTTP request), info, warn or error")
+}
+
+// bindOperator binds the common flags of an operator command: it logs for people (console on
+// stderr, never a JSON line above a table), and reads ./watukuy.yaml only for a Redis URL
+// the flags and environment lack (app.Settings.ConfigOnDemand): pollers come from the
+// registry, and the file may name variables only the workers have.
+func (c *common) bindOperator(fs *pflag.FlagSet) {
+	c.bind(fs, "console")
+	c.s.ConfigOnDemand = true
 }
 
 func (c *common) bindProcess(fs *pflag.FlagSet, listen string) {
@@ -232,7 +244,7 @@ func processCmd(use, short, listen string, worker, claims bool, run func(context
 			})
 		},
 	}
-	c.bind(cmd.Flags())
+	c.bind(cmd.Flags(), "json")
 	c.bindProcess(cmd.Flags(), listen)
 	if worker {
 		c.bindWorker(cmd.Flags())
@@ -261,10 +273,11 @@ func (c *common) run(cmd *cobra.Command, fn func(ctx context.Context, log zerolo
 	if err := c.prepare(cmd); err != nil {
 		return err
 	}
-	log, err := app.Logger(c.s.LogFormat, cmd.ErrOrStderr())
+	log, err := app.Logger(c.s.LogFormat, c.s.LogLevel, cmd.ErrOrStderr())
 	if err != nil {
 		return usageError{err}
 	}
+	app.RouteRedisLogs(log)
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return fn(ctx, log)

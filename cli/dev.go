@@ -32,16 +32,16 @@ it runs your pollers instead of the demo.`,
 			return c.run(cmd, func(ctx context.Context, log zerolog.Logger) error { return c.dev(ctx, cmd.OutOrStdout(), log) })
 		},
 	}
-	c.bind(cmd.Flags())
+	c.bind(cmd.Flags(), "console")
 	c.bindProcess(cmd.Flags(), "127.0.0.1:9090")
 	c.bindWorker(cmd.Flags())
 	c.bindClaim(cmd.Flags())
-	_ = cmd.Flags().Set("log-format", "console")
 	_ = cmd.Flags().Set("ui", "true")
 	_ = cmd.Flags().Set("concurrency", "4")
 	cmd.Flags().Lookup("json").Usage = "JSON logs, and events printed as JSON lines instead of readable lines"
-	for _, n := range []string{"log-format", "ui", "concurrency"} {
-		cmd.Flags().Lookup(n).Changed = false
+	for _, n := range []string{"ui", "concurrency"} { // dev's own defaults, as --help shows them
+		f := cmd.Flags().Lookup(n)
+		f.Changed, f.DefValue = false, f.Value.String()
 	}
 	return cmd
 }

@@ -106,7 +106,7 @@ func (o *op) command(s opSpec) *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	o.bind(fs)
+	o.bindOperator(fs)
 	o.bindJSON(fs)
 	switch s.keys {
 	case anyKeys:

@@ -87,7 +87,7 @@ invalid or a probe request fails; invalid items are reported, not fatal.`,
 			return o.run(cmd, func(ctx context.Context, log zerolog.Logger) error { return o.validate(ctx, log, probe) })
 		},
 	}
-	o.bind(cmd.Flags())
+	o.bindOperator(cmd.Flags())
 	o.bindJSON(cmd.Flags())
 	cmd.Flags().BoolVar(&probe, "probe", false, "fetch the first page of every poller (writes nothing)")
 	cmdLineOnly(cmd.Flags(), "probe")
@@ -158,7 +158,7 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool) error
 	for _, pr := range probes {
 		fmt.Fprintf(o.out, "\nprobe %s:", keyName(pr.Poller, pr.Partition))
 		if pr.Error != "" {
-			fmt.Fprintf(o.out, " FAILED: %s\n", pr.Error)
+			fmt.Fprintf(o.out, " FAILED: %s\n", strings.TrimPrefix(pr.Error, "watukuy: probe "+watukuy.Key{Poller: pr.Poller, Partition: pr.Partition}.Describe()+": ")) // the line names the key
 			continue
 		}
 		res := pr.Result

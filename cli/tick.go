@@ -27,7 +27,7 @@ func tickCmd() *cobra.Command {
 			})
 		},
 	}
-	c.bind(cmd.Flags())
+	c.bind(cmd.Flags(), "json")
 	cmd.Flags().BoolVar(&c.s.AllowEviction, "allow-eviction", false, "start even when Redis maxmemory-policy is not noeviction")
 	cmd.Flags().DurationVar(&maxDuration, "max-duration", 50*time.Second, "bound the whole run: no claim after it, and running cycles stop at their next step, commit and hand their keys back")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")

@@ -77,15 +77,15 @@ func (e *ConfigError) Error() string {
 }
 
 func (e *LeaseLostError) Error() string {
-	return fmt.Sprintf("watukuy: lease lost on %s (epoch %d): %s", e.Key, e.Epoch, e.Reason)
+	return fmt.Sprintf("watukuy: %s: lease lost (epoch %d): %s", e.Key.Describe(), e.Epoch, e.Reason)
 }
 
 func (e *HTTPError) Error() string {
-	return fmt.Sprintf("watukuy: %s: HTTP %d from %s", e.Key, e.StatusCode, e.URL)
+	return fmt.Sprintf("watukuy: %s: HTTP %d from %s", e.Key.Describe(), e.StatusCode, e.URL)
 }
 
 func (e *CursorStallError) Error() string {
-	return fmt.Sprintf("watukuy: cursor stall on %s at %q: %s", e.Key, e.Cursor, e.Msg)
+	return fmt.Sprintf("watukuy: %s: cursor stall at %q: %s", e.Key.Describe(), e.Cursor, e.Msg)
 }
 
 func (e *NotFoundError) Error() string {
@@ -111,8 +111,8 @@ func (e *NotFoundError) Error() string {
 }
 
 func (e *ReplayUnavailableError) Error() string {
-	return fmt.Sprintf("watukuy: replay of %s is unavailable: poller %q keeps no event log; set log.retention (e.g. 168h) in its config and restart the workers: events committed from then on can be replayed",
-		e.Key, e.Key.Poller)
+	return fmt.Sprintf("watukuy: %s: cannot replay: the poller keeps no event log; set log.retention (e.g. 168h) in its config and restart the workers: events committed from then on can be replayed",
+		e.Key.Describe())
 }
 
 func (e *LayoutError) Error() string {

@@ -75,3 +75,13 @@ type RateLimit struct {
 
 // String renders the key as "poller|partition", its member name in the due set.
 func (k Key) String() string { return k.Poller + "|" + k.Partition }
+
+// Describe names the key for people as the CLI flags do: `poller "orders", partition "eu"`,
+// or `poller "orders"` for the key of an unpartitioned poller. Messages use it; String is the
+// key's Redis member.
+func (k Key) Describe() string {
+	if k.Partition == "" {
+		return fmt.Sprintf("poller %q", k.Poller)
+	}
+	return fmt.Sprintf("poller %q, partition %q", k.Poller, k.Partition)
+}

@@ -170,6 +170,60 @@ func TestEvictionPolicyChecked(t *testing.T) {
 	env.RDB.Close()
 }
 
+// What Open says of the maxmemory-policy: an evicting policy warns when allowed (operator
+// commands), and a policy the server will not tell (miniredis has no CONFIG) is unknown, not
+// evicting: no refusal and no warning, a line at info (debug when eviction is allowed anyway).
+func TestEvictionPolicyLogged(t *testing.T) {
+	lru := redistest.Real(t, "--maxmemory-policy", "allkeys-lru")
+	mini := redistest.Miniredis(t)
+	for _, tc := range []struct {
+		name  string
+		b     redistest.Backend
+		allow bool
+		level string
+		msg   string
+	}{
+		{"evicting, allowed", lru, true, "warn", "running with eviction allowed"},
+		{"no CONFIG", mini, false, "info", "the maxmemory-policy could not be read"},
+		{"no CONFIG, allowed", mini, true, "debug", "the maxmemory-policy could not be read"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			env, err := Open(context.Background(), Settings{Redis: tc.b.URL, AllowEviction: tc.allow}, zerolog.New(&logs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			env.RDB.Close()
+			var line struct{ Level, Message string }
+			if err := json.Unmarshal(logs.Bytes(), &line); err != nil || line.Level != tc.level || !strings.HasPrefix(line.Message, tc.msg) {
+				t.Fatalf("log %q (%v), want one %s line %q", logs.String(), err, tc.level, tc.msg)
+			}
+		})
+	}
+}
+
+// Logger shows info and above unless told otherwise: debug is one line per HTTP request.
+func TestLoggerLevel(t *testing.T) {
+	for _, tc := range []struct {
+		level string
+		debug bool
+	}{{"", false}, {"info", false}, {"debug", true}} {
+		var out bytes.Buffer
+		log, err := Logger("json", tc.level, &out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Debug().Msg("d")
+		log.Info().Msg("i")
+		if got := strings.Contains(out.String(), `"d"`); got != tc.debug || !strings.Contains(out.String(), `"i"`) {
+			t.Fatalf("level %q: %s", tc.level, out.String())
+		}
+	}
+	if _, err := Logger("json", "trace", nil); err == nil {
+		t.Fatal("--log-level trace was accepted")
+	}
+}
+
 // A schema that does not compile is a config error naming the field.
 func TestBadSchemaIsAConfigError(t *testing.T) {
 	dir := t.TempDir()

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -24,15 +25,20 @@ import (
 
 // Settings are the flags every process shares (each also WATUKUY_<FLAG>).
 type Settings struct {
-	Redis         string
-	Config        string
-	ConfigGiven   bool // --config was set: a missing file is an error
-	Prefix        string
-	LogFormat     string
-	Listen        string
-	UI            bool
-	AllowEviction bool
-	Concurrency   int
+	Redis       string
+	Config      string
+	ConfigGiven bool // --config was set: a missing file is an error
+	// ConfigOnDemand reads a Config not given (the default file) only for a Redis URL that
+	// Redis lacks: the operator commands take pollers from the registry, and the file may
+	// name variables only the workers have.
+	ConfigOnDemand bool
+	Prefix         string
+	LogFormat      string
+	LogLevel       string // debug, info, warn, error; "" is info
+	Listen         string
+	UI             bool
+	AllowEviction  bool
+	Concurrency    int
 	// Drain bounds a stopping worker's running cycles (they stop at their next step; those
 	// still running after it are cancelled); 0: DefaultDrain.
 	Drain      time.Duration
@@ -66,24 +72,26 @@ type Env struct {
 	reload reloadState // what Reload needs: the settings, the lock, the metric
 }
 
-// Open loads the config file (when there is one), connects to Redis (flag > env > file),
-// checks the eviction policy, and builds the engine with its pollers and metrics.
+// Open loads the config file (when there is one and it is wanted: wantsConfig), connects to
+// Redis (flag > env > file), checks the eviction policy, and builds the engine with its
+// pollers and metrics.
 func Open(ctx context.Context, s Settings, log zerolog.Logger) (*Env, error) {
 	env := &Env{Log: log}
 	env.reload.redisFromFile, env.reload.prefixFromFile = s.Redis == "", s.Prefix == ""
-	if s.Config != "" {
-		if _, err := os.Stat(s.Config); err == nil || s.ConfigGiven {
-			cfg, err := config.Load(s.Config, nil)
-			if err != nil {
-				return nil, err
+	if s.wantsConfig() {
+		cfg, err := config.Load(s.Config, nil)
+		if err != nil {
+			if !s.ConfigGiven && s.ConfigOnDemand {
+				err = fmt.Errorf("%w (read for its redis: URL: pass --redis or set WATUKUY_REDIS_URL to leave the file alone)", err)
 			}
-			env.Config = cfg
-			if s.Redis == "" {
-				s.Redis = cfg.Redis
-			}
-			if s.Prefix == "" {
-				s.Prefix = cfg.Prefix
-			}
+			return nil, err
+		}
+		env.Config = cfg
+		if s.Redis == "" {
+			s.Redis = cfg.Redis
+		}
+		if s.Prefix == "" {
+			s.Prefix = cfg.Prefix
 		}
 	}
 	rdb, err := Connect(ctx, s.Redis)
@@ -91,6 +99,21 @@ func Open(ctx context.Context, s Settings, log zerolog.Logger) (*Env, error) {
 		return nil, err
 	}
 	return env, env.finish(ctx, s, rdb)
+}
+
+// wantsConfig says whether Open reads s.Config: a given one always; the default file when it
+// exists, unless the settings are ConfigOnDemand and have their Redis URL.
+func (s Settings) wantsConfig() bool {
+	switch {
+	case s.Config == "":
+		return false
+	case s.ConfigGiven:
+		return true
+	case s.ConfigOnDemand && s.Redis != "":
+		return false
+	}
+	_, err := os.Stat(s.Config)
+	return err == nil
 }
 
 // finish builds the store, metrics and engine on an open client.
@@ -102,10 +125,21 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 	}
 	env.Store = st
 	if policy, err := st.CheckEviction(ctx); err != nil {
-		if !s.AllowEviction {
+		var refused redis.Error
+		switch {
+		case errors.As(err, &refused):
+			// The server would not say (no CONFIG: miniredis, a managed Redis that hides it):
+			// the policy is unknown, not evicting. Said at debug when nothing depends on it.
+			lvl := zerolog.InfoLevel
+			if s.AllowEviction {
+				lvl = zerolog.DebugLevel
+			}
+			env.Log.WithLevel(lvl).Err(err).Msg("the maxmemory-policy could not be read: make sure it is noeviction (evicted leases or outboxes lose events)")
+		case !s.AllowEviction:
 			return fmt.Errorf("%w (start with --allow-eviction to run anyway)", err)
+		default:
+			env.Log.Warn().Str("maxmemory-policy", policy).Err(err).Msg("running with eviction allowed: events can be lost")
 		}
-		env.Log.Warn().Str("maxmemory-policy", policy).Err(err).Msg("running with eviction allowed: events can be lost")
 	}
 	env.Registry = prometheus.NewRegistry()
 	env.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -60,16 +60,36 @@ func redactURL(u string) string {
 	return u
 }
 
-// Logger returns the process logger: JSON by default, "console" for humans.
-func Logger(format string, w io.Writer) (zerolog.Logger, error) {
+// Logger returns the process logger: JSON by default, "console" for humans; level is the
+// least severe level shown ("" is info: debug has a line per HTTP request).
+func Logger(format, level string, w io.Writer) (zerolog.Logger, error) {
 	if w == nil {
 		w = os.Stderr
 	}
+	lvl := zerolog.InfoLevel
+	if level != "" {
+		var err error
+		if lvl, err = zerolog.ParseLevel(level); err != nil || lvl < zerolog.DebugLevel || lvl > zerolog.ErrorLevel {
+			return zerolog.Logger{}, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+		}
+	}
 	switch format {
 	case "", "json":
-		return zerolog.New(w).With().Timestamp().Logger(), nil
+		return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 	case "console":
-		return zerolog.New(zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}).With().Timestamp().Logger(), nil
+		return zerolog.New(zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}).Level(lvl).With().Timestamp().Logger(), nil
 	}
 	return zerolog.Logger{}, fmt.Errorf("--log-format %q: want json or console", format)
+}
+
+// RouteRedisLogs sends go-redis's own log lines (a failed dial, retried; a bad pool
+// connection) to log at debug, instead of raw lines on stderr ahead of the clean error that
+// names what failed. go-redis has one logger per process, so the last call wins.
+func RouteRedisLogs(log zerolog.Logger) { redis.SetLogger(redisLogger{log}) }
+
+// redisLogger is go-redis's logging interface over zerolog.
+type redisLogger struct{ log zerolog.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug().Str("from", "go-redis").Msg(strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: "))
 }

@@ -33,7 +33,7 @@ func Build(cfg *Config, rdb redis.UniversalClient, out io.Writer, log zerolog.Lo
 	var errs []*Error
 	for i := range cfg.Pollers {
 		b := &builder{cfg: cfg, pc: &cfg.Pollers[i], p: &watukuytype.Poller{}, rdb: rdb, out: out}
-		b.log = log.With().Str("poller", b.pc.Name).Logger()
+		b.log = log // the client's request lines name their key (poller, partition) themselves
 		for _, f := range schema {
 			if f.build == nil {
 				continue

@@ -44,7 +44,7 @@ func (e *Engine) Backfill(ctx context.Context, key watukuytype.Key, req watukuyt
 		return err
 	})
 	if err != nil {
-		return bp, fmt.Errorf("watukuy: backfill %s: %w", key, err)
+		return bp, keyErr("watukuy: backfill", key, err)
 	}
 	return bp, e.store.Trigger(ctx, key)
 }

@@ -227,7 +227,7 @@ func (c *cycle) commitAndDeliver(ctx context.Context, w *pageWrites) *cycleError
 // loses a commit whose events reached the handler. The cycle ends with the schedule's backoff.
 func unreplicated(key watukuytype.Key) *cycleError {
 	return &cycleError{phase: "replication", code: watukuytype.CodeReplication, kind: schedule.ResultFailed,
-		err: fmt.Errorf("the replicas did not confirm the outbox of %s in time: its events wait until they do (check the replicas' health)", key)}
+		err: fmt.Errorf("the replicas did not confirm the outbox of %s in time: its events wait until they do (check the replicas' health)", key.Describe())}
 }
 
 // routeEvents prepares a page's events: in shadow mode they are only counted (and true is

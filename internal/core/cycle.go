@@ -135,7 +135,7 @@ func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key) watukuytype.
 	sent := e.now()
 	b, err := e.store.Begin(ctx, key, e.owner, p.LeaseTTL, false)
 	if err != nil {
-		rep.Err = fmt.Errorf("watukuy: begin %s: %w", key, err)
+		rep.Err = keyErr("watukuy: begin", key, err)
 		return rep
 	}
 	switch b.Status {
@@ -185,7 +185,7 @@ func (e *Engine) wrapStore(key watukuytype.Key, what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("watukuy: %s %s: %w", what, key, err)
+	return keyErr("watukuy: "+what, key, err)
 }
 
 // run executes the cycle; on a lost lease it returns without writing anything more.
@@ -203,7 +203,7 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 			// Deletes need a listing completed in one cycle (G6); this one never completes.
 			failure = &cycleError{phase: "config", code: watukuytype.CodeConfig, kind: schedule.ResultFailed, err: fmt.Errorf(
 				"snapshotDiff listing of %s is longer than maxPagesPerCycle (%d): deletes cannot be detected; raise maxPagesPerCycle",
-				c.key, c.p.MaxPagesPerCycle)}
+				c.key.Describe(), c.p.MaxPagesPerCycle)}
 		}
 	}
 	reconciled := false
@@ -215,7 +215,7 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 			reconciled = true
 		case failure == nil && rec.paced == 0 && !rec.halted:
 			failure = &cycleError{phase: "config", code: watukuytype.CodeConfig, kind: schedule.ResultFailed, err: fmt.Errorf(
-				"reconcile listing of %s is longer than reconcile.maxPages (%d): deletes cannot be detected", c.key, c.p.Reconcile.MaxPages)}
+				"reconcile listing of %s is longer than reconcile.maxPages (%d): deletes cannot be detected", c.key.Describe(), c.p.Reconcile.MaxPages)}
 		}
 	}
 	backfillPending := false

@@ -146,7 +146,7 @@ func (d *dispatch) runGroup(ctx context.Context, stop context.CancelFunc, batch 
 		if c.p.Delivery.Poison == watukuytype.PoisonHalt {
 			d.mu.Lock()
 			d.halt = &cycleError{phase: "handler", code: watukuytype.CodePoisonHalt, kind: schedule.ResultPoisonHalt,
-				err: fmt.Errorf("event %s of %s failed %d times, poison: halt: %w", b.entry.ID, c.key, len(errs), err)}
+				err: fmt.Errorf("event %s of %s failed %d times, poison: halt: %w", b.entry.ID, c.key.Describe(), len(errs), err)}
 			d.mu.Unlock()
 			stop()
 			return

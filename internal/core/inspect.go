@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 
 	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -23,7 +22,7 @@ func (e *Engine) inspect(ctx context.Context, t target) (watukuytype.KeyInfo, er
 	key := t.key
 	s, err := e.store.Inspect(ctx, key)
 	if err != nil {
-		return watukuytype.KeyInfo{}, fmt.Errorf("watukuy: inspect %s: %w", key, err)
+		return watukuytype.KeyInfo{}, keyErr("watukuy: inspect", key, err)
 	}
 	st := newState(s.State)
 	ki := watukuytype.KeyInfo{Poller: key.Poller, Partition: key.Partition, Paused: st.paused(), Source: t.source,

@@ -210,7 +210,7 @@ func (c *cycle) beforeRequest(ctx context.Context, page int) *cycleError {
 	}
 	if until := c.state.time(statehash.Throttled); c.serverNotLater().Before(until) {
 		return &cycleError{phase: "fetch", code: watukuytype.CodeThrottled, kind: schedule.ResultThrottled, retryAfter: until.Sub(c.serverNotLater()),
-			err: fmt.Errorf("%s is throttled until %s", c.key, until.Format(time.RFC3339Nano))}
+			err: fmt.Errorf("%s is throttled until %s", c.key.Describe(), until.Format(time.RFC3339Nano))}
 	}
 	return nil
 }
@@ -247,7 +247,7 @@ func (c *cycle) fetchFailure(ctx context.Context, ln lane, cursor string, err er
 	if watukuytype.IsLeaseLost(err) {
 		return storeErr(err) // the request never left: the cycle is abandoned
 	}
-	err = fmt.Errorf("%s lane of %s at cursor %q: %w", ln.name, c.key, cursor, err)
+	err = &keyError{op: string(ln.name) + " lane of", key: c.key, at: fmt.Sprintf(" at cursor %q", cursor), err: err}
 	var he *watukuytype.HTTPError
 	var ce *watukuytype.ConfigError
 	var se *watukuytype.CursorStallError

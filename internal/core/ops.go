@@ -31,7 +31,7 @@ func (e *Engine) Replay(ctx context.Context, key watukuytype.Key, from, to time.
 		to = time.Now().Add(time.Hour) // everything logged so far
 	}
 	if to.Before(from) {
-		return 0, fmt.Errorf("watukuy: replay %s: --to %s is before --from %s", key, to.Format(time.RFC3339), from.Format(time.RFC3339))
+		return 0, fmt.Errorf("watukuy: replay %s: --to %s is before --from %s", key.Describe(), to.Format(time.RFC3339), from.Format(time.RFC3339))
 	}
 	n := 0
 	err = e.withOpLease(ctx, t, func(c *cycle) error {
@@ -60,7 +60,7 @@ func (e *Engine) Replay(ctx context.Context, key watukuytype.Key, from, to time.
 		}
 	})
 	if err != nil {
-		return n, fmt.Errorf("watukuy: replay %s: %w", key, err)
+		return n, keyErr("watukuy: replay", key, err)
 	}
 	return n, e.store.Trigger(ctx, key)
 }
@@ -98,7 +98,7 @@ func (e *Engine) ResetCursor(ctx context.Context, key watukuytype.Key, cursor st
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("watukuy: reset-cursor %s: %w", key, err)
+		return keyErr("watukuy: reset-cursor", key, err)
 	}
 	return e.store.Trigger(ctx, key)
 }
@@ -147,14 +147,14 @@ func (e *Engine) AddPartition(ctx context.Context, key watukuytype.Key) error {
 			return err
 		}
 		if ki.Status != "deleted" {
-			return fmt.Errorf("watukuy: partition %q of %q already exists (status %s); use resume to bring back a removed or paused one", key.Partition, key.Poller, ki.Status)
+			return fmt.Errorf("watukuy: %s already exists (status %s); use resume to bring back a removed or paused one", key.Describe(), ki.Status)
 		}
 	} else if nf := (*watukuytype.NotFoundError)(nil); !errors.As(err, &nf) || !nf.PartitionMissing {
 		return err
 	}
 	entry, _ := json.Marshal(keyEntry{Source: "cli", AddedAt: time.Now().UnixMilli()})
 	if err := e.store.AddPartition(ctx, key, entry); err != nil {
-		return fmt.Errorf("watukuy: partitions add %s: %w", key, err)
+		return keyErr("watukuy: partitions add", key, err)
 	}
 	return nil
 }
@@ -171,7 +171,7 @@ func (e *Engine) RemovePartition(ctx context.Context, key watukuytype.Key) error
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("watukuy: partitions remove %s: %w", key, err)
+		return keyErr("watukuy: partitions remove", key, err)
 	}
 	return nil
 }
@@ -189,7 +189,7 @@ func (e *Engine) DeletePartition(ctx context.Context, key watukuytype.Key) error
 		return e.store.DeleteKey(ctx, c.lease)
 	})
 	if err != nil {
-		return fmt.Errorf("watukuy: partitions delete %s: %w", key, err)
+		return keyErr("watukuy: partitions delete", key, err)
 	}
 	return nil
 }
@@ -226,7 +226,7 @@ func (e *Engine) keyOp(ctx context.Context, key watukuytype.Key, name string, op
 		return err
 	}
 	if err := op(ctx, key); err != nil {
-		return fmt.Errorf("watukuy: %s %s: %w", name, key, err)
+		return keyErr("watukuy: "+name, key, err)
 	}
 	return nil
 }

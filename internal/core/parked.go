@@ -40,7 +40,7 @@ func (e *Engine) ListParked(ctx context.Context, key watukuytype.Key, kind strin
 	}
 	rows, err := e.store.ListParked(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("watukuy: parked ls %s: %w", key, err)
+		return nil, keyErr("watukuy: parked ls", key, err)
 	}
 	out := []watukuytype.ParkedInfo{}
 	for id, raw := range rows {
@@ -141,7 +141,7 @@ func (e *Engine) releaseParked(ctx context.Context, key watukuytype.Key, ids []s
 		return nil
 	})
 	if err != nil {
-		return released, fmt.Errorf("watukuy: parked %s on %s: %w", map[bool]string{true: "retry", false: "discard"}[retry], key, err)
+		return released, keyErr("watukuy: parked "+map[bool]string{true: "retry", false: "discard"}[retry], key, err)
 	}
 	return released, e.store.Trigger(ctx, key)
 }

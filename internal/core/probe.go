@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"encoding/hex"
-	"fmt"
 
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -20,7 +19,7 @@ func Probe(ctx context.Context, p watukuytype.Poller, partition string) (watukuy
 	res := watukuytype.ProbeResult{Poller: p.Name, Partition: partition, Items: []watukuytype.ProbeItem{}}
 	page, err := p.Fetch(ctx, watukuytype.FetchRequest{Key: key, Lane: watukuytype.LaneLive})
 	if err != nil {
-		return res, fmt.Errorf("watukuy: probe %s: %w", key, err)
+		return res, keyErr("watukuy: probe", key, err)
 	}
 	res.Next, res.HasMore, res.NotModified = page.Next, page.HasMore, page.NotModified
 	c := &cycle{p: &p, key: key}

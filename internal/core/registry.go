@@ -91,7 +91,7 @@ func (e *Engine) resolve(ctx context.Context, key watukuytype.Key) (target, erro
 	}
 	praw, kraw, err := e.store.Lookup(ctx, key)
 	if err != nil {
-		return t, fmt.Errorf("watukuy: look up %s: %w", key, err)
+		return t, keyErr("watukuy: look up", key, err)
 	}
 	if t.p == nil {
 		if praw == nil {

@@ -36,14 +36,14 @@ func (d *Detail) Fetch(ctx context.Context, key watukuytype.Key, identity string
 		return nil, false, err
 	}
 	if err := httpx.CheckJSON(resp.Body); err != nil {
-		return nil, false, fmt.Errorf("%s: detail of %q: %w", key, identity, err)
+		return nil, false, fmt.Errorf("%s: detail of %q: %w", key.Describe(), identity, err)
 	}
 	item := gjson.ParseBytes(resp.Body)
 	if d.Items != "" {
 		item = item.Get(d.Items)
 	}
 	if !item.IsObject() {
-		return nil, false, fmt.Errorf("%s: detail of %q: no item object at %q", key, identity, d.Items)
+		return nil, false, fmt.Errorf("%s: detail of %q: no item object at %q", key.Describe(), identity, d.Items)
 	}
 	return json.RawMessage(item.Raw), true, nil
 }

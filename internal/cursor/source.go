@@ -83,7 +83,7 @@ func (s *Source) get(ctx context.Context, key watukuytype.Key, rawURL string, pa
 		return r, nil
 	}
 	if err := httpx.CheckJSON(resp.Body); err != nil {
-		return nil, fmt.Errorf("%s: response of %s: %w", key, rawURL, err)
+		return nil, fmt.Errorf("%s: response of %s: %w", key.Describe(), rawURL, err)
 	}
 	r.body = gjson.ParseBytes(resp.Body)
 	arr := r.body

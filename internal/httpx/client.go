@@ -133,7 +133,7 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 	}
 	u, err := buildURL(req)
 	if err != nil {
-		err = fmt.Errorf("watukuy: %s: %s: %w", req.Key, method, err)
+		err = fmt.Errorf("watukuy: %s: %s: %w", req.Key.Describe(), method, err)
 		c.logRequest(req.Key, method, RedactURL(req.URL), nil, nil, time.Since(start), err)
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 
 	hreq, err := http.NewRequestWithContext(tctx, method, u.String(), nil)
 	if err != nil {
-		err = fmt.Errorf("watukuy: %s: %s %s: %w", req.Key, method, shown, unwrapURLError(err))
+		err = fmt.Errorf("watukuy: %s: %s %s: %w", req.Key.Describe(), method, shown, unwrapURLError(err))
 		c.logRequest(req.Key, method, shown, nil, nil, time.Since(start), err)
 		return nil, err
 	}
@@ -180,7 +180,7 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 	// A cycle's lease may have lapsed since its own check (a frozen process): no request
 	// leaves then. The default client checks once more before each write on the wire.
 	if err := watukuytype.CheckLease(ctx); err != nil {
-		err = fmt.Errorf("watukuy: %s: %s %s: %w", req.Key, method, shown, err)
+		err = fmt.Errorf("watukuy: %s: %s %s: %w", req.Key.Describe(), method, shown, err)
 		c.logRequest(req.Key, method, shown, hreq.Header, nil, time.Since(start), err)
 		return nil, err
 	}
@@ -229,7 +229,7 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 			body, err = readBody(hresp, limit)
 		}
 		if errors.Is(err, errTooLarge) {
-			err = fmt.Errorf("watukuy: %s: %s: %w", req.Key, method, &BodyTooLargeError{URL: shown, Limit: limit})
+			err = fmt.Errorf("watukuy: %s: %s: %w", req.Key.Describe(), method, &BodyTooLargeError{URL: shown, Limit: limit})
 		} else if err != nil {
 			err = c.transportError(ctx, tctx, req.Key, method, shown, timeout, fmt.Errorf("reading body: %w", err))
 		}
@@ -303,9 +303,9 @@ func unwrapURLError(err error) error {
 func (c *Client) transportError(parent, tctx context.Context, key watukuytype.Key, method, shown string, timeout time.Duration, err error) error {
 	err = unwrapURLError(err)
 	if errors.Is(tctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
-		return fmt.Errorf("watukuy: %s: %s %s: timeout after %s: %w", key, method, shown, timeout, err)
+		return fmt.Errorf("watukuy: %s: %s %s: timeout after %s: %w", key.Describe(), method, shown, timeout, err)
 	}
-	return fmt.Errorf("watukuy: %s: %s %s: %w", key, method, shown, err)
+	return fmt.Errorf("watukuy: %s: %s %s: %w", key.Describe(), method, shown, err)
 }
 
 // readBody reads at most limit bytes of the decompressed body. Over the limit, on the wire

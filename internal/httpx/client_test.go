@@ -143,7 +143,7 @@ func TestDo(t *testing.T) {
 				if resp == nil || resp.StatusCode != 429 || resp.RetryAfter != 120*time.Second {
 					t.Fatalf("resp = %+v", resp)
 				}
-				if want := "watukuy: orders|t_1: HTTP 429 from " + base + "/items?page=3"; err.Error() != want {
+				if want := `watukuy: poller "orders", partition "t_1": HTTP 429 from ` + base + "/items?page=3"; err.Error() != want {
 					t.Fatalf("Error() = %q; want %q", err, want)
 				}
 			},
@@ -306,7 +306,7 @@ func TestDo(t *testing.T) {
 			},
 			req: Request{URL: "/"},
 			check: func(t *testing.T, resp *Response, err error, _ string) {
-				if err == nil || !strings.Contains(err.Error(), "gzip") || !strings.Contains(err.Error(), "orders|t_1") {
+				if err == nil || !strings.Contains(err.Error(), "gzip") || !strings.Contains(err.Error(), `poller "orders", partition "t_1"`) {
 					t.Fatalf("err = %v", err)
 				}
 			},
@@ -515,7 +515,7 @@ func TestDoTimeout(t *testing.T) {
 				t.Fatalf("resp %+v err %v", resp, err)
 			}
 			msg := err.Error()
-			for _, part := range []string{"orders|t_1", srv.URL + "/slow?api_key=[redacted]", tc.want} {
+			for _, part := range []string{`poller "orders", partition "t_1"`, srv.URL + "/slow?api_key=[redacted]", tc.want} {
 				if !strings.Contains(msg, part) {
 					t.Errorf("error %q does not contain %q", msg, part)
 				}
@@ -560,7 +560,7 @@ func TestDoTransportError(t *testing.T) {
 		t.Fatalf("resp %v err %v", resp, err)
 	}
 	msg := err.Error()
-	if !strings.Contains(msg, "orders|t_1") || !strings.Contains(msg, "http://"+addr+"/x?secret=[redacted]") ||
+	if !strings.Contains(msg, `poller "orders", partition "t_1"`) || !strings.Contains(msg, "http://"+addr+"/x?secret=[redacted]") ||
 		strings.Contains(msg, "s3cr3t") || strings.Contains(msg, "timeout") {
 		t.Fatalf("err = %q", msg)
 	}
@@ -653,7 +653,7 @@ func TestDoNeverLeaksSecrets(t *testing.T) {
 		`"level":"debug"`, `"poller":"orders"`, `"partition":"t_1"`, `"method":"GET"`,
 		`"url":"` + srv.URL + `/ok?api_key=[redacted]&page=2"`, `"status":200`, `"bytes":11`, `"elapsed":`,
 		`"Authorization":["[redacted]"]`, `"X-Api-Key":["[redacted]"]`, `"Accept":["application/json"]`,
-		`"status":401`, `"error":"watukuy: orders|t_1: HTTP 401 from`, "timeout after 50ms",
+		`"status":401`, `"error":"watukuy: poller \"orders\", partition \"t_1\": HTTP 401 from`, "timeout after 50ms",
 		`"url":"http://[redacted]@`,
 	} {
 		if !strings.Contains(logs, want) {
