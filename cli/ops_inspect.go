@@ -114,8 +114,8 @@ func printKeyDetail(w io.Writer, ki watukuy.KeyInfo, now time.Time) error {
 				flags += ", " + f.name
 			}
 		}
-		t.row("lastPoll", fmt.Sprintf("%s at %s in %dms: %d pages, %d items, %d events, %d delivered, %d parked, %d invalid%s",
-			lp.Outcome, lp.At, lp.DurationMs, lp.Pages, lp.Items, lp.Events, lp.Delivered, lp.Parked, lp.Invalid, flags))
+		t.row("lastPoll", fmt.Sprintf("%s at %s in %dms: %s, %s, %s, %d delivered, %d parked, %d invalid%s",
+			lp.Outcome, lp.At, lp.DurationMs, plural(lp.Pages, "page"), plural(lp.Items, "item"), plural(lp.Events, "event"), lp.Delivered, lp.Parked, lp.Invalid, flags))
 	} else {
 		t.row("lastPoll", string(ki.LastPoll))
 	}
@@ -165,7 +165,7 @@ func printKeyDetail(w io.Writer, ki watukuy.KeyInfo, now time.Time) error {
 }
 
 func backfillProgressText(bp *watukuy.BackfillProgress) string {
-	s := fmt.Sprintf("%d pages, %d items, %d events", bp.Pages, bp.Items, bp.Events)
+	s := fmt.Sprintf("%s, %s, %s", plural(bp.Pages, "page"), plural(bp.Items, "item"), plural(bp.Events, "event"))
 	if bp.Fraction != nil {
 		s += fmt.Sprintf(", %.0f%%", *bp.Fraction*100)
 	}

@@ -126,7 +126,7 @@ func (o *op) printParked(rows []parkedRow, all int) error {
 	if all > len(rows) {
 		fmt.Fprintf(o.out, "\nshowing %d of %d parked rows (--limit)\n", len(rows), all)
 	}
-	_, err := fmt.Fprintf(o.out, "\nretry: watukuy parked retry --poller %s --ids ID[,ID...]   discard: watukuy parked discard --poller %s --ids ID[,ID...]\n", o.poller, o.poller)
+	_, err := fmt.Fprintf(o.out, "\nretry: watukuy parked retry --poller %s --ids ID[,ID...]   discard: watukuy parked discard --poller %[1]s --ids ID[,ID...]   (every row: --all [--kind poison|invalid])\n", o.poller)
 	return err
 }
 
@@ -140,27 +140,43 @@ func indentJSON(raw json.RawMessage) string {
 }
 
 // parkedReleaseCmd is parked retry or parked discard. Without --partition the ids are looked
-// up in every partition of the poller, as `parked ls` lists them.
+// up in every partition of the poller, as `parked ls` lists them; --all takes every parked row
+// there (of one --kind), so a poller that parked every item needs no list of ids.
 func parkedReleaseCmd(use, short, done, effect string,
 	release func(watukuy.Parked, context.Context, string, string, ...string) (int, error)) *cobra.Command {
 	o := &op{}
 	var ids []string
+	var all bool
+	var kind string
 	return o.command(opSpec{
-		use:   use + " --poller P [--partition X] --ids ID[,ID...]",
+		use:   use + " --poller P [--partition X] (--ids ID[,ID...] | --all [--kind poison|invalid])",
 		short: short,
 		keys:  pollerKeys,
 		flags: func(fs *pflag.FlagSet) {
-			fs.StringSliceVar(&ids, "ids", nil, "ids of the parked rows (`watukuy parked ls` lists them); required")
+			fs.StringSliceVar(&ids, "ids", nil, "ids of the parked rows, as watukuy parked ls lists them")
+			fs.BoolVar(&all, "all", false, "every parked row of the poller (of --partition, when given)")
+			fs.StringVar(&kind, "kind", "", "with --all: only rows of this kind, poison or invalid")
 		},
 		check: func(cmd *cobra.Command) error {
 			ids = slices.DeleteFunc(ids, func(id string) bool { return strings.TrimSpace(id) == "" })
-			if len(ids) == 0 {
-				return usagef("--ids is required: the ids of the parked rows (`watukuy parked ls --poller P` lists them)")
+			switch {
+			case kind != "" && kind != "poison" && kind != "invalid":
+				return usagef("--kind %q: want poison or invalid", kind)
+			case all && len(ids) > 0:
+				return usagef("--all and --ids exclude each other: --all takes every parked row")
+			case kind != "" && !all:
+				return usagef("--kind narrows --all: pass --all --kind %s", kind)
+			case !all && len(ids) == 0:
+				return usagef("--ids is required, or --all: the ids of the parked rows (`watukuy parked ls --poller P` lists them), or --all [--kind poison|invalid] for every one")
 			}
 			return nil
 		},
 		run: func(ctx context.Context, eng *watukuy.Engine) error {
-			byKey, order, err := o.locateParked(ctx, eng, ids)
+			locate := func() (map[watukuy.Key][]string, []watukuy.Key, error) { return o.locateParked(ctx, eng, ids) }
+			if all {
+				locate = func() (map[watukuy.Key][]string, []watukuy.Key, error) { return o.allParked(ctx, eng, kind) }
+			}
+			byKey, order, err := locate()
 			if err != nil {
 				return err
 			}
@@ -170,7 +186,7 @@ func parkedReleaseCmd(use, short, done, effect string,
 				IDs       []string `json:"ids"`
 				Released  int      `json:"released"`
 			}
-			var res []keyRelease
+			res := []keyRelease{}
 			total := 0
 			for _, k := range order {
 				n, err := release(eng.Parked(), ctx, k.Poller, k.Partition, byKey[k]...)
@@ -190,12 +206,48 @@ func parkedReleaseCmd(use, short, done, effect string,
 					Keys     []keyRelease `json:"keys"`
 				}{use, total, res})
 			}
+			if len(res) == 0 {
+				_, err := fmt.Fprintf(o.out, "no %sparked rows in %s: nothing %s\n", kindPrefix(kind), o.poller, done)
+				return err
+			}
 			for _, r := range res {
 				fmt.Fprintf(o.out, "%s %d parked row(s) of %s: %s\n", done, r.Released, keyName(r.Poller, r.Partition), effect)
 			}
 			return nil
 		},
 	})
+}
+
+// kindPrefix is "poison " or "invalid " for a --kind, "" for none.
+func kindPrefix(kind string) string {
+	if kind == "" {
+		return ""
+	}
+	return kind + " "
+}
+
+// allParked lists the ids of every parked row of kind ("" for both) in the command's keys,
+// by key, skipping keys that have none.
+func (o *op) allParked(ctx context.Context, eng *watukuy.Engine, kind string) (map[watukuy.Key][]string, []watukuy.Key, error) {
+	keys, err := o.keys(ctx, eng)
+	if err != nil {
+		return nil, nil, err
+	}
+	byKey := map[watukuy.Key][]string{}
+	var order []watukuy.Key
+	for _, k := range keys {
+		rows, err := eng.Parked().List(ctx, k.Poller, k.Partition, kind)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, r := range rows {
+			byKey[k] = append(byKey[k], r.ID)
+		}
+		if len(rows) > 0 {
+			order = append(order, k)
+		}
+	}
+	return byKey, order, nil
 }
 
 // locateParked finds the key of every id: the named key, or the partition of the poller

@@ -83,3 +83,59 @@ func TestParked(t *testing.T) {
 	w.fails(ExitUsage, "--ids is required", "parked", "retry", "--poller", "orders")
 	w.fails(ExitUsage, `--kind "sick"`, "parked", "ls", "--poller", "orders", "--kind", "sick")
 }
+
+// parked retry|discard --all [--kind] take every parked row of the poller (of one kind)
+// without a list of ids; --kind needs --all, and --all excludes --ids.
+func TestParkedAll(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.api.Put("a", map[string]any{"sku": "A"})
+	w.api.Put("b", map[string]any{"sku": "B"})
+	w.api.Put("c", map[string]any{"name": "no sku"})
+	var healthy atomic.Bool
+	w.register(w.poller("mixed", func(p *watukuy.Poller) {
+		p.Identity = watukuy.Field("sku")
+		p.Delivery.Attempts = 1
+		p.Handler = func(ctx context.Context, ev watukuy.Event) error {
+			if !healthy.Load() {
+				return errors.New("sink down")
+			}
+			return nil
+		}
+	}))
+	w.tick()
+	kinds := func() map[string]int {
+		n := map[string]int{}
+		for _, r := range jsonOf[[]parkedRow](t, w.ok("parked", "ls", "--poller", "mixed", "--json")) {
+			n[r.Kind]++
+		}
+		return n
+	}
+	if n := kinds(); n["poison"] != 2 || n["invalid"] != 1 {
+		t.Fatalf("parked rows by kind: %v", n)
+	}
+	w.fails(ExitUsage, "--all and --ids exclude each other", "parked", "retry", "--poller", "mixed", "--all", "--ids", "x")
+	w.fails(ExitUsage, "--kind narrows --all", "parked", "discard", "--poller", "mixed", "--kind", "poison")
+	w.fails(ExitUsage, `--kind "sick"`, "parked", "retry", "--poller", "mixed", "--all", "--kind", "sick")
+
+	healthy.Store(true)
+	if out := w.ok("parked", "retry", "--poller", "mixed", "--all", "--kind", "poison"); !strings.Contains(out, "retried 2 parked row(s) of mixed") {
+		t.Fatalf("retry --all --kind poison: %s", out)
+	}
+	if n := kinds(); n["poison"] != 0 || n["invalid"] != 1 {
+		t.Fatalf("after retry --all --kind poison: %v", n)
+	}
+	if rep := w.tick(); rep.Delivered != 2 {
+		t.Fatalf("the retried events were not delivered: %+v", rep)
+	}
+	if out := w.ok("parked", "retry", "--poller", "mixed", "--all", "--kind", "poison"); !strings.Contains(out, "no poison parked rows in mixed: nothing retried") {
+		t.Fatalf("retry --all with nothing parked: %s", out)
+	}
+	res := jsonOf[struct {
+		Released int
+		Keys     []struct{ IDs []string }
+	}](t, w.ok("parked", "discard", "--poller", "mixed", "--all", "--json"))
+	if res.Released != 1 || len(res.Keys) != 1 || len(res.Keys[0].IDs) != 1 || w.b.Client.Exists(t.Context(), "wk:{mixed|}:parked").Val() != 0 {
+		t.Fatalf("discard --all: %+v", res)
+	}
+}

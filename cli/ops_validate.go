@@ -2,8 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/app"
 	"github.com/watukuy/watukuy/internal/config"
+	"github.com/watukuy/watukuy/internal/httpx"
 )
 
 // pollerSummary is one poller of a validated config.
@@ -62,12 +66,79 @@ func summarize(pc config.Poller) pollerSummary {
 	return ps
 }
 
-// probeReport is one poller's probe in validate's output.
+// probeReport is one poller's probe in validate's output. A probe fails with Error (the
+// request failed) or Problem (the page came back, but the poller would lose or stall on it);
+// Hint says what to do about either.
 type probeReport struct {
 	Poller    string               `json:"poller"`
 	Partition string               `json:"partition"`
 	Result    *watukuy.ProbeResult `json:"result,omitempty"`
 	Error     string               `json:"error,omitempty"`
+	Problem   string               `json:"problem,omitempty"`
+	Hint      string               `json:"hint,omitempty"`
+}
+
+// failed reports whether the probe failed.
+func (pr probeReport) failed() bool { return pr.Error != "" || pr.Problem != "" }
+
+// requestHint says what to do about a probe request that failed with err.
+func requestHint(err error) string {
+	var he *watukuy.HTTPError
+	var je *httpx.JSONError
+	var ce *watukuy.ConfigError
+	switch {
+	case errors.As(err, &he) && he.StatusCode == http.StatusTooManyRequests:
+		wait := he.RetryAfter
+		if wait == 0 && he.RateLimit != nil {
+			wait = he.RateLimit.Reset
+		}
+		if wait > 0 {
+			return fmt.Sprintf("the API rate limited the probe (HTTP 429): retry after %s", wait.Round(time.Second))
+		}
+		return "the API rate limited the probe (HTTP 429): retry in a while"
+	case errors.As(err, &he) && (he.StatusCode == http.StatusUnauthorized || he.StatusCode == http.StatusForbidden):
+		return fmt.Sprintf("the API refused the request (HTTP %d): check the credentials in request.headers or request.query", he.StatusCode)
+	case errors.As(err, &he) && he.StatusCode == http.StatusNotFound:
+		return "the API has no such endpoint (HTTP 404): check request.url"
+	case errors.As(err, &he) && he.StatusCode >= 500:
+		return fmt.Sprintf("the API failed (HTTP %d): check that it is up, then probe again", he.StatusCode)
+	case errors.As(err, &he):
+		return fmt.Sprintf("the API refused the request (HTTP %d): check request.url and request.query", he.StatusCode)
+	case errors.As(err, &je):
+		return "the answer is not JSON: check request.url (a login or error page answers HTML)"
+	case errors.As(err, &ce):
+		return fmt.Sprintf("check %s in the config", ce.Field)
+	}
+	return "check request.url and that the API answers"
+}
+
+// pageProblem says why a probed page that came back would still fail the poller: every item
+// would be parked as invalid (the cursor moves past them without an event), or the cursor
+// stalls after it. pc is the poller's config, for the keys to name.
+func pageProblem(res watukuy.ProbeResult, pc config.Poller) (problem, hint string) {
+	if res.Stall != "" {
+		hint = "set a tie-breaker (cursor.tieBreaker: the API's query parameter for the last identity at a time, e.g. after_id) or a page larger than the items that can share one time"
+		if pc.Cursor.Limit > 0 {
+			hint += fmt.Sprintf(" (cursor.limit, now %d)", pc.Cursor.Limit)
+		}
+		return "the cursor stalls: " + res.Stall, hint
+	}
+	if len(res.Items) == 0 || res.Invalid < len(res.Items) {
+		return "", ""
+	}
+	identity := pc.Identity
+	if identity == "" {
+		identity = "id"
+	}
+	if !slices.ContainsFunc(res.Items, func(it watukuy.ProbeItem) bool { return it.Identity != "" }) {
+		hint = "set identity to the gjson path of the field that names an item"
+		if len(res.Fields) > 0 {
+			hint += fmt.Sprintf(" (the first item has: %s)", strings.Join(res.Fields, ", "))
+		}
+		return fmt.Sprintf("no item has an identity at %q: every item would be parked as invalid", identity), hint
+	}
+	return fmt.Sprintf("every item would be parked as invalid (first: %s)", res.Items[0].Issue),
+		"fix version, fingerprint or validation (see ISSUE), or the data"
 }
 
 func validateCmd() *cobra.Command {
@@ -79,8 +150,11 @@ func validateCmd() *cobra.Command {
 		Long: `validate loads the config file and builds every poller (errors name file:line and the field),
 then lists the pollers. With --probe it fetches the first page of each poller's first partition
 and prints every item's identity, version and fingerprint, or why it would be parked as invalid,
-with the next cursor. It writes nothing and needs no Redis. It exits 1 when the config is
-invalid or a probe request fails; invalid items are reported, not fatal.`,
+with the next cursor; when more pages follow it asks for the next one too, to see whether the
+cursor stalls there (a full page of items that share one change time). It writes nothing and
+needs no Redis. It exits 1 when the config is invalid, a probe request fails, the cursor
+stalls, or every item of a page would be parked as invalid (a wrong identity path); some
+invalid items are reported, not fatal.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.out = cmd.OutOrStdout()
@@ -114,7 +188,7 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool) error
 	var probes []probeReport
 	failed, invalid, items := 0, 0, 0
 	if probe {
-		for _, p := range pollers {
+		for i, p := range pollers {
 			part := ""
 			if len(p.Partitions) > 0 {
 				part = p.Partitions[0]
@@ -122,19 +196,29 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool) error
 			pr := probeReport{Poller: p.Name, Partition: part}
 			res, err := watukuy.Probe(ctx, p, part)
 			if err != nil {
-				pr.Error = err.Error()
-				failed++
+				pr.Error, pr.Hint = err.Error(), requestHint(err)
 			} else {
 				pr.Result = &res
+				pr.Problem, pr.Hint = pageProblem(res, cfg.Pollers[i])
 				invalid += res.Invalid
 				items += len(res.Items)
+			}
+			if pr.failed() {
+				failed++
 			}
 			probes = append(probes, pr)
 		}
 	}
 	var result error
 	if failed > 0 {
-		result = fmt.Errorf("%d of %d probe(s) failed: check the URL, the credentials and that the API answers", failed, len(probes))
+		result = fmt.Errorf("%d of %d probe(s) failed: see each probe's hint", failed, len(probes))
+		if failed == 1 {
+			for _, pr := range probes {
+				if pr.failed() {
+					result = fmt.Errorf("%d of %d probe(s) failed: %s", failed, len(probes), pr.Hint)
+				}
+			}
+		}
 	}
 	if o.asJSON {
 		if err := writeJSON(o.out, struct {
@@ -158,11 +242,11 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool) error
 	for _, pr := range probes {
 		fmt.Fprintf(o.out, "\nprobe %s:", keyName(pr.Poller, pr.Partition))
 		if pr.Error != "" {
-			fmt.Fprintf(o.out, " FAILED: %s\n", strings.TrimPrefix(pr.Error, "watukuy: probe "+watukuy.Key{Poller: pr.Poller, Partition: pr.Partition}.Describe()+": ")) // the line names the key
+			fmt.Fprintf(o.out, " FAILED: %s\n  hint: %s\n", strings.TrimPrefix(pr.Error, "watukuy: probe "+watukuy.Key{Poller: pr.Poller, Partition: pr.Partition}.Describe()+": "), pr.Hint) // the line names the key
 			continue
 		}
 		res := pr.Result
-		fmt.Fprintf(o.out, " %d items, %d invalid, next cursor %q, hasMore %s", len(res.Items), res.Invalid, res.Next, yesNo(res.HasMore))
+		fmt.Fprintf(o.out, " %s, %d invalid, next cursor %q, hasMore %s", plural(len(res.Items), "item"), res.Invalid, res.Next, yesNo(res.HasMore))
 		if res.NotModified {
 			fmt.Fprint(o.out, ", not modified")
 		}
@@ -178,9 +262,12 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool) error
 		if err := t.flush(); err != nil {
 			return err
 		}
+		if pr.Problem != "" {
+			fmt.Fprintf(o.out, "FAILED: %s\n  hint: %s\n", pr.Problem, pr.Hint)
+		}
 	}
 	if probe {
-		fmt.Fprintf(o.out, "\nprobed %d poller(s): %d items, %d invalid", len(probes), items, invalid)
+		fmt.Fprintf(o.out, "\nprobed %d poller(s): %s, %d invalid", len(probes), plural(items, "item"), invalid)
 		if invalid > 0 {
 			fmt.Fprint(o.out, " (workers would park them as invalid: see ISSUE)")
 		}

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -77,5 +79,78 @@ func TestValidate(t *testing.T) {
 	_, _, err = run(t, "validate", "--config", broken)
 	if exitCode(err) != ExitFailed || !strings.Contains(err.Error(), filepath.Base(broken)+":4:") || !strings.Contains(err.Error(), "cursor.strategy") {
 		t.Fatalf("broken config: %v", err)
+	}
+}
+
+// validate --probe fails where the poller would lose or stall on what the API answers, and
+// each failure's hint says what to set: a wrong identity path (every item parked as invalid),
+// a full page of items that share one change time (the cursor stalls without a tie-breaker),
+// a 429 (rate limited, not the credentials), an HTML page answered with 200.
+func TestValidateProbeProblems(t *testing.T) {
+	t.Parallel()
+	api := fakeapi.New()
+	api.PutMany(5, "w", map[string]any{"price": 1}) // 5 items in one second
+	plain := fakeapi.NewServer(api, fakeapi.ServerOptions{})
+	defer plain.Close()
+	tied := fakeapi.NewServer(api, fakeapi.ServerOptions{TieBreaker: true})
+	defer tied.Close()
+	html := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, "<!DOCTYPE html><title>Sign in</title>")
+	}))
+	defer html.Close()
+	config := func(url, identity, cursor string) string {
+		return writeConfig(t, fmt.Sprintf(`pollers:
+  - name: widgets
+    request: {url: %s/items}
+    items: data
+    identity: %s
+    version: version
+    cursor: {strategy: timestamp, param: updated_since, field: updated_at, limitParam: limit%s}
+    delivery: {stdout: {}}
+`, url, identity, cursor))
+	}
+	for _, tc := range []struct {
+		name, config string
+		fault        *fakeapi.Fault
+		want         []string // in stdout, then the error
+		wantErr      string
+	}{
+		{name: "every item without an identity", config: config(plain.URL, "sku", ""),
+			want:    []string{`FAILED: no item has an identity at "sku": every item would be parked as invalid`, "hint: set identity to the gjson path of the field that names an item (the first item has: id, price, updated_at, updated_seq, version)"},
+			wantErr: "1 of 1 probe(s) failed: set identity"},
+		{name: "a full page of ties without a tie-breaker", config: config(plain.URL, "id", ", limit: 3"),
+			want:    []string{"FAILED: the cursor stalls: a full page of 3 items all at", "cursor.tieBreaker", "(cursor.limit, now 3)"},
+			wantErr: "1 of 1 probe(s) failed: set a tie-breaker"},
+		{name: "a 429 is a rate limit", config: config(plain.URL, "id", ""), fault: &fakeapi.Fault{Path: "/items", Status: http.StatusTooManyRequests, RetryAfter: "30"},
+			want:    []string{"probe widgets: FAILED:", "hint: the API rate limited the probe (HTTP 429): retry after 30s"},
+			wantErr: "retry after 30s"},
+		{name: "an HTML page", config: config(html.URL, "id", ""),
+			want:    []string{"the response is text/html, not JSON", "hint: the answer is not JSON"},
+			wantErr: "the answer is not JSON"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.fault != nil {
+				plain.Inject(*tc.fault)
+				defer plain.ClearFaults()
+			}
+			out, _, err := run(t, "validate", "--config", tc.config, "--probe")
+			if exitCode(err) != ExitFailed || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(err.Error()+out, "credentials") {
+				t.Fatalf("exit %d, %v; want exit 1 saying %q\n%s", exitCode(err), err, tc.wantErr, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("stdout does not say %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+	// The same ties with the API's tie-breaker set: the cursor moves on, the probe passes.
+	out, _, err := run(t, "validate", "--config", config(tied.URL, "id", ", limit: 3, tieBreaker: after_id"), "--probe", "--json")
+	v := jsonOf[struct {
+		OK     bool
+		Probes []probeReport
+	}](t, out)
+	if err != nil || !v.OK || len(v.Probes) != 1 || v.Probes[0].Result.Stall != "" || v.Probes[0].Problem != "" || len(v.Probes[0].Result.Items) != 3 {
+		t.Fatalf("probe with a tie-breaker: %v\n%s", err, out)
 	}
 }

@@ -99,3 +99,11 @@ func yesNo(b bool) string {
 
 // itoa renders a counter for a table.
 func itoa[T ~int | ~int64](n T) string { return fmt.Sprint(n) }
+
+// plural is n and noun, with an s when n is not 1: "1 page", "2 pages".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

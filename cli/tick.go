@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -66,6 +68,11 @@ func tick(ctx context.Context, out io.Writer, env *app.Env, maxDuration time.Dur
 			next = &nextDue{Poller: k.Poller, Partition: k.Partition, At: at.UTC()}
 		}
 	}
+	poller := "P"
+	if names := env.PollerNames(); len(names) == 1 {
+		poller = names[0]
+	}
+	parked, lost := parkedReport(rep, poller)
 	errs := make([]string, len(rep.Errors))
 	for i, e := range rep.Errors {
 		errs[i] = e.Error()
@@ -78,10 +85,13 @@ func tick(ctx context.Context, out io.Writer, env *app.Env, maxDuration time.Dur
 		}{rep, errs, next})
 		fmt.Fprintln(out, string(b))
 	} else {
-		fmt.Fprintf(out, "ran %d  skippedNotDue %d  skippedLeased %d  skippedPaused %d  events %d  delivered %d  errors %d\n",
-			rep.Ran, rep.SkippedNotDue, rep.SkippedLeased, rep.SkippedPaused, rep.Events, rep.Delivered, len(rep.Errors))
+		fmt.Fprintf(out, "ran %d  skippedNotDue %d  skippedLeased %d  skippedPaused %d  items %d  events %d  delivered %d  parked %d  invalid %d  errors %d\n",
+			rep.Ran, rep.SkippedNotDue, rep.SkippedLeased, rep.SkippedPaused, rep.Items, rep.Events, rep.Delivered, rep.Parked, rep.Invalid, len(rep.Errors))
 		for _, e := range errs {
 			fmt.Fprintln(out, "  error:", e)
+		}
+		for _, l := range parked {
+			fmt.Fprintln(out, "  "+l)
 		}
 		if next != nil {
 			fmt.Fprintf(out, "  nothing ran: the next key due is %s (partition %q) at %s, in %s (a claimed key is due when its claim lapses: its cycle's lease TTL + 2s after its last renewal)\n",
@@ -91,5 +101,33 @@ func tick(ctx context.Context, out io.Writer, env *app.Env, maxDuration time.Dur
 	if len(rep.Errors) > 0 {
 		return fmt.Errorf("%d cycle(s) failed", len(rep.Errors))
 	}
+	if len(lost) > 0 {
+		return errors.New(strings.Join(lost, "; "))
+	}
 	return nil
+}
+
+// parkedReport describes the rows a tick parked: a line per kind that says what to do, and
+// what of it lost all the tick's work (every item read parked as invalid, or no event
+// delivered and some parked as poison). Those cycles ran without an error, so without this a
+// tick that parked everything would exit 0.
+// The commands name poller, or P when the tick ran several.
+func parkedReport(rep watukuy.TickReport, poller string) (lines, lost []string) {
+	if rep.Invalid > 0 {
+		what := plural(rep.Invalid, "item") + " parked as invalid"
+		if rep.Invalid == rep.Items {
+			what = fmt.Sprintf("every item read (%d) was parked as invalid", rep.Items)
+			lost = append(lost, what)
+		}
+		lines = append(lines, fmt.Sprintf("%s: the cursor moved past them without an event; `watukuy parked ls --poller %s --kind invalid` says why; fix the poller's identity, version or validation, then `watukuy parked retry --poller %[2]s --all --kind invalid`", what, poller))
+	}
+	if rep.Parked > 0 {
+		what := plural(rep.Parked, "event") + " parked as poison"
+		if rep.Delivered == 0 {
+			what = "no event was delivered: " + what
+			lost = append(lost, what)
+		}
+		lines = append(lines, fmt.Sprintf("%s (each holds its ordering key's later events): `watukuy parked ls --poller %s --kind poison` shows the errors; fix the handler or its sink, then `watukuy parked retry --poller %[2]s --all --kind poison`", what, poller))
+	}
+	return lines, lost
 }

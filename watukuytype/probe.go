@@ -20,4 +20,11 @@ type ProbeResult struct {
 	HasMore     bool        `json:"hasMore"`
 	NotModified bool        `json:"notModified,omitempty"`
 	Invalid     int         `json:"invalid"`
+	// Fields are the first item's top-level field names, sorted: what identity, version and
+	// a cursor field can name (nil when the page is empty or its first item is no object).
+	Fields []string `json:"fields,omitempty"`
+	// Stall says why the cursor could not move past the probed page (the engine's
+	// CursorStallError on the request after it, e.g. a full page of items that all share one
+	// change time and no tie-breaker); "" when it moves on or there is no next page.
+	Stall string `json:"stall,omitempty"`
 }

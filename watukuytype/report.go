@@ -82,6 +82,12 @@ type TickReport struct {
 	SkippedPaused int `json:"skippedPaused"`
 	Events        int `json:"events"`
 	Delivered     int `json:"delivered"`
+	// Items counts the items read; Invalid those of them parked as invalid, Parked the events
+	// parked as poison. Rows parked while the report says "errors 0" are work that needs an
+	// operator (parked ls).
+	Items   int `json:"items"`
+	Parked  int `json:"parked"`
+	Invalid int `json:"invalid"`
 	// DeleteCandidates counts identities missed by a complete listing and not yet deleted.
 	DeleteCandidates int `json:"deleteCandidates,omitempty"`
 	// Repaired counts the keys the repair sweep gave back their missing due entry.

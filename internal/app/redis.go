@@ -22,6 +22,9 @@ func Connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) 
 	if rawURL == "" {
 		return nil, fmt.Errorf("no Redis URL: pass --redis, set WATUKUY_REDIS_URL, or put redis: in the config file")
 	}
+	if err := checkRedisScheme(rawURL); err != nil {
+		return nil, err
+	}
 	var c redis.UniversalClient
 	if rest, ok := strings.CutPrefix(rawURL, "redis+cluster://"); ok {
 		opt, err := redis.ParseClusterURL("redis://" + rest)

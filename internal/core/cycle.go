@@ -172,8 +172,14 @@ func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key) watukuytype.
 	c.keeper = startLeaseKeeper(cctx, e.store, c.lease, e.now, sent, cancel)
 	defer c.keeper.close()
 	c.run(cctx, b.OutboxLen)
-	if c.rep.Err != nil && !watukuytype.IsLeaseLost(c.rep.Err) {
-		c.log.Warn().Err(c.rep.Err).Msg("cycle failed")
+	switch r := c.rep; {
+	case r.Err != nil && !watukuytype.IsLeaseLost(r.Err):
+		c.log.Warn().Err(r.Err).Int("parked", r.Parked).Int("invalid", r.Invalid).Msg("cycle failed")
+	case r.Parked > 0 || r.Invalid > 0:
+		// Parked rows wait for an operator even when the cycle ran through: one line per cycle
+		// with the counts, so a poller that parks everything does not look healthy.
+		c.log.Warn().Int("items", r.Items).Int("events", r.Events).Int("delivered", r.Delivered).
+			Int("parked", r.Parked).Int("invalid", r.Invalid).Msg("cycle parked rows: see `watukuy parked ls`")
 	}
 	return c.rep
 }

@@ -203,6 +203,9 @@ func addCycle(r *watukuytype.TickReport, c watukuytype.CycleReport) {
 	}
 	r.Events += c.Events
 	r.Delivered += c.Delivered
+	r.Items += c.Items
+	r.Parked += c.Parked
+	r.Invalid += c.Invalid
 	r.DeleteCandidates += c.DeleteCandidates
 	if c.Err != nil {
 		r.Errors = append(r.Errors, c.Err)

@@ -3,13 +3,19 @@ package core
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"maps"
+	"slices"
 
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Probe fetches the first page of p's live lane for partition, from the very beginning, and
 // reports the identity, version and fingerprint of every item and the cursor the lane would
-// commit. It writes nothing anywhere: for checking a new API before it goes live.
+// commit. When the page says more follow, it asks for the next one too, to see whether the
+// cursor stalls there (ProbeResult.Stall). It writes nothing anywhere: for checking a new API
+// before it goes live.
 func Probe(ctx context.Context, p watukuytype.Poller, partition string) (watukuytype.ProbeResult, error) {
 	p, err := withDefaults(p)
 	if err != nil {
@@ -34,5 +40,29 @@ func Probe(ctx context.Context, p watukuytype.Poller, partition string) (watukuy
 		}
 		res.Items = append(res.Items, it)
 	}
+	if len(page.Items) > 0 {
+		var first map[string]json.RawMessage
+		if json.Unmarshal(page.Items[0], &first) == nil {
+			res.Fields = slices.Sorted(maps.Keys(first))
+		}
+	}
+	res.Stall = probeStall(ctx, p, key, page)
 	return res, nil
+}
+
+// probeStall asks for the page after page, as the live lane's next request would, and
+// returns the message of the cursor stall it meets ("" for none). A stall shows only there:
+// a full page whose items all share one change time is fine from the very beginning, but the
+// request after it gets the same page back. Other errors of that request are left to the
+// cycles: the probe reports the first page.
+func probeStall(ctx context.Context, p watukuytype.Poller, key watukuytype.Key, page watukuytype.Page) string {
+	if !page.HasMore || page.NotModified {
+		return ""
+	}
+	_, err := p.Fetch(ctx, watukuytype.FetchRequest{Key: key, Lane: watukuytype.LaneLive, Cursor: page.Next, Page: 1})
+	var stall *watukuytype.CursorStallError
+	if errors.As(err, &stall) {
+		return stall.Msg
+	}
+	return ""
 }

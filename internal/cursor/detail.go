@@ -11,7 +11,6 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/watukuy/watukuy/internal/httpx"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -35,7 +34,7 @@ func (d *Detail) Fetch(ctx context.Context, key watukuytype.Key, identity string
 	if err != nil {
 		return nil, false, err
 	}
-	if err := httpx.CheckJSON(resp.Body); err != nil {
+	if err := resp.CheckJSON(); err != nil {
 		return nil, false, fmt.Errorf("%s: detail of %q: %w", key.Describe(), identity, err)
 	}
 	item := gjson.ParseBytes(resp.Body)

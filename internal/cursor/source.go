@@ -82,7 +82,7 @@ func (s *Source) get(ctx context.Context, key watukuytype.Key, rawURL string, pa
 	if resp.NotModified {
 		return r, nil
 	}
-	if err := httpx.CheckJSON(resp.Body); err != nil {
+	if err := resp.CheckJSON(); err != nil {
 		return nil, fmt.Errorf("%s: response of %s: %w", key.Describe(), rawURL, err)
 	}
 	r.body = gjson.ParseBytes(resp.Body)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/httpx"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -411,6 +412,12 @@ func TestSource(t *testing.T) {
 		{name: "a body that is no JSON", body: `{"data":[`, items: "data", check: func(t *testing.T, err error) {
 			if err == nil || !strings.Contains(err.Error(), "response of") {
 				t.Fatalf("got %v, want a JSON error naming the response", err)
+			}
+		}},
+		{name: "an HTML page is named by its content type", body: "<!DOCTYPE html><title>Sign in</title>", items: "data", check: func(t *testing.T, err error) {
+			var je *httpx.JSONError
+			if !errors.As(err, &je) || !strings.Contains(err.Error(), "response of") || !strings.Contains(err.Error(), "the response is text/html, not JSON") {
+				t.Fatalf("got %v, want the response named as text/html", err)
 			}
 		}},
 		{name: "an HTTP error", status: http.StatusInternalServerError, body: `oops`, check: func(t *testing.T, err error) {

@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/redistest"
+)
+
+// A tick that parks every item it reads as invalid (a wrong identity path) shows the parked
+// counts, says what to do and exits 1; `parked retry --all --kind invalid` with the fixed
+// config recovers every item without a list of ids.
+func TestTickEveryItemInvalid(t *testing.T) {
+	b := redistest.Real(t)
+	api := fakeapi.New()
+	api.PutMany(3, "w", map[string]any{"price": 1})
+	srv := fakeapi.NewServer(api, fakeapi.ServerOptions{})
+	defer srv.Close()
+	config := func(identity string) string {
+		return writeConfig(t, fmt.Sprintf(`pollers:
+  - name: widgets
+    request: {url: %s/items}
+    items: data
+    identity: %s
+    version: version
+    cursor: {strategy: timestamp, param: updated_since, field: updated_at}
+    delivery: {stdout: {}}
+`, srv.URL, identity))
+	}
+	out, _, err := run(t, "tick", "--config", config("sku"), "--redis", b.URL)
+	if exitCode(err) != ExitFailed || !strings.Contains(err.Error(), "every item read (3) was parked as invalid") {
+		t.Fatalf("tick that parked every item: exit %d, %v\n%s", exitCode(err), err, out)
+	}
+	for _, want := range []string{"items 3  events 0  delivered 0  parked 0  invalid 3  errors 0",
+		"parked ls --poller widgets --kind invalid", "parked retry --poller widgets --all --kind invalid"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the tick report does not say %q:\n%s", want, out)
+		}
+	}
+	out, _, err = run(t, "parked", "retry", "--poller", "widgets", "--all", "--kind", "invalid", "--config", config("id"), "--redis", b.URL)
+	if err != nil || !strings.Contains(out, "retried 3 parked row(s) of widgets") {
+		t.Fatalf("parked retry --all --kind invalid: %v\n%s", err, out)
+	}
+	if n := b.Client.HLen(t.Context(), "wk:{widgets|}:items").Val(); n != 3 {
+		t.Fatalf("%d items stored after the retry, want 3", n)
+	}
+}
+
+// A tick whose every event is parked as poison (a receiver that fails every delivery) says so
+// and exits 1, although no cycle failed.
+func TestTickEveryEventPoison(t *testing.T) {
+	b := redistest.Real(t)
+	api := fakeapi.New()
+	api.PutMany(2, "o", nil)
+	srv := fakeapi.NewServer(api, fakeapi.ServerOptions{})
+	defer srv.Close()
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "receiver down", http.StatusInternalServerError)
+	}))
+	defer receiver.Close()
+	cfg := writeConfig(t, fmt.Sprintf(`pollers:
+  - name: orders
+    request: {url: %s/items}
+    items: data
+    version: version
+    cursor: {strategy: timestamp, param: updated_since, field: updated_at}
+    delivery:
+      attempts: 1
+      webhook: {url: %s, secret: whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=}
+`, srv.URL, receiver.URL))
+	out, _, err := run(t, "tick", "--config", cfg, "--redis", b.URL)
+	if exitCode(err) != ExitFailed || !strings.Contains(err.Error(), "no event was delivered: 2 events parked as poison") {
+		t.Fatalf("tick that parked every event: exit %d, %v\n%s", exitCode(err), err, out)
+	}
+	if !strings.Contains(out, "events 2  delivered 0  parked 2  invalid 0  errors 0") || !strings.Contains(out, "parked retry --poller orders --all --kind poison") {
+		t.Fatalf("the tick report:\n%s", out)
+	}
+}
