@@ -123,6 +123,10 @@ func pageProblem(res watukuy.ProbeResult, pc config.Poller) (problem, hint strin
 		}
 		return "the cursor stalls: " + res.Stall, hint
 	}
+	if res.Repeated {
+		hint = "give the listing its paging: cursor.param and cursor.sizeParam as the API names them, or cursor.size equal to the API's page size so a shorter page ends it"
+		return fmt.Sprintf("the next page repeats the first (%s): the API ignores the paging parameter, so every cycle would read it again up to maxPagesPerCycle", plural(len(res.Items), "item")), hint
+	}
 	if len(res.Items) == 0 || res.Invalid < len(res.Items) {
 		return "", ""
 	}

@@ -144,8 +144,19 @@ func TestValidateProbeProblems(t *testing.T) {
 			}
 		})
 	}
+	// A static listing that ignores the paging parameter: page 2 is page 1 again.
+	static := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, `[{"id": 1}, {"id": 2}]`)
+	}))
+	defer static.Close()
+	cfg := writeConfig(t, fmt.Sprintf("pollers:\n  - name: items\n    request: {url: %s/items.json}\n    items: \"@this\"\n    cursor: {strategy: snapshotDiff}\n    delivery: {stdout: {}}\n", static.URL))
+	out, _, err := run(t, "validate", "--config", cfg, "--probe")
+	if exitCode(err) != ExitFailed || !strings.Contains(out, "the next page repeats the first (2 items): the API ignores the paging parameter") || !strings.Contains(out, "cursor.size") {
+		t.Fatalf("a listing that ignores its paging: exit %d, %v\n%s", exitCode(err), err, out)
+	}
+
 	// The same ties with the API's tie-breaker set: the cursor moves on, the probe passes.
-	out, _, err := run(t, "validate", "--config", config(tied.URL, "id", ", limit: 3, tieBreaker: after_id"), "--probe", "--json")
+	out, _, err = run(t, "validate", "--config", config(tied.URL, "id", ", limit: 3, tieBreaker: after_id"), "--probe", "--json")
 	v := jsonOf[struct {
 		OK     bool
 		Probes []probeReport

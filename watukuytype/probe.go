@@ -27,4 +27,8 @@ type ProbeResult struct {
 	// CursorStallError on the request after it, e.g. a full page of items that all share one
 	// change time and no tie-breaker); "" when it moves on or there is no next page.
 	Stall string `json:"stall,omitempty"`
+	// Repeated is true when the next page came back with exactly the first page's items: the
+	// API ignores the paging parameter, and a listing would read that page again until
+	// MaxPagesPerCycle.
+	Repeated bool `json:"repeated,omitempty"`
 }

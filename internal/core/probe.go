@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -46,23 +47,24 @@ func Probe(ctx context.Context, p watukuytype.Poller, partition string) (watukuy
 			res.Fields = slices.Sorted(maps.Keys(first))
 		}
 	}
-	res.Stall = probeStall(ctx, p, key, page)
+	res.Stall, res.Repeated = probeNext(ctx, p, key, page)
 	return res, nil
 }
 
-// probeStall asks for the page after page, as the live lane's next request would, and
-// returns the message of the cursor stall it meets ("" for none). A stall shows only there:
-// a full page whose items all share one change time is fine from the very beginning, but the
-// request after it gets the same page back. Other errors of that request are left to the
-// cycles: the probe reports the first page.
-func probeStall(ctx context.Context, p watukuytype.Poller, key watukuytype.Key, page watukuytype.Page) string {
+// probeNext asks for the page after page, as the live lane's next request would, and returns
+// the message of the cursor stall it meets ("" for none), and whether it repeated page's items
+// (an API that ignores the paging parameter). Both show only there: a full page whose items
+// all share one change time is fine from the very beginning, but the request after it gets
+// the same page back. Other errors of that request are left to the cycles: the probe reports
+// the first page.
+func probeNext(ctx context.Context, p watukuytype.Poller, key watukuytype.Key, page watukuytype.Page) (stall string, repeated bool) {
 	if !page.HasMore || page.NotModified {
-		return ""
+		return "", false
 	}
-	_, err := p.Fetch(ctx, watukuytype.FetchRequest{Key: key, Lane: watukuytype.LaneLive, Cursor: page.Next, Page: 1})
-	var stall *watukuytype.CursorStallError
-	if errors.As(err, &stall) {
-		return stall.Msg
+	next, err := p.Fetch(ctx, watukuytype.FetchRequest{Key: key, Lane: watukuytype.LaneLive, Cursor: page.Next, Page: 1})
+	var se *watukuytype.CursorStallError
+	if errors.As(err, &se) {
+		return se.Msg, false
 	}
-	return ""
+	return "", err == nil && len(page.Items) > 0 && slices.EqualFunc(page.Items, next.Items, func(a, b json.RawMessage) bool { return bytes.Equal(a, b) })
 }
