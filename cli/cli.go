@@ -1,4 +1,4 @@
-// Package cli is the watukuy command tree. cmd/cli, cmd/worker and cmd/scheduler are thin
+// Package cli is the watukuy command tree. cmd/watukuy, cmd/watukuy-worker and cmd/watukuy-scheduler are thin
 // mains over it, and a program that embeds the engine can mount Root() in its own main.
 //
 // Every setting flag can also be set in the environment as WATUKUY_<FLAG> (dashes become
@@ -209,14 +209,15 @@ func Root() *cobra.Command {
 	root.SetFlagErrorFunc(flagError) // subcommands inherit it: bad flags are usage errors
 	root.AddCommand(devCmd(), runCmd(), tickCmd(), chaosCmd(), workerCmd("worker"), schedulerCmd("scheduler"))
 	root.AddCommand(opsCmds()...)
-	return root
+	root.AddCommand(versionCmd())
+	return withVersion(root)
 }
 
 // Worker returns the watukuy-worker command.
-func Worker() *cobra.Command { return workerCmd("watukuy-worker") }
+func Worker() *cobra.Command { return withVersion(workerCmd("watukuy-worker")) }
 
 // Scheduler returns the watukuy-scheduler command.
-func Scheduler() *cobra.Command { return schedulerCmd("watukuy-scheduler") }
+func Scheduler() *cobra.Command { return withVersion(schedulerCmd("watukuy-scheduler")) }
 
 func workerCmd(use string) *cobra.Command {
 	return processCmd(use, "Run cycles from the asynq queue (scale by starting more)", "127.0.0.1:9090", true, false, app.RunWorker)

@@ -3,6 +3,7 @@ package pool_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/internal/buildinfo"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/pool"
 )
@@ -200,11 +202,12 @@ type lineSignal struct {
 	want string
 	seen chan struct{}
 	once sync.Once
+	line string // the first line with want, readable once seen is closed
 }
 
 func (l *lineSignal) Write(p []byte) (int, error) {
 	if strings.Contains(string(p), l.want) {
-		l.once.Do(func() { close(l.seen) })
+		l.once.Do(func() { l.line = string(p); close(l.seen) })
 	}
 	return len(p), nil
 }
@@ -229,6 +232,9 @@ func TestSchedulerThenWorkerRegisterAgainAfterDataLoss(t *testing.T) {
 	ctx := context.Background()
 	stop := runAll(t, sch.Run)
 	<-started.seen // its report-only watcher runs
+	if v := fmt.Sprintf("%q:%q", "version", buildinfo.Read().String()); !strings.Contains(started.line, v) {
+		t.Errorf("the scheduler's start line does not name the build (%s): %s", v, started.line)
+	}
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

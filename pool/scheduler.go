@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/buildinfo"
+
 	"github.com/hibiken/asynq"
 
 	"github.com/watukuy/watukuy"
@@ -68,6 +70,6 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if s.o.Pollers != nil {
 		pollers = s.o.Pollers()
 	}
-	s.p.o.Logger.Info().Strs("pollers", pollers).Msg("scheduler started")
+	s.p.o.Logger.Info().Str("version", buildinfo.Read().String()).Strs("pollers", pollers).Msg("scheduler started")
 	return s.q.Run(ctx)
 }

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/buildinfo"
+
 	"github.com/hibiken/asynq"
 
 	"github.com/watukuy/watukuy/internal/queue"
@@ -71,7 +73,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("start the asynq server: %w", err)
 	}
 	w.running.Store(true)
-	log.Info().Int("concurrency", w.o.Concurrency).Str("queue", w.o.Queue).Msg("worker started")
+	log.Info().Str("version", buildinfo.Read().String()).Int("concurrency", w.o.Concurrency).Str("queue", w.o.Queue).Msg("worker started")
 	return nil
 }
 

@@ -93,7 +93,7 @@ func TestExportedNames(t *testing.T) {
 		"watukuy_lease_lost_total", "watukuy_circuit_opened_total", "watukuy_throttled_total", "watukuy_due_repaired_total",
 		"watukuy_outbox_pending", "watukuy_parked", "watukuy_held", "watukuy_lag_seconds", "watukuy_circuit_open",
 		"watukuy_throttled_until_seconds", "watukuy_last_error", "watukuy_lease_stale", "watukuy_paused",
-		"watukuy_consecutive_failures", "watukuy_key_source_up", "watukuy_key_source_duration_seconds",
+		"watukuy_consecutive_failures", "watukuy_key_source_up", "watukuy_key_source_duration_seconds", "watukuy_build_info",
 	} {
 		if !names[n] {
 			t.Errorf("%s is not exported", n)

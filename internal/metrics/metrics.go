@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/watukuy/watukuy/internal/buildinfo"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -117,8 +118,18 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.collectors()...)
+		reg.MustRegister(buildInfo(buildinfo.Read()))
 	}
 	return m
+}
+
+// buildInfo is watukuy_build_info: 1, labelled with the build's version, VCS revision and Go
+// version, so a dashboard shows which build each process runs (an upgrade's progress).
+func buildInfo(in buildinfo.Info) prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
+		Help: "Always 1; the labels name the build: watukuy's version, the VCS revision, the Go version."}, []string{"version", "revision", "goversion"})
+	g.WithLabelValues(in.Version, in.Revision, in.GoVersion).Set(1)
+	return g
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {

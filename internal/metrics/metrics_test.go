@@ -3,6 +3,7 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -350,4 +351,29 @@ func TestHooksConcurrent(t *testing.T) {
 	if got := testutil.ToFloat64(m.eventsEmitted.WithLabelValues("a")) + testutil.ToFloat64(m.eventsEmitted.WithLabelValues("b")); got != 800 {
 		t.Errorf("events emitted = %v, want 800", got)
 	}
+}
+
+// watukuy_build_info names the build in its labels.
+func TestBuildInfo(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	New(reg)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "watukuy_build_info" {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if m.GetGauge().GetValue() != 1 || labels["goversion"] != runtime.Version() || labels["version"] == "" {
+			t.Fatalf("watukuy_build_info %v = %v", labels, m.GetGauge().GetValue())
+		}
+		return
+	}
+	t.Fatal("watukuy_build_info is not exported")
 }

@@ -230,7 +230,7 @@ func BuildBinaries(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	for name, pkg := range map[string]string{"watukuy": "./cmd/cli", "watukuy-worker": "./cmd/worker", "watukuy-scheduler": "./cmd/scheduler"} {
+	for name, pkg := range map[string]string{"watukuy": "./cmd/watukuy", "watukuy-worker": "./cmd/watukuy-worker", "watukuy-scheduler": "./cmd/watukuy-scheduler"} {
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, name), pkg)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
