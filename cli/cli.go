@@ -210,14 +210,14 @@ func Root() *cobra.Command {
 	root.AddCommand(devCmd(), runCmd(), tickCmd(), chaosCmd(), workerCmd("worker"), schedulerCmd("scheduler"))
 	root.AddCommand(opsCmds()...)
 	root.AddCommand(versionCmd())
-	return withVersion(root)
+	return withHelp(withVersion(root))
 }
 
 // Worker returns the watukuy-worker command.
-func Worker() *cobra.Command { return withVersion(workerCmd("watukuy-worker")) }
+func Worker() *cobra.Command { return withHelp(withVersion(workerCmd("watukuy-worker"))) }
 
 // Scheduler returns the watukuy-scheduler command.
-func Scheduler() *cobra.Command { return withVersion(schedulerCmd("watukuy-scheduler")) }
+func Scheduler() *cobra.Command { return withHelp(withVersion(schedulerCmd("watukuy-scheduler"))) }
 
 func workerCmd(use string) *cobra.Command {
 	return processCmd(use, "Run cycles from the asynq queue (scale by starting more)", "127.0.0.1:9090", true, false, app.RunWorker)
