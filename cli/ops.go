@@ -277,7 +277,7 @@ func keyOpCmd(use, short, done, effect string, fn func(*watukuy.Engine, context.
 func (o *op) flagSet(name string) bool { return o.cmd.Flags().Changed(name) }
 
 // timeHelp says what parseTime accepts, for flag help and errors.
-const timeHelp = "an RFC 3339 time (2026-01-02T15:04:05Z), a date (2026-01-02, UTC), unix milliseconds, or a time ago (2h or -2h, 30m, 7d)"
+const timeHelp = "an RFC 3339 time (2026-01-02T15:04:05Z), a date (2026-01-02, UTC), unix milliseconds, now, today, yesterday (midnight UTC), or a time ago (2h or -2h, 30m, 7d)"
 
 // parseTime reads a time flag: RFC 3339, unix milliseconds, or what operatorTime reads.
 func parseTime(flag, v string, now time.Time) (time.Time, error) {
@@ -290,11 +290,21 @@ func parseTime(flag, v string, now time.Time) (time.Time, error) {
 	return time.Time{}, usagef("--%s %q: want %s", flag, v, timeHelp)
 }
 
-// operatorTime reads the times an operator types that no API writes: a date (midnight UTC)
+// operatorTime reads the times an operator types that no API writes: a date (midnight UTC),
+// now, today and yesterday (midnight UTC)
 // and a time ago ("2h" and "-2h" both mean two hours before now; d is 24h).
 func operatorTime(v string, now time.Time) (time.Time, bool) {
 	if t, err := time.Parse(time.DateOnly, v); err == nil {
 		return t, true
+	}
+	day := now.UTC().Truncate(24 * time.Hour)
+	switch strings.ToLower(v) {
+	case "now":
+		return now, true
+	case "today":
+		return day, true
+	case "yesterday":
+		return day.Add(-24 * time.Hour), true
 	}
 	ago := strings.TrimPrefix(v, "-")
 	if ago == "" || ago[len(ago)-1] < 'a' { // a bare number is a cursor or epoch, not a duration

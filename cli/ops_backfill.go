@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -126,6 +127,9 @@ func (o *op) backfillCursor(v string, now time.Time) string {
 	if pc == nil {
 		if t, ok := operatorTime(v, now); ok {
 			return t.UTC().Format(time.RFC3339)
+		}
+		if isWord(v) {
+			fmt.Fprintf(o.errOut, "warning: %q is no time this command reads (RFC 3339, a date such as 2026-11-30, unix time, now/today/yesterday or a time ago such as -24h): it goes to the poller as an opaque cursor; add --config to have it checked now\n", v)
 		}
 		return v
 	}
@@ -441,4 +445,15 @@ func (b *backfillBar) stop() {
 	}
 	_ = b.bar.Exit()
 	fmt.Fprintln(b.w)
+}
+
+// isWord reports a value made of letters only: no cursor format looks like it (a typo of a
+// time, or a word meant as one).
+func isWord(v string) bool {
+	for _, r := range v {
+		if !unicode.IsLetter(r) {
+			return false
+		}
+	}
+	return v != ""
 }

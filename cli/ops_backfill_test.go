@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -219,13 +220,21 @@ func TestBackfillCursorFlags(t *testing.T) {
 		{"ms", cfg, "1772622000000", "1772622000000"},
 		{"tok", cfg, "2h", "2h"},
 		{"ts", nil, "-30m", "2026-03-04T11:30:00Z"}, // no config: the strategy is unknown
-		{"ts", nil, "yesterday", "yesterday"},
+		{"ts", nil, "yesterday", "2026-03-03T00:00:00Z"},
+		{"ts", cfg, "today", "2026-03-04T00:00:00Z"},
 		{"ts", nil, "12", "12"},
+		{"ts", nil, "lastweek", "lastweek"}, // and a warning: see below
 	} {
-		o := &op{poller: c.poller, cfg: c.cfg}
+		o := &op{poller: c.poller, cfg: c.cfg, errOut: io.Discard}
 		if got := o.backfillCursor(c.in, now); got != c.want {
 			t.Errorf("%s --from %s: %q, want %q", c.poller, c.in, got, c.want)
 		}
+	}
+	// A word that is no time, for a poller whose strategy is unknown: passed on, with a warning.
+	var warn strings.Builder
+	o := &op{poller: "ts", errOut: &warn}
+	if got := o.backfillCursor("lastweek", now); got != "lastweek" || !strings.Contains(warn.String(), `warning: "lastweek" is no time this command reads`) {
+		t.Errorf("--from lastweek without a config: %q, warning %q", got, warn.String())
 	}
 }
 
@@ -241,7 +250,7 @@ func TestBackfillRefusedCursor(t *testing.T) {
     delivery: {stdout: {}}
 `)
 	w.ok("pause", "--poller", "orders", "--config", cfg) // registers the config's poller
-	errb := w.fails(ExitUsage, `--from "yesterday" is not a cursor of this poller`, "backfill", "--poller", "orders", "--from", "yesterday", "--config", cfg)
+	errb := w.fails(ExitUsage, `--from "lastweek" is not a cursor of this poller`, "backfill", "--poller", "orders", "--from", "lastweek", "--config", cfg)
 	if !strings.Contains(errb, "poller orders") {
 		t.Fatalf("the refusal does not name the poller: %s", errb)
 	}

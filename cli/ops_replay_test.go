@@ -56,7 +56,8 @@ func TestReplay(t *testing.T) {
 	w.fails(ExitUsage, "is in the future", "replay", "--poller", "orders", "--from", time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
 
 	w.fails(ExitFailed, "set log.retention", "replay", "--poller", "plain", "--from", "0")
-	w.fails(ExitUsage, "want an RFC 3339 time", "replay", "--poller", "orders", "--from", "yesterday")
+	w.fails(ExitUsage, "want an RFC 3339 time", "replay", "--poller", "orders", "--from", "lastweek")
+	w.ok("replay", "--poller", "orders", "--from", "yesterday") // now, today and yesterday are times too
 	w.fails(ExitUsage, "--from is required", "replay", "--poller", "orders")
 }
 
