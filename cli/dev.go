@@ -98,9 +98,15 @@ func (c *common) dev(ctx context.Context, out io.Writer, log zerolog.Logger) err
 			fmt.Fprintf(out, "%-15s %s\n", b.label, b.value)
 		}
 		fmt.Fprintln(out, "events (Ctrl-C stops):")
+		if env.Config == nil { // the demo's readable lines (a config's stdout sink prints JSON)
+			fmt.Fprintf(out, eventLine, "OBSERVED", "POLLER", "PARTITION", "LANE", "TYPE", "IDENTITY", "VER", " FIELDS", "ID")
+		}
 	}
 	return app.RunAll(ctx, env, c.s)
 }
+
+// eventLine is the layout of dev's readable event lines and of their header.
+const eventLine = "%-8s  %-9s %-9s %-9s %-8s %-9s %-4s%s  %s\n"
 
 // printEvents is the demo's handler: one readable line per event (time observed, poller,
 // partition, lane, type, identity, version, a few fields, id), or with asJSON the event
@@ -130,7 +136,7 @@ func printEvents(w io.Writer, asJSON bool) watukuy.Handler {
 		// from what the live lane sees now.
 		mu.Lock()
 		defer mu.Unlock()
-		_, err := fmt.Fprintf(w, "%s  %-9s %-9s %-9s %-8s %-9s %-4s%s  %s\n", ev.ObservedAt.Local().Format(time.TimeOnly),
+		_, err := fmt.Fprintf(w, eventLine, ev.ObservedAt.Local().Format(time.TimeOnly),
 			ev.Poller, cell(ev.Partition), ev.Lane, ev.Type, ev.Identity, version, detail, ev.ID)
 		return err
 	}
