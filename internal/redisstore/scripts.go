@@ -286,7 +286,7 @@ func (a ackArgs) encode(s *Store) ([]string, []any) {
 }
 
 func (a ackArgs) decode(v any) (ackReply, error) {
-	r := reply{script: a.name(), on: a.Key.String()}
+	r := reply{script: a.name(), on: a.Key.Describe()}
 	t := r.tuple(v, "reply", 2)
 	out := ackReply{Deleted: r.int(t[0], "deleted"), Paused: r.flag(t[1], "paused")}
 	return out, r.err
@@ -315,7 +315,7 @@ func (a beginArgs) encode(s *Store) ([]string, []any) {
 }
 
 func (a beginArgs) decode(v any) (core.BeginResult, error) {
-	r := reply{script: a.name(), on: a.Key.String()}
+	r := reply{script: a.name(), on: a.Key.Describe()}
 	var res core.BeginResult
 	status := ""
 	if l := r.list(v, "reply"); len(l) > 0 {
@@ -412,7 +412,7 @@ func (a cleanOutboxArgs) encode(s *Store) ([]string, []any) {
 }
 
 func (a cleanOutboxArgs) decode(v any) (cleanOutboxReply, error) {
-	r := reply{script: a.name(), on: a.Key.String()}
+	r := reply{script: a.name(), on: a.Key.Describe()}
 	t := r.tuple(v, "reply", 2)
 	out := cleanOutboxReply{Claimed: r.int(t[0], "claimed"), Deleted: r.int(t[1], "deleted")}
 	return out, r.err
@@ -471,7 +471,7 @@ func (a commitPollArgs) encode(s *Store) ([]string, []any) {
 // decode reads {expiresAt, paused, firstId, duplicate}; the events' stream ids follow from the
 // first (Unreplicated is the caller's).
 func (a commitPollArgs) decode(v any) (core.CommitResult, error) {
-	r := reply{script: a.name(), on: a.Key.String()}
+	r := reply{script: a.name(), on: a.Key.Describe()}
 	t := r.tuple(v, "reply", 4)
 	res := core.CommitResult{LeaseExpires: r.time(t[0], "expiresAt"), Paused: r.flag(t[1], "paused"), Duplicate: r.flag(t[3], "duplicate")}
 	first := r.str(t[2], "firstId")
@@ -520,7 +520,7 @@ func (a deleteKeyArgs) encode(s *Store) ([]string, []any) {
 
 // decode reports whether the script deleted (false: DUPLICATE, deleted by the first attempt).
 func (a deleteKeyArgs) decode(v any) (bool, error) {
-	r := reply{script: a.name(), on: a.Key.String()}
+	r := reply{script: a.name(), on: a.Key.Describe()}
 	switch v {
 	case int64(1):
 		return true, nil
@@ -556,7 +556,7 @@ func (a endArgs) encode(s *Store) ([]string, []any) {
 }
 
 func (a endArgs) decode(v any) (endReply, error) {
-	r := reply{script: a.name(), on: a.Key.String()}
+	r := reply{script: a.name(), on: a.Key.Describe()}
 	switch v {
 	case int64(1):
 		return endReply{}, nil
@@ -584,7 +584,7 @@ func (a forgetKeyArgs) encode(s *Store) ([]string, []any) {
 
 // decode reports whether the key was forgotten (false: added again meanwhile).
 func (a forgetKeyArgs) decode(v any) (bool, error) {
-	r := reply{script: a.name(), on: a.Key.String()}
+	r := reply{script: a.name(), on: a.Key.Describe()}
 	forgotten := r.flag(v, "reply")
 	return forgotten, r.err
 }
@@ -604,7 +604,7 @@ func (a holdClaimArgs) encode(s *Store) ([]string, []any) {
 
 // decode reports whether the claim was pushed forward.
 func (a holdClaimArgs) decode(v any) (bool, error) {
-	r := reply{script: a.name(), on: a.Key.String()}
+	r := reply{script: a.name(), on: a.Key.Describe()}
 	held := r.flag(v, "reply")
 	return held, r.err
 }
@@ -633,7 +633,7 @@ func (a parkArgs) encode(s *Store) ([]string, []any) {
 
 // decode reads the number of entries moved out of the outbox.
 func (a parkArgs) decode(v any) (int64, error) {
-	r := reply{script: a.name(), on: a.Key.String()}
+	r := reply{script: a.name(), on: a.Key.Describe()}
 	moved := r.int(v, "moved")
 	return moved, r.err
 }
@@ -653,7 +653,7 @@ func (a readOutboxArgs) encode(s *Store) ([]string, []any) {
 
 // decode reads {read, paused, entries} (Unreplicated is the caller's).
 func (a readOutboxArgs) decode(v any) (core.Batch, error) {
-	r := reply{script: a.name(), on: a.Key.String()}
+	r := reply{script: a.name(), on: a.Key.Describe()}
 	t := r.tuple(v, "reply", 3)
 	b := core.Batch{Read: int(r.int(t[0], "read")), Paused: r.flag(t[1], "paused")}
 	rows := r.list(t[2], "entries")
@@ -696,7 +696,7 @@ func (a releaseParkedArgs) encode(s *Store) ([]string, []any) {
 }
 
 func (a releaseParkedArgs) decode(v any) (releaseParkedReply, error) {
-	r := reply{script: a.name(), on: a.Key.String()}
+	r := reply{script: a.name(), on: a.Key.Describe()}
 	t := r.tuple(v, "reply", 2)
 	out := releaseParkedReply{Released: r.int(t[0], "released"), Returned: r.int(t[1], "returned")}
 	return out, r.err
@@ -716,7 +716,7 @@ func (a renewArgs) encode(s *Store) ([]string, []any) {
 }
 
 func (a renewArgs) decode(v any) (core.Confirm, error) {
-	r := reply{script: a.name(), on: a.Key.String()}
+	r := reply{script: a.name(), on: a.Key.Describe()}
 	t := r.tuple(v, "reply", 2)
 	c := core.Confirm{Expires: r.time(t[0], "expiresAt"), Paused: r.flag(t[1], "paused")}
 	return c, r.err
@@ -773,7 +773,7 @@ func (a setDueArgs) encode(s *Store) ([]string, []any) {
 
 // decode reports whether the entry was written (false: a due-now entry was kept).
 func (a setDueArgs) decode(v any) (bool, error) {
-	r := reply{script: a.name(), on: a.Key.String()}
+	r := reply{script: a.name(), on: a.Key.Describe()}
 	written := r.flag(v, "reply")
 	return written, r.err
 }

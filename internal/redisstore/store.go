@@ -197,7 +197,7 @@ func (s *Store) NextDue(ctx context.Context, pollers []string) (watukuytype.Key,
 // HoldClaim implements core.Store.
 func (s *Store) HoldClaim(ctx context.Context, key watukuytype.Key, until time.Time) error {
 	if _, err := run(ctx, s, nil, holdClaimArgs{Now: s.nowArg(), Key: key, Until: until}); err != nil {
-		return fmt.Errorf("redisstore: hold the claim of %s: %w", key, err)
+		return fmt.Errorf("redisstore: hold the claim of %s: %w", key.Describe(), err)
 	}
 	return nil
 }
@@ -248,7 +248,7 @@ func (s *Store) LoadRows(ctx context.Context, key watukuytype.Key, identities []
 		}
 		return nil
 	}); err != nil {
-		return core.StoredRows{}, fmt.Errorf("redisstore: load rows of %s: %w", key, err)
+		return core.StoredRows{}, fmt.Errorf("redisstore: load rows of %s: %w", key.Describe(), err)
 	}
 	out := core.StoredRows{Rows: make([][]byte, len(identities)), Tombstones: make([]int64, len(identities)),
 		Parked: make([]core.ParkedRow, len(identities))}
@@ -281,7 +281,7 @@ func (s *Store) Identities(ctx context.Context, key watukuytype.Key) ([]string, 
 	for cursor := uint64(0); ; {
 		kv, next, err := s.rdb.HScan(ctx, s.k(key, "items"), cursor, "", 2000).Result()
 		if err != nil {
-			return nil, fmt.Errorf("redisstore: identities of %s: %w", key, err)
+			return nil, fmt.Errorf("redisstore: identities of %s: %w", key.Describe(), err)
 		}
 		for i := 0; i < len(kv); i += 2 {
 			if !seen[kv[i]] {
@@ -368,7 +368,7 @@ func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error 
 		_, derr = due.decode(dv)
 	}
 	if derr != nil {
-		return fmt.Errorf("redisstore: end %s: due entry: %w", l.Key, derr)
+		return fmt.Errorf("redisstore: end %s: due entry: %w", l.Key.Describe(), derr)
 	}
 	r, err := end.decode(v)
 	if err != nil {
@@ -410,7 +410,7 @@ func (s *Store) SetDue(ctx context.Context, key watukuytype.Key, at time.Time) e
 // setDue writes (or removes) key's due entry unless it is due now (set_due.lua).
 func (s *Store) setDue(ctx context.Context, key watukuytype.Key, due string) error {
 	if _, err := run(ctx, s, nil, setDueArgs{Now: s.nowArg(), Key: key, Due: due}); err != nil {
-		return fmt.Errorf("redisstore: due entry of %s: %w", key, err)
+		return fmt.Errorf("redisstore: due entry of %s: %w", key.Describe(), err)
 	}
 	return nil
 }
@@ -609,7 +609,7 @@ func (s *Store) ReadLog(ctx context.Context, key watukuytype.Key, from, to time.
 	}
 	msgs, err := s.rdb.XRangeN(ctx, s.k(key, "log"), start, strconv.FormatInt(ms(to), 10), int64(n)).Result()
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: read the log of %s: %w", key, err)
+		return nil, fmt.Errorf("redisstore: read the log of %s: %w", key.Describe(), err)
 	}
 	out := make([]core.Entry, len(msgs))
 	for i, m := range msgs {
@@ -645,10 +645,10 @@ func (s *Store) Trigger(ctx context.Context, key watukuytype.Key) error {
 		p.HIncrBy(ctx, s.k(key, "state"), statehash.Trigger, 1)
 		return nil
 	}); err != nil {
-		return fmt.Errorf("redisstore: trigger %s: %w", key, err)
+		return fmt.Errorf("redisstore: trigger %s: %w", key.Describe(), err)
 	}
 	if err := s.rdb.ZAdd(ctx, s.dueKey(key.Poller), redis.Z{Score: float64(ms(now)), Member: key.String()}).Err(); err != nil {
-		return fmt.Errorf("redisstore: trigger %s: due entry: %w", key, err)
+		return fmt.Errorf("redisstore: trigger %s: due entry: %w", key.Describe(), err)
 	}
 	return s.rdb.Publish(ctx, s.WakeChannel(), key.String()).Err()
 }
@@ -661,7 +661,7 @@ func (s *Store) ClearThrottle(ctx context.Context, key watukuytype.Key) (time.Ti
 		p.HDel(ctx, s.k(key, "state"), statehash.Throttled)
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
-		return time.Time{}, fmt.Errorf("redisstore: clear the throttle window of %s: %w", key, err)
+		return time.Time{}, fmt.Errorf("redisstore: clear the throttle window of %s: %w", key.Describe(), err)
 	}
 	v, err := until.Int64()
 	if err != nil {
