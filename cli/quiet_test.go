@@ -77,17 +77,7 @@ pollers:
 func TestNoEvictionAlarmOnMiniredis(t *testing.T) {
 	t.Parallel()
 	b := redistest.Miniredis(t)
-	api := fakeapi.New()
-	api.PutMany(2, "o", map[string]any{"total": 1})
-	srv := fakeapi.NewServer(api, fakeapi.ServerOptions{})
-	defer srv.Close()
-	cfg := writeConfig(t, fmt.Sprintf(`pollers:
-  - name: orders
-    request: {url: %s/list}
-    items: data
-    cursor: {strategy: snapshotDiff, param: page, sizeParam: per_page, size: 10, hasMore: has_more}
-    delivery: {stdout: {}}
-`, srv.URL))
+	cfg := listedOrders(t, 2)
 
 	_, errb, err := run(t, "tick", "--redis", b.URL, "--config", cfg)
 	if err != nil {
@@ -109,17 +99,7 @@ func TestNoEvictionAlarmOnMiniredis(t *testing.T) {
 func TestLogLevelAndForm(t *testing.T) {
 	t.Parallel()
 	b := redistest.Miniredis(t)
-	api := fakeapi.New()
-	api.PutMany(2, "o", map[string]any{"total": 1})
-	srv := fakeapi.NewServer(api, fakeapi.ServerOptions{})
-	defer srv.Close()
-	cfg := writeConfig(t, fmt.Sprintf(`pollers:
-  - name: orders
-    request: {url: %s/list}
-    items: data
-    cursor: {strategy: snapshotDiff, param: page, sizeParam: per_page, size: 10, hasMore: has_more}
-    delivery: {stdout: {}}
-`, srv.URL))
+	cfg := listedOrders(t, 2)
 
 	_, errb, err := run(t, "tick", "--redis", b.URL, "--config", cfg)
 	if err != nil || strings.Contains(errb, "http request") || strings.Contains(errb, `"level":"debug"`) {
@@ -205,4 +185,21 @@ func TestProbeFailureSaysItOnce(t *testing.T) {
 	if exitCode(err) != ExitFailed || !strings.Contains(out, want) {
 		t.Fatalf("validate --probe on an API answering 500: %v, want the line %q in:\n%s", err, want, out)
 	}
+}
+
+// listedOrders serves n orders from a fake API, for as long as the test runs, and writes a
+// config polling them as a full listing into the stdout sink.
+func listedOrders(t *testing.T, n int) string {
+	t.Helper()
+	api := fakeapi.New()
+	api.PutMany(n, "o", map[string]any{"total": 1})
+	srv := fakeapi.NewServer(api, fakeapi.ServerOptions{})
+	t.Cleanup(srv.Close)
+	return writeConfig(t, fmt.Sprintf(`pollers:
+  - name: orders
+    request: {url: %s/list}
+    items: data
+    cursor: {strategy: snapshotDiff, param: page, sizeParam: per_page, size: 10, hasMore: has_more}
+    delivery: {stdout: {}}
+`, srv.URL))
 }
