@@ -15,6 +15,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/tidwall/gjson"
 
+	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/cursor"
 	"github.com/watukuy/watukuy/internal/httpx"
 	"github.com/watukuy/watukuy/internal/jcs"
@@ -33,6 +34,7 @@ func Build(cfg *Config, rdb redis.UniversalClient, out io.Writer, log zerolog.Lo
 	var errs []*Error
 	for i := range cfg.Pollers {
 		b := &builder{cfg: cfg, pc: &cfg.Pollers[i], p: &watukuytype.Poller{}, rdb: rdb, out: out}
+		built := len(errs)
 		b.log = log // the client's request lines name their key (poller, partition) themselves
 		for _, f := range schema {
 			if f.build == nil {
@@ -40,6 +42,15 @@ func Build(cfg *Config, rdb redis.UniversalClient, out io.Writer, log zerolog.Lo
 			}
 			if err := f.build(b); err != nil {
 				errs = append(errs, &Error{File: cfg.File, Line: b.pc.Line, Field: join(index("pollers", i), f.path), Msg: err.Error(), Err: err})
+			}
+		}
+		if len(errs) == built { // the engine's own checks, on a poller that built
+			if err := core.Check(*b.p); err != nil {
+				if le, ok := cfg.Locate(err).(*Error); ok {
+					errs = append(errs, le)
+				} else {
+					errs = append(errs, &Error{File: cfg.File, Line: b.pc.Line, Field: index("pollers", i), Msg: err.Error(), Err: err})
+				}
 			}
 		}
 		ps = append(ps, *b.p)

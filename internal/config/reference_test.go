@@ -1,7 +1,6 @@
 package config
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"io"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -42,19 +40,15 @@ func TestReadmeReference(t *testing.T) {
 	}
 }
 
-// TestLocateEngineError: a check only the engine makes (the lease's lower bound) comes back
-// with the file, the poller's line and the key.
+// TestLocateEngineError: a check only the engine makes (the lease's lower bound) fails the
+// build, as it would fail at start, with the file, the poller's line and the key.
 func TestLocateEngineError(t *testing.T) {
 	cfg, err := Parse("w.yaml", []byte(strings.Replace(valid, "  request:", "  leaseTTL: 1ms\n    request:", 1)), envOf(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := Build(cfg, nil, io.Discard, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = core.Probe(context.Background(), ps[0], "")
-	err = cfg.Locate(err)
+	// Build runs the engine's checks (core.Check) and locates what they find.
+	_, err = Build(cfg, nil, io.Discard, zerolog.Nop())
 	var ce *watukuytype.ConfigError
 	if err == nil || !strings.HasPrefix(err.Error(), "w.yaml:2: pollers[0].leaseTTL: 1ms is too short") || !errors.As(err, &ce) {
 		t.Fatalf("got %v", err)

@@ -109,3 +109,11 @@ func CycleBackoff(b watukuytype.Backoff) (watukuytype.Backoff, error) {
 	}
 	return b, nil
 }
+
+// Check applies every check Register makes to p and returns the first failure, a
+// *watukuytype.ConfigError naming the field; it changes nothing. The config file's build runs
+// it, so an invalid poller fails `validate` as it would fail at start.
+func Check(p watukuytype.Poller) error {
+	_, err := withDefaults(p)
+	return err
+}
