@@ -46,10 +46,11 @@ re-emits them as updated. snapshotDiff pollers have no cursor to go back to and 
 
 A timestamp poller's cursor can be given as a time: RFC 3339, a date (2026-01-02, UTC), unix
 time, or a time ago (2h or -2h, 30m, 7d); with the config (--config) it is written as the API
-writes times (cursor.formats). Token and page cursors are taken as typed. When this process
-has the poller's definition, a cursor it cannot place, or a --from after the target, is
-refused before anything is written; with only the Redis URL the workers check the cursor at
-the backfill's first request (--wait shows it).
+writes times (cursor.formats; without --config, the formats the workers recorded in the
+registry), and a value that is no time is refused at once. Token and page cursors are taken as
+typed. When this process has the poller's definition (--config), a cursor it cannot place, or
+a --from after the target, is refused before anything is written; otherwise the workers check
+the rest at the backfill's first request (--wait shows it).
 
 --wait follows the progress until every backfill is done (a bar on a terminal's stderr, one
 line per step otherwise, or with --json one JSON line per change). Ctrl-C stops the waiting,
@@ -76,10 +77,23 @@ not the backfill.`,
 			if err != nil {
 				return err
 			}
+			var reg []string // the registry's word on the cursor, for a process without the config
+			if o.configPoller() == nil && len(keys) > 0 {
+				if ki, err := eng.Inspect(ctx, keys[0].Poller, keys[0].Partition); err == nil {
+					reg = ki.CursorFormats
+				}
+			}
 			now := time.Now()
-			req := watukuy.BackfillRequest{From: o.backfillCursor(from, now), Force: force}
+			fromCursor, err := o.backfillCursor("from", from, now, reg)
+			if err != nil {
+				return err
+			}
+			req := watukuy.BackfillRequest{From: fromCursor, Force: force}
 			if o.flagSet("to") {
-				t := o.backfillCursor(to, now)
+				t, err := o.backfillCursor("to", to, now, reg)
+				if err != nil {
+					return err
+				}
 				req.To = &t
 			}
 			started := make([]keyBackfill, 0, len(keys))
@@ -113,41 +127,47 @@ not the backfill.`,
 	})
 }
 
-// backfillCursor reads --from or --to. "null" is the empty cursor. A timestamp poller's
-// cursor may be a time (RFC 3339, unix time, a date, a time ago); it is written as the
-// poller's API writes times (cursor.formats) when the config says the strategy. Token and
-// page cursors are opaque: taken as typed. Without the config the strategy is unknown: only a
-// date or a time ago, which no cursor looks like, becomes a time (RFC 3339), and the engine
-// checks the result against the poller's definition when it has one.
-func (o *op) backfillCursor(v string, now time.Time) string {
+// backfillCursor reads --from or --to (flag names it). "null" is the empty cursor. A timestamp
+// poller's cursor may be a time (RFC 3339, unix time, a date, now/today/yesterday, a time ago):
+// it is written as the poller's API writes times, in the formats the config says or, without
+// the config, the registry recorded (reg: KeyInfo.CursorFormats, nil when the cursor is no
+// time or the registry does not say). Without the config a value that is no time is refused
+// here; with it the engine checks the cursor against the definition. Token and page cursors,
+// and cursors of pollers whose kind is unknown, are opaque: taken as typed (a date or a time
+// ago, which no cursor looks like, becomes RFC 3339; a bare word gets a warning).
+func (o *op) backfillCursor(flag, v string, now time.Time, reg []string) (string, error) {
 	if v == "null" {
-		return ""
+		return "", nil
 	}
-	pc := o.configPoller()
-	if pc == nil {
+	formats := reg
+	if pc := o.configPoller(); pc != nil {
+		if pc.Cursor.Strategy != config.StrategyTimestamp {
+			return v, nil
+		}
+		formats = pc.Cursor.Formats
+	} else if reg == nil {
 		if t, ok := operatorTime(v, now); ok {
-			return t.UTC().Format(time.RFC3339)
+			return t.UTC().Format(time.RFC3339), nil
 		}
 		if isWord(v) {
 			fmt.Fprintf(o.errOut, "warning: %q is no time this command reads (RFC 3339, a date such as 2026-11-30, unix time, now/today/yesterday or a time ago such as -24h): it goes to the poller as an opaque cursor; add --config to have it checked now\n", v)
 		}
-		return v
+		return v, nil
 	}
-	if pc.Cursor.Strategy != config.StrategyTimestamp {
-		return v
-	}
-	formats := pc.Cursor.Formats
 	if _, err := watukuy.ParseTime(v, formats); err == nil || strings.HasPrefix(v, "{") {
-		return v // as the API writes it, or a committed cursor copied from inspect
+		return v, nil // as the API writes it, or a committed cursor copied from inspect
 	}
 	t, ok := operatorTime(v, now)
 	if !ok {
 		var err error
 		if t, err = watukuy.ParseTime(v, []string{"rfc3339", "epoch"}); err != nil {
-			return v // the engine says why it is no cursor
+			if o.configPoller() != nil {
+				return v, nil // the engine says why it is no cursor
+			}
+			return "", usagef("--%s %q is no time the cursor of poller %s takes (it is written as %s): want %s", flag, v, o.poller, strings.Join(formats, ", "), timeHelp)
 		}
 	}
-	return writeTime(t, formats)
+	return writeTime(t, formats), nil
 }
 
 // writeTime writes t in the first of a timestamp poller's formats (RFC 3339 without any).

@@ -226,15 +226,26 @@ func TestBackfillCursorFlags(t *testing.T) {
 		{"ts", nil, "lastweek", "lastweek"}, // and a warning: see below
 	} {
 		o := &op{poller: c.poller, cfg: c.cfg, errOut: io.Discard}
-		if got := o.backfillCursor(c.in, now); got != c.want {
-			t.Errorf("%s --from %s: %q, want %q", c.poller, c.in, got, c.want)
+		if got, err := o.backfillCursor("from", c.in, now, nil); got != c.want || err != nil {
+			t.Errorf("%s --from %s: %q (%v), want %q", c.poller, c.in, got, err, c.want)
 		}
 	}
 	// A word that is no time, for a poller whose strategy is unknown: passed on, with a warning.
 	var warn strings.Builder
 	o := &op{poller: "ts", errOut: &warn}
-	if got := o.backfillCursor("lastweek", now); got != "lastweek" || !strings.Contains(warn.String(), `warning: "lastweek" is no time this command reads`) {
-		t.Errorf("--from lastweek without a config: %q, warning %q", got, warn.String())
+	if got, err := o.backfillCursor("from", "lastweek", now, nil); got != "lastweek" || err != nil || !strings.Contains(warn.String(), `warning: "lastweek" is no time this command reads`) {
+		t.Errorf("--from lastweek without a config: %q (%v), warning %q", got, err, warn.String())
+	}
+	// Without the config, the registry's formats make it a timestamp poller: times are written
+	// as the API writes them, and what is no time is refused here.
+	o = &op{poller: "ms", errOut: io.Discard}
+	for _, c := range []struct{ in, want string }{{"-1h", "1772622000000"}, {"2026-03-04T11:00:00Z", "1772622000000"}, {"1772622000000", "1772622000000"}, {"null", ""}} {
+		if got, err := o.backfillCursor("from", c.in, now, []string{"epoch_ms"}); got != c.want || err != nil {
+			t.Errorf("registry formats, --from %s: %q (%v), want %q", c.in, got, err, c.want)
+		}
+	}
+	if _, err := o.backfillCursor("to", "lastweek", now, []string{"epoch_ms"}); exitCode(err) != ExitUsage || !strings.Contains(err.Error(), `--to "lastweek" is no time the cursor of poller ms takes (it is written as epoch_ms)`) {
+		t.Errorf("registry formats, --to lastweek: %v, want a usage error", err)
 	}
 }
 
@@ -259,4 +270,7 @@ func TestBackfillRefusedCursor(t *testing.T) {
 		t.Fatalf("a refused backfill was written: %+v", bp)
 	}
 	w.ok("backfill", "--poller", "orders", "--from", "-1h", "--to", "null", "--config", cfg)
+	// Without the config the registry says the cursor is a time: a word is refused at once too.
+	w.fails(ExitUsage, `--from "lastweek" is no time the cursor of poller orders takes`, "backfill", "--poller", "orders", "--from", "lastweek")
+	w.ok("backfill", "--poller", "orders", "--from", "yesterday")
 }

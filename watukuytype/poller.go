@@ -87,6 +87,11 @@ type Poller struct {
 	// stop at its target and report how far it is; optional (then a backfill runs until its
 	// cursor equals the target or the API has no more).
 	CursorPosition func(cursor string) (float64, bool)
+	// CursorFormats, for a cursor that is a time (the timestamp strategy), are the formats the
+	// API writes it in (ParseTime's: "rfc3339", "epoch_ms", a Go layout, …). The registry
+	// records them, so operator tools (watukuy backfill) read and check a time an operator
+	// types without the poller's definition. Empty: the cursor is opaque to them.
+	CursorFormats []string
 }
 
 // Reconcile is a periodic full listing.

@@ -151,6 +151,9 @@ type KeyInfo struct {
 	ShadowEvents map[string]int `json:"shadowEvents,omitempty"`
 	// LogRetention is how long events are kept for replay (0: no log).
 	LogRetention time.Duration `json:"logRetentionMs,omitempty"`
+	// CursorFormats are the poller's Poller.CursorFormats, from the registry: set when its
+	// cursor is a time written in them.
+	CursorFormats []string `json:"cursorFormats,omitempty"`
 }
 
 // ParkedInfo is one parked row.

@@ -118,6 +118,10 @@ func buildCursor(b *builder) error {
 		ts := &cursor.Timestamp{Source: src, Field: c.Field, Formats: c.Formats, Param: c.Param, LimitParam: c.LimitParam,
 			Limit: c.Limit, HasMore: c.HasMore, TieBreaker: c.TieBreaker, Identity: b.pc.Identity}
 		b.p.Fetch, b.p.CursorPosition = ts.Fetch, ts.Position
+		b.p.CursorFormats = c.Formats
+		if len(b.p.CursorFormats) == 0 {
+			b.p.CursorFormats = []string{cursor.RFC3339, cursor.Epoch} // cursor.Parse's default
+		}
 	case StrategyToken:
 		b.p.Fetch = (&cursor.Token{Source: src, Param: c.Param, Next: c.Next, HasMore: c.HasMore, LimitParam: c.LimitParam, Limit: c.Limit}).Fetch
 	case StrategyPage, StrategySnapshotDiff:

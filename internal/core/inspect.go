@@ -30,7 +30,7 @@ func (e *Engine) inspect(ctx context.Context, t target) (watukuytype.KeyInfo, er
 		LeaseOwner: s.LeaseOwner, LeaseEpoch: s.LeaseEpoch,
 		Interval: st.duration(statehash.Interval), Circuit: st.circuit(), Failures: st.int(statehash.Failures),
 		OutboxPending: s.OutboxLen, Parked: s.Parked, ParkedInvalid: s.ParkedInvalid, ParkedPoison: s.Parked - s.ParkedInvalid,
-		Held: s.Held, Items: s.Items, SchemaVersion: t.info.SchemaVersion, Shadow: t.info.Shadow, LogRetention: t.info.logRetention()}
+		Held: s.Held, Items: s.Items, SchemaVersion: t.info.SchemaVersion, Shadow: t.info.Shadow, LogRetention: t.info.logRetention(), CursorFormats: t.info.CursorFormats}
 	if v := st.get(statehash.LastPoll); v != "" {
 		ki.LastPoll = json.RawMessage(v)
 	}

@@ -28,6 +28,8 @@ type pollerInfo struct {
 	SchemaVersion int    `json:"schemaVersion"`
 	LogRetention  string `json:"logRetention,omitempty"`
 	Shadow        bool   `json:"shadow,omitempty"`
+	// CursorFormats are Poller.CursorFormats: the cursor is a time written in them.
+	CursorFormats []string `json:"cursorFormats,omitempty"`
 }
 
 // keyEntry is a key's registry entry.
@@ -43,7 +45,7 @@ func info(p *watukuytype.Poller) pollerInfo {
 		strategy = "snapshotDiff"
 	}
 	pi := pollerInfo{Name: p.Name, Partitions: p.Partitions, Strategy: strategy, Min: p.Schedule.Min.String(),
-		Max: p.Schedule.Max.String(), LeaseTTL: p.LeaseTTL.String(), LeaseTTLMs: p.LeaseTTL.Milliseconds(), SchemaVersion: p.SchemaVersion, Shadow: p.Shadow}
+		Max: p.Schedule.Max.String(), LeaseTTL: p.LeaseTTL.String(), LeaseTTLMs: p.LeaseTTL.Milliseconds(), SchemaVersion: p.SchemaVersion, Shadow: p.Shadow, CursorFormats: p.CursorFormats}
 	if p.LogRetention > 0 {
 		pi.LogRetention = p.LogRetention.String()
 	}
