@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/internal/buildinfo"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
 )
@@ -219,10 +220,12 @@ func TestDevCommand(t *testing.T) {
 			}
 			lines, errc := startCLI(t, ctx, args...)
 			created := map[string]int{}
-			url := ""
+			url, version := "", ""
 			for created["orders"] < 5 || created["customers"] < 5 {
 				l := next(t, lines)
 				switch {
+				case strings.HasPrefix(l, "version "):
+					version = strings.TrimSpace(strings.TrimPrefix(l, "version"))
 				case asJSON:
 					ev := jsonOf[watukuy.Event](t, l)
 					if ev.Type == watukuy.Created {
@@ -233,6 +236,9 @@ func TestDevCommand(t *testing.T) {
 				case strings.Contains(l, " created "):
 					created[strings.Fields(l)[1]]++
 				}
+			}
+			if want := buildinfo.Read().String(); !asJSON && version != want {
+				t.Errorf("dev's banner names the build %q, want %q", version, want)
 			}
 			if !asJSON { // events came, so the keys are registered
 				out, _, err := run(t, "inspect", "--redis", url, "--json")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/app"
+	"github.com/watukuy/watukuy/internal/buildinfo"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 )
 
@@ -79,7 +80,7 @@ func (c *common) dev(ctx context.Context, out io.Writer, log zerolog.Logger) err
 		}
 		banner = append(banner, line{"demoShop", "demo shop API", fmt.Sprintf("%s/items  %s/list", shop.srv.URL, shop.srv.URL)})
 	}
-	banner = append(banner, line{"redis", "redis", c.s.Redis})
+	banner = append(banner, line{"redis", "redis", c.s.Redis}, line{"version", "version", buildinfo.Read().String()})
 	if c.s.Listen != "off" {
 		banner = append(banner, line{"metrics", "metrics", fmt.Sprintf("http://%s/metrics  (health: /healthz, /readyz)", c.s.Listen)})
 		if c.s.UI {
