@@ -69,6 +69,7 @@ func Logger(format, level string, w io.Writer) (zerolog.Logger, error) {
 	if w == nil {
 		w = os.Stderr
 	}
+	w = zerolog.SyncWriter(w) // cycles log from several delivery goroutines at once
 	lvl := zerolog.InfoLevel
 	if level != "" {
 		var err error
