@@ -277,6 +277,8 @@ func TestErrors(t *testing.T) {
 			[]string{`w.yaml:3:28: pollers[0].partitions[2]: partition "t_1" is listed twice (first at line 3)`}},
 		{"bad partition", strings.Replace(valid, "  request:", "  partitions: [\"t 1\"]\n    request:", 1),
 			[]string{`w.yaml:3:18: pollers[0].partitions[0]: partition "t 1" must match`}},
+		{"the unpartitioned key's name", strings.Replace(valid, "  request:", "  partitions: [t_1, \"-\"]\n    request:", 1),
+			[]string{`w.yaml:3:23: pollers[0].partitions[1]: partition "-" is reserved`}},
 		{"min greater than max", strings.Replace(valid, "  request:", "  schedule: {min: 5m, max: 5s}\n    request:", 1),
 			[]string{`w.yaml:3:30: pollers[0].schedule.max: max 5s is less than min 5m0s`}},
 		{"jitter out of range", strings.Replace(valid, "  request:", "  schedule: {jitter: 1.0}\n    request:", 1),

@@ -58,8 +58,12 @@ func CheckName(name string) error {
 	return nil
 }
 
-// CheckPartition reports a partition that does not match PartitionPattern.
+// CheckPartition reports a partition that does not match PartitionPattern, or is "-" (the
+// unpartitioned key's name in tables and flags).
 func CheckPartition(partition string) error {
+	if partition == "-" {
+		return fmt.Errorf(`partition "-" is reserved: tables and --partition use it for the unpartitioned key`)
+	}
 	if !partitionRE.MatchString(partition) {
 		return fmt.Errorf("partition %q must match %s", partition, PartitionPattern)
 	}
