@@ -156,6 +156,16 @@ func cmdLineOnly(fs *pflag.FlagSet, names ...string) {
 	}
 }
 
+// envNames are the environment variables a setting flag reads, first match wins:
+// WATUKUY_<FLAG>, and for --redis WATUKUY_REDIS_URL before it.
+func envNames(f *pflag.Flag) []string {
+	n := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+	if f.Name == "redis" {
+		return []string{envPrefix + "REDIS_URL", n}
+	}
+	return []string{n}
+}
+
 // fromEnv fills every setting flag not given on the command line from WATUKUY_<FLAG>.
 func fromEnv(cmd *cobra.Command) error {
 	var err error
@@ -163,11 +173,7 @@ func fromEnv(cmd *cobra.Command) error {
 		if f.Changed || err != nil || f.Annotations[noEnvAnnotation] != nil {
 			return
 		}
-		names := []string{envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))}
-		if f.Name == "redis" {
-			names = append([]string{envPrefix + "REDIS_URL"}, names...)
-		}
-		for _, n := range names {
+		for _, n := range envNames(f) {
 			if v, ok := os.LookupEnv(n); ok {
 				if e := f.Value.Set(v); e != nil {
 					err = usageError{fmt.Errorf("%s=%q: %w", n, v, e)}

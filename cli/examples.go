@@ -92,11 +92,12 @@ func envOf(c *cobra.Command) string {
 		if f.Annotations[noEnvAnnotation] != nil || f.Name == "help" {
 			return
 		}
-		n := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if f.Name == "redis" {
-			n = envPrefix + "REDIS_URL (or " + n + ")"
+		n := envNames(f)
+		if len(n) > 1 {
+			names = append(names, n[0]+" (or "+strings.Join(n[1:], ", ")+")")
+		} else {
+			names = append(names, n[0])
 		}
-		names = append(names, n)
 	})
 	if len(names) == 0 {
 		return ""

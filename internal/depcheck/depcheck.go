@@ -4,6 +4,7 @@ package depcheck
 
 import (
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -29,7 +30,7 @@ func Entries(tb testing.TB, pkg string, heavy []string, allowed map[string][]str
 		pkgs++
 		for _, imp := range f[1:] {
 			for _, h := range heavy {
-				if within(imp, h) && !within(f[0], h) && !contains(allowed[h], f[0]) {
+				if within(imp, h) && !within(f[0], h) && !slices.Contains(allowed[h], f[0]) {
 					bad = append(bad, f[0]+" imports "+imp)
 				}
 			}
@@ -44,12 +45,3 @@ func Entries(tb testing.TB, pkg string, heavy []string, allowed map[string][]str
 
 // within reports whether pkg is root or one of its subpackages.
 func within(pkg, root string) bool { return pkg == root || strings.HasPrefix(pkg, root+"/") }
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
