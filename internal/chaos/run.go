@@ -244,7 +244,6 @@ type scenario struct {
 	paused    map[watukuytype.Key]int // keys the operator paused → the step that resumes them
 	slow      map[string]slowCalls    // instance/key of a late Begin → its next handler calls take time
 	rdb       redis.UniversalClient
-	hotBursts int
 }
 
 // freeze is a pending stop-the-world: the next call of instance at a point blocks.
@@ -681,20 +680,21 @@ func (s *scenario) mutate(step int) {
 		switch {
 		case k.key.Poller == "hot" && s.rng.IntN(15) == 0:
 			// A burst on the hot ordering key: more events than one outbox read, then, a second
-			// later, other identities. Every other burst's instance dies right after it parks a
-			// poison event of the hot key (the events delivered before it unacked); the others'
-			// die right after committing it, and while the hot key is held the next instance
-			// drains hundreds of held entries before the deliverable ones behind them.
+			// later, other identities. The burst's instance dies right after it parks a poison
+			// event of the hot key (the events delivered before it unacked) or right after
+			// committing the burst, whichever of the two has fired less often: a random kill
+			// point armed later may replace this one, and an unlucky run would otherwise never
+			// see one of them. While the hot key is held the next instance drains hundreds of
+			// held entries before the deliverable ones behind them.
 			k.api.PutMany(600+s.rng.IntN(300), "hot-h", map[string]any{"n": s.rng.IntN(100)})
 			k.api.Advance(time.Second)
 			for j := range 3 {
 				k.api.Put(fmt.Sprintf("hot-y%d", j), map[string]any{"n": s.rng.IntN(100)})
 			}
-			point := K3AfterCommit
-			if s.hotBursts%2 == 0 {
-				point = K4AfterPark
+			point := K4AfterPark
+			if s.res.Kills[K4AfterPark] > s.res.Kills[K3AfterCommit] {
+				point = K3AfterCommit
 			}
-			s.hotBursts++
 			for _, e := range s.engines {
 				e.store.ArmFor(point, k.key)
 			}
