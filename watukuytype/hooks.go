@@ -24,6 +24,10 @@ type Hooks struct {
 	OnCircuitOpen func(key Key, until time.Time, err error)
 	// OnThrottled runs when a 429 or 503 with Retry-After throttles the key.
 	OnThrottled func(key Key, until time.Time)
+	// OnBudget runs for each token a request asks of its budget: wait is how long the request
+	// waits for it (0: at once); taken is false when the budget refused and the key yields
+	// until wait has passed. budget is the budget's declared name (its buckets share it).
+	OnBudget func(key Key, budget string, lane Lane, wait time.Duration, taken bool)
 	// OnLeaseLost runs when a cycle is abandoned because its lease was lost.
 	OnLeaseLost func(key Key, err error)
 	// OnDueRepaired runs for each key the repair sweep gave back its missing due entry.

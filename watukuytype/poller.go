@@ -92,6 +92,10 @@ type Poller struct {
 	// records them, so operator tools (watukuy backfill) read and check a time an operator
 	// types without the poller's definition. Empty: the cursor is opaque to them.
 	CursorFormats []string
+	// Budget names a budget of the engine's Options.Budgets, shared by every worker, that each
+	// request of this poller takes a token from; it may hold ${partition}. Empty: the poller
+	// is paced only by its own keys' throttle windows and the API's rate-limit headers.
+	Budget string
 }
 
 // Reconcile is a periodic full listing.

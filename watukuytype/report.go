@@ -32,6 +32,9 @@ type CycleReport struct {
 	DeleteCandidates int
 	Truncated        bool
 	NotModified      bool
+	// Deferred is how long the shared budget asked the key to wait when it refused one of
+	// the cycle's requests (0: it never did); the key is due again after it.
+	Deferred time.Duration
 	Err              error
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/watukuy/watukuy/internal/budget"
 	"github.com/watukuy/watukuy/internal/jcs"
 	"github.com/watukuy/watukuy/internal/schedule"
 	"github.com/watukuy/watukuy/internal/statehash"
@@ -53,7 +54,11 @@ type cycle struct {
 	confirmed   bool // a fenced write succeeded since the last request
 	throttled   bool // the API answered 429 (or 503 with Retry-After) in this cycle
 	answered    bool // a lane's request got a page in this cycle
-	tagPending  bool // state[statehash.LiveTag] is not written yet (see setTag)
+
+	budget     *budgetInfo   // the shared budget the key's requests draw from (nil: none)
+	bucket     string        // its bucket for this key
+	deferred   time.Duration // the budget refused a request: the longest wait it asked for
+	tagPending bool          // state[statehash.LiveTag] is not written yet (see setTag)
 
 	backfilling *watukuytype.BackfillProgress // the backfill lane's progress while it runs
 	force       int64                         // while a forced backfill runs: its generation
@@ -72,6 +77,11 @@ func newCycle(e *Engine, p *watukuytype.Poller, b BeginResult, sentAt, replyAt t
 		holds: map[string]bool{}, items: b.Items, invalidIndexed: b.InvalidIndexed > 0, serverAt: b.Now, localAt: sentAt, replyAt: replyAt,
 		log: e.log.With().Str("poller", b.Lease.Key.Poller).Str("partition", b.Lease.Key.Partition).Int64("epoch", b.Lease.Epoch).Logger()}
 	c.rep.Key = c.key
+	e.mu.Lock()
+	if c.budget = e.budgetOf(p); c.budget != nil {
+		c.bucket = budget.Bucket(c.budget.Name, c.key.Partition)
+	}
+	e.mu.Unlock()
 	c.rep.DeleteCandidates = c.state.int(statehash.DeleteCandidates) // until a listing counts them anew
 	for _, h := range b.Holds {
 		c.holds[h] = true
@@ -270,7 +280,9 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 		c.rep.Outcome = watukuytype.Failed
 		return
 	}
-	c.rep.Truncated = failure == nil && !live.complete && !c.paused()
+	// A cycle whose first request the budget refused read nothing: deferred, not truncated.
+	c.rep.Truncated = failure == nil && !live.complete && !c.paused() && !c.budgetDeferredAll()
+	c.rep.Deferred = c.deferred
 	if c.paused() {
 		c.log.Info().Msg("key paused by an operator: cycle stopped at its next step")
 	}
@@ -285,6 +297,10 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 		c.rep.Err = failure.err
 	}
 }
+
+// budgetDeferredAll reports whether the budget refused the cycle's first request: no request
+// was sent, so the cycle says nothing of the API.
+func (c *cycle) budgetDeferredAll() bool { return c.deferred > 0 && !c.answered && !c.throttled }
 
 func (c *cycle) abandon(err error) {
 	c.rep.Outcome = watukuytype.Failed
@@ -370,12 +386,14 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		res.Kind, res.RetryAfter = failure.kind, failure.retryAfter
 	case noEvidence:
 		res.Kind = schedule.ResultNoAnswer
+	case c.budgetDeferredAll():
+		res.Kind = schedule.ResultDeferred
 	case c.rep.Truncated:
 		res.Kind = schedule.ResultTruncated
 	case c.rep.Events > 0:
 		res.Kind = schedule.ResultChanged
 	}
-	res.Pace = max(paced, c.pace())
+	res.Pace = max(paced, c.pace(), c.deferred)
 	prev := schedule.State{Interval: c.state.duration(statehash.Interval), Failures: c.state.int(statehash.Failures),
 		Circuit: c.state.circuit(), ThrottledUntil: c.state.time(statehash.Throttled)}
 	next := schedule.Next(policy(c.p), prev, res, now, c.e.rand())

@@ -38,6 +38,9 @@ type Options struct {
 	// Wait sits out a pause between two pages (the API's rate limit); default a timer. Tests
 	// hold an instance there, frozen at a known point of its cycle.
 	Wait func(ctx context.Context, d time.Duration) error
+	// Budgets are the request budgets every worker shares, which pollers name in
+	// Poller.Budget.
+	Budgets []watukuytype.Budget
 }
 
 // Engine runs the cycles of registered pollers.
@@ -54,6 +57,7 @@ type Engine struct {
 
 	mu         sync.Mutex
 	pollers    map[string]*watukuytype.Poller
+	budgets    map[string]watukuytype.Budget // by name, with defaults
 	registered bool      // keys written to the registry and due set
 	regGen     uint64    // bumped by every registration change; ensureRegistered marks only the one it wrote
 	repairedAt time.Time // when Tick last ran the repair sweep (local clock)
@@ -80,6 +84,10 @@ func NewEngine(opts Options) (*Engine, error) {
 	if e.clock == nil {
 		e.clock = time.Now
 	}
+	var err error
+	if e.budgets, err = budgetsByName(opts.Budgets); err != nil {
+		return nil, err
+	}
 	if e.rand == nil {
 		e.rand = rand.Float64
 	}
@@ -102,6 +110,9 @@ func (e *Engine) Register(p watukuytype.Poller) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if err := checkBudgetName(e.budgets, &p); err != nil {
+		return err
+	}
 	if _, dup := e.pollers[p.Name]; dup {
 		return &watukuytype.ConfigError{Poller: p.Name, Field: "name", Msg: "is registered twice"}
 	}
@@ -131,6 +142,11 @@ func (e *Engine) Replace(ps ...watukuytype.Poller) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	for _, p := range next {
+		if err := checkBudgetName(e.budgets, p); err != nil {
+			return err
+		}
+	}
 	e.pollers = next
 	e.registered = false
 	e.regGen++
@@ -175,7 +191,7 @@ func (e *Engine) ensureRegistered(ctx context.Context) error {
 	keys := map[watukuytype.Key][]byte{}
 	entry, _ := json.Marshal(keyEntry{Source: "config"})
 	for _, p := range e.pollers {
-		pollers[p.Name], _ = json.Marshal(info(p))
+		pollers[p.Name], _ = json.Marshal(e.info(p))
 		for _, k := range pollerKeys(p) {
 			keys[k] = entry
 		}

@@ -64,6 +64,19 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 	yctx, stopYield := mergeCancel(ctx, c.yield)
 	defer stopYield()
 	for pages := 0; pages < ln.maxPages; pages++ {
+		if c.halted() {
+			res.halted = true
+			return res, nil
+		}
+		if d, err := c.takeToken(yctx, ln.name); c.yielding(ctx) {
+			res.halted = true
+			return res, nil
+		} else if err != nil {
+			return res, storeErr(err)
+		} else if d > 0 {
+			res.paced = d // the budget's other keys go first; this key is due when it can serve it
+			return res, nil
+		}
 		if f := c.beforeRequest(ctx, pages); f != nil {
 			return res, f
 		}
@@ -95,6 +108,11 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		if page.RateLimit != nil {
 			c.rateLimit = page.RateLimit
 			c.rateLimitAt = c.now()
+			if page.RateLimit.Remaining <= 0 && page.RateLimit.Reset > 0 {
+				if err := c.pauseBudget(ctx, page.RateLimit.Reset); err != nil {
+					return res, storeErr(err)
+				}
+			}
 		}
 		if page.NotModified {
 			c.rep.NotModified = true
@@ -257,6 +275,9 @@ func (c *cycle) fetchFailure(ctx context.Context, ln lane, cursor string, err er
 		if he.RateLimit != nil {
 			c.rateLimit, c.rateLimitAt = he.RateLimit, c.now()
 		}
+		if err := c.pauseBudget(ctx, budgetPause(he.RetryAfter, he.RateLimit)); err != nil {
+			return storeErr(err)
+		}
 		if he.RetryAfter > 0 {
 			// Saved at once, not only at the end of the cycle: if this process dies first, the
 			// next owner still keeps out of the window (G8).
@@ -341,6 +362,12 @@ func (c *cycle) listingDeletes(ctx context.Context, lane watukuytype.Lane, seen 
 			continue
 		}
 		if c.p.Detail != nil {
+			if d, err := c.takeToken(ctx, lane); err != nil {
+				return storeErr(err)
+			} else if d > 0 {
+				// The budget has no token for now: the rest waits for the next listing.
+				return c.commitAndDeliver(ctx, &w)
+			}
 			item, ok, f := c.detail(ctx, id)
 			switch {
 			case f != nil && (f.kind == schedule.ResultThrottled || f.phase == "store"):

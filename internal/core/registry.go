@@ -30,6 +30,8 @@ type pollerInfo struct {
 	Shadow        bool   `json:"shadow,omitempty"`
 	// CursorFormats are Poller.CursorFormats: the cursor is a time written in them.
 	CursorFormats []string `json:"cursorFormats,omitempty"`
+	// Budget is the shared budget the poller's requests draw from.
+	Budget *budgetInfo `json:"budget,omitempty"`
 }
 
 // keyEntry is a key's registry entry.
@@ -39,13 +41,14 @@ type keyEntry struct {
 	AddedAt int64  `json:"addedAt,omitempty"`
 }
 
-func info(p *watukuytype.Poller) pollerInfo {
+// info is p's registry entry; the caller holds e.mu.
+func (e *Engine) info(p *watukuytype.Poller) pollerInfo {
 	strategy := "custom"
 	if p.Strategy == watukuytype.SnapshotDiff {
 		strategy = "snapshotDiff"
 	}
 	pi := pollerInfo{Name: p.Name, Partitions: p.Partitions, Strategy: strategy, Min: p.Schedule.Min.String(),
-		Max: p.Schedule.Max.String(), LeaseTTL: p.LeaseTTL.String(), LeaseTTLMs: p.LeaseTTL.Milliseconds(), SchemaVersion: p.SchemaVersion, Shadow: p.Shadow, CursorFormats: p.CursorFormats}
+		Max: p.Schedule.Max.String(), LeaseTTL: p.LeaseTTL.String(), LeaseTTLMs: p.LeaseTTL.Milliseconds(), SchemaVersion: p.SchemaVersion, Shadow: p.Shadow, CursorFormats: p.CursorFormats, Budget: e.budgetOf(p)}
 	if p.LogRetention > 0 {
 		pi.LogRetention = p.LogRetention.String()
 	}
@@ -82,10 +85,11 @@ func (e *Engine) resolve(ctx context.Context, key watukuytype.Key) (target, erro
 		return t, err
 	}
 	e.mu.Lock()
-	t.p = e.pollers[key.Poller]
+	if t.p = e.pollers[key.Poller]; t.p != nil {
+		t.info = e.info(t.p)
+	}
 	e.mu.Unlock()
 	if t.p != nil {
-		t.info = info(t.p)
 		if slices.Contains(pollerKeys(t.p), key) {
 			t.source = "config"
 			return t, nil
@@ -156,10 +160,10 @@ func (e *Engine) registry(ctx context.Context) (map[string]pollerInfo, []target,
 	}
 	e.mu.Lock()
 	local := maps.Clone(e.pollers)
-	e.mu.Unlock()
 	for _, p := range local {
-		pollers[p.Name] = info(p)
+		pollers[p.Name] = e.info(p)
 	}
+	e.mu.Unlock()
 	byKey := map[watukuytype.Key]target{}
 	for s, raw := range kraw {
 		k, err := watukuytype.ParseKey(s)

@@ -96,6 +96,39 @@ type Store interface {
 	Inspect(ctx context.Context, key watukuytype.Key) (Snapshot, error)
 	// ListParked returns the key's parked rows (JSON), keyed by parked id.
 	ListParked(ctx context.Context, key watukuytype.Key) (map[string][]byte, error)
+	// TakeToken asks a shared budget's bucket for one request's token (unfenced: a bucket is
+	// no key's).
+	TakeToken(ctx context.Context, t BudgetTake) (BudgetGrant, error)
+	// PauseBudget keeps every request of the bucket back for d from now (the server's now),
+	// unless a pause that ends later is in force; it returns the end of the pause in force.
+	PauseBudget(ctx context.Context, bucket string, d time.Duration) (time.Time, error)
+	// Buckets reads the named buckets (a missing one is full and not paused) and the server's
+	// now, in one round trip.
+	Buckets(ctx context.Context, names []string) (map[string]Bucket, time.Time, error)
+}
+
+// BudgetTake asks a bucket for one request's token.
+type BudgetTake struct {
+	Bucket   string
+	Interval time.Duration // the time one token takes to come back
+	Burst    int
+	Reserve  int           // tokens the request must leave for the lanes above its own
+	MaxWait  time.Duration // the longest wait a taken token may be held for (0: only at once)
+}
+
+// BudgetGrant is a bucket's answer: Taken, the request goes after Wait (its slot is held);
+// not taken, the bucket could serve it after Wait (PausedUntil, when not zero, is the pause
+// that refused it).
+type BudgetGrant struct {
+	Taken       bool
+	Wait        time.Duration
+	PausedUntil time.Time
+}
+
+// Bucket is a bucket's stored state; the zero value is a full bucket with no pause.
+type Bucket struct {
+	TAT         time.Time // when the bucket is full again
+	PausedUntil time.Time
 }
 
 // Lease is the right to mutate one key, valid while its epoch and token are current and it

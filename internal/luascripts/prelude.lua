@@ -7,6 +7,13 @@ local function now_ms(override)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- now_us: now_ms in microseconds (budgets pace requests closer than a millisecond apart).
+local function now_us(override)
+  if override ~= nil and override ~= '' then return tonumber(override) * 1000 end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
 -- fence: the first check of every mutating script. The lease must carry our epoch and our
 -- grant's token (an epoch alone can repeat after a failover lost the grant that raised it)
 -- and must not have expired; otherwise the script fails with LEASE_LOST before any write.

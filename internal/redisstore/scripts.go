@@ -292,6 +292,49 @@ func (a ackArgs) decode(v any) (ackReply, error) {
 	return out, r.err
 }
 
+// budgetPauseArgs call budget_pause.lua.
+type budgetPauseArgs struct {
+	Now    string
+	Bucket string
+	Pause  time.Duration
+}
+
+func (budgetPauseArgs) name() string { return "budget_pause" }
+
+func (a budgetPauseArgs) encode(s *Store) ([]string, []any) {
+	return []string{s.bucketKey(a.Bucket)}, []any{a.Now, a.Pause.Milliseconds()}
+}
+
+// decode reads the end of the pause in force.
+func (a budgetPauseArgs) decode(v any) (time.Time, error) {
+	r := reply{script: a.name(), on: "budget " + a.Bucket}
+	until := r.time(v, "pausedUntil")
+	return until, r.err
+}
+
+// budgetTakeArgs call budget_take.lua.
+type budgetTakeArgs struct {
+	Now string
+	core.BudgetTake
+}
+
+func (budgetTakeArgs) name() string { return "budget_take" }
+
+func (a budgetTakeArgs) encode(s *Store) ([]string, []any) {
+	return []string{s.bucketKey(a.Bucket)}, []any{a.Now, strconv.FormatFloat(float64(a.Interval)/1e3, 'f', 3, 64),
+		a.Burst, a.Reserve, a.MaxWait.Microseconds()}
+}
+
+func (a budgetTakeArgs) decode(v any) (core.BudgetGrant, error) {
+	r := reply{script: a.name(), on: "budget " + a.Bucket}
+	t := r.tuple(v, "reply", 3)
+	g := core.BudgetGrant{Taken: r.flag(t[0], "taken"), Wait: time.Duration(r.int(t[1], "wait")) * time.Microsecond}
+	if ms := r.int(t[2], "pausedUntil"); ms > 0 {
+		g.PausedUntil = time.UnixMilli(ms)
+	}
+	return g, r.err
+}
+
 // beginArgs call begin.lua.
 type beginArgs struct {
 	Key   watukuytype.Key

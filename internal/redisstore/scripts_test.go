@@ -44,6 +44,8 @@ func samples(l core.Lease) []encoder {
 	return []encoder{
 		ackArgs{Key: k, fence: f, StreamIDs: []string{"1-1"}},
 		beginArgs{Key: k, Owner: "a", TTL: time.Second, Now: sampleNow, Token: "tok"},
+		budgetPauseArgs{Now: sampleNow, Bucket: "shop", Pause: time.Second},
+		budgetTakeArgs{Now: sampleNow, BudgetTake: core.BudgetTake{Bucket: "shop", Interval: time.Second, Burst: 2}},
 		claimDueArgs{Now: sampleNow, Limit: 10, Pollers: []string{"orders", "invoices", "refunds"}},
 		cleanOutboxArgs{Key: k, Holder: outboxHolder},
 		commitPollArgs{Key: k, writeFence: wf, TTL: time.Second},
@@ -163,7 +165,7 @@ func TestHeadersMatchTheWrappers(t *testing.T) {
 		"state": "state hash", "lease": "lease hash", "outbox": "outbox stream", "holds": "holds hash",
 		"held": "held hash", "items": "items hash", "parked": "parked hash", "log": "replay log stream",
 		"gone": "tombstones sorted set", "invalid": "invalid observations hash", "touched": "set of identities",
-		"registry": "registry hash", "pollers": "pollers hash", "due": "due set",
+		"registry": "registry hash", "bucket": "the bucket", "pollers": "pollers hash", "due": "due set",
 	}
 	s := offlineStore(t)
 	l := core.Lease{Key: watukuytype.Key{Poller: "orders", Partition: "t1"}, Epoch: 42, Token: "the-token"}
@@ -241,6 +243,8 @@ func TestScriptRepliesDecode(t *testing.T) {
 	decoders := map[string]func(any) (any, error){
 		"ack":            decoderOf(ackArgs{Key: key}),
 		"begin":          decoderOf(beginArgs{Key: key, Owner: "a", TTL: time.Second, Token: "tok"}),
+		"budget_pause":   decoderOf(budgetPauseArgs{Bucket: "shop"}),
+		"budget_take":    decoderOf(budgetTakeArgs{BudgetTake: core.BudgetTake{Bucket: "shop"}}),
 		"claim_due":      decoderOf(claimDueArgs{Pollers: []string{"orders"}}),
 		"clean_outbox":   decoderOf(cleanOutboxArgs{Key: key}),
 		"commit_poll":    decoderOf(commitPollArgs{Key: key, Commit: core.Commit{Events: two}}),
@@ -287,6 +291,15 @@ func TestScriptRepliesDecode(t *testing.T) {
 		{script: "begin", reply: list{"ok", int64(9), int64(10), int64(1), list{"nextDue", int64(0)}, list{}, int64(3), int64(0)}, field: "state[1]"},
 		{script: "begin", reply: list{"ok", int64(9), int64(10), int64(1), list{}, list{int64(1)}, int64(3), int64(0)}, field: "holds[0]"},
 		{script: "begin", reply: list{"ok", int64(9), int64(10), int64(1), list{}, list{}, int64(3)}, field: "reply"},
+
+		{script: "budget_pause", reply: int64(5), want: at(5)},
+		{script: "budget_pause", reply: "5", field: "pausedUntil"},
+
+		{script: "budget_take", reply: list{int64(1), int64(2500), int64(0)}, want: core.BudgetGrant{Taken: true, Wait: 2500 * time.Microsecond}},
+		{script: "budget_take", reply: list{int64(0), int64(3000), int64(7)}, want: core.BudgetGrant{Wait: 3 * time.Millisecond, PausedUntil: at(7)}},
+		{script: "budget_take", reply: list{int64(2), int64(0), int64(0)}, field: "taken"},
+		{script: "budget_take", reply: list{int64(1), "0", int64(0)}, field: "wait"},
+		{script: "budget_take", reply: list{int64(1), int64(0)}, field: "reply"},
 
 		{script: "claim_due", reply: list{"orders|1", "orders|2"}, want: []watukuytype.Key{{Poller: "orders", Partition: "1"}, {Poller: "orders", Partition: "2"}}},
 		{script: "claim_due", reply: list{}, want: []watukuytype.Key(nil)},

@@ -76,6 +76,10 @@ const (
 	// throttle stay; due at once, or after ProbeEvery when the circuit is open (a probe given
 	// up unanswered waits for the next probe, as a failed one would, without counting).
 	ResultNoAnswer
+	// ResultDeferred: the shared budget had no token for the cycle's first request, so none
+	// was sent: nothing was learned of the API and only the due time moves, to when the
+	// budget can serve the key (Pace), whatever the circuit.
+	ResultDeferred
 )
 
 // Result is one cycle's outcome as the state machine sees it.
@@ -122,6 +126,9 @@ func transition(p Policy, s State, res Result, now time.Time, r float64) State {
 			s.NextDue = now.Add(p.ProbeEvery)
 		}
 		s.NextDue = later(s.NextDue, s.ThrottledUntil)
+		return s
+	case ResultDeferred:
+		s.NextDue = later(began, s.ThrottledUntil)
 		return s
 	case ResultThrottled:
 		// Not a failure: failures and circuit stay as they are.

@@ -1,0 +1,201 @@
+package core
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/watukuy/watukuy/internal/budget"
+	"github.com/watukuy/watukuy/watukuytype"
+)
+
+// budgetInfo is a poller's budget in its registry entry, so that Inspect shows the budget's
+// state with the Redis URL alone.
+type budgetInfo struct {
+	Name  string  `json:"name"`
+	Rate  float64 `json:"rate"`
+	PerMs int64   `json:"perMs"`
+	Burst int     `json:"burst"`
+}
+
+func (bi *budgetInfo) budget() watukuytype.Budget {
+	return watukuytype.Budget{Name: bi.Name, Rate: bi.Rate, Per: time.Duration(bi.PerMs) * time.Millisecond, Burst: bi.Burst}
+}
+
+// SetBudgets replaces the engine's budgets (a config reload): each is checked, and every
+// registered poller's budget must stay defined. Cycles that began keep the budget they began
+// with.
+func (e *Engine) SetBudgets(bs []watukuytype.Budget) error {
+	m, err := budgetsByName(bs)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.pollers {
+		if err := checkBudgetName(m, p); err != nil {
+			return err
+		}
+	}
+	e.budgets = m
+	return nil
+}
+
+func budgetsByName(bs []watukuytype.Budget) (map[string]watukuytype.Budget, error) {
+	m := make(map[string]watukuytype.Budget, len(bs))
+	for _, b := range bs {
+		b, err := budget.WithDefaults(b)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := m[b.Name]; dup {
+			return nil, &watukuytype.ConfigError{Field: "budgets.name", Msg: fmt.Sprintf("budget %q is defined twice", b.Name)}
+		}
+		m[b.Name] = b
+	}
+	return m, nil
+}
+
+// checkBudgetName: a poller's budget must be one of the engine's.
+func checkBudgetName(budgets map[string]watukuytype.Budget, p *watukuytype.Poller) error {
+	if _, ok := budgets[p.Budget]; p.Budget != "" && !ok {
+		return &watukuytype.ConfigError{Poller: p.Name, Field: "budget", Msg: fmt.Sprintf("names budget %q, which is not defined (defined: %v)",
+			p.Budget, slices.Sorted(maps.Keys(budgets)))}
+	}
+	return nil
+}
+
+// budgetOf is the budget the poller's requests draw from (nil: none); the caller holds e.mu.
+func (e *Engine) budgetOf(p *watukuytype.Poller) *budgetInfo {
+	b, ok := e.budgets[p.Budget]
+	if p.Budget == "" || !ok {
+		return nil
+	}
+	return &budgetInfo{Name: b.Name, Rate: b.Rate, PerMs: b.Per.Milliseconds(), Burst: b.Burst}
+}
+
+// takeToken takes the token of a lane's next request from the key's budget. A wait up to
+// what is left of longestInCycleWait is sat out here (the live lane's slot held meanwhile; a
+// lower lane asks again after it); a longer one is returned: the lane stops, and the key is
+// due again when the budget can serve it. err is the wait's (a yield) or the store's.
+func (c *cycle) takeToken(ctx context.Context, lane watukuytype.Lane) (defer_ time.Duration, err error) {
+	if c.budget == nil {
+		return 0, nil
+	}
+	b := c.budget.budget()
+	t := BudgetTake{Bucket: c.bucket, Interval: budget.Interval(b), Burst: b.Burst, Reserve: budget.Reserve(lane, b.Burst)}
+	var waited time.Duration
+	for {
+		left := max(longestInCycleWait-waited, 0)
+		if lane == watukuytype.LaneLive {
+			t.MaxWait = left
+		}
+		g, err := c.e.store.TakeToken(ctx, t)
+		if err != nil {
+			return 0, keyErr("watukuy: take a token of budget "+c.bucket, c.key, err)
+		}
+		if !g.Taken && g.Wait > left {
+			c.budgetEvent(b.Name, lane, g.Wait, false)
+			c.deferred = max(c.deferred, g.Wait)
+			return g.Wait, nil
+		}
+		if g.Taken {
+			c.budgetEvent(b.Name, lane, waited+g.Wait, true)
+		}
+		// At least a millisecond between two asks of a lower lane: a bucket that others keep
+		// at its reserve answers with waits of microseconds.
+		d := g.Wait
+		if !g.Taken {
+			d = max(d, time.Millisecond)
+		}
+		if d > 0 {
+			if err := c.wait(ctx, d); err != nil {
+				return 0, err
+			}
+			waited += d
+		}
+		if g.Taken {
+			return 0, nil
+		}
+	}
+}
+
+func (c *cycle) budgetEvent(name string, lane watukuytype.Lane, wait time.Duration, taken bool) {
+	if h := c.e.hooks.OnBudget; h != nil {
+		h(c.key, name, lane, wait, taken)
+	}
+	if !taken {
+		c.log.Debug().Str("budget", c.bucket).Str("lane", string(lane)).Dur("wait", wait).Msg("budget has no token: the key yields")
+	}
+}
+
+// pauseBudget holds back every key of the key's budget for d: the API answered 429, or said
+// no request remains until its reset. It is the account's limit, not only this key's.
+func (c *cycle) pauseBudget(ctx context.Context, d time.Duration) error {
+	if c.budget == nil || d <= 0 {
+		return nil
+	}
+	until, err := c.e.store.PauseBudget(ctx, c.bucket, d)
+	if err != nil {
+		return keyErr("watukuy: pause budget "+c.bucket, c.key, err)
+	}
+	c.log.Info().Str("budget", c.bucket).Time("until", until).Msg("budget paused: the API asked every key of it to wait")
+	return nil
+}
+
+// budgetPause is how long a throttling answer pauses the budget: its Retry-After, else the
+// reset its rate-limit headers give, else a second.
+func budgetPause(retryAfter time.Duration, rl *watukuytype.RateLimit) time.Duration {
+	switch {
+	case retryAfter > 0:
+		return retryAfter
+	case rl != nil && rl.Reset > 0:
+		return rl.Reset
+	}
+	return time.Second
+}
+
+// Budgets shows every bucket of the budgets of the known pollers (registered here or in the
+// registry), with the keys that draw from each, in one read of the buckets.
+func (e *Engine) Budgets(ctx context.Context) ([]watukuytype.BudgetInfo, error) {
+	pollers, ts, err := e.registry(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byBucket := map[string]*watukuytype.BudgetInfo{}
+	for _, t := range ts {
+		bi := pollers[t.key.Poller].Budget
+		if bi == nil {
+			continue
+		}
+		name := budget.Bucket(bi.Name, t.key.Partition)
+		if byBucket[name] == nil {
+			byBucket[name] = &watukuytype.BudgetInfo{Budget: bi.budget(), Bucket: name}
+		}
+		byBucket[name].Keys = append(byBucket[name].Keys, t.key)
+	}
+	names := slices.Sorted(maps.Keys(byBucket))
+	if len(names) == 0 {
+		return nil, nil
+	}
+	stored, now, err := e.store.Buckets(ctx, names)
+	if err != nil {
+		return nil, fmt.Errorf("watukuy: read budgets: %w", err)
+	}
+	out := make([]watukuytype.BudgetInfo, 0, len(names))
+	for _, n := range names {
+		info := byBucket[n]
+		st := stored[n]
+		info.Tokens = budget.Tokens(info.Budget, st.TAT, now)
+		if st.PausedUntil.After(now) {
+			info.PausedUntil = st.PausedUntil
+			info.Tokens = 0
+		}
+		out = append(out, *info)
+	}
+	slices.SortFunc(out, func(a, b watukuytype.BudgetInfo) int { return cmp.Compare(a.Bucket, b.Bucket) })
+	return out, nil
+}
