@@ -35,7 +35,7 @@ type CycleReport struct {
 	// Deferred is how long the shared budget asked the key to wait when it refused one of
 	// the cycle's requests (0: it never did); the key is due again after it.
 	Deferred time.Duration
-	Err              error
+	Err      error
 }
 
 // LastError is the JSON of KeyInfo.LastError: a key's last failed cycle, kept until one

@@ -241,9 +241,9 @@ type scenario struct {
 	handlerFail bool // poison and random failures are on until quiesce
 	freeze      *freeze
 
-	paused    map[watukuytype.Key]int // keys the operator paused → the step that resumes them
-	slow      map[string]slowCalls    // instance/key of a late Begin → its next handler calls take time
-	rdb       redis.UniversalClient
+	paused map[watukuytype.Key]int // keys the operator paused → the step that resumes them
+	slow   map[string]slowCalls    // instance/key of a late Begin → its next handler calls take time
+	rdb    redis.UniversalClient
 }
 
 // freeze is a pending stop-the-world: the next call of instance at a point blocks.

@@ -58,9 +58,9 @@ type Engine struct {
 	mu         sync.Mutex
 	pollers    map[string]*watukuytype.Poller
 	budgets    map[string]watukuytype.Budget // by name, with defaults
-	registered bool      // keys written to the registry and due set
-	regGen     uint64    // bumped by every registration change; ensureRegistered marks only the one it wrote
-	repairedAt time.Time // when Tick last ran the repair sweep (local clock)
+	registered bool                          // keys written to the registry and due set
+	regGen     uint64                        // bumped by every registration change; ensureRegistered marks only the one it wrote
+	repairedAt time.Time                     // when Tick last ran the repair sweep (local clock)
 
 	root     context.Context
 	stopRoot context.CancelFunc
