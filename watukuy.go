@@ -131,6 +131,12 @@ type Layout = watukuytype.Layout
 // Migration is what Migrate did.
 type Migration = watukuytype.Migration
 
+// Budget is a request budget every worker shares (Options.Budgets, Poller.Budget).
+type Budget = watukuytype.Budget
+
+// BudgetInfo is one bucket of a budget as Budgets shows it.
+type BudgetInfo = watukuytype.BudgetInfo
+
 // Lane, Status, CircuitState, ErrorCode and HandlerResult are the typed values KeyInfo,
 // Event, LastError and Hooks carry; their constants are in watukuytype.
 type (
@@ -222,6 +228,10 @@ type Options struct {
 	// Hooks observe cycles, requests, deliveries, parking, circuits, throttles and lost
 	// leases (the metrics use them).
 	Hooks Hooks
+	// Budgets are request budgets every worker shares (token buckets in Redis, on its
+	// clock), which pollers name in Poller.Budget: each request takes a token first, the
+	// live lane before reconcile and backfill, and a 429 on any key pauses the whole budget.
+	Budgets []Budget
 
 	// Leases and throttle windows run on the Redis server's clock (TIME), never on one of the
 	// caller's: the tests of this package alone replace it (and the local clock leases are
@@ -258,7 +268,7 @@ func New(opts Options) (*Engine, error) {
 		s = opts.wrapStore(s)
 	}
 	ce, err := core.NewEngine(core.Options{Store: s, InstanceID: opts.InstanceID, Logger: opts.Logger,
-		TickConcurrency: opts.TickConcurrency, ClaimTimeout: opts.ClaimTimeout, Hooks: opts.Hooks, Clock: opts.clock, Wait: opts.wait})
+		TickConcurrency: opts.TickConcurrency, ClaimTimeout: opts.ClaimTimeout, Hooks: opts.Hooks, Clock: opts.clock, Wait: opts.wait, Budgets: opts.Budgets})
 	if err != nil {
 		return nil, err
 	}
@@ -372,6 +382,20 @@ func (p Parked) Discard(ctx context.Context, poller, partition string, ids ...st
 // pollers and the Redis registry.
 func (e *Engine) InspectAll(ctx context.Context, poller string) ([]KeyInfo, error) {
 	return e.core.InspectAll(ctx, poller)
+}
+
+// Budgets shows every bucket of the known pollers' budgets: its keys, the tokens it holds
+// now and any pause in force.
+func (e *Engine) Budgets(ctx context.Context) ([]BudgetInfo, error) { return e.core.Budgets(ctx) }
+
+// SetBudgets replaces the budgets; every registered poller's budget must stay defined (to
+// change pollers and budgets together, use ReplaceWithBudgets).
+func (e *Engine) SetBudgets(bs ...Budget) error { return e.core.SetBudgets(bs) }
+
+// ReplaceWithBudgets is Replace with the budgets replaced too (a config reload that changes
+// both), checked together: nothing changes unless every poller and budget is valid.
+func (e *Engine) ReplaceWithBudgets(bs []Budget, ps ...Poller) error {
+	return e.core.ReplaceWithBudgets(bs, ps...)
 }
 
 // Keys lists the known keys of poller ("" for all), sorted.

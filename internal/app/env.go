@@ -145,8 +145,12 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 	env.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	env.Metrics = metrics.New(env.Registry)
 	env.reload.init(s, env.Registry)
+	var budgets []watukuy.Budget
+	if env.Config != nil {
+		budgets = env.Config.EngineBudgets()
+	}
 	eng, err := watukuy.New(watukuy.Options{Redis: rdb, Prefix: s.Prefix, InstanceID: s.InstanceID, Logger: env.Log, ClaimTimeout: s.ClaimTimeout, WaitReplicas: s.WaitReplicas,
-		Hooks: env.Metrics.Hooks(watukuytype.Hooks{})})
+		Hooks: env.Metrics.Hooks(watukuytype.Hooks{}), Budgets: budgets})
 	if err != nil {
 		return err
 	}

@@ -112,7 +112,7 @@ func (env *Env) reloadLocked(ctx context.Context) error {
 	if len(pollers) == 0 {
 		return fmt.Errorf("%s: pollers: the file has none (a process without pollers runs nothing)%s", cfg.File, kept)
 	}
-	if err := env.Engine.Replace(pollers...); err != nil {
+	if err := env.Engine.ReplaceWithBudgets(cfg.EngineBudgets(), pollers...); err != nil {
 		if located := cfg.Locate(err); located != err {
 			return fmt.Errorf("%w%s", located, kept) // file:line: pollers[i].field: …
 		}
@@ -136,8 +136,7 @@ func diffPollers(old, cfg *config.Config) (added, removed, changed []string) {
 	byName := func(c *config.Config) map[string]config.Poller {
 		m := map[string]config.Poller{}
 		for _, pc := range c.Pollers {
-			pc.Line = 0 // moving an entry in the file is no change
-			m[pc.Name] = pc
+			m[pc.Name] = pc.WithoutPlaces()
 		}
 		return m
 	}

@@ -24,6 +24,8 @@ import (
 	yaml "github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
+
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Config is a parsed, validated config file.
@@ -32,6 +34,15 @@ type Config struct {
 	Redis   string // optional; flag > env > file is decided by the caller
 	Prefix  string
 	Pollers []Poller
+	// Budgets are the request budgets every worker shares (top-level budgets:).
+	Budgets []Budget
+}
+
+// Budget is one entry of budgets: a rate such as 40/s or 2000/min, and a burst.
+type Budget struct {
+	watukuytype.Budget
+	Line   int // line of the entry in the file
+	nameAt pos
 }
 
 // Poller is one configured HTTP source.
@@ -53,12 +64,21 @@ type Poller struct {
 	OnSchemaChange   string // "", "rebaseline" or "emit"
 	Schema           string // JSON Schema path, resolved against the config file's directory
 	Shadow           bool
+	Budget           string // a budget of budgets: (may hold ${partition})
+	budgetAt         pos    // where Budget is given
 	History          bool
 	LeaseTTL         time.Duration
 	MaxPagesPerCycle int
 	Circuit          Circuit
 	Delivery         Delivery
 	Line             int // line of the poller's entry in the file
+}
+
+// WithoutPlaces is p without where its entry and keys are in the file (moving an entry is no
+// change of the poller).
+func (p Poller) WithoutPlaces() Poller {
+	p.Line, p.budgetAt = 0, pos{}
+	return p
 }
 
 // Request is how a page is fetched. URL, Query values and Headers values may hold
@@ -254,7 +274,7 @@ func parse(file string, data []byte, getenv func(string) string, files bool) (*C
 	return cfg, nil
 }
 
-var configKeys = []string{"redis", "prefix", "pollers"}
+var configKeys = []string{"redis", "prefix", "budgets", "pollers"}
 
 func (d *decoder) config(body ast.Node) *Config {
 	cfg := &Config{File: d.file}
@@ -266,7 +286,7 @@ func (d *decoder) config(body ast.Node) *Config {
 		return cfg
 	case *ast.MappingNode, *ast.MappingValueNode:
 	default:
-		d.typeErr(r, "", "a mapping with redis, prefix and pollers")
+		d.typeErr(r, "", "a mapping with redis, prefix, budgets and pollers")
 		return cfg
 	}
 	var pollersAt pos
@@ -290,6 +310,12 @@ func (d *decoder) config(body ast.Node) *Config {
 				}
 				cfg.Prefix = s
 			}
+		case "budgets":
+			d.list(v, fp, func(i int, item ast.Node, ip string) {
+				if b, ok := d.budget(item, ip); ok {
+					cfg.Budgets = append(cfg.Budgets, b)
+				}
+			})
 		case "pollers":
 			pollersAt = at
 			pollersOK = d.list(v, fp, func(i int, item ast.Node, ip string) {
@@ -308,6 +334,7 @@ func (d *decoder) config(body ast.Node) *Config {
 	} else if pollersOK && len(cfg.Pollers) == 0 {
 		d.errAt(pollersAt, "pollers", "required: list at least one poller")
 	}
+	d.checkBudgets(cfg)
 	// Duplicate names.
 	first := map[string]int{}
 	for i, p := range cfg.Pollers {

@@ -2,12 +2,17 @@ package config
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -123,6 +128,28 @@ func TestValidMinimal(t *testing.T) {
 	}
 }
 
+// Budgets: a rate per second, minute, hour or duration, a default burst, and pollers naming
+// them (templated per partition).
+func TestBudgets(t *testing.T) {
+	yaml := "budgets:\n  - {name: \"shop-${partition}\", rate: 2000/min}\n  - {name: api, rate: 40/s, burst: 5}\n" +
+		strings.Replace(valid, "  - name: orders\n", "  - name: orders\n    partitions: [a]\n    budget: shop-${partition}\n", 1)
+	cfg, err := Parse("w.yaml", []byte(yaml), envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []watukuytype.Budget{{Name: "shop-${partition}", Rate: 2000, Per: time.Minute}, {Name: "api", Rate: 40, Per: time.Second, Burst: 5}}
+	if got := cfg.EngineBudgets(); !reflect.DeepEqual(got, want) {
+		t.Errorf("budgets %+v, want %+v", got, want)
+	}
+	if cfg.Pollers[0].Budget != "shop-${partition}" {
+		t.Errorf("poller budget %q", cfg.Pollers[0].Budget)
+	}
+	ps, err := Build(cfg, nil, io.Discard, zerolog.Nop())
+	if err != nil || ps[0].Budget != "shop-${partition}" {
+		t.Fatalf("Build: %v, budget %q", err, ps[0].Budget)
+	}
+}
+
 // TestErrors: each case must produce an error whose text contains every want string; every
 // want names the file:line[:column] and the field path.
 func TestErrors(t *testing.T) {
@@ -152,7 +179,7 @@ func TestErrors(t *testing.T) {
 		{"unknown key suggestion typo", strings.Replace(valid, "stdout: {}", "webhook: {url: http://h, secrets: []}", 1),
 			[]string{`w.yaml:8:32: pollers[0].delivery.webhook.secrets: unknown key "secrets" (did you mean "secret"?)`}},
 		{"unknown key no suggestion", "wibble: 1\n" + valid,
-			[]string{`w.yaml:1:1: wibble: unknown key "wibble" (want one of redis, prefix, pollers)`}},
+			[]string{`w.yaml:1:1: wibble: unknown key "wibble" (want one of redis, prefix, budgets, pollers)`}},
 		{"unknown key in stdout", strings.Replace(valid, "stdout: {}", "stdout: {pretty: true}", 1),
 			[]string{`w.yaml:8:16: pollers[0].delivery.stdout.pretty: unknown key "pretty" (stdout takes no keys)`}},
 		{"unknown key in deletes", strings.Replace(validSnapshot, "  request:", "  deletes: {confirmListing: 2}\n    request:", 1),
@@ -309,6 +336,20 @@ func TestErrors(t *testing.T) {
 			[]string{`w.yaml:1:8: redis: want a redis://, rediss://, unix:// or redis+cluster:// URL`}},
 		{"prefix with braces", "prefix: \"{wk}\"\n" + valid,
 			[]string{`w.yaml:1:9: prefix: prefix "{wk}" must not contain braces`}},
+		{"budget rate without period", "budgets:\n  - {name: shop, rate: 40}\n" + valid,
+			[]string{`w.yaml:2:24: budgets[0].rate: rate "40": want requests/period, such as 40/s or 2000/min`}},
+		{"budget rate unknown period", "budgets:\n  - {name: shop, rate: 40/fortnight}\n" + valid,
+			[]string{`w.yaml:2:24: budgets[0].rate: rate "40/fortnight": period "fortnight"`}},
+		{"budget burst zero", "budgets:\n  - {name: shop, rate: 40/s, burst: 0}\n" + valid,
+			[]string{`w.yaml:2:37: budgets[0].burst: must be at least 1`}},
+		{"budget without rate", "budgets:\n  - name: shop\n" + valid,
+			[]string{`w.yaml:2:5: budgets[0].rate: required`}},
+		{"budget name with braces", "budgets:\n  - {name: \"a{b}\", rate: 1/s}\n" + valid,
+			[]string{`w.yaml:2:5: budgets[0].name: "a{b}": want a non-empty name without braces`}},
+		{"budget defined twice", "budgets:\n  - {name: shop, rate: 1/s}\n  - {name: shop, rate: 2/s}\n" + valid,
+			[]string{`w.yaml:3:12: budgets[1].name: duplicate budget name "shop" (first at line 2)`}},
+		{"poller budget undefined", "budgets:\n  - {name: shop, rate: 1/s}\n" + strings.Replace(valid, "    request:", "    budget: shopp\n    request:", 1),
+			[]string{`w.yaml:5:13: pollers[0].budget: names budget "shopp", which budgets: does not define (it defines [shop])`}},
 		{"unknown alias", strings.Replace(valid, "stdout: {}", "stdout: *nope", 1),
 			[]string{`w.yaml:8:15: pollers[0].delivery.stdout: unknown alias *nope`}},
 	}
@@ -765,7 +806,7 @@ func TestSuggest(t *testing.T) {
 // TestOneErrorPerProblem: a problem is reported once, not again by the checks that follow it.
 func TestOneErrorPerProblem(t *testing.T) {
 	for _, tc := range []struct{ name, yaml, want string }{
-		{"top level not a mapping", "- a\n", `w.yaml:1:1: want a mapping with redis, prefix and pollers, got sequence`},
+		{"top level not a mapping", "- a\n", `w.yaml:1:1: want a mapping with redis, prefix, budgets and pollers, got sequence`},
 		{"pollers not a list", "pollers: 5\n", `w.yaml:1:10: pollers: want a list, got integer "5"`},
 		{"empty poller entry", "pollers:\n  -\n", `w.yaml:2:5: pollers[0]: empty entry: want a poller with name, request, cursor and delivery`},
 		{"null request", strings.Replace(valid, "request:\n      url: http://api.example.com/orders", "request: ~", 1),

@@ -129,6 +129,21 @@ func (e *Engine) Register(p watukuytype.Poller) error {
 // registry and due set at the next Setup (or Tick, InspectAll); the keys of pollers left out
 // stay in the registry, and this engine no longer runs or claims them.
 func (e *Engine) Replace(ps ...watukuytype.Poller) error {
+	return e.replace(nil, ps)
+}
+
+// ReplaceWithBudgets is Replace with the budgets replaced too (a config reload that changes
+// both), checked together.
+func (e *Engine) ReplaceWithBudgets(bs []watukuytype.Budget, ps ...watukuytype.Poller) error {
+	budgets, err := budgetsByName(bs)
+	if err != nil {
+		return err
+	}
+	return e.replace(budgets, ps)
+}
+
+// replace swaps the pollers, and the budgets when budgets is not nil.
+func (e *Engine) replace(budgets map[string]watukuytype.Budget, ps []watukuytype.Poller) error {
 	next := make(map[string]*watukuytype.Poller, len(ps))
 	for _, p := range ps {
 		p, err := withDefaults(p)
@@ -142,12 +157,15 @@ func (e *Engine) Replace(ps ...watukuytype.Poller) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if budgets == nil {
+		budgets = e.budgets
+	}
 	for _, p := range next {
-		if err := checkBudgetName(e.budgets, p); err != nil {
+		if err := checkBudgetName(budgets, p); err != nil {
 			return err
 		}
 	}
-	e.pollers = next
+	e.pollers, e.budgets = next, budgets
 	e.registered = false
 	e.regGen++
 	return nil

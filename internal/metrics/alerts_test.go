@@ -63,6 +63,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	h.OnLeaseLost(k, errors.New("x"))
 	h.OnError(k, "fetch", errors.New("x"))
 	h.OnDueRepaired(k)
+	h.OnBudget(k, "shop", watukuytype.LaneLive, time.Millisecond, true)
 
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -94,6 +95,7 @@ func TestExportedNames(t *testing.T) {
 		"watukuy_outbox_pending", "watukuy_parked", "watukuy_held", "watukuy_lag_seconds", "watukuy_circuit_open",
 		"watukuy_throttled_until_seconds", "watukuy_last_error", "watukuy_lease_stale", "watukuy_paused",
 		"watukuy_consecutive_failures", "watukuy_key_source_up", "watukuy_key_source_duration_seconds", "watukuy_build_info",
+		"watukuy_budget_wait_seconds", "watukuy_budget_tokens_total",
 	} {
 		if !names[n] {
 			t.Errorf("%s is not exported", n)
@@ -166,7 +168,7 @@ func TestAlertRules(t *testing.T) {
 	// The rules the operations surface promises.
 	for _, n := range []string{"watukuy_circuit_open", "watukuy_lag_seconds", "watukuy_parked", "watukuy_outbox_pending",
 		"watukuy_last_error", "watukuy_throttled_until_seconds", "watukuy_lease_stale",
-		"watukuy_handler_attempts_total", "watukuy_key_freshness_seconds"} {
+		"watukuy_handler_attempts_total", "watukuy_key_freshness_seconds", "watukuy_budget_wait_seconds_bucket"} {
 		if !used[n] {
 			t.Errorf("no alert rule uses %s", n)
 		}

@@ -52,6 +52,9 @@ var (
 	latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 	// One call of a handler or sink: an in-process function to a slow webhook (10s timeout).
 	handlerBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	// A request's wait for its budget's token: none, a token interval, a key yielded until a
+	// pause's end.
+	budgetBuckets = []float64{0, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
 )
 
 // Metrics holds watukuy's collectors.
@@ -71,6 +74,8 @@ type Metrics struct {
 	circuitOpened   *prometheus.CounterVec   // poller
 	throttled       *prometheus.CounterVec   // poller
 	dueRepaired     *prometheus.CounterVec   // poller
+	budgetWait      *prometheus.HistogramVec // budget, lane
+	budgetTokens    *prometheus.CounterVec   // budget, lane, result
 
 	seen sync.Map // poller name -> struct{}: pollers whose series were initialised at zero
 }
@@ -115,6 +120,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Throttles by a 429 or a 503 with Retry-After.", "poller"),
 		dueRepaired: counter("due_repaired_total",
 			"Registered keys the repair sweep found without a due entry (they would never have run again) and made due.", "poller"),
+		budgetWait: histogram("budget_wait_seconds",
+			"How long a request waited for its shared budget's token (0: at once), by budget (its declared name) and lane; a key the budget refused counts the wait it yielded for.", budgetBuckets, "budget", "lane"),
+		budgetTokens: counter("budget_tokens_total",
+			"Tokens of shared budgets asked for, by budget, lane and result: taken, or refused (the key yielded).", "budget", "lane", "result"),
 	}
 	if reg != nil {
 		reg.MustRegister(m.collectors()...)
@@ -134,7 +143,7 @@ func buildInfo(in buildinfo.Info) prometheus.Collector {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.cycles, m.cycleDuration, m.eventsEmitted, m.delivered, m.deliveryLatency,
-		m.handlerAttempts, m.handlerDuration, m.parked, m.fetchDuration, m.fetchErrors, m.errors, m.leaseLost, m.circuitOpened, m.throttled, m.dueRepaired}
+		m.handlerAttempts, m.handlerDuration, m.parked, m.fetchDuration, m.fetchErrors, m.errors, m.leaseLost, m.circuitOpened, m.throttled, m.dueRepaired, m.budgetWait, m.budgetTokens}
 }
 
 // Init creates every labelled series of the given pollers at zero, so dashboards and alerts
@@ -245,6 +254,17 @@ func (m *Metrics) Hooks(chain watukuytype.Hooks) watukuytype.Hooks {
 			m.dueRepaired.WithLabelValues(key.Poller).Inc()
 			if chain.OnDueRepaired != nil {
 				chain.OnDueRepaired(key)
+			}
+		},
+		OnBudget: func(key watukuytype.Key, budget string, lane watukuytype.Lane, wait time.Duration, taken bool) {
+			result := "taken"
+			if !taken {
+				result = "refused"
+			}
+			m.budgetWait.WithLabelValues(budget, string(lane)).Observe(wait.Seconds())
+			m.budgetTokens.WithLabelValues(budget, string(lane), result).Inc()
+			if chain.OnBudget != nil {
+				chain.OnBudget(key, budget, lane, wait, taken)
 			}
 		},
 		OnError: func(key watukuytype.Key, phase string, err error) {

@@ -304,7 +304,7 @@ func TestHooksChainUserHooks(t *testing.T) {
 func TestHooksWithoutChain(t *testing.T) {
 	h := New(nil).Hooks(watukuytype.Hooks{})
 	if h.OnCycle == nil || h.OnFetch == nil || h.OnDelivered == nil || h.OnHandlerAttempt == nil || h.OnParked == nil ||
-		h.OnCircuitOpen == nil || h.OnThrottled == nil || h.OnLeaseLost == nil || h.OnError == nil || h.OnDueRepaired == nil {
+		h.OnCircuitOpen == nil || h.OnThrottled == nil || h.OnLeaseLost == nil || h.OnError == nil || h.OnDueRepaired == nil || h.OnBudget == nil {
 		t.Fatal("a hook is nil")
 	}
 	h.OnCycle(watukuytype.CycleReport{Key: orders}, 0)
@@ -317,6 +317,7 @@ func TestHooksWithoutChain(t *testing.T) {
 	h.OnLeaseLost(orders, nil)
 	h.OnError(orders, "fetch", nil)
 	h.OnDueRepaired(orders)
+	h.OnBudget(orders, "shop", "live", 0, false)
 }
 
 func TestNewRegistersOnce(t *testing.T) {
