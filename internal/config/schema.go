@@ -240,7 +240,7 @@ var schema = []*field{
 	{path: "schema", kind: kindString, decode: decodeSchemaPath, sets: "Validate", build: buildValidate,
 		doc: "JSON Schema file (relative to the config file); items it rejects are parked invalid"},
 	{path: "budget", kind: kindString, partition: true, sets: "Budget",
-		doc: "a budget of the top-level `budgets:` that every request of the poller takes a token from, shared by every worker; may hold `${partition}` (one bucket per partition)",
+		doc:   "a budget of the top-level `budgets:` that every request of the poller takes a token from, shared by every worker; may hold `${partition}` (one bucket per partition)",
 		ptr:   func(p *Poller) any { return &p.Budget },
 		check: func(d *decoder, ps *pollerState, s string, at pos, field string) { ps.p.budgetAt = at },
 		build: func(b *builder) error { b.p.Budget = b.pc.Budget; return nil }},
