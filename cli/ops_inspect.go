@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/internal/budget"
 )
 
 // inspectCmd reports keys: a table of every key (or of one poller's), or every field of one.
@@ -20,8 +22,10 @@ func inspectCmd() *cobra.Command {
 		use:   "inspect [--poller P [--partition X]]",
 		short: "Show keys: status, cursors, lease, schedule, lag, freshness, outbox, parked rows, last error",
 		long: `inspect lists every known key (or the keys of --poller) in a table; with --partition it
-shows every field of one key. It needs only the Redis URL: pollers and partitions come from the
-registry that workers write. --json prints an array of keys, or one object with --partition.`,
+shows every field of one key. Below the keys' table, the shared budgets their requests draw
+from: each bucket's rate, burst, the tokens it holds now, a pause a 429 set, and its keys. It
+needs only the Redis URL: pollers, partitions and budgets come from the registry that workers
+write. --json prints an array of keys, or one object with --partition.`,
 		keys: anyKeys,
 		run: func(ctx context.Context, eng *watukuy.Engine) error {
 			if o.partitionGiven {
@@ -45,9 +49,40 @@ registry that workers write. --json prints an array of keys, or one object with 
 				_, err := fmt.Fprintln(o.out, "no keys: no poller is registered in this Redis (start a worker with the config, or check --redis and --prefix)")
 				return err
 			}
-			return printKeyTable(o.out, kis, time.Now())
+			if err := printKeyTable(o.out, kis, time.Now()); err != nil {
+				return err
+			}
+			bs, err := eng.Budgets(ctx)
+			if err != nil || len(bs) == 0 {
+				return err
+			}
+			fmt.Fprintln(o.out)
+			return printBudgetTable(o.out, bs, o.poller, time.Now())
 		},
 	})
+}
+
+// printBudgetTable shows the buckets that keys of poller (all when "") draw from.
+func printBudgetTable(w io.Writer, bs []watukuy.BudgetInfo, poller string, now time.Time) error {
+	t := newTable(w, "BUDGET", "BUCKET", "RATE", "BURST", "TOKENS", "PAUSED-UNTIL", "KEYS")
+	for _, b := range bs {
+		keys := 0
+		for _, k := range b.Keys {
+			if poller == "" || k.Poller == poller {
+				keys++
+			}
+		}
+		if keys == 0 {
+			continue
+		}
+		paused := ""
+		if !b.PausedUntil.IsZero() {
+			paused = relative(b.PausedUntil, now)
+		}
+		t.row(b.Budget.Name, b.Bucket, budget.FormatRate(b.Budget.Rate, b.Budget.Per), itoa(b.Budget.Burst),
+			strconv.FormatFloat(b.Tokens, 'f', 1, 64), paused, itoa(keys))
+	}
+	return t.flush()
 }
 
 func lastError(ki watukuy.KeyInfo) (watukuy.LastError, bool) {

@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"context"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/watukuy/watukuy"
 )
@@ -86,5 +89,46 @@ func TestInspectDegraded(t *testing.T) {
 	healthy := jsonOf[map[string]any](t, w.ok("inspect", "--poller", "orders", "--partition", "", "--json"))
 	if healthy["status"] != "idle" || healthy["freshAt"] == nil {
 		t.Fatalf("healthy --json: %v", healthy)
+	}
+}
+
+// inspect shows the shared budgets below the keys: one bucket per partition of a templated
+// budget, its rate, burst, tokens, and the pause a 429 set; from the Redis URL alone.
+func TestInspectBudgets(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	eng, err := watukuy.New(watukuy.Options{Redis: w.b.Client, InstanceID: "test-worker",
+		Budgets: []watukuy.Budget{{Name: "shop-${partition}", Rate: 2000, Per: time.Minute, Burst: 5}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.eng = eng
+	w.api.PutMany(3, "o", map[string]any{"total": 1})
+	throttled := false
+	w.register(w.poller("tenants", func(p *watukuy.Poller) {
+		p.Partitions, p.Budget = []string{"a", "b"}, "shop-${partition}"
+		fetch := p.Fetch
+		p.Fetch = func(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
+			if req.Key.Partition == "b" {
+				throttled = true
+				return watukuy.Page{}, &watukuy.HTTPError{StatusCode: 429, RetryAfter: time.Hour}
+			}
+			return fetch(ctx, req)
+		}
+	}))
+	if _, err := w.eng.Tick(context.Background(), time.Second); err != nil || !throttled {
+		t.Fatalf("tick: %v, b throttled: %v", err, throttled)
+	}
+	rows := parseTable(t, w.ok("inspect"), "BUDGET")
+	if len(rows) != 2 {
+		t.Fatalf("budget rows: %v", rows)
+	}
+	a := rowWhere(t, rows, "BUCKET", "shop-a", "BUDGET", "shop-${partition}", "RATE", "2000/min", "BURST", "5", "PAUSED-UNTIL", "-", "KEYS", "1")
+	if tokens, err := strconv.ParseFloat(a["TOKENS"], 64); err != nil || tokens < 4 || tokens > 5 {
+		t.Errorf("bucket shop-a holds %q tokens after one request, want about 4 of 5", a["TOKENS"])
+	}
+	b := rowWhere(t, rows, "BUCKET", "shop-b", "TOKENS", "0.0")
+	if !strings.HasPrefix(b["PAUSED-UNTIL"], "in ") {
+		t.Errorf("bucket shop-b after a 429 with Retry-After 1h: %v", b)
 	}
 }
