@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/budget"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/jcs"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -96,6 +97,7 @@ var guarantees = [][2]string{
 	{"G7", "suppression (no duplicate emission)"},
 	{"G8", "politeness (no request in a Retry-After window)"},
 	{"G9", "drain before fetch"},
+	{"B1", "budget bound and a token per request"},
 	{"R1", "recovery (next request ≤ lease TTL + 5 s)"},
 }
 
@@ -461,6 +463,36 @@ func Check(truth map[watukuytype.Key]Truth, rec *Recorder) Report {
 		for what, n := range count {
 			if n > 1 {
 				add("G7", watukuytype.Key{}, "%s emitted %d times", what, n)
+			}
+		}
+	}
+
+	// B1: the tokens a bucket gave keep to its budget in every window, and every request of
+	// its keys was sent at or after the slot of a token of its own: at any time, no more
+	// requests than tokens whose slot has come.
+	if need("B1", "fetches", "takes", "budgets") {
+		slots := map[string][]time.Time{}
+		for _, t := range rec.takes {
+			slots[t.Bucket] = append(slots[t.Bucket], t.Slot)
+		}
+		sent := map[string][]time.Time{}
+		for _, f := range rec.fetches {
+			if b, ok := rec.bucketOf[f.Key]; ok {
+				sent[b] = append(sent[b], f.At)
+			}
+		}
+		for bucket, b := range rec.budgets {
+			if e, from, to := budget.Excess(b, slots[bucket], 0); e > 0 {
+				add("B1", watukuytype.Key{}, "bucket %s gave %.1f tokens more than %s with a burst of %d allow in %s–%s",
+					bucket, e, budget.FormatRate(b.Rate, b.Per), b.Burst, from.Format(time.StampMicro), to.Format(time.StampMicro))
+			}
+			ss, fs := slices.SortedFunc(slices.Values(slots[bucket]), time.Time.Compare), slices.SortedFunc(slices.Values(sent[bucket]), time.Time.Compare)
+			for i, at := range fs {
+				if i >= len(ss) || ss[i].After(at) {
+					add("B1", watukuytype.Key{}, "bucket %s: request %d at %s came before its token's slot (%d tokens by then)",
+						bucket, i+1, at.Format(time.StampMicro), sort.Search(len(ss), func(j int) bool { return ss[j].After(at) }))
+					break
+				}
 			}
 		}
 	}

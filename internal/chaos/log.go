@@ -110,6 +110,14 @@ func (r Recovery) Took() (time.Duration, bool) {
 	return r.Next.Sub(r.Killed), true
 }
 
+// Take is a token a budget's bucket gave: the request may go from Slot on.
+type Take struct {
+	Instance string
+	Bucket   string
+	Slot     time.Time // by the bucket's clock
+	N        int64
+}
+
 // Recorder collects what happened, from every engine, safely for concurrent use. Any part may
 // stay empty: the checks that need it then report "not measured".
 type Recorder struct {
@@ -118,6 +126,9 @@ type Recorder struct {
 	commits    []Commit
 	fetches    []Fetch
 	throttles  []Throttle
+	takes      []Take
+	budgets    map[string]watukuytype.Budget // bucket → its budget
+	bucketOf   map[watukuytype.Key]string
 	grants     []Grant
 	writes     []Write
 	parked     map[string]bool // event ids parked as poison or held behind one
@@ -199,6 +210,24 @@ func (r *Recorder) Committed(c Commit) {
 // Fetched records a request.
 func (r *Recorder) Fetched(f Fetch) {
 	r.add("fetches", func() { r.stamp(&f.N); r.fetches = append(r.fetches, f) })
+}
+
+// Took records a token a bucket gave.
+func (r *Recorder) Took(t Take) {
+	r.add("takes", func() { r.stamp(&t.N); r.takes = append(r.takes, t) })
+}
+
+// Budgeted records that the requests of keys draw from bucket of budget b.
+func (r *Recorder) Budgeted(b watukuytype.Budget, bucket string, keys ...watukuytype.Key) {
+	r.add("budgets", func() {
+		if r.budgets == nil {
+			r.budgets, r.bucketOf = map[string]watukuytype.Budget{}, map[watukuytype.Key]string{}
+		}
+		r.budgets[bucket] = b
+		for _, k := range keys {
+			r.bucketOf[k] = bucket
+		}
+	})
 }
 
 // Throttled records a Retry-After window.

@@ -86,6 +86,9 @@ type Result struct {
 	Frozen  map[string]int
 	Resends int // script calls sent twice
 	Late    int // Begin replies that arrived late
+	// BudgetWaits and BudgetRefusals count the requests that waited for a budget's token in
+	// their cycle and those the budget refused (the key yielded).
+	BudgetWaits, BudgetRefusals int
 	// PagingDeletes counts items the snapshot listing's API deleted while it was paged.
 	PagingDeletes int
 	// Ops counts the operator actions by name ("backfill", "pause", "reset-cursor refused", …).
@@ -158,6 +161,15 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	if o.Pollers == nil {
 		s.keys = s.newKeys()
+		var shared []watukuytype.Key
+		for _, k := range s.keys {
+			if k.key.Poller == "ts" || k.key.Poller == "snap" {
+				shared = append(shared, k.key)
+			}
+		}
+		if len(shared) > 0 {
+			s.rec.Budgeted(apiBudget(), apiBudget().Name, shared...)
+		}
 	}
 	for i := range o.Engines {
 		if err := s.spawn(i); err != nil {
@@ -325,6 +337,12 @@ func (s *scenario) close() {
 	}
 }
 
+// apiBudget is the budget the built-in scenario's ts and snap keys share: tight enough that
+// their cycles wait for tokens and yield, and their reconcile lane gives way to live.
+func apiBudget() watukuytype.Budget {
+	return watukuytype.Budget{Name: "api", Rate: 20, Per: time.Second, Burst: 4}
+}
+
 // pollers defines the run's pollers for one engine instance.
 func (s *scenario) pollers(instance string) []watukuytype.Poller {
 	if s.o.Pollers != nil {
@@ -410,10 +428,10 @@ func (s *scenario) builtinPollers(instance string) []watukuytype.Poller {
 		return p
 	}
 	ps := []watukuytype.Poller{
-		common(watukuytype.Poller{Name: "ts", Partitions: []string{"a", "b"}, Fetch: ts,
+		common(watukuytype.Poller{Name: "ts", Partitions: []string{"a", "b"}, Fetch: ts, Budget: apiBudget().Name,
 			Reconcile: &watukuytype.Reconcile{Every: 20 * time.Second, Fetch: list}}),
 		common(watukuytype.Poller{Name: "tok", Fetch: tok(func() int { return 1 + s.rng.IntN(6) }), Tombstone: watukuytype.Flag("deleted")}),
-		common(watukuytype.Poller{Name: "snap", Strategy: watukuytype.SnapshotDiff, Fetch: offsets, Detail: detail}),
+		common(watukuytype.Poller{Name: "snap", Strategy: watukuytype.SnapshotDiff, Fetch: offsets, Detail: detail, Budget: apiBudget().Name}),
 		// Every "h…" identity shares one ordering key: a poison event holds hundreds behind it.
 		common(watukuytype.Poller{Name: "hot", Fetch: big, Reconcile: &watukuytype.Reconcile{Every: 20 * time.Second, Fetch: list}, CommitMaxItems: 1000,
 			Delivery: watukuytype.Delivery{OrderingKey: func(ev watukuytype.Event) string {
@@ -519,12 +537,25 @@ func (s *scenario) spawn(i int) error {
 	}
 	fs := &FaultyStore{Store: st, Instance: instance, Rec: s.rec, Clock: s.clock.Now}
 	s.grantHooks(fs, st)
+	// Waits between pages and for a budget's token pass on the run's clock, which the budget's
+	// bucket and the requests' record read too.
+	wait := func(ctx context.Context, d time.Duration) error { s.clock.Advance(d); return ctx.Err() }
 	eng, err := core.NewEngine(core.Options{Store: fs, InstanceID: instance, TickConcurrency: 4, ClaimTimeout: 10 * time.Second, Clock: s.clock.Now,
+		Budgets: []watukuytype.Budget{apiBudget()}, Wait: wait,
 		Rand: func() float64 { return 0.5 }, Hooks: watukuytype.Hooks{OnCycle: func(r watukuytype.CycleReport, _ time.Duration) {
 			if r.Outcome == watukuytype.Ran {
 				s.mu.Lock()
 				s.res.Cycles++
 				s.mu.Unlock()
+			}
+		}, OnBudget: func(_ watukuytype.Key, _ string, _ watukuytype.Lane, wait time.Duration, taken bool) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			switch {
+			case !taken:
+				s.res.BudgetRefusals++
+			case wait > 0:
+				s.res.BudgetWaits++
 			}
 		}}})
 	if err != nil {

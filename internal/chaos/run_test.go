@@ -13,10 +13,13 @@ import (
 func TestRunHasNoViolations(t *testing.T) {
 	// Some faults are rare enough in 300 steps that one run may miss them: they must happen
 	// in the three runs together.
-	pagingDeletes, ops := 0, map[string]int{}
+	pagingDeletes, ops, budgetWaits, budgetRefusals := 0, map[string]int{}, 0, 0
 	defer func() {
 		if t.Failed() {
 			return
+		}
+		if budgetWaits == 0 || budgetRefusals == 0 {
+			t.Fatalf("the shared budget never made a request wait (%d) or a key yield (%d)", budgetWaits, budgetRefusals)
 		}
 		if pagingDeletes == 0 {
 			t.Fatal("no item was deleted while a listing was paged in any run: the snap key's fault did not happen")
@@ -36,6 +39,7 @@ func TestRunHasNoViolations(t *testing.T) {
 		}
 		t.Logf("cycles %d, kills %v, pauses %d %v, faults %d, re-sent %d, late %d, paging deletes %d, operator actions %v, changes %d, deliveries %d (unique %d, duplicate ratio %.3f)",
 			res.Cycles, res.Kills, res.Pauses, res.Frozen, res.Faults, res.Resends, res.Late, res.PagingDeletes, res.Ops, res.Changes, res.Deliveries, res.UniqueEvents, res.DuplicateRatio)
+		t.Logf("budget: %d requests waited for a token, %d keys yielded", res.BudgetWaits, res.BudgetRefusals)
 		if res.Failed() {
 			if os.Getenv("CHAOS_LOG") != "" {
 				t.Log(log.String())
@@ -58,6 +62,8 @@ func TestRunHasNoViolations(t *testing.T) {
 		}
 		// The faults of the adversarial review, each of which a reverted fix fails on.
 		pagingDeletes += res.PagingDeletes
+		budgetWaits += res.BudgetWaits
+		budgetRefusals += res.BudgetRefusals
 		if res.Frozen["lost-grant"] == 0 || res.Frozen["request"] == 0 || res.Resends == 0 || res.Late == 0 {
 			t.Fatalf("the run did not inject every fault: pauses %v, re-sent scripts %d, late Begin replies %d",
 				res.Frozen, res.Resends, res.Late)

@@ -68,8 +68,12 @@ func checkBudgetName(budgets map[string]watukuytype.Budget, p *watukuytype.Polle
 	return nil
 }
 
-// budgetOf is the budget the poller's requests draw from (nil: none); the caller holds e.mu.
+// budgetOf is the budget the poller's requests draw from (nil: none, or no definition: an
+// operation run from the registry alone sends no request); the caller holds e.mu.
 func (e *Engine) budgetOf(p *watukuytype.Poller) *budgetInfo {
+	if p == nil {
+		return nil
+	}
 	b, ok := e.budgets[p.Budget]
 	if p.Budget == "" || !ok {
 		return nil

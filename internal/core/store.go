@@ -123,6 +123,7 @@ type BudgetGrant struct {
 	Taken       bool
 	Wait        time.Duration
 	PausedUntil time.Time
+	At          time.Time // the bucket's clock when it answered
 }
 
 // Bucket is a bucket's stored state; the zero value is a full bucket with no pause.

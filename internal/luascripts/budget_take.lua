@@ -6,7 +6,7 @@
 -- ARGV[1] now override ms or '', ARGV[2] the interval one token takes to come back, µs
 -- (Per/Rate, may be fractional), ARGV[3] burst (tokens), ARGV[4] reserve (tokens),
 -- ARGV[5] the longest wait a token may be held for, µs (0: only a token free now)
--- Returns {taken 1|0, wait µs, pausedUntil ms or 0}. Taken with wait w: the token is the
+-- Returns {taken 1|0, wait µs, pausedUntil ms or 0, now µs}. Taken with wait w: the token is the
 -- caller's and its slot is held (later askers queue behind it): the request goes w from now.
 -- Not taken: nothing was written, and the bucket could serve this lane in wait µs (the
 -- pause's end when paused).
@@ -16,12 +16,12 @@
 local now = now_us(ARGV[1])
 local b = redis.call('HMGET', KEYS[1], 'tat', 'pausedUntil')
 local paused = tonumber(b[2]) or 0
-if paused * 1000 > now then return {0, math.ceil(paused * 1000 - now), paused} end
+if paused * 1000 > now then return {0, math.ceil(paused * 1000 - now), paused, now} end
 local interval, burst, reserve, longest = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local tat = math.max(tonumber(b[1]) or now, now) + interval
 local wait = tat - (burst - reserve) * interval - now
-if wait > longest then return {0, math.ceil(wait), 0} end
+if wait > longest then return {0, math.ceil(wait), 0, now} end
 redis.call('HSET', KEYS[1], 'tat', string.format('%.0f', tat))
 -- Once tat has passed the bucket is full again: the hash says nothing a missing one does not.
 redis.call('PEXPIRE', KEYS[1], math.ceil(math.max(tat - now, paused * 1000 - now) / 1000) + 1000)
-return {1, math.max(0, math.ceil(wait)), 0}
+return {1, math.max(0, math.ceil(wait)), 0, now}

@@ -327,8 +327,8 @@ func (a budgetTakeArgs) encode(s *Store) ([]string, []any) {
 
 func (a budgetTakeArgs) decode(v any) (core.BudgetGrant, error) {
 	r := reply{script: a.name(), on: "budget " + a.Bucket}
-	t := r.tuple(v, "reply", 3)
-	g := core.BudgetGrant{Taken: r.flag(t[0], "taken"), Wait: time.Duration(r.int(t[1], "wait")) * time.Microsecond}
+	t := r.tuple(v, "reply", 4)
+	g := core.BudgetGrant{Taken: r.flag(t[0], "taken"), Wait: time.Duration(r.int(t[1], "wait")) * time.Microsecond, At: time.UnixMicro(r.int(t[3], "now"))}
 	if ms := r.int(t[2], "pausedUntil"); ms > 0 {
 		g.PausedUntil = time.UnixMilli(ms)
 	}
