@@ -277,7 +277,7 @@ func (f *FaultyStore) TakeToken(ctx context.Context, t core.BudgetTake) (core.Bu
 		return core.BudgetGrant{}, ErrKilled
 	}
 	g, err := f.Store.TakeToken(ctx, t)
-	if err == nil && g.Taken {
+	if err == nil && g.Taken && !g.Held {
 		f.Rec.Took(Take{Instance: f.Instance, Bucket: t.Bucket, Slot: g.At.Add(g.Wait)})
 	}
 	return g, err

@@ -83,8 +83,11 @@ func (e *Engine) budgetOf(p *watukuytype.Poller) *budgetInfo {
 
 // takeToken takes the token of a lane's next request from the key's budget. A wait up to
 // what is left of longestInCycleWait is sat out here (the live lane's slot held meanwhile; a
-// lower lane asks again after it); a longer one is returned: the lane stops, and the key is
-// due again when the budget can serve it. err is the wait's (a yield) or the store's.
+// lower lane asks again after it). A longer wait is returned: the lane stops, and the key is
+// due again when the budget can serve it. The live lane holds its token even then (up to
+// longestHold ahead) and keeps its slot in the state, so a key that yields keeps its place in
+// the budget's queue: the next cycle's first request uses it (fairness). err is the wait's
+// (a yield) or the store's.
 func (c *cycle) takeToken(ctx context.Context, lane watukuytype.Lane) (defer_ time.Duration, err error) {
 	if c.budget == nil {
 		return 0, nil
@@ -95,16 +98,23 @@ func (c *cycle) takeToken(ctx context.Context, lane watukuytype.Lane) (defer_ ti
 	for {
 		left := max(longestInCycleWait-waited, 0)
 		if lane == watukuytype.LaneLive {
-			t.MaxWait = left
+			t.MaxWait, t.Held, c.held = longestHold, c.held, time.Time{}
 		}
 		g, err := c.e.store.TakeToken(ctx, t)
 		if err != nil {
 			return 0, keyErr("watukuy: take a token of budget "+c.bucket, c.key, err)
 		}
-		if !g.Taken && g.Wait > left {
+		if g.Wait > left {
+			// Too long to sit out: yield the worker. A held token's slot is kept, and the key
+			// comes back a little before it, to sit out the rest.
 			c.budgetEvent(b.Name, lane, g.Wait, false)
-			c.deferred = max(c.deferred, g.Wait)
-			return g.Wait, nil
+			d := g.Wait
+			if g.Taken {
+				c.heldSlot = g.At.Add(g.Wait)
+				d = max(g.Wait-longestInCycleWait, time.Millisecond)
+			}
+			c.deferred = max(c.deferred, d)
+			return d, nil
 		}
 		if g.Taken {
 			c.budgetEvent(b.Name, lane, waited+g.Wait, true)
@@ -126,6 +136,9 @@ func (c *cycle) takeToken(ctx context.Context, lane watukuytype.Lane) (defer_ ti
 		}
 	}
 }
+
+// longestHold is how far ahead the live lane holds a token it cannot sit out.
+const longestHold = 10 * time.Minute
 
 func (c *cycle) budgetEvent(name string, lane watukuytype.Lane, wait time.Duration, taken bool) {
 	if h := c.e.hooks.OnBudget; h != nil {

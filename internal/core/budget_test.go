@@ -124,8 +124,8 @@ func TestBudgetYieldsALongWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep = eng.RunCycle(ctx, b)
-	if rep.Err != nil || rep.Pages != 0 || rep.Truncated || rep.Deferred < 59*time.Second {
-		t.Fatalf("cycle of b: %+v; want no request, deferred about a minute", rep)
+	if rep.Err != nil || rep.Pages != 0 || rep.Truncated || rep.Deferred < 118*time.Second {
+		t.Fatalf("cycle of b: %+v; want no request, deferred about two minutes (behind the token a holds)", rep)
 	}
 	if n := len(w.requests(b)); n != 0 {
 		t.Fatalf("b sent %d requests", n)
@@ -137,8 +137,21 @@ func TestBudgetYieldsALongWait(t *testing.T) {
 	if after.Interval != before.Interval || after.Failures != before.Failures || after.Circuit != before.Circuit {
 		t.Errorf("a deferred cycle changed the schedule state: %+v → %+v", before, after)
 	}
-	if d := after.NextDueAt.Sub(w.clock.Now()); d < 59*time.Second || d > time.Minute+time.Second {
-		t.Errorf("b is due in %v, want about a minute (when the budget has a token)", d)
+	if d := after.NextDueAt.Sub(w.clock.Now()); d < 118*time.Second || d > 2*time.Minute {
+		t.Errorf("b is due in %v, want a second before its held token's slot, in two minutes", d)
+	}
+	// Each key kept its place: a's next cycle, a second before its slot, sends with the token it
+	// held (and its next page waits behind b's); b's then with its own.
+	w.clock.Advance(59 * time.Second)
+	if rep := eng.RunCycle(ctx, a); rep.Pages != 1 || rep.Deferred < 59*time.Second {
+		t.Fatalf("a's cycle at its held slot: %+v; want one page with the held token, then deferred behind b's", rep)
+	}
+	w.clock.Advance(60 * time.Second)
+	if rep := eng.RunCycle(ctx, b); rep.Pages != 1 {
+		t.Fatalf("b's cycle at its held slot: %+v; want one page with the held token", rep)
+	}
+	if got := w.requests(a)[1].Sub(w.requests(a)[0]); got != time.Minute {
+		t.Errorf("a's second request came %v after its first, want a minute (the budget's interval)", got)
 	}
 }
 

@@ -58,6 +58,8 @@ type cycle struct {
 	budget     *budgetInfo   // the shared budget the key's requests draw from (nil: none)
 	bucket     string        // its bucket for this key
 	deferred   time.Duration // the budget refused a request: the longest wait it asked for
+	held       time.Time     // the slot of a budget token the key held at Begin (zero: none)
+	heldSlot   time.Time     // the slot of a budget token this cycle holds for the next one
 	tagPending bool          // state[statehash.LiveTag] is not written yet (see setTag)
 
 	backfilling *watukuytype.BackfillProgress // the backfill lane's progress while it runs
@@ -80,6 +82,9 @@ func newCycle(e *Engine, p *watukuytype.Poller, b BeginResult, sentAt, replyAt t
 	e.mu.Lock()
 	if c.budget = e.budgetOf(p); c.budget != nil {
 		c.bucket = budget.Bucket(c.budget.Name, c.key.Partition)
+		if us, err := strconv.ParseInt(c.state.get(statehash.BudgetSlot), 10, 64); err == nil {
+			c.held = time.UnixMicro(us)
+		}
 	}
 	e.mu.Unlock()
 	c.rep.DeleteCandidates = c.state.int(statehash.DeleteCandidates) // until a listing counts them anew
@@ -425,6 +430,12 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		del = append(del, statehash.Throttled)
 	case c.throttled:
 		st[statehash.Throttled] = strconv.FormatInt(next.ThrottledUntil.UnixMilli(), 10)
+	}
+	switch {
+	case !c.heldSlot.IsZero():
+		st[statehash.BudgetSlot] = strconv.FormatInt(c.heldSlot.UnixMicro(), 10)
+	case c.state.get(statehash.BudgetSlot) != "":
+		del = append(del, statehash.BudgetSlot) // used, or this cycle never got to use it
 	}
 	if c.rateLimit != nil {
 		rl, _ := json.Marshal(map[string]any{"limit": c.rateLimit.Limit, "remaining": c.rateLimit.Remaining,

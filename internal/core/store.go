@@ -114,6 +114,9 @@ type BudgetTake struct {
 	Burst    int
 	Reserve  int           // tokens the request must leave for the lanes above its own
 	MaxWait  time.Duration // the longest wait a taken token may be held for (0: only at once)
+	// Held is the slot of a token the key holds from an earlier cycle (zero: none): the bucket
+	// gives it back (unless a pause is in force or it is stale) instead of a new one.
+	Held time.Time
 }
 
 // BudgetGrant is a bucket's answer: Taken, the request goes after Wait (its slot is held);
@@ -124,6 +127,7 @@ type BudgetGrant struct {
 	Wait        time.Duration
 	PausedUntil time.Time
 	At          time.Time // the bucket's clock when it answered
+	Held        bool      // the token is the one the key held (BudgetTake.Held)
 }
 
 // Bucket is a bucket's stored state; the zero value is a full bucket with no pause.

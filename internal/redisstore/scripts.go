@@ -321,14 +321,19 @@ type budgetTakeArgs struct {
 func (budgetTakeArgs) name() string { return "budget_take" }
 
 func (a budgetTakeArgs) encode(s *Store) ([]string, []any) {
+	held := ""
+	if !a.Held.IsZero() {
+		held = strconv.FormatInt(a.Held.UnixMicro(), 10)
+	}
 	return []string{s.bucketKey(a.Bucket)}, []any{a.Now, strconv.FormatFloat(float64(a.Interval)/1e3, 'f', 3, 64),
-		a.Burst, a.Reserve, a.MaxWait.Microseconds()}
+		a.Burst, a.Reserve, a.MaxWait.Microseconds(), held}
 }
 
 func (a budgetTakeArgs) decode(v any) (core.BudgetGrant, error) {
 	r := reply{script: a.name(), on: "budget " + a.Bucket}
-	t := r.tuple(v, "reply", 4)
-	g := core.BudgetGrant{Taken: r.flag(t[0], "taken"), Wait: time.Duration(r.int(t[1], "wait")) * time.Microsecond, At: time.UnixMicro(r.int(t[3], "now"))}
+	t := r.tuple(v, "reply", 5)
+	g := core.BudgetGrant{Taken: r.flag(t[0], "taken"), Wait: time.Duration(r.int(t[1], "wait")) * time.Microsecond,
+		At: time.UnixMicro(r.int(t[3], "now")), Held: r.flag(t[4], "held")}
 	if ms := r.int(t[2], "pausedUntil"); ms > 0 {
 		g.PausedUntil = time.UnixMilli(ms)
 	}

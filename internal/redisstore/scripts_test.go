@@ -295,11 +295,13 @@ func TestScriptRepliesDecode(t *testing.T) {
 		{script: "budget_pause", reply: int64(5), want: at(5)},
 		{script: "budget_pause", reply: "5", field: "pausedUntil"},
 
-		{script: "budget_take", reply: list{int64(1), int64(2500), int64(0), int64(9000)}, want: core.BudgetGrant{Taken: true, Wait: 2500 * time.Microsecond, At: at(9)}},
-		{script: "budget_take", reply: list{int64(0), int64(3000), int64(7), int64(9000)}, want: core.BudgetGrant{Wait: 3 * time.Millisecond, PausedUntil: at(7), At: at(9)}},
-		{script: "budget_take", reply: list{int64(2), int64(0), int64(0), int64(9)}, field: "taken"},
-		{script: "budget_take", reply: list{int64(1), "0", int64(0), int64(9)}, field: "wait"},
-		{script: "budget_take", reply: list{int64(1), int64(0), int64(0), "9"}, field: "now"},
+		{script: "budget_take", reply: list{int64(1), int64(2500), int64(0), int64(9000), int64(0)}, want: core.BudgetGrant{Taken: true, Wait: 2500 * time.Microsecond, At: at(9)}},
+		{script: "budget_take", reply: list{int64(1), int64(0), int64(0), int64(9000), int64(1)}, want: core.BudgetGrant{Taken: true, At: at(9), Held: true}},
+		{script: "budget_take", reply: list{int64(0), int64(3000), int64(7), int64(9000), int64(0)}, want: core.BudgetGrant{Wait: 3 * time.Millisecond, PausedUntil: at(7), At: at(9)}},
+		{script: "budget_take", reply: list{int64(2), int64(0), int64(0), int64(9), int64(0)}, field: "taken"},
+		{script: "budget_take", reply: list{int64(1), "0", int64(0), int64(9), int64(0)}, field: "wait"},
+		{script: "budget_take", reply: list{int64(1), int64(0), int64(0), "9", int64(0)}, field: "now"},
+		{script: "budget_take", reply: list{int64(1), int64(0), int64(0), int64(9), "1"}, field: "held"},
 		{script: "budget_take", reply: list{int64(1), int64(0), int64(0)}, field: "reply"},
 
 		{script: "claim_due", reply: list{"orders|1", "orders|2"}, want: []watukuytype.Key{{Poller: "orders", Partition: "1"}, {Poller: "orders", Partition: "2"}}},
