@@ -35,8 +35,14 @@ type Claimer interface {
 	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]watukuytype.Key, error)
 	// LeaseLive reports whether some instance holds the key's lease right now.
 	LeaseLive(ctx context.Context, key watukuytype.Key) (bool, error)
+	// SetDue writes a claimed key's due time (a claim handed back), unless it is due now.
+	SetDue(ctx context.Context, key watukuytype.Key, at time.Time) error
 	WakeChannel() string
 }
+
+// RequeueAfter is how soon keys whose new task met a running one of the same ID are claimed
+// again.
+const RequeueAfter = 500 * time.Millisecond
 
 // Scheduler moves due keys into asynq tasks. Several schedulers may run at once: the claim
 // is atomic, and task IDs are per key.
@@ -240,8 +246,19 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 		switch {
 		case err == nil:
 			enqueued += n
-		case errors.Is(err, asynq.ErrTaskIDConflict), errors.Is(err, asynq.ErrDuplicateTask):
-			// Already queued or running: that cycle writes the due time when it ends.
+		case conflict(err) && s.active(id):
+			// Running: a task runs its keys one after another, and a cycle writes its due
+			// time before its task completes, so these keys may have ended their cycles and
+			// become due again while the task runs the others (budget waits make that long).
+			// The claim is handed back shortly; held on, it would keep them out for the whole
+			// claim timeout. A cycle still running writes its own due time when it ends.
+			for _, k := range chunk {
+				if err := s.Store.SetDue(ctx, k, time.Now().Add(RequeueAfter)); err != nil {
+					errs = append(errs, fmt.Errorf("hand back the claim of %s: %w", k.Describe(), err))
+				}
+			}
+		case conflict(err):
+			// Already queued: it runs these keys.
 		default:
 			errs = append(errs, fmt.Errorf("enqueue %v: %w", members, err))
 		}
@@ -288,13 +305,21 @@ func (s *Scheduler) unblock(id string) (deleted, ran bool) {
 	return false, false
 }
 
+// active reports whether the task of ID id is running.
+func (s *Scheduler) active(id string) bool {
+	if s.Inspector == nil {
+		return false
+	}
+	info, err := s.Inspector.GetTaskInfo(s.Queue, id)
+	return err == nil && info.State == asynq.TaskStateActive
+}
+
 // orphaned reports whether the key's task is active while nobody holds the key's lease.
 func (s *Scheduler) orphaned(ctx context.Context, key watukuytype.Key, id string) bool {
 	if s.Inspector == nil {
 		return false
 	}
-	info, err := s.Inspector.GetTaskInfo(s.Queue, id)
-	if err != nil || info.State != asynq.TaskStateActive {
+	if !s.active(id) {
 		return false
 	}
 	live, err := s.Store.LeaseLive(ctx, key)

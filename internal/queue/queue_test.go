@@ -257,3 +257,54 @@ func TestSchedulerRunsRepair(t *testing.T) {
 		}
 	})
 }
+
+// A key whose claim meets its own task still running (the task runs its keys one after
+// another; the key's cycle may have ended and made it due again) is handed back to be claimed
+// again shortly, not held for the claim timeout.
+func TestRunningTaskHandsTheClaimBack(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "a"})
+		k := keys(1)
+		if err := st.Register(ctx, pollerP, entries(k)); err != nil {
+			t.Fatal(err)
+		}
+		insp := asynq.NewInspectorFromRedisClient(b.Client)
+		client := asynq.NewClientFromRedisClient(b.Client)
+		id := TaskID("a", k[0])
+		started, release := make(chan struct{}), make(chan struct{})
+		srv := asynq.NewServerFromRedisClient(b.Client, ServerConfig(1, time.Second, "", zerolog.Nop()))
+		if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+			close(started)
+			<-release
+			return nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Shutdown()
+		defer close(release)
+		if _, err := client.Enqueue(asynq.NewTask(TaskType, []byte(k[0].String())), asynq.TaskID(id), asynq.Queue(DefaultQueue)); err != nil {
+			t.Fatal(err)
+		}
+		<-started
+		// The running task's cycle holds the key's lease (so the task is no orphan), and the
+		// key is due again.
+		if _, err := st.Begin(ctx, k[0], "w", 30*time.Second, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetDue(ctx, k[0], time.UnixMilli(0)); err != nil {
+			t.Fatal(err)
+		}
+		s := &Scheduler{Store: st, Client: client, Inspector: insp, Prefix: "a", PerTask: 1}
+		if n, err := s.Once(ctx); err != nil || n != 1 {
+			t.Fatalf("claim: %d, %v", n, err)
+		}
+		_, due, err := st.NextDue(ctx, []string{"p"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Until(due); d > RequeueAfter+time.Second {
+			t.Fatalf("the key is due in %v after meeting its running task, want about %v (not the claim timeout)", d, RequeueAfter)
+		}
+	})
+}
