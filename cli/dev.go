@@ -75,6 +75,9 @@ func (c *common) dev(ctx context.Context, out io.Writer, log zerolog.Logger) err
 	if env.Config == nil {
 		shop := startDemoShop(ctx)
 		defer shop.srv.Close()
+		if err := env.Engine.SetBudgets(demoBudget()); err != nil {
+			return err
+		}
 		if err := env.Register(shop.pollers(printEvents(out, c.json))...); err != nil {
 			return err
 		}
@@ -186,8 +189,14 @@ func (d *demoShop) mutate(ctx context.Context) {
 	}
 }
 
+// demoBudget is the demo shop's request budget, which both its pollers share (`inspect` shows
+// it below the keys).
+func demoBudget() watukuy.Budget {
+	return watukuy.Budget{Name: "demo-shop", Rate: 10, Per: time.Second, Burst: 5}
+}
+
 // pollers are the demo's: orders through the timestamp feed, customers through a snapshot
-// listing (which also sees deletes).
+// listing (which also sees deletes), drawing from one budget.
 func (d *demoShop) pollers(h watukuy.Handler) []watukuy.Poller {
 	every := watukuy.Schedule{Min: time.Second, Max: 5 * time.Second}
 	orders := &watukuy.TimestampCursor{Source: watukuy.HTTPSource{URL: d.srv.URL + "/items", Items: "data"},
@@ -197,8 +206,9 @@ func (d *demoShop) pollers(h watukuy.Handler) []watukuy.Poller {
 	isOrder := func(item json.RawMessage) bool { return json.Valid(item) && !isCustomer(item) }
 	return []watukuy.Poller{
 		{Name: "orders", Fetch: filter(orders.Fetch, isOrder), Version: watukuy.Field("version"), Handler: h, Schedule: every,
-			CursorPosition: orders.Position, LogRetention: time.Hour}, // try backfill --wait and replay on it
-		{Name: "customers", Strategy: watukuy.SnapshotDiff, Fetch: filter(customers.Fetch, isCustomer), Version: watukuy.Field("version"), Handler: h, Schedule: every},
+			CursorPosition: orders.Position, LogRetention: time.Hour, Budget: demoBudget().Name}, // try backfill --wait and replay on it
+		{Name: "customers", Strategy: watukuy.SnapshotDiff, Fetch: filter(customers.Fetch, isCustomer), Version: watukuy.Field("version"), Handler: h, Schedule: every,
+			Budget: demoBudget().Name},
 	}
 }
 
