@@ -1,0 +1,247 @@
+package core_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/watukuy/watukuy/internal/budget"
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/fakeclock"
+	"github.com/watukuy/watukuy/internal/redisstore"
+	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
+)
+
+// Adversarial tests of shared budgets: each shows a way the budget's promises break.
+
+// instance is another engine on the budget world's store and clock, as a second worker.
+func (w *budgetWorld) instance(id string, bs []watukuytype.Budget, ps ...watukuytype.Poller) *core.Engine {
+	w.t.Helper()
+	eng, err := core.NewEngine(core.Options{Store: w.store, InstanceID: id, Clock: w.clock.Now, Rand: func() float64 { return 0.5 }, Budgets: bs,
+		Wait: func(ctx context.Context, d time.Duration) error { w.clock.Advance(d); return ctx.Err() }})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, p := range ps {
+		if err := eng.Register(p); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	if err := eng.Setup(context.Background()); err != nil {
+		w.t.Fatal(err)
+	}
+	return eng
+}
+
+// allRequests is every request the world saw, of every key.
+func (w *budgetWorld) allRequests() []time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var all []time.Time
+	for _, ts := range w.sent {
+		all = append(all, ts...)
+	}
+	return all
+}
+
+// An hourly quota (60/h, burst 1: one token a minute). A key whose first cycle yields holds
+// the slot of its next token in its state (budgetSlot). Its next cycle sends with that token
+// and is then frozen past its lease (GC pause, SIGSTOP) before it can clear budgetSlot;
+// another worker takes the key over, reads the same budgetSlot, and the script honours it
+// again (it is within burst×interval + 5 s of the slot): two requests on one token, and the
+// budget's keys exceed its bound.
+func TestBudgetHeldSlotUsedTwiceAfterLeaseLoss(t *testing.T) {
+	w := newBudgetWorld(t)
+	hourly := watukuytype.Budget{Name: "shop", Rate: 60, Per: time.Hour, Burst: 1}
+	ctx := context.Background()
+	a := watukuytype.Key{Poller: "orders", Partition: "a"}
+	var e2 *core.Engine
+	var once sync.Once
+	record := w.pages(2, nil)
+	fetch := func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+		page, err := record(ctx, req)
+		if len(w.requests(a)) == 2 {
+			// The second request (the held token's) is sent; its worker freezes past the
+			// lease before it ends its cycle, and another worker takes the key over.
+			once.Do(func() {
+				w.clock.Advance(31 * time.Second)
+				rep := e2.RunCycle(ctx, a)
+				t.Logf("the other worker's cycle: pages %d, deferred %v, err %v", rep.Pages, rep.Deferred, rep.Err)
+			})
+		}
+		return page, err
+	}
+	p := budgetPoller("orders", fetch, "a")
+	e1 := w.instance("w1", []watukuytype.Budget{hourly}, p)
+	e2 = w.instance("w2", []watukuytype.Budget{hourly}, p)
+	rep := e1.RunCycle(ctx, a)
+	if rep.Pages != 1 || rep.Deferred < 58*time.Second {
+		t.Fatalf("first cycle: %+v; want one page, then the next token held a minute ahead", rep)
+	}
+	w.clock.Advance(rep.Deferred) // due a second before the held slot
+	e1.RunCycle(ctx, a)
+	sent := w.requests(a)
+	t.Logf("requests at %v", offsets(sent))
+	if e, from, to := budget.Excess(hourly, sent, 0); e > 0 {
+		t.Fatalf("%d requests of a 60/h budget of burst 1 (two tokens taken): %.2f more than its bound in [%v, %v]",
+			len(sent), e, from.Sub(sent[0]), to.Sub(sent[0]))
+	}
+}
+
+// offsets renders times as offsets from the first.
+func offsets(ts []time.Time) []time.Duration {
+	out := make([]time.Duration, len(ts))
+	for i, t := range ts {
+		out[i] = t.Sub(ts[0])
+	}
+	return out
+}
+
+// A key holding a slot of budget A (budgetSlot in its state) is moved to budget B by a config
+// reload. Its next cycle hands the A slot to B's bucket, which honours it without taking a
+// token: B's own key has just spent B's only token, and the moved key sends beside it.
+func TestBudgetHeldSlotHonouredByAnotherBudget(t *testing.T) {
+	w := newBudgetWorld(t)
+	per := func(name string) watukuytype.Budget {
+		return watukuytype.Budget{Name: name, Rate: 60, Per: time.Hour, Burst: 1}
+	}
+	bs := []watukuytype.Budget{per("A"), per("B")}
+	ctx := context.Background()
+	moved, other := budgetPoller("moved", w.pages(2, nil)), budgetPoller("other", w.pages(1, nil))
+	moved.Budget, other.Budget = "A", "B"
+	eng := w.engine(bs, moved, other)
+	if rep := eng.RunCycle(ctx, watukuytype.Key{Poller: "moved"}); rep.Pages != 1 || rep.Deferred < 58*time.Second {
+		t.Fatalf("moved's first cycle: %+v; want one page, then A's next token held a minute ahead", rep)
+	}
+	w.clock.Advance(59 * time.Second)
+	// The reload: moved now draws from B. B's key spends B's token a second before.
+	moved.Budget = "B"
+	if err := eng.Replace(moved, other); err != nil {
+		t.Fatal(err)
+	}
+	if rep := eng.RunCycle(ctx, watukuytype.Key{Poller: "other"}); rep.Pages != 1 {
+		t.Fatalf("other's cycle: %+v", rep)
+	}
+	rep := eng.RunCycle(ctx, watukuytype.Key{Poller: "moved"})
+	t.Logf("moved's cycle on B: %+v", rep)
+	onB := append(w.requests(watukuytype.Key{Poller: "other"}), w.requests(watukuytype.Key{Poller: "moved"})[1:]...)
+	if e, from, to := budget.Excess(per("B"), onB, 0); e > 0 {
+		t.Fatalf("budget B (60/h, burst 1) saw requests at %v: %.2f more than its bound in [%v, %v]", offsets(onB), e, from.Sub(onB[0]), to.Sub(onB[0]))
+	}
+}
+
+// A key sits out a short budget wait (≤ 1 s) holding its token; meanwhile another worker's
+// key hears a 429 and pauses the whole budget for 30 s. The waiting key does not look at the
+// bucket again: it sends inside the pause.
+func TestBudgetPauseIgnoredByAKeySittingOutItsWait(t *testing.T) {
+	w := newBudgetWorld(t)
+	ctx := context.Background()
+	two := watukuytype.Budget{Name: "shop", Rate: 2, Per: time.Second, Burst: 1} // a token every 500 ms
+	var pausedUntil time.Time
+	var once sync.Once
+	eng, err := core.NewEngine(core.Options{Store: w.store, InstanceID: "w1", Clock: w.clock.Now, Budgets: []watukuytype.Budget{two},
+		Wait: func(ctx context.Context, d time.Duration) error {
+			// Half way through the wait, another worker's key is answered 429 Retry-After 30s.
+			once.Do(func() {
+				w.clock.Advance(d / 2)
+				d -= d / 2
+				until, err := w.store.PauseBudget(ctx, "shop", 30*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pausedUntil = until
+			})
+			w.clock.Advance(d)
+			return ctx.Err()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Register(budgetPoller("orders", w.pages(2, nil))); err != nil {
+		t.Fatal(err)
+	}
+	eng.RunCycle(ctx, watukuytype.Key{Poller: "orders"})
+	sent := w.requests(watukuytype.Key{Poller: "orders"})
+	if pausedUntil.IsZero() {
+		t.Fatalf("the key never sat out a wait; requests at %v", offsets(sent))
+	}
+	for _, at := range sent {
+		if at.Before(pausedUntil) && at.After(pausedUntil.Add(-30*time.Second)) {
+			t.Fatalf("a request at %v, inside the budget's pause [%v, %v] that another key's 429 set",
+				at.Sub(sent[0]), pausedUntil.Add(-30*time.Second).Sub(sent[0]), pausedUntil.Sub(sent[0]))
+		}
+	}
+}
+
+// newRawBudgetWorld is newBudgetWorld that also returns the Redis client, to lose writes.
+func newRawBudgetWorld(t *testing.T) (*budgetWorld, redis.UniversalClient) {
+	t.Helper()
+	clk := fakeclock.New(time.UnixMilli(1_800_000_000_000))
+	b := redistest.Miniredis(t)
+	st, err := redisstore.New(b.Client, redisstore.Options{Clock: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &budgetWorld{world: &world{t: t, clock: clk, store: st, redis: st, rec: &recorder{}}, sent: map[watukuytype.Key][]time.Time{}}, b.Client
+}
+
+// Redis forgets the bucket (a failover to a replica that missed its last writes, a restart
+// without AOF, a flush) while keys hold slots in their states, up to 10 minutes ahead. The
+// new bucket is full and gives its tokens again, while every held slot is still honoured:
+// for as long as the held slots reach, the budget's keys send at twice its rate. (Losing a
+// bucket with no held slots costs at most a burst and the second of tokens sat out in cycles.)
+func TestBudgetHeldSlotsOutliveTheirBucket(t *testing.T) {
+	w, rdb := newRawBudgetWorld(t)
+	ctx := context.Background()
+	perMin := watukuytype.Budget{Name: "shop", Rate: 30, Per: time.Minute, Burst: 1} // a token every 2 s
+	parts := make([]string, 20)
+	for i := range parts {
+		parts[i] = string(rune('a' + i))
+	}
+	eng := w.engine([]watukuytype.Budget{perMin}, budgetPoller("orders", w.pages(1, nil), parts...))
+	// Every key asks at once: the first sends, the other 19 hold slots 2 to 38 s ahead.
+	due := map[watukuytype.Key]time.Time{}
+	for _, p := range parts {
+		k := watukuytype.Key{Poller: "orders", Partition: p}
+		if rep := eng.RunCycle(ctx, k); rep.Deferred > 0 {
+			due[k] = w.clock.Now().Add(rep.Deferred)
+		}
+	}
+	if len(due) < 10 {
+		t.Fatalf("only %d keys hold slots", len(due))
+	}
+	// The bucket is lost.
+	bk, err := rdb.Keys(ctx, "*budget*").Result()
+	if err != nil || len(bk) != 1 {
+		t.Fatalf("bucket keys %v, %v", bk, err)
+	}
+	if err := rdb.Del(ctx, bk...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// For the next 40 s: each holding key comes back when due, and a key of another poller on
+	// the same budget asks whenever it is due.
+	other := budgetPoller("other", w.pages(1, nil))
+	if err := eng.Replace(budgetPoller("orders", w.pages(1, nil), parts...), other); err != nil {
+		t.Fatal(err)
+	}
+	ok := watukuytype.Key{Poller: "other"}
+	start := w.clock.Now()
+	for w.clock.Now().Sub(start) < 40*time.Second {
+		for k, at := range due {
+			if !w.clock.Now().Before(at) {
+				delete(due, k)
+				eng.RunCycle(ctx, k)
+			}
+		}
+		eng.RunCycle(ctx, ok)
+		w.clock.Advance(100 * time.Millisecond)
+	}
+	all := w.allRequests()
+	if e, from, to := budget.Excess(perMin, all, 0); e > 1 {
+		t.Fatalf("%d requests of a 30/min budget of burst 1: %.1f more than its bound in a window of %v", len(all), e, to.Sub(from))
+	}
+}
