@@ -245,3 +245,87 @@ func TestBudgetHeldSlotsOutliveTheirBucket(t *testing.T) {
 		t.Fatalf("%d requests of a 30/min budget of burst 1: %.1f more than its bound in a window of %v", len(all), e, to.Sub(from))
 	}
 }
+
+// askAll runs one cycle of every partition at the same instant (each key's first request
+// needs a token; with waits over a second nobody sits out) and returns when each of those
+// that yielded is due again.
+func (w *budgetWorld) askAll(eng *core.Engine, poller string, parts []string) map[watukuytype.Key]time.Time {
+	w.t.Helper()
+	due := map[watukuytype.Key]time.Time{}
+	for _, p := range parts {
+		k := watukuytype.Key{Poller: poller, Partition: p}
+		if rep := eng.RunCycle(context.Background(), k); rep.Deferred > 0 {
+			due[k] = w.clock.Now().Add(rep.Deferred)
+		}
+	}
+	return due
+}
+
+// runDue runs, for d of the fake clock in steps of 100 ms, every key of due when it is due.
+func (w *budgetWorld) runDue(eng *core.Engine, due map[watukuytype.Key]time.Time, d time.Duration) {
+	start := w.clock.Now()
+	for w.clock.Now().Sub(start) < d {
+		for k, at := range due {
+			if !w.clock.Now().Before(at) {
+				delete(due, k)
+				eng.RunCycle(context.Background(), k)
+			}
+		}
+		w.clock.Advance(100 * time.Millisecond)
+	}
+}
+
+func letters(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = string(rune('a' + i))
+	}
+	return out
+}
+
+// The operator lowers a budget's rate (the API's quota dropped) with a config reload. Keys
+// that held slots under the old rate keep them, and send at the old pace for as long as the
+// old queue reaches (up to 10 minutes): the new budget is exceeded all that time.
+func TestBudgetLoweredRateKeepsTheOldPace(t *testing.T) {
+	w := newBudgetWorld(t)
+	old := watukuytype.Budget{Name: "shop", Rate: 30, Per: time.Minute, Burst: 1}  // a token every 2 s
+	lower := watukuytype.Budget{Name: "shop", Rate: 3, Per: time.Minute, Burst: 1} // every 20 s
+	parts := letters(20)
+	p := budgetPoller("orders", w.pages(1, nil), parts...)
+	eng := w.engine([]watukuytype.Budget{old}, p)
+	due := w.askAll(eng, "orders", parts)
+	reloaded := w.clock.Now()
+	if err := eng.SetBudgets([]watukuytype.Budget{lower}); err != nil {
+		t.Fatal(err)
+	}
+	w.runDue(eng, due, 40*time.Second)
+	var after []time.Time
+	for _, at := range w.allRequests() {
+		if at.After(reloaded) {
+			after = append(after, at)
+		}
+	}
+	if e, from, to := budget.Excess(lower, after, 0); e > 0 {
+		t.Fatalf("after the reload to 3/min, %d requests in %v: %.1f more than the new budget allows in %v", len(after), w.clock.Now().Sub(reloaded), e, to.Sub(from))
+	}
+}
+
+// The operator raises a budget's rate a hundredfold. The bucket's tat, ten minutes ahead at
+// the old pace, is not rescaled: a key asking after the reload still waits for the old queue
+// to drain, about ten minutes, although the new budget could serve it at once.
+func TestBudgetRaisedRateStillWaitsForTheOldQueue(t *testing.T) {
+	w := newBudgetWorld(t)
+	old := watukuytype.Budget{Name: "shop", Rate: 1, Per: time.Minute, Burst: 1}
+	raised := watukuytype.Budget{Name: "shop", Rate: 100, Per: time.Minute, Burst: 1}
+	parts := letters(11)
+	p, fresh := budgetPoller("orders", w.pages(1, nil), parts...), budgetPoller("fresh", w.pages(1, nil))
+	eng := w.engine([]watukuytype.Budget{old}, p, fresh)
+	w.askAll(eng, "orders", parts) // the old queue: 10 held slots, a minute apart
+	if err := eng.SetBudgets([]watukuytype.Budget{raised}); err != nil {
+		t.Fatal(err)
+	}
+	rep := eng.RunCycle(context.Background(), watukuytype.Key{Poller: "fresh"})
+	if rep.Pages == 0 && rep.Deferred > time.Minute {
+		t.Fatalf("after raising the budget to 100/min a new key is deferred %v (the old queue), want at most a few seconds", rep.Deferred)
+	}
+}
