@@ -2,6 +2,8 @@ package core_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -327,5 +329,74 @@ func TestBudgetRaisedRateStillWaitsForTheOldQueue(t *testing.T) {
 	rep := eng.RunCycle(context.Background(), watukuytype.Key{Poller: "fresh"})
 	if rep.Pages == 0 && rep.Deferred > time.Minute {
 		t.Fatalf("after raising the budget to 100/min a new key is deferred %v (the old queue), want at most a few seconds", rep.Deferred)
+	}
+}
+
+// Tick's deadline (and a stopping worker) asks cycles to stop at their next step. The detail
+// requests of a listing's missing identities each take a budget token and sit out up to a
+// second for it, with no look at the yield in between: a listing that lost many items at
+// once runs on past the deadline for one token interval per item, and the deletes are
+// committed only at the end (a serverless Tick killed at its time limit loses them all).
+func TestBudgetDetailWaitsIgnoreTheYield(t *testing.T) {
+	w := newBudgetWorld(t)
+	ctx := context.Background()
+	f := newFeed(100)
+	f.putN(10)
+	var mu sync.Mutex
+	armed, yielded, after := false, false, 0
+	detail := func(context.Context, watukuytype.Key, string) (json.RawMessage, bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if yielded {
+			after++
+		}
+		return nil, false, nil
+	}
+	two := watukuytype.Budget{Name: "shop", Rate: 2, Per: time.Second, Burst: 2}
+	eng, err := core.NewEngine(core.Options{Store: w.store, InstanceID: "w1", Clock: w.clock.Now, Budgets: []watukuytype.Budget{two},
+		Wait: func(ctx context.Context, d time.Duration) error {
+			mu.Lock()
+			first := armed && !yielded
+			mu.Unlock()
+			if first {
+				// The budget wait outlasts Tick's deadline, which is real time.
+				<-time.After(300 * time.Millisecond)
+				mu.Lock()
+				yielded = true
+				mu.Unlock()
+			}
+			w.clock.Advance(d)
+			return ctx.Err()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := w.poller(f.fetch, func(p *watukuytype.Poller) {
+		p.Strategy, p.Detail, p.Budget = watukuytype.SnapshotDiff, detail, "shop"
+	})
+	if err := eng.Register(p); err != nil {
+		t.Fatal(err)
+	}
+	if rep := w.run(eng); rep.Events != 10 || rep.Err != nil {
+		t.Fatalf("first listing: %+v", rep)
+	}
+	for i := 1; i <= 10; i++ {
+		f.remove(fmt.Sprintf("i%02d", i))
+	}
+	w.clock.Advance(2 * time.Minute)
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+	rep, err := eng.Tick(ctx, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !yielded {
+		t.Fatalf("no budget wait in the deletes' detail requests: %+v", rep)
+	}
+	if after > 0 {
+		t.Fatalf("after Tick's deadline the cycle sent %d more detail requests, each after a budget wait (tick %+v)", after, rep)
 	}
 }
