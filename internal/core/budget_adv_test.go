@@ -200,19 +200,10 @@ func TestBudgetHeldSlotsOutliveTheirBucket(t *testing.T) {
 	w, rdb := newRawBudgetWorld(t)
 	ctx := context.Background()
 	perMin := watukuytype.Budget{Name: "shop", Rate: 30, Per: time.Minute, Burst: 1} // a token every 2 s
-	parts := make([]string, 20)
-	for i := range parts {
-		parts[i] = string(rune('a' + i))
-	}
+	parts := letters(20)
 	eng := w.engine([]watukuytype.Budget{perMin}, budgetPoller("orders", w.pages(1, nil), parts...))
 	// Every key asks at once: the first sends, the other 19 hold slots 2 to 38 s ahead.
-	due := map[watukuytype.Key]time.Time{}
-	for _, p := range parts {
-		k := watukuytype.Key{Poller: "orders", Partition: p}
-		if rep := eng.RunCycle(ctx, k); rep.Deferred > 0 {
-			due[k] = w.clock.Now().Add(rep.Deferred)
-		}
-	}
+	due := w.askAll(eng, "orders", parts)
 	if len(due) < 10 {
 		t.Fatalf("only %d keys hold slots", len(due))
 	}
@@ -263,14 +254,17 @@ func (w *budgetWorld) askAll(eng *core.Engine, poller string, parts []string) ma
 	return due
 }
 
-// runDue runs, for d of the fake clock in steps of 100 ms, every key of due when it is due.
+// runDue runs, for d of the fake clock in steps of 100 ms, every key of due when it is due,
+// until one of its cycles sends a request (a deferred cycle makes it due again).
 func (w *budgetWorld) runDue(eng *core.Engine, due map[watukuytype.Key]time.Time, d time.Duration) {
 	start := w.clock.Now()
 	for w.clock.Now().Sub(start) < d {
 		for k, at := range due {
 			if !w.clock.Now().Before(at) {
 				delete(due, k)
-				eng.RunCycle(context.Background(), k)
+				if rep := eng.RunCycle(context.Background(), k); rep.Pages == 0 && rep.Deferred > 0 {
+					due[k] = w.clock.Now().Add(rep.Deferred)
+				}
 			}
 		}
 		w.clock.Advance(100 * time.Millisecond)
@@ -398,5 +392,34 @@ func TestBudgetDetailWaitsIgnoreTheYield(t *testing.T) {
 	}
 	if after > 0 {
 		t.Fatalf("after Tick's deadline the cycle sent %d more detail requests, each after a budget wait (tick %+v)", after, rep)
+	}
+}
+
+// Fairness across a pause: a and then b ask a 1/min budget and hold the next two slots. A 429
+// elsewhere pauses the budget over a's slot; a's cycle comes back inside the pause, is
+// refused, and its held slot is dropped (its token spent). When the pause ends a queues
+// anew, behind b, which asked after it: a's request goes two minutes after its slot.
+func TestBudgetPauseDropsTheHeldSlot(t *testing.T) {
+	w := newBudgetWorld(t)
+	ctx := context.Background()
+	perMin := watukuytype.Budget{Name: "shop", Rate: 1, Per: time.Minute, Burst: 1}
+	eng := w.engine([]watukuytype.Budget{perMin}, budgetPoller("orders", w.pages(1, nil), "x", "a", "b"))
+	due := w.askAll(eng, "orders", []string{"x", "a", "b"}) // x sends, a holds +60 s, b +120 s
+	a, b := watukuytype.Key{Poller: "orders", Partition: "a"}, watukuytype.Key{Poller: "orders", Partition: "b"}
+	if len(due) != 2 {
+		t.Fatalf("due %v; want a and b holding slots", due)
+	}
+	w.clock.Advance(30 * time.Second)
+	if _, err := w.store.PauseBudget(ctx, "shop", 40*time.Second); err != nil { // another key's 429
+		t.Fatal(err)
+	}
+	w.runDue(eng, due, 4*time.Minute)
+	ra, rb := w.requests(a), w.requests(b)
+	if len(ra) == 0 || len(rb) == 0 {
+		t.Fatalf("a sent %v, b sent %v", ra, rb)
+	}
+	if ra[0].After(rb[0]) {
+		t.Fatalf("a asked first (slot at +60 s) but sent %v after b; a at +%v, b at +%v",
+			ra[0].Sub(rb[0]), ra[0].Sub(w.requests(watukuytype.Key{Poller: "orders", Partition: "x"})[0]), rb[0].Sub(w.requests(watukuytype.Key{Poller: "orders", Partition: "x"})[0]))
 	}
 }
