@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -421,5 +422,40 @@ func TestBudgetPauseDropsTheHeldSlot(t *testing.T) {
 	if ra[0].After(rb[0]) {
 		t.Fatalf("a asked first (slot at +60 s) but sent %v after b; a at +%v, b at +%v",
 			ra[0].Sub(rb[0]), ra[0].Sub(w.requests(watukuytype.Key{Poller: "orders", Partition: "x"})[0]), rb[0].Sub(w.requests(watukuytype.Key{Poller: "orders", Partition: "x"})[0]))
+	}
+}
+
+// Lane priority within a key: another key has just spent the bucket (10/s, burst 40). A key
+// with a backfill polls live (one page, after one interval), then its backfill is refused
+// for the 2 s its reserve (half the burst) takes to come back. That wait becomes the pace of
+// the whole key: its next live poll is pushed 2 s out, twenty token intervals, although the
+// live lane itself could be served after one.
+func TestBudgetBackfillWaitDelaysItsOwnLiveLane(t *testing.T) {
+	w := newBudgetWorld(t)
+	ctx := context.Background()
+	big := watukuytype.Budget{Name: "shop", Rate: 10, Per: time.Second, Burst: 40}
+	history := budgetPoller("history", func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+		if req.Lane == watukuytype.LaneLive {
+			return w.pages(1, nil)(ctx, req)
+		}
+		n, _ := strconv.Atoi(req.Cursor)
+		return watukuytype.Page{HasMore: true, Next: strconv.Itoa(n + 1)}, nil
+	}, "a")
+	history.CursorPosition = func(c string) (float64, bool) { n, err := strconv.Atoi(c); return float64(n), err == nil }
+	eng := w.engine([]watukuytype.Budget{big}, history, budgetPoller("orders", w.pages(40, nil), "b"))
+	a := watukuytype.Key{Poller: "history", Partition: "a"}
+	if _, err := eng.Backfill(ctx, a, watukuytype.BackfillRequest{From: "0", To: ptr("1000")}); err != nil {
+		t.Fatal(err)
+	}
+	if rep := eng.RunCycle(ctx, watukuytype.Key{Poller: "orders", Partition: "b"}); rep.Pages != 40 {
+		t.Fatalf("orders: %+v", rep)
+	}
+	rep := eng.RunCycle(ctx, a)
+	ki, err := eng.Inspect(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := ki.NextDueAt.Sub(w.clock.Now()); d > time.Second {
+		t.Fatalf("after its backfill was refused (cycle %+v) the key's next live poll is due in %v; its live lane waits one interval (100ms) for a token", rep, d)
 	}
 }
