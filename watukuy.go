@@ -293,9 +293,9 @@ type Claimer interface {
 	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]Key, error)
 	// LeaseLive reports whether some instance holds key's lease now.
 	LeaseLive(ctx context.Context, key Key) (bool, error)
-	// SetDue writes a claimed key's due time (a claim handed back), unless it is due now (a
-	// trigger since the claim).
-	SetDue(ctx context.Context, key Key, at time.Time) error
+	// HandBack makes a claimed key due again after d by the server's clock, unless it is due
+	// now (a trigger since the claim): a claim the scheduler could not enqueue.
+	HandBack(ctx context.Context, key Key, d time.Duration) error
 	// WakeChannel is the pub/sub channel Trigger and Resume publish on, so that schedulers
 	// claim at once instead of at their next poll of the due set.
 	WakeChannel() string

@@ -129,11 +129,14 @@ func Tokens(b watukuytype.Budget, tat, now time.Time) float64 {
 	return max(0, min(float64(b.Burst), t))
 }
 
+// epsilon absorbs the rounding of float sums: a window exactly at its bound is within it.
+const epsilon = 1e-9
+
 // Excess checks requests sent at times (in any order) against the bound a budget puts on
 // them: no window [t0, t1] holds more than Burst + Rate×(t1−t0)/Per requests. It returns by
-// how many requests the worst window exceeds it (0 or less: never) and where that window
-// starts and ends. slack widens each window by that much time (clock skew between the
-// bucket's clock and the one that recorded the times).
+// how many requests the worst window exceeds it (0: never) and where that window starts and
+// ends. slack widens each window by that much time (clock skew between the bucket's clock and
+// the one that recorded the times).
 func Excess(b watukuytype.Budget, times []time.Time, slack time.Duration) (excess float64, from, to time.Time) {
 	ts := slices.SortedFunc(slices.Values(times), time.Time.Compare)
 	perNs := float64(b.Per)
@@ -147,12 +150,12 @@ func Excess(b watukuytype.Budget, times []time.Time, slack time.Duration) (exces
 		if f(j) < f(best) {
 			best = j
 		}
-		if e := f(j) - f(best) + 1 - float64(b.Burst) - b.Rate*float64(slack)/perNs; e > excess {
+		if e := f(j) - f(best) + 1 - float64(b.Burst) - b.Rate*float64(slack)/perNs; e > excess+epsilon {
 			excess, from, to = e, ts[best], ts[j]
 		}
 	}
-	if len(ts) == 0 {
-		excess = 0
+	if len(ts) == 0 || excess < epsilon {
+		excess = max(0, excess) // a bound met exactly is met, whatever the float rounding says
 	}
 	return excess, from, to
 }

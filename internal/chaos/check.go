@@ -467,30 +467,33 @@ func Check(truth map[watukuytype.Key]Truth, rec *Recorder) Report {
 		}
 	}
 
-	// B1: the tokens a bucket gave keep to its budget in every window, and every request of
-	// its keys was sent at or after the slot of a token of its own: at any time, no more
-	// requests than tokens whose slot has come.
+	// B1: the tokens a bucket gave keep to its budget in every window, and every request was
+	// sent at or after the slot of a token its own key took: at any time, no key has sent more
+	// requests than it has tokens whose slot has come.
 	if need("B1", "fetches", "takes", "budgets") {
-		slots := map[string][]time.Time{}
+		slots, keySlots := map[string][]time.Time{}, map[watukuytype.Key][]time.Time{}
 		for _, t := range rec.takes {
 			slots[t.Bucket] = append(slots[t.Bucket], t.Slot)
-		}
-		sent := map[string][]time.Time{}
-		for _, f := range rec.fetches {
-			if b, ok := rec.bucketOf[f.Key]; ok {
-				sent[b] = append(sent[b], f.At)
-			}
+			keySlots[t.Key] = append(keySlots[t.Key], t.Slot)
 		}
 		for bucket, b := range rec.budgets {
 			if e, from, to := budget.Excess(b, slots[bucket], 0); e > 0 {
 				add("B1", watukuytype.Key{}, "bucket %s gave %.1f tokens more than %s with a burst of %d allow in %s–%s",
 					bucket, e, budget.FormatRate(b.Rate, b.Per), b.Burst, from.Format(time.StampMicro), to.Format(time.StampMicro))
 			}
-			ss, fs := slices.SortedFunc(slices.Values(slots[bucket]), time.Time.Compare), slices.SortedFunc(slices.Values(sent[bucket]), time.Time.Compare)
-			for i, at := range fs {
-				if i >= len(ss) || ss[i].After(at) {
-					add("B1", watukuytype.Key{}, "bucket %s: request %d at %s came before its token's slot (%d tokens by then)",
-						bucket, i+1, at.Format(time.StampMicro), sort.Search(len(ss), func(j int) bool { return ss[j].After(at) }))
+		}
+		sent := map[watukuytype.Key][]time.Time{}
+		for _, f := range rec.fetches {
+			if _, ok := rec.bucketOf[f.Key]; ok {
+				sent[f.Key] = append(sent[f.Key], f.At)
+			}
+		}
+		for k, at := range sent {
+			ss, fs := slices.SortedFunc(slices.Values(keySlots[k]), time.Time.Compare), slices.SortedFunc(slices.Values(at), time.Time.Compare)
+			for i, a := range fs {
+				if i >= len(ss) || ss[i].After(a) {
+					add("B1", k, "request %d at %s came before the slot of a token of its own (%d tokens by then)",
+						i+1, a.Format(time.StampMicro), sort.Search(len(ss), func(j int) bool { return ss[j].After(a) }))
 					break
 				}
 			}

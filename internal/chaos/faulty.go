@@ -271,14 +271,15 @@ func (f *FaultyStore) SetDue(ctx context.Context, key watukuytype.Key, at time.T
 	return f.Store.SetDue(ctx, key, at)
 }
 
-// TakeToken implements core.Store, recording the tokens given.
+// TakeToken implements core.Store, recording the tokens given (a held token once, when it is
+// first given).
 func (f *FaultyStore) TakeToken(ctx context.Context, t core.BudgetTake) (core.BudgetGrant, error) {
 	if f.dead() {
 		return core.BudgetGrant{}, ErrKilled
 	}
 	g, err := f.Store.TakeToken(ctx, t)
 	if err == nil && g.Taken && !g.Held {
-		f.Rec.Took(Take{Instance: f.Instance, Bucket: t.Bucket, Slot: g.At.Add(g.Wait)})
+		f.Rec.Took(Take{Instance: f.Instance, Key: t.Key, Bucket: t.Bucket, Slot: g.At.Add(g.Wait)})
 	}
 	return g, err
 }

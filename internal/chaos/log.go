@@ -113,6 +113,7 @@ func (r Recovery) Took() (time.Duration, bool) {
 // Take is a token a budget's bucket gave: the request may go from Slot on.
 type Take struct {
 	Instance string
+	Key      watukuytype.Key // the key that took it
 	Bucket   string
 	Slot     time.Time // by the bucket's clock
 	N        int64

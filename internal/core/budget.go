@@ -82,38 +82,38 @@ func (e *Engine) budgetOf(p *watukuytype.Poller) *budgetInfo {
 }
 
 // takeToken takes the token of a lane's next request from the key's budget. A wait up to
-// what is left of longestInCycleWait is sat out here (the live lane's slot held meanwhile; a
-// lower lane asks again after it). A longer wait is returned: the lane stops, and the key is
-// due again when the budget can serve it. The live lane holds its token even then (up to
-// longestHold ahead) and keeps its slot in the state, so a key that yields keeps its place in
-// the budget's queue: the next cycle's first request uses it (fairness). err is the wait's
-// (a yield) or the store's.
+// what is left of longestInCycleWait is sat out here (the live lane's slot kept meanwhile; a
+// lower lane asks again after it), and a bucket paused meanwhile is asked again before the
+// request goes. A longer wait is returned: the lane stops, and the key is due again when the
+// budget can serve it. The live lane holds its token even then (up to longestHold ahead, in
+// the bucket under the key), so a key that yields keeps its place in the budget's queue: its
+// next ask gets that token back (fairness). err is the wait's (a yield) or the store's.
 func (c *cycle) takeToken(ctx context.Context, lane watukuytype.Lane) (defer_ time.Duration, err error) {
 	if c.budget == nil {
 		return 0, nil
 	}
 	b := c.budget.budget()
-	t := BudgetTake{Bucket: c.bucket, Interval: budget.Interval(b), Burst: b.Burst, Reserve: budget.Reserve(lane, b.Burst)}
+	t := BudgetTake{Bucket: c.bucket, Key: c.key, Interval: budget.Interval(b), Burst: b.Burst, Reserve: budget.Reserve(lane, b.Burst)}
+	if lane == watukuytype.LaneLive {
+		t.Hold = longestHold
+	}
 	var waited time.Duration
 	for {
 		left := max(longestInCycleWait-waited, 0)
-		if lane == watukuytype.LaneLive {
-			t.MaxWait, t.Held, c.held = longestHold, c.held, time.Time{}
-		}
+		t.SitOut = left
 		g, err := c.e.store.TakeToken(ctx, t)
 		if err != nil {
 			return 0, keyErr("watukuy: take a token of budget "+c.bucket, c.key, err)
 		}
 		if g.Wait > left {
-			// Too long to sit out: yield the worker. A held token's slot is kept, and the key
-			// comes back a little before it, to sit out the rest.
+			// Too long to sit out: yield the worker. A held token is kept for the key, which
+			// comes back a little before its slot, to sit out the rest.
 			c.budgetEvent(b.Name, lane, g.Wait, false)
 			d := g.Wait
 			if g.Taken {
-				c.heldSlot = g.At.Add(g.Wait)
 				d = max(g.Wait-longestInCycleWait, time.Millisecond)
 			}
-			c.deferred = max(c.deferred, d)
+			c.defer_(lane, d)
 			return d, nil
 		}
 		if g.Taken {
@@ -131,9 +131,33 @@ func (c *cycle) takeToken(ctx context.Context, lane watukuytype.Lane) (defer_ ti
 			}
 			waited += d
 		}
-		if g.Taken {
-			return 0, nil
+		if !g.Taken {
+			continue
 		}
+		if d > 0 {
+			// A 429 of another key may have paused the budget while this one sat out its
+			// wait: the token is then spent, and the key waits for the pause's end.
+			bs, now, err := c.e.store.Buckets(ctx, []string{c.bucket})
+			if err != nil {
+				return 0, keyErr("watukuy: read budget "+c.bucket, c.key, err)
+			}
+			if p := bs[c.bucket].PausedUntil; p.After(now) {
+				c.budgetEvent(b.Name, lane, p.Sub(now), false)
+				c.defer_(lane, p.Sub(now))
+				return p.Sub(now), nil
+			}
+		}
+		return 0, nil
+	}
+}
+
+// defer_ records that the budget made a lane of the key wait d: the live lane's wait paces the
+// key; a lower lane's only brings its own lane back (the backfill's next slice).
+func (c *cycle) defer_(lane watukuytype.Lane, d time.Duration) {
+	if lane == watukuytype.LaneLive {
+		c.deferred = max(c.deferred, d)
+	} else {
+		c.lowerDeferred = max(c.lowerDeferred, d)
 	}
 }
 

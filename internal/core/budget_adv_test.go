@@ -210,7 +210,7 @@ func TestBudgetHeldSlotsOutliveTheirBucket(t *testing.T) {
 	}
 	// The bucket is lost.
 	bk, err := rdb.Keys(ctx, "*budget*").Result()
-	if err != nil || len(bk) != 1 {
+	if err != nil || len(bk) == 0 {
 		t.Fatalf("bucket keys %v, %v", bk, err)
 	}
 	if err := rdb.Del(ctx, bk...).Err(); err != nil {
@@ -455,7 +455,9 @@ func TestBudgetBackfillWaitDelaysItsOwnLiveLane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := ki.NextDueAt.Sub(w.clock.Now()); d > time.Second {
-		t.Fatalf("after its backfill was refused (cycle %+v) the key's next live poll is due in %v; its live lane waits one interval (100ms) for a token", rep, d)
+	// Its schedule's interval after an idle cycle is 1.5 s; the backfill's 2.1 s must not
+	// push the live poll past it.
+	if d := ki.NextDueAt.Sub(w.clock.Now()); d > 1500*time.Millisecond {
+		t.Fatalf("after its backfill was refused (cycle %+v) the key's next live poll is due in %v, past its interval (1.5s); its live lane waits one interval (100ms) for a token", rep, d)
 	}
 }

@@ -55,12 +55,12 @@ type cycle struct {
 	throttled   bool // the API answered 429 (or 503 with Retry-After) in this cycle
 	answered    bool // a lane's request got a page in this cycle
 
-	budget     *budgetInfo   // the shared budget the key's requests draw from (nil: none)
-	bucket     string        // its bucket for this key
-	deferred   time.Duration // the budget refused a request: the longest wait it asked for
-	held       time.Time     // the slot of a budget token the key held at Begin (zero: none)
-	heldSlot   time.Time     // the slot of a budget token this cycle holds for the next one
-	tagPending bool          // state[statehash.LiveTag] is not written yet (see setTag)
+	budget   *budgetInfo   // the shared budget the key's requests draw from (nil: none)
+	bucket   string        // its bucket for this key
+	deferred time.Duration // the budget refused a request: the longest wait it asked for
+	// lowerDeferred: the budget made a lower lane (reconcile, backfill) wait this long.
+	lowerDeferred time.Duration
+	tagPending    bool // state[statehash.LiveTag] is not written yet (see setTag)
 
 	backfilling *watukuytype.BackfillProgress // the backfill lane's progress while it runs
 	force       int64                         // while a forced backfill runs: its generation
@@ -82,9 +82,6 @@ func newCycle(e *Engine, p *watukuytype.Poller, b BeginResult, sentAt, replyAt t
 	e.mu.Lock()
 	if c.budget = e.budgetOf(p); c.budget != nil {
 		c.bucket = budget.Bucket(c.budget.Name, c.key.Partition)
-		if us, err := strconv.ParseInt(c.state.get(statehash.BudgetSlot), 10, 64); err == nil {
-			c.held = time.UnixMicro(us)
-		}
 	}
 	e.mu.Unlock()
 	c.rep.DeleteCandidates = c.state.int(statehash.DeleteCandidates) // until a listing counts them anew
@@ -287,7 +284,7 @@ func (c *cycle) run(ctx context.Context, outboxLen int64) {
 	}
 	// A cycle whose first request the budget refused read nothing: deferred, not truncated.
 	c.rep.Truncated = failure == nil && !live.complete && !c.paused() && !c.budgetDeferredAll()
-	c.rep.Deferred = c.deferred
+	c.rep.Deferred = max(c.deferred, c.lowerDeferred)
 	if c.paused() {
 		c.log.Info().Msg("key paused by an operator: cycle stopped at its next step")
 	}
@@ -406,8 +403,8 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		// More backfill to do: come back as soon as the API's pace allows (at once: the
 		// Begin time, whatever clock the next claimer reads).
 		soon := c.serverAt
-		if res.Pace > 0 {
-			soon = now.Add(res.Pace)
+		if w := max(res.Pace, c.lowerDeferred); w > 0 {
+			soon = now.Add(w)
 		}
 		if soon.Before(next.NextDue) {
 			next.NextDue = soon
@@ -430,12 +427,6 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		del = append(del, statehash.Throttled)
 	case c.throttled:
 		st[statehash.Throttled] = strconv.FormatInt(next.ThrottledUntil.UnixMilli(), 10)
-	}
-	switch {
-	case !c.heldSlot.IsZero():
-		st[statehash.BudgetSlot] = strconv.FormatInt(c.heldSlot.UnixMicro(), 10)
-	case c.state.get(statehash.BudgetSlot) != "":
-		del = append(del, statehash.BudgetSlot) // used, or this cycle never got to use it
 	}
 	if c.rateLimit != nil {
 		rl, _ := json.Marshal(map[string]any{"limit": c.rateLimit.Limit, "remaining": c.rateLimit.Remaining,

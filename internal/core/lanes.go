@@ -313,6 +313,8 @@ func (c *cycle) listingDeletes(ctx context.Context, lane watukuytype.Lane, seen 
 		}
 	}
 	var w pageWrites
+	yctx, stopYield := mergeCancel(ctx, c.yield)
+	defer stopYield()
 	c.rep.DeleteCandidates = 0
 	if pending := c.state.int(statehash.DeleteCandidates); stored == c.items {
 		// Every stored identity was listed: skip reading them all.
@@ -362,11 +364,15 @@ func (c *cycle) listingDeletes(ctx context.Context, lane watukuytype.Lane, seen 
 			continue
 		}
 		if c.p.Detail != nil {
-			if d, err := c.takeToken(ctx, lane); err != nil {
-				return storeErr(err)
-			} else if d > 0 {
-				// The budget has no token for now: the rest waits for the next listing.
+			// A yield (a stopping worker, Tick's deadline), a pause or a budget with no token
+			// for now: what is decided is committed, the rest waits for the next listing.
+			if c.halted() {
 				return c.commitAndDeliver(ctx, &w)
+			}
+			if d, err := c.takeToken(yctx, lane); c.yielding(ctx) || err == nil && d > 0 {
+				return c.commitAndDeliver(ctx, &w)
+			} else if err != nil {
+				return storeErr(err)
 			}
 			item, ok, f := c.detail(ctx, id)
 			switch {

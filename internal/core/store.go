@@ -110,24 +110,25 @@ type Store interface {
 // BudgetTake asks a bucket for one request's token.
 type BudgetTake struct {
 	Bucket   string
-	Interval time.Duration // the time one token takes to come back
+	Key      watukuytype.Key // the key asking (its held token, when Hold is set)
+	Interval time.Duration   // the time one token takes to come back
 	Burst    int
 	Reserve  int           // tokens the request must leave for the lanes above its own
-	MaxWait  time.Duration // the longest wait a taken token may be held for (0: only at once)
-	// Held is the slot of a token the key holds from an earlier cycle (zero: none): the bucket
-	// gives it back (unless a pause is in force or it is stale) instead of a new one.
-	Held time.Time
+	SitOut   time.Duration // the longest wait the caller sits out now
+	// Hold, when set, lets a token whose wait is longer than SitOut (up to Hold) be held for
+	// the key in the bucket: the key yields and its next ask gets that token back.
+	Hold time.Duration
 }
 
-// BudgetGrant is a bucket's answer: Taken, the request goes after Wait (its slot is held);
-// not taken, the bucket could serve it after Wait (PausedUntil, when not zero, is the pause
-// that refused it).
+// BudgetGrant is a bucket's answer: Taken, the request goes after Wait (a Wait beyond SitOut:
+// the token is held for the key); not taken, the bucket could serve it after Wait
+// (PausedUntil, when not zero, is the pause that refused it).
 type BudgetGrant struct {
 	Taken       bool
 	Wait        time.Duration
 	PausedUntil time.Time
 	At          time.Time // the bucket's clock when it answered
-	Held        bool      // the token is the one the key held (BudgetTake.Held)
+	Held        bool      // the token is one the key held (given now, or kept on)
 }
 
 // Bucket is a bucket's stored state; the zero value is a full bucket with no pause.

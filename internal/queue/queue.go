@@ -35,8 +35,9 @@ type Claimer interface {
 	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]watukuytype.Key, error)
 	// LeaseLive reports whether some instance holds the key's lease right now.
 	LeaseLive(ctx context.Context, key watukuytype.Key) (bool, error)
-	// SetDue writes a claimed key's due time (a claim handed back), unless it is due now.
-	SetDue(ctx context.Context, key watukuytype.Key, at time.Time) error
+	// HandBack makes a claimed key due again after d by the server's clock, unless it is due
+	// now.
+	HandBack(ctx context.Context, key watukuytype.Key, d time.Duration) error
 	WakeChannel() string
 }
 
@@ -253,7 +254,7 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 			// The claim is handed back shortly; held on, it would keep them out for the whole
 			// claim timeout. A cycle still running writes its own due time when it ends.
 			for _, k := range chunk {
-				if err := s.Store.SetDue(ctx, k, time.Now().Add(RequeueAfter)); err != nil {
+				if err := s.Store.HandBack(ctx, k, RequeueAfter); err != nil {
 					errs = append(errs, fmt.Errorf("hand back the claim of %s: %w", k.Describe(), err))
 				}
 			}

@@ -11,9 +11,11 @@ import (
 	"github.com/watukuy/watukuy/internal/core"
 )
 
-// bucketKey is a shared budget's bucket. Each bucket has a hash tag of its own, so the
-// buckets of a Redis Cluster spread over its nodes.
+// bucketKey is a shared budget's bucket, and heldKey the slots its keys hold. Each bucket has
+// a hash tag of its own, so the buckets of a Redis Cluster spread over its nodes.
 func (s *Store) bucketKey(name string) string { return s.prefix + ":{budget|" + name + "}:bucket" }
+
+func (s *Store) heldKey(name string) string { return s.prefix + ":{budget|" + name + "}:held-slots" }
 
 // TakeToken implements core.Store.
 func (s *Store) TakeToken(ctx context.Context, t core.BudgetTake) (core.BudgetGrant, error) {

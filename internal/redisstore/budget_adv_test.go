@@ -23,7 +23,7 @@ func TestBudgetTakeKeepsAFractionalInterval(t *testing.T) {
 		bg := watukuytype.Budget{Name: "shop", Rate: 3000, Per: time.Second, Burst: 1}
 		var slots []time.Time
 		for range 3000 {
-			g, err := s.TakeToken(ctx, core.BudgetTake{Bucket: "shop", Interval: budget.Interval(bg), Burst: 1, MaxWait: time.Hour})
+			g, err := s.TakeToken(ctx, core.BudgetTake{Bucket: "shop", Interval: budget.Interval(bg), Burst: 1, SitOut: time.Hour})
 			if err != nil || !g.Taken {
 				t.Fatalf("take: %+v, %v", g, err)
 			}

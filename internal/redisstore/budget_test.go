@@ -7,6 +7,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // budget_take.lua is GCRA: a burst at once, then one token per interval; a taker may hold a
@@ -18,7 +19,7 @@ func TestBudgetTake(t *testing.T) {
 		ctx := context.Background()
 		take := func(reserve int, maxWait time.Duration) core.BudgetGrant {
 			t.Helper()
-			g, err := s.TakeToken(ctx, core.BudgetTake{Bucket: "shop", Interval: 100 * time.Millisecond, Burst: 3, Reserve: reserve, MaxWait: maxWait})
+			g, err := s.TakeToken(ctx, core.BudgetTake{Bucket: "shop", Interval: 100 * time.Millisecond, Burst: 3, Reserve: reserve, SitOut: maxWait})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,7 +76,7 @@ func TestBudgetPause(t *testing.T) {
 		if u2, err := s.PauseBudget(ctx, "shop", time.Second); err != nil || !u2.Equal(until) {
 			t.Fatalf("a shorter pause: %v, %v; want the longer one kept (%v)", u2, err, until)
 		}
-		g, err := s.TakeToken(ctx, core.BudgetTake{Bucket: "shop", Interval: time.Millisecond, Burst: 10, MaxWait: time.Minute})
+		g, err := s.TakeToken(ctx, core.BudgetTake{Bucket: "shop", Interval: time.Millisecond, Burst: 10, SitOut: time.Minute})
 		if err != nil || g.Taken || !g.PausedUntil.Equal(until) || g.Wait != 5*time.Second {
 			t.Fatalf("a take in the pause: %+v, %v", g, err)
 		}
@@ -98,7 +99,7 @@ func TestBudgetOnTheServerClock(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := context.Background()
-		take := core.BudgetTake{Bucket: "api", Interval: 100 * time.Millisecond, Burst: 1, MaxWait: time.Second}
+		take := core.BudgetTake{Bucket: "api", Interval: 100 * time.Millisecond, Burst: 1, SitOut: time.Second}
 		var last time.Duration
 		for i := range 4 {
 			g, err := s.TakeToken(ctx, take)
@@ -138,4 +139,62 @@ func BenchmarkBudgetTake(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "takes/s")
+}
+
+// A live request whose wait is too long to sit out holds its token in the bucket under its
+// key: asking again before its slot keeps it, at its slot hands it over once (single use),
+// a pause moves it to the pause's end, and a change of the interval drops the held slots.
+func TestBudgetHeldSlots(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		s, clk := newStore(t, b)
+		ctx := context.Background()
+		ask := func(part string, sitOut time.Duration, interval time.Duration) core.BudgetGrant {
+			t.Helper()
+			g, err := s.TakeToken(ctx, core.BudgetTake{Bucket: "shop", Key: watukuytype.Key{Poller: "o", Partition: part},
+				Interval: interval, Burst: 1, SitOut: sitOut, Hold: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		ms := time.Millisecond
+		if g := ask("a", 0, 100*ms); !g.Taken || g.Wait != 0 || g.Held {
+			t.Fatalf("a, the bucket's one token: %+v", g)
+		}
+		if g := ask("b", 0, 100*ms); !g.Taken || g.Wait != 100*ms || g.Held {
+			t.Fatalf("b, held for 100ms: %+v", g)
+		}
+		if g := ask("b", 0, 100*ms); !g.Taken || g.Wait != 100*ms || !g.Held {
+			t.Fatalf("b again before its slot: %+v; want its held token kept", g)
+		}
+		if g := ask("c", 0, 100*ms); !g.Taken || g.Wait != 200*ms || g.Held {
+			t.Fatalf("c, behind b's held slot: %+v", g)
+		}
+		clk.Advance(100 * ms)
+		if g := ask("b", time.Second, 100*ms); !g.Taken || g.Wait != 0 || !g.Held {
+			t.Fatalf("b at its slot: %+v; want its held token", g)
+		}
+		if g := ask("b", 0, 100*ms); g.Held || g.Wait != 200*ms {
+			t.Fatalf("b once more: %+v; a held token is handed over once, then b queues anew", g)
+		}
+		// c holds a slot 100ms ahead; a pause of 5s moves it to the pause's end.
+		until, err := s.PauseBudget(ctx, "shop", 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := ask("c", time.Second, 100*ms); g.Taken || g.PausedUntil != until {
+			t.Fatalf("c in the pause: %+v", g)
+		}
+		clk.Advance(5 * time.Second)
+		if g := ask("c", time.Second, 100*ms); !g.Taken || !g.Held || g.Wait != 0 {
+			t.Fatalf("c after the pause: %+v; want the token it held", g)
+		}
+		// A reload to another interval drops the held slots (b's) and rescales the queue.
+		if n := b.Client.ZCard(ctx, s.heldKey("shop")).Val(); n != 1 {
+			t.Fatalf("%d held slots, want b's", n)
+		}
+		if g := ask("b", 0, 200*ms); g.Held {
+			t.Fatalf("b after the interval changed: %+v; want its held slot dropped", g)
+		}
+	})
 }

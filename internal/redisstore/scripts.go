@@ -321,12 +321,12 @@ type budgetTakeArgs struct {
 func (budgetTakeArgs) name() string { return "budget_take" }
 
 func (a budgetTakeArgs) encode(s *Store) ([]string, []any) {
-	held := ""
-	if !a.Held.IsZero() {
-		held = strconv.FormatInt(a.Held.UnixMicro(), 10)
+	member := ""
+	if a.Hold > 0 {
+		member = a.Key.String()
 	}
-	return []string{s.bucketKey(a.Bucket)}, []any{a.Now, strconv.FormatFloat(float64(a.Interval)/1e3, 'f', 3, 64),
-		a.Burst, a.Reserve, a.MaxWait.Microseconds(), held}
+	return []string{s.bucketKey(a.Bucket), s.heldKey(a.Bucket)}, []any{a.Now, strconv.FormatFloat(float64(a.Interval)/1e3, 'f', 3, 64),
+		a.Burst, a.Reserve, a.SitOut.Microseconds(), a.Hold.Microseconds(), member}
 }
 
 func (a budgetTakeArgs) decode(v any) (core.BudgetGrant, error) {

@@ -45,7 +45,7 @@ func samples(l core.Lease) []encoder {
 		ackArgs{Key: k, fence: f, StreamIDs: []string{"1-1"}},
 		beginArgs{Key: k, Owner: "a", TTL: time.Second, Now: sampleNow, Token: "tok"},
 		budgetPauseArgs{Now: sampleNow, Bucket: "shop", Pause: time.Second},
-		budgetTakeArgs{Now: sampleNow, BudgetTake: core.BudgetTake{Bucket: "shop", Interval: time.Second, Burst: 2}},
+		budgetTakeArgs{Now: sampleNow, BudgetTake: core.BudgetTake{Bucket: "shop", Key: k, Interval: time.Second, Burst: 2, Hold: time.Minute}},
 		claimDueArgs{Now: sampleNow, Limit: 10, Pollers: []string{"orders", "invoices", "refunds"}},
 		cleanOutboxArgs{Key: k, Holder: outboxHolder},
 		commitPollArgs{Key: k, writeFence: wf, TTL: time.Second},
@@ -165,7 +165,7 @@ func TestHeadersMatchTheWrappers(t *testing.T) {
 		"state": "state hash", "lease": "lease hash", "outbox": "outbox stream", "holds": "holds hash",
 		"held": "held hash", "items": "items hash", "parked": "parked hash", "log": "replay log stream",
 		"gone": "tombstones sorted set", "invalid": "invalid observations hash", "touched": "set of identities",
-		"registry": "registry hash", "bucket": "the bucket", "pollers": "pollers hash", "due": "due set",
+		"registry": "registry hash", "bucket": "the bucket (a hash", "held-slots": "held set", "pollers": "pollers hash", "due": "due set",
 	}
 	s := offlineStore(t)
 	l := core.Lease{Key: watukuytype.Key{Poller: "orders", Partition: "t1"}, Epoch: 42, Token: "the-token"}

@@ -407,6 +407,12 @@ func (s *Store) SetDue(ctx context.Context, key watukuytype.Key, at time.Time) e
 	return s.setDue(ctx, key, strconv.FormatInt(ms(at), 10))
 }
 
+// HandBack makes a claimed key due again after d by the server's clock, unless it is due now
+// (a scheduler's claim that could not be enqueued).
+func (s *Store) HandBack(ctx context.Context, key watukuytype.Key, d time.Duration) error {
+	return s.setDue(ctx, key, "+"+strconv.FormatInt(d.Milliseconds(), 10))
+}
+
 // setDue writes (or removes) key's due entry unless it is due now (set_due.lua).
 func (s *Store) setDue(ctx context.Context, key watukuytype.Key, due string) error {
 	if _, err := run(ctx, s, nil, setDueArgs{Now: s.nowArg(), Key: key, Due: due}); err != nil {

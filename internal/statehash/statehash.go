@@ -35,8 +35,4 @@ const (
 	// LastLife is the highest identity generation ever given (commit_poll.lua writes it,
 	// delete_key.lua starts the next incarnation above it); no Go code reads it.
 	LastLife = "lastLife"
-	// BudgetSlot is the slot (µs, the budget's clock) of a token of the key's shared budget
-	// that the key holds: its budget made it wait longer than a cycle sits out, so it yielded
-	// holding its place in the budget's queue; the next cycle's first request uses it.
-	BudgetSlot = "budgetSlot"
 )
