@@ -243,7 +243,12 @@ type scenario struct {
 	rng     *rand.Rand
 	rec     *Recorder
 	clock   *fakeclock.Clock
-	prefix  string
+	// inFlight keeps the run's clock still from a request's last lease check until the fake
+	// API records it: the engines tick concurrently, and one engine's wait jumping the clock
+	// there would be a pause past the lease's margin between the check and the wire, which no
+	// lease can guard (the stop-the-world faults pause before that check, on purpose).
+	inFlight sync.RWMutex
+	prefix   string
 	keys    []*runKey
 	engines []*engineSlot
 	gen     int
@@ -256,6 +261,24 @@ type scenario struct {
 	paused map[watukuytype.Key]int // keys the operator paused → the step that resumes them
 	slow   map[string]slowCalls    // instance/key of a late Begin → its next handler calls take time
 	rdb    redis.UniversalClient
+}
+
+// advance moves the run's clock while no request is between its last lease check and the
+// fake API (inFlight).
+func (s *scenario) advance(d time.Duration) {
+	s.inFlight.Lock()
+	defer s.inFlight.Unlock()
+	s.clock.Advance(d)
+}
+
+// sending runs a request from its last lease check to its answer with the clock held still.
+func (s *scenario) sending(ctx context.Context, send func() error) error {
+	s.inFlight.RLock()
+	defer s.inFlight.RUnlock()
+	if err := watukuytype.CheckLease(ctx); err != nil {
+		return err
+	}
+	return send()
 }
 
 // freeze is a pending stop-the-world: the next call of instance at a point blocks.
@@ -349,9 +372,14 @@ func (s *scenario) pollers(instance string) []watukuytype.Poller {
 		var ps []watukuytype.Poller
 		for _, p := range s.o.Pollers {
 			fetch := p.Fetch
-			p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
-				s.rec.Fetched(Fetch{Instance: instance, Key: req.Key, At: s.clock.Now()})
-				page, err := fetch(ctx, req)
+			p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (page watukuytype.Page, err error) {
+				if serr := s.sending(ctx, func() error {
+					s.rec.Fetched(Fetch{Instance: instance, Key: req.Key, At: s.clock.Now()})
+					page, err = fetch(ctx, req)
+					return nil
+				}); serr != nil {
+					return page, serr
+				}
 				s.maybeFreeze(instance, req.Key, "fetch")
 				return page, err
 			}
@@ -379,7 +407,8 @@ func (s *scenario) builtinPollers(instance string) []watukuytype.Poller {
 		return func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 			// Frozen after the cycle's checks, before the request leaves.
 			s.maybeFreeze(instance, req.Key, "request")
-			p, err := fs[req.Key].Fetch(ctx, req)
+			var p watukuytype.Page
+			err := s.sending(ctx, func() (err error) { p, err = fs[req.Key].Fetch(ctx, req); return err })
 			// Frozen with the answer in hand: what it commits next comes from a stale lease.
 			s.maybeFreeze(instance, req.Key, "fetch")
 			return p, err
@@ -411,7 +440,10 @@ func (s *scenario) builtinPollers(instance string) []watukuytype.Poller {
 		details[k.key] = d
 	}
 	detail := func(ctx context.Context, key watukuytype.Key, identity string) (json.RawMessage, bool, error) {
-		return details[key].Fetch(ctx, key, identity)
+		var item json.RawMessage
+		var found bool
+		err := s.sending(ctx, func() (err error) { item, found, err = details[key].Fetch(ctx, key, identity); return err })
+		return item, found, err
 	}
 	common := func(p watukuytype.Poller) watukuytype.Poller {
 		if p.Fingerprint == nil {
@@ -467,7 +499,7 @@ func (s *scenario) handler(instance string, inner watukuytype.Handler) watukuyty
 		}
 		s.mu.Unlock()
 		if slow.d > 0 {
-			defer s.clock.Advance(slow.d)
+			defer s.advance(slow.d)
 		}
 		s.maybeFreeze(instance, watukuytype.Key{Poller: ev.Poller, Partition: ev.Partition}, "handler")
 		s.mu.Lock()
@@ -539,7 +571,7 @@ func (s *scenario) spawn(i int) error {
 	s.grantHooks(fs, st)
 	// Waits between pages and for a budget's token pass on the run's clock, which the budget's
 	// bucket and the requests' record read too.
-	wait := func(ctx context.Context, d time.Duration) error { s.clock.Advance(d); return ctx.Err() }
+	wait := func(ctx context.Context, d time.Duration) error { s.advance(d); return ctx.Err() }
 	eng, err := core.NewEngine(core.Options{Store: fs, InstanceID: instance, TickConcurrency: 4, ClaimTimeout: 10 * time.Second, Clock: s.clock.Now,
 		Budgets: []watukuytype.Budget{apiBudget()}, Wait: wait,
 		Rand: func() float64 { return 0.5 }, Hooks: watukuytype.Hooks{OnCycle: func(r watukuytype.CycleReport, _ time.Duration) {
@@ -599,7 +631,7 @@ func (s *scenario) stopTheWorld(ctx context.Context, i int) {
 		s.res.Frozen[at]++
 		s.mu.Unlock()
 		if at != "lost-grant" {
-			s.clock.Advance(6 * time.Second) // past the 5s lease
+			s.advance(6 * time.Second) // past the 5s lease
 		}
 		if at == "request" {
 			for _, k := range s.keys {
@@ -672,7 +704,7 @@ func (s *scenario) grantHooks(fs *FaultyStore, st *redisstore.Store) {
 		}
 		s.mu.Unlock()
 		if late {
-			s.clock.Advance(b.Lease.TTL * 9 / 10)
+			s.advance(b.Lease.TTL * 9 / 10)
 		}
 	}
 }

@@ -14,9 +14,14 @@ func TestRunHasNoViolations(t *testing.T) {
 	// Some faults are rare enough in 300 steps that one run may miss them: they must happen
 	// in the three runs together.
 	pagingDeletes, ops, budgetWaits, budgetRefusals := 0, map[string]int{}, 0, 0
+	frozen, resends, late := map[string]int{}, 0, 0
 	defer func() {
 		if t.Failed() {
 			return
+		}
+		// The faults of the adversarial review, each of which a reverted fix fails on.
+		if frozen["lost-grant"] == 0 || frozen["request"] == 0 || resends == 0 || late == 0 {
+			t.Fatalf("the runs did not inject every fault: pauses %v, re-sent scripts %d, late Begin replies %d", frozen, resends, late)
 		}
 		if budgetWaits == 0 || budgetRefusals == 0 {
 			t.Fatalf("the shared budget never made a request wait (%d) or a key yield (%d)", budgetWaits, budgetRefusals)
@@ -60,14 +65,14 @@ func TestRunHasNoViolations(t *testing.T) {
 		if len(res.Kills) < 4 || total < 10 || res.Deliveries < 100 || res.Faults == 0 || res.Pauses == 0 {
 			t.Fatalf("the run did not exercise enough: kills %v, deliveries %d, faults %d", res.Kills, res.Deliveries, res.Faults)
 		}
-		// The faults of the adversarial review, each of which a reverted fix fails on.
 		pagingDeletes += res.PagingDeletes
 		budgetWaits += res.BudgetWaits
 		budgetRefusals += res.BudgetRefusals
-		if res.Frozen["lost-grant"] == 0 || res.Frozen["request"] == 0 || res.Resends == 0 || res.Late == 0 {
-			t.Fatalf("the run did not inject every fault: pauses %v, re-sent scripts %d, late Begin replies %d",
-				res.Frozen, res.Resends, res.Late)
+		for at, n := range res.Frozen {
+			frozen[at] += n
 		}
+		resends += res.Resends
+		late += res.Late
 	})
 }
 
