@@ -239,20 +239,20 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 // scenario is one run's world.
 type scenario struct {
-	o       Options
-	rng     *rand.Rand
-	rec     *Recorder
-	clock   *fakeclock.Clock
+	o     Options
+	rng   *rand.Rand
+	rec   *Recorder
+	clock *fakeclock.Clock
 	// inFlight keeps the run's clock still from a request's last lease check until the fake
 	// API records it: the engines tick concurrently, and one engine's wait jumping the clock
 	// there would be a pause past the lease's margin between the check and the wire, which no
 	// lease can guard (the stop-the-world faults pause before that check, on purpose).
 	inFlight sync.RWMutex
 	prefix   string
-	keys    []*runKey
-	engines []*engineSlot
-	gen     int
-	res     Result
+	keys     []*runKey
+	engines  []*engineSlot
+	gen      int
+	res      Result
 
 	mu          sync.Mutex
 	handlerFail bool // poison and random failures are on until quiesce
