@@ -291,6 +291,10 @@ type Claimer interface {
 	// by claimTimeout (0: the key's lease TTL plus 2s), so no other claim takes them before
 	// their cycle holds the lease.
 	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]Key, error)
+	// DueIn returns how long until the earliest key of pollers (every registered poller's
+	// when none) is due by the server's clock, 0 when one is due now, and false when they
+	// have no keys: a scheduler whose claim took every due key sleeps until then.
+	DueIn(ctx context.Context, pollers []string) (time.Duration, bool, error)
 	// LeaseLive reports whether some instance holds key's lease now.
 	LeaseLive(ctx context.Context, key Key) (bool, error)
 	// HandBack makes a claimed key due again after d by the server's clock, unless it is due

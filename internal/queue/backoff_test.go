@@ -216,3 +216,41 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond) // a goroutine's progress against Redis: no signal to wait on
 	}
 }
+
+// dueInClaimer answers DueIn with a fixed reply.
+type dueInClaimer struct {
+	Claimer
+	d   time.Duration
+	ok  bool
+	err error
+}
+
+func (c dueInClaimer) DueIn(context.Context, []string) (time.Duration, bool, error) {
+	return c.d, c.ok, c.err
+}
+
+// An idle scheduler sleeps until the earliest key is due when that comes before its idle
+// period ends, never less than minWait, and keeps the idle period when nothing is due or the
+// read fails.
+func TestUntilDueShortensTheIdleWait(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		c     dueInClaimer
+		names func() []string
+		want  time.Duration
+	}{
+		{"due sooner", dueInClaimer{d: 300 * time.Millisecond, ok: true}, nil, 300 * time.Millisecond},
+		{"due later", dueInClaimer{d: time.Minute, ok: true}, nil, time.Second},
+		{"due now", dueInClaimer{d: 0, ok: true}, nil, minWait},
+		{"no keys", dueInClaimer{}, nil, time.Second},
+		{"read failed", dueInClaimer{d: time.Millisecond, ok: true, err: errors.New("down")}, nil, time.Second},
+		{"no pollers to claim for", dueInClaimer{d: time.Millisecond, ok: true}, func() []string { return nil }, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Scheduler{Store: tc.c, PollerNames: tc.names}
+			if got := s.untilDue(context.Background(), time.Second); got != tc.want {
+				t.Errorf("wait %s, want %s", got, tc.want)
+			}
+		})
+	}
+}

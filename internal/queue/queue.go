@@ -33,6 +33,9 @@ func TaskID(prefix string, key watukuytype.Key) string { return prefix + ":cycle
 // Claimer is the part of the store the scheduler needs.
 type Claimer interface {
 	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]watukuytype.Key, error)
+	// DueIn returns how long until the earliest key of pollers is due by the server's clock
+	// (0: now), and false when they have no keys.
+	DueIn(ctx context.Context, pollers []string) (time.Duration, bool, error)
 	// LeaseLive reports whether some instance holds the key's lease right now.
 	LeaseLive(ctx context.Context, key watukuytype.Key) (bool, error)
 	// HandBack makes a claimed key due again after d by the server's clock, unless it is due
@@ -75,7 +78,9 @@ type Scheduler struct {
 	// holds it on; default (0) the key's lease TTL plus core.ClaimGrace, so a key whose cycle
 	// died is claimed again as soon as its lease lapses.
 	ClaimTimeout time.Duration
-	// Idle is the longest sleep when nothing is due; default 1s. A wake-up message cuts it short.
+	// Idle is the longest sleep when nothing is due; default 1s. The scheduler sleeps only
+	// until the earliest key is due when that comes sooner, and a wake-up message cuts the
+	// sleep short.
 	Idle time.Duration
 	// TaskTimeout bounds one cycle in the worker; default 30m.
 	TaskTimeout time.Duration
@@ -131,6 +136,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		if n == s.Batch && err == nil {
 			continue // more may be due right away
 		}
+		if err == nil {
+			wait = s.untilDue(ctx, wait)
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -140,6 +148,34 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		t.Stop()
 	}
 	return nil
+}
+
+// untilDue shortens an idle wait to the time until the earliest key is due, so keys are
+// claimed when due rather than up to Idle later (a key due every minute would otherwise run
+// up to a second late, and often). A failed read keeps the wait.
+func (s *Scheduler) untilDue(ctx context.Context, wait time.Duration) time.Duration {
+	pollers := s.pollers()
+	if s.PollerNames != nil && len(pollers) == 0 {
+		return wait
+	}
+	d, ok, err := s.Store.DueIn(ctx, pollers)
+	if err != nil || !ok {
+		return wait
+	}
+	// A floor keeps a key that is due but not claimable (a clock step between the claim and
+	// this read) from spinning the loop.
+	return min(wait, max(d, minWait))
+}
+
+// minWait is the shortest sleep between claims that came back short.
+const minWait = 2 * time.Millisecond
+
+// pollers is the list of pollers to claim for: PollerNames' when set, else Pollers.
+func (s *Scheduler) pollers() []string {
+	if s.PollerNames != nil {
+		return s.PollerNames()
+	}
+	return s.Pollers
 }
 
 func (s *Scheduler) defaults() {
@@ -195,11 +231,9 @@ func (s *Scheduler) repairLoop(ctx context.Context) {
 // claimed.
 func (s *Scheduler) Once(ctx context.Context) (int, error) {
 	s.defaults()
-	pollers := s.Pollers
-	if s.PollerNames != nil {
-		if pollers = s.PollerNames(); len(pollers) == 0 {
-			return 0, nil // never every key: that is what an empty Pollers means
-		}
+	pollers := s.pollers()
+	if s.PollerNames != nil && len(pollers) == 0 {
+		return 0, nil // never every key: that is what an empty Pollers means
 	}
 	keys, err := s.Store.ClaimDue(ctx, s.Batch, s.ClaimTimeout, pollers)
 	if err != nil {

@@ -172,17 +172,50 @@ func (s *Store) ClaimDue(ctx context.Context, limit int, claimTimeout time.Durat
 // round trip): the key and when it is due, or the zero key when they are empty. A claimed key
 // is due when its claim lapses.
 func (s *Store) NextDue(ctx context.Context, pollers []string) (watukuytype.Key, time.Time, error) {
+	key, at, _, err := s.earliestDue(ctx, pollers, false)
+	return key, at, err
+}
+
+// DueIn returns how long until the earliest entry of the named pollers' due sets (every
+// registered poller's when none) is due by the server's clock, 0 when one is due now, and
+// false when the sets are empty: a scheduler whose claim came back short sleeps that long
+// rather than its whole idle period (one round trip; two without poller names).
+func (s *Store) DueIn(ctx context.Context, pollers []string) (time.Duration, bool, error) {
+	if len(pollers) == 0 {
+		var err error
+		if pollers, err = s.rdb.HKeys(ctx, s.pollersKey()).Result(); err != nil {
+			return 0, false, fmt.Errorf("redisstore: read the poller names in %s: %w", s.pollersKey(), err)
+		}
+	}
+	key, at, now, err := s.earliestDue(ctx, pollers, true)
+	if err != nil || key == (watukuytype.Key{}) {
+		return 0, false, err
+	}
+	return max(0, at.Sub(now)), true, nil
+}
+
+// earliestDue reads the first entry of each due set, and the server's time (the store's
+// clock when it has one) when withNow, in one pipelined round trip.
+func (s *Store) earliestDue(ctx context.Context, pollers []string, withNow bool) (key watukuytype.Key, at, now time.Time, err error) {
 	cmds := make([]*redis.ZSliceCmd, len(pollers))
+	var tc *redis.TimeCmd
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if withNow && s.clock == nil {
+			tc = p.Time(ctx)
+		}
 		for i, name := range pollers {
 			cmds[i] = p.ZRangeWithScores(ctx, s.dueKey(name), 0, 0)
 		}
 		return nil
 	}); err != nil {
-		return watukuytype.Key{}, time.Time{}, fmt.Errorf("redisstore: read the due sets: %w", err)
+		return key, at, now, fmt.Errorf("redisstore: read the due sets: %w", err)
 	}
-	var key watukuytype.Key
-	var at time.Time
+	switch {
+	case tc != nil:
+		now = tc.Val()
+	case withNow:
+		now = s.clock()
+	}
 	for _, c := range cmds {
 		for _, z := range c.Val() {
 			k, err := watukuytype.ParseKey(fmt.Sprint(z.Member))
@@ -191,7 +224,7 @@ func (s *Store) NextDue(ctx context.Context, pollers []string) (watukuytype.Key,
 			}
 		}
 	}
-	return key, at, nil
+	return key, at, now, nil
 }
 
 // HoldClaim implements core.Store.

@@ -233,6 +233,76 @@ func TestClaimDueMergesPollers(t *testing.T) {
 	})
 }
 
+// Without a fixed claim timeout a claim holds a key for the lease TTL its poller's entry
+// records plus the grace, read from the entry without decoding it: a partition whose name
+// spells the field does not fool it, and an entry without the field gets the default.
+func TestClaimFollowsTheRecordedLeaseTTL(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, clk := newStore(t, b)
+		now := clk.Now()
+		if err := s.Register(ctx, map[string][]byte{
+			"a":   []byte(`{"poller":"a","partitions":["x\",\"leaseTTLMs\":1,\"","1"],"leaseTTL":"7s","leaseTTLMs":7000}`),
+			"old": []byte(`{"poller":"old","leaseTTL":"30s"}`),
+		}, nil); err != nil {
+			t.Fatal(err)
+		}
+		zadd(t, b, s.DueKey("a"), map[string]time.Time{"a|1": now})
+		zadd(t, b, s.DueKey("old"), map[string]time.Time{"old|1": now})
+		if got, err := s.ClaimDue(ctx, 10, 0, nil); err != nil || len(got) != 2 {
+			t.Fatalf("claim: %v, %v", got, err)
+		}
+		for key, want := range map[string]time.Duration{"a": 7*time.Second + core.ClaimGrace, "old": core.DefaultLeaseTTL + core.ClaimGrace} {
+			if score := b.Client.ZScore(ctx, s.DueKey(key), key+"|1").Val(); score != float64(now.Add(want).UnixMilli()) {
+				t.Errorf("%s claimed until %v, want now + %s", key, time.UnixMilli(int64(score)).Sub(now), want)
+			}
+		}
+	})
+}
+
+// DueIn says how long until the earliest key of the named pollers (every poller's when none)
+// is due, by the store's clock: 0 once one is overdue, false when the sets are empty.
+func TestDueIn(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, clk := newStore(t, b)
+		now := clk.Now()
+		if err := s.Register(ctx, map[string][]byte{"a": []byte(`{}`), "b": []byte(`{}`)}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := s.DueIn(ctx, nil); err != nil || ok {
+			t.Fatalf("empty due sets: ok %v, %v; want false", ok, err)
+		}
+		zadd(t, b, s.DueKey("a"), map[string]time.Time{"a|1": now.Add(30 * time.Second)})
+		zadd(t, b, s.DueKey("b"), map[string]time.Time{"b|1": now.Add(700 * time.Millisecond), "b|2": now.Add(time.Hour)})
+		for _, tc := range []struct {
+			pollers []string
+			want    time.Duration
+		}{{nil, 700 * time.Millisecond}, {[]string{"a"}, 30 * time.Second}, {[]string{"a", "b"}, 700 * time.Millisecond}} {
+			if d, ok, err := s.DueIn(ctx, tc.pollers); err != nil || !ok || d != tc.want {
+				t.Errorf("DueIn(%v) = %s, %v, %v; want %s", tc.pollers, d, ok, err, tc.want)
+			}
+		}
+		clk.Advance(time.Second)
+		if d, ok, err := s.DueIn(ctx, nil); err != nil || !ok || d != 0 {
+			t.Errorf("an overdue key: %s, %v, %v; want 0", d, ok, err)
+		}
+		// Without a clock override the server's clock counts.
+		real, err := New(b.Client, Options{Prefix: "srv"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srvNow, err := b.Client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		zadd(t, b, real.DueKey("a"), map[string]time.Time{"a|1": srvNow.Add(time.Hour)})
+		if d, ok, err := real.DueIn(ctx, []string{"a"}); err != nil || !ok || d > time.Hour || d < 59*time.Minute {
+			t.Errorf("by the server's clock: %s, %v, %v; want about 1h", d, ok, err)
+		}
+	})
+}
+
 // The due writes that follow a Begin (SetDue, Unschedule, End's) keep an entry that something
 // made due since the claim pushed it forward; End keeps a key due now when a trigger landed
 // during its cycle, even if a skipped claim pushed its entry again meanwhile.
