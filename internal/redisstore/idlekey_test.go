@@ -85,7 +85,9 @@ func idleKeys(tb testing.TB, b redistest.Backend, n int) idleFootprint {
 		parts[i] = fmt.Sprintf("t%07d", i)
 	}
 	if err := eng.Register(watukuytype.Poller{Name: "idle", Partitions: parts,
-		Fetch:   func(_ context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) { return watukuytype.Page{Next: req.Cursor}, nil },
+		Fetch: func(_ context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+			return watukuytype.Page{Next: req.Cursor}, nil
+		},
 		Handler: func(context.Context, watukuytype.Event) error { return nil }}); err != nil {
 		tb.Fatal(err)
 	}
