@@ -2,6 +2,9 @@ package watukuytype
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -58,7 +61,9 @@ type LastError struct {
 	At      string    `json:"at"`
 }
 
-// PollSummary is the JSON of KeyInfo.LastPoll: what a key's last cycle did.
+// PollSummary is the JSON of KeyInfo.LastPoll: what a key's last cycle did. The state hash
+// keeps it in its compact form (Compact, ParsePollSummary), which stays under Redis's
+// listpack value limit so that an idle key's state stays a small listpack.
 type PollSummary struct {
 	At         string `json:"at"`
 	Outcome    string `json:"outcome"` // "ok" or the failure's code
@@ -193,4 +198,85 @@ func (ki KeyInfo) MarshalJSON() ([]byte, error) {
 		LogRetention int64 `json:"logRetentionMs,omitempty"`
 	}{plain(ki), ki.Interval.Milliseconds(), ki.LogRetention.Milliseconds()}
 	return json.Marshal(out)
+}
+
+// pollSummaryV1 starts the compact form of a PollSummary (a JSON summary starts with '{').
+const pollSummaryV1 = "1;"
+
+// pollSummaryFlags are the letters of the compact form's flags, in PollSummary's order.
+const pollSummaryFlags = "tnrb"
+
+// Compact is p's compact form, as the state hash keeps it:
+// "1;atMs;durationMs;pages;items;events;delivered;parked;invalid;deleteCandidates;flags;outcome",
+// flags being the letters t (truncated), n (not modified), r (reconciled), b (backfill
+// pending) of those set; the outcome comes last, so it may hold any character. At is kept to
+// the millisecond.
+func (p PollSummary) Compact() string {
+	at := ""
+	if t, err := time.Parse(time.RFC3339Nano, p.At); err == nil {
+		at = strconv.FormatInt(t.UnixMilli(), 10)
+	}
+	var flags []byte
+	for i, on := range []bool{p.Truncated, p.NotModified, p.Reconciled, p.BackfillPending} {
+		if on {
+			flags = append(flags, pollSummaryFlags[i])
+		}
+	}
+	return fmt.Sprintf("%s%s;%d;%d;%d;%d;%d;%d;%d;%d;%s;%s", pollSummaryV1, at, p.DurationMs, p.Pages, p.Items, p.Events,
+		p.Delivered, p.Parked, p.Invalid, p.DeleteCandidates, flags, p.Outcome)
+}
+
+// ParsePollSummary reads a state hash's lastPoll: the compact form, or the JSON that
+// releases before it wrote.
+func ParsePollSummary(v string) (PollSummary, error) {
+	var p PollSummary
+	if strings.HasPrefix(v, "{") {
+		if err := json.Unmarshal([]byte(v), &p); err != nil {
+			return p, fmt.Errorf("watukuy: lastPoll %q: %w", v, err)
+		}
+		return p, nil
+	}
+	rest, ok := strings.CutPrefix(v, pollSummaryV1)
+	f := strings.SplitN(rest, ";", 11)
+	if !ok || len(f) != 11 {
+		return p, fmt.Errorf("watukuy: lastPoll %q is neither JSON nor the compact form", v)
+	}
+	if f[0] != "" {
+		ms, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return p, fmt.Errorf("watukuy: lastPoll %q: at: %w", v, err)
+		}
+		p.At = time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
+	}
+	if p.DurationMs, ok = parseInt64(f[1]); !ok {
+		return p, fmt.Errorf("watukuy: lastPoll %q: durationMs %q is not a number", v, f[1])
+	}
+	for i, dst := range []*int{&p.Pages, &p.Items, &p.Events, &p.Delivered, &p.Parked, &p.Invalid, &p.DeleteCandidates} {
+		n, ok := parseInt64(f[2+i])
+		if !ok {
+			return p, fmt.Errorf("watukuy: lastPoll %q: field %d (%q) is not a number", v, 3+i, f[2+i])
+		}
+		*dst = int(n)
+	}
+	for _, c := range f[9] {
+		switch c {
+		case 't':
+			p.Truncated = true
+		case 'n':
+			p.NotModified = true
+		case 'r':
+			p.Reconciled = true
+		case 'b':
+			p.BackfillPending = true
+		default:
+			return p, fmt.Errorf("watukuy: lastPoll %q: unknown flag %q", v, c)
+		}
+	}
+	p.Outcome = f[10]
+	return p, nil
+}
+
+func parseInt64(s string) (int64, bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
 }

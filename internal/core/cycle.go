@@ -465,11 +465,12 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	if c.progressed || failure == nil && !invalidOnly && !stillInvalid && !noEvidence && !c.paused() {
 		st[statehash.FreshAt] = strconv.FormatInt(now.UnixMilli(), 10)
 	}
-	summary, _ := json.Marshal(watukuytype.PollSummary{At: now.UTC().Format(time.RFC3339Nano), Outcome: outcome,
+	summary := watukuytype.PollSummary{At: now.UTC().Format(time.RFC3339Nano), Outcome: outcome,
 		DurationMs: c.e.now().Sub(c.localAt).Milliseconds(), Pages: c.rep.Pages, Items: c.rep.Items,
 		Events: c.rep.Events, Delivered: c.rep.Delivered, Parked: c.rep.Parked, Invalid: c.rep.Invalid, DeleteCandidates: c.rep.DeleteCandidates,
-		Truncated: c.rep.Truncated, NotModified: c.rep.NotModified, Reconciled: reconciled, BackfillPending: backfillPending})
-	st[statehash.LastPoll] = string(summary)
+		Truncated: c.rep.Truncated, NotModified: c.rep.NotModified, Reconciled: reconciled, BackfillPending: backfillPending}
+	// Compact, not JSON: it keeps an idle key's state hash a small listpack (issue 14).
+	st[statehash.LastPoll] = summary.Compact()
 	if c.tagPending {
 		st[statehash.LiveTag] = c.state.get(statehash.LiveTag)
 	}

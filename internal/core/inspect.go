@@ -32,7 +32,7 @@ func (e *Engine) inspect(ctx context.Context, t target) (watukuytype.KeyInfo, er
 		OutboxPending: s.OutboxLen, Parked: s.Parked, ParkedInvalid: s.ParkedInvalid, ParkedPoison: s.Parked - s.ParkedInvalid,
 		Held: s.Held, Items: s.Items, SchemaVersion: t.info.SchemaVersion, Shadow: t.info.Shadow, LogRetention: t.info.logRetention(), CursorFormats: t.info.CursorFormats}
 	if v := st.get(statehash.LastPoll); v != "" {
-		ki.LastPoll = json.RawMessage(v)
+		ki.LastPoll = lastPollJSON(v)
 	}
 	if v := st.get(statehash.LastError); v != "" {
 		ki.LastError = json.RawMessage(v)
@@ -119,4 +119,17 @@ func (e *Engine) InspectAll(ctx context.Context, poller string) ([]watukuytype.K
 		out = append(out, ki)
 	}
 	return out, nil
+}
+
+// lastPollJSON is a state hash's lastPoll (compact, or the JSON of older releases) as the
+// JSON KeyInfo.LastPoll carries; a value neither reads as becomes a JSON string, shown as is.
+func lastPollJSON(v string) json.RawMessage {
+	p, err := watukuytype.ParsePollSummary(v)
+	if err == nil {
+		if b, err := json.Marshal(p); err == nil {
+			return b
+		}
+	}
+	b, _ := json.Marshal(v)
+	return b
 }

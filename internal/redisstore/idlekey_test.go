@@ -18,7 +18,7 @@ import (
 
 // idleKeyBudget is the most Redis memory (used_memory delta, bytes) one idle key may cost:
 // what this layout achieves, so that a change that makes idle keys heavier fails here.
-const idleKeyBudget = 1800
+const idleKeyBudget = 1150
 
 // idleFootprint is what idleKeys measured.
 type idleFootprint struct {

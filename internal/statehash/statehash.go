@@ -11,7 +11,7 @@ const (
 	Interval   = "interval"    // ms of the adaptive interval
 	Failures   = "failures"    // consecutive failed cycles
 	Circuit    = "circuit"     // the circuit breaker's state (watukuytype.CircuitState)
-	LastPoll   = "lastPoll"    // JSON of watukuytype.PollSummary
+	LastPoll   = "lastPoll"    // watukuytype.PollSummary.Compact (JSON before layout 4)
 	LastError  = "lastError"   // JSON of watukuytype.LastError, until a cycle succeeds
 	Paused     = "paused"      // "1" while paused
 	Schema     = "schemaVersion"

@@ -1,0 +1,46 @@
+package watukuytype
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The compact lastPoll keeps every field of the summary (at to the millisecond), stays under
+// Redis's 64-byte listpack value limit for an idle key, and the JSON of older releases still
+// reads.
+func TestPollSummaryCompactRoundTrip(t *testing.T) {
+	at := time.Date(2026, 12, 2, 0, 39, 19, 155_303_093, time.UTC)
+	for _, p := range []PollSummary{
+		{At: at.Format(time.RFC3339Nano), Outcome: "ok", Pages: 1},
+		{At: at.Format(time.RFC3339Nano), Outcome: "INVALID_ITEMS", DurationMs: 1234, Pages: 7, Items: 100000, Events: 99, Delivered: 98,
+			Parked: 3, Invalid: 2, DeleteCandidates: 5, Truncated: true, NotModified: true, Reconciled: true, BackfillPending: true},
+		{At: at.Format(time.RFC3339Nano), Outcome: "odd;outcome", NotModified: true, BackfillPending: true},
+	} {
+		c := p.Compact()
+		got, err := ParsePollSummary(c)
+		if err != nil {
+			t.Fatalf("%q: %v", c, err)
+		}
+		want := p
+		want.At = at.Truncate(time.Millisecond).Format(time.RFC3339Nano)
+		if got != want {
+			t.Errorf("%q read back as %+v, want %+v", c, got, want)
+		}
+		if p.Outcome == "ok" && len(c) >= 64 {
+			t.Errorf("an idle key's compact summary %q is %d bytes, not under the 64 of a listpack value", c, len(c))
+		}
+	}
+	old := PollSummary{At: at.Format(time.RFC3339Nano), Outcome: "ok", Pages: 2, Items: 3, Events: 1, Delivered: 1, NotModified: true}
+	raw, _ := json.Marshal(old)
+	got, err := ParsePollSummary(string(raw))
+	if err != nil || got != old {
+		t.Errorf("the JSON form %s read as %+v, %v", raw, got, err)
+	}
+	for _, bad := range []string{"", "2;1;2", "1;x;0;0;0;0;0;0;0;0;;ok", "1;1;0;0;0;0;0;0;0;0;z;ok", "{nope"} {
+		if _, err := ParsePollSummary(bad); err == nil || !strings.Contains(err.Error(), "lastPoll") {
+			t.Errorf("%q: err %v, want one naming lastPoll", bad, err)
+		}
+	}
+}
