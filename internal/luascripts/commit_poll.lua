@@ -20,7 +20,9 @@
 --   identities (SADD to KEYS[9])
 -- Returns {expiresAt, paused 0|1, firstId, duplicate 0|1}: the events get the outbox stream ids
 -- firstId, then the same milliseconds with the sequence counted up one by one (ms-s, ms-s+1,
--- ...), so the caller knows every id from the first. A write id applied before (the client
+-- ...), so the caller knows every id from the first. The outbox stream (and its group) is
+-- made for the first event when missing (a drained outbox is deleted), its ids above the
+-- state's outboxLast. A write id applied before (the client
 -- re-sent it after a read timeout) writes nothing again and returns the first reply's firstId
 -- with duplicate 1.
 -- Fence check first, before any write: LEASE_LOST when the epoch or token is not ours; then
@@ -79,9 +81,12 @@ from, to = section(1)
 if to >= from then chunked('ZREM', KEYS[7], ARGV, from, to, 1000) end
 local first, ms, seq = '', nil, nil
 from, to, n = section(3)
+-- The outbox exists only while it holds entries: made here, with its group, for the first one.
+local open = '*'
+if n > 0 then open = outbox_open(KEYS[4], KEYS[1]) end
 for k = 0, n - 1 do
   local j = from + k * 3
-  local id = '*'
+  local id = open
   if ms then id = ms .. '-' .. (seq + k) end
   id = redis.call('XADD', KEYS[4], id, 'id', ARGV[j], 'ok', ARGV[j + 1], 'ev', ARGV[j + 2])
   if k == 0 then

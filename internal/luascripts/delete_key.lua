@@ -17,10 +17,15 @@ if err then return err end
 if dup then return DUPLICATE end
 local lives = redis.call('HMGET', KEYS[2], 'lastLife', 'incarnation')
 local above = math.max(tonumber(lives[1] or '0'), tonumber(lives[2] or '0')) + 1
+-- The outbox's last id outlives the key, as the epoch does: an outbox of the partition added
+-- again starts above it.
+local last = outbox_last(KEYS[4])
+if not last or last == '0-0' then last = redis.call('HGET', KEYS[2], 'outboxLast') end
 for k = 2, 11 do redis.call('UNLINK', KEYS[k]) end -- big hashes are freed in the background
 -- The incarnation starts the lives of the identities of a partition added again: their ids
 -- never repeat the deleted one's (G2).
 redis.call('HSET', KEYS[2], 'deleted', '1', 'incarnation', string.format('%d', math.max(now, above)))
+if last then redis.call('HSET', KEYS[2], 'outboxLast', last) end
 redis.call('HDEL', KEYS[1], 'owner', 'expiresAt')
 redis.call('HSET', KEYS[1], 'write', ARGV[4])
 return 1

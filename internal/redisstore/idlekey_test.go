@@ -18,7 +18,7 @@ import (
 
 // idleKeyBudget is the most Redis memory (used_memory delta, bytes) one idle key may cost:
 // what this layout achieves, so that a change that makes idle keys heavier fails here.
-const idleKeyBudget = 1150
+const idleKeyBudget = 740
 
 // idleFootprint is what idleKeys measured.
 type idleFootprint struct {
@@ -27,12 +27,15 @@ type idleFootprint struct {
 	clients float64          // of which: used_memory_clients delta / keys
 	parts   map[string]int64 // MEMORY USAGE of one key's structures (0: absent)
 	shared  map[string]int64 // MEMORY USAGE of the registry and due set, whole
+	all     float64          // MEMORY USAGE summed over every key / keys
+	dbKeys  int64            // keys in the database
 	fields  map[string]string
 }
 
 func (f idleFootprint) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d idle keys: %.0f B/key used_memory delta (client buffers %.0f B/key)\n", f.keys, f.perKey, f.clients)
+	fmt.Fprintf(&b, "%d idle keys: %.0f B/key used_memory delta (client buffers %.0f B/key); MEMORY USAGE of all %d Redis keys %.0f B/key\n",
+		f.keys, f.perKey, f.clients, f.dbKeys, f.all)
 	for _, p := range []string{"state", "lease", "outbox"} {
 		fmt.Fprintf(&b, "  %-8s %5d B per key (MEMORY USAGE)\n", p, f.parts[p])
 	}
@@ -133,6 +136,16 @@ func idleKeys(tb testing.TB, b redistest.Backend, n int) idleFootprint {
 		}
 		f.shared[p] = m
 	}
+	var total int64
+	for it := b.Client.Scan(ctx, 0, "*", 1000).Iterator(); it.Next(ctx); {
+		m, err := b.Client.MemoryUsage(ctx, it.Val(), 0).Result()
+		if err != nil {
+			tb.Fatalf("MEMORY USAGE %s: %v", it.Val(), err)
+		}
+		total += m
+		f.dbKeys++
+	}
+	f.all = float64(total) / float64(n)
 	if f.fields, err = b.Client.HGetAll(ctx, s.Key(key, "state")).Result(); err != nil {
 		tb.Fatal(err)
 	}

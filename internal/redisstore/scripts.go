@@ -676,7 +676,7 @@ func (a parkArgs) encode(s *Store) ([]string, []any) {
 	for _, h := range a.Held {
 		argv = append(argv, h.StreamID, h.JSON)
 	}
-	return s.keysOf(a.Key, "lease", "outbox", "parked", "holds", "held"), argv
+	return s.keysOf(a.Key, "lease", "outbox", "parked", "holds", "held", "state"), argv
 }
 
 // decode reads the number of entries moved out of the outbox.
@@ -740,7 +740,7 @@ func (a releaseParkedArgs) encode(s *Store) ([]string, []any) {
 	for _, id := range a.IDs {
 		argv = append(argv, id)
 	}
-	return s.keysOf(a.Key, "lease", "outbox", "parked", "holds", "held", "invalid"), argv
+	return s.keysOf(a.Key, "lease", "outbox", "parked", "holds", "held", "invalid", "state"), argv
 }
 
 func (a releaseParkedArgs) decode(v any) (releaseParkedReply, error) {

@@ -32,6 +32,10 @@ const (
 	Deleted          = "deleted"          // "1": the partition was deleted
 	// Incarnation is where a partition deleted and added again starts its identities' lives.
 	Incarnation = "incarnation"
+	// OutboxLast is the last id the key's outbox stream gave, kept when a drained outbox is
+	// deleted (and through partitions delete), so that the stream made again for the next
+	// event starts above it even if the server clock moved back; no Go code reads it.
+	OutboxLast = "outboxLast"
 	// LastLife is the highest identity generation ever given (commit_poll.lua writes it,
 	// delete_key.lua starts the next incarnation above it); no Go code reads it.
 	LastLife = "lastLife"
