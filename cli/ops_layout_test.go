@@ -15,10 +15,10 @@ func TestMigrate(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
 	out := w.ok("migrate")
-	if !strings.Contains(out, "none (empty database) → 3") || w.b.Client.Get(ctx, "wk:{global}:layout").Val() != "3" {
+	if !strings.Contains(out, "none (empty database) → 4") || w.b.Client.Get(ctx, "wk:{global}:layout").Val() != "4" {
 		t.Fatalf("migrate of an empty database: %s", out)
 	}
-	if out := w.ok("migrate"); !strings.Contains(out, "already at layout 3") {
+	if out := w.ok("migrate"); !strings.Contains(out, "already at layout 4") {
 		t.Fatalf("second migrate: %s", out)
 	}
 
@@ -32,7 +32,7 @@ func TestMigrate(t *testing.T) {
 	if m.From != 1 || m.To != 3 || len(m.Steps) != 2 {
 		t.Fatalf("migrate 1→3: %+v", m)
 	}
-	if old.hget("wk:{global}:pollers", "p") != v1 || old.hget("wk:{global}:registry", "p|") != `{"source":"config"}` || old.b.Client.Get(ctx, "wk:{global}:layout").Val() != "3" {
+	if old.hget("wk:{global}:pollers", "p") != v1 || old.hget("wk:{global}:registry", "p|") != `{"source":"config"}` || old.b.Client.Get(ctx, "wk:{global}:layout").Val() != "4" {
 		t.Fatalf("after migrate: pollers %q registry %q", old.hget("wk:{global}:pollers", "p"), old.hget("wk:{global}:registry", "p|"))
 	}
 	if m := jsonOf[watukuy.Migration](t, old.ok("migrate", "--json")); m.From != 3 || m.To != 3 || len(m.Steps) != 0 {

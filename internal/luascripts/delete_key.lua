@@ -19,8 +19,7 @@ local lives = redis.call('HMGET', KEYS[2], 'lastLife', 'incarnation')
 local above = math.max(tonumber(lives[1] or '0'), tonumber(lives[2] or '0')) + 1
 -- The outbox's last id outlives the key, as the epoch does: an outbox of the partition added
 -- again starts above it.
-local last = outbox_last(KEYS[4])
-if not last or last == '0-0' then last = redis.call('HGET', KEYS[2], 'outboxLast') end
+local last = later_id(redis.call('HGET', KEYS[2], 'outboxLast'), outbox_last(KEYS[4]))
 for k = 2, 11 do redis.call('UNLINK', KEYS[k]) end -- big hashes are freed in the background
 -- The incarnation starts the lives of the identities of a partition added again: their ids
 -- never repeat the deleted one's (G2).

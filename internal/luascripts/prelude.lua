@@ -61,39 +61,62 @@ local function indexed(index_key, identity)
   return string.match(v, '^[^\n]*')
 end
 
+-- stream_id parses a stream id into its milliseconds and sequence; nil for anything else
+-- (miniredis reports an empty stream's last id as '', Redis as '0-0').
+local function stream_id(s)
+  local ms, seq = string.match(s or '', '^(%d+)%-(%d+)$')
+  if not ms or s == '0-0' then return nil end
+  return tonumber(ms), tonumber(seq)
+end
+
+-- later_id: the higher of two stream ids, either of which may be missing or no id; nil when
+-- neither is one.
+local function later_id(a, b)
+  local am, as = stream_id(a)
+  local bm, bs = stream_id(b)
+  if not am then
+    if bm then return b end
+    return nil
+  end
+  if bm and (bm > am or (bm == am and bs > as)) then return b end
+  return a
+end
+
 -- The outbox stream exists only while it holds entries: an empty stream with its group costs
 -- ~700 B of Redis per key (issue 14). outbox_open makes it (with the group 'dispatch') before
--- an XADD and returns the id for that XADD: '*', unless the key's outbox was deleted and the
--- server clock is not past the last id it ever gave (state field outboxLast: the clock moved
--- back, e.g. after a failover), then the id right after that one, so ids never go backwards.
+-- an XADD and returns the id for that XADD: '*' for a key that never had an outbox, else an
+-- explicit id above the last one it ever gave (state field outboxLast), so ids never go
+-- backwards when the clock does (a failover). Never '*' on a made-again stream: from Redis 7.2
+-- XADD * takes the time the script started, which can be at or before outboxLast while TIME
+-- is past it.
 local function outbox_open(outbox_key, state_key)
   if redis.call('EXISTS', outbox_key) == 1 then return '*' end
   redis.call('XGROUP', 'CREATE', outbox_key, 'dispatch', '0', 'MKSTREAM')
-  local last = redis.call('HGET', state_key, 'outboxLast')
-  local lms, lseq = string.match(last or '', '^(%d+)-(%d+)$')
+  local lms, lseq = stream_id(redis.call('HGET', state_key, 'outboxLast'))
   if not lms then return '*' end
   local t = redis.call('TIME')
-  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(lms) then return '*' end
-  return lms .. '-' .. string.format('%d', tonumber(lseq) + 1)
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if now > lms then return string.format('%d-0', now) end
+  return string.format('%d-%d', lms, lseq + 1)
 end
 
--- outbox_last: the last id the outbox stream gave ('0-0' for none), or nil without a stream.
+-- outbox_last: the last id the outbox stream gave, or nil without a stream or an id.
 local function outbox_last(outbox_key)
   if redis.call('EXISTS', outbox_key) == 0 then return nil end
   local info = redis.call('XINFO', 'STREAM', outbox_key)
   for i = 1, #info, 2 do
-    if info[i] == 'last-generated-id' then return info[i + 1] end
+    if info[i] == 'last-generated-id' and stream_id(info[i + 1]) then return info[i + 1] end
   end
   return nil
 end
 
 -- outbox_drop_if_empty deletes a drained outbox stream (no entry left; an id the group still
--- lists as pending names a deleted entry, nothing to deliver), keeping its last id in the
--- state (outboxLast) for outbox_open.
+-- lists as pending names a deleted entry, nothing to deliver), keeping the higher of its last
+-- id and the state's outboxLast there for outbox_open: never a lower one.
 local function outbox_drop_if_empty(outbox_key, state_key)
-  if redis.call('XLEN', outbox_key) ~= 0 then return end
-  local last = outbox_last(outbox_key)
-  if not last then return end
-  if last ~= '0-0' then redis.call('HSET', state_key, 'outboxLast', last) end
+  if redis.call('XLEN', outbox_key) ~= 0 or redis.call('EXISTS', outbox_key) == 0 then return end
+  local kept = redis.call('HGET', state_key, 'outboxLast')
+  local last = later_id(kept, outbox_last(outbox_key))
+  if last and last ~= kept then redis.call('HSET', state_key, 'outboxLast', last) end
   redis.call('DEL', outbox_key)
 end

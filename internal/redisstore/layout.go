@@ -20,7 +20,12 @@ import (
 //	3  one due set per poller, prefix:{global}:due:<poller>, in place of the global
 //	   prefix:{global}:due (a claim reads only the pollers it runs); the outbox groups keep
 //	   their pending entries under one consumer, holder, instead of one per process lifetime
-const CurrentLayout = 3
+//	4  a key's outbox stream exists only while it holds entries (its last id kept in the
+//	   state's outboxLast), and lastPoll is a compact string, not JSON: nothing is rewritten
+//	   (this build reads layout-3 keys, and drops an empty outbox at the key's next cycle),
+//	   but a layout-3 worker would make an outbox with ids below outboxLast, and its inspect
+//	   cannot read lastPoll, so it refuses layout 4
+const CurrentLayout = 4
 
 // outboxHolder is the one consumer of every outbox group from layout 3 on.
 const outboxHolder = "holder"
@@ -101,6 +106,9 @@ func (s *Store) Migrate(ctx context.Context) (watukuytype.Migration, error) {
 		}
 		m.Steps = append(m.Steps, fmt.Sprintf("2→3: moved %d due entries from %s into one due set per poller; handed %d pending outbox entries to consumer %q and deleted %d other consumers",
 			moved, s.legacyDueKey(), claimed, outboxHolder, deleted))
+	}
+	if !l.Empty && l.Version < 4 {
+		m.Steps = append(m.Steps, "3→4: nothing rewritten: each key's empty outbox is dropped at its next cycle, lastPoll is written compact at it")
 	}
 	if err := s.rdb.Set(ctx, s.layoutKey(), CurrentLayout, 0).Err(); err != nil {
 		return m, err
