@@ -29,13 +29,13 @@ func TestMigrate(t *testing.T) {
 	}
 	old.fails(ExitFailed, "run `watukuy migrate` first", "inspect")
 	m := jsonOf[watukuy.Migration](t, old.ok("migrate", "--json"))
-	if m.From != 1 || m.To != 3 || len(m.Steps) != 2 {
-		t.Fatalf("migrate 1→3: %+v", m)
+	if m.From != 1 || m.To != 4 || len(m.Steps) != 3 {
+		t.Fatalf("migrate 1→4: %+v", m)
 	}
 	if old.hget("wk:{global}:pollers", "p") != v1 || old.hget("wk:{global}:registry", "p|") != `{"source":"config"}` || old.b.Client.Get(ctx, "wk:{global}:layout").Val() != "4" {
 		t.Fatalf("after migrate: pollers %q registry %q", old.hget("wk:{global}:pollers", "p"), old.hget("wk:{global}:registry", "p|"))
 	}
-	if m := jsonOf[watukuy.Migration](t, old.ok("migrate", "--json")); m.From != 3 || m.To != 3 || len(m.Steps) != 0 {
+	if m := jsonOf[watukuy.Migration](t, old.ok("migrate", "--json")); m.From != 4 || m.To != 4 || len(m.Steps) != 0 {
 		t.Fatalf("second migrate: %+v", m)
 	}
 	rowWhere(t, parseTable(t, old.ok("inspect"), "POLLER"), "POLLER", "p", "PARTITION", "-")
