@@ -352,7 +352,7 @@ func Lateness(ctx context.Context, o Options) (Result, error) {
 	addCPU(r.Details, cpu0, cpu1)
 	r.Notes = fmt.Sprintf("%d keys due every %v, due times spread evenly, 1 scheduler + 3 worker processes (concurrency %d) for %v; "+
 		"lateness = cycle start - the state's nextDue; %d due times served in the window (about %d expected: a fixed schedule counts the next due time from the cycle's end), "+
-			"%d keys never served, %d due times served twice; details: each process's share of one core over the run",
+		"%d keys never served, %d due times served twice; details: each process's share of one core over the run",
 		n, o.Interval, o.Concurrency, o.LatenessFor, ls.samples, expected, ls.unserved, ls.doubles)
 	r.Duration = time.Since(t0)
 	return r, nil
