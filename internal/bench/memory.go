@@ -69,20 +69,24 @@ func IdleKeyBytes(ctx context.Context, o Options, n int) (Result, error) {
 	for k, v := range kinds {
 		r.Details["B/key:"+k] = v / float64(n)
 	}
-	r.Notes = fmt.Sprintf("INFO used_memory after - before / %d keys; registered in %.1fs, first cycles (64 at a time, the engine's own scripts) in %.1fs; "+
+	r.Notes = fmt.Sprintf("INFO used_memory (less mem_clients_normal and used_memory_scripts) after - before / %d keys; registered in %.1fs, first cycles (64 at a time, the engine's own scripts) in %.1fs; "+
 		"breakdown per watukuy key by Redis key kind from MEMORY USAGE SAMPLES 0%s", n, register.Seconds(), seed.Seconds(), sampled)
 	r.Duration = time.Since(t0)
 	return r, nil
 }
 
-// usedMemory is INFO memory's used_memory.
+// usedMemory is INFO memory's used_memory less the clients' buffers and the Lua script
+// cache: the bench's own 64 connections and the scripts it loaded are no cost of a key.
 func usedMemory(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
-	v := infoField(ctx, rdb, "memory", "used_memory")
-	m, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("INFO memory used_memory %q: %w", v, err)
+	var m [3]int64
+	for i, f := range []string{"used_memory", "mem_clients_normal", "used_memory_scripts"} {
+		v := infoField(ctx, rdb, "memory", f)
+		var err error
+		if m[i], err = strconv.ParseInt(v, 10, 64); err != nil {
+			return 0, fmt.Errorf("INFO memory %s %q: %w", f, v, err)
+		}
 	}
-	return m, nil
+	return m[0] - m[1] - m[2], nil
 }
 
 // breakdown sums MEMORY USAGE of the prefix's keys by kind. Past 50,000 keys it measures
