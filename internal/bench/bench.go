@@ -361,3 +361,13 @@ func infoField(ctx context.Context, rdb redis.UniversalClient, section, field st
 	}
 	return ""
 }
+
+// Metrics are the result's figures for testing.B.ReportMetric: the value under its unit, the
+// baseline under "baseline-" and the unit, and the details under their names (no spaces).
+func (r Result) Metrics() map[string]float64 {
+	m := map[string]float64{r.Unit: r.Value, "baseline-" + r.Unit: r.Baseline}
+	for k, v := range r.Details {
+		m[strings.ReplaceAll(k, " ", "_")] = v
+	}
+	return m
+}

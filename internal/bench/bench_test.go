@@ -112,3 +112,28 @@ func TestRunUnknown(t *testing.T) {
 		t.Fatal("an unknown measurement ran")
 	}
 }
+
+// BenchmarkMeasurements runs each measurement (a sub-benchmark per name, as `watukuy bench
+// --only NAME`) at small sizes: 2,000 keys, lateness over 10 s of keys due every 5 s. The
+// issue's sizes are `watukuy bench`'s defaults.
+func BenchmarkMeasurements(b *testing.B) {
+	redistest.Real(b)
+	for _, name := range Names() {
+		b.Run(name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				o := Options{Only: []string{name}, Keys: 20_000, SmallKeys: 2000, Items: 10_000, DueKeys: 2000, Interval: 5 * time.Second,
+					LatenessFor: 10 * time.Second, NoopKeys: 2000, Workers: []int{1, 2}, FailoverKeys: 2000, FailoverInterval: 5 * time.Second,
+					FailoverFor: 15 * time.Second, Concurrency: 32, Dir: b.TempDir(), Child: testChild, Log: zerolog.Nop()}
+				rep, err := Run(b.Context(), o)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, r := range rep.Results {
+					for unit, v := range r.Metrics() {
+						b.ReportMetric(v, r.Name+":"+unit)
+					}
+				}
+			}
+		})
+	}
+}
