@@ -107,6 +107,20 @@ func (e *env) store() (*redisstore.Store, error) {
 	return st, nil
 }
 
+// openStore is newEnv (a single server) and the store on it; the caller closes the env.
+func openStore(ctx context.Context, o Options, name string) (*env, *redisstore.Store, error) {
+	e, err := newEnv(ctx, o, name, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := e.store()
+	if err != nil {
+		e.close()
+		return nil, nil, err
+	}
+	return e, st, nil
+}
+
 // partitions names n partitions.
 func partitions(n int) []string {
 	parts := make([]string, n)

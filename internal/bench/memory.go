@@ -144,15 +144,11 @@ func ItemBytes(ctx context.Context, o Options) (Result, error) {
 	n := o.Items
 	r, t0 := start("item-bytes")
 	r.Unit, r.BaselineOf = "B/item", "MEMORY USAGE of the items hash / items, same run"
-	e, err := newEnv(ctx, o, "items", false)
+	e, st, err := openStore(ctx, o, "items")
 	if err != nil {
 		return r, err
 	}
 	defer e.close()
-	st, err := e.store()
-	if err != nil {
-		return r, err
-	}
 	items := make([]json.RawMessage, n)
 	for i := range items {
 		items[i] = json.RawMessage(fmt.Sprintf(`{"status":"paid","id":"ord-%06d","currency":"EUR","total":%d.95,"customer":{"name":"Zoë Müller","email":"zoe%d@example.com"},"updated_at":"2026-11-29T10:%02d:00Z","version":1}`, i, i, i, i%60))

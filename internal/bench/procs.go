@@ -298,6 +298,46 @@ func waitUntil(ctx context.Context, t time.Time) error {
 	}
 }
 
+// dueRun is a run of keys due every interval, their due times spread evenly from from on,
+// served by scheduler and worker processes that log each cycle's due time and start.
+type dueRun struct {
+	e    *env
+	g    *group
+	dir  string
+	from time.Time
+	seed time.Duration // registering the keys and running their first cycles
+}
+
+// startDueRun seeds n keys due every interval, starts the processes, then spreads the keys'
+// due times over one interval from a second later. The caller closes dr.e.
+func startDueRun(ctx context.Context, o Options, name string, n int, interval time.Duration, schedulers, workers int) (*dueRun, error) {
+	e, err := newEnv(ctx, o, name, false)
+	if err != nil {
+		return nil, err
+	}
+	dr := &dueRun{e: e}
+	if dr.dir, err = os.MkdirTemp(o.Dir, name+"-procs-"); err != nil {
+		e.close()
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	st, p, seed, err := seedKeys(ctx, e, n, interval)
+	if err == nil {
+		dr.seed = seed
+		dr.g, err = startGroup(ctx, o, e, dr.dir, schedulers, workers, interval, n, true)
+	}
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	dr.from = time.Now().Add(time.Second)
+	if err := spreadDue(ctx, e.rdb, st, p.Partitions, dr.from, interval); err != nil {
+		dr.g.stop()
+		e.close()
+		return nil, err
+	}
+	return dr, nil
+}
+
 // Lateness measures due-time lateness: o.DueKeys keys due every o.Interval, their due times
 // spread evenly, served by one scheduler and three worker processes for o.LatenessFor. A
 // cycle's lateness is its start minus the due time its key's state recorded (nextDue, read
@@ -306,28 +346,12 @@ func Lateness(ctx context.Context, o Options) (Result, error) {
 	n := o.DueKeys
 	r, t0 := start("lateness-p99")
 	r.Unit, r.BaselineOf, r.Goal = "s", "p50, same run", "p99 < 1 s"
-	e, err := newEnv(ctx, o, "lateness", false)
+	dr, err := startDueRun(ctx, o, "lateness", n, o.Interval, 1, 3)
 	if err != nil {
 		return r, err
 	}
-	defer e.close()
-	dir, err := os.MkdirTemp(o.Dir, "lateness-procs-")
-	if err != nil {
-		return r, fmt.Errorf("bench: %w", err)
-	}
-	st, p, seed, err := seedKeys(ctx, e, n, o.Interval)
-	if err != nil {
-		return r, err
-	}
-	g, err := startGroup(ctx, o, e, dir, 1, 3, o.Interval, n, true)
-	if err != nil {
-		return r, err
-	}
-	from := time.Now().Add(time.Second)
-	if err := spreadDue(ctx, e.rdb, st, p.Partitions, from, o.Interval); err != nil {
-		g.stop()
-		return r, err
-	}
+	defer dr.e.close()
+	e, g, dir, from := dr.e, dr.g, dr.dir, dr.from
 	cpu0 := cpuOf(ctx, e, g)
 	to := from.Add(o.LatenessFor)
 	err = waitUntil(ctx, to.Add(2*time.Second)) // the last due times' cycles end
@@ -348,7 +372,7 @@ func Lateness(ctx context.Context, o Options) (Result, error) {
 	r.Value, r.Baseline = ls.p99.Seconds(), ls.p50.Seconds()
 	r.meet(ls.p99 < time.Second && ls.unserved == 0)
 	r.Details = map[string]float64{"keys": float64(n), "p50": ls.p50.Seconds(), "p99": ls.p99.Seconds(), "max": ls.worst.Seconds(),
-		"cyclesServed": float64(ls.samples), "cyclesExpected": float64(expected), "doubles": float64(ls.doubles), "keysUnserved": float64(ls.unserved), "seedSeconds": seed.Seconds()}
+		"cyclesServed": float64(ls.samples), "cyclesExpected": float64(expected), "doubles": float64(ls.doubles), "keysUnserved": float64(ls.unserved), "seedSeconds": dr.seed.Seconds()}
 	addCPU(r.Details, cpu0, cpu1)
 	r.Notes = fmt.Sprintf("%d keys due every %v, due times spread evenly, 1 scheduler + 3 worker processes (concurrency %d) for %v; "+
 		"lateness = cycle start - the state's nextDue; %d due times served in the window (about %d expected: a fixed schedule counts the next due time from the cycle's end), "+

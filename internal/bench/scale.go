@@ -126,28 +126,12 @@ func TwoSchedulers(ctx context.Context, o Options) (Result, error) {
 	n := o.FailoverKeys
 	r, t0 := start("two-schedulers-kill")
 	r.Unit, r.BaselineOf, r.Goal = "s", "worst lateness before the kill, same run", "0 doubles, worst <= 2 s"
-	e, err := newEnv(ctx, o, "failover", false)
+	dr, err := startDueRun(ctx, o, "failover", n, o.FailoverInterval, 2, 2)
 	if err != nil {
 		return r, err
 	}
-	defer e.close()
-	dir, err := os.MkdirTemp(o.Dir, "failover-procs-")
-	if err != nil {
-		return r, fmt.Errorf("bench: %w", err)
-	}
-	st, p, _, err := seedKeys(ctx, e, n, o.FailoverInterval)
-	if err != nil {
-		return r, err
-	}
-	g, err := startGroup(ctx, o, e, dir, 2, 2, o.FailoverInterval, n, true)
-	if err != nil {
-		return r, err
-	}
-	from := time.Now().Add(time.Second)
-	if err := spreadDue(ctx, e.rdb, st, p.Partitions, from, o.FailoverInterval); err != nil {
-		g.stop()
-		return r, err
-	}
+	defer dr.e.close()
+	g, dir, from := dr.g, dr.dir, dr.from
 	killAt := from.Add(o.FailoverFor / 3)
 	to := from.Add(o.FailoverFor)
 	if err := waitUntil(ctx, killAt); err != nil {

@@ -24,15 +24,11 @@ func ClaimRate(ctx context.Context, o Options) (Result, error) {
 	n := o.DueKeys
 	r, t0 := start("claim-rate")
 	r.Unit, r.BaselineOf = "keys/s", "raw asynq enqueues/s, same run"
-	e, err := newEnv(ctx, o, "claim", false)
+	e, st, err := openStore(ctx, o, "claim")
 	if err != nil {
 		return r, err
 	}
 	defer e.close()
-	st, err := e.store()
-	if err != nil {
-		return r, err
-	}
 	eng, err := newEngine(st, "bench", noopPoller(n, 0), watukuytype.Hooks{})
 	if err != nil {
 		return r, err
