@@ -352,10 +352,10 @@ func Lateness(ctx context.Context, o Options) (Result, error) {
 	}
 	defer dr.e.close()
 	e, g, dir, from := dr.e, dr.g, dr.dir, dr.from
-	cpu0 := cpuOf(ctx, e, g)
+	cpu0, stats0 := cpuOf(ctx, e, g), commandStats(ctx, e.rdb)
 	to := from.Add(o.LatenessFor)
 	err = waitUntil(ctx, to.Add(2*time.Second)) // the last due times' cycles end
-	cpu1 := cpuOf(ctx, e, g)
+	cpu1, stats1 := cpuOf(ctx, e, g), commandStats(ctx, e.rdb)
 	g.stop()
 	if err != nil {
 		return r, err
@@ -374,9 +374,19 @@ func Lateness(ctx context.Context, o Options) (Result, error) {
 	r.Details = map[string]float64{"keys": float64(n), "p50": ls.p50.Seconds(), "p99": ls.p99.Seconds(), "max": ls.worst.Seconds(),
 		"cyclesServed": float64(ls.samples), "cyclesExpected": float64(expected), "doubles": float64(ls.doubles), "keysUnserved": float64(ls.unserved), "seedSeconds": dr.seed.Seconds()}
 	addCPU(r.Details, cpu0, cpu1)
+	first, last := lateness(cycles, from, from.Add(o.LatenessFor/5), 0), lateness(cycles, to.Add(-o.LatenessFor/5), to, 0)
+	r.Details["p50FirstFifth"], r.Details["p50LastFifth"] = first.p50.Seconds(), last.p50.Seconds()
+	r.Details["demandPerSecond"] = float64(n) / o.Interval.Seconds()
+	r.Details["servedPerSecond"] = float64(ls.samples) / o.LatenessFor.Seconds()
+	for cmd, us := range stats1 {
+		if share := (us - stats0[cmd]) / 1e6 / wallOf(cpu0, cpu1); share >= 0.01 {
+			r.Details["redisCoreShare:"+cmd] = share
+		}
+	}
 	r.Notes = fmt.Sprintf("%d keys due every %v, due times spread evenly, 1 scheduler + 3 worker processes (concurrency %d) for %v; "+
 		"lateness = cycle start - the state's nextDue; %d due times served in the window (about %d expected: a fixed schedule counts the next due time from the cycle's end), "+
-		"%d keys never served, %d due times served twice; details: each process's share of one core over the run",
+		"%d keys never served, %d due times served twice; details: each process's share of one core over the run, "+
+		"Redis' share of a core per command (INFO commandstats, those of 1%% or more), p50 of the first and last fifth of the window (a growing backlog), demand and served cycles/s",
 		n, o.Interval, o.Concurrency, o.LatenessFor, ls.samples, expected, ls.unserved, ls.doubles)
 	r.Duration = time.Since(t0)
 	return r, nil
@@ -390,6 +400,31 @@ func cpuOf(ctx context.Context, e *env, g *group) map[string]float64 {
 	}
 	m["wall"] = float64(time.Now().UnixNano()) / 1e9
 	return m
+}
+
+// wallOf is the seconds between two cpuOf readings.
+func wallOf(before, after map[string]float64) float64 { return after["wall"] - before["wall"] }
+
+// commandStats is the usec Redis spent per command (INFO commandstats; every master of a
+// cluster summed).
+func commandStats(ctx context.Context, rdb redis.UniversalClient) map[string]float64 {
+	out := map[string]float64{}
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return out
+	}
+	for _, l := range strings.Split(info, "\r\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(l, "cmdstat_"), ":")
+		if !ok || !strings.HasPrefix(l, "cmdstat_") {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				out[name], _ = strconv.ParseFloat(v, 64)
+			}
+		}
+	}
+	return out
 }
 
 // addCPU puts each process's share of one core over the interval into d ("cpu:worker1": 0.8).
