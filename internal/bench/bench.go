@@ -323,6 +323,11 @@ func WriteJSON(w io.Writer, rep *Report) error {
 	return enc.Encode(rep)
 }
 
+// benchTimeout bounds a read or write of the bench's clients: registering a million keys is
+// one pipeline of two million commands, whose write outlasted go-redis' default 3 s on a
+// loaded machine.
+const benchTimeout = time.Minute
+
 // connect opens a client from a redis://, unix:// or redis+cluster:// URL.
 func connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
 	var c redis.UniversalClient
@@ -332,6 +337,7 @@ func connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) 
 			return nil, fmt.Errorf("redis URL %s: %w", rawURL, err)
 		}
 		opt.PoolSize = 128
+		opt.ReadTimeout, opt.WriteTimeout = benchTimeout, benchTimeout
 		c = redis.NewClusterClient(opt)
 	} else {
 		opt, err := redis.ParseURL(rawURL)
@@ -339,6 +345,7 @@ func connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) 
 			return nil, fmt.Errorf("redis URL %s: %w", rawURL, err)
 		}
 		opt.PoolSize = 128 // the seeding runs many cycles at once
+		opt.ReadTimeout, opt.WriteTimeout = benchTimeout, benchTimeout
 		c = redis.NewClient(opt)
 	}
 	if err := c.Ping(ctx).Err(); err != nil {
