@@ -25,6 +25,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+
+	"github.com/watukuy/watukuy/internal/core"
 )
 
 // Result is one measured figure next to its baseline.
@@ -89,6 +91,9 @@ type Options struct {
 	FailoverKeys     int           `json:"failoverKeys"`
 	FailoverInterval time.Duration `json:"failoverIntervalNs"`
 	FailoverFor      time.Duration `json:"failoverForNs"`
+	// FailoverTail is how long the run goes on after FailoverFor, so a key whose claim the
+	// killed scheduler held (lease TTL + grace, 32 s by default) is seen served, late.
+	FailoverTail time.Duration `json:"failoverTailNs"`
 	// Concurrency is the asynq concurrency of each worker (and of raw asynq).
 	Concurrency int `json:"concurrency"`
 	// RedisURL, when set, is the server every measurement uses instead of starting its own
@@ -108,7 +113,7 @@ type Options struct {
 func Defaults() Options {
 	return Options{Keys: 1_000_000, SmallKeys: 10_000, Items: 100_000, DueKeys: 100_000, Interval: time.Minute,
 		LatenessFor: 2 * time.Minute, NoopKeys: 10_000, Workers: []int{1, 2, 4},
-		FailoverKeys: 10_000, FailoverInterval: 10 * time.Second, FailoverFor: 30 * time.Second, Concurrency: 32}
+		FailoverKeys: 10_000, FailoverInterval: 10 * time.Second, FailoverFor: 30 * time.Second, FailoverTail: core.DefaultLeaseTTL + core.ClaimGrace + 2*time.Second, Concurrency: 32}
 }
 
 func (o *Options) defaults() {
@@ -133,6 +138,7 @@ func (o *Options) defaults() {
 	set(&o.FailoverKeys, d.FailoverKeys)
 	setD(&o.FailoverInterval, d.FailoverInterval)
 	setD(&o.FailoverFor, d.FailoverFor)
+	setD(&o.FailoverTail, d.FailoverTail)
 	set(&o.Concurrency, d.Concurrency)
 	if len(o.Workers) == 0 {
 		o.Workers = d.Workers

@@ -44,7 +44,7 @@ func testChild(args ...string) *exec.Cmd {
 func Tiny(tb testing.TB) Options {
 	return Options{Keys: 300, SmallKeys: 200, Items: 500, DueKeys: 300, Interval: 2 * time.Second, LatenessFor: 2 * time.Second,
 		NoopKeys: 200, Workers: []int{1, 2}, FailoverKeys: 200, FailoverInterval: 2 * time.Second, FailoverFor: 3 * time.Second,
-		Concurrency: 8, Dir: tb.TempDir(), Child: testChild, Log: zerolog.Nop()}
+		FailoverTail: 2 * time.Second, Concurrency: 8, Dir: tb.TempDir(), Child: testChild, Log: zerolog.Nop()}
 }
 
 // TestRunTiny runs every measurement at a tiny size on its own redis-servers and checks the
@@ -123,7 +123,7 @@ func BenchmarkMeasurements(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				o := Options{Only: []string{name}, Keys: 20_000, SmallKeys: 2000, Items: 10_000, DueKeys: 2000, Interval: 5 * time.Second,
 					LatenessFor: 10 * time.Second, NoopKeys: 2000, Workers: []int{1, 2}, FailoverKeys: 2000, FailoverInterval: 5 * time.Second,
-					FailoverFor: 15 * time.Second, Concurrency: 32, Dir: b.TempDir(), Child: testChild, Log: zerolog.Nop()}
+					FailoverFor: 15 * time.Second, FailoverTail: 2 * time.Second, Concurrency: 32, Dir: b.TempDir(), Child: testChild, Log: zerolog.Nop()}
 				rep, err := Run(b.Context(), o)
 				if err != nil {
 					b.Fatal(err)
