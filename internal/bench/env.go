@@ -93,6 +93,7 @@ func (e *env) close() {
 				e.rdb.Unlink(ctx, it.Val())
 			}
 		}
+		e.rdb.SRem(ctx, "asynq:queues", e.queue, e.queue+"-raw") // asynq's list of queues
 	}
 	_ = e.rdb.Close()
 	e.stop()
