@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/watukuy/watukuy/internal/bench"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -358,63 +359,24 @@ func BenchmarkReleaseHeldHotKey(b *testing.B) {
 	b.ReportMetric(float64(longest.Microseconds())/n, "µs/held-event")
 }
 
-// BenchmarkIdleKeyBytes: Redis memory per idle key (issue 14's baseline): one poller with
-// WATUKUY_BENCH_KEYS partitions (default 10,000) on a private redis-server, each key's first
-// cycle run (an empty page), then used_memory against the empty database, divided by the
-// keys; and the MEMORY USAGE of one key's parts (state hash, outbox stream, lease).
+// BenchmarkIdleKeyBytes: Redis memory per idle key (issue 14), measured by internal/bench
+// (what `watukuy bench --only idle-bytes` runs): one poller of WATUKUY_BENCH_KEYS partitions
+// (default 10,000) on a private redis-server, each key's first cycle run (an empty page), then
+// used_memory against the empty database per key, and the MEMORY USAGE breakdown by Redis key
+// kind ("B/key:state", "B/key:outbox", ...). Goal: <= 400 bytes.
 func BenchmarkIdleKeyBytes(b *testing.B) {
 	n := 10_000
 	if v, err := strconv.Atoi(os.Getenv("WATUKUY_BENCH_KEYS")); err == nil && v > 0 {
 		n = v
 	}
+	redistest.Real(b) // skips, or fails with WATUKUY_REQUIRE_REAL_REDIS=1, without redis-server
 	for i := 0; i < b.N; i++ {
-		rb := redistest.Real(b)
-		ctx := b.Context()
-		used := func() int64 {
-			info, err := rb.Client.Info(ctx, "memory").Result()
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, l := range strings.Split(info, "\r\n") {
-				if v, ok := strings.CutPrefix(l, "used_memory:"); ok {
-					m, _ := strconv.ParseInt(v, 10, 64)
-					return m
-				}
-			}
-			b.Fatal("INFO memory has no used_memory")
-			return 0
-		}
-		base := used()
-		eng, err := New(Options{Redis: rb.Client, InstanceID: "bench", TickConcurrency: 16})
+		r, err := bench.IdleKeyBytes(b.Context(), bench.Options{Dir: b.TempDir()}, n)
 		if err != nil {
 			b.Fatal(err)
 		}
-		parts := make([]string, n)
-		for j := range parts {
-			parts[j] = fmt.Sprintf("t%07d", j)
+		for unit, v := range r.Metrics() {
+			b.ReportMetric(v, unit)
 		}
-		if err := eng.Register(Poller{Name: "idle", Partitions: parts,
-			Fetch:   func(ctx context.Context, req FetchRequest) (Page, error) { return Page{Next: req.Cursor}, nil },
-			Handler: func(context.Context, Event) error { return nil }}); err != nil {
-			b.Fatal(err)
-		}
-		for ran := 0; ran < n; {
-			rep, err := eng.Tick(ctx, time.Minute)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if rep.Ran == 0 {
-				b.Fatalf("a tick ran nothing after %d of %d keys", ran, n)
-			}
-			ran += rep.Ran
-		}
-		perKey := float64(used()-base) / float64(n)
-		key := watukuytype.Key{Poller: "idle", Partition: parts[0]}
-		for _, part := range []string{"state", "outbox", "lease"} {
-			m, _ := rb.Client.MemoryUsage(ctx, eng.store.Key(key, part), 0).Result()
-			b.ReportMetric(float64(m), part+"-bytes")
-		}
-		b.ReportMetric(perKey, "bytes/idle-key")
-		b.ReportMetric(float64(n), "keys")
 	}
 }

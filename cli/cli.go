@@ -213,7 +213,7 @@ func Root() *cobra.Command {
 		Short: "Turn third-party HTTP APIs without webhooks into reliable change streams",
 	}
 	root.SetFlagErrorFunc(flagError) // subcommands inherit it: bad flags are usage errors
-	root.AddCommand(devCmd(), runCmd(), tickCmd(), chaosCmd(), workerCmd("worker"), schedulerCmd("scheduler"))
+	root.AddCommand(devCmd(), runCmd(), tickCmd(), chaosCmd(), benchCmd(), workerCmd("worker"), schedulerCmd("scheduler"))
 	root.AddCommand(opsCmds()...)
 	root.AddCommand(versionCmd())
 	return withHelp(withVersion(root))

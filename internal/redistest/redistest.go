@@ -10,7 +10,6 @@ package redistest
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +22,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/watukuy/watukuy/internal/redisproc"
 )
 
 // RequireEnv is the environment variable that makes a missing redis-server a failure.
@@ -54,12 +55,11 @@ func Miniredis(tb testing.TB) Backend {
 // WATUKUY_REQUIRE_REAL_REDIS=1) when redis-server is not installed.
 func Real(tb testing.TB, extraArgs ...string) Backend {
 	tb.Helper()
-	dir := tb.TempDir()
-	sock := filepath.Join(dir, "redis.sock")
-	s := startServer(tb, dir, append([]string{"--port", "0", "--unixsocket", sock, "--unixsocketperm", "700"}, extraArgs...))
+	sock := filepath.Join(tb.TempDir(), "redis.sock")
+	s := startServer(tb, filepath.Dir(sock), append([]string{"--port", "0", "--unixsocket", sock, "--unixsocketperm", "700"}, extraArgs...))
 	c := redis.NewClient(&redis.Options{Network: "unix", Addr: sock})
 	tb.Cleanup(func() { _ = c.Close() })
-	waitReady(tb, func() error { return c.Ping(context.Background()).Err() }, s.exited, s.out)
+	waitReady(tb, s, func() error { return c.Ping(context.Background()).Err() })
 	return Backend{Name: "redis-server", Client: c, URL: "unix://" + sock}
 }
 
@@ -77,52 +77,13 @@ func RealTCP(tb testing.TB, extraArgs ...string) Backend {
 // Real when redis-server is missing.
 func Cluster(tb testing.TB) Backend {
 	tb.Helper()
-	ctx := context.Background()
-	const nodes = 3
-	var addrs []string
-	for i := 0; i < nodes; i++ {
-		dir := tb.TempDir()
-		port := freePort(tb)
-		s := startServer(tb, dir, []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "5000"})
-		addr := "127.0.0.1:" + strconv.Itoa(port)
-		c := redis.NewClient(&redis.Options{Addr: addr})
-		waitReady(tb, func() error { return c.Ping(ctx).Err() }, s.exited, s.out)
-		lo, hi := i*16384/nodes, (i+1)*16384/nodes-1
-		if err := c.ClusterAddSlotsRange(ctx, lo, hi).Err(); err != nil {
-			tb.Fatalf("cluster addslots on %s: %v", addr, err)
-		}
-		if i > 0 {
-			if err := c.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(portOf(addrs[0]))).Err(); err != nil {
-				tb.Fatalf("cluster meet from %s: %v", addr, err)
-			}
-		}
-		_ = c.Close()
-		addrs = append(addrs, addr)
+	skipWithoutServer(tb)
+	cl, err := redisproc.StartCluster(context.Background(), tb.TempDir)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	tb.Cleanup(func() { _ = cc.Close() })
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ok := true
-		for _, a := range addrs {
-			c := redis.NewClient(&redis.Options{Addr: a})
-			info, err := c.ClusterInfo(ctx).Result()
-			_ = c.Close()
-			ok = ok && err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3")
-		}
-		if ok {
-			cc.ReloadState(ctx)
-			if err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }); err == nil {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("redis cluster on %v did not come up", addrs)
-		}
-		time.Sleep(20 * time.Millisecond) // gossip has no event to wait on
-	}
-	return Backend{Name: "redis-cluster", Client: cc, URL: "redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2]}
+	tb.Cleanup(cl.Stop)
+	return Backend{Name: "redis-cluster", Client: cl.Client, URL: cl.URL()}
 }
 
 func portOf(addr string) int {
@@ -134,80 +95,43 @@ func portOf(addr string) int {
 // freePort finds a loopback port whose cluster bus port (+10000) is free too.
 func freePort(tb testing.TB) int {
 	tb.Helper()
-	for i := 0; i < 50; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		if port > 55000 {
-			continue
-		}
-		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
-		if err != nil {
-			continue
-		}
-		_ = bus.Close()
-		return port
-	}
-	tb.Fatal("no free port pair for a cluster node")
-	return 0
-}
-
-// server is a redis-server process started by startServer.
-type server struct {
-	cmd    *exec.Cmd
-	exited chan struct{} // closed once the process has exited
-	out    *strings.Builder
-}
-
-// kill SIGKILLs the process and waits until it has exited.
-func (s *server) kill() {
-	_ = s.cmd.Process.Kill()
-	<-s.exited
-}
-
-// startServer runs redis-server with its data in dir, no persistence and noeviction; it is
-// killed when the test ends.
-func startServer(tb testing.TB, dir string, args []string) *server {
-	tb.Helper()
-	bin, err := exec.LookPath("redis-server")
+	port, err := redisproc.FreePort()
 	if err != nil {
+		tb.Fatal(err)
+	}
+	return port
+}
+
+// skipWithoutServer skips the test when redis-server is not installed, or fails it when
+// WATUKUY_REQUIRE_REAL_REDIS is set.
+func skipWithoutServer(tb testing.TB) {
+	tb.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv(RequireEnv) != "" {
 			tb.Fatalf("redis-server not found and %s is set: %v", RequireEnv, err)
 		}
 		tb.Skipf("redis-server not installed: %v", err)
 	}
-	args = append([]string{"--dir", dir, "--save", "", "--appendonly", "no",
-		"--maxmemory-policy", "noeviction", "--loglevel", "warning"}, args...)
-	s := &server{cmd: exec.Command(bin, args...), exited: make(chan struct{}), out: &strings.Builder{}}
-	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-	if err := s.cmd.Start(); err != nil {
-		tb.Fatalf("start redis-server: %v", err)
+}
+
+// startServer runs redis-server with its data in dir, no persistence and noeviction; it is
+// killed when the test ends.
+func startServer(tb testing.TB, dir string, args []string) *redisproc.Server {
+	tb.Helper()
+	skipWithoutServer(tb)
+	s, err := redisproc.Start(dir, args)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	go func() { _ = s.cmd.Wait(); close(s.exited) }()
-	tb.Cleanup(s.kill)
+	tb.Cleanup(s.Kill)
 	return s
 }
 
 // waitReady polls ping until the server answers (bounded), failing early if it exits.
-func waitReady(tb testing.TB, ping func() error, exited chan struct{}, out *strings.Builder) {
+func waitReady(tb testing.TB, s *redisproc.Server, ping func() error) {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := ping()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("redis-server did not answer: %v\n%s", err, out.String())
-		}
-		select {
-		case <-exited:
-			tb.Fatalf("redis-server exited early:\n%s", out.String())
-		case <-time.After(5 * time.Millisecond):
-		}
+	if err := s.WaitReady(10*time.Second, ping); err != nil {
+		tb.Fatal(err)
 	}
 }
 

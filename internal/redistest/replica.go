@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/watukuy/watukuy/internal/netproxy"
+	"github.com/watukuy/watukuy/internal/redisproc"
 )
 
 // Replicated is a private primary and replica pair whose replication link runs through a
@@ -23,7 +24,7 @@ type Replicated struct {
 	// Link is the proxy the replica reaches the primary through (its replicaof address).
 	Link *netproxy.Proxy
 
-	primary, replica *server
+	primary, replica *redisproc.Server
 }
 
 // replSettleTimeout bounds the waits for the replica's state (synced, promoted).
@@ -75,12 +76,12 @@ func (r *Replicated) Reattach(tb testing.TB) {
 }
 
 // tcpBackend connects to the redis-server s on 127.0.0.1:port once it answers.
-func tcpBackend(tb testing.TB, name string, port int, s *server) Backend {
+func tcpBackend(tb testing.TB, name string, port int, s *redisproc.Server) Backend {
 	tb.Helper()
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	tb.Cleanup(func() { _ = c.Close() })
-	waitReady(tb, func() error { return c.Ping(context.Background()).Err() }, s.exited, s.out)
+	waitReady(tb, s, func() error { return c.Ping(context.Background()).Err() })
 	return Backend{Name: name, Client: c, URL: "redis://" + addr}
 }
 
@@ -117,7 +118,7 @@ func (r *Replicated) WaitSynced(tb testing.TB) {
 func (r *Replicated) CutLink() { r.Link.Cut() }
 
 // KillPrimary SIGKILLs the primary and waits until it has exited.
-func (r *Replicated) KillPrimary() { r.primary.kill() }
+func (r *Replicated) KillPrimary() { r.primary.Kill() }
 
 // Promote turns the replica into a master with REPLICAOF NO ONE, as Sentinel would on a
 // failover, and waits until it reports role:master. It fails the test on error or after

@@ -1,0 +1,221 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/redisproc"
+	"github.com/watukuy/watukuy/internal/redisstore"
+	"github.com/watukuy/watukuy/watukuytype"
+)
+
+// pollerName is the benchmarks' poller; its partitions are "p0000000", "p0000001", ...
+const pollerName = "bench"
+
+// env is the Redis one measurement runs on: a redis-server (or cluster) of its own, or the
+// server of Options.RedisURL under a prefix and asynq queue of its own.
+type env struct {
+	rdb    redis.UniversalClient
+	url    string
+	prefix string
+	queue  string
+	pids   []int // the redis-server processes (none for --redis)
+	stop   func()
+}
+
+// newEnv starts a redis-server (or a three-master cluster) for one measurement, or connects
+// to o.RedisURL.
+func newEnv(ctx context.Context, o Options, name string, cluster bool) (*env, error) {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	e := &env{prefix: "wkb" + hex.EncodeToString(b[:]), queue: "wkb-" + name}
+	dir, err := os.MkdirTemp(o.Dir, name+"-")
+	if err != nil {
+		return nil, fmt.Errorf("bench %s: %w", name, err)
+	}
+	switch {
+	case cluster:
+		n := 0
+		cl, err := redisproc.StartCluster(ctx, func() string {
+			n++
+			d := filepath.Join(dir, fmt.Sprint(n))
+			_ = os.MkdirAll(d, 0o700)
+			return d
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bench %s: %w", name, err)
+		}
+		_ = cl.Client.Close()
+		for _, s := range cl.Servers {
+			e.pids = append(e.pids, s.Pid())
+		}
+		cl.Client = nil
+		e.url = cl.URL()
+		e.stop = cl.Stop
+	case o.RedisURL != "":
+		e.url = o.RedisURL
+		e.stop = func() {}
+	default:
+		s, c, err := redisproc.Unix(dir)
+		if err != nil {
+			return nil, fmt.Errorf("bench %s: %w", name, err)
+		}
+		_ = c.Close()
+		e.pids = []int{s.Pid()}
+		e.url = redisproc.SocketURL(s)
+		e.stop = s.Kill
+	}
+	if e.rdb, err = connect(ctx, e.url); err != nil {
+		e.stop()
+		return nil, fmt.Errorf("bench %s: %w", name, err)
+	}
+	return e, nil
+}
+
+// close removes what the measurement wrote on a shared server and stops its own servers.
+func (e *env) close() {
+	if len(e.pids) == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, pat := range []string{e.prefix + ":*", "asynq:{" + e.queue + "*"} {
+			it := e.rdb.Scan(ctx, 0, pat, 1000).Iterator()
+			for it.Next(ctx) {
+				e.rdb.Unlink(ctx, it.Val())
+			}
+		}
+		e.rdb.SRem(ctx, "asynq:queues", e.queue, e.queue+"-raw") // asynq's list of queues
+	}
+	_ = e.rdb.Close()
+	e.stop()
+}
+
+// store is the watukuy store under the measurement's prefix.
+func (e *env) store() (*redisstore.Store, error) {
+	st, err := redisstore.New(e.rdb, redisstore.Options{Prefix: e.prefix})
+	if err != nil {
+		return nil, fmt.Errorf("bench: store: %w", err)
+	}
+	return st, nil
+}
+
+// openStore is newEnv (a single server) and the store on it; the caller closes the env.
+func openStore(ctx context.Context, o Options, name string) (*env, *redisstore.Store, error) {
+	e, err := newEnv(ctx, o, name, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := e.store()
+	if err != nil {
+		e.close()
+		return nil, nil, err
+	}
+	return e, st, nil
+}
+
+// partitions names n partitions.
+func partitions(n int) []string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf("p%07d", i)
+	}
+	return parts
+}
+
+// noopPoller is a poller of n partitions whose fetch returns an empty page, due every
+// interval without jitter (0: the default schedule).
+func noopPoller(n int, interval time.Duration) watukuytype.Poller {
+	p := watukuytype.Poller{Name: pollerName, Partitions: partitions(n),
+		Fetch: func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+			return watukuytype.Page{Next: req.Cursor}, nil
+		},
+		Handler: func(context.Context, watukuytype.Event) error { return nil }}
+	if interval > 0 {
+		p.Schedule = watukuytype.Schedule{Min: interval, Max: interval, Fixed: true, NoJitter: true}
+	}
+	return p
+}
+
+// newEngine is an engine over st with poller p registered (not yet written to Redis).
+func newEngine(st *redisstore.Store, id string, p watukuytype.Poller, hooks watukuytype.Hooks) (*core.Engine, error) {
+	eng, err := core.NewEngine(core.Options{Store: st, InstanceID: id, Hooks: hooks, TickConcurrency: 64})
+	if err != nil {
+		return nil, fmt.Errorf("bench: engine: %w", err)
+	}
+	if err := eng.Register(p); err != nil {
+		return nil, fmt.Errorf("bench: register %s: %w", p.Name, err)
+	}
+	return eng, nil
+}
+
+// runFirstCycles runs every key's cycle once, conc at a time, and returns how long it took:
+// the keys' state, outbox and lease are those of an idle key after one tick.
+func runFirstCycles(ctx context.Context, eng *core.Engine, keys []watukuytype.Key, conc int) (time.Duration, error) {
+	t0 := time.Now()
+	next := make(chan watukuytype.Key)
+	var mu sync.Mutex
+	var first error
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range next {
+				rep := eng.RunCycle(ctx, k)
+				if rep.Outcome != watukuytype.Ran || rep.Err != nil {
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("first cycle of %s: outcome %v: %w", k.Describe(), rep.Outcome, rep.Err)
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, k := range keys {
+		mu.Lock()
+		failed := first != nil
+		mu.Unlock()
+		if failed || ctx.Err() != nil {
+			break
+		}
+		next <- k
+	}
+	close(next)
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return time.Since(t0), first
+}
+
+// keysOf are the keys of poller p.
+func keysOf(p watukuytype.Poller) []watukuytype.Key {
+	keys := make([]watukuytype.Key, len(p.Partitions))
+	for i, part := range p.Partitions {
+		keys[i] = watukuytype.Key{Poller: p.Name, Partition: part}
+	}
+	return keys
+}
+
+// kindOf is the kind of a watukuy key for the memory breakdown: the part after the key's
+// hash tag ("state", "outbox", "lease", "registry", "due:bench", ...).
+func kindOf(prefix, key string) string {
+	rest := strings.TrimPrefix(key, prefix+":")
+	if i := strings.Index(rest, "}:"); i >= 0 {
+		rest = rest[i+2:]
+	}
+	if i := strings.Index(rest, ":"); i >= 0 && !strings.HasPrefix(rest, "due") {
+		rest = rest[:i]
+	}
+	return rest
+}

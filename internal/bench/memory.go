@@ -1,0 +1,208 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/watukuy/watukuy/watukuytype"
+)
+
+// IssueIdleKeyBytes is issue 14's figure of Redis memory per idle key, measured on an earlier
+// main with 10,000 idle keys; the baseline of IdleKeyBytes (no older tree can run here).
+const IssueIdleKeyBytes = 1590
+
+// IdleKeyGoal is the issue's goal for the bytes per idle key.
+const IdleKeyGoal = 400
+
+// IdleKeyBytes measures Redis memory per idle key: one poller of n partitions on a fresh
+// server, each key's first cycle run (an empty page: one tick each, 64 at a time), then
+// used_memory against the empty database divided by n; Details break it down by kind of
+// Redis key (MEMORY USAGE, all samples, per watukuy key).
+func IdleKeyBytes(ctx context.Context, o Options, n int) (Result, error) {
+	r, t0 := start(fmt.Sprintf("idle-bytes-%d", n))
+	r.Unit, r.Baseline, r.BaselineOf = "B/key", IssueIdleKeyBytes, "issue 14, earlier main"
+	r.Goal = fmt.Sprintf("<= %d", IdleKeyGoal)
+	e, err := newEnv(ctx, o, "idle", false)
+	if err != nil {
+		return r, err
+	}
+	defer e.close()
+	base, err := usedMemory(ctx, e.rdb)
+	if err != nil {
+		return r, err
+	}
+	st, err := e.store()
+	if err != nil {
+		return r, err
+	}
+	p := noopPoller(n, 0)
+	eng, err := newEngine(st, "bench", p, watukuytype.Hooks{})
+	if err != nil {
+		return r, err
+	}
+	t := time.Now()
+	if err := eng.Setup(ctx); err != nil {
+		return r, fmt.Errorf("register %d keys: %w", n, err)
+	}
+	register := time.Since(t)
+	seed, err := runFirstCycles(ctx, eng, keysOf(p), 64)
+	if err != nil {
+		return r, err
+	}
+	used, err := usedMemory(ctx, e.rdb)
+	if err != nil {
+		return r, err
+	}
+	r.Value = float64(used-base) / float64(n)
+	r.meet(r.Value <= IdleKeyGoal)
+	kinds, sampled, err := breakdown(ctx, e.rdb, e.prefix, n)
+	if err != nil {
+		return r, err
+	}
+	r.Details = map[string]float64{"keys": float64(n), "registerSeconds": register.Seconds(), "firstCyclesSeconds": seed.Seconds(),
+		"cyclesPerSecond": float64(n) / seed.Seconds()}
+	for k, v := range kinds {
+		r.Details["B/key:"+k] = v / float64(n)
+	}
+	r.Notes = fmt.Sprintf("INFO used_memory (less mem_clients_normal and used_memory_scripts) after - before / %d keys; registered in %.1fs, first cycles (64 at a time, the engine's own scripts) in %.1fs; "+
+		"breakdown per watukuy key by Redis key kind from MEMORY USAGE SAMPLES 0%s", n, register.Seconds(), seed.Seconds(), sampled)
+	r.Duration = time.Since(t0)
+	return r, nil
+}
+
+// usedMemory is INFO memory's used_memory less the clients' buffers and the Lua script
+// cache: the bench's own 64 connections and the scripts it loaded are no cost of a key.
+func usedMemory(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+	var m [3]int64
+	for i, f := range []string{"used_memory", "mem_clients_normal", "used_memory_scripts"} {
+		v := infoField(ctx, rdb, "memory", f)
+		var err error
+		if m[i], err = strconv.ParseInt(v, 10, 64); err != nil {
+			return 0, fmt.Errorf("INFO memory %s %q: %w", f, v, err)
+		}
+	}
+	return m[0] - m[1] - m[2], nil
+}
+
+// breakdown sums MEMORY USAGE of the prefix's keys by kind. Past 50,000 keys it measures
+// every k-th key of each kind found and scales up (said in the returned note).
+func breakdown(ctx context.Context, rdb redis.UniversalClient, prefix string, n int) (map[string]float64, string, error) {
+	every := max(1, n/50_000)
+	count := map[string]int{}
+	var names []string
+	it := rdb.Scan(ctx, 0, prefix+":*", 5000).Iterator()
+	for it.Next(ctx) {
+		k := it.Val()
+		kind := kindOf(prefix, k)
+		count[kind]++
+		if count[kind]%every == 0 || every == 1 || kind == "registry" || kind == "pollers" || len(kind) > 3 && kind[:3] == "due" {
+			names = append(names, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, "", fmt.Errorf("scan %s:*: %w", prefix, err)
+	}
+	sum := map[string]float64{}
+	measured := map[string]int{}
+	for i := 0; i < len(names); i += 1000 {
+		batch := names[i:min(i+1000, len(names))]
+		cmds := make([]*redis.IntCmd, len(batch))
+		if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for j, k := range batch {
+				cmds[j] = p.MemoryUsage(ctx, k, 0)
+			}
+			return nil
+		}); err != nil {
+			return nil, "", fmt.Errorf("memory usage: %w", err)
+		}
+		for j, c := range cmds {
+			kind := kindOf(prefix, batch[j])
+			sum[kind] += float64(c.Val())
+			measured[kind]++
+		}
+	}
+	for kind, s := range sum {
+		sum[kind] = s * float64(count[kind]) / float64(measured[kind])
+	}
+	note := ""
+	if every > 1 {
+		note = fmt.Sprintf(" (every %dth key of each per-key kind measured, scaled up)", every)
+	}
+	return sum, note, nil
+}
+
+// ItemBytes measures Redis memory per tracked item: one key whose snapshot listing of n
+// items (about 320-byte orders with 10-character identities, a one-character version) was
+// committed by one cycle; used_memory against the idle key, divided by n, next to the
+// items hash's own MEMORY USAGE per item.
+func ItemBytes(ctx context.Context, o Options) (Result, error) {
+	n := o.Items
+	r, t0 := start("item-bytes")
+	r.Unit, r.BaselineOf = "B/item", "MEMORY USAGE of the items hash / items, same run"
+	e, st, err := openStore(ctx, o, "items")
+	if err != nil {
+		return r, err
+	}
+	defer e.close()
+	items := make([]json.RawMessage, n)
+	for i := range items {
+		items[i] = json.RawMessage(fmt.Sprintf(`{"status":"paid","id":"ord-%06d","currency":"EUR","total":%d.95,"customer":{"name":"Zoë Müller","email":"zoe%d@example.com"},"updated_at":"2026-11-29T10:%02d:00Z","version":1}`, i, i, i, i%60))
+	}
+	empty := true
+	p := watukuytype.Poller{Name: pollerName, Strategy: watukuytype.SnapshotDiff, Version: watukuytype.Field("version"), MaxPagesPerCycle: n/1000 + 2,
+		Fetch: func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+			if empty {
+				return watukuytype.Page{}, nil
+			}
+			off, _ := strconv.Atoi(req.Cursor)
+			end := min(off+1000, n)
+			return watukuytype.Page{Items: items[off:end], Next: strconv.Itoa(end), HasMore: end < n}, nil
+		},
+		Handler: func(context.Context, watukuytype.Event) error { return nil }}
+	eng, err := newEngine(st, "bench", p, watukuytype.Hooks{})
+	if err != nil {
+		return r, err
+	}
+	key := watukuytype.Key{Poller: pollerName}
+	if _, err := runFirstCycles(ctx, eng, []watukuytype.Key{key}, 1); err != nil {
+		return r, err
+	}
+	base, err := usedMemory(ctx, e.rdb)
+	if err != nil {
+		return r, err
+	}
+	empty = false
+	if err := eng.Trigger(ctx, key); err != nil {
+		return r, fmt.Errorf("trigger %s: %w", key.Describe(), err)
+	}
+	t := time.Now()
+	if _, err := runFirstCycles(ctx, eng, []watukuytype.Key{key}, 1); err != nil {
+		return r, err
+	}
+	took := time.Since(t)
+	used, err := usedMemory(ctx, e.rdb)
+	if err != nil {
+		return r, err
+	}
+	itemsKey := st.Key(key, "items")
+	hl, err := e.rdb.HLen(ctx, itemsKey).Result()
+	if err != nil || hl != int64(n) {
+		return r, fmt.Errorf("items hash %s holds %d of %d items: %v", itemsKey, hl, n, err)
+	}
+	mu, err := e.rdb.MemoryUsage(ctx, itemsKey, 0).Result()
+	if err != nil {
+		return r, fmt.Errorf("memory usage %s: %w", itemsKey, err)
+	}
+	r.Value = float64(used-base) / float64(n)
+	r.Baseline = float64(mu) / float64(n)
+	r.Details = map[string]float64{"items": float64(n), "cycleSeconds": took.Seconds()}
+	r.Notes = fmt.Sprintf("%d items committed by one cycle in %.1fs; value: used_memory delta (items hash, outbox events and their stream) / items; "+
+		"baseline: the items hash alone (the earlier BenchmarkBytesPerItem figure, goal <= 100 B there)", n, took.Seconds())
+	r.Duration = time.Since(t0)
+	return r, nil
+}

@@ -1,0 +1,231 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/watukuy/watukuy/internal/queue"
+	"github.com/watukuy/watukuy/internal/redisstore"
+	"github.com/watukuy/watukuy/internal/statehash"
+	"github.com/watukuy/watukuy/watukuytype"
+)
+
+// ClaimRate measures the scheduler's claim + enqueue rate: o.DueKeys keys all due, claimed
+// and enqueued by one queue.Scheduler (its defaults: batches of 100, 10 keys per task) until
+// none is left, no worker running; next to raw asynq enqueues of o.DueKeys tasks with task IDs,
+// one by one, on the same server.
+func ClaimRate(ctx context.Context, o Options) (Result, error) {
+	n := o.DueKeys
+	r, t0 := start("claim-rate")
+	r.Unit, r.BaselineOf = "keys/s", "raw asynq enqueues/s, same run"
+	e, st, err := openStore(ctx, o, "claim")
+	if err != nil {
+		return r, err
+	}
+	defer e.close()
+	eng, err := newEngine(st, "bench", noopPoller(n, 0), watukuytype.Hooks{})
+	if err != nil {
+		return r, err
+	}
+	if err := eng.Setup(ctx); err != nil { // every key due now
+		return r, fmt.Errorf("register %d keys: %w", n, err)
+	}
+	client := asynq.NewClientFromRedisClient(e.rdb)
+	raw, err := rawEnqueue(ctx, client, e.queue+"-raw", n)
+	if err != nil {
+		return r, err
+	}
+	sch := &queue.Scheduler{Store: st, Client: client, Prefix: e.prefix, Queue: e.queue, Pollers: []string{pollerName}}
+	t := time.Now()
+	claimed := 0
+	for {
+		got, err := sch.Once(ctx)
+		if err != nil {
+			return r, fmt.Errorf("claim after %d keys: %w", claimed, err)
+		}
+		if got == 0 {
+			break
+		}
+		claimed += got
+	}
+	took := time.Since(t)
+	if claimed != n {
+		return r, fmt.Errorf("claimed %d of %d due keys", claimed, n)
+	}
+	// The claim script alone, the same keys due again: how much of the time is the claim.
+	if err := makeAllDue(ctx, e.rdb, st, partitions(n)); err != nil {
+		return r, err
+	}
+	t, claims := time.Now(), 0
+	for {
+		keys, err := st.ClaimDue(ctx, 100, 0, []string{pollerName})
+		if err != nil {
+			return r, fmt.Errorf("claim only: %w", err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		claims++
+	}
+	claimOnly := time.Since(t)
+	r.Value = float64(n) / took.Seconds()
+	r.Baseline = raw
+	r.Details = map[string]float64{"keys": float64(n), "claimSeconds": took.Seconds(), "claimOnlyKeysPerSecond": float64(n) / claimOnly.Seconds(),
+		"claimScriptMsPerCall": claimOnly.Seconds() * 1000 / float64(max(1, claims))}
+	r.Notes = fmt.Sprintf("%d due keys claimed (claim_due.lua, 100 a claim) and enqueued (10 keys a task) by one scheduler in %.1fs, no worker running; "+
+		"the claims alone (no enqueue) took %.1fs, %.1f ms a claim of 100", n, took.Seconds(), claimOnly.Seconds(), claimOnly.Seconds()*1000/float64(max(1, claims)))
+	r.Duration = time.Since(t0)
+	return r, nil
+}
+
+// rawEnqueue enqueues n no-op tasks with task IDs one by one on queue and returns tasks/s.
+func rawEnqueue(ctx context.Context, client *asynq.Client, q string, n int) (float64, error) {
+	t := time.Now()
+	for i := range n {
+		task := asynq.NewTask("raw", nil, asynq.TaskID(fmt.Sprintf("raw:%d", i)), asynq.Queue(q), asynq.MaxRetry(0), asynq.Retention(0))
+		if _, err := client.EnqueueContext(ctx, task); err != nil {
+			return 0, fmt.Errorf("raw asynq enqueue %d on %s: %w", i, q, err)
+		}
+	}
+	return float64(n) / time.Since(t).Seconds(), nil
+}
+
+// NoopCycles measures no-op cycles per second through the scheduler, asynq and a worker in
+// one process (o.NoopKeys keys whose fetch returns an empty page, all made due at once, three
+// rounds; perTask keys per task), next to raw asynq no-op tasks with task IDs enqueued one by
+// one and processed by a server of the same concurrency, in the same run.
+func NoopCycles(ctx context.Context, o Options, perTask int) (Result, error) {
+	n := o.NoopKeys
+	r, t0 := start(fmt.Sprintf("noop-%dperTask", perTask))
+	r.Unit, r.BaselineOf = "cycles/s", "raw asynq no-op tasks/s, same run"
+	r.Goal = ">= 0.8x raw asynq"
+	e, err := newEnv(ctx, o, "noop", false)
+	if err != nil {
+		return r, err
+	}
+	defer e.close()
+	raw, err := rawAsynq(ctx, e.rdb, e.queue+"-raw", n, o.Concurrency)
+	if err != nil {
+		return r, err
+	}
+	st, err := e.store()
+	if err != nil {
+		return r, err
+	}
+	var done atomic.Int64
+	all := make(chan struct{}, 1)
+	target := int64(n)
+	p := noopPoller(n, 0)
+	eng, err := newEngine(st, "bench", p, watukuytype.Hooks{OnCycle: func(rep watukuytype.CycleReport, _ time.Duration) {
+		if rep.Outcome == watukuytype.Ran && done.Add(1)%target == 0 {
+			all <- struct{}{}
+		}
+	}})
+	if err != nil {
+		return r, err
+	}
+	if err := eng.Setup(ctx); err != nil {
+		return r, fmt.Errorf("register %d keys: %w", n, err)
+	}
+	srv := asynq.NewServerFromRedisClient(e.rdb, queue.ServerConfig(o.Concurrency, time.Second, e.queue, zerolog.Nop()))
+	if err := srv.Start(queue.Handler(eng, zerolog.Nop())); err != nil {
+		return r, fmt.Errorf("asynq server: %w", err)
+	}
+	defer srv.Shutdown()
+	sch := &queue.Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(e.rdb), Prefix: e.prefix, Queue: e.queue,
+		Pollers: []string{pollerName}, Batch: 200, PerTask: perTask}
+	const rounds = 3
+	var busy time.Duration
+	for round := range rounds {
+		if round > 0 {
+			if err := makeAllDue(ctx, e.rdb, st, p.Partitions); err != nil {
+				return r, err
+			}
+		}
+		t := time.Now()
+		for {
+			got, err := sch.Once(ctx)
+			if err != nil {
+				return r, fmt.Errorf("round %d: %w", round, err)
+			}
+			if got == 0 {
+				break
+			}
+		}
+		select {
+		case <-all:
+		case <-time.After(5 * time.Minute):
+			return r, fmt.Errorf("round %d: %d of %d cycles ran", round, done.Load()%target, n)
+		case <-ctx.Done():
+			return r, ctx.Err()
+		}
+		busy += time.Since(t)
+	}
+	r.Value = float64(rounds*n) / busy.Seconds()
+	r.Baseline = raw
+	r.meet(r.Value >= 0.8*raw)
+	r.Details = map[string]float64{"keys": float64(n), "rounds": rounds, "concurrency": float64(o.Concurrency), "perTask": float64(perTask)}
+	r.Notes = fmt.Sprintf("%d keys x %d rounds, all due at once, scheduler (batches of 200, %d keys a task) + asynq server (concurrency %d) in one process; "+
+		"the first round includes each key's first cycle", n, rounds, perTask, o.Concurrency)
+	r.Duration = time.Since(t0)
+	return r, nil
+}
+
+// makeAllDue makes every key due at once (untimed): nextDue 0 and score 0.
+func makeAllDue(ctx context.Context, rdb redis.UniversalClient, st *redisstore.Store, parts []string) error {
+	for i := 0; i < len(parts); i += 5000 {
+		if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, part := range parts[i:min(i+5000, len(parts))] {
+				k := watukuytype.Key{Poller: pollerName, Partition: part}
+				p.HSet(ctx, st.Key(k, "state"), statehash.NextDue, "0")
+				p.ZAdd(ctx, st.DueKey(k.Poller), redis.Z{Score: 0, Member: k.String()})
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("make keys due: %w", err)
+		}
+	}
+	return nil
+}
+
+// rawAsynq measures asynq alone: n no-op tasks with task IDs, enqueued one by one on q and
+// processed by a server of the given concurrency, three rounds; it returns tasks/s.
+func rawAsynq(ctx context.Context, rdb redis.UniversalClient, q string, n, concurrency int) (float64, error) {
+	var done atomic.Int64
+	all := make(chan struct{}, 1)
+	srv := asynq.NewServerFromRedisClient(rdb, queue.ServerConfig(concurrency, time.Second, q, zerolog.Nop()))
+	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		if done.Add(1)%int64(n) == 0 {
+			all <- struct{}{}
+		}
+		return nil
+	})); err != nil {
+		return 0, fmt.Errorf("raw asynq server: %w", err)
+	}
+	defer srv.Shutdown()
+	client := asynq.NewClientFromRedisClient(rdb)
+	start := time.Now()
+	const rounds = 3
+	for round := range rounds {
+		for i := range n {
+			t := asynq.NewTask("raw", nil, asynq.TaskID(fmt.Sprintf("raw:%d:%d", round, i)), asynq.Queue(q), asynq.MaxRetry(0), asynq.Retention(0))
+			if _, err := client.EnqueueContext(ctx, t); err != nil {
+				return 0, fmt.Errorf("raw asynq enqueue on %s: %w", q, err)
+			}
+		}
+		select {
+		case <-all:
+		case <-time.After(5 * time.Minute):
+			return 0, fmt.Errorf("raw asynq: %d of %d tasks ran", done.Load()%int64(n), n)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return float64(rounds*n) / time.Since(start).Seconds(), nil
+}
