@@ -44,8 +44,8 @@ type Claimer interface {
 	WakeChannel() string
 }
 
-// RequeueAfter is how soon keys whose new task met a running one of the same ID are claimed
-// again.
+// RequeueAfter is how soon keys whose new task met a running one of the same ID, or could not
+// be enqueued, are claimed again.
 const RequeueAfter = 500 * time.Millisecond
 
 // Scheduler moves due keys into asynq tasks. Several schedulers may run at once: the claim
@@ -287,21 +287,32 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 			// become due again while the task runs the others (budget waits make that long).
 			// The claim is handed back shortly; held on, it would keep them out for the whole
 			// claim timeout. A cycle still running writes its own due time when it ends.
-			for _, k := range chunk {
-				if err := s.Store.HandBack(ctx, k, RequeueAfter); err != nil {
-					errs = append(errs, fmt.Errorf("hand back the claim of %s: %w", k.Describe(), err))
-				}
-			}
+			errs = append(errs, s.handBack(ctx, chunk)...)
 		case conflict(err):
 			// Already queued: it runs these keys.
 		default:
+			// Held on, the claim would keep them out for the whole claim timeout (32 s by
+			// default) though asynq may answer the next enqueue; unreachable Redis fails the
+			// hand-back too, and the claim timeout brings them back.
 			errs = append(errs, fmt.Errorf("enqueue %v: %w", members, err))
+			errs = append(errs, s.handBack(ctx, chunk)...)
 		}
 	}
 	if s.OnEnqueued != nil && enqueued > 0 {
 		s.OnEnqueued(enqueued)
 	}
 	return claimed, errors.Join(errs...)
+}
+
+// handBack makes claimed keys that got no task due again after RequeueAfter.
+func (s *Scheduler) handBack(ctx context.Context, keys []watukuytype.Key) []error {
+	var errs []error
+	for _, k := range keys {
+		if err := s.Store.HandBack(ctx, k, RequeueAfter); err != nil {
+			errs = append(errs, fmt.Errorf("hand back the claim of %s: %w", k.Describe(), err))
+		}
+	}
+	return errs
 }
 
 func conflict(err error) bool {

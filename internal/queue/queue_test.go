@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy/internal/redisstore"
@@ -305,6 +308,38 @@ func TestRunningTaskHandsTheClaimBack(t *testing.T) {
 		}
 		if d := time.Until(due); d > RequeueAfter+time.Second {
 			t.Fatalf("the key is due in %v after meeting its running task, want about %v (not the claim timeout)", d, RequeueAfter)
+		}
+	})
+}
+
+// A claimed key whose task could not be enqueued (asynq's Redis refused it) is handed back:
+// due again after RequeueAfter, not after the whole claim timeout.
+func TestFailedEnqueueHandsTheClaimBack(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "f"})
+		k := keys(3)
+		if err := st.Register(ctx, pollerP, entries(k)); err != nil {
+			t.Fatal(err)
+		}
+		down := miniredis.RunT(t)
+		rdb := redis.NewClient(&redis.Options{Addr: down.Addr(), MaxRetries: -1})
+		defer rdb.Close()
+		client := asynq.NewClientFromRedisClient(rdb)
+		down.Close()
+		s := &Scheduler{Store: st, Client: client, Prefix: "f", PerTask: 1, ClaimTimeout: time.Hour}
+		if n, err := s.Once(ctx); n != 3 || err == nil || !strings.Contains(err.Error(), "enqueue") {
+			t.Fatalf("claim with asynq's Redis down: %d, %v; want 3 claimed and an enqueue error", n, err)
+		}
+		srvNow, err := b.Client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range k {
+			at := b.Client.ZScore(ctx, st.DueKey("p"), key.String()).Val()
+			if d := time.UnixMilli(int64(at)).Sub(srvNow); d > RequeueAfter {
+				t.Errorf("%s due in %s, want at most %s (not the claim timeout)", key, d, RequeueAfter)
+			}
 		}
 	})
 }
