@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -252,14 +253,15 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 		}
 		// One key: its ID is the key's, so a key is never queued twice. Several: the claim
 		// already made them exclusive, and a duplicate that slips past a claim timeout is
-		// fenced by the lease.
-		id := TaskID(s.Prefix, chunk[0])
-		if n > 1 {
-			id += fmt.Sprintf("+%d", n-1)
-		}
+		// fenced by the lease. Their ID names the whole set, so a conflict means these very
+		// keys are queued: named by the first key and the count alone, a task of other keys
+		// behind the same first key passed for theirs, and they waited out their claim
+		// (found by watukuy bench's lateness run: a few cycles 15–47 s late).
+		payload := strings.Join(members, "\n")
+		id := chunkTaskID(s.Prefix, chunk, payload)
 		// Retries only matter for tasks orphaned by a dead worker: asynq's recoverer requeues
 		// them (a cycle itself never fails its task).
-		task := asynq.NewTask(TaskType, []byte(strings.Join(members, "\n")), asynq.TaskID(id), asynq.Queue(s.Queue),
+		task := asynq.NewTask(TaskType, []byte(payload), asynq.TaskID(id), asynq.Queue(s.Queue),
 			asynq.MaxRetry(5), asynq.Timeout(s.TaskTimeout), asynq.Retention(0))
 		_, err := s.Client.EnqueueContext(ctx, task)
 		if conflict(err) {
@@ -302,6 +304,18 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 		s.OnEnqueued(enqueued)
 	}
 	return claimed, errors.Join(errs...)
+}
+
+// chunkTaskID is the task ID of the claimed keys whose members joined make payload: the key's
+// own for one key, the first key's with the count and a hash of the whole set for several.
+func chunkTaskID(prefix string, keys []watukuytype.Key, payload string) string {
+	id := TaskID(prefix, keys[0])
+	if len(keys) > 1 {
+		h := fnv.New64a()
+		h.Write([]byte(payload))
+		id += fmt.Sprintf("+%d~%016x", len(keys)-1, h.Sum64())
+	}
+	return id
 }
 
 // handBack makes claimed keys that got no task due again after RequeueAfter.

@@ -343,3 +343,26 @@ func TestFailedEnqueueHandsTheClaimBack(t *testing.T) {
 		}
 	})
 }
+
+// A task of several keys is named for the whole set: another set behind the same first key
+// and of the same size gets another ID (it passed for the first one's, and its keys waited out
+// their claim), the same set the same ID, and one key its own TaskID.
+func TestChunkTaskIDNamesTheWholeSet(t *testing.T) {
+	k := keys(4)
+	id := func(ks ...watukuytype.Key) string {
+		ms := make([]string, len(ks))
+		for i, x := range ks {
+			ms[i] = x.String()
+		}
+		return chunkTaskID("q", ks, strings.Join(ms, "\n"))
+	}
+	if got := id(k[0]); got != TaskID("q", k[0]) {
+		t.Errorf("one key: %s, want %s", got, TaskID("q", k[0]))
+	}
+	if a, b := id(k[0], k[1], k[2]), id(k[0], k[1], k[3]); a == b {
+		t.Errorf("two sets behind %s share the ID %s", k[0], a)
+	}
+	if a, b := id(k[0], k[1]), id(k[0], k[1]); a != b {
+		t.Errorf("one set, two IDs: %s, %s", a, b)
+	}
+}
