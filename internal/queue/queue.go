@@ -256,7 +256,7 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 		// fenced by the lease. Their ID names the whole set, so a conflict means these very
 		// keys are queued: named by the first key and the count alone, a task of other keys
 		// behind the same first key passed for theirs, and they waited out their claim
-		// (found by watukuy bench's lateness run: a few cycles 15–47 s late).
+		// (the likely cause of cycles 15–37 s late in a watukuy bench lateness run).
 		payload := strings.Join(members, "\n")
 		id := chunkTaskID(s.Prefix, chunk, payload)
 		// Retries only matter for tasks orphaned by a dead worker: asynq's recoverer requeues
@@ -318,15 +318,15 @@ func chunkTaskID(prefix string, keys []watukuytype.Key, payload string) string {
 	return id
 }
 
-// handBack makes claimed keys that got no task due again after RequeueAfter.
+// handBack makes claimed keys that got no task due again after RequeueAfter. It stops at the
+// first failure: the rest would fail alike (Redis unreachable) and their claims lapse anyway.
 func (s *Scheduler) handBack(ctx context.Context, keys []watukuytype.Key) []error {
-	var errs []error
-	for _, k := range keys {
+	for i, k := range keys {
 		if err := s.Store.HandBack(ctx, k, RequeueAfter); err != nil {
-			errs = append(errs, fmt.Errorf("hand back the claim of %s: %w", k.Describe(), err))
+			return []error{fmt.Errorf("hand back the claim of %s (%d keys left claimed): %w", k.Describe(), len(keys)-i, err)}
 		}
 	}
-	return errs
+	return nil
 }
 
 func conflict(err error) bool {
