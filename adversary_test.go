@@ -605,7 +605,7 @@ func TestAdversaryG5CheckLeaseAfterTheLeaseIsKnownLost(t *testing.T) {
 		go func() { defer close(done); eng.RunCycle(context.Background(), Key{Poller: "orders"}) }()
 		<-inHandler
 		// Another grant of the same key (as a lossy failover hands out): new token.
-		lease := eng.store.Key(Key{Poller: "orders"}, "lease")
+		lease := eng.store.Key(Key{Poller: "orders"}, "state") // holds the lease
 		if err := b.Client.HSet(t.Context(), lease, "token", "someone-else").Err(); err != nil {
 			t.Fatal(err)
 		}

@@ -549,7 +549,7 @@ func TestG5FailoverThatLostTheGrant(t *testing.T) {
 	if !errors.As(repA.Err, new(*LeaseLostError)) {
 		t.Errorf("A's cycle on a lost grant of epoch %d: %+v, want LeaseLost", epochs[1], repA)
 	}
-	owner, err := r.Replica.Client.HGet(ctx, bb.store.Key(key, "lease"), "owner").Result()
+	owner, err := r.Replica.Client.HGet(ctx, bb.store.Key(key, "state"), "owner").Result()
 	if err != nil || owner != "B" {
 		t.Errorf("B's lease after A's end: owner %q (%v)", owner, err)
 	}

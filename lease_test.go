@@ -52,7 +52,7 @@ func TestLeaseKeeperCancelsOnLeaseLost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lease := eng.store.Key(watukuytype.Key{Poller: "orders"}, "lease")
+		lease := eng.store.Key(watukuytype.Key{Poller: "orders"}, "state") // holds the lease
 		e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 			// Another instance takes over: the epoch moves on under this cycle.
 			if err := b.Client.HIncrBy(ctx, lease, "epoch", 1).Err(); err != nil {

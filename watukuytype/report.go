@@ -80,6 +80,9 @@ type PollSummary struct {
 	NotModified      bool `json:"notModified"`
 	Reconciled       bool `json:"reconciled"`
 	BackfillPending  bool `json:"backfillPending"`
+	// Fresh: this poll found the key current with its API, so KeyInfo.FreshAt is its At (the
+	// state then keeps no freshAt of its own: issue 14, a million keys).
+	Fresh bool `json:"fresh,omitempty"`
 }
 
 // TickReport sums the cycles of one Tick.
@@ -204,26 +207,35 @@ func (ki KeyInfo) MarshalJSON() ([]byte, error) {
 const pollSummaryV1 = "1;"
 
 // pollSummaryFlags are the letters of the compact form's flags, in PollSummary's order.
-const pollSummaryFlags = "tnrb"
+const pollSummaryFlags = "tnrbf"
 
 // Compact is p's compact form, as the state hash keeps it:
 // "1;atMs;durationMs;pages;items;events;delivered;parked;invalid;deleteCandidates;flags;outcome",
 // flags being the letters t (truncated), n (not modified), r (reconciled), b (backfill
-// pending) of those set; the outcome comes last, so it may hold any character. At is kept to
-// the millisecond.
+// pending), f (fresh) of those set; the outcome comes last, so it may hold any character. At is kept to
+// the millisecond. A count of 0 is written as nothing (every idle key keeps one of these).
 func (p PollSummary) Compact() string {
 	at := ""
 	if t, err := time.Parse(time.RFC3339Nano, p.At); err == nil {
 		at = strconv.FormatInt(t.UnixMilli(), 10)
 	}
 	var flags []byte
-	for i, on := range []bool{p.Truncated, p.NotModified, p.Reconciled, p.BackfillPending} {
+	for i, on := range []bool{p.Truncated, p.NotModified, p.Reconciled, p.BackfillPending, p.Fresh} {
 		if on {
 			flags = append(flags, pollSummaryFlags[i])
 		}
 	}
-	return fmt.Sprintf("%s%s;%d;%d;%d;%d;%d;%d;%d;%d;%s;%s", pollSummaryV1, at, p.DurationMs, p.Pages, p.Items, p.Events,
-		p.Delivered, p.Parked, p.Invalid, p.DeleteCandidates, flags, p.Outcome)
+	var b strings.Builder
+	b.WriteString(pollSummaryV1 + at)
+	for _, n := range []int64{p.DurationMs, int64(p.Pages), int64(p.Items), int64(p.Events), int64(p.Delivered), int64(p.Parked),
+		int64(p.Invalid), int64(p.DeleteCandidates)} {
+		b.WriteByte(';')
+		if n != 0 {
+			b.WriteString(strconv.FormatInt(n, 10))
+		}
+	}
+	b.WriteString(";" + string(flags) + ";" + p.Outcome)
+	return b.String()
 }
 
 // ParsePollSummary reads a state hash's lastPoll: the compact form, or the JSON that
@@ -268,6 +280,8 @@ func ParsePollSummary(v string) (PollSummary, error) {
 			p.Reconciled = true
 		case 'b':
 			p.BackfillPending = true
+		case 'f':
+			p.Fresh = true
 		default:
 			return p, fmt.Errorf("watukuy: lastPoll %q: unknown flag %q", v, c)
 		}
@@ -276,7 +290,11 @@ func ParsePollSummary(v string) (PollSummary, error) {
 	return p, nil
 }
 
+// parseInt64 reads a compact form's count: "" is 0.
 func parseInt64(s string) (int64, bool) {
+	if s == "" {
+		return 0, true
+	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	return n, err == nil
 }

@@ -15,7 +15,7 @@ func TestPollSummaryCompactRoundTrip(t *testing.T) {
 	for _, p := range []PollSummary{
 		{At: at.Format(time.RFC3339Nano), Outcome: "ok", Pages: 1},
 		{At: at.Format(time.RFC3339Nano), Outcome: "INVALID_ITEMS", DurationMs: 1234, Pages: 7, Items: 100000, Events: 99, Delivered: 98,
-			Parked: 3, Invalid: 2, DeleteCandidates: 5, Truncated: true, NotModified: true, Reconciled: true, BackfillPending: true},
+			Parked: 3, Invalid: 2, DeleteCandidates: 5, Truncated: true, NotModified: true, Reconciled: true, BackfillPending: true, Fresh: true},
 		{At: at.Format(time.RFC3339Nano), Outcome: "odd;outcome", NotModified: true, BackfillPending: true},
 	} {
 		c := p.Compact()
@@ -31,6 +31,18 @@ func TestPollSummaryCompactRoundTrip(t *testing.T) {
 		if p.Outcome == "ok" && len(c) >= 64 {
 			t.Errorf("an idle key's compact summary %q is %d bytes, not under the 64 of a listpack value", c, len(c))
 		}
+	}
+	// Zeros are written as nothing; the zeros layout 4 wrote still read.
+	idle := PollSummary{At: at.Format(time.RFC3339Nano), Outcome: "ok", Pages: 1}
+	if c, want := idle.Compact(), "1;1796171959155;;1;;;;;;;;ok"; c != want {
+		t.Errorf("an idle poll's compact form is %q, want %q", c, want)
+	}
+	if c, want := (PollSummary{At: idle.At, Outcome: "ok", Fresh: true}).Compact(), "1;1796171959155;;;;;;;;;f;ok"; c != want {
+		t.Errorf("an idle poll's compact form is %q, want %q", c, want)
+	}
+	idle.At = at.Truncate(time.Millisecond).Format(time.RFC3339Nano)
+	if got, err := ParsePollSummary("1;1796171959155;0;1;0;0;0;0;0;0;;ok"); err != nil || got != idle {
+		t.Errorf("layout 4's compact form read as %+v, %v; want %+v", got, err, idle)
 	}
 	old := PollSummary{At: at.Format(time.RFC3339Nano), Outcome: "ok", Pages: 2, Items: 3, Events: 1, Delivered: 1, NotModified: true}
 	raw, _ := json.Marshal(old)

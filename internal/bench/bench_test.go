@@ -80,8 +80,8 @@ func TestRunTiny(t *testing.T) {
 	for _, r := range rep.Results {
 		switch r.Name {
 		case "idle-bytes-200":
-			if r.Details["B/key:state"] <= 0 || r.Details["B/key:lease"] <= 0 {
-				t.Errorf("idle key breakdown lacks state or lease: %v", r.Details)
+			if r.Details["B/key:state"] <= 0 || r.Details["B/key:due:bench"] <= 0 {
+				t.Errorf("idle key breakdown lacks state or due: %v", r.Details)
 			}
 		case "lateness-p99", "two-schedulers-kill":
 			if r.Details["cyclesServed"] <= 0 || r.Details["doubles"] != 0 {

@@ -22,6 +22,7 @@ import (
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/fakeclock"
 	"github.com/watukuy/watukuy/internal/redisstore"
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -660,7 +661,8 @@ func (s *scenario) stopTheWorld(ctx context.Context, i int) {
 // when the scenario asks for it.
 func (s *scenario) grantHooks(fs *FaultyStore, st *redisstore.Store) {
 	var mu sync.Mutex
-	lose := map[watukuytype.Key]map[string]string{} // the one Begin that loses its grant → the lease before it
+	lose := map[watukuytype.Key][]any{} // the one Begin that loses its grant → the lease before it
+	leaseFields := []string{statehash.LeaseEpoch, statehash.LeaseToken, statehash.LeaseOwner, statehash.LeaseExpires, statehash.LeaseWrite, statehash.LeaseReply}
 	fs.BeforeBegin = func(key watukuytype.Key) {
 		s.mu.Lock()
 		f := s.freeze
@@ -670,7 +672,7 @@ func (s *scenario) grantHooks(fs *FaultyStore, st *redisstore.Store) {
 		}
 		s.mu.Unlock()
 		if mine {
-			before, _ := s.rdb.HGetAll(context.Background(), st.Key(key, "lease")).Result()
+			before, _ := s.rdb.HMGet(context.Background(), st.Key(key, "state"), leaseFields...).Result()
 			mu.Lock()
 			lose[key] = before
 			mu.Unlock()
@@ -685,11 +687,15 @@ func (s *scenario) grantHooks(fs *FaultyStore, st *redisstore.Store) {
 			return
 		}
 		if lost {
-			lease := st.Key(b.Lease.Key, "lease")
+			// The grant is lost: the lease's fields go back to what they were before it.
+			state := st.Key(b.Lease.Key, "state")
 			ctx := context.Background()
-			_ = s.rdb.Del(ctx, lease).Err()
-			if len(before) > 0 {
-				_ = s.rdb.HSet(ctx, lease, before).Err()
+			for i, f := range leaseFields {
+				if v, ok := before[i].(string); ok {
+					_ = s.rdb.HSet(ctx, state, f, v).Err()
+				} else {
+					_ = s.rdb.HDel(ctx, state, f).Err()
+				}
 			}
 			s.maybeFreeze(fs.Instance, b.Lease.Key, "lost-grant")
 			return

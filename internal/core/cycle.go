@@ -413,12 +413,19 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 
 	st := map[string]string{
 		statehash.Interval: strconv.FormatInt(next.Interval.Milliseconds(), 10),
-		statehash.Failures: strconv.Itoa(next.Failures),
-		statehash.Circuit:  string(next.Circuit),
 		statehash.NextDue:  strconv.FormatInt(next.NextDue.UnixMilli(), 10),
-		statehash.Schema:   strconv.Itoa(c.p.SchemaVersion),
 	}
 	var del []string
+	// A field at its default is deleted, not written: a missing one reads as the default, and
+	// an idle key's state stays small (issue 14: a million keys).
+	for _, fv := range [][2]string{{statehash.Failures, strconv.Itoa(next.Failures)}, {statehash.Circuit, string(next.Circuit)},
+		{statehash.Schema, strconv.Itoa(c.p.SchemaVersion)}} {
+		if fv[1] == "0" || fv[1] == string(watukuytype.CircuitClosed) {
+			del = append(del, fv[0])
+		} else {
+			st[fv[0]] = fv[1]
+		}
+	}
 	// Kept while the server clock may still be inside it: now() runs ahead of the server by
 	// however late Begin's request reached Redis. Written only when the API gave it in this
 	// cycle: rewriting the window Begin found would undo a trigger that cleared it meanwhile.
@@ -462,13 +469,18 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	// degrading, whether or not anything was new) or moved forward with data (a committed page
 	// with a valid item, even in a cycle that failed later). A cursor stall, failing requests,
 	// a throttle, a halted delivery or pages of invalid items never refresh it.
-	if c.progressed || failure == nil && !invalidOnly && !stillInvalid && !noEvidence && !c.paused() {
-		st[statehash.FreshAt] = strconv.FormatInt(now.UnixMilli(), 10)
+	// A fresh cycle's time is its summary's (flag f), so the field goes; otherwise the last
+	// fresh time is kept in the field, wherever the state had it.
+	fresh := c.progressed || failure == nil && !invalidOnly && !stillInvalid && !noEvidence && !c.paused()
+	if fresh {
+		del = append(del, statehash.FreshAt)
+	} else if t := c.state.freshAt(); !t.IsZero() {
+		st[statehash.FreshAt] = strconv.FormatInt(t.UnixMilli(), 10)
 	}
 	summary := watukuytype.PollSummary{At: now.UTC().Format(time.RFC3339Nano), Outcome: outcome,
 		DurationMs: c.e.now().Sub(c.localAt).Milliseconds(), Pages: c.rep.Pages, Items: c.rep.Items,
 		Events: c.rep.Events, Delivered: c.rep.Delivered, Parked: c.rep.Parked, Invalid: c.rep.Invalid, DeleteCandidates: c.rep.DeleteCandidates,
-		Truncated: c.rep.Truncated, NotModified: c.rep.NotModified, Reconciled: reconciled, BackfillPending: backfillPending}
+		Truncated: c.rep.Truncated, NotModified: c.rep.NotModified, Reconciled: reconciled, BackfillPending: backfillPending, Fresh: fresh}
 	// Compact, not JSON: it keeps an idle key's state hash a small listpack (issue 14).
 	st[statehash.LastPoll] = summary.Compact()
 	if c.tagPending {

@@ -62,7 +62,7 @@ func (e *Engine) inspect(ctx context.Context, t target) (watukuytype.KeyInfo, er
 		ki.LeaseExpires = &s.LeaseExpires
 	}
 	ki.FreshnessMs = -1
-	if t := st.time(statehash.FreshAt); !t.IsZero() {
+	if t := st.freshAt(); !t.IsZero() {
 		ki.FreshAt = &t
 		ki.FreshnessMs = max(s.Now.Sub(t), 0).Milliseconds()
 	}

@@ -1,6 +1,6 @@
 -- ack.lua: acknowledge delivered events, in sequence order (XACK + XDEL, so the outbox holds
 -- only undelivered events).
--- KEYS[1] lease hash, KEYS[2] outbox stream (missing: empty), KEYS[3] state hash
+-- KEYS[1] state hash (holds the lease), KEYS[2] outbox stream (missing: empty)
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4...] stream ids in commit
 -- order
 -- Returns {number of ids deleted, paused 0|1}. Running it twice deletes nothing more. An outbox
@@ -18,5 +18,5 @@ while i <= #ARGV do
   deleted = deleted + redis.call('XDEL', KEYS[2], unpack(ARGV, i, j))
   i = j + 1
 end
-outbox_drop_if_empty(KEYS[2], KEYS[3])
-return {deleted, paused(KEYS[3])}
+outbox_drop_if_empty(KEYS[2], KEYS[1])
+return {deleted, paused(KEYS[1])}

@@ -2,22 +2,22 @@
 -- state patch, item rows, deletes and their tombstones, outbox events (and their replay log
 -- copies), invalid items parked, parked rows removed; also renews the lease (G3: the cursor
 -- moves only together with its page's events; a chunked page moves it with its last chunk).
--- KEYS[1] state hash, KEYS[2] lease hash, KEYS[3] items hash, KEYS[4] outbox stream,
--- KEYS[5] parked hash, KEYS[6] replay log stream, KEYS[7] tombstones sorted set, KEYS[8] latest
--- invalid observations hash (identity -> parked id), KEYS[9] set of identities the live side
+-- KEYS[1] state hash (holds the lease), KEYS[2] items hash, KEYS[3] outbox stream,
+-- KEYS[4] parked hash, KEYS[5] replay log stream, KEYS[6] tombstones sorted set, KEYS[7] latest
+-- invalid observations hash (identity -> parked id), KEYS[8] set of identities the live side
 -- wrote while a backfill runs
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] write id, ARGV[5] lease
 -- TTL ms, ARGV[6] log retention ms ('0': no log), ARGV[7] tombstone retention ms, ARGV[8] '1'
--- to empty KEYS[9] first, then sections, each a count followed by its values:
+-- to empty KEYS[8] first, then sections, each a count followed by its values:
 --   state pairs (field, value), state counters (field, increment), item upserts (identity,
 --   row), item deletes (identity), tombstones (identity, generation; the highest kept in
 --   state field lastLife), tombstones lifted
 --   (identity), events (id, orderingKey, envelope JSON), invalid rows (parkedId, identity or
 --   '', version, row JSON; HSETNX so the same invalid item is parked once; with an identity it
---   becomes the identity's latest invalid observation, "parkedId\nversion" in KEYS[8], and the
+--   becomes the identity's latest invalid observation, "parkedId\nversion" in KEYS[7], and the
 --   row of the one it replaces is removed), unparked rows (parkedId, identity or ''; HDEL, and
 --   the identity's latest invalid observation is forgotten if it is that row), touched
---   identities (SADD to KEYS[9])
+--   identities (SADD to KEYS[8])
 -- Returns {expiresAt, paused 0|1, firstId, duplicate 0|1}: the events get the outbox stream ids
 -- firstId, then the same milliseconds with the sequence counted up one by one (ms-s, ms-s+1,
 -- ...), so the caller knows every id from the first. The outbox stream (and its group) is
@@ -29,19 +29,19 @@
 -- the write id (applied before: the reply above, even if the lease expired since); then
 -- LEASE_LOST when the lease expired.
 local now = now_ms(ARGV[3])
-local err, dup = fence(KEYS[2], ARGV[1], ARGV[2], now, ARGV[4])
+local err, dup = fence(KEYS[1], ARGV[1], ARGV[2], now, ARGV[4])
 if err then return err end
 if dup then
-  local l = redis.call('HMGET', KEYS[2], 'expiresAt', 'reply')
+  local l = redis.call('HMGET', KEYS[1], 'expiresAt', 'reply')
   -- A write (of what is there) moves this connection's replication offset past the first
   -- attempt, so a WAIT that follows covers it.
-  redis.call('HSET', KEYS[2], 'reply', l[2] or '')
+  redis.call('HSET', KEYS[1], 'reply', l[2] or '')
   return {tonumber(l[1]) or 0, paused(KEYS[1]), l[2] or '', 1}
 end
 
 local retention = tonumber(ARGV[6])
 
-if ARGV[8] == '1' then redis.call('UNLINK', KEYS[9]) end
+if ARGV[8] == '1' then redis.call('UNLINK', KEYS[8]) end
 local i = 9
 local function section(width)
   local n = tonumber(ARGV[i])
@@ -58,14 +58,14 @@ for k = 0, n - 1 do
   redis.call('HINCRBY', KEYS[1], ARGV[j], ARGV[j + 1])
 end
 from, to = section(2)
-if to >= from then chunked('HSET', KEYS[3], ARGV, from, to, 1000) end
+if to >= from then chunked('HSET', KEYS[2], ARGV, from, to, 1000) end
 from, to = section(1)
-if to >= from then chunked('HDEL', KEYS[3], ARGV, from, to, 1000) end
+if to >= from then chunked('HDEL', KEYS[2], ARGV, from, to, 1000) end
 from, to, n = section(2)
 local highest = 0
 for k = 0, n - 1 do
   local j = from + k * 2
-  redis.call('ZADD', KEYS[7], ARGV[j + 1], ARGV[j])
+  redis.call('ZADD', KEYS[6], ARGV[j + 1], ARGV[j])
   highest = math.max(highest, tonumber(ARGV[j + 1]))
 end
 -- The highest generation ever given (a life may run ahead of the clock): an incarnation after
@@ -75,57 +75,57 @@ if n > 0 and highest > tonumber(redis.call('HGET', KEYS[1], 'lastLife') or '0') 
 end
 if n > 0 then
   -- Tombstones keep an identity's generation past its deletion for a while only.
-  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', '(' .. tostring(now - tonumber(ARGV[7])))
+  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. tostring(now - tonumber(ARGV[7])))
 end
 from, to = section(1)
-if to >= from then chunked('ZREM', KEYS[7], ARGV, from, to, 1000) end
+if to >= from then chunked('ZREM', KEYS[6], ARGV, from, to, 1000) end
 local first, ms, seq = '', nil, nil
 from, to, n = section(3)
 -- The outbox exists only while it holds entries: made here, with its group, for the first one.
 local open = '*'
-if n > 0 then open = outbox_open(KEYS[4], KEYS[1]) end
+if n > 0 then open = outbox_open(KEYS[3], KEYS[1]) end
 for k = 0, n - 1 do
   local j = from + k * 3
   local id = open
   if ms then id = ms .. '-' .. (seq + k) end
-  id = redis.call('XADD', KEYS[4], id, 'id', ARGV[j], 'ok', ARGV[j + 1], 'ev', ARGV[j + 2])
+  id = redis.call('XADD', KEYS[3], id, 'id', ARGV[j], 'ok', ARGV[j + 1], 'ev', ARGV[j + 2])
   if k == 0 then
     first = id
     ms, seq = string.match(id, '^(%d+)-(%d+)$')
     seq = tonumber(seq)
   end
   if retention > 0 then
-    redis.call('XADD', KEYS[6], '*', 'id', ARGV[j], 'ok', ARGV[j + 1], 'ev', ARGV[j + 2])
+    redis.call('XADD', KEYS[5], '*', 'id', ARGV[j], 'ok', ARGV[j + 1], 'ev', ARGV[j + 2])
   end
 end
 if retention > 0 and n > 0 then
   -- Log ids are the server's real time (XADD *), whatever the test clock says.
   local t = redis.call('TIME')
   local real = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('XTRIM', KEYS[6], 'MINID', tostring(real - retention))
+  redis.call('XTRIM', KEYS[5], 'MINID', tostring(real - retention))
 end
 from, to, n = section(4)
 for k = 0, n - 1 do
   local j = from + k * 4
-  redis.call('HSETNX', KEYS[5], ARGV[j], ARGV[j + 3])
+  redis.call('HSETNX', KEYS[4], ARGV[j], ARGV[j + 3])
   if ARGV[j + 1] ~= '' then
     -- Superseded here, not by a later chunk: a death in between must not leave two.
-    local old = indexed(KEYS[8], ARGV[j + 1])
-    if old and old ~= ARGV[j] then redis.call('HDEL', KEYS[5], old) end
-    redis.call('HSET', KEYS[8], ARGV[j + 1], ARGV[j] .. '\n' .. ARGV[j + 2])
+    local old = indexed(KEYS[7], ARGV[j + 1])
+    if old and old ~= ARGV[j] then redis.call('HDEL', KEYS[4], old) end
+    redis.call('HSET', KEYS[7], ARGV[j + 1], ARGV[j] .. '\n' .. ARGV[j + 2])
   end
 end
 from, to, n = section(2)
 for k = 0, n - 1 do
   local j = from + k * 2
-  redis.call('HDEL', KEYS[5], ARGV[j])
-  if ARGV[j + 1] ~= '' and indexed(KEYS[8], ARGV[j + 1]) == ARGV[j] then
-    redis.call('HDEL', KEYS[8], ARGV[j + 1])
+  redis.call('HDEL', KEYS[4], ARGV[j])
+  if ARGV[j + 1] ~= '' and indexed(KEYS[7], ARGV[j + 1]) == ARGV[j] then
+    redis.call('HDEL', KEYS[7], ARGV[j + 1])
   end
 end
 from, to = section(1)
-if to >= from then chunked('SADD', KEYS[9], ARGV, from, to, 1000) end
+if to >= from then chunked('SADD', KEYS[8], ARGV, from, to, 1000) end
 
 local exp = now + tonumber(ARGV[5])
-redis.call('HSET', KEYS[2], 'expiresAt', exp, 'write', ARGV[4], 'reply', first)
+redis.call('HSET', KEYS[1], 'expiresAt', exp, 'write', ARGV[4], 'reply', first)
 return {exp, paused(KEYS[1]), first, 0}

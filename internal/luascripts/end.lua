@@ -1,7 +1,7 @@
 -- end.lua: finish a cycle: save the schedule into the state and release the lease (the epoch
 -- stays, so it only ever grows; the token and the write id stay, so a re-sent end is
 -- recognised).
--- KEYS[1] state hash, KEYS[2] lease hash
+-- KEYS[1] state hash (holds the lease)
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] write id,
 -- ARGV[5] count of state pairs, then the pairs, then a count of state fields to delete, then
 -- the fields, then the trigger generation (state field 'trig') the cycle saw at Begin
@@ -12,7 +12,7 @@
 -- the write id (applied before: the reply above, even if the lease expired since); then
 -- LEASE_LOST when the lease expired.
 local now = now_ms(ARGV[3])
-local err, dup = fence(KEYS[2], ARGV[1], ARGV[2], now, ARGV[4])
+local err, dup = fence(KEYS[1], ARGV[1], ARGV[2], now, ARGV[4])
 if err then return err end
 if dup then return DUPLICATE end
 local n = tonumber(ARGV[5])
@@ -22,7 +22,7 @@ local m = tonumber(ARGV[d])
 if m > 0 then redis.call('HDEL', KEYS[1], unpack(ARGV, d + 1, d + m)) end
 local triggered = (redis.call('HGET', KEYS[1], 'trig') or '') ~= ARGV[d + m + 1]
 if triggered then redis.call('HSET', KEYS[1], 'nextDue', '0') end
-redis.call('HDEL', KEYS[2], 'owner', 'expiresAt')
-redis.call('HSET', KEYS[2], 'write', ARGV[4])
+redis.call('HDEL', KEYS[1], 'owner', 'expiresAt')
+redis.call('HSET', KEYS[1], 'write', ARGV[4])
 if triggered then return 2 end
 return 1

@@ -1,8 +1,8 @@
 -- park.lua: park poison events and hold their ordering keys; move events of held ordering
 -- keys out of the outbox into the held hash (they return, in order, on retry or discard).
--- KEYS[1] lease hash, KEYS[2] outbox stream, KEYS[3] parked hash, KEYS[4] holds hash,
--- KEYS[5] held hash, KEYS[6] state hash (an outbox left empty is deleted, its last id kept
--- there as outboxLast)
+-- KEYS[1] state hash (holds the lease; an outbox left empty is deleted, its last id kept
+-- there as outboxLast), KEYS[2] outbox stream, KEYS[3] parked hash, KEYS[4] holds hash,
+-- KEYS[5] held hash
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', then two sections, each a count
 -- and values: poison (streamId, parkedId, orderingKey, row JSON), held (streamId, held JSON)
 -- Returns the number of entries moved out of the outbox. Running it twice moves nothing more.
@@ -29,5 +29,5 @@ for k = 0, n - 1 do
   redis.call('XACK', KEYS[2], 'dispatch', ARGV[j])
   moved = moved + redis.call('XDEL', KEYS[2], ARGV[j])
 end
-outbox_drop_if_empty(KEYS[2], KEYS[6])
+outbox_drop_if_empty(KEYS[2], KEYS[1])
 return moved

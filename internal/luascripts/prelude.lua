@@ -14,15 +14,15 @@ local function now_us(override)
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- fence: the first check of every mutating script. The lease must carry our epoch and our
--- grant's token (an epoch alone can repeat after a failover lost the grant that raised it)
--- and must not have expired; otherwise the script fails with LEASE_LOST before any write.
+-- fence: the first check of every mutating script. The lease (its fields in the state hash)
+-- must carry our epoch and our grant's token (an epoch alone can repeat after a failover lost
+-- the grant that raised it) and must not have expired; otherwise the script fails with LEASE_LOST before any write.
 -- wid, when not '', names this write with a number that grows with every write of the grant:
 -- a write whose number is not above the last one the lease recorded ran before (the client
 -- re-sent it after a read timeout) or is overtaken (a late copy arriving after later writes),
 -- and returns true for "already applied", so the caller writes nothing.
-local function fence(lease_key, epoch, token, now, wid)
-  local l = redis.call('HMGET', lease_key, 'epoch', 'token', 'expiresAt', 'write')
+local function fence(state_key, epoch, token, now, wid)
+  local l = redis.call('HMGET', state_key, 'epoch', 'token', 'expiresAt', 'write')
   if l[1] ~= epoch or l[2] ~= token then
     return redis.error_reply('LEASE_LOST epoch ' .. epoch .. ' is stale (current ' .. tostring(l[1]) .. ')')
   end
@@ -31,6 +31,47 @@ local function fence(lease_key, epoch, token, now, wid)
     return redis.error_reply('LEASE_LOST lease of epoch ' .. epoch .. ' expired')
   end
   return nil, false
+end
+
+-- The lease's fields in the state hash (layout 5; before it they were a hash of their own,
+-- prefix:{key}:lease): epoch, token, owner, expiresAt, write, reply. Go names them in
+-- statehash.LeaseFields.
+local LEASE_FIELDS = {epoch = true, token = true, owner = true, expiresAt = true, write = true, reply = true}
+
+-- state_fields: the state hash as field, value pairs without the lease's fields, which are
+-- the scripts' business, never the cycle's.
+local function state_fields(state_key)
+  local all = redis.call('HGETALL', state_key)
+  local out = {}
+  for i = 1, #all, 2 do
+    if not LEASE_FIELDS[all[i]] then
+      out[#out + 1] = all[i]
+      out[#out + 1] = all[i + 1]
+    end
+  end
+  return out
+end
+
+-- fold_legacy_lease moves a layout-4 lease hash into the state hash and deletes it, so that
+-- its holder (a layout-4 process, whose fence reads that hash) is cut off. The state keeps the
+-- higher epoch, so epochs never repeat. A live state lease stays as it is; otherwise a live
+-- layout-4 grant keeps the key leased until it would have expired, under a token no one
+-- holds (its holder may still be delivering). Returns 1 when it folded a hash, else 0.
+local function fold_legacy_lease(legacy_key, state_key, now)
+  if redis.call('EXISTS', legacy_key) == 0 then return 0 end
+  local o = redis.call('HMGET', legacy_key, 'epoch', 'owner', 'expiresAt')
+  local s = redis.call('HMGET', state_key, 'epoch', 'expiresAt')
+  local state_live = s[2] and tonumber(s[2]) > now
+  if not state_live then
+    local epoch = math.max(tonumber(o[1] or '0'), tonumber(s[1] or '0'))
+    if epoch > 0 then redis.call('HSET', state_key, 'epoch', string.format('%d', epoch)) end
+    if o[3] and tonumber(o[3]) > now then
+      redis.call('HSET', state_key, 'owner', o[2] or '', 'expiresAt', o[3], 'token', 'layout-4')
+      redis.call('HDEL', state_key, 'write', 'reply')
+    end
+  end
+  redis.call('DEL', legacy_key)
+  return 1
 end
 
 -- DUPLICATE is the reply of a write that was applied before (see fence).

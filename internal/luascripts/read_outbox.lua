@@ -3,9 +3,9 @@
 -- Entries whose ordering key is held by a parked event move to the held hash instead (G4).
 -- Every holder reads as the one consumer 'holder': the lease already makes readers
 -- exclusive, and a consumer per process would pile up in the group for good.
--- KEYS[1] lease hash, KEYS[2] outbox stream, KEYS[3] holds hash, KEYS[4] held hash,
--- KEYS[5] state hash (a missing outbox stream is an empty one; one left empty is deleted, its
--- last id kept there as outboxLast)
+-- KEYS[1] state hash (holds the lease; a drained outbox's last id is kept there as
+-- outboxLast), KEYS[2] outbox stream (missing: empty; one left empty is deleted),
+-- KEYS[3] holds hash, KEYS[4] held hash
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] count
 -- Returns {read, paused 0|1, {{streamId, id, orderingKey, envelope, origSeq}, ...}}: read counts
 -- every entry taken, held ones included, so a batch that was all held is not taken for an
@@ -18,7 +18,7 @@ local err = fence(KEYS[1], ARGV[1], ARGV[2], now)
 if err then return err end
 
 -- A drained outbox is deleted: nothing to read (XAUTOCLAIM would fail on the missing group).
-if redis.call('EXISTS', KEYS[2]) == 0 then return {0, paused(KEYS[5]), {}} end
+if redis.call('EXISTS', KEYS[2]) == 0 then return {0, paused(KEYS[1]), {}} end
 local entries = {}
 local claimed = redis.call('XAUTOCLAIM', KEYS[2], 'dispatch', 'holder', 0, '0-0', 'COUNT', ARGV[4])
 for _, e in ipairs(claimed[2]) do
@@ -44,5 +44,5 @@ for _, e in ipairs(entries) do
   end
 end
 -- Entries all moved to the held hash may leave the outbox empty.
-if #out == 0 then outbox_drop_if_empty(KEYS[2], KEYS[5]) end
-return {#entries, paused(KEYS[5]), out}
+if #out == 0 then outbox_drop_if_empty(KEYS[2], KEYS[1]) end
+return {#entries, paused(KEYS[1]), out}

@@ -4,10 +4,10 @@
 -- events, and any entries of that ordering key still waiting in the outbox (e.g. committed by
 -- a process that died before delivering them, or delivered but not acked when it died between
 -- park and ack). Invalid rows are removed.
--- KEYS[1] lease hash, KEYS[2] outbox stream, KEYS[3] parked hash, KEYS[4] holds hash,
--- KEYS[5] held hash, KEYS[6] latest invalid observations hash (an invalid row removed is
--- forgotten there if it is its identity's entry), KEYS[7] state hash (the outbox is made when
--- missing, its ids above outboxLast; one left empty is deleted, its last id kept there)
+-- KEYS[1] state hash (holds the lease; the outbox is made when missing, its ids above
+-- outboxLast; one left empty is deleted, its last id kept there), KEYS[2] outbox stream,
+-- KEYS[3] parked hash, KEYS[4] holds hash, KEYS[5] held hash, KEYS[6] latest invalid
+-- observations hash (an invalid row removed is forgotten there if it is its identity's entry)
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] write id,
 -- ARGV[5] 'retry' | 'discard', ARGV[6...] ids
 -- Returns {released rows, events returned to the outbox}; a write id applied before returns
@@ -86,7 +86,7 @@ for _, row in ipairs(rows) do
     end
     table.sort(evs, seq_less)
     for _, e in ipairs(evs) do
-      redis.call('XADD', KEYS[2], outbox_open(KEYS[2], KEYS[7]), 'id', e.id, 'ok', e.ok, 'ev', e.ev, 'seq', e.seq)
+      redis.call('XADD', KEYS[2], outbox_open(KEYS[2], KEYS[1]), 'id', e.id, 'ok', e.ok, 'ev', e.ev, 'seq', e.seq)
       returned = returned + 1
     end
     back[ok] = nil
@@ -97,6 +97,6 @@ for _, row in ipairs(rows) do
   end
   released = released + 1
 end
-outbox_drop_if_empty(KEYS[2], KEYS[7])
+outbox_drop_if_empty(KEYS[2], KEYS[1])
 redis.call('HSET', KEYS[1], 'write', ARGV[4], 'reply', released .. ',' .. returned)
 return {released, returned}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -25,7 +27,12 @@ import (
 //	   (this build reads layout-3 keys, and drops an empty outbox at the key's next cycle),
 //	   but a layout-3 worker would make an outbox with ids below outboxLast, and its inspect
 //	   cannot read lastPoll, so it refuses layout 4
-const CurrentLayout = 4
+//	5  a key's lease lives in its state hash (statehash.LeaseFields), not in a hash of its own,
+//	   prefix:{key}:lease: migrate folds every lease hash into its state (the higher epoch
+//	   kept; a live layout-4 grant keeps the key leased until it lapses), and a Begin folds
+//	   one the migration missed. A layout-4 process would fence on a lease hash no layout-5
+//	   process reads, so it refuses layout 5
+const CurrentLayout = 5
 
 // outboxHolder is the one consumer of every outbox group from layout 3 on.
 const outboxHolder = "holder"
@@ -109,6 +116,13 @@ func (s *Store) Migrate(ctx context.Context) (watukuytype.Migration, error) {
 	}
 	if !l.Empty && l.Version < 4 {
 		m.Steps = append(m.Steps, "3→4: nothing rewritten: each key's empty outbox is dropped at its next cycle, lastPoll is written compact at it")
+	}
+	if !l.Empty && l.Version < 5 {
+		folded, err := s.foldLeases(ctx)
+		if err != nil {
+			return m, fmt.Errorf("redisstore: migrate 4→5: %w", err)
+		}
+		m.Steps = append(m.Steps, fmt.Sprintf("4→5: folded %d lease hash(es) into their keys' state hashes", folded))
 	}
 	if err := s.rdb.Set(ctx, s.layoutKey(), CurrentLayout, 0).Err(); err != nil {
 		return m, err
@@ -215,4 +229,42 @@ func (s *Store) cleanOutboxes(ctx context.Context) (claimed, deleted int64, err 
 		deleted += r.Deleted
 	}
 	return claimed, deleted, nil
+}
+
+// foldLeases runs fold_lease.lua on every layout-4 lease hash (prefix:{poller|partition}:lease,
+// found by SCAN on every master, so deleted partitions' hashes go too) and returns how many it
+// folded.
+func (s *Store) foldLeases(ctx context.Context) (int, error) {
+	var mu sync.Mutex
+	folded := 0
+	scan := func(ctx context.Context, c *redis.Client) error {
+		it := c.Scan(ctx, 0, s.prefix+":{*}:lease", 1000).Iterator()
+		for it.Next(ctx) {
+			name := it.Val()
+			tag := strings.TrimSuffix(strings.TrimPrefix(name, s.prefix+":{"), "}:lease")
+			k, err := watukuytype.ParseKey(tag)
+			if err != nil || s.k(k, "lease") != name {
+				continue // not a key's lease hash
+			}
+			done, err := run(ctx, s, nil, foldLeaseArgs{Key: k, Now: s.nowArg()})
+			if err != nil {
+				return fmt.Errorf("fold %s: %w", name, err)
+			}
+			if done {
+				mu.Lock()
+				folded++
+				mu.Unlock()
+			}
+		}
+		return it.Err()
+	}
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		err := cc.ForEachMaster(ctx, scan)
+		return folded, err
+	}
+	c, ok := s.rdb.(*redis.Client)
+	if !ok {
+		return 0, fmt.Errorf("scan for lease hashes: unsupported client %T", s.rdb)
+	}
+	return folded, scan(ctx, c)
 }

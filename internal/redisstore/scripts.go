@@ -282,7 +282,7 @@ func (a ackArgs) encode(s *Store) ([]string, []any) {
 	for _, id := range a.StreamIDs {
 		argv = append(argv, id)
 	}
-	return s.keysOf(a.Key, "lease", "outbox", "state"), argv
+	return s.keysOf(a.Key, "state", "outbox"), argv
 }
 
 func (a ackArgs) decode(v any) (ackReply, error) {
@@ -358,7 +358,7 @@ func (a beginArgs) encode(s *Store) ([]string, []any) {
 	if a.Op {
 		mode = "op"
 	}
-	return s.keysOf(a.Key, "state", "lease", "outbox", "holds", "items", "invalid"),
+	return s.keysOf(a.Key, "state", "outbox", "holds", "items", "invalid", "lease"),
 		[]any{a.Owner, a.TTL.Milliseconds(), a.Now, mode, a.Token}
 }
 
@@ -466,6 +466,24 @@ func (a cleanOutboxArgs) decode(v any) (cleanOutboxReply, error) {
 	return out, r.err
 }
 
+// foldLeaseArgs call fold_lease.lua.
+type foldLeaseArgs struct {
+	Key watukuytype.Key
+	Now string
+}
+
+func (foldLeaseArgs) name() string { return "fold_lease" }
+
+func (a foldLeaseArgs) encode(s *Store) ([]string, []any) {
+	return s.keysOf(a.Key, "lease", "state"), []any{a.Now}
+}
+
+// decode reports whether a lease hash was folded.
+func (a foldLeaseArgs) decode(v any) (bool, error) {
+	r := reply{script: a.name(), on: a.Key.Describe()}
+	return r.int(v, "folded") == 1, r.err
+}
+
 // commitPollArgs call commit_poll.lua.
 type commitPollArgs struct {
 	Key watukuytype.Key
@@ -513,7 +531,7 @@ func (a commitPollArgs) encode(s *Store) ([]string, []any) {
 		argv = append(argv, p.ID, p.Identity)
 	}
 	argv = appendList(argv, c.Touched)
-	return s.keysOf(a.Key, "state", "lease", "items", "outbox", "parked", "log", "gone", "invalid", "touched"), argv
+	return s.keysOf(a.Key, "state", "items", "outbox", "parked", "log", "gone", "invalid", "touched"), argv
 }
 
 // decode reads {expiresAt, paused, firstId, duplicate}; the events' stream ids follow from the
@@ -562,7 +580,7 @@ type deleteKeyArgs struct {
 func (deleteKeyArgs) name() string { return "delete_key" }
 
 func (a deleteKeyArgs) encode(s *Store) ([]string, []any) {
-	return s.keysOf(a.Key, "lease", "state", "items", "outbox", "parked", "holds", "held", "log", "gone", "invalid", "touched"),
+	return s.keysOf(a.Key, "state", "items", "outbox", "parked", "holds", "held", "log", "gone", "invalid", "touched"),
 		a.writeFence.argv(0)
 }
 
@@ -600,7 +618,7 @@ func (endArgs) name() string { return "end" }
 
 func (a endArgs) encode(s *Store) ([]string, []any) {
 	argv := appendList(appendPairs(a.writeFence.argv(3+2*len(a.State)+len(a.Delete)), a.State), a.Delete)
-	return s.keysOf(a.Key, "state", "lease"), append(argv, a.Trigger)
+	return s.keysOf(a.Key, "state"), append(argv, a.Trigger)
 }
 
 func (a endArgs) decode(v any) (endReply, error) {
@@ -676,7 +694,7 @@ func (a parkArgs) encode(s *Store) ([]string, []any) {
 	for _, h := range a.Held {
 		argv = append(argv, h.StreamID, h.JSON)
 	}
-	return s.keysOf(a.Key, "lease", "outbox", "parked", "holds", "held", "state"), argv
+	return s.keysOf(a.Key, "state", "outbox", "parked", "holds", "held"), argv
 }
 
 // decode reads the number of entries moved out of the outbox.
@@ -696,7 +714,7 @@ type readOutboxArgs struct {
 func (readOutboxArgs) name() string { return "read_outbox" }
 
 func (a readOutboxArgs) encode(s *Store) ([]string, []any) {
-	return s.keysOf(a.Key, "lease", "outbox", "holds", "held", "state"), append(a.fence.argv(1), a.Count)
+	return s.keysOf(a.Key, "state", "outbox", "holds", "held"), append(a.fence.argv(1), a.Count)
 }
 
 // decode reads {read, paused, entries} (Unreplicated is the caller's).
@@ -740,7 +758,7 @@ func (a releaseParkedArgs) encode(s *Store) ([]string, []any) {
 	for _, id := range a.IDs {
 		argv = append(argv, id)
 	}
-	return s.keysOf(a.Key, "lease", "outbox", "parked", "holds", "held", "invalid", "state"), argv
+	return s.keysOf(a.Key, "state", "outbox", "parked", "holds", "held", "invalid"), argv
 }
 
 func (a releaseParkedArgs) decode(v any) (releaseParkedReply, error) {
@@ -760,7 +778,7 @@ type renewArgs struct {
 func (renewArgs) name() string { return "renew" }
 
 func (a renewArgs) encode(s *Store) ([]string, []any) {
-	return s.keysOf(a.Key, "lease", "state"), append(a.fence.argv(1), a.TTL.Milliseconds())
+	return s.keysOf(a.Key, "state"), append(a.fence.argv(1), a.TTL.Milliseconds())
 }
 
 func (a renewArgs) decode(v any) (core.Confirm, error) {

@@ -7,7 +7,7 @@ package redisstore
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
@@ -143,11 +143,13 @@ func (s *Store) now(ctx context.Context) (time.Time, error) {
 // newToken makes a lease token: random, so that no two grants share one even when a failover
 // makes an epoch repeat.
 func newToken() (string, error) {
-	var b [12]byte
+	// 64 random bits in 11 characters: the token stays in every key's state hash (issue 14),
+	// and it only has to tell apart the grants that share one key's epoch.
+	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("redisstore: lease token: %w", err)
 	}
-	return hex.EncodeToString(b[:]), nil
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
@@ -421,7 +423,7 @@ func (s *Store) ReleaseParked(ctx context.Context, l core.Lease, retry bool, ids
 
 // LeaseLive reports whether some instance holds key's lease now (server clock).
 func (s *Store) LeaseLive(ctx context.Context, key watukuytype.Key) (bool, error) {
-	exp, err := s.rdb.HGet(ctx, s.k(key, "lease"), "expiresAt").Int64()
+	exp, err := s.rdb.HGet(ctx, s.k(key, "state"), statehash.LeaseExpires).Int64()
 	if errors.Is(err, redis.Nil) {
 		return false, nil
 	}
@@ -716,14 +718,12 @@ func (s *Store) ClearThrottle(ctx context.Context, key watukuytype.Key) (time.Ti
 // Snapshot.Now unless a test clock overrides it).
 func (s *Store) Inspect(ctx context.Context, key watukuytype.Key) (core.Snapshot, error) {
 	var st *redis.MapStringStringCmd
-	var lease *redis.SliceCmd
 	var outbox, held, items *redis.IntCmd
 	var parked *redis.StringSliceCmd
 	var oldest *redis.XMessageSliceCmd
 	var serverTime *redis.TimeCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		st = p.HGetAll(ctx, s.k(key, "state"))
-		lease = p.HMGet(ctx, s.k(key, "lease"), "owner", "epoch", "expiresAt")
 		outbox = p.XLen(ctx, s.k(key, "outbox"))
 		oldest = p.XRangeN(ctx, s.k(key, "outbox"), "-", "+", 1)
 		parked = p.HKeys(ctx, s.k(key, "parked"))
@@ -739,7 +739,15 @@ func (s *Store) Inspect(ctx context.Context, key watukuytype.Key) (core.Snapshot
 	if s.clock != nil {
 		now = s.clock()
 	}
-	snap := core.Snapshot{State: st.Val(), OutboxLen: outbox.Val(), Parked: int64(len(parked.Val())), Held: held.Val(), Items: items.Val(), Now: now}
+	state := st.Val()
+	lease := map[string]string{}
+	for f, v := range state {
+		if statehash.IsLeaseField(f) {
+			lease[f] = v
+			delete(state, f)
+		}
+	}
+	snap := core.Snapshot{State: state, OutboxLen: outbox.Val(), Parked: int64(len(parked.Val())), Held: held.Val(), Items: items.Val(), Now: now}
 	if msgs := oldest.Val(); len(msgs) > 0 {
 		if ms, ok := streamMillis(msgs[0].ID); ok {
 			snap.OutboxOldest = time.UnixMilli(ms).UTC()
@@ -751,14 +759,11 @@ func (s *Store) Inspect(ctx context.Context, key watukuytype.Key) (core.Snapshot
 			snap.ParkedInvalid++
 		}
 	}
-	lv := lease.Val()
-	if o, ok := lv[0].(string); ok {
-		snap.LeaseOwner = o
-	}
-	if e, ok := lv[1].(string); ok {
+	snap.LeaseOwner = lease[statehash.LeaseOwner]
+	if e, ok := lease[statehash.LeaseEpoch]; ok {
 		snap.LeaseEpoch, _ = strconv.ParseInt(e, 10, 64)
 	}
-	if x, ok := lv[2].(string); ok {
+	if x, ok := lease[statehash.LeaseExpires]; ok {
 		n, _ := strconv.ParseInt(x, 10, 64)
 		snap.LeaseExpires = time.UnixMilli(n)
 	}

@@ -21,7 +21,8 @@ const (
 	Trigger   = "trig"
 	RateLimit = "rateLimit" // JSON of the last rate-limit window the API reported
 	// FreshAt is when (ms, server clock) a cycle last found the key current with its API or
-	// moved it forward with data; KeyInfo.FreshAt.
+	// moved it forward with data; KeyInfo.FreshAt. From layout 5 it is absent while the last
+	// poll was that cycle (lastPoll's flag f: its time is freshAt).
 	FreshAt          = "freshAt"
 	ReconcileDue     = "reconcileDue"     // ms of the next reconcile listing
 	DeleteCandidates = "deleteCandidates" // identities a complete listing missed, not yet deleted
@@ -40,3 +41,25 @@ const (
 	// delete_key.lua starts the next incarnation above it); no Go code reads it.
 	LastLife = "lastLife"
 )
+
+// The lease's fields, in the state hash from layout 5 (a hash of their own, prefix:{key}:lease,
+// before it): only the scripts write them, and Begin and Inspect leave them out of the state
+// they report.
+const (
+	LeaseEpoch   = "epoch"     // the grant counter: it only ever grows
+	LeaseToken   = "token"     // the random value of the current (or last) grant
+	LeaseOwner   = "owner"     // the instance holding the lease, while it is held
+	LeaseExpires = "expiresAt" // ms the lease lapses at, while it is held
+	LeaseWrite   = "write"     // the last write id of the grant (a re-sent write is recognised)
+	LeaseReply   = "reply"     // the reply of that write, for a re-sent one
+)
+
+// IsLeaseField reports whether name is one of the lease's fields (prelude.lua's
+// LEASE_FIELDS).
+func IsLeaseField(name string) bool {
+	switch name {
+	case LeaseEpoch, LeaseToken, LeaseOwner, LeaseExpires, LeaseWrite, LeaseReply:
+		return true
+	}
+	return false
+}

@@ -19,7 +19,7 @@ import (
 func (r *processRun) leaseToken(ctx context.Context) string {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	return r.db.direct.HGet(ctx, processPrefix+":{"+processKey.String()+"}:lease", "token").Val()
+	return r.db.direct.HGet(ctx, processPrefix+":{"+processKey.String()+"}:state", "token").Val()
 }
 
 // leaseEpoch reads the key's lease epoch on the primary direct dials (-1 when it cannot).
