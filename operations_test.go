@@ -531,7 +531,7 @@ func TestLayoutAndMigrate(t *testing.T) {
 			t.Fatalf("a worker on layout 1: %v", err)
 		}
 		m, err := eng.Migrate(ctx)
-		if err != nil || m.From != 1 || m.To != 4 || len(m.Steps) != 3 {
+		if err != nil || m.From != 1 || m.To != 5 || len(m.Steps) != 4 {
 			t.Fatalf("migrate: %+v, %v", m, err)
 		}
 		if got, err := b.Client.ZScore(ctx, "wk:{global}:due:legacy", "legacy|x").Result(); err != nil || got != 5 {
@@ -546,7 +546,7 @@ func TestLayoutAndMigrate(t *testing.T) {
 		if ki, err := eng.Inspect(ctx, "legacy", "x"); err != nil || ki.SchemaVersion != 3 {
 			t.Fatalf("inspect of a migrated key: %+v, %v", ki, err)
 		}
-		if m, err := eng.Migrate(ctx); err != nil || m.From != 4 || m.To != 4 || len(m.Steps) != 0 {
+		if m, err := eng.Migrate(ctx); err != nil || m.From != 5 || m.To != 5 || len(m.Steps) != 0 {
 			t.Fatalf("migrate again: %+v, %v", m, err)
 		}
 		if err := e.engine(e.poller(func(p *Poller) { p.Name = "w2" }), nil).Setup(ctx); err != nil {
@@ -617,7 +617,7 @@ func TestMigrateSplitsDueSetAndKeepsPendingEvents(t *testing.T) {
 		}
 		eng := e.engine(e.poller(), nil)
 		m, err := eng.Migrate(ctx)
-		if err != nil || m.From != 2 || m.To != 4 || len(m.Steps) != 2 {
+		if err != nil || m.From != 2 || m.To != 5 || len(m.Steps) != 3 {
 			t.Fatalf("migrate: %+v, %v", m, err)
 		}
 		t.Logf("migrate: %s", m.Steps[0])
@@ -633,7 +633,7 @@ func TestMigrateSplitsDueSetAndKeepsPendingEvents(t *testing.T) {
 		if got := pending(); len(got) != 1 || got["holder"] != 5 {
 			t.Fatalf("consumers after the migration: %v, want holder with the 5 pending entries", got)
 		}
-		if m, err := eng.Migrate(ctx); err != nil || m.From != 4 || m.To != 4 || len(m.Steps) != 0 {
+		if m, err := eng.Migrate(ctx); err != nil || m.From != 5 || m.To != 5 || len(m.Steps) != 0 {
 			t.Fatalf("migrate again: %+v, %v", m, err)
 		}
 

@@ -15,10 +15,10 @@ func TestMigrate(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
 	out := w.ok("migrate")
-	if !strings.Contains(out, "none (empty database) → 4") || w.b.Client.Get(ctx, "wk:{global}:layout").Val() != "4" {
+	if !strings.Contains(out, "none (empty database) → 5") || w.b.Client.Get(ctx, "wk:{global}:layout").Val() != "5" {
 		t.Fatalf("migrate of an empty database: %s", out)
 	}
-	if out := w.ok("migrate"); !strings.Contains(out, "already at layout 4") {
+	if out := w.ok("migrate"); !strings.Contains(out, "already at layout 5") {
 		t.Fatalf("second migrate: %s", out)
 	}
 
@@ -29,13 +29,13 @@ func TestMigrate(t *testing.T) {
 	}
 	old.fails(ExitFailed, "run `watukuy migrate` first", "inspect")
 	m := jsonOf[watukuy.Migration](t, old.ok("migrate", "--json"))
-	if m.From != 1 || m.To != 4 || len(m.Steps) != 3 {
-		t.Fatalf("migrate 1→4: %+v", m)
+	if m.From != 1 || m.To != 5 || len(m.Steps) != 4 {
+		t.Fatalf("migrate 1→5: %+v", m)
 	}
-	if old.hget("wk:{global}:pollers", "p") != v1 || old.hget("wk:{global}:registry", "p|") != `{"source":"config"}` || old.b.Client.Get(ctx, "wk:{global}:layout").Val() != "4" {
+	if old.hget("wk:{global}:pollers", "p") != v1 || old.hget("wk:{global}:registry", "p|") != `{"source":"config"}` || old.b.Client.Get(ctx, "wk:{global}:layout").Val() != "5" {
 		t.Fatalf("after migrate: pollers %q registry %q", old.hget("wk:{global}:pollers", "p"), old.hget("wk:{global}:registry", "p|"))
 	}
-	if m := jsonOf[watukuy.Migration](t, old.ok("migrate", "--json")); m.From != 4 || m.To != 4 || len(m.Steps) != 0 {
+	if m := jsonOf[watukuy.Migration](t, old.ok("migrate", "--json")); m.From != 5 || m.To != 5 || len(m.Steps) != 0 {
 		t.Fatalf("second migrate: %+v", m)
 	}
 	rowWhere(t, parseTable(t, old.ok("inspect"), "POLLER"), "POLLER", "p", "PARTITION", "-")

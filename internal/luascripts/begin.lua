@@ -1,5 +1,5 @@
 -- begin.lua: start a cycle (or an operation) for one key in a single round trip.
--- KEYS[1] state hash (from layout 5 it holds the lease too: statehash.LeaseFields),
+-- KEYS[1] state hash (from layout 5 it holds the lease too: statehash.IsLeaseField),
 -- KEYS[2] outbox stream, KEYS[3] holds hash, KEYS[4] items hash, KEYS[5] latest invalid
 -- observations hash, KEYS[6] the layout-4 lease hash (folded into the state when found)
 -- ARGV[1] owner (instance id), ARGV[2] lease TTL ms, ARGV[3] now override ms or '',

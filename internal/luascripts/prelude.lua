@@ -35,7 +35,7 @@ end
 
 -- The lease's fields in the state hash (layout 5; before it they were a hash of their own,
 -- prefix:{key}:lease): epoch, token, owner, expiresAt, write, reply. Go names them in
--- statehash.LeaseFields.
+-- statehash (LeaseEpoch, ..., IsLeaseField).
 local LEASE_FIELDS = {epoch = true, token = true, owner = true, expiresAt = true, write = true, reply = true}
 
 -- state_fields: the state hash as field, value pairs without the lease's fields, which are
@@ -53,22 +53,23 @@ local function state_fields(state_key)
 end
 
 -- fold_legacy_lease moves a layout-4 lease hash into the state hash and deletes it, so that
--- its holder (a layout-4 process, whose fence reads that hash) is cut off. The state keeps the
--- higher epoch, so epochs never repeat. A live state lease stays as it is; otherwise a live
--- layout-4 grant keeps the key leased until it would have expired, under a token no one
--- holds (its holder may still be delivering). Returns 1 when it folded a hash, else 0.
+-- its holder (a layout-4 process, whose fence reads that hash) is cut off. The state takes the
+-- higher epoch, so epochs never repeat; raising it cuts off a live state lease too, which
+-- then keeps the key leased until it would have lapsed. A live layout-4 grant that the state
+-- does not hold live under an epoch at least as high keeps the key leased until it would have
+-- expired, under a token no one holds (its holder may still be delivering). Returns 1 when it
+-- folded a hash, else 0.
 local function fold_legacy_lease(legacy_key, state_key, now)
   if redis.call('EXISTS', legacy_key) == 0 then return 0 end
   local o = redis.call('HMGET', legacy_key, 'epoch', 'owner', 'expiresAt')
   local s = redis.call('HMGET', state_key, 'epoch', 'expiresAt')
-  local state_live = s[2] and tonumber(s[2]) > now
-  if not state_live then
-    local epoch = math.max(tonumber(o[1] or '0'), tonumber(s[1] or '0'))
-    if epoch > 0 then redis.call('HSET', state_key, 'epoch', string.format('%d', epoch)) end
-    if o[3] and tonumber(o[3]) > now then
-      redis.call('HSET', state_key, 'owner', o[2] or '', 'expiresAt', o[3], 'token', 'layout-4')
-      redis.call('HDEL', state_key, 'write', 'reply')
-    end
+  local oe, se = tonumber(o[1] or '0'), tonumber(s[1] or '0')
+  local o_exp, s_exp = tonumber(o[3] or '0'), tonumber(s[2] or '0')
+  local raised = oe > se
+  if raised then redis.call('HSET', state_key, 'epoch', string.format('%d', oe)) end
+  if o_exp > now and (raised or s_exp <= now) then
+    redis.call('HSET', state_key, 'owner', o[2] or '', 'expiresAt', string.format('%d', math.max(o_exp, s_exp)), 'token', 'layout-4')
+    redis.call('HDEL', state_key, 'write', 'reply')
   end
   redis.call('DEL', legacy_key)
   return 1

@@ -27,7 +27,7 @@ import (
 //	   (this build reads layout-3 keys, and drops an empty outbox at the key's next cycle),
 //	   but a layout-3 worker would make an outbox with ids below outboxLast, and its inspect
 //	   cannot read lastPoll, so it refuses layout 4
-//	5  a key's lease lives in its state hash (statehash.LeaseFields), not in a hash of its own,
+//	5  a key's lease lives in its state hash (statehash.IsLeaseField), not in a hash of its own,
 //	   prefix:{key}:lease: migrate folds every lease hash into its state (the higher epoch
 //	   kept; a live layout-4 grant keeps the key leased until it lapses), and a Begin folds
 //	   one the migration missed. A layout-4 process would fence on a lease hash no layout-5
@@ -238,7 +238,7 @@ func (s *Store) foldLeases(ctx context.Context) (int, error) {
 	var mu sync.Mutex
 	folded := 0
 	scan := func(ctx context.Context, c *redis.Client) error {
-		it := c.Scan(ctx, 0, s.prefix+":{*}:lease", 1000).Iterator()
+		it := c.Scan(ctx, 0, globEscape(s.prefix)+":{*}:lease", 1000).Iterator()
 		for it.Next(ctx) {
 			name := it.Val()
 			tag := strings.TrimSuffix(strings.TrimPrefix(name, s.prefix+":{"), "}:lease")
@@ -267,4 +267,17 @@ func (s *Store) foldLeases(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("scan for lease hashes: unsupported client %T", s.rdb)
 	}
 	return folded, scan(ctx, c)
+}
+
+// globEscape escapes the characters a SCAN MATCH pattern gives a meaning to, so that a prefix
+// such as "wk[eu]" matches itself.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
