@@ -611,6 +611,10 @@ func TestMigrateSplitsDueSetAndKeepsPendingEvents(t *testing.T) {
 		if err := b.Client.Set(ctx, "wk:{global}:layout", "2", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
+		// Layout 2 gave every key a registry entry (config keys too).
+		if err := b.Client.HSet(ctx, "wk:{global}:registry", "orders|", `{"source":"config"}`).Err(); err != nil {
+			t.Fatal(err)
+		}
 		var le *LayoutError
 		if err := e.engine(e.poller(func(p *Poller) { p.Name = "w1" }), nil).Setup(ctx); !errors.As(err, &le) || le.Found != 2 {
 			t.Fatalf("a worker on layout 2: %v", err)

@@ -192,7 +192,8 @@ func (e *Engine) poller(key watukuytype.Key) (*watukuytype.Poller, error) {
 // start. A layout newer than this build knows is a *LayoutError.
 func (e *Engine) Setup(ctx context.Context) error { return e.ensureRegistered(ctx) }
 
-// ensureRegistered writes every key to the registry and due set once per registration change.
+// ensureRegistered writes every poller's entry (which lists its keys: the registry of config
+// keys) and every key's due entry once per registration change.
 func (e *Engine) ensureRegistered(ctx context.Context) error {
 	e.mu.Lock()
 	if e.registered {

@@ -55,6 +55,28 @@ func (e *Engine) info(p *watukuytype.Poller) pollerInfo {
 	return pi
 }
 
+// lists reports whether the entry lists partition: one of its partitions, or the
+// unpartitioned key's "" when it has none (as pollerKeys). A listed key is a config key and
+// has no entry of its own in the store's registry.
+func (pi pollerInfo) lists(partition string) bool {
+	if len(pi.Partitions) == 0 {
+		return partition == ""
+	}
+	return slices.Contains(pi.Partitions, partition)
+}
+
+// keys are the keys the entry of poller lists.
+func (pi pollerInfo) keys(poller string) []watukuytype.Key {
+	if len(pi.Partitions) == 0 {
+		return []watukuytype.Key{{Poller: poller}}
+	}
+	ks := make([]watukuytype.Key, len(pi.Partitions))
+	for i, part := range pi.Partitions {
+		ks[i] = watukuytype.Key{Poller: poller, Partition: part}
+	}
+	return ks
+}
+
 func (pi pollerInfo) leaseTTL() time.Duration {
 	if d, err := time.ParseDuration(pi.LeaseTTL); err == nil && d > 0 {
 		return d
@@ -77,8 +99,8 @@ type target struct {
 	source string
 }
 
-// resolve finds key among the registered pollers and the registry, so that operations work
-// with the Redis URL alone. An unknown poller or partition is a *NotFoundError.
+// resolve finds key among the registered pollers and the registry (its poller's entry lists
+// it, or it has an entry of its own), so that operations work with the Redis URL alone. An unknown poller or partition is a *NotFoundError.
 func (e *Engine) resolve(ctx context.Context, key watukuytype.Key) (target, error) {
 	t := target{key: key}
 	if err := e.ensureRegistered(ctx); err != nil {
@@ -99,20 +121,31 @@ func (e *Engine) resolve(ctx context.Context, key watukuytype.Key) (target, erro
 	if err != nil {
 		return t, keyErr("watukuy: look up", key, err)
 	}
+	var stored pollerInfo // the poller's entry in the store: it lists the config keys
+	listed := false
+	if praw != nil {
+		err := json.Unmarshal(praw, &stored)
+		if err != nil && t.p == nil {
+			return t, fmt.Errorf("watukuy: registry entry of poller %q is corrupt: %w", key.Poller, err)
+		}
+		listed = err == nil && stored.lists(key.Partition)
+	}
 	if t.p == nil {
 		if praw == nil {
 			return t, e.notFound(ctx, key, "")
 		}
-		if err := json.Unmarshal(praw, &t.info); err != nil {
-			return t, fmt.Errorf("watukuy: registry entry of poller %q is corrupt: %w", key.Poller, err)
-		}
+		t.info = stored
 	}
-	if kraw == nil {
+	switch {
+	case listed:
+		t.source = "config"
+	case kraw != nil:
+		var ke keyEntry
+		_ = json.Unmarshal(kraw, &ke)
+		t.source = ke.Source
+	default:
 		return t, e.notFound(ctx, key, key.Poller)
 	}
-	var ke keyEntry
-	_ = json.Unmarshal(kraw, &ke)
-	t.source = ke.Source
 	return t, nil
 }
 
@@ -145,17 +178,19 @@ func (e *Engine) notFound(ctx context.Context, key watukuytype.Key, poller strin
 }
 
 // registry merges the registered pollers with the Redis registry: every known poller's
-// info, and every known key as a target, sorted.
+// info, and every known key as a target, sorted. A key is known by its registry entry, or
+// because a poller's entry (in Redis, or this engine's) lists it: a config key.
 func (e *Engine) registry(ctx context.Context) (map[string]pollerInfo, []target, error) {
 	praw, kraw, err := e.store.Registry(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("watukuy: read the registry: %w", err)
 	}
 	pollers := map[string]pollerInfo{}
+	stored := map[string]pollerInfo{} // as Redis has them: their listed keys are known
 	for name, raw := range praw {
 		var pi pollerInfo
 		if json.Unmarshal(raw, &pi) == nil {
-			pollers[name] = pi
+			pollers[name], stored[name] = pi, pi
 		}
 	}
 	e.mu.Lock()
@@ -173,6 +208,11 @@ func (e *Engine) registry(ctx context.Context) (map[string]pollerInfo, []target,
 		var ke keyEntry
 		_ = json.Unmarshal(raw, &ke)
 		byKey[k] = target{key: k, p: local[k.Poller], info: pollers[k.Poller], source: ke.Source}
+	}
+	for name, pi := range stored {
+		for _, k := range pi.keys(name) {
+			byKey[k] = target{key: k, p: local[name], info: pollers[name], source: "config"}
+		}
 	}
 	for _, p := range local {
 		for _, k := range pollerKeys(p) {

@@ -57,23 +57,30 @@ type Store interface {
 	// time <= now was written since by a trigger, resume or partitions add, and is kept.
 	SetDue(ctx context.Context, key watukuytype.Key, at time.Time) error
 	// Register records pollers and keys in the registry and puts new keys in the due set,
-	// due now. A key of a deleted partition stays deleted.
+	// due now. A key of a deleted partition stays deleted. A poller's entry lists its config
+	// keys (pollerInfo.Partitions), and those keys get no entry of their own; a key that a
+	// new entry of its poller no longer lists keeps one ({"source":"config"}: it stays
+	// registered), and so does a key that no entry of the call lists.
 	Register(ctx context.Context, pollers map[string][]byte, keys map[watukuytype.Key][]byte) error
-	// Lookup reads the registry entries of key's poller and of key (nil when absent).
+	// Lookup reads the registry entries of key's poller and of key (nil when absent; a key
+	// the poller's entry lists has none).
 	Lookup(ctx context.Context, key watukuytype.Key) (poller, entry []byte, err error)
-	// Registry reads every registered poller (by name) and key (by Key.String()).
+	// Registry reads every registered poller (by name) and key entry (by Key.String()); the
+	// keys the poller entries list have none.
 	Registry(ctx context.Context) (pollers, keys map[string][]byte, err error)
-	// AddPartition registers key (entry), lifts a deletion, and makes it due now.
+	// AddPartition registers key (entry, unless its poller's entry lists it: a config key),
+	// lifts a deletion, and makes it due now.
 	AddPartition(ctx context.Context, key watukuytype.Key, entry []byte) error
 	// DeleteKey removes key's state, snapshot, outbox, parked rows and log under the lease,
-	// leaves a deletion mark, and drops it from the registry and due set unless a partitions
-	// add registered it again meanwhile.
+	// leaves a deletion mark, and drops it from the registry (a key its poller's entry lists
+	// stays listed, deleted) and due set unless a partitions add brought it back meanwhile.
 	DeleteKey(ctx context.Context, l Lease) error
 	// Unschedule drops key from the due set (a deleted key found by a stale task), unless it
 	// is due now (a partitions add since the claim brought it back), as SetDue.
 	Unschedule(ctx context.Context, key watukuytype.Key) error
-	// RepairDue gives every registered key that is not deleted and has no due entry one (at
-	// its state's next due time, or now), and returns those keys.
+	// RepairDue gives every registered key (a registry entry, or listed by its poller's
+	// entry) that is not deleted and has no due entry one (at its state's next due time, or
+	// now), and returns those keys.
 	RepairDue(ctx context.Context) ([]watukuytype.Key, error)
 	// ReadLog returns at most n of the key's logged events committed in [from, to], oldest
 	// first, starting after the entry whose StreamID is after (when not "").

@@ -12,12 +12,13 @@ import (
 )
 
 // DataMarks is what the data watcher reads in one round trip: the data id (a random id
-// recorded once per database, "" when absent) and which of the global keys exist.
+// recorded once per database, "" when absent) and which of the global keys exist. A loss is
+// told by the data id alone. The key registry is no mark: it holds entries only for keys no
+// poller entry lists (partitions add), so it is absent from a database of config keys.
 type DataMarks struct {
 	ID string
-	// Layout, Registry and Pollers report whether the layout marker, the key registry and the
-	// poller descriptions exist.
-	Layout, Registry, Pollers bool
+	// Layout and Pollers report whether the layout marker and the poller descriptions exist.
+	Layout, Pollers bool
 	// Missing names the global keys that do not exist (for the log).
 	Missing []string
 }

@@ -217,7 +217,9 @@ func TestSchedulerRunsRepair(t *testing.T) {
 		defer cancel()
 		st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "r"})
 		ks := keys(3)
-		if err := st.Register(ctx, pollerP, entries(ks)); err != nil {
+		// The entry lists the keys, as workers write it (the repair sweep reads listed keys).
+		listing := map[string][]byte{"p": []byte(`{"poller":"p","partitions":["k00","k01","k02"]}`)}
+		if err := st.Register(ctx, listing, entries(ks)); err != nil {
 			t.Fatal(err)
 		}
 		lose := func(k watukuytype.Key) {

@@ -131,7 +131,7 @@ func idleKeys(tb testing.TB, b redistest.Backend, n int) idleFootprint {
 	}
 	for p, k := range map[string]string{"registry": s.registryKey(), "due": s.dueKey("idle")} {
 		m, err := b.Client.MemoryUsage(ctx, k, 0).Result()
-		if err != nil {
+		if err != nil && err != redis.Nil { // the registry is absent while every key is a config key
 			tb.Fatalf("MEMORY USAGE %s: %v", k, err)
 		}
 		f.shared[p] = m

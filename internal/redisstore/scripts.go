@@ -640,12 +640,14 @@ type forgetKeyArgs struct {
 	Key watukuytype.Key
 	// Entry is the registry entry read before the delete ("" when there was none).
 	Entry string
+	// Due is the due score read with it ("" when there was none).
+	Due string
 }
 
 func (forgetKeyArgs) name() string { return "forget_key" }
 
 func (a forgetKeyArgs) encode(s *Store) ([]string, []any) {
-	return []string{s.registryKey(), s.dueKey(a.Key.Poller)}, []any{a.Key.String(), a.Entry}
+	return []string{s.registryKey(), s.dueKey(a.Key.Poller)}, []any{a.Key.String(), a.Entry, a.Due}
 }
 
 // decode reports whether the key was forgotten (false: added again meanwhile).
@@ -794,10 +796,12 @@ type repairDueArgs struct {
 	Entries []repairEntry
 }
 
-// repairEntry is a key to give a due entry, due at Due (ms; 0: now).
+// repairEntry is a key to give a due entry, due at Due (ms; 0: now). Listed: its poller's
+// entry lists it (no registry entry to re-check).
 type repairEntry struct {
-	Key watukuytype.Key
-	Due int64
+	Key    watukuytype.Key
+	Due    int64
+	Listed bool
 }
 
 func (repairDueArgs) name() string { return "repair_due" }
@@ -805,7 +809,7 @@ func (repairDueArgs) name() string { return "repair_due" }
 func (a repairDueArgs) encode(s *Store) ([]string, []any) {
 	keys := []string{s.registryKey()}
 	slot := map[string]int{} // due set -> its index in keys (1-based, as in Lua)
-	argv := make([]any, 0, 1+3*len(a.Entries))
+	argv := make([]any, 0, 1+4*len(a.Entries))
 	argv = append(argv, a.Now)
 	for _, e := range a.Entries {
 		set := s.dueKey(e.Key.Poller)
@@ -813,7 +817,11 @@ func (a repairDueArgs) encode(s *Store) ([]string, []any) {
 			keys = append(keys, set)
 			slot[set] = len(keys)
 		}
-		argv = append(argv, e.Key.String(), slot[set], e.Due)
+		listed := "0"
+		if e.Listed {
+			listed = "1"
+		}
+		argv = append(argv, e.Key.String(), slot[set], e.Due, listed)
 	}
 	return keys, argv
 }

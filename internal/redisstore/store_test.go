@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -454,18 +455,31 @@ func (h *beforeScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// The repair sweep pages through the registry (more keys than one batch) and gives each key
-// that is not deleted and lacks a due entry one, at its state's next due time or now.
+// The repair sweep pages through the registry and the pollers entries' listed keys (more
+// keys than one batch of each) and gives each key that is not deleted and lacks a due entry
+// one, at its state's next due time or now.
 func TestRepairDue(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		s, clk := newStore(t, b)
 		keys := map[watukuytype.Key][]byte{}
-		for i := 0; i < 2*repairBatch+100; i++ {
+		var listed []string // p0's keys are listed in its entry; p1's have registry entries
+		for i := 0; i < 4*repairBatch+200; i++ {
 			keys[watukuytype.Key{Poller: fmt.Sprintf("p%d", i%2), Partition: fmt.Sprint(i)}] = []byte(`{"source":"config"}`)
+			if i%2 == 0 {
+				listed = append(listed, fmt.Sprint(i))
+			}
 		}
-		if err := s.Register(ctx, map[string][]byte{"p0": []byte(`{}`), "p1": []byte(`{}`)}, keys); err != nil {
+		p0, _ := json.Marshal(map[string]any{"partitions": listed})
+		if err := s.Register(ctx, map[string][]byte{"p0": p0, "p1": []byte(`{}`)}, keys); err != nil {
 			t.Fatal(err)
+		}
+		keys[watukuytype.Key{Poller: "p1"}] = nil // listed by p1's entry, never given a due entry
+		if n := b.Client.HLen(ctx, s.registryKey()).Val(); n != int64(len(listed)) {
+			t.Fatalf("%d registry entries, want p1's %d", n, len(listed))
+		}
+		if got, err := s.RepairDue(ctx); err != nil || !slices.Equal(got, []watukuytype.Key{{Poller: "p1"}}) {
+			t.Fatalf("a sweep with every entry in place but p1's listed key's: %v, %v", got, err)
 		}
 		if got, err := s.RepairDue(ctx); err != nil || len(got) != 0 {
 			t.Fatalf("a sweep with every entry in place: %v, %v", got, err)
@@ -488,8 +502,10 @@ func TestRepairDue(t *testing.T) {
 		if score := b.Client.ZScore(ctx, s.DueKey("p1"), later.String()).Val(); score != float64(at) {
 			t.Fatalf("a key with a next due time repaired at %v, want %v", score, at)
 		}
-		if score := b.Client.ZScore(ctx, s.DueKey("p1"), "p1|3").Val(); score != float64(clk.Now().UnixMilli()) {
-			t.Fatalf("a key without a next due time repaired at %v, want now", score)
+		for _, k := range []string{"p1|3", "p0|2"} { // a registry entry's key, a listed key
+			if score := b.Client.ZScore(ctx, s.DueKey(k[:2]), k).Val(); score != float64(clk.Now().UnixMilli()) {
+				t.Fatalf("%s, without a next due time, repaired at %v, want now", k, score)
+			}
 		}
 		if got, err := s.RepairDue(ctx); err != nil || len(got) != 0 {
 			t.Fatalf("a second sweep: %v, %v", got, err)

@@ -16,10 +16,11 @@ import (
 func (s *Store) dataIDKey() string { return s.prefix + ":{global}:data-id" }
 
 // DataMarks implements core.DataStore: one pipelined round trip (every key is under {global},
-// one slot on a cluster).
+// one slot on a cluster). The registry is not read: it is absent while every key is a config
+// key (listed in its poller's entry), which is no loss.
 func (s *Store) DataMarks(ctx context.Context) (core.DataMarks, error) {
 	var id *redis.StringCmd
-	names := []string{s.layoutKey(), s.registryKey(), s.pollersKey()}
+	names := []string{s.layoutKey(), s.pollersKey()}
 	exists := make([]*redis.IntCmd, len(names))
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		id = p.Get(ctx, s.dataIDKey())
@@ -35,7 +36,7 @@ func (s *Store) DataMarks(ctx context.Context) (core.DataMarks, error) {
 	if m.ID == "" {
 		m.Missing = append(m.Missing, s.dataIDKey())
 	}
-	for i, present := range []*bool{&m.Layout, &m.Registry, &m.Pollers} {
+	for i, present := range []*bool{&m.Layout, &m.Pollers} {
 		*present = exists[i].Val() > 0
 		if !*present {
 			m.Missing = append(m.Missing, names[i])

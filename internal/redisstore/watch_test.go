@@ -3,6 +3,7 @@ package redisstore
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -85,6 +86,9 @@ func TestDataWatchNoticesLossOnce(t *testing.T) {
 		if err != nil || m.ID == "" || len(m.Missing) != 0 {
 			t.Fatalf("marks after setup: %+v, %v; want a data id and every key", m, err)
 		}
+		if n := b.Client.Exists(ctx, s.registryKey()).Val(); n != 0 {
+			t.Fatalf("config keys only, yet the registry exists: its absence here is what no check may take for a loss")
+		}
 
 		if err := flushAll(ctx, b.Client); err != nil {
 			t.Fatal(err)
@@ -111,14 +115,18 @@ func TestDataWatchNoticesLossOnce(t *testing.T) {
 		if !strings.Contains(scheduler.log.String(), "the workers register theirs again") {
 			t.Errorf("the scheduler's loss line: %s", scheduler.log.String())
 		}
-		_, keys, err := s.Registry(ctx)
+		// An operator's tool with the Redis URL alone finds the keys again.
+		tool, err := core.NewEngine(core.Options{Store: s, InstanceID: "tool"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{"orders|a", "orders|b", "customers|a", "customers|b"} {
-			if _, ok := keys[k]; !ok {
-				t.Errorf("%s not registered again (registry %v)", k, keys)
-			}
+		keys, err := tool.Keys(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []watukuytype.Key{{Poller: "customers", Partition: "a"}, {Poller: "customers", Partition: "b"}, {Poller: "orders", Partition: "a"}, {Poller: "orders", Partition: "b"}}
+		if !slices.Equal(keys, want) {
+			t.Errorf("keys after the loss: %v, want %v registered again", keys, want)
 		}
 		due, err := s.ClaimDue(ctx, 10, 0, []string{"orders", "customers"})
 		if err != nil || len(due) != 4 {
