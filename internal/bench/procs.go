@@ -322,7 +322,15 @@ func startDueRun(ctx context.Context, o Options, name string, n int, interval ti
 	}
 	st, p, seed, err := seedKeys(ctx, e, n, interval)
 	if err == nil {
+		// The seeding cycles ran unclaimed, so their due entries still say "due at
+		// registration": a scheduler started now would claim every key at once, and a
+		// not-due Begin's due write, landing after the spread below, would put back the
+		// seeding's due time (the first keys of earlier runs served up to an interval late).
+		// Nothing is due while the processes start.
 		dr.seed = seed
+		err = spreadDue(ctx, e.rdb, st, p.Partitions, time.Now().Add(time.Hour), interval)
+	}
+	if err == nil {
 		dr.g, err = startGroup(ctx, o, e, dr.dir, schedulers, workers, interval, n, true)
 	}
 	if err != nil {

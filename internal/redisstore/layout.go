@@ -30,8 +30,9 @@ import (
 //	5  a key's lease lives in its state hash (statehash.IsLeaseField), not in a hash of its own,
 //	   prefix:{key}:lease: migrate folds every lease hash into its state (the higher epoch
 //	   kept; a live layout-4 grant keeps the key leased until it lapses), and a Begin folds
-//	   one the migration missed. A layout-4 process would fence on a lease hash no layout-5
-//	   process reads, so it refuses layout 5
+//	   one the migration missed. The registry holds only keys no pollers entry lists (config
+//	   keys are registered by their poller's entry): migrate drops the others. A layout-4
+//	   process would fence on a lease hash no layout-5 process reads, so it refuses layout 5
 const CurrentLayout = 5
 
 // outboxHolder is the one consumer of every outbox group from layout 3 on.
@@ -122,7 +123,12 @@ func (s *Store) Migrate(ctx context.Context) (watukuytype.Migration, error) {
 		if err != nil {
 			return m, fmt.Errorf("redisstore: migrate 4→5: %w", err)
 		}
-		m.Steps = append(m.Steps, fmt.Sprintf("4→5: folded %d lease hash(es) into their keys' state hashes", folded))
+		dropped, err := s.dropListedRegistryEntries(ctx)
+		if err != nil {
+			return m, fmt.Errorf("redisstore: migrate 4→5: %w", err)
+		}
+		m.Steps = append(m.Steps, fmt.Sprintf("4→5: folded %d lease hash(es) into their keys' state hashes; dropped %d registry entries of keys their poller's entry lists",
+			folded, dropped))
 	}
 	if err := s.rdb.Set(ctx, s.layoutKey(), CurrentLayout, 0).Err(); err != nil {
 		return m, err
