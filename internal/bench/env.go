@@ -36,9 +36,15 @@ type env struct {
 // newEnv starts a redis-server (or a three-master cluster) for one measurement, or connects
 // to o.RedisURL.
 func newEnv(ctx context.Context, o Options, name string, cluster bool) (*env, error) {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	e := &env{prefix: "wkb" + hex.EncodeToString(b[:]), queue: "wkb-" + name}
+	// On a server of its own a measurement uses the deployed default prefix, so the memory
+	// figures count the key names an installation has; on a shared one (--redis) a prefix of
+	// its own keeps it apart from anything else there.
+	e := &env{prefix: "wk", queue: "wkb-" + name}
+	if o.RedisURL != "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		e.prefix = "wkb" + hex.EncodeToString(b[:])
+	}
 	dir, err := os.MkdirTemp(o.Dir, name+"-")
 	if err != nil {
 		return nil, fmt.Errorf("bench %s: %w", name, err)
