@@ -291,6 +291,11 @@ type Claimer interface {
 	// by claimTimeout (0: the key's lease TTL plus 2s), so no other claim takes them before
 	// their cycle holds the lease.
 	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]Key, error)
+	// ConfirmClaims holds on to claimed keys whose cycles are enqueued, for claimTimeout (0:
+	// each key's lease TTL plus 2s), unless a trigger made one due since: a scheduler claims
+	// with a short claimTimeout, enqueues, then confirms, so that its death in between keeps
+	// the keys out only briefly.
+	ConfirmClaims(ctx context.Context, keys []Key, claimTimeout time.Duration) error
 	// DueIn returns how long until the earliest key of pollers (every registered poller's
 	// when none) is due by the server's clock, 0 when one is due now, and false when they
 	// have no keys: a scheduler whose claim took every due key sleeps until then.

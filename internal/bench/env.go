@@ -164,7 +164,7 @@ func newEngine(st *redisstore.Store, id string, p watukuytype.Poller, hooks watu
 }
 
 // runFirstCycles runs every key's cycle once, conc at a time, and returns how long it took:
-// the keys' state, outbox and lease are those of an idle key after one tick.
+// the keys' state (the lease in it) and outbox are those of an idle key after one tick.
 func runFirstCycles(ctx context.Context, eng *core.Engine, keys []watukuytype.Key, conc int) (time.Duration, error) {
 	t0 := time.Now()
 	next := make(chan watukuytype.Key)
@@ -214,7 +214,7 @@ func keysOf(p watukuytype.Poller) []watukuytype.Key {
 }
 
 // kindOf is the kind of a watukuy key for the memory breakdown: the part after the key's
-// hash tag ("state", "outbox", "lease", "registry", "due:bench", ...).
+// hash tag ("state", "outbox", "registry", "due:bench", ...).
 func kindOf(prefix, key string) string {
 	rest := strings.TrimPrefix(key, prefix+":")
 	if i := strings.Index(rest, "}:"); i >= 0 {

@@ -15,7 +15,6 @@
 -- First check: only members with score <= now are taken; nothing is written otherwise.
 local now = now_ms(ARGV[1])
 local limit = tonumber(ARGV[2])
-local fixed = tonumber(ARGV[3])
 -- Each set gives at most limit candidates: the merge reads limit x sets members at most.
 local due = {}
 for k = 2, #KEYS do
@@ -30,20 +29,7 @@ table.sort(due, function(a, b)
 end)
 local claim = {}
 local function claim_ms(set)
-  if fixed > 0 then return fixed end
-  if not claim[set] then
-    claim[set] = tonumber(ARGV[5])
-    local info = redis.call('HGET', KEYS[1], ARGV[set + 4])
-    -- Found, not decoded: the entry lists every partition (1.6 MB at 100,000), which cjson
-    -- took 23 ms to decode at every claim; a plain find takes about 1 ms. The text cannot
-    -- occur inside a JSON string, where every '"' is escaped.
-    local at = info and string.find(info, '"leaseTTLMs":', 1, true)
-    local ttl = at and string.match(info, '^%d+', at + 13)
-    if ttl then
-      claim[set] = tonumber(ttl) + tonumber(ARGV[4])
-    end
-  end
-  return claim[set]
+  return poller_claim_ms(KEYS[1], ARGV[set + 4], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), claim, set)
 end
 local out = {}
 for i = 1, math.min(limit, #due) do

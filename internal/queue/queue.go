@@ -34,6 +34,9 @@ func TaskID(prefix string, key watukuytype.Key) string { return prefix + ":cycle
 // Claimer is the part of the store the scheduler needs.
 type Claimer interface {
 	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]watukuytype.Key, error)
+	// ConfirmClaims holds on to claimed keys whose tasks are enqueued, for claimTimeout (0:
+	// each key's lease TTL plus core.ClaimGrace), unless a trigger made one due since.
+	ConfirmClaims(ctx context.Context, keys []watukuytype.Key, claimTimeout time.Duration) error
 	// DueIn returns how long until the earliest key of pollers is due by the server's clock
 	// (0: now), and false when they have no keys.
 	DueIn(ctx context.Context, pollers []string) (time.Duration, bool, error)
@@ -44,6 +47,11 @@ type Claimer interface {
 	HandBack(ctx context.Context, key watukuytype.Key, d time.Duration) error
 	WakeChannel() string
 }
+
+// DefaultClaimWindow is Scheduler.ClaimWindow's default: an enqueue takes milliseconds, and a
+// window that lapses first costs at most a second task for the same keys, which the lease
+// fences (its Begin finds the key leased or not due).
+const DefaultClaimWindow = time.Second
 
 // RequeueAfter is how soon keys whose new task met a running one of the same ID, or could not
 // be enqueued, are claimed again.
@@ -75,10 +83,14 @@ type Scheduler struct {
 	// at least 8 tasks: batching saves asynq operations in bursts without serializing the
 	// cycles of a quiet system. 1 gives every key its own task.
 	PerTask int
-	// ClaimTimeout, when set, is how long a claim holds a key before its cycle's lease keeper
-	// holds it on; default (0) the key's lease TTL plus core.ClaimGrace, so a key whose cycle
-	// died is claimed again as soon as its lease lapses.
+	// ClaimTimeout, when set, is how long a claim holds a key once its task is enqueued,
+	// before its cycle's lease keeper holds it on; default (0) the key's lease TTL plus
+	// core.ClaimGrace, so a key whose cycle died is claimed again as soon as its lease lapses.
 	ClaimTimeout time.Duration
+	// ClaimWindow is how long a claim holds its keys until their tasks are enqueued and the
+	// claim confirmed (ConfirmClaims); default DefaultClaimWindow. A scheduler killed between
+	// its claim and its enqueue leaves the keys out for this long, not for ClaimTimeout.
+	ClaimWindow time.Duration
 	// Idle is the longest sleep when nothing is due; default 1s. The scheduler sleeps only
 	// until the earliest key is due when that comes sooner, and a wake-up message cuts the
 	// sleep short.
@@ -192,6 +204,9 @@ func (s *Scheduler) defaults() {
 	if s.Idle <= 0 {
 		s.Idle = time.Second
 	}
+	if s.ClaimWindow <= 0 {
+		s.ClaimWindow = DefaultClaimWindow
+	}
 	if s.TaskTimeout <= 0 {
 		s.TaskTimeout = 30 * time.Minute
 	}
@@ -236,11 +251,12 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 	if s.PollerNames != nil && len(pollers) == 0 {
 		return 0, nil // never every key: that is what an empty Pollers means
 	}
-	keys, err := s.Store.ClaimDue(ctx, s.Batch, s.ClaimTimeout, pollers)
+	keys, err := s.Store.ClaimDue(ctx, s.Batch, s.ClaimWindow, pollers)
 	if err != nil {
 		return 0, fmt.Errorf("scheduler: claim: %w", err)
 	}
 	claimed, enqueued := len(keys), 0
+	var queued []watukuytype.Key // keys a task of which is enqueued: their claims are confirmed
 	per := max(1, min(s.PerTask, claimed/8))
 	var errs []error
 	for len(keys) > 0 {
@@ -283,6 +299,7 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 		switch {
 		case err == nil:
 			enqueued += n
+			queued = append(queued, chunk...)
 		case conflict(err) && s.active(id):
 			// Running: a task runs its keys one after another, and a cycle writes its due
 			// time before its task completes, so these keys may have ended their cycles and
@@ -292,6 +309,7 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 			errs = append(errs, s.handBack(ctx, chunk)...)
 		case conflict(err):
 			// Already queued: it runs these keys.
+			queued = append(queued, chunk...)
 		default:
 			// Held on, the claim would keep them out for the whole claim timeout (32 s by
 			// default) though asynq may answer the next enqueue; unreachable Redis fails the
@@ -299,6 +317,11 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 			errs = append(errs, fmt.Errorf("enqueue %v: %w", members, err))
 			errs = append(errs, s.handBack(ctx, chunk)...)
 		}
+	}
+	// Unconfirmed, the claims lapse after the window and the keys are claimed again: a second
+	// task for keys already queued, which the lease fences.
+	if err := s.Store.ConfirmClaims(ctx, queued, s.ClaimTimeout); err != nil {
+		errs = append(errs, err)
 	}
 	if s.OnEnqueued != nil && enqueued > 0 {
 		s.OnEnqueued(enqueued)

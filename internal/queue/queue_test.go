@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -342,6 +343,85 @@ func TestFailedEnqueueHandsTheClaimBack(t *testing.T) {
 			if d := time.UnixMilli(int64(at)).Sub(srvNow); d > RequeueAfter {
 				t.Errorf("%s due in %s, want at most %s (not the claim timeout)", key, d, RequeueAfter)
 			}
+		}
+	})
+}
+
+// A claim holds its keys for the short window until their tasks are enqueued, then is
+// confirmed for the claim timeout (the lease TTL plus the grace). A scheduler that dies
+// between its claim and its enqueue (here: the enqueue hangs until the scheduler's context
+// ends, and nothing after it reaches Redis) leaves its keys out for the window only: the two
+// schedulers of issue 14's bench saw a key served 32 s late when the kill fell there.
+func TestClaimWindowUntilTheEnqueue(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "w"})
+		k := keys(3)
+		if err := st.Register(ctx, pollerP, entries(k)); err != nil {
+			t.Fatal(err)
+		}
+		dueIn := func(key watukuytype.Key) time.Duration {
+			now, err := b.Client.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return time.UnixMilli(int64(b.Client.ZScore(ctx, st.DueKey("p"), key.String()).Val())).Sub(now)
+		}
+		// A listener that accepts and never answers: asynq's enqueue hangs.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+			}
+		}()
+		hung := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ContextTimeoutEnabled: true})
+		defer hung.Close()
+		dying := &Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(hung), Prefix: "w", PerTask: 1}
+		dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		if n, err := dying.Once(dctx); n != 3 || err == nil {
+			t.Fatalf("a scheduler dying in its enqueue: %d claimed, %v", n, err)
+		}
+		for _, key := range k {
+			if d := dueIn(key); d > DefaultClaimWindow {
+				t.Errorf("%s claimed by a scheduler that died before its enqueue: due in %s, want at most the window %s", key, d, DefaultClaimWindow)
+			}
+		}
+		// The window over, a live scheduler claims, enqueues and confirms: held for the
+		// lease TTL plus the grace.
+		for _, key := range k {
+			b.Client.ZAdd(ctx, st.DueKey("p"), redis.Z{Score: 1, Member: key.String()})
+		}
+		live := &Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "w", PerTask: 1}
+		if n, err := live.Once(ctx); n != 3 || err != nil {
+			t.Fatalf("a live scheduler: %d claimed, %v", n, err)
+		}
+		for _, key := range k {
+			if d := dueIn(key); d < 25*time.Second {
+				t.Errorf("%s enqueued: claim confirmed for %s, want the lease TTL plus the grace (32s)", key, d)
+			}
+		}
+		// A confirmation keeps a key a trigger made due meanwhile.
+		claimed, err := st.ClaimDue(ctx, 10, DefaultClaimWindow, []string{"p"})
+		if err != nil || len(claimed) != 0 {
+			t.Fatalf("claim of held keys: %v, %v", claimed, err)
+		}
+		if err := st.Trigger(ctx, k[0]); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.ConfirmClaims(ctx, k[:1], 0); err != nil {
+			t.Fatal(err)
+		}
+		if d := dueIn(k[0]); d > 0 {
+			t.Errorf("a triggered key confirmed: due in %s, want now", d)
 		}
 	})
 }

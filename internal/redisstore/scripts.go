@@ -444,6 +444,43 @@ func (a claimDueArgs) decode(v any) ([]watukuytype.Key, error) {
 	return keys, r.err
 }
 
+// confirmClaimsArgs call confirm_claims.lua.
+type confirmClaimsArgs struct {
+	Now          string
+	ClaimTimeout time.Duration // a fixed claim for every key when not 0
+	Grace        time.Duration // added to a poller's lease TTL
+	// DefaultClaim is the claim of a poller whose entry records no lease TTL.
+	DefaultClaim time.Duration
+	Keys         []watukuytype.Key
+}
+
+func (confirmClaimsArgs) name() string { return "confirm_claims" }
+
+func (a confirmClaimsArgs) encode(s *Store) ([]string, []any) {
+	keys := []string{s.pollersKey()}
+	set := map[string]int{} // poller → its due set's index in KEYS
+	var pollers, pairs []any
+	for _, k := range a.Keys {
+		i, ok := set[k.Poller]
+		if !ok {
+			keys = append(keys, s.dueKey(k.Poller))
+			i = len(keys)
+			set[k.Poller] = i
+			pollers = append(pollers, k.Poller)
+		}
+		pairs = append(pairs, k.String(), i)
+	}
+	argv := append([]any{a.Now, a.ClaimTimeout.Milliseconds(), a.Grace.Milliseconds(), a.DefaultClaim.Milliseconds(), len(pollers)}, pollers...)
+	return keys, append(argv, pairs...)
+}
+
+// decode reads the number of keys held on.
+func (a confirmClaimsArgs) decode(v any) (int64, error) {
+	r := reply{script: a.name(), on: fmt.Sprintf("%d claimed keys", len(a.Keys))}
+	held := r.int(v, "held")
+	return held, r.err
+}
+
 // cleanOutboxArgs call clean_outbox.lua.
 type cleanOutboxArgs struct {
 	Key    watukuytype.Key

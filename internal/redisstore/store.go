@@ -170,6 +170,21 @@ func (s *Store) ClaimDue(ctx context.Context, limit int, claimTimeout time.Durat
 		DefaultClaim: core.DefaultLeaseTTL + core.ClaimGrace, Pollers: pollers})
 }
 
+// ConfirmClaims holds on to claimed keys whose tasks are enqueued: for claimTimeout, or (0)
+// each key's lease TTL plus core.ClaimGrace, unless a trigger made a key due since (one round
+// trip). A scheduler claims with a short window and confirms after its enqueue, so a
+// scheduler that dies in between leaves its keys claimed for the window only.
+func (s *Store) ConfirmClaims(ctx context.Context, keys []watukuytype.Key, claimTimeout time.Duration) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if _, err := run(ctx, s, nil, confirmClaimsArgs{Now: s.nowArg(), ClaimTimeout: claimTimeout, Grace: core.ClaimGrace,
+		DefaultClaim: core.DefaultLeaseTTL + core.ClaimGrace, Keys: keys}); err != nil {
+		return fmt.Errorf("redisstore: hold on to %d claimed keys: %w", len(keys), err)
+	}
+	return nil
+}
+
 // NextDue returns the earliest due entry among the named pollers' due sets (one pipelined
 // round trip): the key and when it is due, or the zero key when they are empty. A claimed key
 // is due when its claim lapses.

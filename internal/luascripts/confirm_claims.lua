@@ -1,0 +1,28 @@
+-- confirm_claims.lua: hold on to claimed keys whose tasks are enqueued. A scheduler claims with
+-- a short window (claim_due.lua's fixed claim), enqueues, then confirms: the keys are held for
+-- their poller's lease TTL plus a grace (or a fixed claim), until the cycle's lease keeper
+-- holds them (hold_claim.lua). A scheduler that dies between its claim and its enqueue leaves
+-- its keys claimed for the window only, not for a whole claim.
+-- KEYS[1] the pollers hash, KEYS[2], KEYS[3], ... the due sets of the keys' pollers, all under
+--   {global}
+-- ARGV[1] now override ms or '', ARGV[2] claim ms: a fixed claim for every key when not '0';
+--   ARGV[3] grace ms added to a lease TTL; ARGV[4] the claim of a poller whose entry records no
+--   lease TTL, ms; ARGV[5] the number p of due sets, ARGV[6] ... ARGV[5+p] their pollers'
+--   names, then pairs: member "poller|partition", index into KEYS of its poller's due set
+-- Returns the number of keys held on.
+-- First check: per member, its current score. A score <= now is a trigger, resume or
+-- partitions add (or a window that lapsed: the key may be claimed again) and is kept; a later
+-- one is only ever raised (GT), never lowered.
+local now = now_ms(ARGV[1])
+local p = tonumber(ARGV[5])
+local claim = {}
+local held = 0
+for i = 6 + p, #ARGV, 2 do
+  local member, k = ARGV[i], tonumber(ARGV[i + 1])
+  local score = redis.call('ZSCORE', KEYS[k], member)
+  if score and tonumber(score) > now then
+    local ms = poller_claim_ms(KEYS[1], ARGV[4 + k], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), claim, k)
+    held = held + redis.call('ZADD', KEYS[k], 'XX', 'GT', 'CH', now + ms, member)
+  end
+end
+return held
