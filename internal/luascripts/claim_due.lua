@@ -11,7 +11,9 @@
 --   every key when not '0'; ARGV[4] grace ms added to a lease TTL; ARGV[5] the claim of a
 --   poller whose entry records no lease TTL (data registered by an older release), ms;
 --   ARGV[6], ARGV[7], ... the poller names of KEYS[2], KEYS[3], ...
--- Returns the claimed members, earliest due first.
+-- Returns the claimed members, earliest due first. A claimed key's score carries CLAIM_MARK
+-- (a quarter of a millisecond) until confirm_claims.lua confirms it: every other writer of a
+-- due time writes whole milliseconds.
 -- First check: only members with score <= now are taken; nothing is written otherwise.
 local now = now_ms(ARGV[1])
 local limit = tonumber(ARGV[2])
@@ -33,7 +35,7 @@ local function claim_ms(set)
 end
 local out = {}
 for i = 1, math.min(limit, #due) do
-  redis.call('ZADD', KEYS[due[i].set], now + claim_ms(due[i].set), due[i].member)
+  redis.call('ZADD', KEYS[due[i].set], now + claim_ms(due[i].set) + CLAIM_MARK, due[i].member)
   out[#out + 1] = due[i].member
 end
 return out

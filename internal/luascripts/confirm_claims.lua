@@ -10,9 +10,11 @@
 --   lease TTL, ms; ARGV[5] the number p of due sets, ARGV[6] ... ARGV[5+p] their pollers'
 --   names, then pairs: member "poller|partition", index into KEYS of its poller's due set
 -- Returns the number of keys held on.
--- First check: per member, its current score. A score <= now is a trigger, resume or
--- partitions add (or a window that lapsed: the key may be claimed again) and is kept; a later
--- one is only ever raised (GT), never lowered.
+-- First check: per member, its current score. Only a claim not yet confirmed is held on: a
+-- future score with CLAIM_MARK. A score <= now is a trigger, resume or partitions add (or a
+-- window that lapsed: the key may be claimed again), a whole-millisecond one a due time the
+-- key's cycle wrote already (its task ran before this confirmation) or its lease keeper's
+-- hold; both are kept.
 local now = now_ms(ARGV[1])
 local p = tonumber(ARGV[5])
 local claim = {}
@@ -20,7 +22,7 @@ local held = 0
 for i = 6 + p, #ARGV, 2 do
   local member, k = ARGV[i], tonumber(ARGV[i + 1])
   local score = redis.call('ZSCORE', KEYS[k], member)
-  if score and tonumber(score) > now then
+  if score and tonumber(score) > now and tonumber(score) % 1 == CLAIM_MARK then
     local ms = poller_claim_ms(KEYS[1], ARGV[4 + k], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), claim, k)
     held = held + redis.call('ZADD', KEYS[k], 'XX', 'GT', 'CH', now + ms, member)
   end

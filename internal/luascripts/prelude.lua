@@ -75,6 +75,13 @@ local function fold_legacy_lease(legacy_key, state_key, now)
   return 1
 end
 
+-- CLAIM_MARK is the fraction of a millisecond a claim adds to a key's due score until it is
+-- confirmed (claim_due.lua, confirm_claims.lua): every other writer of a due time writes whole
+-- milliseconds, so a confirmation can tell that no cycle's end, trigger or hold came since.
+-- A quarter is exact in a double at today's milliseconds (their unit in the last place is
+-- 2^-12).
+local CLAIM_MARK = 0.25
+
 -- poller_claim_ms: how long a claim of the poller's keys holds them: fixed when not 0, else
 -- the leaseTTLMs its entry in the pollers hash records plus grace, else default_ms (an entry
 -- of an older release). cache[slot] keeps the answer for the rest of the script.
