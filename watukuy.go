@@ -79,6 +79,9 @@ type CycleReport = watukuytype.CycleReport
 // Key names one partition of a poller.
 type Key = watukuytype.Key
 
+// Claim is one claim of due keys made to be confirmed (Claimer.ClaimForEnqueue).
+type Claim = watukuytype.Claim
+
 // TickReport sums what one Tick did.
 type TickReport = watukuytype.TickReport
 
@@ -291,11 +294,14 @@ type Claimer interface {
 	// by claimTimeout (0: the key's lease TTL plus 2s), so no other claim takes them before
 	// their cycle holds the lease.
 	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]Key, error)
-	// ConfirmClaims holds on to claimed keys whose cycles are enqueued, for claimTimeout (0:
-	// each key's lease TTL plus 2s), unless a trigger made one due since: a scheduler claims
-	// with a short claimTimeout, enqueues, then confirms, so that its death in between keeps
-	// the keys out only briefly.
-	ConfirmClaims(ctx context.Context, keys []Key, claimTimeout time.Duration) error
+	// ClaimForEnqueue claims like ClaimDue, but holds the keys for window only (whole
+	// milliseconds), marked for ConfirmClaims: a scheduler claims, enqueues the keys' cycles,
+	// then confirms, so that its death in between keeps the keys out only briefly.
+	ClaimForEnqueue(ctx context.Context, limit int, window time.Duration, pollers []string) (Claim, error)
+	// ConfirmClaims holds on to keys of claim c whose cycles are enqueued, for claimTimeout
+	// (0: each key's lease TTL plus 2s), as long as a key's due time is still the one c wrote
+	// (not a cycle's end, a trigger, or another claim since).
+	ConfirmClaims(ctx context.Context, c Claim, keys []Key, claimTimeout time.Duration) error
 	// DueIn returns how long until the earliest key of pollers (every registered poller's
 	// when none) is due by the server's clock, 0 when one is due now, and false when they
 	// have no keys: a scheduler whose claim took every due key sleeps until then.

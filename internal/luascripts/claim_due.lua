@@ -10,10 +10,12 @@
 -- ARGV[1] now override ms or '', ARGV[2] limit, ARGV[3] claim timeout ms: a fixed claim for
 --   every key when not '0'; ARGV[4] grace ms added to a lease TTL; ARGV[5] the claim of a
 --   poller whose entry records no lease TTL (data registered by an older release), ms;
---   ARGV[6], ARGV[7], ... the poller names of KEYS[2], KEYS[3], ...
--- Returns the claimed members, earliest due first. A claimed key's score carries CLAIM_MARK
--- (a quarter of a millisecond) until confirm_claims.lua confirms it: every other writer of a
--- due time writes whole milliseconds.
+--   ARGV[6] the claim's mark n in 1..1023 to mark it for a confirmation (a scheduler's window
+--   claim: every claimed score then carries n/1024 of a millisecond, prelude's claim_mark,
+--   which no other writer of a due time writes), else '0'; ARGV[7], ARGV[8], ... the poller
+--   names of KEYS[2], KEYS[3], ...
+-- Returns {the claim's time ms (now), the claimed members, earliest due first...}: a claimed
+-- key's score is that time + its claim (+ the mark), which confirm_claims.lua checks.
 -- First check: only members with score <= now are taken; nothing is written otherwise.
 local now = now_ms(ARGV[1])
 local limit = tonumber(ARGV[2])
@@ -31,11 +33,12 @@ table.sort(due, function(a, b)
 end)
 local claim = {}
 local function claim_ms(set)
-  return poller_claim_ms(KEYS[1], ARGV[set + 4], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), claim, set)
+  return poller_claim_ms(KEYS[1], ARGV[set + 5], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), claim, set)
 end
-local out = {}
+local mark = claim_mark(ARGV[6])
+local out = {now}
 for i = 1, math.min(limit, #due) do
-  redis.call('ZADD', KEYS[due[i].set], now + claim_ms(due[i].set) + CLAIM_MARK, due[i].member)
+  redis.call('ZADD', KEYS[due[i].set], now + claim_ms(due[i].set) + mark, due[i].member)
   out[#out + 1] = due[i].member
 end
 return out

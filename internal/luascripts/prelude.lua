@@ -75,12 +75,14 @@ local function fold_legacy_lease(legacy_key, state_key, now)
   return 1
 end
 
--- CLAIM_MARK is the fraction of a millisecond a claim adds to a key's due score until it is
--- confirmed (claim_due.lua, confirm_claims.lua): every other writer of a due time writes whole
--- milliseconds, so a confirmation can tell that no cycle's end, trigger or hold came since.
--- A quarter is exact in a double at today's milliseconds (their unit in the last place is
--- 2^-12).
-local CLAIM_MARK = 0.25
+-- claim_mark: the fraction of a millisecond a marked claim adds to its keys' due scores until
+-- confirmed (claim_due.lua, confirm_claims.lua), n/1024 for the claim's own n in 1..1023: every
+-- other writer of a due time writes whole milliseconds, so a confirmation can tell that no
+-- cycle's end, trigger or hold came since, and another claim in the same millisecond has
+-- another n but once in 1023. Exact in a double below 2^43 ms (the year 2248).
+local function claim_mark(n)
+  return tonumber(n) / 1024
+end
 
 -- poller_claim_ms: how long a claim of the poller's keys holds them: fixed when not 0, else
 -- the leaseTTLMs its entry in the pollers hash records plus grace, else default_ms (an entry

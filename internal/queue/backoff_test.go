@@ -59,9 +59,9 @@ type countingClaimer struct {
 	claims atomic.Int64
 }
 
-func (c *countingClaimer) ClaimDue(ctx context.Context, limit int, to time.Duration, pollers []string) ([]watukuytype.Key, error) {
+func (c *countingClaimer) ClaimForEnqueue(ctx context.Context, limit int, window time.Duration, pollers []string) (watukuytype.Claim, error) {
 	c.claims.Add(1)
-	return c.Claimer.ClaimDue(ctx, limit, to, pollers)
+	return c.Claimer.ClaimForEnqueue(ctx, limit, window, pollers)
 }
 
 // syncBuffer is a log sink safe for concurrent writes.

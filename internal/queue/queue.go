@@ -33,10 +33,13 @@ func TaskID(prefix string, key watukuytype.Key) string { return prefix + ":cycle
 
 // Claimer is the part of the store the scheduler needs.
 type Claimer interface {
-	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]watukuytype.Key, error)
-	// ConfirmClaims holds on to claimed keys whose tasks are enqueued, for claimTimeout (0:
-	// each key's lease TTL plus core.ClaimGrace), unless a trigger made one due since.
-	ConfirmClaims(ctx context.Context, keys []watukuytype.Key, claimTimeout time.Duration) error
+	// ClaimForEnqueue atomically takes up to limit due keys of pollers (every registered
+	// poller's when none), earliest due first, and holds them for window, marked for
+	// ConfirmClaims.
+	ClaimForEnqueue(ctx context.Context, limit int, window time.Duration, pollers []string) (watukuytype.Claim, error)
+	// ConfirmClaims holds on to keys of claim c whose tasks are enqueued, for claimTimeout
+	// (0: each key's lease TTL plus core.ClaimGrace), while their due time is still c's.
+	ConfirmClaims(ctx context.Context, c watukuytype.Claim, keys []watukuytype.Key, claimTimeout time.Duration) error
 	// DueIn returns how long until the earliest key of pollers is due by the server's clock
 	// (0: now), and false when they have no keys.
 	DueIn(ctx context.Context, pollers []string) (time.Duration, bool, error)
@@ -88,8 +91,9 @@ type Scheduler struct {
 	// core.ClaimGrace, so a key whose cycle died is claimed again as soon as its lease lapses.
 	ClaimTimeout time.Duration
 	// ClaimWindow is how long a claim holds its keys until their tasks are enqueued and the
-	// claim confirmed (ConfirmClaims); default DefaultClaimWindow. A scheduler killed between
-	// its claim and its enqueue leaves the keys out for this long, not for ClaimTimeout.
+	// claim confirmed (ConfirmClaims); default DefaultClaimWindow, rounded to whole
+	// milliseconds (at least one). A scheduler killed between its claim and its enqueue leaves
+	// the keys out for this long, not for ClaimTimeout.
 	ClaimWindow time.Duration
 	// Idle is the longest sleep when nothing is due; default 1s. The scheduler sleeps only
 	// until the earliest key is due when that comes sooner, and a wake-up message cuts the
@@ -207,6 +211,9 @@ func (s *Scheduler) defaults() {
 	if s.ClaimWindow <= 0 {
 		s.ClaimWindow = DefaultClaimWindow
 	}
+	// Claims count whole milliseconds: a shorter window would be none.
+	s.ClaimWindow = s.ClaimWindow.Round(time.Millisecond)
+	s.ClaimWindow = max(s.ClaimWindow, time.Millisecond)
 	if s.TaskTimeout <= 0 {
 		s.TaskTimeout = 30 * time.Minute
 	}
@@ -251,10 +258,11 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 	if s.PollerNames != nil && len(pollers) == 0 {
 		return 0, nil // never every key: that is what an empty Pollers means
 	}
-	keys, err := s.Store.ClaimDue(ctx, s.Batch, s.ClaimWindow, pollers)
+	c, err := s.Store.ClaimForEnqueue(ctx, s.Batch, s.ClaimWindow, pollers)
 	if err != nil {
 		return 0, fmt.Errorf("scheduler: claim: %w", err)
 	}
+	keys := c.Keys
 	claimed, enqueued := len(keys), 0
 	var queued []watukuytype.Key // keys a task of which is enqueued: their claims are confirmed
 	per := max(1, min(s.PerTask, claimed/8))
@@ -320,7 +328,7 @@ func (s *Scheduler) Once(ctx context.Context) (int, error) {
 	}
 	// Unconfirmed, the claims lapse after the window and the keys are claimed again: a second
 	// task for keys already queued, which the lease fences.
-	if err := s.Store.ConfirmClaims(ctx, queued, s.ClaimTimeout); err != nil {
+	if err := s.Store.ConfirmClaims(ctx, c, queued, s.ClaimTimeout); err != nil {
 		errs = append(errs, err)
 	}
 	if s.OnEnqueued != nil && enqueued > 0 {

@@ -415,8 +415,9 @@ func TestClaimWindowUntilTheEnqueue(t *testing.T) {
 		for _, key := range k {
 			b.Client.ZAdd(ctx, st.DueKey("p"), redis.Z{Score: 1, Member: key.String()})
 		}
-		if claimed, err := st.ClaimDue(ctx, 10, DefaultClaimWindow, []string{"p"}); err != nil || len(claimed) != 3 {
-			t.Fatalf("claim: %v, %v", claimed, err)
+		c, err := st.ClaimForEnqueue(ctx, 10, DefaultClaimWindow, []string{"p"})
+		if err != nil || len(c.Keys) != 3 {
+			t.Fatalf("claim: %v, %v", c, err)
 		}
 		srvNow, err := b.Client.Time(ctx).Result()
 		if err != nil {
@@ -425,7 +426,7 @@ func TestClaimWindowUntilTheEnqueue(t *testing.T) {
 		if err := st.SetDue(ctx, k[1], srvNow.Add(5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.ConfirmClaims(ctx, k, 0); err != nil {
+		if err := st.ConfirmClaims(ctx, c, k, 0); err != nil {
 			t.Fatal(err)
 		}
 		if d := dueIn(k[1]); d > 5*time.Second {
@@ -438,7 +439,7 @@ func TestClaimWindowUntilTheEnqueue(t *testing.T) {
 		if err := st.Trigger(ctx, k[0]); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.ConfirmClaims(ctx, k[:1], 0); err != nil {
+		if err := st.ConfirmClaims(ctx, c, k[:1], 0); err != nil {
 			t.Fatal(err)
 		}
 		if d := dueIn(k[0]); d > 0 {

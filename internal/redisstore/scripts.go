@@ -421,7 +421,16 @@ type claimDueArgs struct {
 	Grace        time.Duration // added to a poller's lease TTL
 	// DefaultClaim is the claim of a poller whose entry records no lease TTL.
 	DefaultClaim time.Duration
-	Pollers      []string
+	// Mark, when not 0, marks the claimed scores for a confirmation (confirm_claims.lua):
+	// Mark/1024 of a millisecond, 1..1023.
+	Mark    int
+	Pollers []string
+}
+
+// claimDueReply is claim_due.lua's reply: the claim's server time and the claimed keys.
+type claimDueReply struct {
+	At   int64
+	Keys []watukuytype.Key
 }
 
 func (claimDueArgs) name() string { return "claim_due" }
@@ -429,8 +438,8 @@ func (claimDueArgs) name() string { return "claim_due" }
 func (a claimDueArgs) encode(s *Store) ([]string, []any) {
 	keys := make([]string, 0, len(a.Pollers)+1)
 	keys = append(keys, s.pollersKey())
-	argv := make([]any, 0, 5+len(a.Pollers))
-	argv = append(argv, a.Now, a.Limit, a.ClaimTimeout.Milliseconds(), a.Grace.Milliseconds(), a.DefaultClaim.Milliseconds())
+	argv := make([]any, 0, 6+len(a.Pollers))
+	argv = append(argv, a.Now, a.Limit, a.ClaimTimeout.Milliseconds(), a.Grace.Milliseconds(), a.DefaultClaim.Milliseconds(), a.Mark)
 	for _, p := range a.Pollers {
 		keys = append(keys, s.dueKey(p))
 		argv = append(argv, p)
@@ -438,15 +447,24 @@ func (a claimDueArgs) encode(s *Store) ([]string, []any) {
 	return keys, argv
 }
 
-func (a claimDueArgs) decode(v any) ([]watukuytype.Key, error) {
+func (a claimDueArgs) decode(v any) (claimDueReply, error) {
 	r := reply{script: a.name(), on: "the due sets of " + strings.Join(a.Pollers, ", ")}
-	keys := r.members(v, "claimed")
-	return keys, r.err
+	t := r.list(v, "reply")
+	if r.err != nil {
+		return claimDueReply{}, r.err
+	}
+	if len(t) == 0 {
+		r.fail("reply", v, "the claim's time, then the claimed members")
+		return claimDueReply{}, r.err
+	}
+	out := claimDueReply{At: r.int(t[0], "at"), Keys: r.members(t[1:], "claimed")}
+	return out, r.err
 }
 
 // confirmClaimsArgs call confirm_claims.lua.
 type confirmClaimsArgs struct {
 	Now          string
+	Claim        watukuytype.Claim // the claim being confirmed
 	ClaimTimeout time.Duration // a fixed claim for every key when not 0
 	Grace        time.Duration // added to a poller's lease TTL
 	// DefaultClaim is the claim of a poller whose entry records no lease TTL.
@@ -470,7 +488,8 @@ func (a confirmClaimsArgs) encode(s *Store) ([]string, []any) {
 		}
 		pairs = append(pairs, k.String(), i)
 	}
-	argv := append([]any{a.Now, a.ClaimTimeout.Milliseconds(), a.Grace.Milliseconds(), a.DefaultClaim.Milliseconds(), len(pollers)}, pollers...)
+	argv := append([]any{a.Now, a.ClaimTimeout.Milliseconds(), a.Grace.Milliseconds(), a.DefaultClaim.Milliseconds(),
+		a.Claim.At, a.Claim.Window.Milliseconds(), a.Claim.Mark, len(pollers)}, pollers...)
 	return keys, append(argv, pairs...)
 }
 

@@ -308,11 +308,13 @@ func TestScriptRepliesDecode(t *testing.T) {
 		{script: "budget_take", reply: list{int64(1), int64(0), int64(0), int64(9), "1"}, field: "held"},
 		{script: "budget_take", reply: list{int64(1), int64(0), int64(0)}, field: "reply"},
 
-		{script: "claim_due", reply: list{"orders|1", "orders|2"}, want: []watukuytype.Key{{Poller: "orders", Partition: "1"}, {Poller: "orders", Partition: "2"}}},
-		{script: "claim_due", reply: list{}, want: []watukuytype.Key(nil)},
-		{script: "claim_due", reply: list{"orders|1", int64(2)}, field: "claimed[1]"},
-		{script: "claim_due", reply: list{"orders"}, field: "claimed[0]"},
-		{script: "claim_due", reply: int64(0), field: "claimed"},
+		{script: "claim_due", reply: list{int64(7), "orders|1", "orders|2"}, want: claimDueReply{At: 7, Keys: []watukuytype.Key{{Poller: "orders", Partition: "1"}, {Poller: "orders", Partition: "2"}}}},
+		{script: "claim_due", reply: list{int64(7)}, want: claimDueReply{At: 7}},
+		{script: "claim_due", reply: list{int64(7), "orders|1", int64(2)}, field: "claimed[1]"},
+		{script: "claim_due", reply: list{int64(7), "orders"}, field: "claimed[0]"},
+		{script: "claim_due", reply: list{"orders|1"}, field: "at"},
+		{script: "claim_due", reply: list{}, field: "reply"},
+		{script: "claim_due", reply: int64(0), field: "reply"},
 
 		{script: "clean_outbox", reply: list{int64(3), int64(1)}, want: cleanOutboxReply{Claimed: 3, Deleted: 1}},
 		{script: "clean_outbox", reply: list{int64(3)}, field: "reply"},

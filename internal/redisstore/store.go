@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -166,19 +167,44 @@ func (s *Store) ClaimDue(ctx context.Context, limit int, claimTimeout time.Durat
 			return nil, nil
 		}
 	}
-	return run(ctx, s, nil, claimDueArgs{Now: s.nowArg(), Limit: limit, ClaimTimeout: claimTimeout, Grace: core.ClaimGrace,
+	r, err := run(ctx, s, nil, claimDueArgs{Now: s.nowArg(), Limit: limit, ClaimTimeout: claimTimeout, Grace: core.ClaimGrace,
 		DefaultClaim: core.DefaultLeaseTTL + core.ClaimGrace, Pollers: pollers})
+	return r.Keys, err
 }
 
-// ConfirmClaims holds on to claimed keys whose tasks are enqueued: for claimTimeout, or (0)
-// each key's lease TTL plus core.ClaimGrace, unless a trigger made a key due since (one round
-// trip). A scheduler claims with a short window and confirms after its enqueue, so a
-// scheduler that dies in between leaves its keys claimed for the window only.
-func (s *Store) ConfirmClaims(ctx context.Context, keys []watukuytype.Key, claimTimeout time.Duration) error {
+// ClaimForEnqueue claims like ClaimDue, for window only (whole milliseconds, at least one),
+// with scores marked for ConfirmClaims: a scheduler's claim, held on once its tasks are
+// enqueued.
+func (s *Store) ClaimForEnqueue(ctx context.Context, limit int, window time.Duration, pollers []string) (watukuytype.Claim, error) {
+	if window < time.Millisecond || window%time.Millisecond != 0 {
+		return watukuytype.Claim{}, fmt.Errorf("redisstore: a claim window of %s: want whole milliseconds, at least one", window)
+	}
+	if len(pollers) == 0 {
+		var err error
+		if pollers, err = s.rdb.HKeys(ctx, s.pollersKey()).Result(); err != nil {
+			return watukuytype.Claim{}, fmt.Errorf("redisstore: read the poller names in %s: %w", s.pollersKey(), err)
+		}
+		if len(pollers) == 0 {
+			return watukuytype.Claim{Window: window}, nil
+		}
+	}
+	// A mark of the claim's own: another claim of the same key in the same millisecond (after
+	// a trigger) has another but once in 1023, so a late confirmation of this one leaves it.
+	mark := 1 + mrand.IntN(1023)
+	r, err := run(ctx, s, nil, claimDueArgs{Now: s.nowArg(), Limit: limit, ClaimTimeout: window, Grace: core.ClaimGrace,
+		DefaultClaim: core.DefaultLeaseTTL + core.ClaimGrace, Mark: mark, Pollers: pollers})
+	return watukuytype.Claim{Keys: r.Keys, At: r.At, Window: window, Mark: mark}, err
+}
+
+// ConfirmClaims holds on to keys of claim c whose tasks are enqueued: for claimTimeout, or (0)
+// each key's lease TTL plus core.ClaimGrace, as long as a key's due time is still the one c
+// wrote (one round trip). A scheduler claims with a short window and confirms after its
+// enqueue, so a scheduler that dies in between leaves its keys claimed for the window only.
+func (s *Store) ConfirmClaims(ctx context.Context, c watukuytype.Claim, keys []watukuytype.Key, claimTimeout time.Duration) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	if _, err := run(ctx, s, nil, confirmClaimsArgs{Now: s.nowArg(), ClaimTimeout: claimTimeout, Grace: core.ClaimGrace,
+	if _, err := run(ctx, s, nil, confirmClaimsArgs{Now: s.nowArg(), Claim: c, ClaimTimeout: claimTimeout, Grace: core.ClaimGrace,
 		DefaultClaim: core.DefaultLeaseTTL + core.ClaimGrace, Keys: keys}); err != nil {
 		return fmt.Errorf("redisstore: hold on to %d claimed keys: %w", len(keys), err)
 	}

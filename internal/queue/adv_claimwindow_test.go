@@ -1,0 +1,186 @@
+package queue
+
+// Adversarial tests of the claim window and its confirmation: each reproduced a hole in the
+// first version and holds now.
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/watukuy/watukuy/internal/redisstore"
+	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
+)
+
+// advDueIn is how long until key's due score by the server's clock.
+func advDueIn(t *testing.T, b redistest.Backend, st *redisstore.Store, key watukuytype.Key) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	now, err := b.Client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	score, err := b.Client.ZScore(ctx, st.DueKey(key.Poller), key.String()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.UnixMilli(int64(score)).Sub(now)
+}
+
+// advHungClient is an asynq client whose Redis accepts connections and never answers: a
+// scheduler's enqueue through it hangs until its context ends (a scheduler that dies in its
+// enqueue, SIGKILLed or frozen, sends nothing after it).
+func advHungClient(t *testing.T) *asynq.Client {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	hung := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = hung.Close() })
+	return asynq.NewClientFromRedisClient(hung)
+}
+
+// advPausedConfirm is a Claimer whose ConfirmClaims waits for release: the scheduler is
+// frozen (GC pause, SIGSTOP, a batch whose enqueues take longer than the window) between its
+// enqueue and its confirmation.
+type advPausedConfirm struct {
+	*redisstore.Store
+	reached chan struct{}
+	release chan struct{}
+}
+
+func (p *advPausedConfirm) ConfirmClaims(ctx context.Context, c watukuytype.Claim, keys []watukuytype.Key, claimTimeout time.Duration) error {
+	close(p.reached)
+	<-p.release
+	return p.Store.ConfirmClaims(ctx, c, keys, claimTimeout)
+}
+
+// A late confirmation leaves another scheduler's newer claim alone. Scheduler A claims k,
+// enqueues its task and is frozen before its confirmation. Meanwhile k's task runs and k is
+// made due again (here an operator's trigger; a cycle whose End writes a due time already
+// passed does the same), and scheduler B claims k and dies in its enqueue. A's confirmation,
+// once A resumes, must not hold B's claim: no task will run k. (Found by the adversarial
+// review: the first confirmation held any future marked claim, and k stayed out 32 s; it now
+// holds only the very score its own claim wrote.)
+func TestAdvLateConfirmLeavesAnotherSchedulersClaim(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := context.Background()
+	st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "w"})
+	k := keys(1)
+	if err := st.Register(ctx, pollerP, entries(k)); err != nil {
+		t.Fatal(err)
+	}
+	gate := &advPausedConfirm{Store: st, reached: make(chan struct{}), release: make(chan struct{})}
+	a := &Scheduler{Store: gate, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "w", PerTask: 1}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if n, err := a.Once(ctx); n != 1 || err != nil {
+			t.Errorf("scheduler A: %d claimed, %v", n, err)
+		}
+	}()
+	<-gate.reached
+	// A's task ran k (asynq keeps no completed task: Retention(0)).
+	if err := asynq.NewInspectorFromRedisClient(b.Client).DeleteTask(DefaultQueue, TaskID("w", k[0])); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Trigger(ctx, k[0]); err != nil {
+		t.Fatal(err)
+	}
+	dying := &Scheduler{Store: st, Client: advHungClient(t), Prefix: "w", PerTask: 1}
+	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if n, err := dying.Once(dctx); n != 1 || err == nil {
+		t.Fatalf("scheduler B dying in its enqueue: %d claimed, %v", n, err)
+	}
+	if d := advDueIn(t, b, st, k[0]); d > DefaultClaimWindow {
+		t.Fatalf("B's claim: due in %s, want at most the window", d)
+	}
+	close(gate.release)
+	wg.Wait()
+	if d := advDueIn(t, b, st, k[0]); d > DefaultClaimWindow {
+		t.Errorf("k claimed by B, which died before its enqueue, then A's late confirmation: due in %s, want at most the window %s (no task of k is queued)", d, DefaultClaimWindow)
+	}
+}
+
+// The same through the client's re-send. go-redis sends confirm_claims.lua again after a
+// read timeout (MaxRetries): the first run was applied and its reply lost. Between the two, k
+// became due (a trigger) and another scheduler claimed it and died before its enqueue. The
+// re-sent confirmation must leave that claim (found by the adversarial review: it held it for
+// the lease TTL plus the grace, 32 s).
+func TestAdvResentConfirmLeavesANewerClaim(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := context.Background()
+	st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "w"})
+	k := keys(1)
+	if err := st.Register(ctx, pollerP, entries(k)); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := st.ClaimForEnqueue(ctx, 10, DefaultClaimWindow, []string{"p"})
+	if err != nil || len(ca.Keys) != 1 {
+		t.Fatalf("A's claim: %v, %v", ca, err)
+	}
+	if err := st.ConfirmClaims(ctx, ca, k, 0); err != nil { // applied; its reply is lost
+		t.Fatal(err)
+	}
+	if err := st.Trigger(ctx, k[0]); err != nil {
+		t.Fatal(err)
+	}
+	if cb, err := st.ClaimForEnqueue(ctx, 10, DefaultClaimWindow, []string{"p"}); err != nil || len(cb.Keys) != 1 {
+		t.Fatalf("B's claim: %v, %v", cb, err)
+	}
+	// B dies before its enqueue.
+	if err := st.ConfirmClaims(ctx, ca, k, 0); err != nil { // the re-send
+		t.Fatal(err)
+	}
+	if d := advDueIn(t, b, st, k[0]); d > DefaultClaimWindow {
+		t.Errorf("B's claim after A's re-sent confirmation: due in %s, want at most the window %s", d, DefaultClaimWindow)
+	}
+}
+
+// A ClaimWindow under a millisecond is rounded to one: a scheduler that dies between its
+// claim and its enqueue leaves its keys out about that long. (Found by the adversarial review:
+// it was sent as 0 ms, which claim_due.lua reads as "no fixed claim", the whole lease TTL plus
+// the grace.)
+func TestAdvSubMillisecondClaimWindowStaysShort(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := context.Background()
+	st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "w"})
+	k := keys(1)
+	if err := st.Register(ctx, pollerP, entries(k)); err != nil {
+		t.Fatal(err)
+	}
+	dying := &Scheduler{Store: st, Client: advHungClient(t), Prefix: "w", PerTask: 1, ClaimWindow: 500 * time.Microsecond}
+	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if n, err := dying.Once(dctx); n != 1 || err == nil {
+		t.Fatalf("a scheduler dying in its enqueue: %d claimed, %v", n, err)
+	}
+	if d := advDueIn(t, b, st, k[0]); d > time.Second {
+		t.Errorf("ClaimWindow 500µs, scheduler dead before its enqueue: due in %s, want at most a second", d)
+	}
+}
