@@ -465,8 +465,8 @@ func (a claimDueArgs) decode(v any) (claimDueReply, error) {
 type confirmClaimsArgs struct {
 	Now          string
 	Claim        watukuytype.Claim // the claim being confirmed
-	ClaimTimeout time.Duration // a fixed claim for every key when not 0
-	Grace        time.Duration // added to a poller's lease TTL
+	ClaimTimeout time.Duration     // a fixed claim for every key when not 0
+	Grace        time.Duration     // added to a poller's lease TTL
 	// DefaultClaim is the claim of a poller whose entry records no lease TTL.
 	DefaultClaim time.Duration
 	Keys         []watukuytype.Key
