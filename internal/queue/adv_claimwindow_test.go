@@ -5,63 +5,16 @@ package queue
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/watukuytype"
 )
-
-// advDueIn is how long until key's due score by the server's clock.
-func advDueIn(t *testing.T, b redistest.Backend, st *redisstore.Store, key watukuytype.Key) time.Duration {
-	t.Helper()
-	ctx := context.Background()
-	now, err := b.Client.Time(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	score, err := b.Client.ZScore(ctx, st.DueKey(key.Poller), key.String()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return time.UnixMilli(int64(score)).Sub(now)
-}
-
-// advHungClient is an asynq client whose Redis accepts connections and never answers: a
-// scheduler's enqueue through it hangs until its context ends (a scheduler that dies in its
-// enqueue, SIGKILLed or frozen, sends nothing after it).
-func advHungClient(t *testing.T) *asynq.Client {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		var conns []net.Conn
-		defer func() {
-			for _, c := range conns {
-				_ = c.Close()
-			}
-		}()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
-	hung := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = hung.Close() })
-	return asynq.NewClientFromRedisClient(hung)
-}
 
 // advPausedConfirm is a Claimer whose ConfirmClaims waits for release: the scheduler is
 // frozen (GC pause, SIGSTOP, a batch whose enqueues take longer than the window) between its
@@ -111,18 +64,18 @@ func TestAdvLateConfirmLeavesAnotherSchedulersClaim(t *testing.T) {
 	if err := st.Trigger(ctx, k[0]); err != nil {
 		t.Fatal(err)
 	}
-	dying := &Scheduler{Store: st, Client: advHungClient(t), Prefix: "w", PerTask: 1}
+	dying := &Scheduler{Store: st, Client: hungAsynqClient(t), Prefix: "w", PerTask: 1}
 	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	if n, err := dying.Once(dctx); n != 1 || err == nil {
 		t.Fatalf("scheduler B dying in its enqueue: %d claimed, %v", n, err)
 	}
-	if d := advDueIn(t, b, st, k[0]); d > DefaultClaimWindow {
+	if d := dueIn(t, b, st, k[0]); d > DefaultClaimWindow {
 		t.Fatalf("B's claim: due in %s, want at most the window", d)
 	}
 	close(gate.release)
 	wg.Wait()
-	if d := advDueIn(t, b, st, k[0]); d > DefaultClaimWindow {
+	if d := dueIn(t, b, st, k[0]); d > DefaultClaimWindow {
 		t.Errorf("k claimed by B, which died before its enqueue, then A's late confirmation: due in %s, want at most the window %s (no task of k is queued)", d, DefaultClaimWindow)
 	}
 }
@@ -157,7 +110,7 @@ func TestAdvResentConfirmLeavesANewerClaim(t *testing.T) {
 	if err := st.ConfirmClaims(ctx, ca, k, 0); err != nil { // the re-send
 		t.Fatal(err)
 	}
-	if d := advDueIn(t, b, st, k[0]); d > DefaultClaimWindow {
+	if d := dueIn(t, b, st, k[0]); d > DefaultClaimWindow {
 		t.Errorf("B's claim after A's re-sent confirmation: due in %s, want at most the window %s", d, DefaultClaimWindow)
 	}
 }
@@ -174,13 +127,13 @@ func TestAdvSubMillisecondClaimWindowStaysShort(t *testing.T) {
 	if err := st.Register(ctx, pollerP, entries(k)); err != nil {
 		t.Fatal(err)
 	}
-	dying := &Scheduler{Store: st, Client: advHungClient(t), Prefix: "w", PerTask: 1, ClaimWindow: 500 * time.Microsecond}
+	dying := &Scheduler{Store: st, Client: hungAsynqClient(t), Prefix: "w", PerTask: 1, ClaimWindow: 500 * time.Microsecond}
 	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	if n, err := dying.Once(dctx); n != 1 || err == nil {
 		t.Fatalf("a scheduler dying in its enqueue: %d claimed, %v", n, err)
 	}
-	if d := advDueIn(t, b, st, k[0]); d > time.Second {
+	if d := dueIn(t, b, st, k[0]); d > time.Second {
 		t.Errorf("ClaimWindow 500µs, scheduler dead before its enqueue: due in %s, want at most a second", d)
 	}
 }

@@ -347,6 +347,51 @@ func TestFailedEnqueueHandsTheClaimBack(t *testing.T) {
 	})
 }
 
+// dueIn is how long until key's due score by the server's clock.
+func dueIn(t *testing.T, b redistest.Backend, st *redisstore.Store, key watukuytype.Key) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	now, err := b.Client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	score, err := b.Client.ZScore(ctx, st.DueKey(key.Poller), key.String()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.UnixMilli(int64(score)).Sub(now)
+}
+
+// hungAsynqClient is an asynq client whose Redis accepts connections and never answers: a
+// scheduler's enqueue through it hangs until its context ends (a scheduler that dies in its
+// enqueue, SIGKILLed or frozen, sends nothing after it).
+func hungAsynqClient(t *testing.T) *asynq.Client {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	hung := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = hung.Close() })
+	return asynq.NewClientFromRedisClient(hung)
+}
+
 // A claim holds its keys for the short window until their tasks are enqueued, then is
 // confirmed for the claim timeout (the lease TTL plus the grace). A scheduler that dies
 // between its claim and its enqueue (here: the enqueue hangs until the scheduler's context
@@ -360,38 +405,14 @@ func TestClaimWindowUntilTheEnqueue(t *testing.T) {
 		if err := st.Register(ctx, pollerP, entries(k)); err != nil {
 			t.Fatal(err)
 		}
-		dueIn := func(key watukuytype.Key) time.Duration {
-			now, err := b.Client.Time(ctx).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			return time.UnixMilli(int64(b.Client.ZScore(ctx, st.DueKey("p"), key.String()).Val())).Sub(now)
-		}
-		// A listener that accepts and never answers: asynq's enqueue hangs.
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				defer c.Close()
-			}
-		}()
-		hung := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ContextTimeoutEnabled: true})
-		defer hung.Close()
-		dying := &Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(hung), Prefix: "w", PerTask: 1}
+		dying := &Scheduler{Store: st, Client: hungAsynqClient(t), Prefix: "w", PerTask: 1}
 		dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
 		if n, err := dying.Once(dctx); n != 3 || err == nil {
 			t.Fatalf("a scheduler dying in its enqueue: %d claimed, %v", n, err)
 		}
 		for _, key := range k {
-			if d := dueIn(key); d > DefaultClaimWindow {
+			if d := dueIn(t, b, st, key); d > DefaultClaimWindow {
 				t.Errorf("%s claimed by a scheduler that died before its enqueue: due in %s, want at most the window %s", key, d, DefaultClaimWindow)
 			}
 		}
@@ -405,7 +426,7 @@ func TestClaimWindowUntilTheEnqueue(t *testing.T) {
 			t.Fatalf("a live scheduler: %d claimed, %v", n, err)
 		}
 		for _, key := range k {
-			if d := dueIn(key); d < 25*time.Second {
+			if d := dueIn(t, b, st, key); d < 25*time.Second {
 				t.Errorf("%s enqueued: claim confirmed for %s, want the lease TTL plus the grace (32s)", key, d)
 			}
 		}
@@ -429,10 +450,10 @@ func TestClaimWindowUntilTheEnqueue(t *testing.T) {
 		if err := st.ConfirmClaims(ctx, c, k, 0); err != nil {
 			t.Fatal(err)
 		}
-		if d := dueIn(k[1]); d > 5*time.Second {
+		if d := dueIn(t, b, st, k[1]); d > 5*time.Second {
 			t.Errorf("the due time a cycle wrote before the confirmation: due in %s, want at most 5s", d)
 		}
-		if d := dueIn(k[2]); d < 25*time.Second {
+		if d := dueIn(t, b, st, k[2]); d < 25*time.Second {
 			t.Errorf("a claim confirmed: due in %s, want the lease TTL plus the grace", d)
 		}
 		// A confirmation keeps a key a trigger made due meanwhile.
@@ -442,7 +463,7 @@ func TestClaimWindowUntilTheEnqueue(t *testing.T) {
 		if err := st.ConfirmClaims(ctx, c, k[:1], 0); err != nil {
 			t.Fatal(err)
 		}
-		if d := dueIn(k[0]); d > 0 {
+		if d := dueIn(t, b, st, k[0]); d > 0 {
 			t.Errorf("a triggered key confirmed: due in %s, want now", d)
 		}
 	})

@@ -179,16 +179,7 @@ func TestDeleteConfigKey(t *testing.T) {
 		s, clk := newStore(t, b)
 		key := watukuytype.Key{Poller: "orders", Partition: "a"}
 		registerListing(t, s, "a", "b")
-		del := func() {
-			t.Helper()
-			r, err := s.Begin(ctx, key, "op", 30*time.Second, true)
-			if err != nil || r.Status != core.BeginOK {
-				t.Fatalf("begin: %+v, %v", r, err)
-			}
-			if err := s.DeleteKey(ctx, r.Lease); err != nil {
-				t.Fatal(err)
-			}
-		}
+		del := func() { t.Helper(); deleteKey(t, s, key) }
 		deleted := func() bool { return b.Client.HGet(ctx, s.Key(key, "state"), "deleted").Val() == "1" }
 		due := func() error { return b.Client.ZScore(ctx, s.DueKey("orders"), key.String()).Err() }
 		del()

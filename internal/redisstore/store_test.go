@@ -395,16 +395,7 @@ func TestDeleteKeyKeepsAKeyAddedMeanwhile(t *testing.T) {
 		if err := s.Register(ctx, map[string][]byte{"orders": []byte(`{}`)}, map[watukuytype.Key][]byte{key: []byte(`{"source":"cli","addedAt":1}`)}); err != nil {
 			t.Fatal(err)
 		}
-		del := func() {
-			t.Helper()
-			r, err := s.Begin(ctx, key, "op", 30*time.Second, true)
-			if err != nil || r.Status != core.BeginOK {
-				t.Fatalf("begin: %+v, %v", r, err)
-			}
-			if err := s.DeleteKey(ctx, r.Lease); err != nil {
-				t.Fatal(err)
-			}
-		}
+		del := func() { t.Helper(); deleteKey(t, s, key) }
 		// The add lands just before the cleanup script.
 		add := &beforeScript{key: s.registryKey(), run: func() {
 			if err := s.AddPartition(ctx, key, []byte(`{"source":"cli","addedAt":2}`)); err != nil {
@@ -623,4 +614,17 @@ func TestLayoutWhileAnotherProcessSetsUp(t *testing.T) {
 		close(stop)
 		<-done
 	})
+}
+
+// deleteKey runs partitions delete of key: an operation's Begin, then DeleteKey.
+func deleteKey(t *testing.T, s *Store, key watukuytype.Key) {
+	t.Helper()
+	ctx := context.Background()
+	r, err := s.Begin(ctx, key, "op", 30*time.Second, true)
+	if err != nil || r.Status != core.BeginOK {
+		t.Fatalf("begin: %+v, %v", r, err)
+	}
+	if err := s.DeleteKey(ctx, r.Lease); err != nil {
+		t.Fatal(err)
+	}
 }
