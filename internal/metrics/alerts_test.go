@@ -44,6 +44,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	reg := prometheus.NewPedanticRegistry()
 	m := New(reg)
 	NewRedis(reg)
+	NewReloads(reg)
 	m.WatchKeys(reg, func(ctx context.Context) ([]watukuytype.KeyInfo, error) {
 		now := time.Now()
 		return []watukuytype.KeyInfo{{Poller: "p", Partition: "x", Circuit: "open", LeaseOwner: "w",
@@ -95,7 +96,8 @@ func TestExportedNames(t *testing.T) {
 		"watukuy_outbox_pending", "watukuy_parked", "watukuy_held", "watukuy_lag_seconds", "watukuy_circuit_open",
 		"watukuy_throttled_until_seconds", "watukuy_last_error", "watukuy_lease_stale", "watukuy_paused",
 		"watukuy_consecutive_failures", "watukuy_key_source_up", "watukuy_key_source_duration_seconds", "watukuy_build_info",
-		"watukuy_budget_wait_seconds", "watukuy_budget_tokens_total",
+		"watukuy_budget_wait_seconds", "watukuy_budget_tokens_total", "watukuy_config_reloads_total",
+		"watukuy_redis_up", "watukuy_redis_outages_total", "watukuy_redis_outage_seconds_total", "watukuy_redis_data_loss_total",
 	} {
 		if !names[n] {
 			t.Errorf("%s is not exported", n)
