@@ -130,7 +130,7 @@ func (c *common) bindProcess(fs *pflag.FlagSet, listen string) {
 // bindClaim is --claim-timeout, for the processes that claim keys (scheduler, run, tick).
 func (c *common) bindClaim(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.s.ClaimTimeout, "claim-timeout", 0,
-		"how long a claim holds a key until its cycle's lease keeper holds it on (0: the poller's lease TTL + 2s, so a key whose cycle died is claimed again once its lease lapses)")
+		"how long a claim holds a key until its cycle's lease keeper holds it on (0: the poller's lease TTL + 2s, so a key whose cycle died is claimed again once its lease lapses); a scheduler holds a key 1s until its task is enqueued, then this long")
 }
 
 func (c *common) bindWorker(fs *pflag.FlagSet) {

@@ -17,9 +17,11 @@ import (
 type SchedulerOptions struct {
 	// Queue is the asynq queue the cycles go to; default DefaultQueue (the Workers').
 	Queue string
-	// ClaimTimeout, when set, is how long a claim holds a key before its cycle's lease keeper
-	// holds it on; default (0) the key's lease TTL plus 2s, so a key whose cycle died is
-	// claimed again as soon as its lease lapses.
+	// ClaimTimeout, when set, is how long a claim holds a key, once its cycle's task is
+	// enqueued, before its cycle's lease keeper holds it on; default (0) the key's lease TTL
+	// plus 2s, so a key whose cycle died is claimed again as soon as its lease lapses. Until
+	// the enqueue the claim holds the key for a second only (queue.DefaultClaimWindow), so a
+	// scheduler killed in between keeps it out no longer.
 	ClaimTimeout time.Duration
 	// Pollers, when set, limits the claims to the keys of the pollers it names; it is called
 	// at every claim (a config reload changes the list), and an empty list claims nothing.
