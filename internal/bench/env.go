@@ -106,8 +106,11 @@ func (e *env) close() {
 }
 
 // store is the watukuy store under the measurement's prefix.
-func (e *env) store() (*redisstore.Store, error) {
-	st, err := redisstore.New(e.rdb, redisstore.Options{Prefix: e.prefix})
+func (e *env) store() (*redisstore.Store, error) { return e.storeOn(e.rdb) }
+
+// storeOn is the watukuy store under the measurement's prefix on rdb.
+func (e *env) storeOn(rdb redis.UniversalClient) (*redisstore.Store, error) {
+	st, err := redisstore.New(rdb, redisstore.Options{Prefix: e.prefix})
 	if err != nil {
 		return nil, fmt.Errorf("bench: store: %w", err)
 	}

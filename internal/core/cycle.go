@@ -418,12 +418,15 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	var del []string
 	// A field at its default is deleted, not written: a missing one reads as the default, and
 	// an idle key's state stays small (issue 14: a million keys).
-	for _, fv := range [][2]string{{statehash.Failures, strconv.Itoa(next.Failures)}, {statehash.Circuit, string(next.Circuit)},
-		{statehash.Schema, strconv.Itoa(c.p.SchemaVersion)}} {
-		if fv[1] == "0" || fv[1] == string(watukuytype.CircuitClosed) {
-			del = append(del, fv[0])
+	for _, f := range []struct{ name, value, def string }{
+		{statehash.Failures, strconv.Itoa(next.Failures), "0"},
+		{statehash.Circuit, string(next.Circuit), string(watukuytype.CircuitClosed)},
+		{statehash.Schema, strconv.Itoa(c.p.SchemaVersion), "0"},
+	} {
+		if f.value == f.def {
+			del = append(del, f.name)
 		} else {
-			st[fv[0]] = fv[1]
+			st[f.name] = f.value
 		}
 	}
 	// Kept while the server clock may still be inside it: now() runs ahead of the server by

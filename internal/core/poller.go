@@ -153,15 +153,26 @@ func policy(p *watukuytype.Poller) schedule.Policy {
 }
 
 // keys lists the poller's keys.
-func pollerKeys(p *watukuytype.Poller) []watukuytype.Key {
-	if len(p.Partitions) == 0 {
-		return []watukuytype.Key{{Poller: p.Name}}
-	}
-	ks := make([]watukuytype.Key, len(p.Partitions))
-	for i, part := range p.Partitions {
-		ks[i] = watukuytype.Key{Poller: p.Name, Partition: part}
+func pollerKeys(p *watukuytype.Poller) []watukuytype.Key { return keysOf(p.Name, p.Partitions) }
+
+// keysOf is the keys of poller with partitions: one per partition, or its one unpartitioned
+// key when it has none.
+func keysOf(poller string, partitions []string) []watukuytype.Key {
+	listed := listedOf(partitions)
+	ks := make([]watukuytype.Key, len(listed))
+	for i, part := range listed {
+		ks[i] = watukuytype.Key{Poller: poller, Partition: part}
 	}
 	return ks
+}
+
+// listedOf is the partitions of the keys a poller with partitions has: those, or the
+// unpartitioned key's "" when there are none.
+func listedOf(partitions []string) []string {
+	if len(partitions) == 0 {
+		return []string{""}
+	}
+	return partitions
 }
 
 // Defaults of the commit chunks and tombstones.

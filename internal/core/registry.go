@@ -59,22 +59,18 @@ func (e *Engine) info(p *watukuytype.Poller) pollerInfo {
 // unpartitioned key's "" when it has none (as pollerKeys). A listed key is a config key and
 // has no entry of its own in the store's registry.
 func (pi pollerInfo) lists(partition string) bool {
-	if len(pi.Partitions) == 0 {
-		return partition == ""
-	}
-	return slices.Contains(pi.Partitions, partition)
+	return slices.Contains(listedOf(pi.Partitions), partition)
 }
 
-// keys are the keys the entry of poller lists.
-func (pi pollerInfo) keys(poller string) []watukuytype.Key {
-	if len(pi.Partitions) == 0 {
-		return []watukuytype.Key{{Poller: poller}}
+// ListedPartitions is the partitions of the keys a poller's entry in the store's pollers hash
+// lists (its config keys, which have no registry entry): its partitions, or the
+// unpartitioned key's "" when it has none.
+func ListedPartitions(entry []byte) ([]string, error) {
+	var pi pollerInfo
+	if err := json.Unmarshal(entry, &pi); err != nil {
+		return nil, err
 	}
-	ks := make([]watukuytype.Key, len(pi.Partitions))
-	for i, part := range pi.Partitions {
-		ks[i] = watukuytype.Key{Poller: poller, Partition: part}
-	}
-	return ks
+	return listedOf(pi.Partitions), nil
 }
 
 func (pi pollerInfo) leaseTTL() time.Duration {
@@ -210,7 +206,7 @@ func (e *Engine) registry(ctx context.Context) (map[string]pollerInfo, []target,
 		byKey[k] = target{key: k, p: local[k.Poller], info: pollers[k.Poller], source: ke.Source}
 	}
 	for name, pi := range stored {
-		for _, k := range pi.keys(name) {
+		for _, k := range keysOf(name, pi.Partitions) {
 			byKey[k] = target{key: k, p: local[name], info: pollers[name], source: "config"}
 		}
 	}

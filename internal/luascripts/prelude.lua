@@ -16,7 +16,8 @@ end
 
 -- fence: the first check of every mutating script. The lease (its fields in the state hash)
 -- must carry our epoch and our grant's token (an epoch alone can repeat after a failover lost
--- the grant that raised it) and must not have expired; otherwise the script fails with LEASE_LOST before any write.
+-- the grant that raised it) and must not have expired; otherwise the script fails with
+-- LEASE_LOST before any write.
 -- wid, when not '', names this write with a number that grows with every write of the grant:
 -- a write whose number is not above the last one the lease recorded ran before (the client
 -- re-sent it after a read timeout) or is overtaken (a late copy arriving after later writes),

@@ -121,6 +121,9 @@ func TestSchedulerBacksOffAndLogsOncePerOutage(t *testing.T) {
 	if d := time.Since(back); d > time.Second {
 		t.Errorf("enqueued %s after Redis came back, want within the backoff cap (300ms) and a claim", d)
 	}
+	// The claim is confirmed after its enqueue: the round ends, and the recovery is logged,
+	// only then.
+	waitFor(t, "the recovery logged", func() bool { return strings.Contains(logs.String(), "Redis answers again") })
 	cancel()
 	<-done
 	out := logs.String()

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -241,8 +241,7 @@ func (s *Store) cleanOutboxes(ctx context.Context) (claimed, deleted int64, err 
 // found by SCAN on every master, so deleted partitions' hashes go too) and returns how many it
 // folded.
 func (s *Store) foldLeases(ctx context.Context) (int, error) {
-	var mu sync.Mutex
-	folded := 0
+	var folded atomic.Int64 // the masters of a cluster are scanned at once
 	scan := func(ctx context.Context, c *redis.Client) error {
 		it := c.Scan(ctx, 0, globEscape(s.prefix)+":{*}:lease", 1000).Iterator()
 		for it.Next(ctx) {
@@ -257,22 +256,20 @@ func (s *Store) foldLeases(ctx context.Context) (int, error) {
 				return fmt.Errorf("fold %s: %w", name, err)
 			}
 			if done {
-				mu.Lock()
-				folded++
-				mu.Unlock()
+				folded.Add(1)
 			}
 		}
 		return it.Err()
 	}
+	var err error
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		err := cc.ForEachMaster(ctx, scan)
-		return folded, err
-	}
-	c, ok := s.rdb.(*redis.Client)
-	if !ok {
+		err = cc.ForEachMaster(ctx, scan)
+	} else if c, ok := s.rdb.(*redis.Client); ok {
+		err = scan(ctx, c)
+	} else {
 		return 0, fmt.Errorf("scan for lease hashes: unsupported client %T", s.rdb)
 	}
-	return folded, scan(ctx, c)
+	return int(folded.Load()), err
 }
 
 // globEscape escapes the characters a SCAN MATCH pattern gives a meaning to, so that a prefix

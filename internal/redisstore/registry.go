@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -20,35 +19,21 @@ import (
 // later registration dropped from the config ("config": it stays registered). A listed key
 // costs no registry entry (issue 14: ~90 B per key).
 
-// pollerEntry is the part of a pollers entry (core's pollerInfo) the store reads.
-type pollerEntry struct {
-	Partitions []string `json:"partitions"`
-}
-
-// listedPartitions is the partitions a pollers entry lists: its partitions, or the one
-// unpartitioned key's ("") when it has none.
-func listedPartitions(raw []byte) ([]string, error) {
-	var e pollerEntry
-	if err := json.Unmarshal(raw, &e); err != nil {
-		return nil, err
-	}
-	if len(e.Partitions) == 0 {
-		return []string{""}, nil
-	}
-	return e.Partitions, nil
-}
-
-// listedSet is listedPartitions as a set.
+// listedSet is core.ListedPartitions as a set.
 func listedSet(raw []byte) (map[string]bool, error) {
-	parts, err := listedPartitions(raw)
+	parts, err := core.ListedPartitions(raw)
 	if err != nil {
 		return nil, err
 	}
+	return setOf(parts), nil
+}
+
+func setOf(parts []string) map[string]bool {
 	set := make(map[string]bool, len(parts))
 	for _, p := range parts {
 		set[p] = true
 	}
-	return set, nil
+	return set
 }
 
 // registerPoller writes one poller's pollers entry and keeps the registry to the keys the
@@ -76,7 +61,7 @@ func (s *Store) registerPoller(ctx context.Context, name string, entry []byte, l
 		var dropped []string
 		if old != "" {
 			// An old entry that is not JSON lists nothing that could be dropped.
-			if parts, err := listedPartitions([]byte(old)); err == nil {
+			if parts, err := core.ListedPartitions([]byte(old)); err == nil {
 				for _, p := range parts {
 					if !listed[p] {
 						dropped = append(dropped, watukuytype.Key{Poller: name, Partition: p}.String())
@@ -87,7 +72,7 @@ func (s *Store) registerPoller(ctx context.Context, name string, entry []byte, l
 		// The registry holds only unlisted keys, so it is small: its entries of this poller
 		// that the new entry lists go.
 		var gone []string
-		it := tx.HScan(ctx, s.registryKey(), 0, globEscape(name)+"|*", 1000).Iterator()
+		it := tx.HScan(ctx, s.registryKey(), 0, globEscape(name)+"|*", registryBatch).Iterator()
 		for i := 0; it.Next(ctx); i++ {
 			if i%2 == 1 {
 				continue // a value
@@ -103,8 +88,8 @@ func (s *Store) registerPoller(ctx context.Context, name string, entry []byte, l
 			for _, member := range dropped {
 				p.HSetNX(ctx, s.registryKey(), member, `{"source":"config"}`)
 			}
-			for i := 0; i < len(gone); i += 1000 {
-				p.HDel(ctx, s.registryKey(), gone[i:min(i+1000, len(gone))]...)
+			for i := 0; i < len(gone); i += registryBatch {
+				p.HDel(ctx, s.registryKey(), gone[i:min(i+registryBatch, len(gone))]...)
 			}
 			p.HSet(ctx, s.pollersKey(), name, entry)
 			return nil
@@ -112,13 +97,8 @@ func (s *Store) registerPoller(ctx context.Context, name string, entry []byte, l
 		return err
 	}
 	// Another registration or a partitions add between the read and the write: again.
-	for range 20 {
-		err := s.rdb.Watch(ctx, txf, s.pollersKey(), s.registryKey())
-		if !errors.Is(err, redis.TxFailedErr) {
-			return changed, err
-		}
-	}
-	return false, fmt.Errorf("the pollers and registry hashes kept changing under 20 attempts")
+	err := s.watch(ctx, txf, s.pollersKey(), s.registryKey())
+	return changed, err
 }
 
 // Register implements core.Store: per poller, registerPoller writes its entry and, when the
@@ -204,6 +184,17 @@ func (s *Store) Registry(ctx context.Context) (map[string][]byte, map[string][]b
 // watchRetries bounds the attempts of a WATCH transaction that others keep invalidating.
 const watchRetries = 20
 
+// watch runs fn in a WATCH transaction on keys, again while another client changes them
+// between its read and its write, watchRetries times at most.
+func (s *Store) watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error {
+	for range watchRetries {
+		if err := s.rdb.Watch(ctx, fn, keys...); !errors.Is(err, redis.TxFailedErr) {
+			return err
+		}
+	}
+	return fmt.Errorf("%v kept changing under %d attempts", keys, watchRetries)
+}
+
 // AddPartition implements core.Store. A key its poller's entry lists gets no registry entry
 // (and loses a stale one): it is a config key. The read of the entry and the registry write
 // are one transaction (WATCH), so a registration that starts or stops listing the key in
@@ -232,13 +223,7 @@ func (s *Store) AddPartition(ctx context.Context, key watukuytype.Key, entry []b
 		})
 		return err
 	}
-	var err error
-	for range watchRetries {
-		if err = s.rdb.Watch(ctx, write, s.pollersKey()); !errors.Is(err, redis.TxFailedErr) {
-			break
-		}
-	}
-	if err != nil {
+	if err := s.watch(ctx, write, s.pollersKey()); err != nil {
 		return fmt.Errorf("redisstore: register %s: %w", key.Describe(), err)
 	}
 	return s.reviveKey(ctx, key)
@@ -357,9 +342,9 @@ func (s *Store) RepairDue(ctx context.Context) ([]watukuytype.Key, error) {
 // time (an entry lists every partition: megabytes at a million). An entry that is not JSON
 // is an error naming its poller.
 func (s *Store) eachListing(ctx context.Context, fn func(poller string, parts []string) error) error {
-	names, err := s.rdb.HKeys(ctx, s.pollersKey()).Result()
+	names, err := s.pollerNames(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("redisstore: read the poller names in %s: %w", s.pollersKey(), err)
+		return err
 	}
 	for _, name := range names {
 		raw, err := s.rdb.HGet(ctx, s.pollersKey(), name).Bytes()
@@ -369,7 +354,7 @@ func (s *Store) eachListing(ctx context.Context, fn func(poller string, parts []
 		if err != nil {
 			return fmt.Errorf("redisstore: read the pollers entry of poller %q: %w", name, err)
 		}
-		parts, err := listedPartitions(raw)
+		parts, err := core.ListedPartitions(raw)
 		if err != nil {
 			return fmt.Errorf("redisstore: the pollers entry of poller %q is not JSON: %w", name, err)
 		}
@@ -422,9 +407,9 @@ func (s *Store) repairKeys(ctx context.Context, keys []watukuytype.Key, listed b
 	return run(ctx, s, nil, repair)
 }
 
-// dropBatch is how many registry entries one step of dropListedRegistryEntries reads (HSCAN
-// COUNT) and removes in one HDEL.
-const dropBatch = 1000
+// registryBatch is how many registry entries one HSCAN step reads (COUNT) and one HDEL
+// removes.
+const registryBatch = 1000
 
 // dropListedRegistryEntries removes the registry entries of keys their poller's entry lists
 // (written by releases before listed keys went without one) and returns how many it removed;
@@ -435,11 +420,7 @@ const dropBatch = 1000
 func (s *Store) dropListedRegistryEntries(ctx context.Context) (int, error) {
 	listed := map[string]map[string]bool{}
 	if err := s.eachListing(ctx, func(poller string, parts []string) error {
-		set := make(map[string]bool, len(parts))
-		for _, p := range parts {
-			set[p] = true
-		}
-		listed[poller] = set
+		listed[poller] = setOf(parts)
 		return nil
 	}); err != nil {
 		return 0, err
@@ -447,7 +428,7 @@ func (s *Store) dropListedRegistryEntries(ctx context.Context) (int, error) {
 	dropped := 0
 	var cursor uint64
 	for {
-		kvs, next, err := s.rdb.HScan(ctx, s.registryKey(), cursor, "", dropBatch).Result()
+		kvs, next, err := s.rdb.HScan(ctx, s.registryKey(), cursor, "", registryBatch).Result()
 		if err != nil {
 			return dropped, fmt.Errorf("redisstore: scan %s: %w", s.registryKey(), err)
 		}

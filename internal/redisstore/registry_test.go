@@ -226,7 +226,7 @@ func TestDropListedRegistryEntries(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		s, _ := newStore(t, b)
-		n := 2*dropBatch + 50
+		n := 2*registryBatch + 50
 		parts := make([]string, n)
 		old := map[string]any{}
 		for i := range parts {

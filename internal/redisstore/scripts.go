@@ -475,22 +475,36 @@ type confirmClaimsArgs struct {
 func (confirmClaimsArgs) name() string { return "confirm_claims" }
 
 func (a confirmClaimsArgs) encode(s *Store) ([]string, []any) {
-	keys := []string{s.pollersKey()}
-	set := map[string]int{} // poller → its due set's index in KEYS
-	var pollers, pairs []any
-	for _, k := range a.Keys {
-		i, ok := set[k.Poller]
+	keys, slots, pollers := s.dueSlots([]string{s.pollersKey()}, a.Keys)
+	argv := []any{a.Now, a.ClaimTimeout.Milliseconds(), a.Grace.Milliseconds(), a.DefaultClaim.Milliseconds(),
+		a.Claim.At, a.Claim.Window.Milliseconds(), a.Claim.Mark, len(pollers)}
+	for _, p := range pollers {
+		argv = append(argv, p)
+	}
+	for i, k := range a.Keys {
+		argv = append(argv, k.String(), slots[i])
+	}
+	return keys, argv
+}
+
+// dueSlots appends the due set of each key's poller to keys, once per poller, and returns
+// them with each key's due set's index in keys (1-based, as Lua counts KEYS) and the pollers
+// in the order of their sets.
+func (s *Store) dueSlots(keys []string, ks []watukuytype.Key) ([]string, []int, []string) {
+	slot := map[string]int{}
+	slots := make([]int, len(ks))
+	var pollers []string
+	for i, k := range ks {
+		at, ok := slot[k.Poller]
 		if !ok {
 			keys = append(keys, s.dueKey(k.Poller))
-			i = len(keys)
-			set[k.Poller] = i
+			at = len(keys)
+			slot[k.Poller] = at
 			pollers = append(pollers, k.Poller)
 		}
-		pairs = append(pairs, k.String(), i)
+		slots[i] = at
 	}
-	argv := append([]any{a.Now, a.ClaimTimeout.Milliseconds(), a.Grace.Milliseconds(), a.DefaultClaim.Milliseconds(),
-		a.Claim.At, a.Claim.Window.Milliseconds(), a.Claim.Mark, len(pollers)}, pollers...)
-	return keys, append(argv, pairs...)
+	return keys, slots, pollers
 }
 
 // decode reads the number of keys held on.
@@ -863,21 +877,19 @@ type repairEntry struct {
 func (repairDueArgs) name() string { return "repair_due" }
 
 func (a repairDueArgs) encode(s *Store) ([]string, []any) {
-	keys := []string{s.registryKey()}
-	slot := map[string]int{} // due set -> its index in keys (1-based, as in Lua)
+	ks := make([]watukuytype.Key, len(a.Entries))
+	for i, e := range a.Entries {
+		ks[i] = e.Key
+	}
+	keys, slots, _ := s.dueSlots([]string{s.registryKey()}, ks)
 	argv := make([]any, 0, 1+4*len(a.Entries))
 	argv = append(argv, a.Now)
-	for _, e := range a.Entries {
-		set := s.dueKey(e.Key.Poller)
-		if _, ok := slot[set]; !ok {
-			keys = append(keys, set)
-			slot[set] = len(keys)
-		}
+	for i, e := range a.Entries {
 		listed := "0"
 		if e.Listed {
 			listed = "1"
 		}
-		argv = append(argv, e.Key.String(), slot[set], e.Due, listed)
+		argv = append(argv, e.Key.String(), slots[i], e.Due, listed)
 	}
 	return keys, argv
 }

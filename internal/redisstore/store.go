@@ -158,18 +158,32 @@ func ms(t time.Time) int64 { return t.UnixMilli() }
 // ClaimDue implements core.Store. Without poller names it claims for every poller of the
 // pollers hash (one more round trip to read their names).
 func (s *Store) ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]watukuytype.Key, error) {
-	if len(pollers) == 0 {
-		var err error
-		if pollers, err = s.rdb.HKeys(ctx, s.pollersKey()).Result(); err != nil {
-			return nil, fmt.Errorf("redisstore: read the poller names in %s: %w", s.pollersKey(), err)
-		}
-		if len(pollers) == 0 {
-			return nil, nil
-		}
-	}
-	r, err := run(ctx, s, nil, claimDueArgs{Now: s.nowArg(), Limit: limit, ClaimTimeout: claimTimeout, Grace: core.ClaimGrace,
-		DefaultClaim: core.DefaultLeaseTTL + core.ClaimGrace, Pollers: pollers})
+	r, err := s.claim(ctx, limit, claimTimeout, 0, pollers)
 	return r.Keys, err
+}
+
+// claim runs claim_due.lua over the due sets of pollers (every registered poller's when
+// none), with the claim's mark (0: none).
+func (s *Store) claim(ctx context.Context, limit int, claimTimeout time.Duration, mark int, pollers []string) (claimDueReply, error) {
+	pollers, err := s.pollerNames(ctx, pollers)
+	if err != nil || len(pollers) == 0 {
+		return claimDueReply{}, err
+	}
+	return run(ctx, s, nil, claimDueArgs{Now: s.nowArg(), Limit: limit, ClaimTimeout: claimTimeout, Grace: core.ClaimGrace,
+		DefaultClaim: core.DefaultLeaseTTL + core.ClaimGrace, Mark: mark, Pollers: pollers})
+}
+
+// pollerNames is pollers, or when it is empty every poller of the pollers hash (one round
+// trip).
+func (s *Store) pollerNames(ctx context.Context, pollers []string) ([]string, error) {
+	if len(pollers) > 0 {
+		return pollers, nil
+	}
+	names, err := s.rdb.HKeys(ctx, s.pollersKey()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: read the poller names in %s: %w", s.pollersKey(), err)
+	}
+	return names, nil
 }
 
 // ClaimForEnqueue claims like ClaimDue, for window only (whole milliseconds, at least one),
@@ -179,20 +193,10 @@ func (s *Store) ClaimForEnqueue(ctx context.Context, limit int, window time.Dura
 	if window < time.Millisecond || window%time.Millisecond != 0 {
 		return watukuytype.Claim{}, fmt.Errorf("redisstore: a claim window of %s: want whole milliseconds, at least one", window)
 	}
-	if len(pollers) == 0 {
-		var err error
-		if pollers, err = s.rdb.HKeys(ctx, s.pollersKey()).Result(); err != nil {
-			return watukuytype.Claim{}, fmt.Errorf("redisstore: read the poller names in %s: %w", s.pollersKey(), err)
-		}
-		if len(pollers) == 0 {
-			return watukuytype.Claim{Window: window}, nil
-		}
-	}
 	// A mark of the claim's own: another claim of the same key in the same millisecond (after
 	// a trigger) has another but once in 1023, so a late confirmation of this one leaves it.
 	mark := 1 + mrand.IntN(1023)
-	r, err := run(ctx, s, nil, claimDueArgs{Now: s.nowArg(), Limit: limit, ClaimTimeout: window, Grace: core.ClaimGrace,
-		DefaultClaim: core.DefaultLeaseTTL + core.ClaimGrace, Mark: mark, Pollers: pollers})
+	r, err := s.claim(ctx, limit, window, mark, pollers)
 	return watukuytype.Claim{Keys: r.Keys, At: r.At, Window: window, Mark: mark}, err
 }
 
@@ -224,11 +228,9 @@ func (s *Store) NextDue(ctx context.Context, pollers []string) (watukuytype.Key,
 // false when the sets are empty: a scheduler whose claim came back short sleeps that long
 // rather than its whole idle period (one round trip; two without poller names).
 func (s *Store) DueIn(ctx context.Context, pollers []string) (time.Duration, bool, error) {
-	if len(pollers) == 0 {
-		var err error
-		if pollers, err = s.rdb.HKeys(ctx, s.pollersKey()).Result(); err != nil {
-			return 0, false, fmt.Errorf("redisstore: read the poller names in %s: %w", s.pollersKey(), err)
-		}
+	pollers, err := s.pollerNames(ctx, pollers)
+	if err != nil {
+		return 0, false, err
 	}
 	key, at, now, err := s.earliestDue(ctx, pollers, true)
 	if err != nil || key == (watukuytype.Key{}) {
