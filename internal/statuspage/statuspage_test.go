@@ -1,0 +1,437 @@
+package statuspage
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/internal/admin"
+	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/watukuytest"
+)
+
+const (
+	opsSecret    = "ops-secret-0123456789abcdef"
+	viewerSecret = "viewer-secret-0123456789abcdef"
+	// poisonName is what the poisoned item holds: the page must show it as text.
+	poisonName = `<script>alert("x")</script>`
+)
+
+// world is an engine on miniredis with two pollers (orders: one key, one parked poison event
+// whose item holds a <script>; customers: two partitions, one of them with characters a path
+// must escape), the status page on it and the log it writes.
+type world struct {
+	env *watukuytest.Env
+	h   http.Handler
+	log *bytes.Buffer
+}
+
+func newWorld(t *testing.T, tokens ...admin.Token) *world {
+	t.Helper()
+	api := fakeapi.New()
+	api.Put("o1", map[string]any{"name": "fine"})
+	api.Put("o2", map[string]any{"name": poisonName})
+	customers := fakeapi.New()
+	customers.Put("c1", nil)
+	handler := func(ctx context.Context, ev watukuy.Event) error {
+		if ev.Identity == "o2" {
+			return errors.New("the sink refuses o2")
+		}
+		return nil
+	}
+	fast := watukuy.Delivery{Attempts: 1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}
+	env := watukuytest.New(t,
+		watukuy.Poller{Name: "orders", Fetch: api.ChangeFeed(10), Version: watukuy.Field("version"), Handler: handler, Delivery: fast},
+		watukuy.Poller{Name: "customers", Partitions: []string{"acme", "eu:globex@1"}, Fetch: customers.ChangeFeed(10),
+			Version: watukuy.Field("version"), Handler: handler, Delivery: fast})
+	env.Settle(10)
+	if tokens == nil {
+		tokens = []admin.Token{{ID: "ops", Secret: opsSecret}, {ID: "viewer", Secret: viewerSecret, ReadOnly: true}}
+	}
+	ts, err := admin.NewTokens(tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &bytes.Buffer{}
+	h := New(Options{Engine: env.Engine, Tokens: ts, Logger: zerolog.New(log), MonitoringPath: "/monitoring/", Now: env.Clock.Now})
+	return &world{env: env, h: h, log: log}
+}
+
+// do sends one request to the page; secret, when set, is the login cookie.
+func (w *world) do(t *testing.T, method, target, secret string, form url.Values, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	r := httptest.NewRequest(method, target, body)
+	r.RemoteAddr = "192.0.2.7:4242"
+	if form != nil {
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if secret != "" {
+		r.AddCookie(&http.Cookie{Name: admin.CookieName, Value: secret})
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	w.h.ServeHTTP(rec, r)
+	res := rec.Result()
+	b, _ := io.ReadAll(res.Body)
+	return res, string(b)
+}
+
+// checkPage asserts what every HTML page must be: security headers set, nothing inline that
+// the Content-Security-Policy would block, nothing loaded from another origin.
+func checkPage(t *testing.T, res *http.Response, body string) {
+	t.Helper()
+	for h, want := range map[string]string{"X-Frame-Options": "DENY", "Cache-Control": "no-store", "Content-Type": "text/html; charset=utf-8"} {
+		if got := res.Header.Get(h); got != want {
+			t.Errorf("%s: %q, want %q", h, got, want)
+		}
+	}
+	if csp := res.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
+		t.Errorf("Content-Security-Policy %q", csp)
+	}
+	if regexp.MustCompile(`(?i)\sstyle=|\son[a-z]+=|<style`).MatchString(body) {
+		t.Error("the page has an inline style or event handler, which the CSP blocks")
+	}
+	for _, m := range regexp.MustCompile(`(?i)<script[^>]*>`).FindAllString(body, -1) {
+		if !strings.Contains(m, `src="/status/assets/`) {
+			t.Errorf("inline or foreign script %s", m)
+		}
+	}
+	if regexp.MustCompile(`(?i)(src|href)="(https?:)?//`).MatchString(body) {
+		t.Error("the page loads or links something from another origin")
+	}
+}
+
+func TestLoginFlow(t *testing.T) {
+	w := newWorld(t)
+	res, body := w.do(t, "GET", "/status", "", nil)
+	if res.StatusCode != http.StatusUnauthorized || !strings.Contains(body, `action="/status/login"`) || !strings.Contains(body, `name="token"`) {
+		t.Fatalf("logged out: %d\n%s", res.StatusCode, body)
+	}
+	checkPage(t, res, body)
+	if strings.Contains(body, "data-keys") {
+		t.Fatal("the keys are shown without a login")
+	}
+
+	res, _ = w.do(t, "POST", "/status/login", "", url.Values{"token": {opsSecret}, "next": {"/status"}}, "Origin", "http://example.com")
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/status" {
+		t.Fatalf("login: %d to %q", res.StatusCode, res.Header.Get("Location"))
+	}
+	var cookie *http.Cookie
+	for _, c := range res.Cookies() {
+		if c.Name == admin.CookieName {
+			cookie = c
+		}
+	}
+	if cookie == nil || cookie.Value != opsSecret || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode || cookie.Path != "/" {
+		t.Fatalf("login cookie %+v", cookie)
+	}
+	logged := w.log.String()
+	if !strings.Contains(logged, `"token":"ops"`) || !strings.Contains(logged, "192.0.2.7:4242") || !strings.Contains(logged, `"level":"info"`) {
+		t.Fatalf("login log: %s", logged)
+	}
+	if strings.Contains(logged, opsSecret) {
+		t.Fatal("the secret was logged")
+	}
+
+	res, body = w.do(t, "GET", "/status", cookie.Value, nil)
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, `data-who>ops<`) || strings.Contains(body, "data-readonly") {
+		t.Fatalf("logged in: %d\n%s", res.StatusCode, body)
+	}
+	checkPage(t, res, body)
+	if !strings.Contains(body, `href="/monitoring/"`) || !strings.Contains(body, `action="/status/logout"`) {
+		t.Fatal("no asynqmon link or logout button")
+	}
+
+	res, _ = w.do(t, "POST", "/status/logout", cookie.Value, url.Values{})
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/status" {
+		t.Fatalf("logout: %d", res.StatusCode)
+	}
+	cleared := false
+	for _, c := range res.Cookies() {
+		cleared = cleared || (c.Name == admin.CookieName && c.Value == "" && c.MaxAge < 0)
+	}
+	if !cleared || !strings.Contains(w.log.String(), "status page: logout") {
+		t.Fatalf("logout did not clear the cookie: %v", res.Cookies())
+	}
+
+	// A login from a page that asked for a key's page goes back there.
+	res, body = w.do(t, "GET", "/status/keys/orders/-", "", nil)
+	if res.StatusCode != http.StatusUnauthorized || !strings.Contains(body, `name="next" value="/status/keys/orders/-"`) {
+		t.Fatalf("a key's page logged out: %d\n%s", res.StatusCode, body)
+	}
+	res, _ = w.do(t, "POST", "/status/login", "", url.Values{"token": {opsSecret}, "next": {"/status/keys/orders/-"}})
+	if res.Header.Get("Location") != "/status/keys/orders/-" {
+		t.Fatalf("login went to %q", res.Header.Get("Location"))
+	}
+	// A bearer token works as well as the cookie (scripts, curl).
+	r := httptest.NewRequest("GET", "/status", nil)
+	r.Header.Set("Authorization", "Bearer "+opsSecret)
+	rec := httptest.NewRecorder()
+	w.h.ServeHTTP(rec, r)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("bearer: %d", rec.Code)
+	}
+}
+
+func TestWrongToken(t *testing.T) {
+	w := newWorld(t)
+	res, body := w.do(t, "POST", "/status/login", "", url.Values{"token": {"not-the-secret-at-all-0000"}})
+	if res.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "That token is not accepted") || !strings.Contains(body, `name="token"`) {
+		t.Fatalf("wrong token: %d\n%s", res.StatusCode, body)
+	}
+	checkPage(t, res, body)
+	if len(res.Cookies()) != 0 {
+		t.Fatalf("a cookie was set: %v", res.Cookies())
+	}
+	if l := w.log.String(); !strings.Contains(l, `"level":"warn"`) || !strings.Contains(l, "failed login") || !strings.Contains(l, "192.0.2.7:4242") || strings.Contains(l, "not-the-secret") {
+		t.Fatalf("failed login log: %s", l)
+	}
+	// A cookie whose token was removed is dropped, with a word why.
+	res, body = w.do(t, "GET", "/status", "rotated-away-secret-000000", nil)
+	if res.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "no longer accepted") {
+		t.Fatalf("stale cookie: %d\n%s", res.StatusCode, body)
+	}
+	if cs := res.Cookies(); len(cs) != 1 || cs[0].MaxAge >= 0 {
+		t.Fatalf("stale cookie not cleared: %v", cs)
+	}
+}
+
+func TestOriginChecked(t *testing.T) {
+	w := newWorld(t)
+	for _, o := range []string{"http://evil.example", "null"} {
+		res, _ := w.do(t, "POST", "/status/login", "", url.Values{"token": {opsSecret}}, "Origin", o)
+		if res.StatusCode != http.StatusForbidden || len(res.Cookies()) != 0 {
+			t.Fatalf("login from %s: %d %v", o, res.StatusCode, res.Cookies())
+		}
+		res, _ = w.do(t, "POST", "/status/logout", opsSecret, url.Values{}, "Origin", o)
+		if res.StatusCode != http.StatusForbidden || len(res.Cookies()) != 0 {
+			t.Fatalf("logout from %s: %d", o, res.StatusCode)
+		}
+	}
+	res, _ := w.do(t, "POST", "/status/login", "", url.Values{"token": {opsSecret}}, "Sec-Fetch-Site", "cross-site")
+	if res.StatusCode != http.StatusForbidden {
+		t.Fatalf("cross-site login: %d", res.StatusCode)
+	}
+	// Never a redirect off the page after a login.
+	for _, next := range []string{"//evil.example/status", "https://evil.example/status", `/\evil.example`, "/api/keys", "/status/logout", "/statusx"} {
+		res, _ := w.do(t, "POST", "/status/login", "", url.Values{"token": {opsSecret}, "next": {next}})
+		if loc := res.Header.Get("Location"); loc != "/status" {
+			t.Errorf("next %q redirected to %q", next, loc)
+		}
+	}
+}
+
+func TestReadOnlyView(t *testing.T) {
+	w := newWorld(t)
+	res, body := w.do(t, "GET", "/status", viewerSecret, nil)
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, "data-who>viewer<") || !strings.Contains(body, "data-readonly") {
+		t.Fatalf("read-only: %d\n%s", res.StatusCode, body)
+	}
+	if strings.Contains(body, "data-api") || !strings.Contains(body, `data-key="orders/-"`) {
+		t.Fatal("a read-only token sees action buttons, or no keys")
+	}
+	res, body = w.do(t, "GET", "/status/keys/orders/-", viewerSecret, nil)
+	if res.StatusCode != http.StatusOK || strings.Contains(body, "data-api") || !strings.Contains(body, "the sink refuses o2") {
+		t.Fatalf("read-only detail: %d\n%s", res.StatusCode, body)
+	}
+}
+
+func TestTableShowsKeys(t *testing.T) {
+	w := newWorld(t)
+	res, body := w.do(t, "GET", "/status", opsSecret, nil)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("%d\n%s", res.StatusCode, body)
+	}
+	for _, want := range []string{
+		`data-key="orders/-"`, `data-key="customers/acme"`, `data-key="customers/eu:globex@1"`,
+		`href="/status/keys/orders/-"`, `href="/status/keys/customers/acme"`,
+		`href="/status/keys/customers/eu:globex@1"`, // PathEscape keeps : and @ (the API unescapes either way)
+		`href="/status?poller=customers"`,
+		`data-api="/api/keys/orders/-/trigger"`, `data-api="/api/keys/orders/-/pause"`,
+		"3 keys", `<span class="badge ok">3 idle</span>`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the table lacks %s", want)
+		}
+	}
+	// The orders key has one parked row: its cell says 1 and is marked.
+	if !regexp.MustCompile(`<td class="num warn" title="poison 1, invalid 0" data-parked>1</td>`).MatchString(body) {
+		t.Errorf("orders' parked count not shown:\n%s", body)
+	}
+	// One poller only.
+	_, body = w.do(t, "GET", "/status?poller=customers", opsSecret, nil)
+	if strings.Contains(body, `data-key="orders/-"`) || !strings.Contains(body, `data-key="customers/acme"`) || !strings.Contains(body, "2 keys") {
+		t.Fatalf("poller filter:\n%s", body)
+	}
+	// A paused key shows Resume instead of Pause.
+	if err := w.env.Engine.Pause(t.Context(), "customers", "acme"); err != nil {
+		t.Fatal(err)
+	}
+	_, body = w.do(t, "GET", "/status", opsSecret, nil)
+	if !strings.Contains(body, `data-api="/api/keys/customers/acme/resume"`) || strings.Contains(body, `data-api="/api/keys/customers/acme/pause"`) ||
+		!strings.Contains(body, `<span class="badge muted">1 paused</span>`) {
+		t.Fatalf("paused key:\n%s", body)
+	}
+	// The script sends the header the API asks of cookie-authenticated actions.
+	res, js := w.do(t, "GET", "/status/assets/status.js", "", nil)
+	if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/javascript") || !strings.Contains(js, "'"+admin.RequestHeader+"'") ||
+		!strings.Contains(js, "credentials: 'same-origin'") {
+		t.Fatalf("status.js: %d %s", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	r := httptest.NewRequest("GET", "/status/assets/status.js", nil)
+	r.Header.Set("If-None-Match", res.Header.Get("ETag"))
+	rec := httptest.NewRecorder()
+	w.h.ServeHTTP(rec, r)
+	if rec.Code != http.StatusNotModified {
+		t.Fatalf("asset revalidation: %d", rec.Code)
+	}
+}
+
+func TestDetailPage(t *testing.T) {
+	w := newWorld(t)
+	rows, err := w.env.Engine.Parked().List(t.Context(), "orders", "", "")
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("parked: %v %v", rows, err)
+	}
+	res, body := w.do(t, "GET", "/status/keys/orders/-", opsSecret, nil)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("%d\n%s", res.StatusCode, body)
+	}
+	checkPage(t, res, body)
+	for _, want := range []string{
+		"<h2>Cursors</h2>", "<dt>live</dt>", "<h2>Lease</h2>", "<h2>Schedule</h2>", "<h2>Counters</h2>", "<h2>Backfill</h2>",
+		"none started", "Parked rows (1)", `data-row="` + rows[0].ID + `"`, "the sink refuses o2", "<summary>event</summary>",
+		`data-api="/api/keys/orders/-/parked/retry"`, `data-api="/api/keys/orders/-/parked/discard"`,
+		`data-body="{&#34;ids&#34;:[&#34;` + rows[0].ID + `&#34;]}"`,
+		`data-api="/api/keys/orders/-/trigger"`, `data-api="/api/keys/orders/-/pause"`, `data-api="/api/keys/orders/-/resume"`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the detail page lacks %s", want)
+		}
+	}
+	// An escaped partition resolves.
+	res, body = w.do(t, "GET", "/status/keys/customers/"+url.PathEscape("eu:globex@1"), opsSecret, nil)
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, "No parked rows.") {
+		t.Fatalf("escaped partition: %d\n%s", res.StatusCode, body)
+	}
+	res, _ = w.do(t, "GET", "/status/keys/customers/eu%3Aglobex%401", opsSecret, nil)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("encodeURIComponent's form: %d", res.StatusCode)
+	}
+}
+
+func TestUnknownKey(t *testing.T) {
+	w := newWorld(t)
+	res, body := w.do(t, "GET", "/status/keys/nope/-", opsSecret, nil)
+	if res.StatusCode != http.StatusNotFound || !strings.Contains(body, "Known pollers") ||
+		!strings.Contains(body, `href="/status?poller=orders"`) || !strings.Contains(body, `href="/status?poller=customers"`) {
+		t.Fatalf("unknown poller: %d\n%s", res.StatusCode, body)
+	}
+	checkPage(t, res, body)
+	res, body = w.do(t, "GET", "/status/keys/customers/zzz", opsSecret, nil)
+	if res.StatusCode != http.StatusNotFound || !strings.Contains(body, "Known partitions of customers") ||
+		!strings.Contains(body, `href="/status/keys/customers/acme"`) || !strings.Contains(body, `has no partition &#34;zzz&#34;`) {
+		t.Fatalf("unknown partition: %d\n%s", res.StatusCode, body)
+	}
+	res, body = w.do(t, "GET", "/status?poller=nope", opsSecret, nil)
+	if res.StatusCode != http.StatusNotFound || !strings.Contains(body, "Known pollers") {
+		t.Fatalf("unknown poller's table: %d\n%s", res.StatusCode, body)
+	}
+	for _, p := range []string{"/status/keys/orders", "/status/keys/a/b/c", "/status/nothing"} {
+		if res, body := w.do(t, "GET", p, opsSecret, nil); res.StatusCode != http.StatusNotFound {
+			t.Errorf("%s: %d\n%s", p, res.StatusCode, body)
+		}
+	}
+	if res, _ := w.do(t, "DELETE", "/status", opsSecret, nil); res.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("DELETE /status: %d", res.StatusCode)
+	}
+}
+
+func TestItemJSONIsEscaped(t *testing.T) {
+	w := newWorld(t)
+	// Through the engine: the parked event's item holds poisonName (Go's JSON writes it as
+	// \u003c..., so this proves the page shows the stored form and adds nothing raw).
+	_, body := w.do(t, "GET", "/status/keys/orders/-", opsSecret, nil)
+	if strings.Contains(body, poisonName) || strings.Contains(body, "<script>alert") || !strings.Contains(body, `\u003cscript\u003ealert`) {
+		t.Fatalf("the parked event's item:\n%s", body)
+	}
+	// Straight into the template: rows whose JSON and fields hold markup as it is.
+	ki, err := w.env.Engine.Inspect(t.Context(), "orders", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := []watukuy.ParkedInfo{
+		{ID: `<b>id</b>`, Kind: "poison", Error: `<img src=x onerror=alert(1)>`, Errors: []string{"<i>1</i>", "<i>2</i>"},
+			Identity: `"><script>alert(2)</script>`, Event: json.RawMessage(`{"name":"` + strings.ReplaceAll(poisonName, `"`, `\"`) + `"}`)},
+		{ID: "inv1", Kind: "invalid", Error: "no identity", Item: mustRaw(t, `{"name":"</pre><script>alert(3)</script>"}`)},
+	}
+	p := &page{Title: "orders / -", Who: &admin.Token{ID: "<u>ops</u>"}, Key: newKeyDetail(ki, rows, w.env.Clock.Now())}
+	rec := httptest.NewRecorder()
+	w.h.(*handler).render(rec, httptest.NewRequest("GET", "/status/keys/orders/-", nil), http.StatusOK, "key", p)
+	out := rec.Body.String()
+	for _, raw := range []string{"<script>alert", "<img", "<b>id", "<i>1", "<u>ops", `"><script`, "</pre><script"} {
+		if strings.Contains(out, raw) {
+			t.Errorf("%s reached the page unescaped", raw)
+		}
+	}
+	for _, esc := range []string{`&lt;script&gt;alert(\&#34;x\&#34;)&lt;/script&gt;`, "&lt;img src=x onerror=alert(1)&gt;", "&lt;/pre&gt;&lt;script&gt;alert(3)",
+		`data-row="&lt;b&gt;id&lt;/b&gt;"`, "&lt;u&gt;ops&lt;/u&gt;"} {
+		if !strings.Contains(out, esc) {
+			t.Errorf("the page lacks %s", esc)
+		}
+	}
+	// The invalid item, kept as a JSON string of the API's text, is shown as that text.
+	if !strings.Contains(out, "<summary>item</summary><pre data-json>{\n  &#34;name&#34;") {
+		t.Errorf("the invalid item is not shown unwrapped:\n%s", out)
+	}
+}
+
+func mustRaw(t *testing.T, s string) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestNoTokensConfigured(t *testing.T) {
+	w := newWorld(t, []admin.Token{}...) // a set of no tokens: nobody can log in
+	res, body := w.do(t, "GET", "/status", "", nil)
+	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "No admin token is configured") || strings.Contains(body, `name="token"`) {
+		t.Fatalf("%d\n%s", res.StatusCode, body)
+	}
+	if res, _ := w.do(t, "POST", "/status/login", "", url.Values{"token": {opsSecret}}); res.StatusCode != http.StatusForbidden || len(res.Cookies()) != 0 {
+		t.Fatalf("login with no tokens: %d", res.StatusCode)
+	}
+}
+
+func TestRedisDown(t *testing.T) {
+	w := newWorld(t)
+	w.env.Mini.Close()
+	res, body := w.do(t, "GET", "/status", opsSecret, nil)
+	if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "Reading the keys failed") {
+		t.Fatalf("%d\n%s", res.StatusCode, body)
+	}
+	if !strings.Contains(w.log.String(), `"level":"error"`) {
+		t.Fatalf("not logged: %s", w.log.String())
+	}
+}
