@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/app"
 	"github.com/watukuy/watukuy/internal/buildinfo"
 	"github.com/watukuy/watukuy/internal/fakeapi"
@@ -89,6 +92,11 @@ func (c *common) dev(ctx context.Context, out io.Writer, log zerolog.Logger) err
 		if c.s.UI {
 			banner = append(banner, line{"asynqmon", "asynqmon", fmt.Sprintf("http://%s/monitoring/", c.s.Listen)})
 		}
+		auth, err := devAdminToken(env)
+		if err != nil {
+			return err
+		}
+		banner = append(banner, line{"adminAPI", "admin API", fmt.Sprintf("http://%s/api/  (%s)", c.s.Listen, auth)})
 	}
 	if c.json {
 		// stdout carries only events: the banner goes to the (JSON) log
@@ -107,6 +115,21 @@ func (c *common) dev(ctx context.Context, out io.Writer, log zerolog.Logger) err
 		}
 	}
 	return app.RunAll(ctx, env, c.s)
+}
+
+// devAdminToken says, for the banner, which token dev's admin API takes: with none
+// configured (WATUKUY_ADMIN_TOKEN, admin.tokens) a random one, shown; otherwise the
+// configured ones, whose secrets it does not print.
+func devAdminToken(env *app.Env) (string, error) {
+	if env.Admin.Len() > 0 {
+		return "tokens of " + app.AdminTokenEnv + " or admin.tokens", nil
+	}
+	b := make([]byte, 18)
+	if _, err := crand.Read(b); err != nil {
+		return "", fmt.Errorf("generate the admin token: %w", err)
+	}
+	secret := base64.RawURLEncoding.EncodeToString(b)
+	return "Authorization: Bearer " + secret, env.AddAdminToken(admin.Token{ID: "dev", Secret: secret})
 }
 
 // eventLine is the layout of dev's readable event lines and of their header.

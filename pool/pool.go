@@ -5,7 +5,7 @@
 // A Process is what one process shares, made once with New: its engine, the Redis outage
 // tracker that logs an outage once however many components notice it (the scheduler's
 // claims, asynq, go-redis, the data watcher), the Redis metrics, the data watcher, and the
-// HTTP endpoints (/healthz, /readyz, /metrics, /monitoring/). Workers and Schedulers are built
+// HTTP endpoints (/healthz, /readyz, /metrics, /monitoring/, the admin API at /api/). Workers and Schedulers are built
 // from it, in the spirit of asynq.Server and asynq.Scheduler: a worker process builds a
 // Worker, a scheduler process a Scheduler, and a process that runs both (watukuy run) builds
 // them from the one Process. The shared state lives in a value the program holds, rather than
@@ -34,6 +34,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/health"
 	"github.com/watukuy/watukuy/internal/metrics"
 	"github.com/watukuy/watukuy/internal/outage"
@@ -59,7 +60,23 @@ type Options struct {
 	Registry *prometheus.Registry
 	// UI serves asynqmon (the asynq web UI) at /monitoring/ in Handler.
 	UI bool
+	// Admin holds the tokens of the admin API, served at /api/ by Handler: the operator
+	// commands as JSON endpoints. Without a token (nil or an empty set) every /api/ request
+	// answers 404 "the admin API is off". Replace on the set rotates tokens while it runs.
+	Admin *AdminTokens
 }
+
+// AdminToken is one bearer token of the admin API: an ID for the action log, the secret
+// clients send as "Authorization: Bearer <secret>" (at least 16 characters), and whether it
+// may only read.
+type AdminToken = admin.Token
+
+// AdminTokens is the set of tokens the admin API accepts (Options.Admin).
+type AdminTokens = admin.Tokens
+
+// NewAdminTokens checks ts (no two with one ID or secret, secrets long enough) and returns
+// the set.
+func NewAdminTokens(ts ...AdminToken) (*AdminTokens, error) { return admin.NewTokens(ts) }
 
 // Process is the part of the pool one process runs on one engine: see the package doc.
 type Process struct {
@@ -101,6 +118,11 @@ func New(eng *watukuy.Engine, o Options) *Process {
 	if o.UI {
 		p.admin.UI = asynqmon.New(asynqmon.Options{RootPath: health.UIPath, RedisConnOpt: connOpt{eng.Redis()}})
 	}
+	tokens := o.Admin
+	if tokens == nil {
+		tokens = &AdminTokens{}
+	}
+	p.admin.API = admin.NewAPI(admin.Options{Engine: eng, Tokens: tokens, Logger: o.Logger})
 	return p
 }
 
@@ -118,8 +140,8 @@ func (p *Process) Ready(ctx context.Context) error {
 	return p.ping(ctx)
 }
 
-// Handler serves /healthz (liveness), /readyz (Ready), /metrics (Options.Registry) and,
-// with Options.UI, asynqmon at /monitoring/. Its routes are absolute: mount it at "/" of
+// Handler serves /healthz (liveness), /readyz (Ready), /metrics (Options.Registry), the
+// admin API at /api/ (Options.Admin) and, with Options.UI, asynqmon at /monitoring/. Its routes are absolute: mount it at "/" of
 // your own mux (mux.Handle("/", p.Handler())) or Serve it alone.
 func (p *Process) Handler() http.Handler { return p.admin.Handler() }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 )
 
 // CookieName is the cookie the status page's login form sets: it holds the token itself, so
@@ -32,9 +33,10 @@ type Token struct {
 }
 
 // Tokens is the set of tokens a server accepts. Several can be valid at once, so that one is
-// rotated by adding the new one, moving clients, then removing the old one.
+// rotated by adding the new one, moving clients, then removing the old one; Replace swaps the
+// set while the server runs (a config reload). The zero value accepts nothing.
 type Tokens struct {
-	list []hashed
+	list atomic.Pointer[[]hashed]
 }
 
 type hashed struct {
@@ -47,6 +49,13 @@ type hashed struct {
 // the API is then off.
 func NewTokens(ts []Token) (*Tokens, error) {
 	set := &Tokens{}
+	return set, set.Replace(ts)
+}
+
+// Replace checks ts as NewTokens does and, when they pass, makes them the set; otherwise the
+// set is unchanged.
+func (s *Tokens) Replace(ts []Token) error {
+	var list []hashed
 	ids := map[string]bool{}
 	secrets := map[[sha256.Size]byte]string{}
 	for i, t := range ts {
@@ -54,23 +63,44 @@ func NewTokens(ts []Token) (*Tokens, error) {
 			t.ID = fmt.Sprintf("token-%d", i+1)
 		}
 		if ids[t.ID] {
-			return nil, fmt.Errorf("admin token %q: two tokens have this id", t.ID)
+			return fmt.Errorf("admin token %q: two tokens have this id", t.ID)
 		}
 		ids[t.ID] = true
-		if len(t.Secret) < MinTokenLength {
-			return nil, fmt.Errorf("admin token %q: the secret has %d characters, want at least %d (e.g. `openssl rand -hex 24`)", t.ID, len(t.Secret), MinTokenLength)
-		}
-		if i := strings.IndexFunc(t.Secret, badSecretRune); i >= 0 {
-			return nil, fmt.Errorf("admin token %q: the secret holds %q at byte %d: use printable ASCII without spaces, commas, semicolons, quotes or backslashes (it travels in a header and a cookie)", t.ID, t.Secret[i], i)
+		if err := CheckSecret(t.Secret); err != nil {
+			return fmt.Errorf("admin token %q: %w", t.ID, err)
 		}
 		sum := sha256.Sum256([]byte(t.Secret))
 		if other, dup := secrets[sum]; dup {
-			return nil, fmt.Errorf("admin token %q: the same secret as token %q", t.ID, other)
+			return fmt.Errorf("admin token %q: the same secret as token %q", t.ID, other)
 		}
 		secrets[sum] = t.ID
-		set.list = append(set.list, hashed{Token: t, sum: sum})
+		list = append(list, hashed{Token: t, sum: sum})
 	}
-	return set, nil
+	s.list.Store(&list)
+	return nil
+}
+
+// tokens is the current set.
+func (s *Tokens) tokens() []hashed {
+	if s == nil {
+		return nil
+	}
+	if l := s.list.Load(); l != nil {
+		return *l
+	}
+	return nil
+}
+
+// CheckSecret says what is wrong with a secret: too short, or a character that would not
+// survive a header, a cookie or a comma-separated variable.
+func CheckSecret(secret string) error {
+	if len(secret) < MinTokenLength {
+		return fmt.Errorf("the secret has %d characters, want at least %d (e.g. `openssl rand -hex 24`)", len(secret), MinTokenLength)
+	}
+	if i := strings.IndexFunc(secret, badSecretRune); i >= 0 {
+		return fmt.Errorf("the secret holds %q at byte %d: use printable ASCII without spaces, commas, semicolons, quotes or backslashes", secret[i], i)
+	}
+	return nil
 }
 
 // badSecretRune is a character a secret cannot hold: it would not survive a cookie, a
@@ -92,30 +122,26 @@ func ParseEnv(value, prefix string, readOnly bool) []Token {
 }
 
 // Len is the number of tokens; 0 means the API and the status page are off.
-func (s *Tokens) Len() int {
-	if s == nil {
-		return 0
-	}
-	return len(s.list)
-}
+func (s *Tokens) Len() int { return len(s.tokens()) }
 
 // Lookup returns the token whose secret is secret. Every token is compared, each in constant
 // time over the secrets' hashes, so the time taken says nothing about which secret came close.
 func (s *Tokens) Lookup(secret string) (Token, bool) {
-	if s == nil || secret == "" {
+	list := s.tokens()
+	if secret == "" {
 		return Token{}, false
 	}
 	sum := sha256.Sum256([]byte(secret))
 	found := -1
-	for i := range s.list {
-		if subtle.ConstantTimeCompare(sum[:], s.list[i].sum[:]) == 1 {
+	for i := range list {
+		if subtle.ConstantTimeCompare(sum[:], list[i].sum[:]) == 1 {
 			found = i
 		}
 	}
 	if found < 0 {
 		return Token{}, false
 	}
-	return s.list[found].Token, true
+	return list[found].Token, true
 }
 
 // Credential is how a request authenticated.

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/config"
 	"github.com/watukuy/watukuy/internal/metrics"
 	"github.com/watukuy/watukuy/internal/redisstore"
@@ -67,6 +68,9 @@ type Env struct {
 	Metrics  *metrics.Metrics
 	Pollers  []watukuy.Poller
 	Config   *config.Config
+	// Admin is the admin API's tokens (adminTokens); a reload replaces them.
+	Admin      *admin.Tokens
+	adminExtra []admin.Token // AddAdminToken's
 
 	mu     sync.Mutex  // guards Pollers and Config, which a reload replaces (reload.go)
 	reload reloadState // what Reload needs: the settings, the lock, the metric
@@ -140,6 +144,13 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 		default:
 			env.Log.Warn().Str("maxmemory-policy", policy).Err(err).Msg("running with eviction allowed: events can be lost")
 		}
+	}
+	ts, err := env.adminTokens(env.Config)
+	if err != nil {
+		return err
+	}
+	if env.Admin, err = admin.NewTokens(ts); err != nil {
+		return err
 	}
 	env.Registry = prometheus.NewRegistry()
 	env.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

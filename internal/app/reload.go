@@ -112,6 +112,10 @@ func (env *Env) reloadLocked(ctx context.Context) error {
 	if len(pollers) == 0 {
 		return fmt.Errorf("%s: pollers: the file has none (a process without pollers runs nothing)%s", cfg.File, kept)
 	}
+	tokens, err := env.adminTokens(cfg)
+	if err != nil {
+		return fmt.Errorf("%s: %w%s", cfg.File, err, kept)
+	}
 	if err := env.Engine.ReplaceWithBudgets(cfg.EngineBudgets(), pollers...); err != nil {
 		if located := cfg.Locate(err); located != err {
 			return fmt.Errorf("%w%s", located, kept) // file:line: pollers[i].field: …
@@ -121,6 +125,7 @@ func (env *Env) reloadLocked(ctx context.Context) error {
 	env.mu.Lock()
 	env.Config, env.Pollers = cfg, pollers
 	env.mu.Unlock()
+	_ = env.Admin.Replace(tokens) // checked above
 	added, removed, changed := diffPollers(old, cfg)
 	env.Log.Info().Str("config", cfg.File).Strs("added", added).Strs("removed", removed).Strs("changed", changed).
 		Int("pollers", len(pollers)).Msg("config reloaded: applies from each key's next cycle")

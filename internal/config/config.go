@@ -36,6 +36,8 @@ type Config struct {
 	Pollers []Poller
 	// Budgets are the request budgets every worker shares (top-level budgets:).
 	Budgets []Budget
+	// Admin holds the admin API's tokens (top-level admin:).
+	Admin Admin
 }
 
 // Budget is one entry of budgets: a rate such as 40/s or 2000/min, and a burst.
@@ -274,7 +276,7 @@ func parse(file string, data []byte, getenv func(string) string, files bool) (*C
 	return cfg, nil
 }
 
-var configKeys = []string{"redis", "prefix", "budgets", "pollers"}
+var configKeys = []string{"redis", "prefix", "budgets", "admin", "pollers"}
 
 func (d *decoder) config(body ast.Node) *Config {
 	cfg := &Config{File: d.file}
@@ -286,7 +288,7 @@ func (d *decoder) config(body ast.Node) *Config {
 		return cfg
 	case *ast.MappingNode, *ast.MappingValueNode:
 	default:
-		d.typeErr(r, "", "a mapping with redis, prefix, budgets and pollers")
+		d.typeErr(r, "", "a mapping with redis, prefix, budgets, admin and pollers")
 		return cfg
 	}
 	var pollersAt pos
@@ -316,6 +318,8 @@ func (d *decoder) config(body ast.Node) *Config {
 					cfg.Budgets = append(cfg.Budgets, b)
 				}
 			})
+		case "admin":
+			d.admin(v, fp, cfg)
 		case "pollers":
 			pollersAt = at
 			pollersOK = d.list(v, fp, func(i int, item ast.Node, ip string) {

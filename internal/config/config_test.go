@@ -179,7 +179,7 @@ func TestErrors(t *testing.T) {
 		{"unknown key suggestion typo", strings.Replace(valid, "stdout: {}", "webhook: {url: http://h, secrets: []}", 1),
 			[]string{`w.yaml:8:32: pollers[0].delivery.webhook.secrets: unknown key "secrets" (did you mean "secret"?)`}},
 		{"unknown key no suggestion", "wibble: 1\n" + valid,
-			[]string{`w.yaml:1:1: wibble: unknown key "wibble" (want one of redis, prefix, budgets, pollers)`}},
+			[]string{`w.yaml:1:1: wibble: unknown key "wibble" (want one of redis, prefix, budgets, admin, pollers)`}},
 		{"unknown key in stdout", strings.Replace(valid, "stdout: {}", "stdout: {pretty: true}", 1),
 			[]string{`w.yaml:8:16: pollers[0].delivery.stdout.pretty: unknown key "pretty" (stdout takes no keys)`}},
 		{"unknown key in deletes", strings.Replace(validSnapshot, "  request:", "  deletes: {confirmListing: 2}\n    request:", 1),
@@ -806,7 +806,7 @@ func TestSuggest(t *testing.T) {
 // TestOneErrorPerProblem: a problem is reported once, not again by the checks that follow it.
 func TestOneErrorPerProblem(t *testing.T) {
 	for _, tc := range []struct{ name, yaml, want string }{
-		{"top level not a mapping", "- a\n", `w.yaml:1:1: want a mapping with redis, prefix, budgets and pollers, got sequence`},
+		{"top level not a mapping", "- a\n", `w.yaml:1:1: want a mapping with redis, prefix, budgets, admin and pollers, got sequence`},
 		{"pollers not a list", "pollers: 5\n", `w.yaml:1:10: pollers: want a list, got integer "5"`},
 		{"empty poller entry", "pollers:\n  -\n", `w.yaml:2:5: pollers[0]: empty entry: want a poller with name, request, cursor and delivery`},
 		{"null request", strings.Replace(valid, "request:\n      url: http://api.example.com/orders", "request: ~", 1),

@@ -1,6 +1,6 @@
 // Package health serves the HTTP endpoints of workers and schedulers: /healthz (liveness),
 // /readyz (readiness), /metrics (Prometheus) and, optionally, the asynqmon UI under
-// /monitoring/.
+// /monitoring/, the admin API under /api/ and the status page at /status.
 package health
 
 import (
@@ -42,6 +42,10 @@ type Server struct {
 	Metrics http.Handler
 	// UI is mounted at /monitoring/ (asynqmon, built with RootPath "/monitoring"); nil answers 404.
 	UI http.Handler
+	// API is mounted at /api/ (the admin API, internal/admin); nil answers 404.
+	API http.Handler
+	// Status is mounted at /status and below it (the status page); nil answers 404.
+	Status http.Handler
 	// Logger logs the address and serving errors.
 	Logger zerolog.Logger
 
@@ -61,6 +65,13 @@ func (s *Server) Handler() http.Handler {
 	if s.UI != nil {
 		// The subtree pattern also redirects /monitoring to /monitoring/.
 		mux.Handle(UIPath+"/", s.UI)
+	}
+	if s.API != nil {
+		mux.Handle("/api/", s.API)
+	}
+	if s.Status != nil {
+		mux.Handle("/status", s.Status)
+		mux.Handle("/status/", s.Status)
 	}
 	return mux
 }
@@ -149,7 +160,7 @@ func (s *Server) Start(ctx context.Context) (string, error) {
 		}
 		<-served
 	}()
-	s.Logger.Info().Str("addr", addr).Bool("metrics", s.Metrics != nil).Bool("ui", s.UI != nil).Msg("health server listening")
+	s.Logger.Info().Str("addr", addr).Bool("metrics", s.Metrics != nil).Bool("ui", s.UI != nil).Bool("admin", s.API != nil).Msg("health server listening")
 	return addr, nil
 }
 

@@ -1,0 +1,717 @@
+// Package admin serves the admin HTTP API: the operator commands of the CLI as JSON endpoints
+// under /api/, on the same engine methods, behind bearer tokens (see Tokens). Its routes are
+// listed in NewAPI; the README's "Admin API" section documents them.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/internal/outage"
+)
+
+// DefaultMaxBody is Options.MaxBody when it is not set: every request body the API reads is a
+// few fields.
+const DefaultMaxBody = 64 << 10
+
+// Options configures the API.
+type Options struct {
+	// Engine is what the endpoints act on; it needs no pollers registered (they come from the
+	// registry, as for the CLI).
+	Engine *watukuy.Engine
+	// Tokens are the bearer tokens accepted; with none the API answers every request with 404
+	// "the admin API is off".
+	Tokens *Tokens
+	// Logger gets one line per action, naming the token by its id.
+	Logger zerolog.Logger
+	// MaxBody bounds a request body (default DefaultMaxBody); a larger one is refused with 413.
+	MaxBody int64
+}
+
+// api is the handler NewAPI returns.
+type api struct {
+	o   Options
+	mux *http.ServeMux
+}
+
+// NewAPI returns the handler of the routes below /api/ (mount it at "/api/"):
+//
+//	GET    /api/whoami
+//	GET    /api/pollers
+//	GET    /api/keys[?poller=P]
+//	GET    /api/keys/{poller}/{partition}
+//	POST   /api/keys/{poller}/{partition}/{trigger|pause|resume}
+//	POST   /api/pollers/{poller}/{trigger|pause|resume}          every partition
+//	GET    /api/keys/{poller}/{partition}/backfill
+//	POST   /api/keys/{poller}/{partition}/backfill               {"from","to","force"}
+//	POST   /api/pollers/{poller}/backfill                        every partition
+//	POST   /api/keys/{poller}/{partition}/replay                 {"from","to"}
+//	POST   /api/keys/{poller}/{partition}/reset-cursor           {"cursor","clearSnapshot"}
+//	GET    /api/parked[?poller=P&kind=K]
+//	GET    /api/keys/{poller}/{partition}/parked[?kind=K]
+//	POST   /api/keys/{poller}/{partition}/parked/{retry|discard} {"ids"} or {"all","kind"}
+//	GET    /api/pollers/{poller}/partitions
+//	POST   /api/pollers/{poller}/partitions                      {"partition"}
+//	DELETE /api/pollers/{poller}/partitions/{partition}[?purge=true]
+//
+// A partition "-" in a path is the key of an unpartitioned poller.
+func NewAPI(o Options) http.Handler {
+	if o.MaxBody <= 0 {
+		o.MaxBody = DefaultMaxBody
+	}
+	a := &api{o: o, mux: http.NewServeMux()}
+	read := func(pattern string, h handlerFunc) { a.mux.Handle(pattern, a.route(false, h)) }
+	act := func(pattern string, h handlerFunc) { a.mux.Handle(pattern, a.route(true, h)) }
+
+	read("GET /api/whoami", a.whoami)
+	read("GET /api/pollers", a.pollers)
+	read("GET /api/keys", a.keys)
+	read("GET /api/keys/{poller}/{partition}", a.key)
+	for _, op := range keyOps {
+		act("POST /api/keys/{poller}/{partition}/"+op.name, a.keyOp(op, false))
+		act("POST /api/pollers/{poller}/"+op.name, a.keyOp(op, true))
+	}
+	read("GET /api/keys/{poller}/{partition}/backfill", a.backfillProgress)
+	act("POST /api/keys/{poller}/{partition}/backfill", a.backfill(false))
+	act("POST /api/pollers/{poller}/backfill", a.backfill(true))
+	act("POST /api/keys/{poller}/{partition}/replay", a.replay)
+	act("POST /api/keys/{poller}/{partition}/reset-cursor", a.resetCursor)
+	read("GET /api/parked", a.parked(false))
+	read("GET /api/keys/{poller}/{partition}/parked", a.parked(true))
+	act("POST /api/keys/{poller}/{partition}/parked/retry", a.release("retry", watukuy.Parked.Retry))
+	act("POST /api/keys/{poller}/{partition}/parked/discard", a.release("discard", watukuy.Parked.Discard))
+	read("GET /api/pollers/{poller}/partitions", a.partitions)
+	act("POST /api/pollers/{poller}/partitions", a.addPartition)
+	act("DELETE /api/pollers/{poller}/partitions/{partition}", a.removePartition)
+	return a
+}
+
+// handlerFunc is an endpoint: it returns the value to answer with (200) or an error, which
+// ServeHTTP turns into the JSON error of its kind.
+type handlerFunc func(ctx context.Context, c *call) (any, error)
+
+// call is one request on its way through an endpoint.
+type call struct {
+	r     *http.Request
+	token Token
+	// log is the action's log line, filled by the endpoint with what it did.
+	log *zerolog.Event
+}
+
+func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if a.o.Tokens.Len() == 0 {
+		writeError(w, &Error{Status: http.StatusNotFound, Code: "api_off",
+			Message: "the admin API is off: set WATUKUY_ADMIN_TOKEN (or admin.tokens in the config file) to turn it on"})
+		return
+	}
+	if _, pattern := a.mux.Handler(r); pattern == "" {
+		allowed := a.allowedMethods(r)
+		if len(allowed) > 0 {
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			writeError(w, &Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+				Message: fmt.Sprintf("%s %s: allowed %s", r.Method, r.URL.Path, strings.Join(allowed, ", "))})
+			return
+		}
+		writeError(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no endpoint %s %s: GET /api/ lists them", r.Method, r.URL.Path)})
+		return
+	}
+	a.mux.ServeHTTP(w, r)
+}
+
+// allowedMethods lists the methods some route takes at r's path.
+func (a *api) allowedMethods(r *http.Request) []string {
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := a.mux.Handler(probe); pattern != "" {
+			allowed = append(allowed, m)
+		}
+	}
+	return allowed
+}
+
+// route authenticates a request, checks that its token may act when acts, runs h and
+// answers; an action is logged with the token's id and what it did.
+func (a *api) route(acts bool, h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, cred, ok := a.o.Tokens.Authenticate(r)
+		if !ok {
+			e := &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "send Authorization: Bearer <token>"}
+			if cred != NoCredential {
+				e.Message = "the token matches none configured"
+				a.o.Logger.Warn().Str("remote", r.RemoteAddr).Str("method", r.Method).Str("path", r.URL.Path).Msg("admin API: a request with an unknown token")
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="watukuy"`)
+			writeError(w, e)
+			return
+		}
+		if acts && t.ReadOnly {
+			writeError(w, &Error{Status: http.StatusForbidden, Code: "read_only", Message: fmt.Sprintf("token %q is read-only: it can inspect but not act", t.ID)})
+			return
+		}
+		if acts && cred == Cookie && r.Header.Get(RequestHeader) == "" {
+			writeError(w, &Error{Status: http.StatusForbidden, Code: "csrf", Message: "a request that acts with the login cookie needs the header " + RequestHeader})
+			return
+		}
+		c := &call{r: r, token: t}
+		if acts {
+			c.log = a.o.Logger.Info().Str("token", t.ID).Str("method", r.Method).Str("path", r.URL.Path)
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, a.o.MaxBody)
+		v, err := h(r.Context(), c)
+		if err != nil {
+			e := classify(err)
+			if acts {
+				a.o.Logger.Warn().Str("token", t.ID).Str("method", r.Method).Str("path", r.URL.Path).Int("status", e.Status).Str("code", e.Code).Msg("admin API: action failed: " + e.Message)
+			}
+			writeError(w, e)
+			return
+		}
+		if acts {
+			c.log.Msg("admin API: action")
+		}
+		writeJSON(w, http.StatusOK, v)
+	})
+}
+
+// Error is an API error: its status, a code a client can switch on, a message for the
+// operator, the request field at fault (400) and what exists (404).
+type Error struct {
+	Status  int      `json:"-"`
+	Code    string   `json:"code"`
+	Message string   `json:"message"`
+	Field   string   `json:"field,omitempty"`
+	Known   []string `json:"known,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// badField is a 400 naming the field at fault.
+func badField(field, format string, args ...any) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: "bad_request", Field: field, Message: field + ": " + fmt.Sprintf(format, args...)}
+}
+
+// classify turns an engine error into the API's.
+func classify(err error) *Error {
+	var (
+		ae  *Error
+		nf  *watukuy.NotFoundError
+		ce  *watukuy.ConfigError
+		ru  *watukuy.ReplayUnavailableError
+		mbe *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &mbe):
+		return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("the request body is over %d bytes", mbe.Limit)}
+	case errors.As(err, &nf):
+		known := nf.Known
+		if known == nil {
+			known = []string{}
+		}
+		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: nf.Error(), Known: known}
+	case errors.As(err, &ru):
+		return &Error{Status: http.StatusConflict, Code: "replay_unavailable", Message: ru.Error()}
+	case errors.As(err, &ce):
+		return &Error{Status: http.StatusBadRequest, Code: "bad_request", Field: strings.TrimPrefix(ce.Field, "--"), Message: ce.Error()}
+	case outage.Unreachable(err):
+		return &Error{Status: http.StatusServiceUnavailable, Code: "redis_unavailable", Message: err.Error()}
+	}
+	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: err.Error()}
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	writeJSON(w, e.Status, struct {
+		Error *Error `json:"error"`
+	}{e})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// decode reads a JSON body into v: an unknown field, a value of the wrong type or a body over
+// the limit is refused naming the field. An empty body is an empty object.
+func decode(c *call, v any) error {
+	dec := json.NewDecoder(c.r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	var (
+		te  *json.UnmarshalTypeError
+		se  *json.SyntaxError
+		mbe *http.MaxBytesError
+	)
+	switch {
+	case err == nil:
+		if dec.More() {
+			return badField("body", "want one JSON object, found more after it")
+		}
+		return nil
+	case errors.As(err, &mbe):
+		return err
+	case errors.As(err, &te):
+		return badField(te.Field, "want %s, got JSON %s", te.Type, te.Value)
+	case errors.As(err, &se):
+		return badField("body", "not JSON: %v (at byte %d)", err, se.Offset)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return badField(name, "unknown field")
+	}
+	return badField("body", "%v", err)
+}
+
+// keyOf is the request's key: {poller} and {partition}, "-" naming the unpartitioned one.
+func keyOf(r *http.Request) watukuy.Key {
+	part := r.PathValue("partition")
+	if part == "-" {
+		part = ""
+	}
+	return watukuy.Key{Poller: r.PathValue("poller"), Partition: part}
+}
+
+// keysOf is the keys an endpoint acts on: the path's key, or with all every partition of
+// the path's poller. Naming a key that does not exist is reported by the operation.
+func (a *api) keysOf(ctx context.Context, r *http.Request, all bool) ([]watukuy.Key, error) {
+	if !all {
+		return []watukuy.Key{keyOf(r)}, nil
+	}
+	poller := r.PathValue("poller")
+	keys, err := a.o.Engine.Keys(ctx, poller)
+	if err == nil && len(keys) == 0 {
+		err = &Error{Status: http.StatusNotFound, Code: "not_found", Known: []string{},
+			Message: fmt.Sprintf("poller %q has no partitions (all were deleted): add one with POST /api/pollers/%s/partitions", poller, poller)}
+	}
+	return keys, err
+}
+
+// keyStatus is one key and its status after an action.
+type keyStatus struct {
+	Poller    string `json:"poller"`
+	Partition string `json:"partition"`
+	Status    string `json:"status"`
+}
+
+// status inspects a key after an action, for its answer.
+func (a *api) status(ctx context.Context, k watukuy.Key) (keyStatus, error) {
+	ki, err := a.o.Engine.Inspect(ctx, k.Poller, k.Partition)
+	return keyStatus{Poller: k.Poller, Partition: k.Partition, Status: string(ki.Status)}, err
+}
+
+func (a *api) whoami(_ context.Context, c *call) (any, error) {
+	return struct {
+		ID       string `json:"id"`
+		ReadOnly bool   `json:"readOnly"`
+	}{c.token.ID, c.token.ReadOnly}, nil
+}
+
+func (a *api) pollers(ctx context.Context, _ *call) (any, error) {
+	keys, err := a.o.Engine.Keys(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	type poller struct {
+		Name string `json:"name"`
+		Keys int    `json:"keys"`
+	}
+	out := []poller{}
+	for _, k := range keys { // sorted by poller
+		if len(out) == 0 || out[len(out)-1].Name != k.Poller {
+			out = append(out, poller{Name: k.Poller})
+		}
+		out[len(out)-1].Keys++
+	}
+	return struct {
+		Pollers []poller `json:"pollers"`
+	}{out}, nil
+}
+
+func (a *api) keys(ctx context.Context, c *call) (any, error) {
+	kis, err := a.o.Engine.InspectAll(ctx, c.r.URL.Query().Get("poller"))
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		Keys []watukuy.KeyInfo `json:"keys"`
+	}{kis}, nil
+}
+
+func (a *api) key(ctx context.Context, c *call) (any, error) {
+	k := keyOf(c.r)
+	return a.o.Engine.Inspect(ctx, k.Poller, k.Partition)
+}
+
+// keyOp is trigger, pause or resume.
+type keyOp struct {
+	name string
+	fn   func(*watukuy.Engine, context.Context, string, string) error
+}
+
+var keyOps = []keyOp{
+	{"trigger", (*watukuy.Engine).Trigger},
+	{"pause", (*watukuy.Engine).Pause},
+	{"resume", (*watukuy.Engine).Resume},
+}
+
+func (a *api) keyOp(op keyOp, all bool) handlerFunc {
+	return func(ctx context.Context, c *call) (any, error) {
+		keys, err := a.keysOf(ctx, c.r, all)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]keyStatus, 0, len(keys))
+		for i, k := range keys {
+			if err := op.fn(a.o.Engine, ctx, k.Poller, k.Partition); err != nil {
+				if i > 0 {
+					err = fmt.Errorf("%w (stopped there: %d key(s) before it were done; sending the request again is safe)", err, i)
+				}
+				return nil, err
+			}
+			st, err := a.status(ctx, k)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, st)
+		}
+		c.log.Str("action", op.name).Int("keys", len(keys)).Str("poller", c.r.PathValue("poller"))
+		if !all {
+			c.log.Str("partition", keys[0].Partition)
+		}
+		return struct {
+			Action string      `json:"action"`
+			Keys   []keyStatus `json:"keys"`
+		}{op.name, out}, nil
+	}
+}
+
+func (a *api) backfillProgress(ctx context.Context, c *call) (any, error) {
+	k := keyOf(c.r)
+	ki, err := a.o.Engine.Inspect(ctx, k.Poller, k.Partition)
+	if err != nil {
+		return nil, err
+	}
+	return keyBackfill{Poller: k.Poller, Partition: k.Partition, Backfill: ki.Backfill}, nil
+}
+
+// keyBackfill is one key's backfill in an answer.
+type keyBackfill struct {
+	Poller    string                    `json:"poller"`
+	Partition string                    `json:"partition"`
+	Backfill  *watukuy.BackfillProgress `json:"backfill"`
+	Note      string                    `json:"note,omitempty"`
+}
+
+// nullable is a JSON string field that tells absent, null and a value apart.
+type nullable struct {
+	set   bool
+	value *string
+}
+
+func (n *nullable) UnmarshalJSON(b []byte) error {
+	n.set = true
+	if string(b) == "null" {
+		n.value = nil
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	n.value = &s
+	return nil
+}
+
+// text is the value, "" for null.
+func (n nullable) text() string {
+	if n.value == nil {
+		return ""
+	}
+	return *n.value
+}
+
+func (a *api) backfill(all bool) handlerFunc {
+	return func(ctx context.Context, c *call) (any, error) {
+		var body struct {
+			From  nullable `json:"from"`
+			To    nullable `json:"to"`
+			Force bool     `json:"force"`
+		}
+		if err := decode(c, &body); err != nil {
+			return nil, err
+		}
+		if !body.From.set {
+			return nil, badField("from", `required: the cursor to start at, or null for the very beginning`)
+		}
+		req := watukuy.BackfillRequest{From: body.From.text(), Force: body.Force}
+		if body.To.set {
+			to := body.To.text()
+			req.To = &to
+		}
+		keys, err := a.keysOf(ctx, c.r, all)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]keyBackfill, 0, len(keys))
+		for _, k := range keys {
+			bp, err := a.o.Engine.Backfill(ctx, k.Poller, k.Partition, req)
+			if err != nil {
+				if len(out) > 0 {
+					err = fmt.Errorf("%w (stopped there: the backfills of %d key(s) before it were started)", err, len(out))
+				}
+				return nil, err
+			}
+			kb := keyBackfill{Poller: k.Poller, Partition: k.Partition, Backfill: &bp}
+			if ki, err := a.o.Engine.Inspect(ctx, k.Poller, k.Partition); err == nil && ki.Paused {
+				kb.Note = "the key is " + string(ki.Status) + ": its backfill runs after it is resumed"
+			}
+			out = append(out, kb)
+		}
+		c.log.Str("action", "backfill").Str("poller", c.r.PathValue("poller")).Int("keys", len(keys)).
+			Str("from", req.From).Bool("force", req.Force)
+		if req.To != nil {
+			c.log.Str("to", *req.To)
+		}
+		return struct {
+			Keys []keyBackfill `json:"keys"`
+		}{out}, nil
+	}
+}
+
+func (a *api) replay(ctx context.Context, c *call) (any, error) {
+	var body struct {
+		From *string `json:"from"`
+		To   *string `json:"to"`
+	}
+	if err := decode(c, &body); err != nil {
+		return nil, err
+	}
+	if body.From == nil {
+		return nil, badField("from", "required: an RFC 3339 time, the start of the events to replay")
+	}
+	from, err := time.Parse(time.RFC3339Nano, *body.From)
+	if err != nil {
+		return nil, badField("from", "%q: want an RFC 3339 time such as 2026-01-02T15:04:05Z", *body.From)
+	}
+	var to time.Time
+	if body.To != nil {
+		if to, err = time.Parse(time.RFC3339Nano, *body.To); err != nil {
+			return nil, badField("to", "%q: want an RFC 3339 time such as 2026-01-02T15:04:05Z", *body.To)
+		}
+		if to.Before(from) {
+			return nil, badField("to", "%s is before from (%s)", *body.To, *body.From)
+		}
+	}
+	k := keyOf(c.r)
+	n, err := a.o.Engine.Replay(ctx, k.Poller, k.Partition, from, to)
+	if err != nil {
+		return nil, err
+	}
+	c.log.Str("action", "replay").Str("poller", k.Poller).Str("partition", k.Partition).Time("from", from).Int("replayed", n)
+	return struct {
+		Poller    string `json:"poller"`
+		Partition string `json:"partition"`
+		Replayed  int    `json:"replayed"`
+	}{k.Poller, k.Partition, n}, nil
+}
+
+func (a *api) resetCursor(ctx context.Context, c *call) (any, error) {
+	var body struct {
+		Cursor        nullable `json:"cursor"`
+		ClearSnapshot bool     `json:"clearSnapshot"`
+	}
+	if err := decode(c, &body); err != nil {
+		return nil, err
+	}
+	if !body.Cursor.set {
+		return nil, badField("cursor", "required: the cursor to rewind the live lane to, or null for the very beginning")
+	}
+	k := keyOf(c.r)
+	if err := a.o.Engine.ResetCursor(ctx, k.Poller, k.Partition, body.Cursor.text(), body.ClearSnapshot); err != nil {
+		return nil, err
+	}
+	c.log.Str("action", "reset-cursor").Str("poller", k.Poller).Str("partition", k.Partition).Str("cursor", body.Cursor.text()).Bool("clearSnapshot", body.ClearSnapshot)
+	return a.status(ctx, k)
+}
+
+// parkedRow is a parked row with its key.
+type parkedRow struct {
+	Poller    string `json:"poller"`
+	Partition string `json:"partition"`
+	watukuy.ParkedInfo
+}
+
+// kindParam reads ?kind=.
+func kindParam(r *http.Request) (string, error) {
+	kind := r.URL.Query().Get("kind")
+	if kind != "" && kind != "poison" && kind != "invalid" {
+		return "", badField("kind", "%q: want poison or invalid", kind)
+	}
+	return kind, nil
+}
+
+// parked lists parked rows, oldest first: of the path's key (one), or of every key of
+// ?poller= (every poller's when not given).
+func (a *api) parked(one bool) handlerFunc {
+	return func(ctx context.Context, c *call) (any, error) {
+		kind, err := kindParam(c.r)
+		if err != nil {
+			return nil, err
+		}
+		keys := []watukuy.Key{keyOf(c.r)}
+		if !one {
+			if keys, err = a.o.Engine.Keys(ctx, c.r.URL.Query().Get("poller")); err != nil {
+				return nil, err
+			}
+		}
+		rows := []parkedRow{}
+		for _, k := range keys {
+			ps, err := a.o.Engine.Parked().List(ctx, k.Poller, k.Partition, kind)
+			if err != nil {
+				return nil, err
+			}
+			for _, p := range ps {
+				rows = append(rows, parkedRow{k.Poller, k.Partition, p})
+			}
+		}
+		sort.SliceStable(rows, func(i, j int) bool { return rows[i].ParkedAt.Before(rows[j].ParkedAt) })
+		return struct {
+			Rows []parkedRow `json:"rows"`
+		}{rows}, nil
+	}
+}
+
+// release is parked retry or discard of the path's key.
+func (a *api) release(action string, fn func(watukuy.Parked, context.Context, string, string, ...string) (int, error)) handlerFunc {
+	return func(ctx context.Context, c *call) (any, error) {
+		var body struct {
+			IDs  []string `json:"ids"`
+			All  bool     `json:"all"`
+			Kind string   `json:"kind"`
+		}
+		if err := decode(c, &body); err != nil {
+			return nil, err
+		}
+		switch {
+		case body.Kind != "" && body.Kind != "poison" && body.Kind != "invalid":
+			return nil, badField("kind", "%q: want poison or invalid", body.Kind)
+		case body.All && len(body.IDs) > 0:
+			return nil, badField("ids", "all and ids exclude each other: all takes every parked row")
+		case body.Kind != "" && !body.All:
+			return nil, badField("kind", "kind narrows all: send all true")
+		case !body.All && len(body.IDs) == 0:
+			return nil, badField("ids", "required (or all true): the ids of the parked rows, as GET .../parked lists them")
+		}
+		k := keyOf(c.r)
+		rows, err := a.o.Engine.Parked().List(ctx, k.Poller, k.Partition, body.Kind)
+		if err != nil {
+			return nil, err
+		}
+		have := make([]string, len(rows))
+		for i, r := range rows {
+			have[i] = r.ID
+		}
+		ids := body.IDs
+		if body.All {
+			ids = have
+		}
+		for _, id := range ids {
+			if !slices.Contains(have, id) {
+				return nil, &Error{Status: http.StatusNotFound, Code: "not_found", Known: have,
+					Message: fmt.Sprintf("no parked row %q in %s", id, k.Describe())}
+			}
+		}
+		n := 0
+		if len(ids) > 0 {
+			if n, err = fn(a.o.Engine.Parked(), ctx, k.Poller, k.Partition, ids...); err != nil {
+				return nil, err
+			}
+		}
+		c.log.Str("action", "parked "+action).Str("poller", k.Poller).Str("partition", k.Partition).Strs("ids", ids).Int("released", n)
+		type keyRelease struct {
+			Poller    string   `json:"poller"`
+			Partition string   `json:"partition"`
+			IDs       []string `json:"ids"`
+			Released  int      `json:"released"`
+		}
+		return struct {
+			Action   string       `json:"action"`
+			Released int          `json:"released"`
+			Keys     []keyRelease `json:"keys"`
+		}{action, n, []keyRelease{{k.Poller, k.Partition, ids, n}}}, nil
+	}
+}
+
+func (a *api) partitions(ctx context.Context, c *call) (any, error) {
+	poller := c.r.PathValue("poller")
+	kis, err := a.o.Engine.Partitions().List(ctx, poller)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		Poller     string            `json:"poller"`
+		Partitions []watukuy.KeyInfo `json:"partitions"`
+	}{poller, kis}, nil
+}
+
+func (a *api) addPartition(ctx context.Context, c *call) (any, error) {
+	var body struct {
+		Partition *string `json:"partition"`
+	}
+	if err := decode(c, &body); err != nil {
+		return nil, err
+	}
+	if body.Partition == nil || *body.Partition == "" {
+		return nil, badField("partition", "required: the name of the partition to add")
+	}
+	k := watukuy.Key{Poller: c.r.PathValue("poller"), Partition: *body.Partition}
+	if err := a.o.Engine.Partitions().Add(ctx, k.Poller, k.Partition); err != nil {
+		return nil, err
+	}
+	c.log.Str("action", "partitions add").Str("poller", k.Poller).Str("partition", k.Partition)
+	return a.status(ctx, k)
+}
+
+func (a *api) removePartition(ctx context.Context, c *call) (any, error) {
+	purge := false
+	switch v := c.r.URL.Query().Get("purge"); v {
+	case "", "false":
+	case "true":
+		purge = true
+	default:
+		return nil, badField("purge", "%q: want true or false", v)
+	}
+	k := keyOf(c.r)
+	action, fn := "partitions remove", a.o.Engine.Partitions().Remove
+	if purge {
+		action, fn = "partitions delete", a.o.Engine.Partitions().Delete
+	}
+	if err := fn(ctx, k.Poller, k.Partition); err != nil {
+		return nil, err
+	}
+	c.log.Str("action", action).Str("poller", k.Poller).Str("partition", k.Partition)
+	if purge { // the key has left the registry
+		return keyStatus{Poller: k.Poller, Partition: k.Partition, Status: "deleted"}, nil
+	}
+	return a.status(ctx, k)
+}

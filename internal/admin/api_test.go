@@ -1,0 +1,530 @@
+package admin_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/internal/admin"
+	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/internal/statehash"
+)
+
+const (
+	opsSecret  = "ops-secret-0123456789"
+	readSecret = "read-secret-0123456789"
+)
+
+// site is an engine with pollers on a private redis-server, and the admin API over real HTTP
+// in front of it.
+type site struct {
+	t       *testing.T
+	b       redistest.Backend
+	eng     *watukuy.Engine
+	srv     *httptest.Server
+	healthy atomic.Bool // the orders handler's sink works
+	log     *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// newSite registers orders (unpartitioned, two poison rows parked) and shops (partitions eu
+// and us), runs their first cycles and serves the API with an acting token "ops" and a
+// read-only one "dashboards".
+func newSite(t *testing.T, tokens ...admin.Token) *site {
+	t.Helper()
+	s := &site{t: t, b: redistest.Real(t), log: &syncBuffer{}}
+	eng, err := watukuy.New(watukuy.Options{Redis: s.b.Client, InstanceID: "test-worker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.eng = eng
+	api := fakeapi.New()
+	api.PutMany(2, "o", nil)
+	base := func(name string) watukuy.Poller {
+		return watukuy.Poller{Name: name, Fetch: api.ChangeFeed(10), Version: watukuy.Field("version"),
+			Handler:  func(context.Context, watukuy.Event) error { return nil },
+			Schedule: watukuy.Schedule{Min: time.Second, Max: time.Minute},
+			Delivery: watukuy.Delivery{Attempts: 1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
+	}
+	orders := base("orders")
+	orders.Handler = func(context.Context, watukuy.Event) error {
+		if !s.healthy.Load() {
+			return errors.New("sink down")
+		}
+		return nil
+	}
+	shops := base("shops")
+	shops.Partitions = []string{"eu", "us"}
+	for _, p := range []watukuy.Poller{orders, shops} {
+		if err := eng.Register(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rep, err := eng.Tick(context.Background(), time.Second); err != nil || len(rep.Errors) > 0 {
+		t.Fatalf("tick: %v %v", err, rep.Errors)
+	}
+	if tokens == nil {
+		tokens = []admin.Token{{ID: "ops", Secret: opsSecret}, {ID: "dashboards", Secret: readSecret, ReadOnly: true}}
+	}
+	set, err := admin.NewTokens(tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.srv = httptest.NewServer(admin.NewAPI(admin.Options{Engine: eng, Tokens: set, Logger: zerolog.New(s.log), MaxBody: 1024}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// do sends a request with the secret as bearer token ("" for none) and returns the status and
+// the body.
+func (s *site) do(method, path, secret, body string) (int, []byte) {
+	s.t.Helper()
+	return s.send(method, path, body, func(r *http.Request) {
+		if secret != "" {
+			r.Header.Set("Authorization", "Bearer "+secret)
+		}
+	})
+}
+
+func (s *site) send(method, path, body string, mod func(*http.Request)) (int, []byte) {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	mod(req)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		s.t.Fatalf("%s %s: Content-Type %q, body %s", method, path, ct, b)
+	}
+	return resp.StatusCode, b
+}
+
+// ok sends a request with the ops token that must answer 200, and decodes the answer.
+func ok[T any](s *site, method, path, body string) T {
+	s.t.Helper()
+	code, b := s.do(method, path, opsSecret, body)
+	if code != http.StatusOK {
+		s.t.Fatalf("%s %s: %d %s", method, path, code, b)
+	}
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		s.t.Fatalf("%s %s: %v: %s", method, path, err, b)
+	}
+	return v
+}
+
+type apiError struct {
+	Error admin.Error `json:"error"`
+}
+
+// fails sends a request that must fail with status and code, and returns the error.
+func (s *site) fails(method, path, secret, body string, status int, code string) admin.Error {
+	s.t.Helper()
+	got, b := s.do(method, path, secret, body)
+	var e apiError
+	if err := json.Unmarshal(b, &e); err != nil {
+		s.t.Fatalf("%s %s: not a JSON error: %s", method, path, b)
+	}
+	if got != status || e.Error.Code != code {
+		s.t.Fatalf("%s %s: %d %s, want %d %s", method, path, got, b, status, code)
+	}
+	return e.Error
+}
+
+func (s *site) inspect(poller, partition string) watukuy.KeyInfo {
+	s.t.Helper()
+	ki, err := s.eng.Inspect(context.Background(), poller, partition)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return ki
+}
+
+// pausedInRedis reads the pause flag straight from the key's state hash.
+func (s *site) pausedInRedis(poller, partition string) bool {
+	s.t.Helper()
+	v, err := s.b.Client.HGet(context.Background(), "wk:{"+poller+"|"+partition+"}:state", statehash.Paused).Result()
+	if err != nil && err.Error() != "redis: nil" {
+		s.t.Fatal(err)
+	}
+	return v == "1"
+}
+
+// Every authentication failure is refused before anything happens, and a read-only token
+// reads but does not act.
+func TestAuth(t *testing.T) {
+	s := newSite(t)
+	pause := "/api/keys/orders/-/pause"
+	cases := []struct {
+		name   string
+		mod    func(*http.Request)
+		status int
+		code   string
+	}{
+		{"no token", func(*http.Request) {}, 401, "unauthorized"},
+		{"wrong token", func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+opsSecret+"x") }, 401, "unauthorized"},
+		{"a prefix of a token", func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+opsSecret[:10]) }, 401, "unauthorized"},
+		{"basic auth", func(r *http.Request) { r.SetBasicAuth("ops", opsSecret) }, 401, "unauthorized"},
+		{"read-only token", func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+readSecret) }, 403, "read_only"},
+		{"cookie without the request header", func(r *http.Request) { r.AddCookie(&http.Cookie{Name: admin.CookieName, Value: opsSecret}) }, 403, "csrf"},
+		{"wrong cookie", func(r *http.Request) {
+			r.AddCookie(&http.Cookie{Name: admin.CookieName, Value: "nope-nope-nope-nope"})
+			r.Header.Set(admin.RequestHeader, "1")
+		}, 401, "unauthorized"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, b := s.send("POST", pause, "", c.mod)
+			var e apiError
+			if err := json.Unmarshal(b, &e); err != nil || code != c.status || e.Error.Code != c.code {
+				t.Fatalf("%d %s, want %d %s", code, b, c.status, c.code)
+			}
+			if s.pausedInRedis("orders", "") {
+				t.Fatal("a refused request paused the key")
+			}
+		})
+	}
+	// Read-only reads.
+	who := ok[struct {
+		ID       string
+		ReadOnly bool
+	}](&site{t: t, srv: s.srv}, "GET", "/api/whoami", "")
+	if who.ID != "ops" || who.ReadOnly {
+		t.Fatalf("whoami: %+v", who)
+	}
+	if code, b := s.do("GET", "/api/keys/orders/-", readSecret, ""); code != 200 || !strings.Contains(string(b), `"poller": "orders"`) {
+		t.Fatalf("read-only inspect: %d %s", code, b)
+	}
+	// The cookie with the header acts (the status page's buttons).
+	code, b := s.send("POST", pause, "", func(r *http.Request) {
+		r.AddCookie(&http.Cookie{Name: admin.CookieName, Value: opsSecret})
+		r.Header.Set(admin.RequestHeader, "1")
+	})
+	if code != 200 || !s.pausedInRedis("orders", "") {
+		t.Fatalf("cookie with header: %d %s", code, b)
+	}
+	if log := s.log.String(); strings.Contains(log, opsSecret) || strings.Contains(log, readSecret) {
+		t.Fatalf("a secret reached the log:\n%s", log)
+	}
+}
+
+// Without a token configured the API is off and says how to turn it on.
+func TestAPIOff(t *testing.T) {
+	srv := httptest.NewServer(admin.NewAPI(admin.Options{Tokens: &admin.Tokens{}}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/api/keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 404 || !strings.Contains(string(b), "api_off") || !strings.Contains(string(b), "WATUKUY_ADMIN_TOKEN") {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+}
+
+type keyStatus struct{ Poller, Partition, Status string }
+
+// Inspect, trigger, pause and resume, of one key and of every partition, act in Redis; an
+// unknown poller or partition is a 404 naming the known ones.
+func TestKeyEndpoints(t *testing.T) {
+	s := newSite(t)
+	all := ok[struct{ Keys []watukuy.KeyInfo }](s, "GET", "/api/keys", "")
+	if len(all.Keys) != 3 {
+		t.Fatalf("keys: %+v", all.Keys)
+	}
+	shops := ok[struct{ Keys []watukuy.KeyInfo }](s, "GET", "/api/keys?poller=shops", "")
+	if len(shops.Keys) != 2 || shops.Keys[0].Partition != "eu" || shops.Keys[1].Partition != "us" {
+		t.Fatalf("keys of shops: %+v", shops.Keys)
+	}
+	pollers := ok[struct {
+		Pollers []struct {
+			Name string
+			Keys int
+		}
+	}](s, "GET", "/api/pollers", "")
+	if len(pollers.Pollers) != 2 || pollers.Pollers[0].Name != "orders" || pollers.Pollers[1].Keys != 2 {
+		t.Fatalf("pollers: %+v", pollers)
+	}
+	ki := ok[watukuy.KeyInfo](s, "GET", "/api/keys/orders/-", "")
+	if ki.Poller != "orders" || ki.Parked != 2 {
+		t.Fatalf("inspect orders: %+v", ki)
+	}
+
+	e := s.fails("GET", "/api/keys/nope/-", opsSecret, "", 404, "not_found")
+	if !slices.Equal(e.Known, []string{"orders", "shops"}) {
+		t.Fatalf("unknown poller: %+v", e)
+	}
+	e = s.fails("POST", "/api/keys/shops/asia/pause", opsSecret, "", 404, "not_found")
+	if !slices.Equal(e.Known, []string{"eu", "us"}) || !strings.Contains(e.Message, "asia") {
+		t.Fatalf("unknown partition: %+v", e)
+	}
+	s.fails("GET", "/api/keys?poller=nope", opsSecret, "", 404, "not_found")
+
+	res := ok[struct {
+		Action string
+		Keys   []keyStatus
+	}](s, "POST", "/api/keys/shops/eu/pause", "")
+	if res.Action != "pause" || len(res.Keys) != 1 || res.Keys[0].Status != "paused" || !s.pausedInRedis("shops", "eu") || s.pausedInRedis("shops", "us") {
+		t.Fatalf("pause shops|eu: %+v", res)
+	}
+	res = ok[struct {
+		Action string
+		Keys   []keyStatus
+	}](s, "POST", "/api/pollers/shops/pause", "")
+	if len(res.Keys) != 2 || !s.pausedInRedis("shops", "us") {
+		t.Fatalf("pause shops: %+v", res)
+	}
+	ok[any](s, "POST", "/api/pollers/shops/resume", "")
+	if s.pausedInRedis("shops", "eu") || s.pausedInRedis("shops", "us") {
+		t.Fatal("resume left a partition paused")
+	}
+	// A trigger makes the key due now: the due set's score is at most the time of the call.
+	before := time.Now()
+	ok[any](s, "POST", "/api/keys/orders/-/trigger", "")
+	if due := s.inspect("orders", "").NextDueAt; due == nil || due.After(before.Add(time.Second)) {
+		t.Fatalf("next due after trigger: %v (called at %v)", due, before)
+	}
+
+	s.fails("GET", "/api/keys/orders/-/pause", opsSecret, "", 405, "method_not_allowed")
+	s.fails("GET", "/api/nothing", opsSecret, "", 404, "not_found")
+
+	log := s.log.String()
+	for _, want := range []string{`"token":"ops"`, `"action":"pause"`, `"partition":"eu"`, `"action":"trigger"`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the action log lacks %s:\n%s", want, log)
+		}
+	}
+}
+
+// Backfill, replay and reset-cursor check their bodies, naming the field at fault, and act.
+func TestCursorEndpoints(t *testing.T) {
+	s := newSite(t)
+	for _, c := range []struct{ path, body, field string }{
+		{"/api/keys/shops/eu/backfill", `{}`, "from"},
+		{"/api/keys/shops/eu/backfill", `{"from": 5}`, "from"},
+		{"/api/keys/shops/eu/backfill", `{"from": null, "forse": true}`, "forse"},
+		{"/api/keys/shops/eu/backfill", `{"from": null, "force": "yes"}`, "force"},
+		{"/api/keys/shops/eu/backfill", `{"from": null`, "body"},
+		{"/api/keys/orders/-/replay", `{}`, "from"},
+		{"/api/keys/orders/-/replay", `{"from": "yesterday"}`, "from"},
+		{"/api/keys/orders/-/replay", `{"from": "2026-01-02T00:00:00Z", "to": "2026-01-01T00:00:00Z"}`, "to"},
+		{"/api/keys/orders/-/reset-cursor", `{"clearSnapshot": true}`, "cursor"},
+	} {
+		if e := s.fails("POST", c.path, opsSecret, c.body, 400, "bad_request"); e.Field != c.field {
+			t.Errorf("%s %s: field %q, want %q (%s)", c.path, c.body, e.Field, c.field, e.Message)
+		}
+	}
+	s.fails("POST", "/api/keys/shops/eu/backfill", opsSecret, `{"from": "`+strings.Repeat("x", 2000)+`"}`, 413, "too_large")
+
+	started := ok[struct {
+		Keys []struct {
+			Poller, Partition string
+			Backfill          *watukuy.BackfillProgress
+		}
+	}](s, "POST", "/api/pollers/shops/backfill", `{"from": null, "force": true}`)
+	if len(started.Keys) != 2 || started.Keys[0].Backfill == nil || !started.Keys[0].Backfill.Force {
+		t.Fatalf("backfill: %+v", started)
+	}
+	prog := ok[struct{ Backfill *watukuy.BackfillProgress }](s, "GET", "/api/keys/shops/us/backfill", "")
+	if prog.Backfill == nil || prog.Backfill.Generation != started.Keys[1].Backfill.Generation || s.inspect("shops", "us").Backfill == nil {
+		t.Fatalf("backfill progress: %+v", prog)
+	}
+
+	// orders keeps no event log: replay is a conflict, not a server error.
+	s.fails("POST", "/api/keys/orders/-/replay", opsSecret, `{"from": "2026-01-01T00:00:00Z"}`, 409, "replay_unavailable")
+
+	if cur := s.inspect("shops", "eu").Cursor; cur == "" {
+		t.Fatalf("shops|eu has no cursor to rewind from")
+	}
+	st := ok[keyStatus](s, "POST", "/api/keys/shops/eu/reset-cursor", `{"cursor": null}`)
+	if st.Poller != "shops" || s.inspect("shops", "eu").Cursor != "" {
+		t.Fatalf("reset-cursor: %+v, cursor now %q", st, s.inspect("shops", "eu").Cursor)
+	}
+	if !strings.Contains(s.log.String(), `"action":"reset-cursor"`) {
+		t.Fatalf("reset-cursor not logged:\n%s", s.log.String())
+	}
+}
+
+type parkedRow struct {
+	Poller, Partition string
+	watukuy.ParkedInfo
+}
+
+// The dead-letter queue: list, retry (the row goes back to delivery), discard (it is gone).
+func TestParkedEndpoints(t *testing.T) {
+	s := newSite(t)
+	ctx := context.Background()
+	rows := ok[struct{ Rows []parkedRow }](s, "GET", "/api/parked", "").Rows
+	if len(rows) != 2 || rows[0].Poller != "orders" || rows[0].Kind != "poison" || rows[0].Errors[0] != "sink down" {
+		t.Fatalf("parked: %+v", rows)
+	}
+	if r := ok[struct{ Rows []parkedRow }](s, "GET", "/api/keys/orders/-/parked?kind=invalid", "").Rows; len(r) != 0 {
+		t.Fatalf("invalid rows: %+v", r)
+	}
+	s.fails("GET", "/api/parked?kind=bad", opsSecret, "", 400, "bad_request")
+	s.fails("POST", "/api/keys/orders/-/parked/retry", opsSecret, `{}`, 400, "bad_request")
+	s.fails("POST", "/api/keys/orders/-/parked/retry", opsSecret, `{"all": true, "ids": ["x"]}`, 400, "bad_request")
+	e := s.fails("POST", "/api/keys/orders/-/parked/retry", opsSecret, `{"ids": ["nope"]}`, 404, "not_found")
+	if len(e.Known) != 2 {
+		t.Fatalf("unknown id: %+v", e)
+	}
+	s.fails("POST", "/api/keys/orders/-/parked/retry", readSecret, `{"ids": ["`+rows[0].ID+`"]}`, 403, "read_only")
+
+	s.healthy.Store(true)
+	res := ok[struct {
+		Action   string
+		Released int
+	}](s, "POST", "/api/keys/orders/-/parked/retry", `{"ids": ["`+rows[0].ID+`"]}`)
+	if res.Action != "retry" || res.Released != 1 {
+		t.Fatalf("retry: %+v", res)
+	}
+	if n := s.b.Client.HLen(ctx, "wk:{orders|}:parked").Val(); n != 1 {
+		t.Fatalf("%d parked rows in Redis after a retry", n)
+	}
+	if rep, err := s.eng.Tick(ctx, time.Second); err != nil || rep.Delivered != 1 {
+		t.Fatalf("the retried event was not delivered: %+v %v", rep, err)
+	}
+	res = ok[struct {
+		Action   string
+		Released int
+	}](s, "POST", "/api/keys/orders/-/parked/discard", `{"all": true, "kind": "poison"}`)
+	if res.Released != 1 || s.b.Client.Exists(ctx, "wk:{orders|}:parked").Val() != 0 {
+		t.Fatalf("discard: %+v", res)
+	}
+	if !strings.Contains(s.log.String(), `"action":"parked discard"`) {
+		t.Fatalf("discard not logged:\n%s", s.log.String())
+	}
+}
+
+// Partitions: list, add (a new key due now), remove (paused, state kept), delete (gone).
+func TestPartitionEndpoints(t *testing.T) {
+	s := newSite(t)
+	ctx := context.Background()
+	list := ok[struct {
+		Poller     string
+		Partitions []watukuy.KeyInfo
+	}](s, "GET", "/api/pollers/shops/partitions", "")
+	if list.Poller != "shops" || len(list.Partitions) != 2 {
+		t.Fatalf("partitions: %+v", list)
+	}
+	s.fails("POST", "/api/pollers/shops/partitions", opsSecret, `{}`, 400, "bad_request")
+	s.fails("POST", "/api/pollers/nope/partitions", opsSecret, `{"partition": "ap"}`, 404, "not_found")
+	if st := ok[keyStatus](s, "POST", "/api/pollers/shops/partitions", `{"partition": "ap"}`); st.Partition != "ap" {
+		t.Fatalf("add: %+v", st)
+	}
+	if keys, _ := s.eng.Keys(ctx, "shops"); len(keys) != 3 {
+		t.Fatalf("keys after add: %v", keys)
+	}
+	s.fails("DELETE", "/api/pollers/shops/partitions/ap?purge=maybe", opsSecret, "", 400, "bad_request")
+	if st := ok[keyStatus](s, "DELETE", "/api/pollers/shops/partitions/eu", ""); st.Status != "removed" || !s.pausedInRedis("shops", "eu") {
+		t.Fatalf("remove: %+v", st)
+	}
+	if st := ok[keyStatus](s, "DELETE", "/api/pollers/shops/partitions/ap?purge=true", ""); st.Status != "deleted" {
+		t.Fatalf("delete: %+v", st)
+	}
+	// A deleted key keeps only its fences (lease, incarnation) and its deleted mark.
+	state := s.b.Client.HGetAll(ctx, "wk:{shops|ap}:state").Val()
+	if state[statehash.Deleted] != "1" || state[statehash.CursorLive] != "" || state[statehash.NextDue] != "" {
+		t.Fatalf("the deleted partition's state: %v", state)
+	}
+	if keys, _ := s.eng.Keys(ctx, "shops"); len(keys) != 2 {
+		t.Fatalf("keys after delete: %v", keys)
+	}
+}
+
+// Tokens: too short, odd characters, duplicate ids or secrets are refused; lookups find the
+// right token.
+func TestTokens(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ts   []admin.Token
+		want string
+	}{
+		{"short", []admin.Token{{Secret: "short"}}, "at least 16"},
+		{"space", []admin.Token{{Secret: "0123456789 abcdef"}}, "printable ASCII"},
+		{"semicolon", []admin.Token{{Secret: "0123456789;abcdef"}}, "printable ASCII"},
+		{"same id", []admin.Token{{ID: "a", Secret: opsSecret}, {ID: "a", Secret: readSecret}}, "two tokens"},
+		{"same secret", []admin.Token{{ID: "a", Secret: opsSecret}, {ID: "b", Secret: opsSecret}}, "same secret"},
+	} {
+		if _, err := admin.NewTokens(c.ts); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	env := admin.ParseEnv(" "+opsSecret+", ,"+readSecret, "env", false)
+	set, err := admin.NewTokens(env)
+	if err != nil || set.Len() != 2 {
+		t.Fatalf("%v %d", err, set.Len())
+	}
+	if tok, ok := set.Lookup(readSecret); !ok || tok.ID != "env#2" {
+		t.Fatalf("lookup: %+v %v", tok, ok)
+	}
+	if _, ok := set.Lookup(readSecret + "x"); ok {
+		t.Fatal("a longer secret matched")
+	}
+}
+
+// Rotation: Replace swaps the set a running API accepts; a set that fails its checks changes
+// nothing.
+func TestTokensReplace(t *testing.T) {
+	s := newSite(t)
+	set, err := admin.NewTokens([]admin.Token{{ID: "old", Secret: opsSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(admin.NewAPI(admin.Options{Engine: s.eng, Tokens: set}))
+	defer srv.Close()
+	s.srv = srv
+	ok[any](s, "GET", "/api/whoami", "")
+	const newSecret = "new-secret-0123456789"
+	if err := set.Replace([]admin.Token{{ID: "new", Secret: newSecret}, {ID: "bad", Secret: "short"}}); err == nil {
+		t.Fatal("a short secret was taken")
+	}
+	ok[any](s, "GET", "/api/whoami", "") // unchanged
+	if err := set.Replace([]admin.Token{{ID: "new", Secret: newSecret}}); err != nil {
+		t.Fatal(err)
+	}
+	s.fails("GET", "/api/whoami", opsSecret, "", 401, "unauthorized")
+	if code, b := s.do("GET", "/api/whoami", newSecret, ""); code != 200 || !strings.Contains(string(b), `"new"`) {
+		t.Fatalf("the new token: %d %s", code, b)
+	}
+}

@@ -1,0 +1,72 @@
+package config
+
+import (
+	"github.com/goccy/go-yaml/ast"
+
+	"github.com/watukuy/watukuy/internal/admin"
+)
+
+// Admin is the top-level admin: block: the tokens of the admin API and the status page.
+type Admin struct {
+	Tokens []AdminToken
+}
+
+// AdminToken is one entry of admin.tokens.
+type AdminToken struct {
+	ID       string // named in the action log; default admin.tokens[i]
+	Secret   string // the token key, usually ${VAR}
+	ReadOnly bool
+	Line     int
+}
+
+var (
+	adminKeys      = []string{"tokens"}
+	adminTokenKeys = []string{"id", "token", "readOnly"}
+)
+
+// AdminTokens is the block's tokens as the admin API takes them.
+func (a Admin) AdminTokens() []admin.Token {
+	out := make([]admin.Token, len(a.Tokens))
+	for i, t := range a.Tokens {
+		out[i] = admin.Token{ID: t.ID, Secret: t.Secret, ReadOnly: t.ReadOnly}
+	}
+	return out
+}
+
+// admin decodes admin: {tokens: [{id, token, readOnly}]}.
+func (d *decoder) admin(n ast.Node, field string, cfg *Config) {
+	d.object(n, field, adminKeys, func(key string, _ pos, v ast.Node, fp string) {
+		d.list(v, fp, func(i int, item ast.Node, ip string) {
+			t := AdminToken{ID: index(fp, i), Line: posOf(item).line}
+			present := d.object(item, ip, adminTokenKeys, func(key string, _ pos, v ast.Node, kp string) {
+				switch key {
+				case "id":
+					if s, ok := d.str(v, kp); ok && s != "" {
+						t.ID = s
+					}
+				case "token":
+					if s, ok := d.str(v, kp); ok {
+						if err := admin.CheckSecret(s); err != nil {
+							d.errAt(posOf(v), kp, "%v", err)
+						}
+						t.Secret = s
+					}
+				case "readOnly":
+					t.ReadOnly, _ = d.bool(v, kp)
+				}
+			})
+			if _, ok := present["token"]; !ok {
+				d.errAt(posOf(item), join(ip, "token"), "required: the secret clients send as Authorization: Bearer <token> (e.g. ${WATUKUY_OPS_TOKEN})")
+			}
+			for j, o := range cfg.Admin.Tokens {
+				if o.ID == t.ID {
+					d.errAt(posOf(item), join(ip, "id"), "duplicate token id %q (first at line %d, admin.tokens[%d])", t.ID, o.Line, j)
+				}
+				if o.Secret == t.Secret && t.Secret != "" {
+					d.errAt(posOf(item), join(ip, "token"), "the same token as admin.tokens[%d] (line %d)", j, o.Line)
+				}
+			}
+			cfg.Admin.Tokens = append(cfg.Admin.Tokens, t)
+		})
+	})
+}
