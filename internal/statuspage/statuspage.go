@@ -75,9 +75,10 @@ type Options struct {
 
 // handler serves the page; everything it holds is set by New and read-only afterwards.
 type handler struct {
-	o      Options
-	pages  map[string]*template.Template
-	assets map[string]asset
+	o       Options
+	pages   map[string]*template.Template
+	assets  map[string]asset
+	maxRows int // maxRows; tests page with fewer
 }
 
 // asset is one embedded file with the headers it is served with.
@@ -91,10 +92,13 @@ type asset struct {
 // form), Root+"/login" and Root+"/logout" (POST), Root+"/keys/{poller}/{partition}" (one key,
 // "-" naming an unpartitioned poller's key) and Root+"/assets/...".
 func New(o Options) http.Handler {
+	if o.Engine == nil {
+		panic("statuspage: Options.Engine is required")
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	h := &handler{o: o, pages: map[string]*template.Template{}, assets: map[string]asset{}}
+	h := &handler{o: o, pages: map[string]*template.Template{}, assets: map[string]asset{}, maxRows: maxRows}
 	funcs := template.FuncMap{"root": func() string { return Root }, "inc": func(n int) int { return n + 1 }}
 	base := template.Must(template.New("").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
 	for _, name := range []string{"login", "index", "key", "notfound", "message"} {
@@ -328,16 +332,16 @@ func (h *handler) index(w http.ResponseWriter, r *http.Request) {
 	p.Summary = summarize(kis)
 	p.Total, p.Offset = total, offset
 	if offset+len(kis) < total {
-		p.NextPage = pageURL(poller, offset+len(kis))
+		p.NextPage = pageURL(poller, offset+h.maxRows)
 	}
 	if offset > 0 {
-		p.PrevPage = pageURL(poller, max(0, offset-maxRows))
+		p.PrevPage = pageURL(poller, max(0, offset-h.maxRows))
 	}
 	h.render(w, r, http.StatusOK, "index", p)
 }
 
-// inspectPage inspects the keys of poller ("" every poller) from offset, at most maxRows of
-// them, and returns them with the number of keys in all.
+// inspectPage inspects the keys of poller ("" every poller) from offset, at most h.maxRows
+// of them, and returns them with the number of keys in all and the offset used.
 func (h *handler) inspectPage(ctx context.Context, poller, offsetParam string) ([]watukuy.KeyInfo, int, int, error) {
 	keys, err := h.o.Engine.Keys(ctx, poller)
 	if err != nil {
@@ -347,12 +351,12 @@ func (h *handler) inspectPage(ctx context.Context, poller, offsetParam string) (
 	if n, ok := parseOffset(offsetParam); ok && n < len(keys) {
 		offset = n
 	}
-	if offset == 0 && len(keys) <= maxRows {
+	if offset == 0 && len(keys) <= h.maxRows {
 		// InspectAll reads the registry once for all keys.
 		kis, err := h.o.Engine.InspectAll(ctx, poller)
 		return kis, len(kis), 0, err
 	}
-	page := keys[offset:min(len(keys), offset+maxRows)]
+	page := keys[offset:min(len(keys), offset+h.maxRows)]
 	kis := make([]watukuy.KeyInfo, 0, len(page))
 	for _, k := range page {
 		ki, err := h.o.Engine.Inspect(ctx, k.Poller, k.Partition)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -302,6 +303,31 @@ func TestTableShowsKeys(t *testing.T) {
 	w.h.ServeHTTP(rec, r)
 	if rec.Code != http.StatusNotModified {
 		t.Fatalf("asset revalidation: %d", rec.Code)
+	}
+}
+
+func TestTablePages(t *testing.T) {
+	w := newWorld(t)
+	w.h.(*handler).maxRows = 2
+	keys := func(body string) []string {
+		var out []string
+		for _, m := range regexp.MustCompile(`data-key="([^"]+)"`).FindAllStringSubmatch(body, -1) {
+			out = append(out, m[1])
+		}
+		return out
+	}
+	_, body := w.do(t, "GET", "/status", opsSecret, nil)
+	if got := keys(body); fmt.Sprint(got) != "[customers/acme customers/eu:globex@1]" || !strings.Contains(body, "keys 1–2 of 3") ||
+		!strings.Contains(body, `href="/status?offset=2"`) || strings.Contains(body, ">previous<") {
+		t.Fatalf("first page %v:\n%s", got, body)
+	}
+	_, body = w.do(t, "GET", "/status?offset=2", opsSecret, nil)
+	if got := keys(body); fmt.Sprint(got) != "[orders/-]" || !strings.Contains(body, "keys 3–3 of 3") || !strings.Contains(body, `href="/status"`) || strings.Contains(body, ">next<") {
+		t.Fatalf("second page %v:\n%s", got, body)
+	}
+	_, body = w.do(t, "GET", "/status?offset=99", opsSecret, nil) // past the end: the first page
+	if got := keys(body); len(got) != 2 {
+		t.Fatalf("offset past the end: %v", got)
 	}
 }
 
