@@ -100,3 +100,49 @@ func TestAdminAPIOnTheListener(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// watukuy dev without a configured token makes one up, prints it, and its admin API answers
+// with it: the demo's keys are there.
+func TestDevAdminToken(t *testing.T) {
+	t.Setenv(app.AdminTokenEnv, "")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	time.AfterFunc(30*time.Second, cancel)
+	lines, errc := startCLI(t, ctx, "dev", "--listen", addr)
+	var secret string
+	for secret == "" {
+		l := next(t, lines)
+		if rest, ok := strings.CutPrefix(l, "admin API"); ok {
+			_, secret, _ = strings.Cut(rest, "Bearer ")
+			secret = strings.TrimSuffix(secret, ")")
+		}
+	}
+	for !strings.Contains(next(t, lines), " created ") { // an event: the listener serves
+	}
+	go func() {
+		for lines.Scan() {
+		}
+	}()
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/api/pollers", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"customers"`) || !strings.Contains(string(body), `"orders"`) {
+		t.Fatalf("dev's /api/pollers with its token %q: %d %s", secret, resp.StatusCode, body)
+	}
+	cancel()
+	<-errc
+}

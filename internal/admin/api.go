@@ -685,7 +685,14 @@ func (a *api) addPartition(ctx context.Context, c *call) (any, error) {
 		return nil, badField("partition", "required: the name of the partition to add")
 	}
 	k := watukuy.Key{Poller: c.r.PathValue("poller"), Partition: *body.Partition}
+	if ki, err := a.o.Engine.Inspect(ctx, k.Poller, k.Partition); err == nil && ki.Status != "deleted" {
+		return nil, &Error{Status: http.StatusConflict, Code: "conflict",
+			Message: fmt.Sprintf("%s already exists (status %s): resume brings back a removed or paused one", k.Describe(), ki.Status)}
+	}
 	if err := a.o.Engine.Partitions().Add(ctx, k.Poller, k.Partition); err != nil {
+		if ce := (*watukuy.ConfigError)(nil); errors.As(err, &ce) && ce.Field == "partitions" {
+			return nil, badField("partition", "%s", ce.Msg)
+		}
 		return nil, err
 	}
 	c.log.Str("action", "partitions add").Str("poller", k.Poller).Str("partition", k.Partition)

@@ -455,6 +455,10 @@ func TestPartitionEndpoints(t *testing.T) {
 	if keys, _ := s.eng.Keys(ctx, "shops"); len(keys) != 3 {
 		t.Fatalf("keys after add: %v", keys)
 	}
+	s.fails("POST", "/api/pollers/shops/partitions", opsSecret, `{"partition": "ap"}`, 409, "conflict")
+	if e := s.fails("POST", "/api/pollers/shops/partitions", opsSecret, `{"partition": "a b"}`, 400, "bad_request"); e.Field != "partition" {
+		t.Fatalf("a bad partition name: %+v", e)
+	}
 	s.fails("DELETE", "/api/pollers/shops/partitions/ap?purge=maybe", opsSecret, "", 400, "bad_request")
 	if st := ok[keyStatus](s, "DELETE", "/api/pollers/shops/partitions/eu", ""); st.Status != "removed" || !s.pausedInRedis("shops", "eu") {
 		t.Fatalf("remove: %+v", st)
