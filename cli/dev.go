@@ -96,7 +96,8 @@ func (c *common) dev(ctx context.Context, out io.Writer, log zerolog.Logger) err
 		if err != nil {
 			return err
 		}
-		banner = append(banner, line{"adminAPI", "admin API", fmt.Sprintf("http://%s/api/  (%s)", c.s.Listen, auth)})
+		banner = append(banner, line{"status", "status page", fmt.Sprintf("http://%s/status", c.s.Listen)},
+			line{"adminAPI", "admin API", fmt.Sprintf("http://%s/api/  (%s)", c.s.Listen, auth)})
 	}
 	if c.json {
 		// stdout carries only events: the banner goes to the (JSON) log

@@ -5,7 +5,8 @@
 // A Process is what one process shares, made once with New: its engine, the Redis outage
 // tracker that logs an outage once however many components notice it (the scheduler's
 // claims, asynq, go-redis, the data watcher), the Redis metrics, the data watcher, and the
-// HTTP endpoints (/healthz, /readyz, /metrics, /monitoring/, the admin API at /api/). Workers and Schedulers are built
+// HTTP endpoints (/healthz, /readyz, /metrics, /monitoring/, the admin API at /api/, the
+// status page at /status). Workers and Schedulers are built
 // from it, in the spirit of asynq.Server and asynq.Scheduler: a worker process builds a
 // Worker, a scheduler process a Scheduler, and a process that runs both (watukuy run) builds
 // them from the one Process. The shared state lives in a value the program holds, rather than
@@ -39,6 +40,7 @@ import (
 	"github.com/watukuy/watukuy/internal/metrics"
 	"github.com/watukuy/watukuy/internal/outage"
 	"github.com/watukuy/watukuy/internal/queue"
+	"github.com/watukuy/watukuy/internal/statuspage"
 )
 
 // DefaultQueue is the asynq queue a Scheduler puts cycles in and a Worker takes them from,
@@ -60,9 +62,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// UI serves asynqmon (the asynq web UI) at /monitoring/ in Handler.
 	UI bool
-	// Admin holds the tokens of the admin API, served at /api/ by Handler: the operator
-	// commands as JSON endpoints. Without a token (nil or an empty set) every /api/ request
-	// answers 404 "the admin API is off". Replace on the set rotates tokens while it runs.
+	// Admin holds the tokens of the admin API, served at /api/ by Handler (the operator
+	// commands as JSON endpoints), and of the status page at /status. Without a token (nil or
+	// an empty set) both say they are off. Replace on the set rotates tokens while it runs.
 	Admin *AdminTokens
 }
 
@@ -123,6 +125,11 @@ func New(eng *watukuy.Engine, o Options) *Process {
 		tokens = &AdminTokens{}
 	}
 	p.admin.API = admin.NewAPI(admin.Options{Engine: eng, Tokens: tokens, Logger: o.Logger})
+	sp := statuspage.Options{Engine: eng, Tokens: tokens, Logger: o.Logger}
+	if o.UI {
+		sp.MonitoringPath = health.UIPath + "/"
+	}
+	p.admin.Status = statuspage.New(sp)
 	return p
 }
 
@@ -141,7 +148,8 @@ func (p *Process) Ready(ctx context.Context) error {
 }
 
 // Handler serves /healthz (liveness), /readyz (Ready), /metrics (Options.Registry), the
-// admin API at /api/ (Options.Admin) and, with Options.UI, asynqmon at /monitoring/. Its routes are absolute: mount it at "/" of
+// admin API at /api/ and the status page at /status (Options.Admin) and, with Options.UI,
+// asynqmon at /monitoring/. Its routes are absolute: mount it at "/" of
 // your own mux (mux.Handle("/", p.Handler())) or Serve it alone.
 func (p *Process) Handler() http.Handler { return p.admin.Handler() }
 
