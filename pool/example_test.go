@@ -67,7 +67,15 @@ func ExampleProcess_Scheduler() {
 	if err != nil {
 		panic(err)
 	}
-	p := pool.New(eng, pool.Options{Logger: log, Registry: prometheus.NewRegistry()})
+	// The admin API (/api/) and the status page (/status) take these tokens; a read-only one
+	// can look but not act.
+	admin, err := pool.NewAdminTokens(
+		pool.AdminToken{ID: "ops", Secret: os.Getenv("OPS_TOKEN")},
+		pool.AdminToken{ID: "dashboards", Secret: os.Getenv("DASHBOARD_TOKEN"), ReadOnly: true})
+	if err != nil {
+		panic(err)
+	}
+	p := pool.New(eng, pool.Options{Logger: log, Registry: prometheus.NewRegistry(), Admin: admin})
 	if _, err := p.Serve(ctx, "127.0.0.1:9091"); err != nil { // or mount p.Handler() in a server of your own
 		panic(err)
 	}

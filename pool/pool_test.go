@@ -293,3 +293,29 @@ func TestProcessServe(t *testing.T) {
 		}
 	})
 }
+
+// Handler serves the admin API and the status page with Options.Admin's tokens, and says both
+// are off without one.
+func TestHandlerServesAdmin(t *testing.T) {
+	onBackends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		eng := engine(t, rdb, "s", watukuy.Poller{})
+		if code, body := get(t, pool.New(eng, pool.Options{}).Handler(), "/api/keys"); code != http.StatusNotFound || !strings.Contains(body, "api_off") {
+			t.Errorf("/api/keys without tokens: %d %s", code, body)
+		}
+		tokens, err := pool.NewAdminTokens(pool.AdminToken{ID: "ops", Secret: "ops-secret-0123456789"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := pool.New(eng, pool.Options{Admin: tokens}).Handler()
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/api/whoami", nil)
+		req.Header.Set("Authorization", "Bearer ops-secret-0123456789")
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"id": "ops"`) {
+			t.Errorf("/api/whoami with the token: %d %s", rec.Code, rec.Body)
+		}
+		if code, body := get(t, h, "/status"); code != http.StatusUnauthorized || !strings.Contains(body, `<form`) {
+			t.Errorf("/status logged out: %d %.200s", code, body)
+		}
+	})
+}
