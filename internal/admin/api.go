@@ -41,8 +41,9 @@ type Options struct {
 
 // api is the handler NewAPI returns.
 type api struct {
-	o   Options
-	mux *http.ServeMux
+	o      Options
+	mux    *http.ServeMux
+	routes []string // the patterns, for the 404 of a path no route takes
 }
 
 // NewAPI returns the handler of the routes below /api/ (mount it at "/api/"):
@@ -71,10 +72,17 @@ func NewAPI(o Options) http.Handler {
 		o.MaxBody = DefaultMaxBody
 	}
 	a := &api{o: o, mux: http.NewServeMux()}
-	read := func(pattern string, h handlerFunc) { a.mux.Handle(pattern, a.route(false, h)) }
-	act := func(pattern string, h handlerFunc) { a.mux.Handle(pattern, a.route(true, h)) }
+	read := func(pattern string, h handlerFunc) {
+		a.mux.Handle(pattern, a.route(false, true, h))
+		a.routes = append(a.routes, pattern)
+	}
+	act := func(pattern string, h handlerFunc) {
+		a.mux.Handle(pattern, a.route(true, true, h))
+		a.routes = append(a.routes, pattern)
+	}
 
-	read("GET /api/whoami", a.whoami)
+	a.mux.Handle("GET /api/whoami", a.route(false, false, a.whoami)) // reads nothing in Redis
+	a.routes = append(a.routes, "GET /api/whoami")
 	read("GET /api/pollers", a.pollers)
 	read("GET /api/keys", a.keys)
 	read("GET /api/keys/{poller}/{partition}", a.key)
@@ -123,7 +131,8 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				Message: fmt.Sprintf("%s %s: allowed %s", r.Method, r.URL.Path, strings.Join(allowed, ", "))})
 			return
 		}
-		writeError(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no endpoint %s %s: GET /api/ lists them", r.Method, r.URL.Path)})
+		writeError(w, &Error{Status: http.StatusNotFound, Code: "not_found", Known: a.routes,
+			Message: fmt.Sprintf("no endpoint %s %s: known lists the endpoints", r.Method, r.URL.Path)})
 		return
 	}
 	a.mux.ServeHTTP(w, r)
@@ -142,9 +151,17 @@ func (a *api) allowedMethods(r *http.Request) []string {
 	return allowed
 }
 
-// route authenticates a request, checks that its token may act when acts, runs h and
-// answers; an action is logged with the token's id and what it did.
-func (a *api) route(acts bool, h handlerFunc) http.Handler {
+// pingTimeout bounds the PING that precedes every endpoint that uses Redis. A Redis that
+// does not answer (stopped, a cut link that drops packets, a frozen server) is then a 503 in
+// about the client's read timeout (3 s by default) instead of that timeout for each retry of
+// each command the endpoint sends (half a minute and more), and an action does not start on
+// it. The endpoint itself runs without a deadline: a long listing or replay is not cut.
+const pingTimeout = 2 * time.Second
+
+// route authenticates a request, checks that its token may act when acts, checks that Redis
+// answers when usesRedis, runs h and answers; an action is logged with the token's id and
+// what it did.
+func (a *api) route(acts, usesRedis bool, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t, cred, ok := a.o.Tokens.Authenticate(r)
 		if !ok {
@@ -170,9 +187,16 @@ func (a *api) route(acts bool, h handlerFunc) http.Handler {
 			c.log = a.o.Logger.Info().Str("token", t.ID).Str("method", r.Method).Str("path", r.URL.Path)
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, a.o.MaxBody)
-		v, err := h(r.Context(), c)
+		var v any
+		err := a.ping(r.Context(), usesRedis)
+		if err == nil {
+			v, err = h(r.Context(), c)
+		}
 		if err != nil {
 			e := classify(err)
+			if e.RetryAfter > 0 {
+				w.Header().Set("Retry-After", fmt.Sprint(e.RetryAfter))
+			}
 			if acts {
 				a.o.Logger.Warn().Str("token", t.ID).Str("method", r.Method).Str("path", r.URL.Path).Int("status", e.Status).Str("code", e.Code).Msg("admin API: action failed: " + e.Message)
 			}
@@ -186,14 +210,32 @@ func (a *api) route(acts bool, h handlerFunc) http.Handler {
 	})
 }
 
+// ping fails with an unreachable error when Redis does not answer a PING in pingTimeout.
+func (a *api) ping(ctx context.Context, usesRedis bool) error {
+	if !usesRedis || a.o.Engine == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := a.o.Engine.Redis().Ping(ctx).Err(); err != nil {
+		if errors.Is(err, context.Canceled) {
+			return err // the client left
+		}
+		return fmt.Errorf("Redis does not answer a PING (within %v): %w", pingTimeout, err)
+	}
+	return nil
+}
+
 // Error is an API error: its status, a code a client can switch on, a message for the
 // operator, the request field at fault (400) and what exists (404).
 type Error struct {
-	Status  int      `json:"-"`
-	Code    string   `json:"code"`
-	Message string   `json:"message"`
-	Field   string   `json:"field,omitempty"`
-	Known   []string `json:"known,omitempty"`
+	Status int `json:"-"`
+	// RetryAfter, in seconds, is sent as the Retry-After header of a retryable error.
+	RetryAfter int      `json:"-"`
+	Code       string   `json:"code"`
+	Message    string   `json:"message"`
+	Field      string   `json:"field,omitempty"`
+	Known      []string `json:"known,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -228,9 +270,35 @@ func classify(err error) *Error {
 	case errors.As(err, &ce):
 		return &Error{Status: http.StatusBadRequest, Code: "bad_request", Field: strings.TrimPrefix(ce.Field, "--"), Message: ce.Error()}
 	case outage.Unreachable(err):
-		return &Error{Status: http.StatusServiceUnavailable, Code: "redis_unavailable", Message: err.Error()}
+		return &Error{Status: http.StatusServiceUnavailable, Code: "redis_unavailable", Message: err.Error(), RetryAfter: 1}
 	}
-	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: err.Error()}
+	msg := err.Error()
+	for _, pe := range plainErrors {
+		if strings.Contains(msg, pe.text) {
+			return &Error{Status: pe.status, Code: pe.code, Message: msg, RetryAfter: pe.retryAfter}
+		}
+	}
+	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: msg}
+}
+
+// plainErrors are the engine's errors that are no server fault but come as plain errors (no
+// type to switch on), known by their text: a key another instance's cycle held for the
+// engine's whole wait, a partition added that exists (also when another request added it
+// meanwhile), and a parked invalid item that still fails the poller's checks or
+// cannot be placed. Typed errors in the engine (a busy-key and a conflict type, as
+// NotFoundError is) would replace this table; TestAdvActionWhileCycleHoldsLease,
+// TestAdvPartitionAddExisting and TestAdvParkedRetryStillInvalid pin the texts.
+var plainErrors = []struct {
+	text       string
+	status     int
+	code       string
+	retryAfter int
+}{
+	{"stayed leased by another instance", http.StatusServiceUnavailable, "key_busy", 1},
+	{" already exists (status ", http.StatusConflict, "exists", 0},
+	{" is still invalid: ", http.StatusConflict, "conflict", 0},
+	{" may be older than what the rows hold of it", http.StatusConflict, "conflict", 0},
+	{" is an invalid item: retrying it runs the poller's checks", http.StatusConflict, "conflict", 0},
 }
 
 func writeError(w http.ResponseWriter, e *Error) {
@@ -292,18 +360,48 @@ func keyOf(r *http.Request) watukuy.Key {
 }
 
 // keysOf is the keys an endpoint acts on: the path's key, or with all every partition of
-// the path's poller. Naming a key that does not exist is reported by the operation.
+// the path's poller that is not deleted. The path's key must exist and not be deleted.
 func (a *api) keysOf(ctx context.Context, r *http.Request, all bool) ([]watukuy.Key, error) {
 	if !all {
-		return []watukuy.Key{keyOf(r)}, nil
+		k := keyOf(r)
+		return []watukuy.Key{k}, a.live(ctx, k)
 	}
 	poller := r.PathValue("poller")
-	keys, err := a.o.Engine.Keys(ctx, poller)
-	if err == nil && len(keys) == 0 {
-		err = &Error{Status: http.StatusNotFound, Code: "not_found", Known: []string{},
+	kis, err := a.o.Engine.InspectAll(ctx, poller)
+	if err != nil {
+		return nil, err
+	}
+	var keys []watukuy.Key
+	for _, ki := range kis {
+		if string(ki.Status) != statusDeleted {
+			keys = append(keys, watukuy.Key{Poller: ki.Poller, Partition: ki.Partition})
+		}
+	}
+	if len(keys) == 0 {
+		return nil, &Error{Status: http.StatusNotFound, Code: "not_found", Known: []string{},
 			Message: fmt.Sprintf("poller %q has no partitions (all were deleted): add one with POST /api/pollers/%s/partitions", poller, poller)}
 	}
-	return keys, err
+	return keys, nil
+}
+
+// statusDeleted is the KeyInfo.Status of a deleted partition.
+const statusDeleted = "deleted"
+
+// live fails unless k exists and is not a deleted partition. A deleted partition of the
+// config stays listed, as deleted, and the engine lets the operations write into its
+// deletion mark (a pause, a cursor, a backfill, replayed events), which partitions add then
+// brings back: the partition would come back paused, or past items it never emitted,
+// rather than empty. An action on it is a 404 that names partitions add.
+func (a *api) live(ctx context.Context, k watukuy.Key) error {
+	ki, err := a.o.Engine.Inspect(ctx, k.Poller, k.Partition)
+	if err != nil {
+		return err
+	}
+	if string(ki.Status) == statusDeleted {
+		return &Error{Status: http.StatusNotFound, Code: "not_found", Known: []string{},
+			Message: fmt.Sprintf("%s is deleted: partitions add (POST /api/pollers/%s/partitions) brings it back, empty", k.Describe(), k.Poller)}
+	}
+	return nil
 }
 
 // keyStatus is one key and its status after an action.
@@ -521,8 +619,22 @@ func (a *api) replay(ctx context.Context, c *call) (any, error) {
 		if to.Before(from) {
 			return nil, badField("to", "%s is before from (%s)", *body.To, *body.From)
 		}
+	} else if from.After(time.Now()) {
+		return nil, badField("from", "%s is in the future: nothing was logged after now", *body.From)
+	}
+	// Nothing was logged before 1970: the log's stream ids are Unix milliseconds, and a
+	// negative one is not an id Redis takes.
+	epoch := time.UnixMilli(0)
+	if from.Before(epoch) {
+		from = epoch
+	}
+	if body.To != nil && to.Before(epoch) {
+		to = epoch
 	}
 	k := keyOf(c.r)
+	if err := a.live(ctx, k); err != nil {
+		return nil, err
+	}
 	n, err := a.o.Engine.Replay(ctx, k.Poller, k.Partition, from, to)
 	if err != nil {
 		return nil, err
@@ -547,6 +659,9 @@ func (a *api) resetCursor(ctx context.Context, c *call) (any, error) {
 		return nil, badField("cursor", "required: the cursor to rewind the live lane to, or null for the very beginning")
 	}
 	k := keyOf(c.r)
+	if err := a.live(ctx, k); err != nil {
+		return nil, err
+	}
 	if err := a.o.Engine.ResetCursor(ctx, k.Poller, k.Partition, body.Cursor.text(), body.ClearSnapshot); err != nil {
 		return nil, err
 	}
@@ -623,20 +738,33 @@ func (a *api) release(action string, fn func(watukuy.Parked, context.Context, st
 			return nil, badField("ids", "required (or all true): the ids of the parked rows, as GET .../parked lists them")
 		}
 		k := keyOf(c.r)
+		if err := a.live(ctx, k); err != nil {
+			return nil, err
+		}
 		rows, err := a.o.Engine.Parked().List(ctx, k.Poller, k.Partition, body.Kind)
 		if err != nil {
 			return nil, err
 		}
 		have := make([]string, len(rows))
+		parked := make(map[string]bool, len(rows))
 		for i, r := range rows {
 			have[i] = r.ID
+			parked[r.ID] = true
 		}
 		ids := body.IDs
 		if body.All {
 			ids = have
 		}
+		// An id named twice is one row: the engine would return its event to delivery once
+		// per mention.
+		seen := make(map[string]bool, len(ids))
+		ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool {
+			dup := seen[id]
+			seen[id] = true
+			return dup
+		})
 		for _, id := range ids {
-			if !slices.Contains(have, id) {
+			if !parked[id] {
 				return nil, &Error{Status: http.StatusNotFound, Code: "not_found", Known: have,
 					Message: fmt.Sprintf("no parked row %q in %s", id, k.Describe())}
 			}
@@ -644,7 +772,7 @@ func (a *api) release(action string, fn func(watukuy.Parked, context.Context, st
 		n := 0
 		if len(ids) > 0 {
 			if n, err = fn(a.o.Engine.Parked(), ctx, k.Poller, k.Partition, ids...); err != nil {
-				return nil, err
+				return nil, a.goneSince(ctx, k, body.Kind, ids, err)
 			}
 		}
 		c.log.Str("action", "parked "+action).Str("poller", k.Poller).Str("partition", k.Partition).Strs("ids", ids).Int("released", n)
@@ -660,6 +788,29 @@ func (a *api) release(action string, fn func(watukuy.Parked, context.Context, st
 			Keys     []keyRelease `json:"keys"`
 		}{action, n, []keyRelease{{k.Poller, k.Partition, ids, n}}}, nil
 	}
+}
+
+// goneSince explains a release that failed (err) after the ids were checked: when one of
+// them is no longer parked, another request (or a cycle) released it in between, and that
+// is a 404 naming it, not the engine's plain "no parked row" (a 500).
+func (a *api) goneSince(ctx context.Context, k watukuy.Key, kind string, ids []string, err error) error {
+	rows, lerr := a.o.Engine.Parked().List(ctx, k.Poller, k.Partition, kind)
+	if lerr != nil {
+		return err
+	}
+	have := make([]string, len(rows))
+	parked := make(map[string]bool, len(rows))
+	for i, r := range rows {
+		have[i] = r.ID
+		parked[r.ID] = true
+	}
+	for _, id := range ids {
+		if !parked[id] {
+			return &Error{Status: http.StatusNotFound, Code: "not_found", Known: have,
+				Message: fmt.Sprintf("no parked row %q in %s: another request released it meanwhile", id, k.Describe())}
+		}
+	}
+	return err
 }
 
 func (a *api) partitions(ctx context.Context, c *call) (any, error) {
@@ -712,6 +863,8 @@ func (a *api) removePartition(ctx context.Context, c *call) (any, error) {
 	action, fn := "partitions remove", a.o.Engine.Partitions().Remove
 	if purge {
 		action, fn = "partitions delete", a.o.Engine.Partitions().Delete
+	} else if err := a.live(ctx, k); err != nil {
+		return nil, err
 	}
 	if err := fn(ctx, k.Poller, k.Partition); err != nil {
 		return nil, err
