@@ -109,6 +109,12 @@ type HTTPError = watukuytype.HTTPError
 // NotFoundError names a poller or partition that neither the engine nor the registry knows.
 type NotFoundError = watukuytype.NotFoundError
 
+// KeyBusyError reports an operation that could not take the key's lease in time.
+type KeyBusyError = watukuytype.KeyBusyError
+
+// ConflictError reports an operation the key's present state refuses.
+type ConflictError = watukuytype.ConflictError
+
 // ReplayUnavailableError is a replay of a poller without log.retention.
 type ReplayUnavailableError = watukuytype.ReplayUnavailableError
 

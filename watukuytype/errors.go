@@ -55,10 +55,27 @@ type NotFoundError struct {
 	Partition string
 	// PartitionMissing is true when the poller exists but the partition does not.
 	PartitionMissing bool
+	// Deleted is true when the partition was deleted (partitions delete): a config's
+	// partition stays listed, as deleted, and takes no operation until partitions add.
+	Deleted bool
 	// Known lists the pollers (or the poller's partitions) that exist.
 	Known []string
 	// Hint says what to do, when there is more to say than the list.
 	Hint string
+}
+
+// KeyBusyError reports an operation that could not take the key's lease: another instance's
+// cycle or operation held it for the whole wait. Nothing changed; try again.
+type KeyBusyError struct {
+	Key    Key
+	Waited time.Duration
+}
+
+// ConflictError reports an operation the key's present state refuses (a partition added
+// that exists, a parked invalid item that still fails the poller's checks). Nothing changed.
+type ConflictError struct {
+	Key Key
+	Msg string
 }
 
 // ReplayUnavailableError reports a replay of a poller that keeps no event log.
@@ -108,6 +125,14 @@ func (e *NotFoundError) Error() string {
 		msg += "; " + e.Hint
 	}
 	return msg
+}
+
+func (e *KeyBusyError) Error() string {
+	return fmt.Sprintf("watukuy: %s: the key stayed leased by another instance for %v; try again", e.Key.Describe(), e.Waited)
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("watukuy: %s: %s", e.Key.Describe(), e.Msg)
 }
 
 func (e *ReplayUnavailableError) Error() string {

@@ -12,10 +12,10 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +30,7 @@ import (
 	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/health"
+	"github.com/watukuy/watukuy/internal/statehash"
 )
 
 // actRoutes are every route that acts, with a body each accepts.
@@ -77,6 +78,14 @@ func (s *site) dump() map[string]string {
 	s.t.Helper()
 	d := s.b.Dump(s.t)
 	return d
+}
+
+// unfenced is a state hash without its fences (the lease's fields and the incarnation).
+func (s *site) unfenced(key string) map[string]string {
+	s.t.Helper()
+	h := s.b.Client.HGetAll(context.Background(), key).Val()
+	maps.DeleteFunc(h, func(f, _ string) bool { return statehash.IsLeaseField(f) || f == statehash.Incarnation })
+	return h
 }
 
 func sameDump(t *testing.T, before, after map[string]string, what string) {
@@ -531,18 +540,18 @@ func TestAdvParkedConcurrentDiscard(t *testing.T) {
 }
 
 // partitions add of a partition that exists is the operator's mistake, a conflict: 409, not
-// 500 (the engine's "already exists" error is a plain one).
+// 500 (the engine reports it as a *ConflictError).
 func TestAdvPartitionAddExisting(t *testing.T) {
 	s := newSite(t)
 	before := s.dump()
-	e := s.fails("POST", "/api/pollers/shops/partitions", opsSecret, `{"partition": "eu"}`, 409, "exists")
+	e := s.fails("POST", "/api/pollers/shops/partitions", opsSecret, `{"partition": "eu"}`, 409, "conflict")
 	if !strings.Contains(e.Message, "eu") || !strings.Contains(e.Message, "resume") {
 		t.Errorf("add existing: %+v", e)
 	}
 	sameDump(t, before, s.dump(), "partitions add of an existing partition")
 	// A removed one too (resume brings it back); a deleted one comes back.
 	ok[any](s, "DELETE", "/api/pollers/shops/partitions/eu", "")
-	s.fails("POST", "/api/pollers/shops/partitions", opsSecret, `{"partition": "eu"}`, 409, "exists")
+	s.fails("POST", "/api/pollers/shops/partitions", opsSecret, `{"partition": "eu"}`, 409, "conflict")
 	ok[any](s, "DELETE", "/api/pollers/shops/partitions/us?purge=true", "")
 	if st := ok[keyStatus](s, "POST", "/api/pollers/shops/partitions", `{"partition": "us"}`); st.Partition != "us" {
 		t.Errorf("add a deleted partition: %+v", st)
@@ -930,7 +939,7 @@ func TestAdvRacePartitionLifecycle(t *testing.T) {
 	t.Logf("answers: %v", seen)
 	for k := range seen {
 		switch k {
-		case "200 ", "404 not_found", "409 exists", "503 key_busy":
+		case "200 ", "404 not_found", "409 conflict", "503 key_busy":
 		default:
 			t.Errorf("answer %q during the storm", k)
 		}
@@ -1075,6 +1084,7 @@ func TestAdvUnknownPathNamesEndpoints(t *testing.T) {
 // nothing; a poller-wide action skips it.
 func TestAdvDeletedPartitionActions(t *testing.T) {
 	s := newSite(t)
+	const eu = "wk:{shops|eu}:state"
 	ok[any](s, "DELETE", "/api/pollers/shops/partitions/eu?purge=true", "")
 	for _, r := range [][3]string{
 		{"POST", "/api/keys/shops/eu/pause", ""},
@@ -1086,12 +1096,20 @@ func TestAdvDeletedPartitionActions(t *testing.T) {
 		{"POST", "/api/keys/shops/eu/parked/discard", `{"all": true}`},
 		{"DELETE", "/api/pollers/shops/partitions/eu", ""},
 	} {
-		before := s.dump()
+		before, state := s.dump(), s.unfenced(eu)
 		code, _, b := s.raw(r[0], r[1], r[2], func(q *http.Request) { q.Header.Set("Authorization", "Bearer "+opsSecret) })
 		if code != 404 || codeOf(b) != "not_found" || !strings.Contains(string(b), "partitions add") {
 			t.Errorf("%s %s on a deleted partition: %d %.300s", r[0], r[1], code, b)
 		}
-		sameDump(t, before, s.dump(), r[0]+" "+r[1]+" on a deleted partition")
+		// The engine refuses once it holds the lease, and releases it through the delete
+		// again: the key's fences move on, nothing else.
+		after := s.dump()
+		delete(before, eu)
+		delete(after, eu)
+		sameDump(t, before, after, r[0]+" "+r[1]+" on a deleted partition")
+		if now := s.unfenced(eu); !maps.Equal(now, state) {
+			t.Errorf("%s %s on a deleted partition wrote its state: %v (was %v)", r[0], r[1], now, state)
+		}
 	}
 	for _, op := range []string{"pause", "trigger", "resume", "pause"} {
 		res := ok[struct{ Keys []keyStatus }](s, "POST", "/api/pollers/shops/"+op, "")
@@ -1114,25 +1132,14 @@ func TestAdvDeletedPartitionActions(t *testing.T) {
 	}
 }
 
-// OpenEnv runs the tests of holes that need a fix outside internal/admin: they are skipped
-// unless it is set, so that the package stays green until the engine is fixed.
-const OpenEnv = "WATUKUY_ADV_OPEN"
-
-// An action queued behind a partitions delete lands in the deletion mark. reset-cursor (as
+// An action queued behind a partitions delete landed in the deletion mark. reset-cursor (as
 // backfill, replay, parked retry/discard and partitions remove) takes the key's lease and
-// waits up to 5 s for a holder; when the holder is partitions delete, the action runs on the
-// deleted key as soon as the delete releases the lease, and writes its cursor (its pause,
-// its backfill, its replayed events) into the deletion mark; partitions add then brings the
-// partition back with that state instead of empty: past cursor "999" here, so the items
-// before it are never emitted. The API's own check (TestAdvDeletedPartitionActions) comes
-// before the wait and cannot see it. Fix in the engine: withOpLease (or begin.lua) must refuse
-// a key with the deletion mark once it holds the lease (a NotFoundError), Pause/Resume/Trigger
-// must write only to a key without it (one script), and reviveKey should drop every field
-// but the fences and the incarnation.
+// waits up to 5 s for a holder; when the holder was partitions delete, the action ran on the
+// deleted key as soon as the delete released the lease, and wrote its cursor into the
+// deletion mark; partitions add then brought the partition back past cursor "999", so the
+// items before it were never emitted. Fixed in the engine: an operation that holds the lease
+// of a deleted key writes nothing and fails with a NotFoundError (Deleted).
 func TestAdvDeleteRacesQueuedAction(t *testing.T) {
-	if os.Getenv(OpenEnv) == "" {
-		t.Skipf("open hole (engine: an op lease on a deleted key); run with %s=1", OpenEnv)
-	}
 	s := newSite(t)
 	for round := range 20 {
 		var wg sync.WaitGroup

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/outage"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // DefaultMaxBody is Options.MaxBody when it is not set: every request body the API reads is a
@@ -252,6 +252,8 @@ func classify(err error) *Error {
 		nf  *watukuy.NotFoundError
 		ce  *watukuy.ConfigError
 		ru  *watukuy.ReplayUnavailableError
+		kb  *watukuy.KeyBusyError
+		cf  *watukuy.ConflictError
 		mbe *http.MaxBytesError
 	)
 	switch {
@@ -267,38 +269,16 @@ func classify(err error) *Error {
 		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: nf.Error(), Known: known}
 	case errors.As(err, &ru):
 		return &Error{Status: http.StatusConflict, Code: "replay_unavailable", Message: ru.Error()}
+	case errors.As(err, &cf):
+		return &Error{Status: http.StatusConflict, Code: "conflict", Message: cf.Error()}
+	case errors.As(err, &kb):
+		return &Error{Status: http.StatusServiceUnavailable, Code: "key_busy", Message: kb.Error(), RetryAfter: 1}
 	case errors.As(err, &ce):
 		return &Error{Status: http.StatusBadRequest, Code: "bad_request", Field: strings.TrimPrefix(ce.Field, "--"), Message: ce.Error()}
 	case outage.Unreachable(err):
 		return &Error{Status: http.StatusServiceUnavailable, Code: "redis_unavailable", Message: err.Error(), RetryAfter: 1}
 	}
-	msg := err.Error()
-	for _, pe := range plainErrors {
-		if strings.Contains(msg, pe.text) {
-			return &Error{Status: pe.status, Code: pe.code, Message: msg, RetryAfter: pe.retryAfter}
-		}
-	}
-	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: msg}
-}
-
-// plainErrors are the engine's errors that are no server fault but come as plain errors (no
-// type to switch on), known by their text: a key another instance's cycle held for the
-// engine's whole wait, a partition added that exists (also when another request added it
-// meanwhile), and a parked invalid item that still fails the poller's checks or
-// cannot be placed. Typed errors in the engine (a busy-key and a conflict type, as
-// NotFoundError is) would replace this table; TestAdvActionWhileCycleHoldsLease,
-// TestAdvPartitionAddExisting and TestAdvParkedRetryStillInvalid pin the texts.
-var plainErrors = []struct {
-	text       string
-	status     int
-	code       string
-	retryAfter int
-}{
-	{"stayed leased by another instance", http.StatusServiceUnavailable, "key_busy", 1},
-	{" already exists (status ", http.StatusConflict, "exists", 0},
-	{" is still invalid: ", http.StatusConflict, "conflict", 0},
-	{" may be older than what the rows hold of it", http.StatusConflict, "conflict", 0},
-	{" is an invalid item: retrying it runs the poller's checks", http.StatusConflict, "conflict", 0},
+	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: err.Error()}
 }
 
 func writeError(w http.ResponseWriter, e *Error) {
@@ -360,11 +340,11 @@ func keyOf(r *http.Request) watukuy.Key {
 }
 
 // keysOf is the keys an endpoint acts on: the path's key, or with all every partition of
-// the path's poller that is not deleted. The path's key must exist and not be deleted.
+// the path's poller that is not deleted. The engine refuses a path's key that does not exist
+// or is deleted (404).
 func (a *api) keysOf(ctx context.Context, r *http.Request, all bool) ([]watukuy.Key, error) {
 	if !all {
-		k := keyOf(r)
-		return []watukuy.Key{k}, a.live(ctx, k)
+		return []watukuy.Key{keyOf(r)}, nil
 	}
 	poller := r.PathValue("poller")
 	kis, err := a.o.Engine.InspectAll(ctx, poller)
@@ -373,7 +353,7 @@ func (a *api) keysOf(ctx context.Context, r *http.Request, all bool) ([]watukuy.
 	}
 	var keys []watukuy.Key
 	for _, ki := range kis {
-		if string(ki.Status) != statusDeleted {
+		if ki.Status != watukuytype.StatusDeleted { // a deleted config partition stays listed
 			keys = append(keys, watukuy.Key{Poller: ki.Poller, Partition: ki.Partition})
 		}
 	}
@@ -382,26 +362,6 @@ func (a *api) keysOf(ctx context.Context, r *http.Request, all bool) ([]watukuy.
 			Message: fmt.Sprintf("poller %q has no partitions (all were deleted): add one with POST /api/pollers/%s/partitions", poller, poller)}
 	}
 	return keys, nil
-}
-
-// statusDeleted is the KeyInfo.Status of a deleted partition.
-const statusDeleted = "deleted"
-
-// live fails unless k exists and is not a deleted partition. A deleted partition of the
-// config stays listed, as deleted, and the engine lets the operations write into its
-// deletion mark (a pause, a cursor, a backfill, replayed events), which partitions add then
-// brings back: the partition would come back paused, or past items it never emitted,
-// rather than empty. An action on it is a 404 that names partitions add.
-func (a *api) live(ctx context.Context, k watukuy.Key) error {
-	ki, err := a.o.Engine.Inspect(ctx, k.Poller, k.Partition)
-	if err != nil {
-		return err
-	}
-	if string(ki.Status) == statusDeleted {
-		return &Error{Status: http.StatusNotFound, Code: "not_found", Known: []string{},
-			Message: fmt.Sprintf("%s is deleted: partitions add (POST /api/pollers/%s/partitions) brings it back, empty", k.Describe(), k.Poller)}
-	}
-	return nil
 }
 
 // keyStatus is one key and its status after an action.
@@ -622,19 +582,7 @@ func (a *api) replay(ctx context.Context, c *call) (any, error) {
 	} else if from.After(time.Now()) {
 		return nil, badField("from", "%s is in the future: nothing was logged after now", *body.From)
 	}
-	// Nothing was logged before 1970: the log's stream ids are Unix milliseconds, and a
-	// negative one is not an id Redis takes.
-	epoch := time.UnixMilli(0)
-	if from.Before(epoch) {
-		from = epoch
-	}
-	if body.To != nil && to.Before(epoch) {
-		to = epoch
-	}
 	k := keyOf(c.r)
-	if err := a.live(ctx, k); err != nil {
-		return nil, err
-	}
 	n, err := a.o.Engine.Replay(ctx, k.Poller, k.Partition, from, to)
 	if err != nil {
 		return nil, err
@@ -659,9 +607,6 @@ func (a *api) resetCursor(ctx context.Context, c *call) (any, error) {
 		return nil, badField("cursor", "required: the cursor to rewind the live lane to, or null for the very beginning")
 	}
 	k := keyOf(c.r)
-	if err := a.live(ctx, k); err != nil {
-		return nil, err
-	}
 	if err := a.o.Engine.ResetCursor(ctx, k.Poller, k.Partition, body.Cursor.text(), body.ClearSnapshot); err != nil {
 		return nil, err
 	}
@@ -738,9 +683,6 @@ func (a *api) release(action string, fn func(watukuy.Parked, context.Context, st
 			return nil, badField("ids", "required (or all true): the ids of the parked rows, as GET .../parked lists them")
 		}
 		k := keyOf(c.r)
-		if err := a.live(ctx, k); err != nil {
-			return nil, err
-		}
 		rows, err := a.o.Engine.Parked().List(ctx, k.Poller, k.Partition, body.Kind)
 		if err != nil {
 			return nil, err
@@ -755,18 +697,16 @@ func (a *api) release(action string, fn func(watukuy.Parked, context.Context, st
 		if body.All {
 			ids = have
 		}
-		// An id named twice is one row: the engine would return its event to delivery once
-		// per mention.
-		seen := make(map[string]bool, len(ids))
-		ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool {
-			dup := seen[id]
-			seen[id] = true
-			return dup
-		})
 		for _, id := range ids {
 			if !parked[id] {
 				return nil, &Error{Status: http.StatusNotFound, Code: "not_found", Known: have,
 					Message: fmt.Sprintf("no parked row %q in %s", id, k.Describe())}
+			}
+		}
+		if len(ids) == 0 { // nothing to release: the engine is not asked, so say what it would
+			if ki, err := a.o.Engine.Inspect(ctx, k.Poller, k.Partition); err == nil && ki.Status == watukuytype.StatusDeleted {
+				return nil, &watukuytype.NotFoundError{Poller: k.Poller, Partition: k.Partition, PartitionMissing: true, Deleted: true,
+					Hint: "the partition is deleted: `partitions add` brings it back, empty"}
 			}
 		}
 		n := 0
@@ -836,10 +776,6 @@ func (a *api) addPartition(ctx context.Context, c *call) (any, error) {
 		return nil, badField("partition", "required: the name of the partition to add")
 	}
 	k := watukuy.Key{Poller: c.r.PathValue("poller"), Partition: *body.Partition}
-	if ki, err := a.o.Engine.Inspect(ctx, k.Poller, k.Partition); err == nil && ki.Status != "deleted" {
-		return nil, &Error{Status: http.StatusConflict, Code: "conflict",
-			Message: fmt.Sprintf("%s already exists (status %s): resume brings back a removed or paused one", k.Describe(), ki.Status)}
-	}
 	if err := a.o.Engine.Partitions().Add(ctx, k.Poller, k.Partition); err != nil {
 		if ce := (*watukuy.ConfigError)(nil); errors.As(err, &ce) && ce.Field == "partitions" {
 			return nil, badField("partition", "%s", ce.Msg)
@@ -863,8 +799,6 @@ func (a *api) removePartition(ctx context.Context, c *call) (any, error) {
 	action, fn := "partitions remove", a.o.Engine.Partitions().Remove
 	if purge {
 		action, fn = "partitions delete", a.o.Engine.Partitions().Delete
-	} else if err := a.live(ctx, k); err != nil {
-		return nil, err
 	}
 	if err := fn(ctx, k.Poller, k.Partition); err != nil {
 		return nil, err

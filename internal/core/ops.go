@@ -30,6 +30,13 @@ func (e *Engine) Replay(ctx context.Context, key watukuytype.Key, from, to time.
 	if to.IsZero() {
 		to = time.Now().Add(time.Hour) // everything logged so far
 	}
+	// Nothing was logged before 1970, and the log's stream ids are unix milliseconds: a
+	// negative one is no id Redis takes.
+	for _, t := range []*time.Time{&from, &to} {
+		if t.Before(time.UnixMilli(0)) {
+			*t = time.UnixMilli(0)
+		}
+	}
 	if to.Before(from) {
 		return 0, fmt.Errorf("watukuy: replay %s: --to %s is before --from %s", key.Describe(), to.Format(time.RFC3339), from.Format(time.RFC3339))
 	}
@@ -147,7 +154,7 @@ func (e *Engine) AddPartition(ctx context.Context, key watukuytype.Key) error {
 			return err
 		}
 		if ki.Status != "deleted" {
-			return fmt.Errorf("watukuy: %s already exists (status %s); use resume to bring back a removed or paused one", key.Describe(), ki.Status)
+			return &watukuytype.ConflictError{Key: key, Msg: fmt.Sprintf("already exists (status %s); use resume to bring back a removed or paused one", ki.Status)}
 		}
 	} else if nf := (*watukuytype.NotFoundError)(nil); !errors.As(err, &nf) || !nf.PartitionMissing {
 		return err
@@ -184,7 +191,7 @@ func (e *Engine) DeletePartition(ctx context.Context, key watukuytype.Key) error
 	if err != nil {
 		return err
 	}
-	err = e.withOpLease(ctx, t, func(c *cycle) error {
+	err = e.opLease(ctx, t, true, func(c *cycle) error { // a delete again finishes one cut short
 		c.released = true
 		return e.store.DeleteKey(ctx, c.lease)
 	})
@@ -225,16 +232,37 @@ func (e *Engine) keyOp(ctx context.Context, key watukuytype.Key, name string, op
 	if _, err := e.resolve(ctx, key); err != nil {
 		return err
 	}
+	if snap, err := e.store.Inspect(ctx, key); err != nil {
+		return keyErr("watukuy: "+name, key, err)
+	} else if snap.State[statehash.Deleted] == "1" {
+		return deletedKey(key) // a deleted config partition stays listed; a pause would outlive it
+	}
 	if err := op(ctx, key); err != nil {
 		return keyErr("watukuy: "+name, key, err)
 	}
 	return nil
 }
 
-// withOpLease runs fn under the key's lease, waiting up to 5s for another holder to finish.
+// opLeaseWait is how long an operation waits for another holder of the key's lease.
+const opLeaseWait = 5 * time.Second
+
+// deletedKey is the error of an operation on a deleted partition.
+func deletedKey(key watukuytype.Key) error {
+	return &watukuytype.NotFoundError{Poller: key.Poller, Partition: key.Partition, PartitionMissing: true, Deleted: true,
+		Hint: "the partition is deleted: `partitions add` brings it back, empty"}
+}
+
+// withOpLease runs fn under the key's lease, waiting up to 5s for another holder to finish;
+// a deleted key is a *NotFoundError (Deleted) and nothing is written.
 // The cycle's poller is nil when this engine does not have the key's definition.
 func (e *Engine) withOpLease(ctx context.Context, t target, fn func(c *cycle) error) error {
-	deadline := time.Now().Add(5 * time.Second)
+	return e.opLease(ctx, t, false, fn)
+}
+
+// opLease is withOpLease; only deleting runs fn on a deleted key, the others fail with
+// deletedKey.
+func (e *Engine) opLease(ctx context.Context, t target, deleting bool, fn func(c *cycle) error) error {
+	deadline := time.Now().Add(opLeaseWait)
 	ttl := t.info.leaseTTL()
 	if t.p != nil {
 		ttl = t.p.LeaseTTL
@@ -247,6 +275,15 @@ func (e *Engine) withOpLease(ctx context.Context, t target, fn func(c *cycle) er
 		}
 		if b.Status == BeginOK {
 			c := newCycle(e, t.p, b, sent, e.now())
+			if !deleting && c.state.get(statehash.Deleted) == "1" {
+				// Deleted, perhaps by the partitions delete whose lease this waited for: writing
+				// would put data into the deletion mark, which partitions add would bring
+				// back. The delete's own release leaves it as it was (but for its fences).
+				if err := e.store.DeleteKey(ctx, c.lease); err != nil {
+					return err
+				}
+				return deletedKey(t.key)
+			}
 			ferr := fn(c)
 			if c.released {
 				return ferr
@@ -257,7 +294,7 @@ func (e *Engine) withOpLease(ctx context.Context, t target, fn func(c *cycle) er
 			return ferr
 		}
 		if time.Now().After(deadline) {
-			return errors.New("the key stayed leased by another instance for 5s; try again")
+			return &watukuytype.KeyBusyError{Key: t.key, Waited: opLeaseWait}
 		}
 		wait := min(b.LeaseExpires.Sub(b.Now), 250*time.Millisecond)
 		select {

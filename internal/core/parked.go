@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -101,6 +102,12 @@ func (e *Engine) releaseParked(ctx context.Context, key watukuytype.Key, ids []s
 	if err != nil {
 		return 0, err
 	}
+	seen := make(map[string]bool, len(ids))
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { // an id named twice is one row, released once
+		dup := seen[id]
+		seen[id] = true
+		return dup
+	})
 	released := 0
 	err = e.withOpLease(ctx, t, func(c *cycle) error {
 		rows, err := e.store.ListParked(ctx, key)
@@ -116,7 +123,7 @@ func (e *Engine) releaseParked(ctx context.Context, key watukuytype.Key, ids []s
 			var r parkedRow
 			if err := json.Unmarshal(raw, &r); err == nil && r.Kind == parkedInvalid && retry {
 				if c.p == nil {
-					return fmt.Errorf("parked row %s is an invalid item: retrying it runs the poller's checks, so pass --config with poller %q", id, key.Poller)
+					return &watukuytype.ConflictError{Key: key, Msg: fmt.Sprintf("parked row %s is an invalid item: retrying it runs the poller's checks, so pass --config with poller %q", id, key.Poller)}
 				}
 				if err := c.retryInvalid(ctx, r); err != nil {
 					return err
@@ -188,7 +195,7 @@ func (c *cycle) placeRetry(ctx context.Context, r parkedRow, o observation) erro
 	case k.row != nil && versionBefore(k.row.Version, o.version):
 		return nil
 	}
-	return fmt.Errorf("parked row %s (%s) may be older than what the rows hold of it (it was parked without an identity, by a backfill or before this release): it is not committed; discard it, and backfill or reset-cursor to read %s again", r.ID, o.identity, o.identity)
+	return &watukuytype.ConflictError{Key: c.lease.Key, Msg: fmt.Sprintf("parked row %s (%s) may be older than what the rows hold of it (it was parked without an identity, by a backfill or before this release): it is not committed; discard it, and backfill or reset-cursor to read %s again", r.ID, o.identity, o.identity)}
 }
 
 // retryInvalid runs a parked invalid item through the diff again; if it now passes it is
@@ -198,7 +205,7 @@ func (c *cycle) retryInvalid(ctx context.Context, r parkedRow) error {
 	raw := json.RawMessage(r.Item)
 	o, issue := c.observe(raw)
 	if issue != "" {
-		return fmt.Errorf("parked row %s is still invalid: %s", r.ID, issue)
+		return &watukuytype.ConflictError{Key: c.lease.Key, Msg: fmt.Sprintf("parked row %s is still invalid: %s", r.ID, issue)}
 	}
 	if err := c.placeRetry(ctx, r, o); err != nil {
 		return err
