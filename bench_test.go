@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
@@ -380,4 +382,61 @@ func BenchmarkIdleKeyBytes(b *testing.B) {
 			b.ReportMetric(v, unit)
 		}
 	}
+}
+
+// BenchmarkIdleCycle: one idle cycle (Begin, a fetch that finds nothing new, End) of one key
+// on miniredis, whose clock the benchmark moves past the key's interval between cycles so the
+// key is always due: the per-cycle cost of the engine itself, the figure tracing must not
+// raise when it is off (README "Traces"). fetch=go is a Go Fetch returning an empty page;
+// fetch=http asks a local HTTP server through the token cursor (httpx), which answers an
+// empty page. Run with -benchmem and compare with benchstat.
+func BenchmarkIdleCycle(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"data":[],"next":"t1"}`))
+	}))
+	defer srv.Close()
+	token := &TokenCursor{Source: HTTPSource{URL: srv.URL + "/changes", Items: "data"}, Param: "token", Next: "next"}
+	fetches := []struct {
+		name  string
+		fetch FetchFunc
+	}{
+		{"go", func(_ context.Context, req FetchRequest) (Page, error) { return Page{Next: req.Cursor}, nil }},
+		{"http", token.Fetch},
+	}
+	for _, f := range fetches {
+		b.Run("fetch="+f.name, func(b *testing.B) {
+			benchIdleCycles(b, f.fetch, Options{})
+		})
+	}
+}
+
+// benchIdleCycles runs b.N idle cycles of one key whose Fetch is fetch, on an engine built
+// with opts (Redis, InstanceID and the clock are set here).
+func benchIdleCycles(b *testing.B, fetch FetchFunc, opts Options) {
+	clock := newClock()
+	opts.Redis, opts.InstanceID, opts.clock = redistest.Miniredis(b).Client, "bench", clock.Now
+	eng, err := New(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := eng.Register(Poller{Name: "idle", Fetch: fetch, Handler: func(context.Context, Event) error { return nil },
+		Schedule: Schedule{Min: time.Second, Max: time.Second, Fixed: true}}); err != nil {
+		b.Fatal(err)
+	}
+	key := watukuytype.Key{Poller: "idle"}
+	run := func() {
+		clock.Advance(2 * time.Second) // past the interval: the key is due again
+		if rep := eng.core.RunCycle(b.Context(), key); rep.Err != nil || rep.Outcome != watukuytype.Ran || rep.Events != 0 {
+			b.Fatalf("idle cycle: %+v", rep)
+		}
+	}
+	run() // the key's first cycle writes its state
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		run()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
 }
