@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/watukuy/watukuy/internal/bench"
 	"github.com/watukuy/watukuy/internal/fakeapi"
@@ -387,9 +388,9 @@ func BenchmarkIdleKeyBytes(b *testing.B) {
 // BenchmarkIdleCycle: one idle cycle (Begin, a fetch that finds nothing new, End) of one key
 // on miniredis, whose clock the benchmark moves past the key's interval between cycles so the
 // key is always due: the per-cycle cost of the engine itself, the figure tracing must not
-// raise when it is off (README "Traces"). fetch=go is a Go Fetch returning an empty page;
-// fetch=http asks a local HTTP server through the token cursor (httpx), which answers an
-// empty page. Run with -benchmem and compare with benchstat.
+// raise when it is off (README "Traces (OpenTelemetry)"). fetch=go is a Go Fetch returning an
+// empty page; fetch=http asks a local HTTP server through the token cursor (httpx), which
+// answers an empty page; traced/ runs them with tracing on. Compare with benchstat.
 func BenchmarkIdleCycle(b *testing.B) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -409,7 +410,23 @@ func BenchmarkIdleCycle(b *testing.B) {
 			benchIdleCycles(b, f.fetch, Options{})
 		})
 	}
+	// The same cycles traced, every span recorded and dropped at its end: what tracing on
+	// costs, exporter aside.
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(dropSpans{}))
+	for _, f := range fetches {
+		b.Run("traced/fetch="+f.name, func(b *testing.B) {
+			benchIdleCycles(b, f.fetch, Options{TracerProvider: tp})
+		})
+	}
 }
+
+// dropSpans is a span processor that keeps nothing.
+type dropSpans struct{}
+
+func (dropSpans) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (dropSpans) OnEnd(sdktrace.ReadOnlySpan)                     {}
+func (dropSpans) Shutdown(context.Context) error                  { return nil }
+func (dropSpans) ForceFlush(context.Context) error                { return nil }
 
 // benchIdleCycles runs b.N idle cycles of one key whose Fetch is fetch, on an engine built
 // with opts (Redis, InstanceID and the clock are set here).

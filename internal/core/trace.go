@@ -31,12 +31,12 @@ const (
 // Span attributes. The cycle span carries the key, the epoch, the lanes it ran, the outcome
 // and its counters; children carry what is theirs.
 const (
-	AttrPoller    = attribute.Key("watukuy.poller")
-	AttrPartition = attribute.Key("watukuy.partition")
+	AttrPoller    = attribute.Key("watukuy.poller")    // the key's poller
+	AttrPartition = attribute.Key("watukuy.partition") // the key's partition ("" for none)
 	// AttrLane is the lane of a fetch or commit; on the cycle span, the lanes it ran in order,
 	// comma-separated ("live", "live,backfill").
 	AttrLane  = attribute.Key("watukuy.lane")
-	AttrEpoch = attribute.Key("watukuy.epoch")
+	AttrEpoch = attribute.Key("watukuy.epoch") // the lease's epoch, once Begin granted it
 	// AttrOutcome is the CycleReport's outcome: ran, skipped_not_due, skipped_leased,
 	// skipped_paused or failed (the labels of the cycles metric).
 	AttrOutcome = attribute.Key("watukuy.outcome")
@@ -44,21 +44,20 @@ const (
 	// FETCH, THROTTLED, INVALID_ITEMS); on a begin span, what Begin found (granted, paused,
 	// not_due, leased, deleted).
 	AttrResult    = attribute.Key("watukuy.result")
-	AttrPage      = attribute.Key("watukuy.page") // a fetch's page number within its lane pass
-	AttrPages     = attribute.Key("watukuy.pages")
-	AttrItems     = attribute.Key("watukuy.items")
-	AttrEvents    = attribute.Key("watukuy.events")
-	AttrDelivered = attribute.Key("watukuy.delivered")
-	AttrParked    = attribute.Key("watukuy.parked")
-	AttrHeld      = attribute.Key("watukuy.held")
+	AttrPage      = attribute.Key("watukuy.page")      // a fetch's page number within its lane pass
+	AttrPages     = attribute.Key("watukuy.pages")     // pages fetched by the cycle
+	AttrItems     = attribute.Key("watukuy.items")     // items read (a fetch, a cycle) or rows written (a commit)
+	AttrEvents    = attribute.Key("watukuy.events")    // events committed (a commit, a cycle) or to deliver (a drain)
+	AttrDelivered = attribute.Key("watukuy.delivered") // events delivered and acked
+	AttrParked    = attribute.Key("watukuy.parked")    // events parked as poison
 	// AttrNotModified marks a fetch answered 304 (nothing new at the committed ETag).
 	AttrNotModified = attribute.Key("watukuy.not_modified")
-	AttrHasMore     = attribute.Key("watukuy.has_more")
-	AttrAttempt     = attribute.Key("watukuy.attempt") // a handler attempt's number, from 1
+	AttrHasMore     = attribute.Key("watukuy.has_more") // the page said more follow
+	AttrAttempt     = attribute.Key("watukuy.attempt")  // a handler attempt's number, from 1
 	// AttrHandlerResult is a handler attempt's result: ok, error, panic, timeout or fenced.
 	AttrHandlerResult = attribute.Key("watukuy.handler.result")
-	AttrEventID       = attribute.Key("watukuy.event.id")
-	AttrEventType     = attribute.Key("watukuy.event.type")
+	AttrEventID       = attribute.Key("watukuy.event.id")   // the event's id
+	AttrEventType     = attribute.Key("watukuy.event.type") // created, updated or deleted
 )
 
 // tracerOf is the engine's tracer: nil when tp is nil or the API's no-op provider, so that a

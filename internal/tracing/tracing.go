@@ -36,12 +36,16 @@ import (
 
 // The environment variables Setup reads itself (the SDK and exporters read the others).
 const (
-	EnvSDKDisabled         = "OTEL_SDK_DISABLED"
-	EnvTracesExporter      = "OTEL_TRACES_EXPORTER"
-	EnvEndpoint            = "OTEL_EXPORTER_OTLP_ENDPOINT"
-	EnvTracesEndpoint      = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-	EnvProtocol            = "OTEL_EXPORTER_OTLP_PROTOCOL"
-	EnvTracesProtocol      = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	EnvSDKDisabled    = "OTEL_SDK_DISABLED"                  // true: off, whatever else is set
+	EnvTracesExporter = "OTEL_TRACES_EXPORTER"               // otlp, console, none, or a list
+	EnvEndpoint       = "OTEL_EXPORTER_OTLP_ENDPOINT"        // set: on with otlp (exporter unset)
+	EnvTracesEndpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" // set: on with otlp (exporter unset)
+	EnvProtocol       = "OTEL_EXPORTER_OTLP_PROTOCOL"        // http/protobuf (default) or grpc
+	EnvTracesProtocol = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" // the same for traces alone, first
+)
+
+// Exporter and protocol names, and the service name when the caller gives none.
+const (
 	exporterOTLP           = "otlp"
 	exporterConsole        = "console"
 	exporterNone           = "none"
