@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/watukuy/watukuy/internal/bench"
 	"github.com/watukuy/watukuy/internal/fakeapi"
@@ -380,4 +383,77 @@ func BenchmarkIdleKeyBytes(b *testing.B) {
 			b.ReportMetric(v, unit)
 		}
 	}
+}
+
+// BenchmarkIdleCycle: one idle cycle (Begin, a fetch that finds nothing new, End) of one key
+// on miniredis, whose clock the benchmark moves past the key's interval between cycles so the
+// key is always due: the per-cycle cost of the engine itself, the figure tracing must not
+// raise when it is off (README "Traces (OpenTelemetry)"). fetch=go is a Go Fetch returning an
+// empty page; fetch=http asks a local HTTP server through the token cursor (httpx), which
+// answers an empty page; traced/ runs them with tracing on. Compare with benchstat.
+func BenchmarkIdleCycle(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"data":[],"next":"t1"}`))
+	}))
+	defer srv.Close()
+	token := &TokenCursor{Source: HTTPSource{URL: srv.URL + "/changes", Items: "data"}, Param: "token", Next: "next"}
+	fetches := []struct {
+		name  string
+		fetch FetchFunc
+	}{
+		{"go", func(_ context.Context, req FetchRequest) (Page, error) { return Page{Next: req.Cursor}, nil }},
+		{"http", token.Fetch},
+	}
+	for _, f := range fetches {
+		b.Run("fetch="+f.name, func(b *testing.B) {
+			benchIdleCycles(b, f.fetch, Options{})
+		})
+	}
+	// The same cycles traced, every span recorded and dropped at its end: what tracing on
+	// costs, exporter aside.
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(dropSpans{}))
+	for _, f := range fetches {
+		b.Run("traced/fetch="+f.name, func(b *testing.B) {
+			benchIdleCycles(b, f.fetch, Options{TracerProvider: tp})
+		})
+	}
+}
+
+// dropSpans is a span processor that keeps nothing.
+type dropSpans struct{}
+
+func (dropSpans) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (dropSpans) OnEnd(sdktrace.ReadOnlySpan)                     {}
+func (dropSpans) Shutdown(context.Context) error                  { return nil }
+func (dropSpans) ForceFlush(context.Context) error                { return nil }
+
+// benchIdleCycles runs b.N idle cycles of one key whose Fetch is fetch, on an engine built
+// with opts (Redis, InstanceID and the clock are set here).
+func benchIdleCycles(b *testing.B, fetch FetchFunc, opts Options) {
+	clock := newClock()
+	opts.Redis, opts.InstanceID, opts.clock = redistest.Miniredis(b).Client, "bench", clock.Now
+	eng, err := New(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := eng.Register(Poller{Name: "idle", Fetch: fetch, Handler: func(context.Context, Event) error { return nil },
+		Schedule: Schedule{Min: time.Second, Max: time.Second, Fixed: true}}); err != nil {
+		b.Fatal(err)
+	}
+	key := watukuytype.Key{Poller: "idle"}
+	run := func() {
+		clock.Advance(2 * time.Second) // past the interval: the key is due again
+		if rep := eng.core.RunCycle(b.Context(), key); rep.Err != nil || rep.Outcome != watukuytype.Ran || rep.Events != 0 {
+			b.Fatalf("idle cycle: %+v", rep)
+		}
+	}
+	run() // the key's first cycle writes its state
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		run()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/cursor"
@@ -241,6 +242,13 @@ type Options struct {
 	// clock), which pollers name in Poller.Budget: each request takes a token first, the
 	// live lane before reconcile and backfill, and a 429 on any key pauses the whole budget.
 	Budgets []Budget
+	// TracerProvider, when set, traces every cycle with OpenTelemetry: a root span
+	// watukuy.cycle with children begin, fetch (and the HTTP client span of each request of
+	// the HTTP helpers), commit, drain (with a handler span per attempt) and end; README
+	// "Traces (OpenTelemetry)" lists the attributes. A handler's context carries its
+	// attempt's span, so the webhook sink sends it as traceparent. nil (the default): no
+	// spans and no cost. Only the OpenTelemetry API is linked; the program brings the SDK.
+	TracerProvider trace.TracerProvider
 
 	// Leases and throttle windows run on the Redis server's clock (TIME), never on one of the
 	// caller's: the tests of this package alone replace it (and the local clock leases are
@@ -277,7 +285,8 @@ func New(opts Options) (*Engine, error) {
 		s = opts.wrapStore(s)
 	}
 	ce, err := core.NewEngine(core.Options{Store: s, InstanceID: opts.InstanceID, Logger: opts.Logger,
-		TickConcurrency: opts.TickConcurrency, ClaimTimeout: opts.ClaimTimeout, Hooks: opts.Hooks, Clock: opts.clock, Wait: opts.wait, Budgets: opts.Budgets})
+		TickConcurrency: opts.TickConcurrency, ClaimTimeout: opts.ClaimTimeout, Hooks: opts.Hooks, Clock: opts.clock, Wait: opts.wait, Budgets: opts.Budgets,
+		TracerProvider: opts.TracerProvider})
 	if err != nil {
 		return nil, err
 	}

@@ -202,7 +202,8 @@ func (c *common) prepare(cmd *cobra.Command) error {
 		}
 		c.s.LogFormat = "json"
 	}
-	c.s.Out = cmd.OutOrStdout() // the stdout sink writes where the command does
+	c.s.Out = cmd.OutOrStdout()     // the stdout sink writes where the command does
+	c.s.Service = cmd.Root().Name() // the traces' service.name: watukuy, watukuy-worker, watukuy-scheduler
 	return nil
 }
 
@@ -270,6 +271,7 @@ func (c *common) withEnv(cmd *cobra.Command, fn func(ctx context.Context, env *a
 			return err
 		}
 		defer env.RDB.Close()
+		defer env.FlushTraces()
 		return fn(ctx, env)
 	})
 }

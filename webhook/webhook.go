@@ -12,6 +12,10 @@
 //	webhook-timestamp: <unix seconds> the time of this attempt
 //	webhook-signature: v1,<base64(HMAC-SHA256(key, "<id>.<timestamp>.<body>"))> ...
 //
+// A watukuy that traces its cycles (OpenTelemetry) also sends traceparent, the W3C trace
+// context of the handler attempt: a receiver that traces extracts it (propagation.TraceContext)
+// to continue the cycle's trace. It is not signed, and this package ignores it.
+//
 // The signature header holds one space-separated entry per secret the sender signs with, so a
 // secret is rotated without downtime: the sender signs with old and new, receivers switch to
 // the new one, then the sender drops the old. A Verifier given several secrets accepts a

@@ -53,6 +53,9 @@ type Settings struct {
 	// WaitReplicas makes cycles deliver events only once that many replicas have their commit
 	// (watukuy.Options.WaitReplicas).
 	WaitReplicas int
+	// Service is the default service.name of the process's traces (OTEL_SERVICE_NAME wins):
+	// the binary's name; "" is watukuy.
+	Service string
 }
 
 // DefaultDrain is Settings.Drain when it is not set.
@@ -74,6 +77,7 @@ type Env struct {
 
 	mu     sync.Mutex  // guards Pollers and Config, which a reload replaces (reload.go)
 	reload reloadState // what Reload needs: the settings, the lock, the metric
+	traces traces      // the tracer provider's shutdown (tracing.go)
 }
 
 // Open loads the config file (when there is one and it is wanted: wantsConfig), connects to
@@ -160,8 +164,12 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 	if env.Config != nil {
 		budgets = env.Config.EngineBudgets()
 	}
+	tp, err := env.startTracing(ctx, s)
+	if err != nil {
+		return err
+	}
 	eng, err := watukuy.New(watukuy.Options{Redis: rdb, Prefix: s.Prefix, InstanceID: s.InstanceID, Logger: env.Log, ClaimTimeout: s.ClaimTimeout, WaitReplicas: s.WaitReplicas,
-		Hooks: env.Metrics.Hooks(watukuytype.Hooks{}), Budgets: budgets})
+		Hooks: env.Metrics.Hooks(watukuytype.Hooks{}), Budgets: budgets, TracerProvider: tp})
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,7 @@ func (env *Env) worker(s Settings) pool.WorkerOptions {
 // RunScheduler claims due keys and enqueues their cycles until ctx ends (pool.Scheduler),
 // claiming every registered poller's keys.
 func RunScheduler(ctx context.Context, env *Env, s Settings) error {
+	defer env.FlushTraces() // the last cycles' spans
 	ctx, stop := context.WithCancel(ctx)
 	defer stop() // the endpoints end with the scheduler
 	p, err := env.process(ctx, s)
@@ -47,6 +48,7 @@ func RunScheduler(ctx context.Context, env *Env, s Settings) error {
 // them over in seconds. Cycles still running after s.Drain are cancelled (their unacked
 // events stay in the outbox, G1). See pool.Worker.
 func RunWorker(ctx context.Context, env *Env, s Settings) error {
+	defer env.FlushTraces() // the last cycles' spans
 	if len(env.PollerNames()) == 0 {
 		return errors.New("no pollers: a worker needs --config (or WATUKUY_CONFIG) with at least one poller")
 	}
@@ -65,6 +67,7 @@ func RunWorker(ctx context.Context, env *Env, s Settings) error {
 // first of them to return stops the other, so a worker that cannot start never leaves a
 // scheduler that claims keys nobody runs.
 func RunAll(ctx context.Context, env *Env, s Settings) error {
+	defer env.FlushTraces() // the last cycles' spans
 	if len(env.PollerNames()) == 0 {
 		return errors.New("no pollers: pass --config with at least one poller")
 	}

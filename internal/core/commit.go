@@ -90,7 +90,12 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 			return nil
 		}
 		sent := c.e.now()
-		r, err := c.e.store.CommitPoll(ctx, c.lease, cm)
+		sctx, span := c.startSpan(ctx, SpanCommit)
+		r, err := c.e.store.CommitPoll(sctx, c.lease, cm)
+		if span.IsRecording() {
+			span.SetAttributes(AttrLane.String(string(c.lane)), AttrEvents.Int(len(cm.Events)), AttrItems.Int(len(cm.Upserts)+len(cm.Deletes)))
+		}
+		endSpan(span, err)
 		if err != nil {
 			if c.keeper != nil {
 				return c.keeper.check(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/watukuy/watukuy/internal/budget"
 	"github.com/watukuy/watukuy/internal/jcs"
@@ -33,6 +34,11 @@ type cycle struct {
 	canon jcs.Canonicalizer
 	log   zerolog.Logger
 	rep   watukuytype.CycleReport
+	// span is the cycle's span (a no-op one when tracing is off); lane is the lane running
+	// now and lanes those that ran, for the spans (enterLane).
+	span  trace.Span
+	lane  watukuytype.Lane
+	lanes []string
 
 	items int64 // tracked identities: the count at Begin plus rows created since
 	// invalidIndexed: the key has parked invalid observations (at Begin, or parked since), so
@@ -75,7 +81,7 @@ type cycle struct {
 // newCycle starts a cycle under the lease b granted; sentAt and replyAt are the local times
 // Begin was sent and answered.
 func newCycle(e *Engine, p *watukuytype.Poller, b BeginResult, sentAt, replyAt time.Time) *cycle {
-	c := &cycle{e: e, p: p, key: b.Lease.Key, lease: b.Lease, state: newState(b.State), yield: context.Background(),
+	c := &cycle{e: e, p: p, key: b.Lease.Key, lease: b.Lease, state: newState(b.State), yield: context.Background(), span: noSpan(),
 		holds: map[string]bool{}, items: b.Items, invalidIndexed: b.InvalidIndexed > 0, serverAt: b.Now, localAt: sentAt, replyAt: replyAt,
 		log: e.log.With().Str("poller", b.Lease.Key.Poller).Str("partition", b.Lease.Key.Partition).Int64("epoch", b.Lease.Epoch).Logger()}
 	c.rep.Key = c.key
@@ -116,14 +122,17 @@ func (c *cycle) yielding(ctx context.Context) bool {
 // RunCycle runs one cycle for key: begin, drain the outbox, the live lane page by page, end.
 func (e *Engine) RunCycle(ctx context.Context, key watukuytype.Key) watukuytype.CycleReport {
 	start := e.now()
-	rep := e.runCycle(ctx, key)
+	ctx, span := e.startCycleSpan(ctx, key)
+	rep := e.runCycle(ctx, key, span)
+	endCycleSpan(span, rep)
 	if h := e.hooks.OnCycle; h != nil {
 		h(rep, e.now().Sub(start))
 	}
 	return rep
 }
 
-func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key) watukuytype.CycleReport {
+// runCycle is RunCycle under span, the cycle's span.
+func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key, span trace.Span) watukuytype.CycleReport {
 	rep := watukuytype.CycleReport{Key: key, Outcome: watukuytype.Failed}
 	if !e.enter() {
 		rep.Err = errors.New("watukuy: engine is stopping")
@@ -145,11 +154,21 @@ func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key) watukuytype.
 		return rep
 	}
 	sent := e.now()
-	b, err := e.store.Begin(ctx, key, e.owner, p.LeaseTTL, false)
+	bctx, bspan := e.startSpan(ctx, SpanBegin)
+	b, err := e.store.Begin(bctx, key, e.owner, p.LeaseTTL, false)
 	if err != nil {
 		rep.Err = keyErr("watukuy: begin", key, err)
+		endSpan(bspan, rep.Err)
 		return rep
 	}
+	if bspan.IsRecording() {
+		bspan.SetAttributes(AttrResult.String(beginLabel(b.Status)))
+		if b.Status == BeginOK {
+			bspan.SetAttributes(AttrEpoch.Int64(b.Lease.Epoch))
+			span.SetAttributes(AttrEpoch.Int64(b.Lease.Epoch))
+		}
+	}
+	bspan.End()
 	switch b.Status {
 	case BeginPaused:
 		// Looked at again pausedRecheck later rather than at every lapse of its claim;
@@ -178,7 +197,7 @@ func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key) watukuytype.
 	}
 
 	c := newCycle(e, p, b, sent, e.now())
-	c.yield = yield
+	c.yield, c.span = yield, span
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	c.keeper = startLeaseKeeper(cctx, e.store, c.lease, e.now, sent, cancel)
@@ -489,8 +508,14 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	if c.tagPending {
 		st[statehash.LiveTag] = c.state.get(statehash.LiveTag)
 	}
+	if c.span.IsRecording() {
+		c.span.SetAttributes(AttrResult.String(outcome))
+	}
 	c.keeper.close()
-	if err := c.e.store.End(ctx, c.lease, EndRequest{State: st, Delete: del, NextDue: next.NextDue, Trigger: c.state.get(statehash.Trigger)}); err != nil {
+	ectx, span := c.startSpan(ctx, SpanEnd)
+	err := c.e.store.End(ectx, c.lease, EndRequest{State: st, Delete: del, NextDue: next.NextDue, Trigger: c.state.get(statehash.Trigger)})
+	endSpan(span, err)
+	if err != nil {
 		return err
 	}
 	if h := c.e.hooks.OnCircuitOpen; h != nil && next.Circuit == watukuytype.CircuitOpen && failure != nil {

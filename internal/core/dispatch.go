@@ -22,7 +22,19 @@ type delivery struct {
 // sequence order, up to Delivery.Concurrency keys at once. Successes are acked in sequence
 // order in one fenced call; exhausted events are parked and hold their ordering key (G4), or
 // halt the cycle with PoisonHalt. Undelivered entries stay in the outbox (G1).
-func (c *cycle) deliver(ctx context.Context, batch []delivery) *cycleError {
+func (c *cycle) deliver(ctx context.Context, batch []delivery) (f *cycleError) {
+	ctx, span := c.startSpan(ctx, SpanDrain)
+	delivered, parked := c.rep.Delivered, c.rep.Parked
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(AttrEvents.Int(len(batch)), AttrDelivered.Int(c.rep.Delivered-delivered), AttrParked.Int(c.rep.Parked-parked))
+		}
+		var err error
+		if f != nil {
+			err = f.err
+		}
+		endSpan(span, err)
+	}()
 	d := &dispatch{c: c, acked: make([]bool, len(batch)), evs: make([]*watukuytype.Event, len(batch))}
 	groups := map[string][]int{}
 	var order []string
@@ -191,10 +203,16 @@ func (d *dispatch) attempt(ctx context.Context, b delivery) (*watukuytype.Event,
 			}
 		}
 		sent := time.Now()
-		last = callHandler(c.p, c.keeper.withLeaseCheck(ctx), *ev)
+		hctx, span := c.startSpan(ctx, SpanHandler)
+		last = callHandler(c.p, c.keeper.withLeaseCheck(hctx), *ev)
 		if h := c.e.hooks.OnHandlerAttempt; h != nil {
 			h(c.key, *ev, a, time.Since(sent), handlerResult(ctx, last), last)
 		}
+		if span.IsRecording() {
+			span.SetAttributes(AttrAttempt.Int(a), AttrHandlerResult.String(string(handlerResult(ctx, last))),
+				AttrEventID.String(ev.ID), AttrEventType.String(string(ev.Type)), AttrLane.String(string(ev.Lane)))
+		}
+		endSpan(span, last)
 		if last == nil {
 			return ev, nil, nil
 		}

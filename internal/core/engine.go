@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -41,6 +42,9 @@ type Options struct {
 	// Budgets are the request budgets every worker shares, which pollers name in
 	// Poller.Budget.
 	Budgets []watukuytype.Budget
+	// TracerProvider makes a span tree of every cycle (trace.go); nil (or the API's no-op
+	// provider): no spans, and no attribute is built.
+	TracerProvider trace.TracerProvider
 }
 
 // Engine runs the cycles of registered pollers.
@@ -54,6 +58,7 @@ type Engine struct {
 	hooks   watukuytype.Hooks
 	clock   func() time.Time
 	wait    func(ctx context.Context, d time.Duration) error
+	tracer  trace.Tracer // nil: tracing is off
 
 	mu         sync.Mutex
 	pollers    map[string]*watukuytype.Poller
@@ -80,7 +85,8 @@ func NewEngine(opts Options) (*Engine, error) {
 		return nil, &watukuytype.ConfigError{Field: "instanceID", Msg: "is required"}
 	}
 	e := &Engine{store: opts.Store, owner: opts.InstanceID, log: opts.Logger, rand: opts.Rand,
-		tickN: opts.TickConcurrency, claimTO: opts.ClaimTimeout, hooks: opts.Hooks, clock: opts.Clock, wait: opts.Wait, pollers: map[string]*watukuytype.Poller{}}
+		tickN: opts.TickConcurrency, claimTO: opts.ClaimTimeout, hooks: opts.Hooks, clock: opts.Clock, wait: opts.Wait, pollers: map[string]*watukuytype.Poller{},
+		tracer: tracerOf(opts.TracerProvider)}
 	if e.clock == nil {
 		e.clock = time.Now
 	}

@@ -50,6 +50,7 @@ const longestInCycleWait = time.Second
 func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) {
 	var res laneResult
 	var seen map[string]bool
+	c.enterLane(ln.name)
 	if ln.listing {
 		seen = map[string]bool{}
 	}
@@ -90,7 +91,9 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 			req.ETag = c.tagFor(cursor)
 		}
 		sent := time.Now()
-		page, err := ln.fetch(c.keeper.withLeaseCheck(yctx), req)
+		fctx, span := c.startSpan(yctx, SpanFetch)
+		page, err := ln.fetch(c.keeper.withLeaseCheck(fctx), req)
+		endFetchSpan(span, ln.name, pages, page, err)
 		if err != nil && c.yielding(ctx) && errors.Is(err, context.Canceled) {
 			// Given up for the yield; an answer that came (a 429 among them) is handled below.
 			res.halted = true
@@ -426,7 +429,12 @@ func (c *cycle) detail(ctx context.Context, identity string) (json.RawMessage, b
 	}
 	c.confirmed = false
 	sent := time.Now()
-	item, found, err := c.p.Detail(c.keeper.withLeaseCheck(ctx), c.key, identity)
+	dctx, span := c.startSpan(ctx, SpanFetch)
+	item, found, err := c.p.Detail(c.keeper.withLeaseCheck(dctx), c.key, identity)
+	if span.IsRecording() {
+		span.SetAttributes(AttrLane.String("detail"))
+	}
+	endSpan(span, err)
 	if h := c.e.hooks.OnFetch; h != nil {
 		h(c.key, "detail", time.Since(sent), err)
 	}

@@ -125,6 +125,9 @@ var errTooLarge = errors.New("body too large")
 // Transport errors and timeouts return a nil Response and an error that names the key and
 // the redacted URL and wraps the cause with %w (errors.Is(err, context.DeadlineExceeded)
 // holds for a timeout, whose message says "timeout after <d>").
+//
+// Under a recording span (a traced cycle's fetch) the request gets an HTTP client span of
+// that span's provider, with the semantic conventions' attributes (trace.go).
 func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 	start := time.Now()
 	method := req.Method
@@ -138,7 +141,14 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 		return nil, err
 	}
 	shown := redactURL(u)
+	ctx, span := startSpan(ctx, method, u, shown)
+	resp, err := c.send(ctx, req, method, u, shown, start)
+	endSpan(span, resp, err)
+	return resp, err
+}
 
+// send is Do once the URL is built: it sends the request and reads the answer.
+func (c *Client) send(ctx context.Context, req Request, method string, u *url.URL, shown string, start time.Time) (*Response, error) {
 	timeout := req.Timeout
 	if timeout <= 0 {
 		timeout = c.Timeout

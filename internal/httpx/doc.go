@@ -28,6 +28,10 @@
 //   - Retry-After dates and delay-seconds are capped at 24h; a date in the past means "retry
 //     now" (0, true). RFC 850 dates take their century from now (RFC 9110 §5.6.7: a two-digit
 //     year more than 50 years ahead is in the past century).
+//   - A request made under a recording span gets an HTTP client span from that span's
+//     provider (http.request.method, url.full redacted, server.address, server.port,
+//     http.response.status_code, error.type); without one, nothing is traced and nothing is
+//     built. No traceparent goes to the API: a third party is not joined to our traces.
 //   - Reset values in every rate-limit header family go through the same magnitude rule as
 //     X-RateLimit-Reset (see ParseRateLimit): a delta of 31+ years is never meant, an epoch is.
 package httpx

@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/watukuy/watukuy/internal/httpx"
 	"github.com/watukuy/watukuy/watukuytype"
 	"github.com/watukuy/watukuy/webhook"
@@ -59,6 +61,7 @@ var (
 //	webhook-timestamp: <unix seconds>
 //	webhook-signature: v1,<base64(HMAC-SHA256(key, "<id>.<timestamp>.<body>"))>  (one per secret, space-separated)
 //	Content-Type: application/json
+//	traceparent: <W3C trace context>  (only when the handler attempt is traced)
 //
 // Secrets are "whsec_<base64>"; the HMAC key is the decoded part. With several secrets every
 // one signs, so a receiver can rotate its secret without downtime. A 2xx status acks; any
@@ -169,6 +172,9 @@ func (w *Webhook) Handle(ctx context.Context, ev watukuytype.Event) error {
 	req.Header.Set(HeaderID, ev.ID)
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
 	req.Header.Set(HeaderSignature, w.signer.Sign(ev.ID, ts, body))
+	// The handler attempt's span (a traced cycle) goes along as traceparent, so the receiver's
+	// trace joins the cycle's; without a span nothing is added.
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 
 	resp, err := w.Client.Do(req)
 	if err != nil {
