@@ -28,12 +28,7 @@ func TestAdminAPIOnTheListener(t *testing.T) {
 		return "admin:\n  tokens:\n    - {id: dashboards, token: " + secret + ", readOnly: true}\n"
 	}
 	cfg := writeConfig(t, adminBlock(oldRead)+"pollers:\n"+poller("orders"))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	time.AfterFunc(30*time.Second, cancel)
@@ -105,12 +100,7 @@ func TestAdminAPIOnTheListener(t *testing.T) {
 // with it: the demo's keys are there.
 func TestDevAdminToken(t *testing.T) {
 	t.Setenv(app.AdminTokenEnv, "")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	time.AfterFunc(30*time.Second, cancel)
@@ -145,4 +135,15 @@ func TestDevAdminToken(t *testing.T) {
 	}
 	cancel()
 	<-errc
+}
+
+// freeAddr is a loopback address with a port nothing listens on now, for a process to bind.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/budget"
+	"github.com/watukuy/watukuy/internal/humantime"
 )
 
 // inspectCmd reports keys: a table of every key (or of one poller's), or every field of one.
@@ -77,7 +78,7 @@ func printBudgetTable(w io.Writer, bs []watukuy.BudgetInfo, poller string, now t
 		}
 		paused := ""
 		if !b.PausedUntil.IsZero() {
-			paused = relative(b.PausedUntil, now)
+			paused = humantime.Relative(b.PausedUntil, now)
 		}
 		t.row(b.Budget.Name, b.Bucket, budget.FormatRate(b.Budget.Rate, b.Budget.Per), itoa(b.Budget.Burst),
 			strconv.FormatFloat(b.Tokens, 'f', 1, 64), paused, itoa(keys))
@@ -95,7 +96,7 @@ func freshness(ki watukuy.KeyInfo) string {
 	if ki.FreshAt == nil || ki.FreshnessMs < 0 {
 		return ""
 	}
-	return roundDur(time.Duration(ki.FreshnessMs) * time.Millisecond).String()
+	return humantime.Round(time.Duration(ki.FreshnessMs) * time.Millisecond).String()
 }
 
 func printKeyTable(w io.Writer, kis []watukuy.KeyInfo, now time.Time) error {
@@ -103,11 +104,11 @@ func printKeyTable(w io.Writer, kis []watukuy.KeyInfo, now time.Time) error {
 	for _, ki := range kis {
 		next := ""
 		if ki.NextDueAt != nil {
-			next = relative(*ki.NextDueAt, now)
+			next = humantime.Relative(*ki.NextDueAt, now)
 		}
 		le, _ := lastError(ki)
 		t.row(ki.Poller, ki.Partition, string(ki.Status), clip(ki.Cursor, 32), itoa(ki.Items), itoa(ki.OutboxPending), itoa(ki.Parked),
-			roundDur(time.Duration(ki.LagMs)*time.Millisecond).String(), freshness(ki), next, string(le.Code))
+			humantime.Round(time.Duration(ki.LagMs)*time.Millisecond).String(), freshness(ki), next, string(le.Code))
 	}
 	return t.flush()
 }
@@ -159,12 +160,12 @@ func printKeyDetail(w io.Writer, ki watukuy.KeyInfo, now time.Time) error {
 	} else {
 		t.row("lastError", string(ki.LastError))
 	}
-	t.row("lag", roundDur(time.Duration(ki.LagMs)*time.Millisecond).String())
+	t.row("lag", humantime.Round(time.Duration(ki.LagMs)*time.Millisecond).String())
 	t.row("freshAt", when(ki.FreshAt, now))
 	t.row("freshness", freshness(ki))
 	t.row("outboxPending", itoa(ki.OutboxPending))
 	if ki.OutboxOldestAt != nil {
-		t.row("outboxOldest", fmt.Sprintf("%s (%s old)", ki.OutboxOldestAt.UTC().Format(time.RFC3339), roundDur(time.Duration(ki.OutboxOldestAgeMs)*time.Millisecond)))
+		t.row("outboxOldest", fmt.Sprintf("%s (%s old)", ki.OutboxOldestAt.UTC().Format(time.RFC3339), humantime.Round(time.Duration(ki.OutboxOldestAgeMs)*time.Millisecond)))
 	} else {
 		t.row("outboxOldest", "")
 	}

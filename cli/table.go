@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/watukuy/watukuy/internal/humantime"
 )
 
 // table writes aligned columns (text/tabwriter). Empty cells print as "-", so a column never
@@ -66,27 +68,7 @@ func when(t *time.Time, now time.Time) string {
 	if t == nil || t.IsZero() {
 		return ""
 	}
-	return t.UTC().Format(time.RFC3339) + " (" + relative(*t, now) + ")"
-}
-
-// relative renders t as "in 4s" or "3m0s ago".
-func relative(t, now time.Time) string {
-	d := t.Sub(now)
-	switch {
-	case d > 0:
-		return "in " + roundDur(d).String()
-	case d > -time.Second:
-		return "now"
-	}
-	return roundDur(-d).String() + " ago"
-}
-
-// roundDur keeps a duration readable: milliseconds below a second, seconds above.
-func roundDur(d time.Duration) time.Duration {
-	if d < time.Second {
-		return d.Round(time.Millisecond)
-	}
-	return d.Round(time.Second)
+	return t.UTC().Format(time.RFC3339) + " (" + humantime.Relative(*t, now) + ")"
 }
 
 // yesNo renders a flag for a table.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/admin"
+	"github.com/watukuy/watukuy/internal/humantime"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -202,34 +203,14 @@ func parseOffset(s string) (int, bool) {
 	return n, err == nil && n >= 0
 }
 
-// roundDur keeps a duration readable: milliseconds below a second, seconds above.
-func roundDur(d time.Duration) time.Duration {
-	if d < time.Second {
-		return d.Round(time.Millisecond)
-	}
-	return d.Round(time.Second)
-}
-
-func ms(n int64) string { return roundDur(time.Duration(n) * time.Millisecond).String() }
-
-// relative renders t as "in 4s", "now" or "3m0s ago".
-func relative(t, now time.Time) string {
-	d := t.Sub(now)
-	switch {
-	case d > 0:
-		return "in " + roundDur(d).String()
-	case d > -time.Second:
-		return "now"
-	}
-	return roundDur(-d).String() + " ago"
-}
+func ms(n int64) string { return humantime.Round(time.Duration(n) * time.Millisecond).String() }
 
 // when renders an optional time as relative text and its exact UTC time (for the title).
 func when(t *time.Time, now time.Time) (string, string) {
 	if t == nil || t.IsZero() {
 		return "", ""
 	}
-	return relative(*t, now), t.UTC().Format(time.RFC3339Nano)
+	return humantime.Relative(*t, now), t.UTC().Format(time.RFC3339Nano)
 }
 
 func lastError(ki watukuy.KeyInfo) (watukuy.LastError, bool) {
