@@ -14,6 +14,7 @@ import (
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/app"
 	"github.com/watukuy/watukuy/internal/config"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // opsCmds returns the operator commands for Root. inspect, trigger, pause, resume, backfill,
@@ -160,15 +161,23 @@ func (o *op) checkKeys(cmd *cobra.Command, kf keyFlags) error {
 }
 
 // keys resolves --poller and --partition into the keys to act on: the named key, or every
-// known partition of the poller (of every poller when --poller is not given either). A named
-// key that does not exist is reported by the operation itself (*watukuy.NotFoundError).
+// known partition of the poller (of every poller when --poller is not given either) but the
+// deleted ones, which a config keeps listing and which take no operation. A named key that
+// does not exist, or is deleted, is reported by the operation itself
+// (*watukuy.NotFoundError).
 func (o *op) keys(ctx context.Context, eng *watukuy.Engine) ([]watukuy.Key, error) {
 	if o.partitionGiven {
 		return []watukuy.Key{{Poller: o.poller, Partition: o.partition}}, nil
 	}
-	keys, err := eng.Keys(ctx, o.poller)
+	kis, err := eng.InspectAll(ctx, o.poller)
 	if err != nil {
 		return nil, err
+	}
+	var keys []watukuy.Key
+	for _, ki := range kis {
+		if ki.Status != watukuytype.StatusDeleted {
+			keys = append(keys, watukuy.Key{Poller: ki.Poller, Partition: ki.Partition})
+		}
 	}
 	if len(keys) == 0 && o.poller != "" {
 		return nil, fmt.Errorf("poller %q has no partitions (all were deleted): add one with `watukuy partitions add --poller %s --partition NAME`", o.poller, o.poller)

@@ -50,6 +50,15 @@ func TestPartitions(t *testing.T) {
 		t.Fatalf("delete: %+v", st)
 	}
 	w.fails(ExitUsage, "--poller and --partition are required", "partitions", "add", "--poller", "tenants")
+
+	// A deleted config partition stays listed, as deleted, and takes no operation: naming it
+	// is refused, acting on every partition passes it by.
+	w.ok("partitions", "delete", "--poller", "tenants", "--partition", "a", "--yes")
+	w.fails(ExitUsage, "partitions add", "pause", "--poller", "tenants", "--partition", "a")
+	sts := jsonOf[[]keyStatus](t, w.ok("pause", "--poller", "tenants", "--json"))
+	if len(sts) != 1 || sts[0].Partition != "b" || w.hget("wk:{tenants|a}:state", "paused") != "" {
+		t.Fatalf("pause of every partition with a deleted one: %+v, paused on the deleted: %q", sts, w.hget("wk:{tenants|a}:state", "paused"))
+	}
 }
 
 // partitions add refuses a config poller whose request has no ${partition} (the new key
