@@ -237,7 +237,9 @@ func (e *Engine) keyOp(ctx context.Context, key watukuytype.Key, name string, op
 	} else if snap.State[statehash.Deleted] == "1" {
 		return deletedKey(key) // a deleted config partition stays listed; a pause would outlive it
 	}
-	if err := op(ctx, key); err != nil {
+	if err := op(ctx, key); errors.Is(err, ErrKeyDeleted) {
+		return deletedKey(key) // deleted since the look above
+	} else if err != nil {
 		return keyErr("watukuy: "+name, key, err)
 	}
 	return nil

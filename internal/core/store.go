@@ -2,10 +2,14 @@ package core
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/watukuy/watukuy/watukuytype"
 )
+
+// ErrKeyDeleted is what Store.Pause returns for a key partitions delete has deleted.
+var ErrKeyDeleted = errors.New("the key is deleted")
 
 // Store is the narrow interface between the engine and its database. Every method that takes
 // a Lease is fenced: it fails with *LeaseLostError, having written nothing, when the lease's
@@ -90,7 +94,8 @@ type Store interface {
 	// Migrate upgrades the data layout in place to the current one and records it; it is
 	// idempotent. An empty database is simply marked current.
 	Migrate(ctx context.Context) (watukuytype.Migration, error)
-	// Pause stops cycles of key until Resume.
+	// Pause stops cycles of key until Resume; a deleted key (partitions delete) is
+	// ErrKeyDeleted, and nothing is written.
 	Pause(ctx context.Context, key watukuytype.Key) error
 	// Resume lifts a pause and makes the key due now.
 	Resume(ctx context.Context, key watukuytype.Key) error

@@ -266,3 +266,27 @@ func TestDropListedRegistryEntries(t *testing.T) {
 		}
 	})
 }
+
+// A pause checks the deletion mark in the script that writes it: a key deleted since the
+// engine looked takes no pause (partitions add would bring it back paused).
+func TestPauseRefusesDeletedKey(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, _ := newStore(t, b)
+		key := watukuytype.Key{Poller: "orders", Partition: "a"}
+		registerListing(t, s, "a")
+		if err := s.Pause(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		if b.Client.HGet(ctx, s.Key(key, "state"), "paused").Val() != "1" {
+			t.Fatal("a live key was not paused")
+		}
+		deleteKey(t, s, key)
+		if err := s.Pause(ctx, key); !errors.Is(err, core.ErrKeyDeleted) {
+			t.Fatalf("pause of a deleted key: %v, want core.ErrKeyDeleted", err)
+		}
+		if v := b.Client.HGet(ctx, s.Key(key, "state"), "paused").Val(); v != "" {
+			t.Fatalf("a deleted key holds paused %q", v)
+		}
+	})
+}

@@ -727,6 +727,20 @@ func (a forgetKeyArgs) decode(v any) (bool, error) {
 	return forgotten, r.err
 }
 
+// pauseArgs call pause.lua.
+type pauseArgs struct{ Key watukuytype.Key }
+
+func (pauseArgs) name() string { return "pause" }
+
+func (a pauseArgs) encode(s *Store) ([]string, []any) { return []string{s.k(a.Key, "state")}, nil }
+
+// decode reports whether the key was paused (false: it is deleted, nothing was written).
+func (a pauseArgs) decode(v any) (bool, error) {
+	r := reply{script: a.name(), on: a.Key.Describe()}
+	paused := r.flag(v, "reply")
+	return paused, r.err
+}
+
 // holdClaimArgs call hold_claim.lua.
 type holdClaimArgs struct {
 	Now   string

@@ -56,6 +56,7 @@ func samples(l core.Lease) []encoder {
 		forgetKeyArgs{Key: k},
 		holdClaimArgs{Now: sampleNow, Key: k, Until: time.UnixMilli(5)},
 		parkArgs{Key: k, fence: f},
+		pauseArgs{Key: k},
 		readOutboxArgs{Key: k, fence: f, Count: 10},
 		releaseParkedArgs{Key: k, writeFence: wf, IDs: []string{"inv1"}},
 		renewArgs{Key: k, fence: f, TTL: time.Second},
@@ -104,10 +105,11 @@ type keyDescription struct {
 }
 
 // keySection is the part of a header that declares KEYS: from the line that starts with
-// KEYS[1] to the line that starts with ARGV[1] (later lines may mention keys in passing).
+// KEYS[1] to the line that starts with ARGV[1] ("ARGV: none" in a script that takes none;
+// later lines may mention keys in passing).
 func keySection(header []string) string {
 	from := slices.IndexFunc(header, func(l string) bool { return strings.HasPrefix(l, "KEYS[1]") })
-	to := slices.IndexFunc(header, func(l string) bool { return strings.HasPrefix(l, "ARGV[1]") })
+	to := slices.IndexFunc(header, func(l string) bool { return strings.HasPrefix(l, "ARGV[1]") || l == "ARGV: none" })
 	if from < 0 || to < from {
 		return ""
 	}
@@ -255,6 +257,7 @@ func TestScriptRepliesDecode(t *testing.T) {
 		"end":            decoderOf(endArgs{Key: key}),
 		"fold_lease":     decoderOf(foldLeaseArgs{Key: key}),
 		"forget_key":     decoderOf(forgetKeyArgs{Key: key}),
+		"pause":          decoderOf(pauseArgs{Key: key}),
 		"hold_claim":     decoderOf(holdClaimArgs{Key: key}),
 		"park":           decoderOf(parkArgs{Key: key}),
 		"read_outbox":    decoderOf(readOutboxArgs{Key: key}),
@@ -340,6 +343,9 @@ func TestScriptRepliesDecode(t *testing.T) {
 		{script: "end", reply: int64(3), field: "reply"},
 		{script: "end", reply: list{int64(1)}, field: "reply"},
 
+		{script: "pause", reply: int64(1), want: true},
+		{script: "pause", reply: int64(0), want: false},
+		{script: "pause", reply: "OK", field: "reply"},
 		{script: "forget_key", reply: int64(1), want: true},
 		{script: "forget_key", reply: int64(0), want: false},
 		{script: "forget_key", reply: "1", field: "reply"},

@@ -522,9 +522,14 @@ func (s *Store) ReadLog(ctx context.Context, key watukuytype.Key, from, to time.
 	return out, nil
 }
 
-// Pause implements core.Store.
+// Pause implements core.Store: one script, so that a pause never lands in the deletion mark
+// of a partitions delete that completed since the caller looked.
 func (s *Store) Pause(ctx context.Context, key watukuytype.Key) error {
-	return s.rdb.HSet(ctx, s.k(key, "state"), statehash.Paused, "1").Err()
+	paused, err := run(ctx, s, nil, pauseArgs{Key: key})
+	if err == nil && !paused {
+		err = core.ErrKeyDeleted
+	}
+	return err
 }
 
 // Resume implements core.Store.
