@@ -2,9 +2,10 @@
 -- has deleted it: a pause written into a deletion mark would come back with the partition
 -- when partitions add revives it.
 -- KEYS[1] state hash
--- ARGV: none
+-- ARGV[1] none: the script takes no argument
 -- Returns 1 when paused, 0 when the key is deleted (nothing written).
 -- First check: the state's deleted mark; only then the write.
-if redis.call('HGET', KEYS[1], 'deleted') == '1' then return 0 end
+local deleted = redis.call('HGET', KEYS[1], 'deleted')
+if deleted == '1' then return 0 end
 redis.call('HSET', KEYS[1], 'paused', '1')
 return 1

@@ -105,11 +105,10 @@ type keyDescription struct {
 }
 
 // keySection is the part of a header that declares KEYS: from the line that starts with
-// KEYS[1] to the line that starts with ARGV[1] ("ARGV: none" in a script that takes none;
-// later lines may mention keys in passing).
+// KEYS[1] to the line that starts with ARGV[1] (later lines may mention keys in passing).
 func keySection(header []string) string {
 	from := slices.IndexFunc(header, func(l string) bool { return strings.HasPrefix(l, "KEYS[1]") })
-	to := slices.IndexFunc(header, func(l string) bool { return strings.HasPrefix(l, "ARGV[1]") || l == "ARGV: none" })
+	to := slices.IndexFunc(header, func(l string) bool { return strings.HasPrefix(l, "ARGV[1]") })
 	if from < 0 || to < from {
 		return ""
 	}
