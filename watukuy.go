@@ -436,6 +436,12 @@ func (e *Engine) Keys(ctx context.Context, poller string) ([]Key, error) {
 	return e.core.Keys(ctx, poller)
 }
 
+// ActiveKeys lists the keys of poller ("" for all) that take operations: every known key but
+// the deleted partitions a config keeps listing (it inspects each key).
+func (e *Engine) ActiveKeys(ctx context.Context, poller string) ([]Key, error) {
+	return e.core.ActiveKeys(ctx, poller)
+}
+
 // Backfill runs the live lane's logic again from an older cursor, in a lane of its own with
 // lower priority than live; see BackfillRequest. snapshotDiff pollers refuse (*ConfigError).
 func (e *Engine) Backfill(ctx context.Context, poller, partition string, req BackfillRequest) (BackfillProgress, error) {

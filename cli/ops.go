@@ -14,7 +14,6 @@ import (
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/app"
 	"github.com/watukuy/watukuy/internal/config"
-	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // opsCmds returns the operator commands for Root. inspect, trigger, pause, resume, backfill,
@@ -169,15 +168,9 @@ func (o *op) keys(ctx context.Context, eng *watukuy.Engine) ([]watukuy.Key, erro
 	if o.partitionGiven {
 		return []watukuy.Key{{Poller: o.poller, Partition: o.partition}}, nil
 	}
-	kis, err := eng.InspectAll(ctx, o.poller)
+	keys, err := eng.ActiveKeys(ctx, o.poller)
 	if err != nil {
 		return nil, err
-	}
-	var keys []watukuy.Key
-	for _, ki := range kis {
-		if ki.Status != watukuytype.StatusDeleted {
-			keys = append(keys, watukuy.Key{Poller: ki.Poller, Partition: ki.Partition})
-		}
 	}
 	if len(keys) == 0 && o.poller != "" {
 		return nil, fmt.Errorf("poller %q has no partitions (all were deleted): add one with `watukuy partitions add --poller %s --partition NAME`", o.poller, o.poller)

@@ -347,15 +347,9 @@ func (a *api) keysOf(ctx context.Context, r *http.Request, all bool) ([]watukuy.
 		return []watukuy.Key{keyOf(r)}, nil
 	}
 	poller := r.PathValue("poller")
-	kis, err := a.o.Engine.InspectAll(ctx, poller)
+	keys, err := a.o.Engine.ActiveKeys(ctx, poller)
 	if err != nil {
 		return nil, err
-	}
-	var keys []watukuy.Key
-	for _, ki := range kis {
-		if ki.Status != watukuytype.StatusDeleted { // a deleted config partition stays listed
-			keys = append(keys, watukuy.Key{Poller: ki.Poller, Partition: ki.Partition})
-		}
 	}
 	if len(keys) == 0 {
 		return nil, &Error{Status: http.StatusNotFound, Code: "not_found", Known: []string{},
@@ -683,25 +677,13 @@ func (a *api) release(action string, fn func(watukuy.Parked, context.Context, st
 			return nil, badField("ids", "required (or all true): the ids of the parked rows, as GET .../parked lists them")
 		}
 		k := keyOf(c.r)
-		rows, err := a.o.Engine.Parked().List(ctx, k.Poller, k.Partition, body.Kind)
+		have, err := a.checkParked(ctx, k, body.Kind, body.IDs, "")
 		if err != nil {
 			return nil, err
-		}
-		have := make([]string, len(rows))
-		parked := make(map[string]bool, len(rows))
-		for i, r := range rows {
-			have[i] = r.ID
-			parked[r.ID] = true
 		}
 		ids := body.IDs
 		if body.All {
 			ids = have
-		}
-		for _, id := range ids {
-			if !parked[id] {
-				return nil, &Error{Status: http.StatusNotFound, Code: "not_found", Known: have,
-					Message: fmt.Sprintf("no parked row %q in %s", id, k.Describe())}
-			}
 		}
 		if len(ids) == 0 { // nothing to release: the engine is not asked, so say what it would
 			if ki, err := a.o.Engine.Inspect(ctx, k.Poller, k.Partition); err == nil && ki.Status == watukuytype.StatusDeleted {
@@ -734,9 +716,19 @@ func (a *api) release(action string, fn func(watukuy.Parked, context.Context, st
 // them is no longer parked, another request (or a cycle) released it in between, and that
 // is a 404 naming it, not the engine's plain "no parked row" (a 500).
 func (a *api) goneSince(ctx context.Context, k watukuy.Key, kind string, ids []string, err error) error {
-	rows, lerr := a.o.Engine.Parked().List(ctx, k.Poller, k.Partition, kind)
-	if lerr != nil {
-		return err
+	var gone *Error
+	if _, cerr := a.checkParked(ctx, k, kind, ids, ": another request released it meanwhile"); errors.As(cerr, &gone) {
+		return gone
+	}
+	return err
+}
+
+// checkParked lists the ids of k's parked rows of kind, and fails with a 404 naming the first
+// of ids that is not among them (why says how it may have gone).
+func (a *api) checkParked(ctx context.Context, k watukuy.Key, kind string, ids []string, why string) ([]string, error) {
+	rows, err := a.o.Engine.Parked().List(ctx, k.Poller, k.Partition, kind)
+	if err != nil {
+		return nil, err
 	}
 	have := make([]string, len(rows))
 	parked := make(map[string]bool, len(rows))
@@ -746,11 +738,11 @@ func (a *api) goneSince(ctx context.Context, k watukuy.Key, kind string, ids []s
 	}
 	for _, id := range ids {
 		if !parked[id] {
-			return &Error{Status: http.StatusNotFound, Code: "not_found", Known: have,
-				Message: fmt.Sprintf("no parked row %q in %s: another request released it meanwhile", id, k.Describe())}
+			return have, &Error{Status: http.StatusNotFound, Code: "not_found", Known: have,
+				Message: fmt.Sprintf("no parked row %q in %s%s", id, k.Describe(), why)}
 		}
 	}
-	return err
+	return have, nil
 }
 
 func (a *api) partitions(ctx context.Context, c *call) (any, error) {

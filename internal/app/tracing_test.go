@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,11 +13,10 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/internal/tracing/otlptest"
 )
 
 // A process opened with an OTLP endpoint in its environment traces its cycles: a config
@@ -27,33 +25,8 @@ import (
 // the cycle's trace as traceparent.
 func TestOpenTracesCyclesFromTheEnvironment(t *testing.T) {
 	var mu sync.Mutex
-	var exported []string // service/span
-	otlp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		raw, _ := io.ReadAll(r.Body)
-		msg := &collectortrace.ExportTraceServiceRequest{}
-		if r.URL.Path != "/v1/traces" || proto.Unmarshal(raw, msg) != nil {
-			http.Error(w, "not an OTLP trace export", http.StatusBadRequest)
-			return
-		}
-		mu.Lock()
-		for _, rs := range msg.GetResourceSpans() {
-			service := ""
-			for _, kv := range rs.GetResource().GetAttributes() {
-				if kv.GetKey() == "service.name" {
-					service = kv.GetValue().GetStringValue()
-				}
-			}
-			for _, ss := range rs.GetScopeSpans() {
-				for _, s := range ss.GetSpans() {
-					exported = append(exported, service+"/"+s.GetName())
-				}
-			}
-		}
-		mu.Unlock()
-		out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write(out)
-	}))
+	recv := &otlptest.Receiver{}
+	otlp := httptest.NewServer(recv)
 	defer otlp.Close()
 	var parents []string
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -96,7 +69,7 @@ func TestOpenTracesCyclesFromTheEnvironment(t *testing.T) {
 	env.FlushTraces() // a second call does nothing
 	mu.Lock()
 	defer mu.Unlock()
-	got := strings.Join(exported, " ")
+	got := strings.Join(recv.Spans(), " ")
 	for _, want := range []string{"watukuy-worker/watukuy.cycle", "watukuy-worker/GET", "watukuy-worker/handler"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("exported spans %q lack %s", got, want)

@@ -249,6 +249,22 @@ func (e *Engine) Keys(ctx context.Context, poller string) ([]watukuytype.Key, er
 	return keys, err
 }
 
+// ActiveKeys lists the keys of poller (every poller when "") that take operations: the known
+// keys but the deleted partitions a config keeps listing. It inspects each key.
+func (e *Engine) ActiveKeys(ctx context.Context, poller string) ([]watukuytype.Key, error) {
+	kis, err := e.InspectAll(ctx, poller)
+	if err != nil {
+		return nil, err
+	}
+	var keys []watukuytype.Key
+	for _, ki := range kis {
+		if ki.Status != watukuytype.StatusDeleted {
+			keys = append(keys, watukuytype.Key{Poller: ki.Poller, Partition: ki.Partition})
+		}
+	}
+	return keys, nil
+}
+
 // checkLayout refuses a database whose layout is newer than this build knows, or older
 // (until `watukuy migrate`); an empty database is marked current.
 func (e *Engine) checkLayout(ctx context.Context) error {

@@ -39,13 +39,8 @@ func (p *advPausedConfirm) ConfirmClaims(ctx context.Context, c watukuytype.Clai
 // review: the first confirmation held any future marked claim, and k stayed out 32 s; it now
 // holds only the very score its own claim wrote.)
 func TestAdvLateConfirmLeavesAnotherSchedulersClaim(t *testing.T) {
-	b := redistest.Real(t)
+	b, st, k := oneKey(t)
 	ctx := context.Background()
-	st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "w"})
-	k := keys(1)
-	if err := st.Register(ctx, pollerP, entries(k)); err != nil {
-		t.Fatal(err)
-	}
 	gate := &advPausedConfirm{Store: st, reached: make(chan struct{}), release: make(chan struct{})}
 	a := &Scheduler{Store: gate, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "w", PerTask: 1}
 	var wg sync.WaitGroup
@@ -86,13 +81,8 @@ func TestAdvLateConfirmLeavesAnotherSchedulersClaim(t *testing.T) {
 // re-sent confirmation must leave that claim (found by the adversarial review: it held it for
 // the lease TTL plus the grace, 32 s).
 func TestAdvResentConfirmLeavesANewerClaim(t *testing.T) {
-	b := redistest.Real(t)
+	b, st, k := oneKey(t)
 	ctx := context.Background()
-	st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "w"})
-	k := keys(1)
-	if err := st.Register(ctx, pollerP, entries(k)); err != nil {
-		t.Fatal(err)
-	}
 	ca, err := st.ClaimForEnqueue(ctx, 10, DefaultClaimWindow, []string{"p"})
 	if err != nil || len(ca.Keys) != 1 {
 		t.Fatalf("A's claim: %v, %v", ca, err)
@@ -120,13 +110,8 @@ func TestAdvResentConfirmLeavesANewerClaim(t *testing.T) {
 // it was sent as 0 ms, which claim_due.lua reads as "no fixed claim", the whole lease TTL plus
 // the grace.)
 func TestAdvSubMillisecondClaimWindowStaysShort(t *testing.T) {
-	b := redistest.Real(t)
+	b, st, k := oneKey(t)
 	ctx := context.Background()
-	st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "w"})
-	k := keys(1)
-	if err := st.Register(ctx, pollerP, entries(k)); err != nil {
-		t.Fatal(err)
-	}
 	dying := &Scheduler{Store: st, Client: hungAsynqClient(t), Prefix: "w", PerTask: 1, ClaimWindow: 500 * time.Microsecond}
 	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
@@ -136,4 +121,20 @@ func TestAdvSubMillisecondClaimWindowStaysShort(t *testing.T) {
 	if d := dueIn(t, b, st, k[0]); d > time.Second {
 		t.Errorf("ClaimWindow 500µs, scheduler dead before its enqueue: due in %s, want at most a second", d)
 	}
+}
+
+// oneKey is a store (prefix "w") on a private redis-server with one key of poller p
+// registered.
+func oneKey(t *testing.T) (redistest.Backend, *redisstore.Store, []watukuytype.Key) {
+	t.Helper()
+	b := redistest.Real(t)
+	st, err := redisstore.New(b.Client, redisstore.Options{Prefix: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := keys(1)
+	if err := st.Register(context.Background(), pollerP, entries(k)); err != nil {
+		t.Fatal(err)
+	}
+	return b, st, k
 }

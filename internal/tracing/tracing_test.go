@@ -2,11 +2,8 @@ package tracing
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
-	"io"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
@@ -18,7 +15,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/watukuy/watukuy/internal/tracing/otlptest"
 )
 
 // otelVars are the variables these tests set; each test starts with none of them set.
@@ -110,71 +108,6 @@ func TestSetupConsole(t *testing.T) {
 	}
 }
 
-// otlpReceiver is an OTLP/HTTP trace receiver: it counts the POSTs to /v1/traces and keeps
-// the requests it decoded.
-type otlpReceiver struct {
-	mu   sync.Mutex
-	reqs []*collectortrace.ExportTraceServiceRequest
-	bad  []string
-}
-
-func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if req.Method != http.MethodPost || req.URL.Path != "/v1/traces" {
-		r.bad = append(r.bad, req.Method+" "+req.URL.Path)
-		http.NotFound(w, req)
-		return
-	}
-	var body io.Reader = req.Body
-	if req.Header.Get("Content-Encoding") == "gzip" {
-		zr, err := gzip.NewReader(req.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		body = zr
-	}
-	raw, _ := io.ReadAll(body)
-	msg := &collectortrace.ExportTraceServiceRequest{}
-	if err := proto.Unmarshal(raw, msg); err != nil {
-		r.bad = append(r.bad, "undecodable body: "+err.Error())
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	r.reqs = append(r.reqs, msg)
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
-	_, _ = w.Write(out)
-}
-
-// spans lists "service.name/span name" of every span received.
-func (r *otlpReceiver) spans() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return exported(r.reqs)
-}
-
-func exported(reqs []*collectortrace.ExportTraceServiceRequest) []string {
-	var out []string
-	for _, req := range reqs {
-		for _, rs := range req.GetResourceSpans() {
-			service := ""
-			for _, kv := range rs.GetResource().GetAttributes() {
-				if kv.GetKey() == "service.name" {
-					service = kv.GetValue().GetStringValue()
-				}
-			}
-			for _, ss := range rs.GetScopeSpans() {
-				for _, s := range ss.GetSpans() {
-					out = append(out, service+"/"+s.GetName())
-				}
-			}
-		}
-	}
-	return out
-}
-
 // An OTLP endpoint turns tracing on (OTLP over HTTP, the default protocol): the span reaches
 // the receiver by the time shutdown returns, with the default service name; the traces
 // endpoint (a full URL) does too, and OTEL_TRACES_SAMPLER is the SDK's.
@@ -191,7 +124,7 @@ func TestSetupOTLPHTTP(t *testing.T) {
 		{"sampler always_off", func(u string) []string { return []string{EnvEndpoint, u, "OTEL_TRACES_SAMPLER", "always_off"} }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			recv := &otlpReceiver{}
+			recv := &otlptest.Receiver{}
 			srv := httptest.NewServer(recv)
 			defer srv.Close()
 			cleanEnv(t, tc.vars(srv.URL)...)
@@ -200,13 +133,11 @@ func TestSetupOTLPHTTP(t *testing.T) {
 				t.Fatal(err)
 			}
 			emit(t, tp, shutdown, "a-span")
-			if got := recv.spans(); strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			if got := recv.Spans(); strings.Join(got, ",") != strings.Join(tc.want, ",") {
 				t.Errorf("received %q, want %q", got, tc.want)
 			}
-			recv.mu.Lock()
-			defer recv.mu.Unlock()
-			if len(recv.bad) > 0 {
-				t.Errorf("unexpected requests: %q", recv.bad)
+			if bad := recv.Bad(); len(bad) > 0 {
+				t.Errorf("unexpected requests: %q", bad)
 			}
 		})
 	}
@@ -245,7 +176,7 @@ func TestSetupOTLPGRPC(t *testing.T) {
 	emit(t, tp, shutdown, "over-grpc")
 	recv.mu.Lock()
 	defer recv.mu.Unlock()
-	if got := exported(recv.reqs); strings.Join(got, ",") != "watukuy/over-grpc" {
+	if got := otlptest.Spans(recv.reqs); strings.Join(got, ",") != "watukuy/over-grpc" {
 		t.Errorf("received %q over gRPC", got)
 	}
 }
