@@ -45,7 +45,7 @@ type lateBeginStore struct {
 	armed atomic.Bool
 }
 
-func (d *lateBeginStore) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
+func (d *lateBeginStore) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op core.BeginMode) (core.BeginResult, error) {
 	if d.armed.CompareAndSwap(true, false) {
 		d.clock.Advance(d.delay)
 	}

@@ -41,7 +41,7 @@ type hookStore struct {
 	afterPark    func()
 }
 
-func (h *hookStore) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
+func (h *hookStore) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op core.BeginMode) (core.BeginResult, error) {
 	b, err := h.Store.Begin(ctx, key, owner, ttl, op)
 	if err == nil && h.afterBegin != nil {
 		h.afterBegin(b)
@@ -206,7 +206,7 @@ type delayStore struct {
 	once  sync.Once
 }
 
-func (d *delayStore) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
+func (d *delayStore) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op core.BeginMode) (core.BeginResult, error) {
 	b, err := d.Store.Begin(ctx, key, owner, ttl, op)
 	if err == nil && b.Status == core.BeginOK {
 		d.once.Do(func() { d.clock.Advance(d.delay) })

@@ -231,7 +231,7 @@ type raceStore struct {
 	afterBegin func(b core.BeginResult)
 }
 
-func (r *raceStore) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
+func (r *raceStore) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op core.BeginMode) (core.BeginResult, error) {
 	b, err := r.Store.Begin(ctx, key, owner, ttl, op)
 	if err == nil {
 		r.afterBegin(b)

@@ -1101,8 +1101,8 @@ func TestAdvDeletedPartitionActions(t *testing.T) {
 		if code != 404 || codeOf(b) != "not_found" || !strings.Contains(string(b), "partitions add") {
 			t.Errorf("%s %s on a deleted partition: %d %.300s", r[0], r[1], code, b)
 		}
-		// The engine refuses once it holds the lease, and releases it through the delete
-		// again: the key's fences move on, nothing else.
+		// The engine refuses before it writes: pause, resume and trigger on their look at the
+		// state (pause again in its script), the others at a Begin that takes no lease.
 		after := s.dump()
 		delete(before, eu)
 		delete(after, eu)

@@ -121,14 +121,14 @@ func (f *FaultyStore) write(op string, l core.Lease, before, after KillPoint, ca
 }
 
 // Begin implements core.Store.
-func (f *FaultyStore) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
+func (f *FaultyStore) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, mode core.BeginMode) (core.BeginResult, error) {
 	if f.at(K1BeforeAcquire, key) {
 		return core.BeginResult{}, ErrKilled
 	}
 	if f.BeforeBegin != nil {
 		f.BeforeBegin(key)
 	}
-	b, err := f.Store.Begin(ctx, key, owner, ttl, op)
+	b, err := f.Store.Begin(ctx, key, owner, ttl, mode)
 	if err == nil && b.Status == core.BeginOK {
 		f.Rec.Granted(Grant{Instance: f.Instance, Key: key, Epoch: b.Lease.Epoch, Token: b.Lease.Token, At: f.now(), Expires: b.Now.Add(ttl)})
 	}

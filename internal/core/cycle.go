@@ -155,7 +155,7 @@ func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key, span trace.S
 	}
 	sent := e.now()
 	bctx, bspan := e.startSpan(ctx, SpanBegin)
-	b, err := e.store.Begin(bctx, key, e.owner, p.LeaseTTL, false)
+	b, err := e.store.Begin(bctx, key, e.owner, p.LeaseTTL, BeginForCycle)
 	if err != nil {
 		rep.Err = keyErr("watukuy: begin", key, err)
 		endSpan(bspan, rep.Err)

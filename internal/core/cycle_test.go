@@ -123,7 +123,7 @@ func TestCycleOutcomes(t *testing.T) {
 			want: want{outcome: watukuytype.SkippedPaused, status: watukuytype.StatusPaused, circuit: watukuytype.CircuitClosed, nextDue: 5 * time.Minute}},
 		{name: "a key leased by another instance is skipped", items: 3, size: 10,
 			prepare: func(w *world, f *feed, eng *core.Engine) {
-				b, err := w.store.Begin(context.Background(), key, "other", 30*time.Second, false)
+				b, err := w.store.Begin(context.Background(), key, "other", 30*time.Second, core.BeginForCycle)
 				if err != nil || b.Status != core.BeginOK {
 					w.t.Fatalf("begin: %+v %v", b, err)
 				}

@@ -262,7 +262,7 @@ func (e *Engine) withOpLease(ctx context.Context, t target, fn func(c *cycle) er
 }
 
 // opLease is withOpLease; only deleting runs fn on a deleted key, the others fail with
-// deletedKey.
+// deletedKey before they take the lease.
 func (e *Engine) opLease(ctx context.Context, t target, deleting bool, fn func(c *cycle) error) error {
 	deadline := time.Now().Add(opLeaseWait)
 	ttl := t.info.leaseTTL()
@@ -271,21 +271,22 @@ func (e *Engine) opLease(ctx context.Context, t target, deleting bool, fn func(c
 	}
 	for {
 		sent := e.now()
-		b, err := e.store.Begin(ctx, t.key, e.owner, ttl, true)
+		mode := BeginForOp
+		if deleting {
+			mode = BeginForDelete
+		}
+		b, err := e.store.Begin(ctx, t.key, e.owner, ttl, mode)
 		if err != nil {
 			return err
 		}
+		if b.Status == BeginDeleted {
+			// Deleted, perhaps by the partitions delete whose lease this waited for: Begin
+			// took no lease and wrote nothing; writing would put data into the deletion
+			// mark, which partitions add would bring back.
+			return deletedKey(t.key)
+		}
 		if b.Status == BeginOK {
 			c := newCycle(e, t.p, b, sent, e.now())
-			if !deleting && c.state.get(statehash.Deleted) == "1" {
-				// Deleted, perhaps by the partitions delete whose lease this waited for: writing
-				// would put data into the deletion mark, which partitions add would bring
-				// back. The delete's own release leaves it as it was (but for its fences).
-				if err := e.store.DeleteKey(ctx, c.lease); err != nil {
-					return err
-				}
-				return deletedKey(t.key)
-			}
 			ferr := fn(c)
 			if c.released {
 				return ferr

@@ -8,6 +8,20 @@ import (
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
+// BeginMode says what a Begin starts, and so what it checks before the lease.
+type BeginMode int
+
+const (
+	// BeginForCycle starts a cycle: deleted, paused, due, then the lease.
+	BeginForCycle BeginMode = iota
+	// BeginForOp starts an operator's action: deleted (a deleted key takes none, and nothing
+	// is written), then the lease.
+	BeginForOp
+	// BeginForDelete starts partitions delete: the lease only, so that a delete again
+	// finishes one cut short.
+	BeginForDelete
+)
+
 // ErrKeyDeleted is what Store.Pause returns for a key partitions delete has deleted.
 var ErrKeyDeleted = errors.New("the key is deleted")
 
@@ -27,9 +41,8 @@ type Store interface {
 	// cycle's claim up to its renewed lease's end plus ClaimGrace, so a claim lapses when a
 	// dead cycle's lease does.
 	HoldClaim(ctx context.Context, key watukuytype.Key, until time.Time) error
-	// Begin starts a cycle (op=false: checks paused and due) or an operator action (op=true:
-	// checks the lease only), taking the lease when allowed.
-	Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op bool) (BeginResult, error)
+	// Begin starts a cycle or an operation (mode), taking the lease when allowed.
+	Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, mode BeginMode) (BeginResult, error)
 	// Renew extends the lease and returns its new expiry (server clock) and whether the key
 	// was paused meanwhile.
 	Renew(ctx context.Context, l Lease) (Confirm, error)

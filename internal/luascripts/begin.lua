@@ -3,7 +3,8 @@
 -- KEYS[2] outbox stream, KEYS[3] holds hash, KEYS[4] items hash, KEYS[5] latest invalid
 -- observations hash, KEYS[6] the layout-4 lease hash (folded into the state when found)
 -- ARGV[1] owner (instance id), ARGV[2] lease TTL ms, ARGV[3] now override ms or '',
--- ARGV[4] mode: 'cycle' (checks paused and due) or 'op' (operator action: checks the lease only),
+-- ARGV[4] mode: 'cycle' (checks deleted, paused and due), 'op' (an operator's action: checks
+-- deleted) or 'delete' (partitions delete: checks the lease only),
 -- ARGV[5] token: a random value the caller made for this grant; every fenced script checks it
 -- with the epoch
 -- Returns {'deleted'} | {'paused'} | {'notDue', nextDue, now} | {'leased', expiresAt, now}
@@ -14,8 +15,9 @@
 -- the state (its epoch, a live grant's expiry and owner; never a lower epoch), which cuts off
 -- any layout-4 holder. Then the checks, in order, before any other write: a live lease that
 -- carries ARGV[5] (this very grant, sent again by the client after a read timeout: returned
--- as granted, not taken twice); in mode 'cycle' deleted (partitions delete), paused, due
--- (nextDue <= now or outbox non-empty); a live lease. A missing outbox stream is an empty one.
+-- as granted, not taken twice); in modes 'cycle' and 'op' deleted (partitions delete: an
+-- operation that waited for a delete's lease writes nothing into the deletion mark); in mode
+-- 'cycle' paused, due (nextDue <= now or outbox non-empty); a live lease. A missing outbox stream is an empty one.
 local now = now_ms(ARGV[3])
 local mode = ARGV[4]
 local token = ARGV[5]
@@ -27,7 +29,9 @@ local function granted(epoch)
 end
 local l = redis.call('HMGET', KEYS[1], 'epoch', 'token', 'expiresAt')
 if l[3] and tonumber(l[3]) > now and l[2] == token then return granted(tonumber(l[1])) end
-if mode == 'cycle' then
+if mode == 'op' then
+  if redis.call('HGET', KEYS[1], 'deleted') == '1' then return {'deleted'} end
+elseif mode == 'cycle' then
   local s = redis.call('HMGET', KEYS[1], 'paused', 'nextDue', 'deleted')
   if s[3] == '1' then return {'deleted'} end
   if s[1] == '1' then return {'paused'} end

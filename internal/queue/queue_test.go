@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -295,7 +296,7 @@ func TestRunningTaskHandsTheClaimBack(t *testing.T) {
 		<-started
 		// The running task's cycle holds the key's lease (so the task is no orphan), and the
 		// key is due again.
-		if _, err := st.Begin(ctx, k[0], "w", 30*time.Second, true); err != nil {
+		if _, err := st.Begin(ctx, k[0], "w", 30*time.Second, core.BeginForDelete); err != nil {
 			t.Fatal(err)
 		}
 		if err := st.SetDue(ctx, k[0], time.UnixMilli(0)); err != nil {

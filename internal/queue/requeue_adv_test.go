@@ -8,6 +8,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/rs/zerolog"
 
+	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/internal/redistest"
 )
@@ -43,7 +44,7 @@ func TestRunningTaskHandsTheClaimBackOnTheServerClock(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-started
-		if _, err := st.Begin(ctx, k[0], "w", 30*time.Second, true); err != nil {
+		if _, err := st.Begin(ctx, k[0], "w", 30*time.Second, core.BeginForDelete); err != nil {
 			t.Fatal(err)
 		}
 		if err := st.SetDue(ctx, k[0], time.UnixMilli(0)); err != nil {

@@ -95,7 +95,7 @@ func TestAdv5FoldIntoALiveStateLeaseKeepsTheHigherEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := watukuytype.Key{Poller: "orders", Partition: "t1"}
-	first, err := s.Begin(ctx, key, "w5", 30*time.Second, true)
+	first, err := s.Begin(ctx, key, "w5", 30*time.Second, core.BeginForDelete)
 	if err != nil || first.Status != core.BeginOK {
 		t.Fatalf("begin: %+v %v", first, err)
 	}
@@ -105,20 +105,20 @@ func TestAdv5FoldIntoALiveStateLeaseKeepsTheHigherEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another layout-5 Begin folds the hash while the first grant lives (it answers leased).
-	if r, err := s.Begin(ctx, key, "w5b", 30*time.Second, true); err != nil || r.Status != core.BeginLeased {
+	if r, err := s.Begin(ctx, key, "w5b", 30*time.Second, core.BeginForDelete); err != nil || r.Status != core.BeginLeased {
 		t.Fatalf("second begin: %+v %v", r, err)
 	}
 	if err := s.End(ctx, first.Lease, core.EndRequest{NextDue: time.UnixMilli(1)}); !watukuytype.IsLeaseLost(err) {
 		t.Fatalf("the layout-5 holder's End after the fold raised the epoch: %v, want LEASE_LOST (cut off)", err)
 	}
-	if r, err := s.Begin(ctx, key, "w5c", 30*time.Second, true); err != nil || r.Status != core.BeginLeased {
+	if r, err := s.Begin(ctx, key, "w5c", 30*time.Second, core.BeginForDelete); err != nil || r.Status != core.BeginLeased {
 		t.Fatalf("a begin while the cut-off grant would still live: %+v %v, want leased", r, err)
 	}
 	// That grant lapses.
 	if err := b.Client.HSet(ctx, s.Key(key, "state"), statehash.LeaseExpires, 1).Err(); err != nil {
 		t.Fatal(err)
 	}
-	next, err := s.Begin(ctx, key, "w5", 30*time.Second, true)
+	next, err := s.Begin(ctx, key, "w5", 30*time.Second, core.BeginForDelete)
 	if err != nil || next.Status != core.BeginOK {
 		t.Fatalf("third begin: %+v %v", next, err)
 	}

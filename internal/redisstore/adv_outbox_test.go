@@ -139,7 +139,7 @@ func TestG1FrozenHolderAfterTheOutboxWasMadeAgain(t *testing.T) {
 			t.Fatalf("read: %+v %v", batch, err)
 		}
 		clk.Advance(2 * time.Minute) // a's lease (1 minute) expires while it is frozen
-		r, err := s.Begin(ctx, f.key, "b", time.Minute, true)
+		r, err := s.Begin(ctx, f.key, "b", time.Minute, core.BeginForDelete)
 		if err != nil || r.Status != core.BeginOK {
 			t.Fatalf("b's begin: %+v %v", r, err)
 		}

@@ -68,7 +68,7 @@ func cycleSteps(t *testing.T, b redistest.Backend, s *Store, clk *fakeclock.Cloc
 		t.Fatal(err)
 	}
 	between()
-	begun, err := s.Begin(ctx, key, "w1", 30*time.Second, false)
+	begun, err := s.Begin(ctx, key, "w1", 30*time.Second, core.BeginForCycle)
 	if err != nil || begun.Status != core.BeginOK {
 		t.Fatalf("begin: %+v %v", begun, err)
 	}
@@ -120,7 +120,7 @@ func cycleSteps(t *testing.T, b redistest.Backend, s *Store, clk *fakeclock.Cloc
 		t.Fatalf("the lease lives after End: %v %v", live, err)
 	}
 	between()
-	op, err := s.Begin(ctx, key, "ops", 30*time.Second, true)
+	op, err := s.Begin(ctx, key, "ops", 30*time.Second, core.BeginForDelete)
 	if err != nil || op.Status != core.BeginOK {
 		t.Fatalf("begin op: %+v %v", op, err)
 	}
@@ -155,7 +155,7 @@ func TestAdv12ReplicatedCommitAfterScriptCacheLost(t *testing.T) {
 			t.Fatal(err)
 		}
 		key := watukuytype.Key{Poller: "orders", Partition: "t1"}
-		begun, err := s.Begin(ctx, key, "w1", 30*time.Second, false)
+		begun, err := s.Begin(ctx, key, "w1", 30*time.Second, core.BeginForCycle)
 		if err != nil || begun.Status != core.BeginOK {
 			t.Fatalf("begin: %+v %v", begun, err)
 		}

@@ -27,7 +27,7 @@ func newOutboxFixture(t *testing.T, b redistest.Backend) *outboxFixture {
 
 func (f *outboxFixture) begin() core.Lease {
 	f.t.Helper()
-	r, err := f.s.Begin(context.Background(), f.key, "a", time.Minute, true)
+	r, err := f.s.Begin(context.Background(), f.key, "a", time.Minute, core.BeginForDelete)
 	if err != nil || r.Status != core.BeginOK {
 		f.t.Fatalf("begin: %+v %v", r, err)
 	}

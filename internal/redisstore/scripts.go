@@ -346,18 +346,14 @@ type beginArgs struct {
 	Owner string
 	TTL   time.Duration
 	Now   string
-	// Op begins an operator action (mode 'op': the lease is the only check), not a cycle.
-	Op    bool
+	Mode  core.BeginMode
 	Token string
 }
 
 func (beginArgs) name() string { return "begin" }
 
 func (a beginArgs) encode(s *Store) ([]string, []any) {
-	mode := "cycle"
-	if a.Op {
-		mode = "op"
-	}
+	mode := map[core.BeginMode]string{core.BeginForCycle: "cycle", core.BeginForOp: "op", core.BeginForDelete: "delete"}[a.Mode]
 	return s.keysOf(a.Key, "state", "outbox", "holds", "items", "invalid", "lease"),
 		[]any{a.Owner, a.TTL.Milliseconds(), a.Now, mode, a.Token}
 }

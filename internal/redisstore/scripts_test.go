@@ -430,7 +430,7 @@ func TestFencedScriptsCheckTheFenceFirst(t *testing.T) {
 			if err := flushAll(ctx, b.Client); err != nil {
 				t.Fatal(err)
 			}
-			r, err := s.Begin(ctx, key, "a", time.Minute, true)
+			r, err := s.Begin(ctx, key, "a", time.Minute, core.BeginForDelete)
 			if err != nil || r.Status != core.BeginOK {
 				t.Fatalf("begin: %+v %v", r, err)
 			}

@@ -281,12 +281,12 @@ func (s *Store) HoldClaim(ctx context.Context, key watukuytype.Key, until time.T
 }
 
 // Begin implements core.Store.
-func (s *Store) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, op bool) (core.BeginResult, error) {
+func (s *Store) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, mode core.BeginMode) (core.BeginResult, error) {
 	token, err := newToken()
 	if err != nil {
 		return core.BeginResult{}, err
 	}
-	return run(ctx, s, nil, beginArgs{Key: key, Owner: owner, TTL: ttl, Now: s.nowArg(), Op: op, Token: token})
+	return run(ctx, s, nil, beginArgs{Key: key, Owner: owner, TTL: ttl, Now: s.nowArg(), Mode: mode, Token: token})
 }
 
 // Renew implements core.Store.

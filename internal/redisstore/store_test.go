@@ -37,7 +37,7 @@ func TestFencedWritesLeaveNoTrace(t *testing.T) {
 		ttl := 30 * time.Second
 		begin := func(owner string) core.Lease {
 			t.Helper()
-			r, err := s.Begin(ctx, key, owner, ttl, true)
+			r, err := s.Begin(ctx, key, owner, ttl, core.BeginForDelete)
 			if err != nil || r.Status != core.BeginOK {
 				t.Fatalf("begin: %+v %v", r, err)
 			}
@@ -351,7 +351,7 @@ func TestDueWritesKeepDueNow(t *testing.T) {
 
 		// A cycle: a trigger lands while it runs, then another instance's claim is skipped on
 		// the lease and pushes the entry again.
-		r, err := s.Begin(ctx, key, "a", 30*time.Second, false)
+		r, err := s.Begin(ctx, key, "a", 30*time.Second, core.BeginForCycle)
 		if err != nil || r.Status != core.BeginOK {
 			t.Fatalf("begin: %+v, %v", r, err)
 		}
@@ -372,7 +372,7 @@ func TestDueWritesKeepDueNow(t *testing.T) {
 		}
 		// The next cycle sees the trigger at Begin: its End writes the schedule.
 		zadd(t, b, due, map[string]time.Time{key.String(): clk.Now().Add(2 * time.Minute)}) // claimed
-		if r, err = s.Begin(ctx, key, "a", 30*time.Second, false); err != nil || r.Status != core.BeginOK {
+		if r, err = s.Begin(ctx, key, "a", 30*time.Second, core.BeginForCycle); err != nil || r.Status != core.BeginOK {
 			t.Fatalf("begin: %+v, %v", r, err)
 		}
 		end.Trigger = r.State[statehash.Trigger]
@@ -530,7 +530,7 @@ func TestInvalidIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 		key := watukuytype.Key{Poller: "orders", Partition: "t1"}
-		r, err := s.Begin(ctx, key, "a", 30*time.Second, true)
+		r, err := s.Begin(ctx, key, "a", 30*time.Second, core.BeginForDelete)
 		if err != nil || r.Status != core.BeginOK {
 			t.Fatalf("begin: %+v %v", r, err)
 		}
@@ -620,7 +620,7 @@ func TestLayoutWhileAnotherProcessSetsUp(t *testing.T) {
 func deleteKey(t *testing.T, s *Store, key watukuytype.Key) {
 	t.Helper()
 	ctx := context.Background()
-	r, err := s.Begin(ctx, key, "op", 30*time.Second, true)
+	r, err := s.Begin(ctx, key, "op", 30*time.Second, core.BeginForDelete)
 	if err != nil || r.Status != core.BeginOK {
 		t.Fatalf("begin: %+v, %v", r, err)
 	}
