@@ -36,7 +36,7 @@ type hookStore struct {
 	afterBegin   func(b core.BeginResult)
 	beforeCommit func(c core.Commit)
 	afterCommit  func(c core.Commit, r core.CommitResult)
-	beforeAck    func(l core.Lease, ids []string) error
+	beforeAck    func(l core.Lease, acked []core.Entry) error
 	afterAck     func()
 	afterPark    func()
 }
@@ -60,13 +60,13 @@ func (h *hookStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commit)
 	return r, err
 }
 
-func (h *hookStore) Ack(ctx context.Context, l core.Lease, ids []string) (bool, error) {
+func (h *hookStore) Ack(ctx context.Context, l core.Lease, acked []core.Entry) (bool, error) {
 	if h.beforeAck != nil {
-		if err := h.beforeAck(l, ids); err != nil {
+		if err := h.beforeAck(l, acked); err != nil {
 			return false, err
 		}
 	}
-	paused, err := h.Store.Ack(ctx, l, ids)
+	paused, err := h.Store.Ack(ctx, l, acked)
 	if err == nil && h.afterAck != nil {
 		h.afterAck()
 	}
@@ -164,7 +164,7 @@ func TestG4RetryAfterDeathBetweenParkAndAck(t *testing.T) {
 		e.api.Put("a1", nil)
 		e.api.Put("a2", nil)
 		parked := false
-		h := &hookStore{afterPark: func() { parked = true }, beforeAck: func(core.Lease, []string) error {
+		h := &hookStore{afterPark: func() { parked = true }, beforeAck: func(core.Lease, []core.Entry) error {
 			if parked {
 				return errKilled // the process dies between park and ack
 			}

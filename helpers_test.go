@@ -166,11 +166,11 @@ func (f *faultyStore) take(n *int) bool {
 	return false
 }
 
-func (f *faultyStore) Ack(ctx context.Context, l core.Lease, ids []string) (bool, error) {
+func (f *faultyStore) Ack(ctx context.Context, l core.Lease, acked []core.Entry) (bool, error) {
 	if f.take(&f.failAck) {
 		return false, errKilled
 	}
-	return f.Store.Ack(ctx, l, ids)
+	return f.Store.Ack(ctx, l, acked)
 }
 
 func (f *faultyStore) End(ctx context.Context, l core.Lease, r core.EndRequest) error {

@@ -500,9 +500,9 @@ func TestPartitionsAtRunTime(t *testing.T) {
 	})
 }
 
-// Workers refuse a layout newer than they know and an old one until migrate; migrate upgrades
-// a layout-1 registry and due set in place (1→2→3→4→5) and is idempotent; an empty database
-// is simply marked current.
+// Workers refuse a layout newer than they know, and a database holding watukuy data without
+// a recorded layout; an empty database is marked current by the first worker, and migrate on
+// the current layout changes nothing.
 func TestLayoutAndMigrate(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
@@ -511,49 +511,13 @@ func TestLayoutAndMigrate(t *testing.T) {
 		if err := eng.Setup(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if l, err := eng.Layout(ctx); err != nil || l.Version != l.Current || l.Version < 3 {
+		if l, err := eng.Layout(ctx); err != nil || l.Version != l.Current || l.Version != 1 {
 			t.Fatalf("a fresh database: %+v, %v", l, err)
 		}
-
-		// A database written before layouts were recorded.
-		v1 := `{"poller":"legacy","partitions":["x"],"min":"5s","max":"5m0s","leaseTTL":"30s","schemaVersion":3}`
-		if err := b.Client.Del(ctx, "wk:{global}:layout", "wk:{global}:pollers").Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Client.HSet(ctx, "wk:{global}:registry", "legacy|x", v1).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Client.ZAdd(ctx, "wk:{global}:due", redis.Z{Score: 5, Member: "legacy|x"}).Err(); err != nil {
-			t.Fatal(err)
+		if m, err := eng.Migrate(ctx); err != nil || m.From != 1 || m.To != 1 || len(m.Steps) != 0 {
+			t.Fatalf("migrate on the current layout: %+v, %v", m, err)
 		}
 		var le *LayoutError
-		if err := e.engine(e.poller(func(p *Poller) { p.Name = "w1" }), nil).Setup(ctx); !errors.As(err, &le) || le.Found != 1 {
-			t.Fatalf("a worker on layout 1: %v", err)
-		}
-		m, err := eng.Migrate(ctx)
-		if err != nil || m.From != 1 || m.To != 5 || len(m.Steps) != 4 {
-			t.Fatalf("migrate: %+v, %v", m, err)
-		}
-		if got, err := b.Client.ZScore(ctx, "wk:{global}:due:legacy", "legacy|x").Result(); err != nil || got != 5 {
-			t.Fatalf("the legacy key in its poller's due set after migrate: %v, %v", got, err)
-		}
-		if got, _ := b.Client.HGet(ctx, "wk:{global}:pollers", "legacy").Result(); got != v1 {
-			t.Fatalf("pollers hash after migrate: %q", got)
-		}
-		// Layout 5: the key its poller's entry lists needs no registry entry.
-		if got, err := b.Client.HGet(ctx, "wk:{global}:registry", "legacy|x").Result(); !errors.Is(err, redis.Nil) {
-			t.Fatalf("registry entry after migrate: %q, %v", got, err)
-		}
-		if ki, err := eng.Inspect(ctx, "legacy", "x"); err != nil || ki.SchemaVersion != 3 {
-			t.Fatalf("inspect of a migrated key: %+v, %v", ki, err)
-		}
-		if m, err := eng.Migrate(ctx); err != nil || m.From != 5 || m.To != 5 || len(m.Steps) != 0 {
-			t.Fatalf("migrate again: %+v, %v", m, err)
-		}
-		if err := e.engine(e.poller(func(p *Poller) { p.Name = "w2" }), nil).Setup(ctx); err != nil {
-			t.Fatalf("a worker after migrate: %v", err)
-		}
-
 		if err := b.Client.Set(ctx, "wk:{global}:layout", "99", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -563,92 +527,11 @@ func TestLayoutAndMigrate(t *testing.T) {
 		if _, err := eng.Migrate(ctx); !errors.As(err, &le) {
 			t.Fatalf("migrate of a newer layout: %v", err)
 		}
-	})
-}
-
-// Migrate 2→3 moves the global due set into one due set per poller (same scores; an entry
-// already there keeps its own) and hands every pending outbox entry to the consumer holder,
-// deleting the one consumer per process lifetime that layout 2 left; the pending events are
-// still delivered (G1).
-func TestMigrateSplitsDueSetAndKeepsPendingEvents(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
-		ctx := context.Background()
-		e := newEnv(t, b)
-		putN(e, 5)
-		e.tick(e.engine(e.poller(), faulty(&faultyStore{dieCommit: 1}))) // committed, never delivered
-		// Layout 2 read the outbox as one consumer per process: two processes in turn read it
-		// and died before the ack, the second taking the entries over from the first.
-		outbox := "wk:{orders|}:outbox"
-		if err := b.Client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "dispatch", Consumer: "instance-b", Streams: []string{outbox, ">"}, Count: 10, Block: -1}).Err(); err != nil {
+		if err := b.Client.Del(ctx, "wk:{global}:layout").Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Client.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: outbox, Group: "dispatch", Consumer: "instance-c", Start: "0-0", Count: 10}).Err(); err != nil {
-			t.Fatal(err)
-		}
-		pending := func() map[string]int64 {
-			t.Helper()
-			cs, err := b.Client.XInfoConsumers(ctx, outbox, "dispatch").Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := map[string]int64{}
-			for _, c := range cs {
-				m[c.Name] = c.Pending
-			}
-			return m
-		}
-		if got := pending(); len(got) != 2 || got["instance-b"] != 0 || got["instance-c"] != 5 {
-			t.Fatalf("consumers before the migration: %v", got)
-		}
-		delivered := len(e.rec.events())
-
-		// Back to layout 2: one global due set. orders| is in both sets (a layout-3 write
-		// raced the migration), users|t1 only in the global one.
-		newDue := "wk:{global}:due:orders"
-		ordersDue := b.Client.ZScore(ctx, newDue, "orders|").Val()
-		if err := b.Client.ZAdd(ctx, "wk:{global}:due", redis.Z{Score: 1, Member: "orders|"}, redis.Z{Score: 12345, Member: "users|t1"}).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Client.Set(ctx, "wk:{global}:layout", "2", 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-		// Layout 2 gave every key a registry entry (config keys too).
-		if err := b.Client.HSet(ctx, "wk:{global}:registry", "orders|", `{"source":"config"}`).Err(); err != nil {
-			t.Fatal(err)
-		}
-		var le *LayoutError
-		if err := e.engine(e.poller(func(p *Poller) { p.Name = "w1" }), nil).Setup(ctx); !errors.As(err, &le) || le.Found != 2 {
-			t.Fatalf("a worker on layout 2: %v", err)
-		}
-		eng := e.engine(e.poller(), nil)
-		m, err := eng.Migrate(ctx)
-		if err != nil || m.From != 2 || m.To != 5 || len(m.Steps) != 3 {
-			t.Fatalf("migrate: %+v, %v", m, err)
-		}
-		t.Logf("migrate: %s", m.Steps[0])
-		if n := b.Client.Exists(ctx, "wk:{global}:due").Val(); n != 0 {
-			t.Fatal("the global due set is still there")
-		}
-		if got := b.Client.ZScore(ctx, newDue, "orders|").Val(); got != ordersDue {
-			t.Fatalf("orders| due at %v after the migration, want its own %v", got, ordersDue)
-		}
-		if got, err := b.Client.ZScore(ctx, "wk:{global}:due:users", "users|t1").Result(); err != nil || got != 12345 {
-			t.Fatalf("users|t1 in its poller's due set: %v, %v", got, err)
-		}
-		if got := pending(); len(got) != 1 || got["holder"] != 5 {
-			t.Fatalf("consumers after the migration: %v, want holder with the 5 pending entries", got)
-		}
-		if m, err := eng.Migrate(ctx); err != nil || m.From != 5 || m.To != 5 || len(m.Steps) != 0 {
-			t.Fatalf("migrate again: %+v, %v", m, err)
-		}
-
-		e.settle(eng)
-		evs := e.rec.events()
-		if n := len(evs) - delivered; n != 5 {
-			t.Fatalf("after the migration %d pending events were delivered, want 5", n)
-		}
-		if ki, _ := eng.Inspect(ctx, "orders", ""); ki.OutboxPending != 0 {
-			t.Fatalf("outbox still holds %d entries", ki.OutboxPending)
+		if err := e.engine(e.poller(func(p *Poller) { p.Name = "w4" }), nil).Setup(ctx); !errors.As(err, &le) || le.Found != 0 {
+			t.Fatalf("a worker on data without a layout: %v", err)
 		}
 	})
 }

@@ -396,9 +396,21 @@ func (e *Engine) Parked() Parked { return Parked{e: e.core} }
 // Parked lists, retries and discards parked (poison and invalid) rows.
 type Parked struct{ e *core.Engine }
 
-// List returns a key's parked rows, oldest first; kind is "poison", "invalid" or "" for all.
+// List returns every parked row of a key in id order (poison events before invalid items);
+// kind is "poison", "invalid" or "" for all.
 func (p Parked) List(ctx context.Context, poller, partition, kind string) ([]ParkedInfo, error) {
 	return p.e.ListParked(ctx, watukuytype.Key{Poller: poller, Partition: partition}, kind)
+}
+
+// Counts counts the parked rows of each key, in one round trip.
+func (p Parked) Counts(ctx context.Context, keys []Key) ([]int64, error) {
+	return p.e.ParkedCounts(ctx, keys)
+}
+
+// Page returns up to limit (at most 1,000) of a key's parked rows of kind in id order, after
+// the id after ("" from the first), and the id the next page starts after ("" at the end).
+func (p Parked) Page(ctx context.Context, poller, partition, kind, after string, limit int) ([]ParkedInfo, string, error) {
+	return p.e.ListParkedPage(ctx, watukuytype.Key{Poller: poller, Partition: partition}, kind, after, limit)
 }
 
 // Retry returns parked rows to work, keeping the original order of held events.
@@ -411,10 +423,17 @@ func (p Parked) Discard(ctx context.Context, poller, partition string, ids ...st
 	return p.e.DiscardParked(ctx, watukuytype.Key{Poller: poller, Partition: partition}, ids)
 }
 
-// InspectAll reports every known key of poller ("" for all pollers), from the registered
-// pollers and the Redis registry.
+// InspectAll reports every known key of poller ("" for all pollers), reading the registry a
+// page at a time; at many keys, InspectPage reads one page.
 func (e *Engine) InspectAll(ctx context.Context, poller string) ([]KeyInfo, error) {
 	return e.core.InspectAll(ctx, poller)
+}
+
+// InspectPage reports up to limit (at most 1,000) known keys of poller ("" for all pollers) in
+// poller then partition order, after the cursor after ("" from the first), and returns the
+// cursor of the next page ("" at the end). Its cost does not depend on the number of keys.
+func (e *Engine) InspectPage(ctx context.Context, poller, after string, limit int) ([]KeyInfo, string, error) {
+	return e.core.InspectPage(ctx, poller, after, limit)
 }
 
 // Budgets shows every bucket of the known pollers' budgets: its keys, the tokens it holds
@@ -436,10 +455,27 @@ func (e *Engine) Keys(ctx context.Context, poller string) ([]Key, error) {
 	return e.core.Keys(ctx, poller)
 }
 
+// PollerKeys counts each known poller's scheduled keys (registered and not deleted), by name.
+func (e *Engine) PollerKeys(ctx context.Context) (map[string]int64, error) {
+	return e.core.PollerKeys(ctx)
+}
+
+// KeysPage lists up to limit (at most 1,000) known keys of poller ("" for all) after the
+// cursor after ("" from the first), sorted, and the cursor of the next page ("" at the end).
+func (e *Engine) KeysPage(ctx context.Context, poller, after string, limit int) ([]Key, string, error) {
+	return e.core.KeysPage(ctx, poller, after, limit)
+}
+
 // ActiveKeys lists the keys of poller ("" for all) that take operations: every known key but
-// the deleted partitions a config keeps listing (it inspects each key).
+// the deleted partitions a config keeps listing.
 func (e *Engine) ActiveKeys(ctx context.Context, poller string) ([]Key, error) {
 	return e.core.ActiveKeys(ctx, poller)
+}
+
+// EachActiveKey calls fn with each key of poller ("" for all) that takes operations, reading
+// the registry a page at a time; it stops at fn's first error and returns it.
+func (e *Engine) EachActiveKey(ctx context.Context, poller string, fn func(Key) error) error {
+	return e.core.EachActiveKey(ctx, poller, fn)
 }
 
 // Backfill runs the live lane's logic again from an older cursor, in a lane of its own with

@@ -27,7 +27,8 @@ func examples() map[string]string {
   watukuy validate --config watukuy.yaml --probe       # fetch each poller's first page: identities, fingerprints, cursor`,
 		"inspect": `  watukuy inspect --redis redis://127.0.0.1:6379/0
   watukuy inspect --poller orders --partition acme
-  watukuy inspect --poller orders --json | jq '.[].lastError'`,
+  watukuy inspect --poller orders --json | jq '.[].lastError'
+  watukuy inspect --poller orders --limit 100 --after 'orders|acme'`,
 		"trigger": `  watukuy trigger --poller orders --partition acme
   watukuy trigger --poller orders                      # every partition of orders`,
 		"pause":  `  watukuy pause --poller orders --partition acme`,
@@ -41,7 +42,8 @@ func examples() map[string]string {
   watukuy reset-cursor --poller orders --partition acme --cursor null --clear-snapshot --yes`,
 		"parked": `  watukuy parked ls --poller orders --kind poison`,
 		"parked ls": `  watukuy parked ls --poller orders --kind poison --limit 20
-  watukuy parked ls --poller orders --partition acme --json`,
+  watukuy parked ls --poller orders --partition acme --json
+  watukuy parked ls --poller orders --partition acme --limit 50 --after ev_0123abcd`,
 		"parked retry": `  watukuy parked retry --poller orders --partition acme --ids ev_3f2a…,ev_9c1d…
   watukuy parked retry --poller orders --all --kind invalid --config watukuy.yaml`,
 		"parked discard": `  watukuy parked discard --poller orders --partition acme --ids inv_51aa…

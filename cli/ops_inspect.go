@@ -7,27 +7,62 @@ import (
 	"io"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/budget"
 	"github.com/watukuy/watukuy/internal/humantime"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
-// inspectCmd reports keys: a table of every key (or of one poller's), or every field of one.
+// maxPage is the most keys or parked rows one page of a listing holds (the engine's page).
+const maxPage = 1000
+
+// inspectCmd reports keys: a table of a page of keys (of every poller, or of one), or every
+// field of one.
 func inspectCmd() *cobra.Command {
 	o := &op{}
+	var limit int
+	var after string
 	return o.command(opSpec{
-		use:   "inspect [--poller P [--partition X]]",
+		use:   "inspect [--poller P [--partition X]] [--limit N] [--after CURSOR]",
 		short: "Show keys: status, cursors, lease, schedule, lag, freshness, outbox, parked rows, last error",
-		long: `inspect lists every known key (or the keys of --poller) in a table; with --partition it
+		long: `inspect lists the known keys (or the keys of --poller) in a table, in poller then partition
+order, a page of at most --limit keys (default and most 1000) at a time: when more follow, the
+last line says how to get them (more: watukuy inspect --after CURSOR). With --partition it
 shows every field of one key. Below the keys' table, the shared budgets their requests draw
 from: each bucket's rate, burst, the tokens it holds now, a pause a 429 set, and its keys. It
 needs only the Redis URL: pollers, partitions and budgets come from the registry that workers
-write. --json prints an array of keys, or one object with --partition.`,
+write. --json prints an array of the page's keys (the more: line goes to stderr), or one
+object with --partition.`,
 		keys: anyKeys,
+		flags: func(fs *pflag.FlagSet) {
+			fs.IntVar(&limit, "limit", maxPage, "list at most N keys (1 to 1000)")
+			fs.StringVar(&after, "after", "", "list the keys after this cursor, as the more: line of the page before gives it")
+		},
+		check: func(cmd *cobra.Command) error {
+			if o.partitionGiven && (cmd.Flags().Changed("limit") || cmd.Flags().Changed("after")) {
+				return usagef("--limit and --after page the keys' table: not with --partition, which shows one key")
+			}
+			if limit < 1 || limit > maxPage {
+				return usagef("--limit %d: want 1 to %d", limit, maxPage)
+			}
+			if after == "" {
+				return nil
+			}
+			k, err := watukuytype.ParseKey(after)
+			switch {
+			case err != nil:
+				return usagef("--after %q is not a cursor of inspect: pass the one its more: line gave", after)
+			case o.poller != "" && k.Poller != o.poller:
+				return usagef("--after %q is a cursor of poller %q, not of --poller %s", after, k.Poller, o.poller)
+			}
+			return nil
+		},
 		run: func(ctx context.Context, eng *watukuy.Engine) error {
 			if o.partitionGiven {
 				ki, err := eng.Inspect(ctx, o.poller, o.partition)
@@ -39,28 +74,79 @@ write. --json prints an array of keys, or one object with --partition.`,
 				}
 				return printKeyDetail(o.out, ki, time.Now())
 			}
-			kis, err := eng.InspectAll(ctx, o.poller)
+			kis, next, err := eng.InspectPage(ctx, o.poller, after, limit)
 			if err != nil {
 				return err
 			}
+			more := ""
+			if next != "" {
+				more = "more: " + moreCommand("inspect", next, [2]string{"poller", o.poller}, [2]string{"limit", limitFlag(limit, maxPage)})
+			}
 			if o.asJSON {
-				return writeJSON(o.out, kis)
+				if kis == nil {
+					kis = []watukuy.KeyInfo{}
+				}
+				if err := writeJSON(o.out, kis); err != nil || more == "" {
+					return err
+				}
+				_, err := fmt.Fprintln(o.errOut, more)
+				return err
 			}
 			if len(kis) == 0 {
-				_, err := fmt.Fprintln(o.out, "no keys: no poller is registered in this Redis (start a worker with the config, or check --redis and --prefix)")
+				msg := "no keys: no poller is registered in this Redis (start a worker with the config, or check --redis and --prefix)"
+				if after != "" {
+					msg = fmt.Sprintf("no keys after %s", after)
+				}
+				_, err := fmt.Fprintln(o.out, msg)
 				return err
 			}
 			if err := printKeyTable(o.out, kis, time.Now()); err != nil {
 				return err
 			}
 			bs, err := eng.Budgets(ctx)
-			if err != nil || len(bs) == 0 {
+			if err != nil {
 				return err
 			}
-			fmt.Fprintln(o.out)
-			return printBudgetTable(o.out, bs, o.poller, time.Now())
+			if len(bs) > 0 {
+				fmt.Fprintln(o.out)
+				if err := printBudgetTable(o.out, bs, o.poller, time.Now()); err != nil {
+					return err
+				}
+			}
+			if more != "" {
+				_, err = fmt.Fprintf(o.out, "\n%s\n", more)
+			}
+			return err
 		},
 	})
+}
+
+// moreCommand is the command line of a listing's next page: cmd, each of flags (a name and
+// a value) whose value is not "", and --after the cursor.
+func moreCommand(cmd, after string, flags ...[2]string) string {
+	line := "watukuy " + cmd
+	for _, f := range flags {
+		if f[1] != "" {
+			line += " --" + f[0] + " " + shellQuote(f[1])
+		}
+	}
+	return line + " --after " + shellQuote(after)
+}
+
+// limitFlag is --limit's value for a more: line, "" at its default.
+func limitFlag(limit, def int) string {
+	if limit == def {
+		return ""
+	}
+	return strconv.Itoa(limit)
+}
+
+// shellQuote quotes s for a POSIX shell when it holds anything but plain characters.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.,:/@%+=") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // printBudgetTable shows the buckets that keys of poller (all when "") draw from.

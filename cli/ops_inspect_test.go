@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -131,4 +133,86 @@ func TestInspectBudgets(t *testing.T) {
 	if !strings.HasPrefix(b["PAUSED-UNTIL"], "in ") {
 		t.Errorf("bucket shop-b after a 429 with Retry-After 1h: %v", b)
 	}
+}
+
+// moreRE finds a listing's more: line and the arguments it gives.
+var moreRE = regexp.MustCompile(`(?m)^more: watukuy (.*)$`)
+
+// moreArgs splits a more: line's command into arguments: words, single quotes around a value
+// removed (the tests' values hold no space).
+func moreArgs(line string) []string {
+	var args []string
+	for _, f := range strings.Fields(line) {
+		if strings.HasPrefix(f, "'") && strings.HasSuffix(f, "'") {
+			f = strings.ReplaceAll(f[1:len(f)-1], `'\''`, "'")
+		}
+		args = append(args, f)
+	}
+	return args
+}
+
+// inspect lists a page of keys at a time: at most --limit keys, then the command line of the
+// next page; following those reaches every key once, in order, and the last page has no more:
+// line. --json prints the page's array, with the more: line on stderr.
+func TestInspectPages(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.register(w.poller("orders"), w.poller("tenants", func(p *watukuy.Poller) { p.Partitions = []string{"a", "b", "c", "d"} }))
+	w.tick()
+
+	pages := func(args ...string) ([]string, []int, []string) {
+		var keys, lines []string
+		var sizes []int
+		for range 10 {
+			out := w.ok(args...)
+			rows := parseTable(t, out, "POLLER")
+			for _, r := range rows {
+				keys = append(keys, r["POLLER"]+"|"+r["PARTITION"])
+			}
+			sizes = append(sizes, len(rows))
+			m := moreRE.FindStringSubmatch(out)
+			if m == nil {
+				return keys, sizes, lines
+			}
+			lines = append(lines, m[0])
+			args = moreArgs(m[1])
+		}
+		t.Fatalf("%v: no end after 10 pages", args)
+		return nil, nil, nil
+	}
+	keys, sizes, lines := pages("inspect", "--limit", "2")
+	if fmt.Sprint(keys) != "[orders|- tenants|a tenants|b tenants|c tenants|d]" || fmt.Sprint(sizes) != "[2 2 1]" {
+		t.Fatalf("pages: %v, sizes %v", keys, sizes)
+	}
+	if want := "more: watukuy inspect --limit 2 --after 'tenants|a'"; lines[0] != want {
+		t.Fatalf("more line %q, want %q", lines[0], want)
+	}
+	keys, sizes, lines = pages("inspect", "--poller", "tenants", "--limit", "3")
+	if fmt.Sprint(keys) != "[tenants|a tenants|b tenants|c tenants|d]" || fmt.Sprint(sizes) != "[3 1]" ||
+		lines[0] != "more: watukuy inspect --poller tenants --limit 3 --after 'tenants|c'" {
+		t.Fatalf("tenants' pages: %v, sizes %v, %q", keys, sizes, lines)
+	}
+	// A page that ends with the last key says no more.
+	if _, sizes, lines := pages("inspect", "--poller", "tenants", "--limit", "4"); fmt.Sprint(sizes) != "[4]" || len(lines) != 0 {
+		t.Fatalf("one full page: sizes %v, %q", sizes, lines)
+	}
+	if out := w.ok("inspect", "--after", "zzz|"); !strings.Contains(out, "no keys after zzz|") {
+		t.Fatalf("past the end: %s", out)
+	}
+
+	out, errb, code := w.cli("inspect", "--json", "--limit", "3")
+	page := jsonOf[[]watukuy.KeyInfo](t, out)
+	if code != ExitOK || len(page) != 3 || page[2].Partition != "b" || strings.TrimSpace(errb) != "more: watukuy inspect --limit 3 --after 'tenants|b'" {
+		t.Fatalf("--json page: exit %d, %d keys, stderr %q", code, len(page), errb)
+	}
+	out, errb, _ = w.cli("inspect", "--json", "--after", "tenants|b")
+	if page := jsonOf[[]watukuy.KeyInfo](t, out); len(page) != 2 || page[0].Partition != "c" || errb != "" {
+		t.Fatalf("--json last page: %+v, stderr %q", page, errb)
+	}
+
+	w.fails(ExitUsage, "--limit 0: want 1 to 1000", "inspect", "--limit", "0")
+	w.fails(ExitUsage, "--limit 1001: want 1 to 1000", "inspect", "--limit", "1001")
+	w.fails(ExitUsage, `--after "tenants" is not a cursor of inspect`, "inspect", "--after", "tenants")
+	w.fails(ExitUsage, `is a cursor of poller "tenants", not of --poller orders`, "inspect", "--poller", "orders", "--after", "tenants|a")
+	w.fails(ExitUsage, "not with --partition", "inspect", "--poller", "tenants", "--partition", "a", "--limit", "2")
 }

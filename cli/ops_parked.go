@@ -43,28 +43,43 @@ fingerprint or validation and was parked with its raw JSON.`,
 
 func parkedLsCmd() *cobra.Command {
 	o := &op{}
-	var kind string
+	var kind, after string
 	var limit int
 	return o.command(opSpec{
-		use:   "ls --poller P [--partition X] [--kind poison|invalid] [--limit N]",
+		use:   "ls --poller P [--partition X [--after ID]] [--kind poison|invalid] [--limit N]",
 		short: "List parked rows: a table, then each row's error history, event or item, and held ordering key",
-		keys:  pollerKeys,
+		long: `ls lists the parked rows of every partition of --poller, oldest first (--limit N shows the
+first N). With --partition it lists one key's rows by id (poison events, then invalid items), a
+page of at most --limit rows (default and most 1000) at a time: when more follow, the last line
+says how to get them (more: watukuy parked ls ... --after ID; with --json it goes to stderr).`,
+		keys: pollerKeys,
 		flags: func(fs *pflag.FlagSet) {
 			fs.StringVar(&kind, "kind", "", "only rows of this kind: poison or invalid")
-			fs.IntVar(&limit, "limit", 0, "show at most N rows, oldest first (0: all)")
+			fs.IntVar(&limit, "limit", 0, "show at most N rows (0: all; with --partition, a page of 1 to 1000 rows, default 1000)")
+			fs.StringVar(&after, "after", "", "with --partition: the rows after this id, as the more: line of the page before gives it")
 		},
 		check: func(cmd *cobra.Command) error {
-			if kind != "" && kind != "poison" && kind != "invalid" {
+			switch {
+			case kind != "" && kind != "poison" && kind != "invalid":
 				return usagef("--kind %q: want poison or invalid", kind)
-			}
-			if limit < 0 {
+			case limit < 0:
 				return usagef("--limit %d must not be negative", limit)
+			case o.partitionGiven && limit > maxPage:
+				return usagef("--limit %d: a page of one partition's rows holds at most %d", limit, maxPage)
+			case after != "" && !o.partitionGiven:
+				return usagef("--after pages one partition's rows: pass --partition too")
 			}
 			return nil
 		},
 		run: func(ctx context.Context, eng *watukuy.Engine) error {
+			if o.partitionGiven {
+				return o.parkedPage(ctx, eng, kind, after, limit)
+			}
 			keys, err := o.keys(ctx, eng)
 			if err != nil {
+				return err
+			}
+			if keys, err = withParked(ctx, eng, keys); err != nil {
 				return err
 			}
 			rows := []parkedRow{}
@@ -85,15 +100,77 @@ func parkedLsCmd() *cobra.Command {
 			if o.asJSON {
 				return writeJSON(o.out, rows)
 			}
-			return o.printParked(rows, all)
+			return o.printParked(rows, all, "")
 		},
 	})
 }
 
-// printParked prints the parked rows as a table, then one detail block per row.
-func (o *op) printParked(rows []parkedRow, all int) error {
+// parkedPage lists one page of --partition's parked rows of kind after the id after: at most
+// limit (maxPage when 0), and when more follow the command line of the next page.
+func (o *op) parkedPage(ctx context.Context, eng *watukuy.Engine, kind, after string, limit int) error {
+	if limit == 0 {
+		limit = maxPage
+	}
+	// One row more than the page says whether another page has any.
+	ps, _, err := eng.Parked().Page(ctx, o.poller, o.partition, kind, after, min(limit+1, maxPage))
+	if err != nil {
+		return err
+	}
+	more := ""
+	if len(ps) > limit || (len(ps) == maxPage && limit == maxPage) {
+		ps = ps[:limit]
+		more = "more: " + moreCommand("parked ls", ps[len(ps)-1].ID, [2]string{"poller", o.poller}, [2]string{"partition", partLabel(o.partition)},
+			[2]string{"kind", kind}, [2]string{"limit", limitFlag(limit, maxPage)})
+	}
+	rows := make([]parkedRow, len(ps))
+	for i, p := range ps {
+		rows[i] = parkedRow{o.poller, o.partition, p}
+	}
+	if o.asJSON {
+		if err := writeJSON(o.out, rows); err != nil || more == "" {
+			return err
+		}
+		_, err := fmt.Fprintln(o.errOut, more)
+		return err
+	}
+	return o.printParked(rows, len(rows), more)
+}
+
+// partLabel is a partition as the flags take it: "-" for an unpartitioned poller's key.
+func partLabel(partition string) string {
+	if partition == "" {
+		return "-"
+	}
+	return partition
+}
+
+// withParked keeps the keys that hold parked rows, counting them a page of keys per round
+// trip. It does not look the keys up: a key that does not exist has none.
+func withParked(ctx context.Context, eng *watukuy.Engine, keys []watukuy.Key) ([]watukuy.Key, error) {
+	var out []watukuy.Key
+	for chunk := range slices.Chunk(keys, maxPage) {
+		n, err := eng.Parked().Counts(ctx, chunk)
+		if err != nil {
+			return nil, err
+		}
+		for i, k := range chunk {
+			if n[i] > 0 {
+				out = append(out, k)
+			}
+		}
+	}
+	return out, nil
+}
+
+// printParked prints the parked rows as a table, then one detail block per row; all is the
+// number of rows --limit cut them from, more the line that lists the next page ("" none).
+func (o *op) printParked(rows []parkedRow, all int, more string) error {
 	if len(rows) == 0 {
-		_, err := fmt.Fprintf(o.out, "no parked rows in %s\n", o.poller)
+		where := o.poller
+		if o.partitionGiven {
+			where = keyName(o.poller, o.partition)
+		}
+		_, err := fmt.Fprintf(o.out, "no parked rows in %s\n", where)
 		return err
 	}
 	t := newTable(o.out, "PARTITION", "ID", "KIND", "ATTEMPTS", "ORDERING-KEY", "IDENTITY", "PARKED-AT", "ERROR")
@@ -127,6 +204,9 @@ func (o *op) printParked(rows []parkedRow, all int) error {
 		fmt.Fprintf(o.out, "\nshowing %d of %d parked rows (--limit)\n", len(rows), all)
 	}
 	_, err := fmt.Fprintf(o.out, "\nretry: watukuy parked retry --poller %s --ids ID[,ID...]   discard: watukuy parked discard --poller %[1]s --ids ID[,ID...]   (every row: --all [--kind poison|invalid])\n", o.poller)
+	if err == nil && more != "" {
+		_, err = fmt.Fprintf(o.out, "\n%s\n", more)
+	}
 	return err
 }
 
@@ -233,6 +313,11 @@ func (o *op) allParked(ctx context.Context, eng *watukuy.Engine, kind string) (m
 	if err != nil {
 		return nil, nil, err
 	}
+	if !o.partitionGiven { // a named key's own listing says when it does not exist
+		if keys, err = withParked(ctx, eng, keys); err != nil {
+			return nil, nil, err
+		}
+	}
 	byKey := map[watukuy.Key][]string{}
 	var order []watukuy.Key
 	for _, k := range keys {
@@ -259,6 +344,9 @@ func (o *op) locateParked(ctx context.Context, eng *watukuy.Engine, ids []string
 	}
 	if len(keys) == 1 {
 		return map[watukuy.Key][]string{keys[0]: ids}, keys, nil
+	}
+	if keys, err = withParked(ctx, eng, keys); err != nil {
+		return nil, nil, err
 	}
 	where := map[string]watukuy.Key{}
 	for _, k := range keys {

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -138,4 +139,74 @@ func TestParkedAll(t *testing.T) {
 	if res.Released != 1 || len(res.Keys) != 1 || len(res.Keys[0].IDs) != 1 || w.b.Client.Exists(t.Context(), "wk:{mixed|}:parked").Val() != 0 {
 		t.Fatalf("discard --all: %+v", res)
 	}
+}
+
+// parked ls --partition pages one key's rows by id: at most --limit rows, then the command
+// line of the next page, which goes on after the last id; across partitions it lists every
+// row. --after needs --partition.
+func TestParkedPages(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.api.PutMany(3, "o", nil)
+	w.register(w.poller("tenants", func(p *watukuy.Poller) {
+		p.Partitions = []string{"a", "b"}
+		p.Delivery.Attempts = 1
+		p.Handler = func(context.Context, watukuy.Event) error { return errors.New("sink down") }
+	}), w.poller("orders", func(p *watukuy.Poller) {
+		p.Delivery.Attempts = 1
+		p.Handler = func(context.Context, watukuy.Event) error { return errors.New("sink down") }
+	}))
+	w.tick()
+	ids := func(partition string) []string {
+		rows, err := w.eng.Parked().List(t.Context(), "tenants", partition, "")
+		if err != nil || len(rows) != 3 {
+			t.Fatalf("parked rows of tenants|%s: %v %v", partition, rows, err)
+		}
+		var out []string
+		for _, r := range rows {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	b := ids("b")
+
+	if rows := parseTable(t, w.ok("parked", "ls", "--poller", "tenants"), "PARTITION"); len(rows) != 6 {
+		t.Fatalf("every partition's rows: %v", rows)
+	}
+	var seen []string
+	args := []string{"parked", "ls", "--poller", "tenants", "--partition", "b", "--limit", "2"}
+	for page := 0; ; page++ {
+		if page > 3 {
+			t.Fatalf("no end after %v", seen)
+		}
+		out := w.ok(args...)
+		for _, r := range parseTable(t, out, "PARTITION") {
+			seen = append(seen, r["ID"])
+		}
+		m := moreRE.FindStringSubmatch(out)
+		if m == nil {
+			break
+		}
+		if want := "more: watukuy parked ls --poller tenants --partition b --limit 2 --after " + b[1]; page == 0 && m[0] != want {
+			t.Fatalf("more line %q, want %q", m[0], want)
+		}
+		args = moreArgs(m[1])
+	}
+	if fmt.Sprint(seen) != fmt.Sprint(b) {
+		t.Fatalf("pages of tenants|b: %v, want %v", seen, b)
+	}
+	if out := w.ok("parked", "ls", "--poller", "tenants", "--partition", "b"); len(parseTable(t, out, "PARTITION")) != 3 || moreRE.MatchString(out) {
+		t.Fatalf("one page of every row:\n%s", out)
+	}
+	out, errb, code := w.cli("parked", "ls", "--poller", "orders", "--partition", "-", "--kind", "poison", "--limit", "1", "--json")
+	rows := jsonOf[[]parkedRow](t, out)
+	if code != ExitOK || len(rows) != 1 || rows[0].Poller != "orders" ||
+		strings.TrimSpace(errb) != "more: watukuy parked ls --poller orders --partition - --kind poison --limit 1 --after "+rows[0].ID {
+		t.Fatalf("--json page: exit %d, %+v, stderr %q", code, rows, errb)
+	}
+	if out := w.ok("parked", "ls", "--poller", "tenants", "--partition", "a", "--after", "~"); !strings.Contains(out, "no parked rows in tenants|a") {
+		t.Fatalf("past the last id:\n%s", out)
+	}
+	w.fails(ExitUsage, "--after pages one partition's rows", "parked", "ls", "--poller", "tenants", "--after", b[0])
+	w.fails(ExitUsage, "at most 1000", "parked", "ls", "--poller", "tenants", "--partition", "a", "--limit", "1001")
 }

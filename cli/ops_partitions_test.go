@@ -23,7 +23,7 @@ func TestPartitions(t *testing.T) {
 	}
 
 	out := w.ok("partitions", "add", "--poller", "tenants", "--partition", "c")
-	if !strings.Contains(out, `added partition "c" to tenants`) || !strings.Contains(w.hget("wk:{global}:registry", "tenants|c"), `"source":"cli"`) {
+	if !strings.Contains(out, `added partition "c" to tenants`) || w.source("tenants", "c") != "cli" {
 		t.Fatalf("add: %s", out)
 	}
 	kis := jsonOf[[]watukuy.KeyInfo](t, w.ok("partitions", "ls", "--poller", "tenants", "--json"))
@@ -42,11 +42,11 @@ func TestPartitions(t *testing.T) {
 	if !strings.Contains(errb, `live cursor "2"`) || !strings.Contains(errb, "2 known items") {
 		t.Fatalf("the refusal does not say what would be deleted: %s", errb)
 	}
-	if !w.b.Client.HExists(ctx, "wk:{global}:registry", "tenants|c").Val() {
+	if w.source("tenants", "c") == "" {
 		t.Fatal("a refused delete deleted")
 	}
 	st := jsonOf[keyStatus](t, w.ok("partitions", "delete", "--poller", "tenants", "--partition", "c", "--yes", "--json"))
-	if st.Status != "deleted" || w.b.Client.HExists(ctx, "wk:{global}:registry", "tenants|c").Val() || w.b.Client.Exists(ctx, "wk:{tenants|c}:items").Val() != 0 {
+	if st.Status != "deleted" || w.source("tenants", "c") != "" || w.b.Client.Exists(ctx, "wk:{tenants|c}:items").Val() != 0 {
 		t.Fatalf("delete: %+v", st)
 	}
 	w.fails(ExitUsage, "--poller and --partition are required", "partitions", "add", "--poller", "tenants")
@@ -80,7 +80,7 @@ func TestPartitionsAddNeedsPartitionVar(t *testing.T) {
 `)
 	w.ok("pause", "--poller", "orders", "--config", cfg) // registers the config's pollers
 	errb := w.fails(ExitUsage, "has no ${partition}", "partitions", "add", "--poller", "orders", "--partition", "eu", "--config", cfg)
-	if !strings.Contains(errb, "poll the same API") || w.b.Client.HExists(context.Background(), "wk:{global}:registry", "orders|eu").Val() {
+	if !strings.Contains(errb, "poll the same API") || w.source("orders", "eu") != "" {
 		t.Fatalf("partitions add without ${partition}: %s", errb)
 	}
 	w.ok("partitions", "add", "--poller", "tenants", "--partition", "b", "--config", cfg)

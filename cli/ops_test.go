@@ -14,6 +14,7 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/internal/redistest"
 )
 
@@ -141,6 +142,24 @@ func jsonOf[T any](t *testing.T, out string) T {
 
 func (w *world) hget(key, field string) string {
 	return w.b.Client.HGet(context.Background(), key, field).Val()
+}
+
+// source is where the registry says a key comes from ("config" or "cli"), "" when it does
+// not hold the key.
+func (w *world) source(poller, partition string) string {
+	w.t.Helper()
+	s, err := redisstore.New(w.b.Client, redisstore.Options{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	_, e, found, err := s.Lookup(context.Background(), watukuy.Key{Poller: poller, Partition: partition})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if !found {
+		return ""
+	}
+	return e.Source
 }
 
 func (w *world) inspect(poller, partition string) watukuy.KeyInfo {

@@ -141,6 +141,9 @@ func (e *ReplayUnavailableError) Error() string {
 }
 
 func (e *LayoutError) Error() string {
+	if e.Found == 0 {
+		return fmt.Sprintf("watukuy: the Redis database holds watukuy data but records no data layout (this build writes version %d): it was not written by a release of watukuy; point --redis or --prefix elsewhere", e.Known)
+	}
 	if e.Found > e.Known {
 		return fmt.Sprintf("watukuy: the Redis data layout is version %d, newer than this build knows (%d): upgrade watukuy before starting workers against it", e.Found, e.Known)
 	}

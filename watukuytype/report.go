@@ -203,7 +203,7 @@ func (ki KeyInfo) MarshalJSON() ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// pollSummaryV1 starts the compact form of a PollSummary (a JSON summary starts with '{').
+// pollSummaryV1 starts the compact form of a PollSummary: its version.
 const pollSummaryV1 = "1;"
 
 // pollSummaryFlags are the letters of the compact form's flags, in PollSummary's order.
@@ -238,20 +238,13 @@ func (p PollSummary) Compact() string {
 	return b.String()
 }
 
-// ParsePollSummary reads a state hash's lastPoll: the compact form, or the JSON that
-// releases before it wrote.
+// ParsePollSummary reads a state hash's lastPoll (PollSummary.Compact).
 func ParsePollSummary(v string) (PollSummary, error) {
 	var p PollSummary
-	if strings.HasPrefix(v, "{") {
-		if err := json.Unmarshal([]byte(v), &p); err != nil {
-			return p, fmt.Errorf("watukuy: lastPoll %q: %w", v, err)
-		}
-		return p, nil
-	}
 	rest, ok := strings.CutPrefix(v, pollSummaryV1)
 	f := strings.SplitN(rest, ";", 11)
 	if !ok || len(f) != 11 {
-		return p, fmt.Errorf("watukuy: lastPoll %q is neither JSON nor the compact form", v)
+		return p, fmt.Errorf("watukuy: lastPoll %q is not a poll summary", v)
 	}
 	if f[0] != "" {
 		ms, err := strconv.ParseInt(f[0], 10, 64)

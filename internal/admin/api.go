@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +26,17 @@ import (
 // DefaultMaxBody is Options.MaxBody when it is not set: every request body the API reads is a
 // few fields.
 const DefaultMaxBody = 64 << 10
+
+const (
+	// DefaultLimit is the page size of a listing without ?limit=.
+	DefaultLimit = 100
+	// MaxLimit is the largest ?limit= a listing takes.
+	MaxLimit = 1000
+	// MaxScan bounds the keys one GET /api/parked looks at: past it the answer stops with the
+	// rows found so far (maybe none) and a next cursor, so that a request costs the same
+	// however many keys there are.
+	MaxScan = 10000
+)
 
 // Options configures the API.
 type Options struct {
@@ -49,8 +62,8 @@ type api struct {
 // NewAPI returns the handler of the routes below /api/ (mount it at "/api/"):
 //
 //	GET    /api/whoami
-//	GET    /api/pollers
-//	GET    /api/keys[?poller=P]
+//	GET    /api/pollers                                          each poller's scheduled keys
+//	GET    /api/keys[?poller=P&limit=N&after=C]                  {"keys","next"}
 //	GET    /api/keys/{poller}/{partition}
 //	POST   /api/keys/{poller}/{partition}/{trigger|pause|resume}
 //	POST   /api/pollers/{poller}/{trigger|pause|resume}          every partition
@@ -59,14 +72,16 @@ type api struct {
 //	POST   /api/pollers/{poller}/backfill                        every partition
 //	POST   /api/keys/{poller}/{partition}/replay                 {"from","to"}
 //	POST   /api/keys/{poller}/{partition}/reset-cursor           {"cursor","clearSnapshot"}
-//	GET    /api/parked[?poller=P&kind=K]
-//	GET    /api/keys/{poller}/{partition}/parked[?kind=K]
+//	GET    /api/parked[?poller=P&kind=K&limit=N&after=C]         {"rows","next"}
+//	GET    /api/keys/{poller}/{partition}/parked[?kind=K&limit=N&after=C]
 //	POST   /api/keys/{poller}/{partition}/parked/{retry|discard} {"ids"} or {"all","kind"}
 //	GET    /api/pollers/{poller}/partitions
 //	POST   /api/pollers/{poller}/partitions                      {"partition"}
 //	DELETE /api/pollers/{poller}/partitions/{partition}[?purge=true]
 //
-// A partition "-" in a path is the key of an unpartitioned poller.
+// A partition "-" in a path is the key of an unpartitioned poller. The listings answer a page
+// at a time: limit rows (default DefaultLimit, at most MaxLimit) and next, the cursor to pass
+// as after for the page that follows ("" after the last page).
 func NewAPI(o Options) http.Handler {
 	if o.MaxBody <= 0 {
 		o.MaxBody = DefaultMaxBody
@@ -95,8 +110,8 @@ func NewAPI(o Options) http.Handler {
 	act("POST /api/pollers/{poller}/backfill", a.backfill(true))
 	act("POST /api/keys/{poller}/{partition}/replay", a.replay)
 	act("POST /api/keys/{poller}/{partition}/reset-cursor", a.resetCursor)
-	read("GET /api/parked", a.parked(false))
-	read("GET /api/keys/{poller}/{partition}/parked", a.parked(true))
+	read("GET /api/parked", a.parkedAll)
+	read("GET /api/keys/{poller}/{partition}/parked", a.parkedOfKey)
 	act("POST /api/keys/{poller}/{partition}/parked/retry", a.release("retry", watukuy.Parked.Retry))
 	act("POST /api/keys/{poller}/{partition}/parked/discard", a.release("discard", watukuy.Parked.Discard))
 	read("GET /api/pollers/{poller}/partitions", a.partitions)
@@ -339,23 +354,58 @@ func keyOf(r *http.Request) watukuy.Key {
 	return watukuy.Key{Poller: r.PathValue("poller"), Partition: part}
 }
 
-// keysOf is the keys an endpoint acts on: the path's key, or with all every partition of
-// the path's poller that is not deleted. The engine refuses a path's key that does not exist
-// or is deleted (404).
-func (a *api) keysOf(ctx context.Context, r *http.Request, all bool) ([]watukuy.Key, error) {
+// eachKey calls fn with each key an endpoint acts on: the path's key, or with all every
+// partition of the path's poller that is not deleted, read from the registry a page at a time.
+// It stops at fn's first error and returns it. The engine refuses a path's key that does not
+// exist or is deleted (404).
+func (a *api) eachKey(ctx context.Context, r *http.Request, all bool, fn func(watukuy.Key) error) error {
 	if !all {
-		return []watukuy.Key{keyOf(r)}, nil
+		return fn(keyOf(r))
 	}
 	poller := r.PathValue("poller")
-	keys, err := a.o.Engine.ActiveKeys(ctx, poller)
-	if err != nil {
-		return nil, err
+	seen := false
+	if err := a.o.Engine.EachActiveKey(ctx, poller, func(k watukuy.Key) error {
+		seen = true
+		return fn(k)
+	}); err != nil {
+		return err
 	}
-	if len(keys) == 0 {
-		return nil, &Error{Status: http.StatusNotFound, Code: "not_found", Known: []string{},
+	if !seen {
+		return &Error{Status: http.StatusNotFound, Code: "not_found", Known: []string{},
 			Message: fmt.Sprintf("poller %q has no partitions (all were deleted): add one with POST /api/pollers/%s/partitions", poller, poller)}
 	}
-	return keys, nil
+	return nil
+}
+
+// limitParam reads ?limit=: DefaultLimit when absent, a 400 unless a number from 1 to
+// MaxLimit.
+func limitParam(r *http.Request) (int, error) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return DefaultLimit, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > MaxLimit {
+		return 0, badField("limit", "%q: want a number from 1 to %d", v, MaxLimit)
+	}
+	return n, nil
+}
+
+// keyCursor reads the ?after= of GET /api/keys: the next of an earlier answer, which names the
+// last key of its page. A cursor of another poller than ?poller= is refused.
+func keyCursor(r *http.Request, poller string) (string, error) {
+	after := r.URL.Query().Get("after")
+	if after == "" {
+		return "", nil
+	}
+	k, err := watukuytype.ParseKey(after)
+	if err != nil {
+		return "", badField("after", "%q is not a cursor of this listing: pass the next of the previous answer", after)
+	}
+	if poller != "" && k.Poller != poller {
+		return "", badField("after", "%q is a cursor of poller %q, not of %q", after, k.Poller, poller)
+	}
+	return after, nil
 }
 
 // keyStatus is one key and its status after an action.
@@ -378,35 +428,49 @@ func (a *api) whoami(_ context.Context, c *call) (any, error) {
 	}{c.token.ID, c.token.ReadOnly}, nil
 }
 
+// pollers counts each known poller's scheduled keys (registered and not deleted) in one read,
+// whatever the number of keys.
 func (a *api) pollers(ctx context.Context, _ *call) (any, error) {
-	keys, err := a.o.Engine.Keys(ctx, "")
+	counts, err := a.o.Engine.PollerKeys(ctx)
 	if err != nil {
 		return nil, err
 	}
 	type poller struct {
 		Name string `json:"name"`
-		Keys int    `json:"keys"`
+		Keys int64  `json:"keys"`
 	}
-	out := []poller{}
-	for _, k := range keys { // sorted by poller
-		if len(out) == 0 || out[len(out)-1].Name != k.Poller {
-			out = append(out, poller{Name: k.Poller})
-		}
-		out[len(out)-1].Keys++
+	out := make([]poller, 0, len(counts))
+	for name, n := range counts {
+		out = append(out, poller{Name: name, Keys: n})
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return struct {
 		Pollers []poller `json:"pollers"`
 	}{out}, nil
 }
 
+// keys inspects one page of keys, in poller then partition order.
 func (a *api) keys(ctx context.Context, c *call) (any, error) {
-	kis, err := a.o.Engine.InspectAll(ctx, c.r.URL.Query().Get("poller"))
+	poller := c.r.URL.Query().Get("poller")
+	limit, err := limitParam(c.r)
 	if err != nil {
 		return nil, err
 	}
+	after, err := keyCursor(c.r, poller)
+	if err != nil {
+		return nil, err
+	}
+	kis, next, err := a.o.Engine.InspectPage(ctx, poller, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	if kis == nil {
+		kis = []watukuy.KeyInfo{}
+	}
 	return struct {
 		Keys []watukuy.KeyInfo `json:"keys"`
-	}{kis}, nil
+		Next string            `json:"next"`
+	}{kis, next}, nil
 }
 
 func (a *api) key(ctx context.Context, c *call) (any, error) {
@@ -428,27 +492,27 @@ var keyOps = []keyOp{
 
 func (a *api) keyOp(op keyOp, all bool) handlerFunc {
 	return func(ctx context.Context, c *call) (any, error) {
-		keys, err := a.keysOf(ctx, c.r, all)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]keyStatus, 0, len(keys))
-		for i, k := range keys {
+		out := []keyStatus{}
+		err := a.eachKey(ctx, c.r, all, func(k watukuy.Key) error {
 			if err := op.fn(a.o.Engine, ctx, k.Poller, k.Partition); err != nil {
-				if i > 0 {
-					err = fmt.Errorf("%w (stopped there: %d key(s) before it were done; sending the request again is safe)", err, i)
-				}
-				return nil, err
+				return err
 			}
 			st, err := a.status(ctx, k)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			out = append(out, st)
+			return nil
+		})
+		if err != nil {
+			if len(out) > 0 {
+				err = fmt.Errorf("%w (stopped there: %d key(s) before it were done; sending the request again is safe)", err, len(out))
+			}
+			return nil, err
 		}
-		c.log.Str("action", op.name).Int("keys", len(keys)).Str("poller", c.r.PathValue("poller"))
+		c.log.Str("action", op.name).Int("keys", len(out)).Str("poller", c.r.PathValue("poller"))
 		if !all {
-			c.log.Str("partition", keys[0].Partition)
+			c.log.Str("partition", keyOf(c.r).Partition)
 		}
 		return struct {
 			Action string      `json:"action"`
@@ -520,26 +584,26 @@ func (a *api) backfill(all bool) handlerFunc {
 			to := body.To.text()
 			req.To = &to
 		}
-		keys, err := a.keysOf(ctx, c.r, all)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]keyBackfill, 0, len(keys))
-		for _, k := range keys {
+		out := []keyBackfill{}
+		err := a.eachKey(ctx, c.r, all, func(k watukuy.Key) error {
 			bp, err := a.o.Engine.Backfill(ctx, k.Poller, k.Partition, req)
 			if err != nil {
-				if len(out) > 0 {
-					err = fmt.Errorf("%w (stopped there: the backfills of %d key(s) before it were started)", err, len(out))
-				}
-				return nil, err
+				return err
 			}
 			kb := keyBackfill{Poller: k.Poller, Partition: k.Partition, Backfill: &bp}
 			if ki, err := a.o.Engine.Inspect(ctx, k.Poller, k.Partition); err == nil && ki.Paused {
 				kb.Note = "the key is " + string(ki.Status) + ": its backfill runs after it is resumed"
 			}
 			out = append(out, kb)
+			return nil
+		})
+		if err != nil {
+			if len(out) > 0 {
+				err = fmt.Errorf("%w (stopped there: the backfills of %d key(s) before it were started)", err, len(out))
+			}
+			return nil, err
 		}
-		c.log.Str("action", "backfill").Str("poller", c.r.PathValue("poller")).Int("keys", len(keys)).
+		c.log.Str("action", "backfill").Str("poller", c.r.PathValue("poller")).Int("keys", len(out)).
 			Str("from", req.From).Bool("force", req.Force)
 		if req.To != nil {
 			c.log.Str("to", *req.To)
@@ -624,34 +688,185 @@ func kindParam(r *http.Request) (string, error) {
 	return kind, nil
 }
 
-// parked lists parked rows, oldest first: of the path's key (one), or of every key of
-// ?poller= (every poller's when not given).
-func (a *api) parked(one bool) handlerFunc {
-	return func(ctx context.Context, c *call) (any, error) {
-		kind, err := kindParam(c.r)
+// parkedPage reads up to n of k's parked rows of kind after the id after, and whether the key
+// has more after them. It asks the engine for one row more than n, to know without another
+// request; at MaxLimit it cannot, and a full page counts as more.
+func (a *api) parkedPage(ctx context.Context, k watukuy.Key, kind, after string, n int) ([]watukuy.ParkedInfo, bool, error) {
+	ps, next, err := a.o.Engine.Parked().Page(ctx, k.Poller, k.Partition, kind, after, min(n+1, MaxLimit))
+	if err != nil {
+		return nil, false, err
+	}
+	if len(ps) > n {
+		return ps[:n], true, nil
+	}
+	return ps, len(ps) == n && next != "", nil
+}
+
+// parkedOfKey lists a page of the path's key's parked rows in id order (poison events before
+// invalid items); next is the id of the page's last row, the after of the next page.
+func (a *api) parkedOfKey(ctx context.Context, c *call) (any, error) {
+	kind, err := kindParam(c.r)
+	if err != nil {
+		return nil, err
+	}
+	limit, err := limitParam(c.r)
+	if err != nil {
+		return nil, err
+	}
+	k := keyOf(c.r)
+	ps, more, err := a.parkedPage(ctx, k, kind, c.r.URL.Query().Get("after"), limit)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]parkedRow, len(ps))
+	for i, p := range ps {
+		rows[i] = parkedRow{k.Poller, k.Partition, p}
+	}
+	next := ""
+	if more {
+		next = ps[len(ps)-1].ID
+	}
+	return struct {
+		Rows []parkedRow `json:"rows"`
+		Next string      `json:"next"`
+	}{rows, next}, nil
+}
+
+// parkedCursor is where a page of GET /api/parked starts: after the row ID of Key, or, with
+// ID "", after every row of Key. Its text is poller|partition|id: a poller's name and a
+// partition hold no '|'.
+type parkedCursor struct {
+	Key watukuy.Key
+	ID  string
+}
+
+func (pc parkedCursor) String() string { return pc.Key.Poller + "|" + pc.Key.Partition + "|" + pc.ID }
+
+// parkedAfter reads the ?after= of GET /api/parked (nil when absent); a cursor of another
+// poller than ?poller= is refused.
+func parkedAfter(r *http.Request, poller string) (*parkedCursor, error) {
+	after := r.URL.Query().Get("after")
+	if after == "" {
+		return nil, nil
+	}
+	f := strings.SplitN(after, "|", 3)
+	if len(f) != 3 || f[0] == "" {
+		return nil, badField("after", "%q is not a cursor of this listing: pass the next of the previous answer", after)
+	}
+	if poller != "" && f[0] != poller {
+		return nil, badField("after", "%q is a cursor of poller %q, not of %q", after, f[0], poller)
+	}
+	return &parkedCursor{Key: watukuy.Key{Poller: f[0], Partition: f[1]}, ID: f[2]}, nil
+}
+
+// gone reports whether err says the key left the registry (a partition deleted meanwhile): a
+// listing across keys skips it.
+func gone(err error) bool {
+	var nf *watukuy.NotFoundError
+	return errors.As(err, &nf) && nf.PartitionMissing
+}
+
+// parkedAll lists a page of the parked rows of every key of ?poller= (of every poller when
+// not given), ordered by key (poller, then partition) and then by id. It walks the keys a
+// registry page at a time and counts their parked rows in one round trip per page, reading
+// rows only from keys that have some; past MaxScan keys it answers what it found, with the
+// cursor to go on from.
+func (a *api) parkedAll(ctx context.Context, c *call) (any, error) {
+	kind, err := kindParam(c.r)
+	if err != nil {
+		return nil, err
+	}
+	limit, err := limitParam(c.r)
+	if err != nil {
+		return nil, err
+	}
+	poller := c.r.URL.Query().Get("poller")
+	from, err := parkedAfter(c.r, poller)
+	if err != nil {
+		return nil, err
+	}
+	type answer struct {
+		Rows []parkedRow `json:"rows"`
+		Next string      `json:"next"`
+	}
+	res := answer{Rows: []parkedRow{}}
+	// take adds up to the page's room of k's rows after id, and reports whether the page is
+	// full; then res.Next is set when k has more.
+	take := func(k watukuy.Key, id string) (bool, error) {
+		room := limit - len(res.Rows)
+		ps, more, err := a.parkedPage(ctx, k, kind, id, room)
+		if gone(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		for _, p := range ps {
+			res.Rows = append(res.Rows, parkedRow{k.Poller, k.Partition, p})
+		}
+		if more {
+			res.Next = parkedCursor{k, ps[len(ps)-1].ID}.String()
+		}
+		return len(ps) == room, nil
+	}
+	// The first page of keys is read even when the cursor's key fills the page: it checks that
+	// ?poller= exists, and says whether rows may follow.
+	keysAfter := ""
+	if from != nil {
+		keysAfter = from.Key.String()
+	}
+	keys, next, err := a.o.Engine.KeysPage(ctx, poller, keysAfter, MaxLimit)
+	if err != nil {
+		return nil, err
+	}
+	counts, err := a.o.Engine.Parked().Counts(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	// doneAt ends a full page whose last key k has no rows left: the next page starts after k
+	// when a later key has rows, or may.
+	doneAt := func(k watukuy.Key, later []int64) answer {
+		if res.Next == "" && (next != "" || slices.ContainsFunc(later, func(n int64) bool { return n > 0 })) {
+			res.Next = parkedCursor{k, ""}.String()
+		}
+		return res
+	}
+	if from != nil && from.ID != "" {
+		full, err := take(from.Key, from.ID)
 		if err != nil {
 			return nil, err
 		}
-		keys := []watukuy.Key{keyOf(c.r)}
-		if !one {
-			if keys, err = a.o.Engine.Keys(ctx, c.r.URL.Query().Get("poller")); err != nil {
-				return nil, err
-			}
+		if full {
+			return doneAt(from.Key, counts), nil
 		}
-		rows := []parkedRow{}
-		for _, k := range keys {
-			ps, err := a.o.Engine.Parked().List(ctx, k.Poller, k.Partition, kind)
+	}
+	for scanned := 0; ; {
+		for i, k := range keys {
+			scanned++
+			if counts[i] == 0 {
+				continue
+			}
+			full, err := take(k, "")
 			if err != nil {
 				return nil, err
 			}
-			for _, p := range ps {
-				rows = append(rows, parkedRow{k.Poller, k.Partition, p})
+			if full {
+				return doneAt(k, counts[i+1:]), nil
 			}
 		}
-		sort.SliceStable(rows, func(i, j int) bool { return rows[i].ParkedAt.Before(rows[j].ParkedAt) })
-		return struct {
-			Rows []parkedRow `json:"rows"`
-		}{rows}, nil
+		if next == "" {
+			return res, nil
+		}
+		if scanned >= MaxScan {
+			res.Next = parkedCursor{keys[len(keys)-1], ""}.String()
+			return res, nil
+		}
+		if keys, next, err = a.o.Engine.KeysPage(ctx, poller, next, min(MaxLimit, MaxScan-scanned)); err != nil {
+			return nil, err
+		}
+		if counts, err = a.o.Engine.Parked().Counts(ctx, keys); err != nil {
+			return nil, err
+		}
 	}
 }
 

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -268,9 +270,12 @@ type keyStatus struct{ Poller, Partition, Status string }
 // unknown poller or partition is a 404 naming the known ones.
 func TestKeyEndpoints(t *testing.T) {
 	s := newSite(t)
-	all := ok[struct{ Keys []watukuy.KeyInfo }](s, "GET", "/api/keys", "")
-	if len(all.Keys) != 3 {
-		t.Fatalf("keys: %+v", all.Keys)
+	all := ok[struct {
+		Keys []watukuy.KeyInfo
+		Next *string
+	}](s, "GET", "/api/keys", "")
+	if len(all.Keys) != 3 || all.Next == nil || *all.Next != "" {
+		t.Fatalf("keys: %+v, next %v", all.Keys, all.Next)
 	}
 	shops := ok[struct{ Keys []watukuy.KeyInfo }](s, "GET", "/api/keys?poller=shops", "")
 	if len(shops.Keys) != 2 || shops.Keys[0].Partition != "eu" || shops.Keys[1].Partition != "us" {
@@ -299,6 +304,16 @@ func TestKeyEndpoints(t *testing.T) {
 		t.Fatalf("unknown partition: %+v", e)
 	}
 	s.fails("GET", "/api/keys?poller=nope", opsSecret, "", 404, "not_found")
+	for _, q := range []string{"limit=0", "limit=1001", "limit=ten", "limit=-1", "limit=1.5"} {
+		if e := s.fails("GET", "/api/keys?"+q, opsSecret, "", 400, "bad_request"); e.Field != "limit" {
+			t.Errorf("/api/keys?%s: field %q (%s)", q, e.Field, e.Message)
+		}
+	}
+	for _, q := range []string{"after=nocursor", "poller=shops&after=orders|"} {
+		if e := s.fails("GET", "/api/keys?"+q, opsSecret, "", 400, "bad_request"); e.Field != "after" {
+			t.Errorf("/api/keys?%s: field %q (%s)", q, e.Field, e.Message)
+		}
+	}
 
 	res := ok[struct {
 		Action string
@@ -390,18 +405,36 @@ type parkedRow struct {
 	watukuy.ParkedInfo
 }
 
+// parkedPage is the answer of the parked listings; Next is nil when the answer lacks it.
+type parkedPage struct {
+	Rows []parkedRow
+	Next *string
+}
+
 // The dead-letter queue: list, retry (the row goes back to delivery), discard (it is gone).
 func TestParkedEndpoints(t *testing.T) {
 	s := newSite(t)
 	ctx := context.Background()
-	rows := ok[struct{ Rows []parkedRow }](s, "GET", "/api/parked", "").Rows
-	if len(rows) != 2 || rows[0].Poller != "orders" || rows[0].Kind != "poison" || rows[0].Errors[0] != "sink down" {
-		t.Fatalf("parked: %+v", rows)
+	all := ok[parkedPage](s, "GET", "/api/parked", "")
+	rows := all.Rows
+	if len(rows) != 2 || rows[0].Poller != "orders" || rows[0].Kind != "poison" || rows[0].Errors[0] != "sink down" || all.Next == nil || *all.Next != "" {
+		t.Fatalf("parked: %+v", all)
 	}
-	if r := ok[struct{ Rows []parkedRow }](s, "GET", "/api/keys/orders/-/parked?kind=invalid", "").Rows; len(r) != 0 {
+	if r := ok[parkedPage](s, "GET", "/api/keys/orders/-/parked?kind=invalid", ""); len(r.Rows) != 0 || r.Next == nil || *r.Next != "" {
 		t.Fatalf("invalid rows: %+v", r)
 	}
 	s.fails("GET", "/api/parked?kind=bad", opsSecret, "", 400, "bad_request")
+	for _, path := range []string{"/api/parked?limit=0", "/api/parked?limit=5000", "/api/keys/orders/-/parked?limit=x"} {
+		if e := s.fails("GET", path, opsSecret, "", 400, "bad_request"); e.Field != "limit" {
+			t.Errorf("%s: field %q (%s)", path, e.Field, e.Message)
+		}
+	}
+	for _, path := range []string{"/api/parked?after=orders", "/api/parked?after=|x|y", "/api/parked?poller=orders&after=shops|eu|"} {
+		if e := s.fails("GET", path, opsSecret, "", 400, "bad_request"); e.Field != "after" {
+			t.Errorf("%s: field %q (%s)", path, e.Field, e.Message)
+		}
+	}
+	s.fails("GET", "/api/parked?poller=nope", opsSecret, "", 404, "not_found")
 	s.fails("POST", "/api/keys/orders/-/parked/retry", opsSecret, `{}`, 400, "bad_request")
 	s.fails("POST", "/api/keys/orders/-/parked/retry", opsSecret, `{"all": true, "ids": ["x"]}`, 400, "bad_request")
 	e := s.fails("POST", "/api/keys/orders/-/parked/retry", opsSecret, `{"ids": ["nope"]}`, 404, "not_found")
@@ -530,5 +563,230 @@ func TestTokensReplace(t *testing.T) {
 	s.fails("GET", "/api/whoami", opsSecret, "", 401, "unauthorized")
 	if code, b := s.do("GET", "/api/whoami", newSecret, ""); code != 200 || !strings.Contains(string(b), `"new"`) {
 		t.Fatalf("the new token: %d %s", code, b)
+	}
+}
+
+// register adds a poller with partitions to the site's engine: its Fetch reads items, its
+// handler fails with refuse (nil: delivers), every event is parked after one attempt.
+func (s *site) register(name string, partitions []string, items int, refuse error) {
+	s.t.Helper()
+	api := fakeapi.New()
+	api.PutMany(items, name, nil)
+	p := watukuy.Poller{Name: name, Partitions: partitions, Fetch: api.ChangeFeed(10), Version: watukuy.Field("version"),
+		Handler:  func(context.Context, watukuy.Event) error { return refuse },
+		Schedule: watukuy.Schedule{Min: time.Minute, Max: time.Hour},
+		Delivery: watukuy.Delivery{Attempts: 1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
+	if err := s.eng.Register(p); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func names(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%05d", prefix, i)
+	}
+	return out
+}
+
+// walk follows a listing's next cursors from the first page and returns every page's items,
+// as item renders them.
+func walk[T any](s *site, path string, items func(T) []string, next func(T) *string) [][]string {
+	s.t.Helper()
+	var pages [][]string
+	after := ""
+	for {
+		if len(pages) > 1000 {
+			s.t.Fatalf("%s: no end after %d pages", path, len(pages))
+		}
+		p := path
+		if after != "" {
+			p += "&after=" + url.QueryEscape(after)
+		}
+		page := ok[T](s, "GET", p, "")
+		pages = append(pages, items(page))
+		n := next(page)
+		if n == nil {
+			s.t.Fatalf("GET %s: no next in the answer", p)
+		}
+		if *n == "" {
+			return pages
+		}
+		after = *n
+	}
+}
+
+// flat is the items of pages in order, and the size of each page.
+func flat(pages [][]string) ([]string, []int) {
+	var all []string
+	var sizes []int
+	for _, p := range pages {
+		all = append(all, p...)
+		sizes = append(sizes, len(p))
+	}
+	return all, sizes
+}
+
+type keysPage struct {
+	Keys []watukuy.KeyInfo
+	Next *string
+}
+
+func keysOfPage(p keysPage) []string {
+	out := make([]string, len(p.Keys))
+	for i, ki := range p.Keys {
+		out[i] = ki.Poller + "|" + ki.Partition
+	}
+	return out
+}
+
+// GET /api/keys answers a page at a time: 250 keys at limit 100 are three pages of 100, 100
+// and 50, every key once and in order, the last one's next "". Across pollers the pages run
+// in poller then partition order. /api/pollers counts the keys, and an action on every
+// partition reaches each of them, the registry read a page at a time.
+func TestKeysPaged(t *testing.T) {
+	s := newSite(t)
+	many := names("p", 250)
+	s.register("many", many, 0, nil)
+	var want []string
+	for _, p := range many {
+		want = append(want, "many|"+p)
+	}
+
+	got, sizes := flat(walk(s, "/api/keys?poller=many&limit=100", keysOfPage, func(p keysPage) *string { return p.Next }))
+	if !slices.Equal(got, want) || !slices.Equal(sizes, []int{100, 100, 50}) {
+		t.Fatalf("pages of many: sizes %v, keys %v", sizes, got)
+	}
+	// A limit that divides the keys: the last full page says next "" (no empty page after it).
+	if _, sizes := flat(walk(s, "/api/keys?poller=many&limit=125", keysOfPage, func(p keysPage) *string { return p.Next })); !slices.Equal(sizes, []int{125, 125}) {
+		t.Fatalf("pages of 125: %v", sizes)
+	}
+	all, _ := flat(walk(s, "/api/keys?limit=100", keysOfPage, func(p keysPage) *string { return p.Next }))
+	if wantAll := append(slices.Clone(want), "orders|", "shops|eu", "shops|us"); !slices.Equal(all, wantAll) {
+		t.Fatalf("pages of every poller: %d keys %v", len(all), all)
+	}
+	if p := ok[keysPage](s, "GET", "/api/keys", ""); len(p.Keys) != admin.DefaultLimit || p.Next == nil || *p.Next == "" {
+		t.Fatalf("no limit: %d keys, next %v", len(p.Keys), p.Next)
+	}
+
+	pollers := ok[struct {
+		Pollers []struct {
+			Name string
+			Keys int
+		}
+	}](s, "GET", "/api/pollers", "")
+	if fmt.Sprint(pollers.Pollers) != "[{many 250} {orders 1} {shops 2}]" {
+		t.Fatalf("pollers: %+v", pollers.Pollers)
+	}
+
+	res := ok[struct{ Keys []keyStatus }](s, "POST", "/api/pollers/many/pause", "")
+	if len(res.Keys) != len(many) || res.Keys[0].Partition != many[0] || res.Keys[len(many)-1].Partition != many[len(many)-1] {
+		t.Fatalf("pause many: %d keys", len(res.Keys))
+	}
+	for _, st := range res.Keys {
+		if st.Status != "paused" {
+			t.Fatalf("pause many: %+v", st)
+		}
+	}
+	if !s.pausedInRedis("many", many[0]) || !s.pausedInRedis("many", many[len(many)-1]) || s.pausedInRedis("orders", "") {
+		t.Fatal("pause many did not pause its partitions, or paused another poller's key")
+	}
+}
+
+func rowsOfPage(p parkedPage) []string {
+	out := make([]string, len(p.Rows))
+	for i, r := range p.Rows {
+		out[i] = r.Poller + "|" + r.Partition + "|" + r.ID
+	}
+	return out
+}
+
+// GET /api/parked pages across keys: rows in key order (poller, partition), then by id, each
+// once, pages breaking inside a key and between keys, the last one's next "". A key's own
+// listing pages by id.
+func TestParkedPaged(t *testing.T) {
+	s := newSite(t)
+	ctx := context.Background()
+	bad := names("b", 5)
+	s.register("bad", bad, 3, errors.New("sink refuses"))
+	keys := []watukuy.Key{{Poller: "orders"}}
+	for _, p := range bad {
+		keys = append(keys, watukuy.Key{Poller: "bad", Partition: p})
+	}
+	parked := func() []string {
+		var out []string
+		for _, k := range keys {
+			rows, err := s.eng.Parked().List(ctx, k.Poller, k.Partition, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				out = append(out, k.Poller+"|"+k.Partition+"|"+r.ID)
+			}
+		}
+		return out
+	}
+	for range 10 {
+		if len(parked()) == 17 {
+			break
+		}
+		if _, err := s.eng.Tick(ctx, 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := parked()
+	if len(want) != 17 {
+		t.Fatalf("parked rows: %v, want 3 in each partition of bad and 2 in orders", want)
+	}
+	want = append(want[2:], want[:2]...) // bad before orders
+	next := func(p parkedPage) *string { return p.Next }
+
+	got, sizes := flat(walk(s, "/api/parked?limit=4", rowsOfPage, next))
+	if !slices.Equal(got, want) || !slices.Equal(sizes, []int{4, 4, 4, 4, 1}) {
+		t.Fatalf("parked pages: sizes %v\n got %v\nwant %v", sizes, got, want)
+	}
+	got, sizes = flat(walk(s, "/api/parked?poller=bad&limit=5", rowsOfPage, next))
+	if !slices.Equal(got, want[:15]) || !slices.Equal(sizes, []int{5, 5, 5}) {
+		t.Fatalf("parked pages of bad: sizes %v, rows %v", sizes, got)
+	}
+	if got, _ := flat(walk(s, "/api/parked?kind=invalid&limit=3", rowsOfPage, next)); len(got) != 0 {
+		t.Fatalf("invalid rows: %v", got)
+	}
+	if got, _ := flat(walk(s, "/api/parked?kind=poison&limit=1000", rowsOfPage, next)); !slices.Equal(got, want) {
+		t.Fatalf("poison rows at limit 1000: %v", got)
+	}
+	// A cursor from inside a key goes on with that key's next row; a page that ends with the
+	// key's last row goes on after the key.
+	p := ok[parkedPage](s, "GET", "/api/parked?limit=2&after="+url.QueryEscape(want[3]), "")
+	if !slices.Equal(rowsOfPage(p), want[4:6]) || p.Next == nil || *p.Next != "bad|"+bad[1]+"|" {
+		t.Fatalf("after %s: %+v", want[3], p)
+	}
+
+	// One key's rows, by id.
+	one := walk(s, "/api/keys/bad/"+bad[1]+"/parked?limit=2", rowsOfPage, next)
+	if got, sizes := flat(one); !slices.Equal(got, want[3:6]) || !slices.Equal(sizes, []int{2, 1}) {
+		t.Fatalf("one key's pages: sizes %v, rows %v", sizes, got)
+	}
+	if p := ok[parkedPage](s, "GET", "/api/keys/bad/"+bad[1]+"/parked?limit=3", ""); len(p.Rows) != 3 || p.Next == nil || *p.Next != "" {
+		t.Fatalf("a page that takes every row: %+v", p)
+	}
+}
+
+// Past MaxScan keys without a parked row, GET /api/parked answers what it found (nothing) with
+// a cursor after the last key it looked at; the next page goes on from there.
+func TestParkedScanBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("registers more than admin.MaxScan keys")
+	}
+	s := newSite(t)
+	bulk := names("p", admin.MaxScan+5) // "bulk" sorts before orders, and has no parked row
+	s.register("bulk", bulk, 0, nil)
+	p := ok[parkedPage](s, "GET", "/api/parked", "")
+	if len(p.Rows) != 0 || p.Next == nil || *p.Next != "bulk|"+bulk[admin.MaxScan-1]+"|" {
+		t.Fatalf("first page: %d rows, next %v", len(p.Rows), p.Next)
+	}
+	p = ok[parkedPage](s, "GET", "/api/parked?after="+url.QueryEscape(*p.Next), "")
+	if len(p.Rows) != 2 || p.Rows[0].Poller != "orders" || p.Next == nil || *p.Next != "" {
+		t.Fatalf("second page: %+v", p)
 	}
 }

@@ -159,7 +159,6 @@ func (f *FaultyStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commi
 		for i, e := range c.Events {
 			_ = json.Unmarshal(e.Envelope, &evs[i])
 			evs[i].Seq, oks[i] = res.StreamIDs[i], e.OrderingKey
-			f.Rec.Entry(l.Key, res.StreamIDs[i], e.ID)
 		}
 		f.Rec.Committed(Commit{Instance: f.Instance, Key: l.Key, Epoch: l.Epoch, Events: evs, OrderingKeys: oks, At: f.now()})
 		return res.LeaseExpires, nil
@@ -171,12 +170,12 @@ func (f *FaultyStore) CommitPoll(ctx context.Context, l core.Lease, c core.Commi
 }
 
 // Ack implements core.Store.
-func (f *FaultyStore) Ack(ctx context.Context, l core.Lease, ids []string) (bool, error) {
+func (f *FaultyStore) Ack(ctx context.Context, l core.Lease, acked []core.Entry) (bool, error) {
 	var paused bool
 	err := f.write("ack", l, K4BeforeAck, K5AfterAck, func() (time.Time, error) {
 		var err error
-		if paused, err = f.Store.Ack(ctx, l, ids); err == nil {
-			f.Rec.Acked(f.Instance, l.Key, ids)
+		if paused, err = f.Store.Ack(ctx, l, acked); err == nil {
+			f.Rec.Acked(f.Instance, l.Key, acked)
 		}
 		return time.Time{}, err
 	})
@@ -207,9 +206,6 @@ func (f *FaultyStore) ReadOutbox(ctx context.Context, l core.Lease, n int) (core
 		out, err = f.Store.ReadOutbox(ctx, l, n)
 		return time.Time{}, err
 	})
-	for _, e := range out.Entries {
-		f.Rec.Entry(l.Key, e.StreamID, e.ID)
-	}
 	return out, err
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -136,7 +137,6 @@ type Recorder struct {
 	discarded  map[string]bool // parked event ids an operator discarded
 	measured   map[string]bool
 	n          int64
-	entries    map[string]string // "key/streamID" -> event id
 	acks       []Ack
 	recoveries []Recovery
 }
@@ -149,21 +149,11 @@ type Ack struct {
 	N        int64
 }
 
-// Entry records which event an outbox entry holds, so acks can be resolved.
-func (r *Recorder) Entry(key watukuytype.Key, streamID, eventID string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.entries == nil {
-		r.entries = map[string]string{}
-	}
-	r.entries[key.String()+"/"+streamID] = eventID
-}
-
-// Acked records accepted acks of outbox entries, in sequence order.
-func (r *Recorder) Acked(instance string, key watukuytype.Key, streamIDs []string) {
+// Acked records accepted acks of delivered events, in sequence order.
+func (r *Recorder) Acked(instance string, key watukuytype.Key, acked []core.Entry) {
 	r.add("acks", func() {
-		for _, id := range streamIDs {
-			a := Ack{Instance: instance, Key: key, EventID: r.entries[key.String()+"/"+id]}
+		for _, e := range acked {
+			a := Ack{Instance: instance, Key: key, EventID: e.ID}
 			r.stamp(&a.N)
 			r.acks = append(r.acks, a)
 		}

@@ -200,23 +200,24 @@ func budgetPause(retryAfter time.Duration, rl *watukuytype.RateLimit) time.Durat
 }
 
 // Budgets shows every bucket of the budgets of the known pollers (registered here or in the
-// registry), with the keys that draw from each, in one read of the buckets.
+// registry), with the keys that draw from each, reading the registry a page at a time and the
+// buckets in one read.
 func (e *Engine) Budgets(ctx context.Context) ([]watukuytype.BudgetInfo, error) {
-	pollers, ts, err := e.registry(ctx)
-	if err != nil {
-		return nil, err
-	}
 	byBucket := map[string]*watukuytype.BudgetInfo{}
-	for _, t := range ts {
-		bi := pollers[t.key.Poller].Budget
+	err := e.eachTarget(ctx, "", func(t target) error {
+		bi := t.info.Budget
 		if bi == nil {
-			continue
+			return nil
 		}
 		name := budget.Bucket(bi.Name, t.key.Partition)
 		if byBucket[name] == nil {
 			byBucket[name] = &watukuytype.BudgetInfo{Budget: bi.budget(), Bucket: name}
 		}
 		byBucket[name].Keys = append(byBucket[name].Keys, t.key)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	names := slices.Sorted(maps.Keys(byBucket))
 	if len(names) == 0 {

@@ -17,7 +17,10 @@ type commitResult struct {
 	seqs      []string // each event's outbox sequence
 	envelopes [][]byte
 	keys      []string // ordering keys
-	paused    bool
+	// diverted are the events whose ordering key is held (or has released held events to
+	// deliver): the store queued them behind its held events (G4), they are not delivered now.
+	diverted map[int]bool
+	paused   bool
 	// unreplicated: the store waits for replicas and they did not confirm a chunk in time.
 	unreplicated bool
 }
@@ -27,7 +30,8 @@ type commitResult struct {
 // long whatever the page's size. Only the last chunk carries the state patch (the cursor); each
 // chunk writes the rows as they stand after its own changes.
 func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error) {
-	res := commitResult{seqs: make([]string, len(w.events)), envelopes: make([][]byte, len(w.events)), keys: make([]string, len(w.events))}
+	res := commitResult{seqs: make([]string, len(w.events)), envelopes: make([][]byte, len(w.events)), keys: make([]string, len(w.events)),
+		diverted: map[int]bool{}}
 	shadow := c.routeEvents(w)
 	maxItems, maxBytes := c.chunkItems(), defaultCommitMaxBytes
 	if c.p != nil {
@@ -110,6 +114,9 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 		res.unreplicated = res.unreplicated || r.Unreplicated
 		for i, ev := range evIdx {
 			res.seqs[ev] = r.StreamIDs[i]
+		}
+		for _, i := range r.Diverted {
+			res.diverted[evIdx[i]] = true
 		}
 		chunk, invalid, size = chunk[:0], nil, 0
 		return nil
@@ -218,11 +225,17 @@ func (c *cycle) commitAndDeliver(ctx context.Context, w *pageWrites) *cycleError
 	if res.paused || c.p.Shadow || len(w.events) == 0 {
 		return nil
 	}
-	ds := make([]delivery, len(w.events))
+	ds := make([]delivery, 0, len(w.events))
 	for i := range w.events {
 		w.events[i].Seq = res.seqs[i]
-		ds[i] = delivery{entry: Entry{StreamID: res.seqs[i], ID: w.events[i].ID, OrderingKey: res.keys[i],
-			Envelope: res.envelopes[i], Seq: res.seqs[i]}, ev: &w.events[i]}
+		if res.diverted[i] {
+			continue
+		}
+		ds = append(ds, delivery{entry: Entry{StreamID: res.seqs[i], ID: w.events[i].ID, OrderingKey: res.keys[i],
+			Envelope: res.envelopes[i], Seq: res.seqs[i]}, ev: &w.events[i]})
+	}
+	if len(ds) == 0 {
+		return nil
 	}
 	return c.deliver(ctx, ds)
 }

@@ -20,11 +20,13 @@ import (
 
 // cycle is one run for a key under its lease; it is dropped whole on LEASE_LOST.
 type cycle struct {
-	e      *Engine
-	p      *watukuytype.Poller
-	key    watukuytype.Key
-	lease  Lease
-	state  state
+	e     *Engine
+	p     *watukuytype.Poller
+	key   watukuytype.Key
+	lease Lease
+	state state
+	// holds are the ordering keys this cycle parked an event of: the store diverts their later
+	// events (commit_poll.lua, read_outbox.lua); a batch in hand holds them back here.
 	holds  map[string]bool
 	keeper *leaseKeeper
 	// yield is done when the engine asks its cycles to stop at their next step (Stop with
@@ -91,9 +93,6 @@ func newCycle(e *Engine, p *watukuytype.Poller, b BeginResult, sentAt, replyAt t
 	}
 	e.mu.Unlock()
 	c.rep.DeleteCandidates = c.state.int(statehash.DeleteCandidates) // until a listing counts them anew
-	for _, h := range b.Holds {
-		c.holds[h] = true
-	}
 	return c
 }
 
@@ -153,6 +152,12 @@ func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key, span trace.S
 		rep.Err = err
 		return rep
 	}
+	// A cycle begins only a registered key (a key the registry does not hold is a deleted
+	// one): the engine's own keys are registered before its first cycle.
+	if err := e.ensureRegistered(ctx); err != nil {
+		rep.Err = err
+		return rep
+	}
 	sent := e.now()
 	bctx, bspan := e.startSpan(ctx, SpanBegin)
 	b, err := e.store.Begin(bctx, key, e.owner, p.LeaseTTL, BeginForCycle)
@@ -202,7 +207,7 @@ func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key, span trace.S
 	defer cancel(nil)
 	c.keeper = startLeaseKeeper(cctx, e.store, c.lease, e.now, sent, cancel)
 	defer c.keeper.close()
-	c.run(cctx, b.OutboxLen)
+	c.run(cctx, b.OutboxLen+b.Released)
 	switch r := c.rep; {
 	case r.Err != nil && !watukuytype.IsLeaseLost(r.Err):
 		c.log.Warn().Err(r.Err).Int("parked", r.Parked).Int("invalid", r.Invalid).Msg("cycle failed")
@@ -226,11 +231,11 @@ func (e *Engine) wrapStore(key watukuytype.Key, what string, err error) error {
 }
 
 // run executes the cycle; on a lost lease it returns without writing anything more.
-func (c *cycle) run(ctx context.Context, outboxLen int64) {
+func (c *cycle) run(ctx context.Context, pending int64) {
 	c.rep.Outcome = watukuytype.Ran
 	var failure *cycleError
-	// G9: deliver what is pending before any request.
-	if outboxLen > 0 && !c.p.Shadow {
+	// G9: deliver what is pending (the outbox, released held events) before any request.
+	if pending > 0 && !c.p.Shadow {
 		failure = c.drain(ctx)
 	}
 	var live laneResult

@@ -84,10 +84,10 @@ feed:
 		c.rep.Parked += len(d.poison)
 		d.poison, held = nil, held[n:]
 	}
-	var ids []string
+	var ids []Entry
 	for i, ok := range d.acked {
 		if ok {
-			ids = append(ids, batch[i].entry.StreamID)
+			ids = append(ids, batch[i].entry)
 		}
 	}
 	if len(ids) > 0 {
@@ -244,7 +244,7 @@ func (d *dispatch) park(b delivery, errs []string) {
 	row, _ := json.Marshal(parkedRow{Kind: parkedPoison, ID: b.entry.ID, Error: errs[len(errs)-1], Errors: errs,
 		Attempts: len(errs), Event: d.entryOf(b), ParkedAt: c.now().UnixMilli()})
 	d.mu.Lock()
-	d.poison = append(d.poison, Poison{StreamID: b.entry.StreamID, ParkedID: b.entry.ID, OrderingKey: b.entry.OrderingKey, Row: row})
+	d.poison = append(d.poison, Poison{Entry: b.entry, ParkedID: b.entry.ID, Row: row})
 	c.holds[b.entry.OrderingKey] = true
 	d.mu.Unlock()
 	c.log.Error().Str("eventId", b.entry.ID).Str("orderingKey", b.entry.OrderingKey).Str("error", errs[len(errs)-1]).Msg("event parked as poison; its ordering key is held")
@@ -253,10 +253,15 @@ func (d *dispatch) park(b delivery, errs []string) {
 	}
 }
 
+// hold keeps an event of an ordering key held in this batch from delivery: an outbox entry
+// joins the key's held events; a released held event is one already.
 func (d *dispatch) hold(b delivery) {
+	if b.entry.Member != "" {
+		return
+	}
 	js, _ := json.Marshal(d.entryOf(b))
 	d.mu.Lock()
-	d.held = append(d.held, Held{StreamID: b.entry.StreamID, JSON: js})
+	d.held = append(d.held, Held{Entry: b.entry, JSON: js})
 	d.mu.Unlock()
 }
 

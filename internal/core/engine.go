@@ -198,8 +198,8 @@ func (e *Engine) poller(key watukuytype.Key) (*watukuytype.Poller, error) {
 // start. A layout newer than this build knows is a *LayoutError.
 func (e *Engine) Setup(ctx context.Context) error { return e.ensureRegistered(ctx) }
 
-// ensureRegistered writes every poller's entry (which lists its keys: the registry of config
-// keys) and every key's due entry once per registration change.
+// ensureRegistered writes every poller's description and registers its config keys once per
+// registration change.
 func (e *Engine) ensureRegistered(ctx context.Context) error {
 	e.mu.Lock()
 	if e.registered {
@@ -213,13 +213,10 @@ func (e *Engine) ensureRegistered(ctx context.Context) error {
 	e.mu.Lock()
 	gen := e.regGen
 	pollers := map[string][]byte{}
-	keys := map[watukuytype.Key][]byte{}
-	entry, _ := json.Marshal(keyEntry{Source: "config"})
+	var keys []watukuytype.Key
 	for _, p := range e.pollers {
 		pollers[p.Name], _ = json.Marshal(e.info(p))
-		for _, k := range pollerKeys(p) {
-			keys[k] = entry
-		}
+		keys = append(keys, pollerKeys(p)...)
 	}
 	e.mu.Unlock()
 	if err := e.store.Register(ctx, pollers, keys); err != nil {

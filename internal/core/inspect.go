@@ -79,7 +79,7 @@ func (e *Engine) inspect(ctx context.Context, t target) (watukuytype.KeyInfo, er
 		}
 	}
 	switch {
-	case st.get(statehash.Deleted) == "1":
+	case t.deleted || st.get(statehash.Deleted) == "1":
 		ki.Status = watukuytype.StatusDeleted
 	case st.get(statehash.Removed) == "1":
 		ki.Status = watukuytype.StatusRemoved
@@ -101,28 +101,37 @@ func (e *Engine) inspect(ctx context.Context, t target) (watukuytype.KeyInfo, er
 	return ki, nil
 }
 
-// InspectAll reads every known key of poller (all pollers when "").
-func (e *Engine) InspectAll(ctx context.Context, poller string) ([]watukuytype.KeyInfo, error) {
-	if err := e.ensureRegistered(ctx); err != nil {
-		return nil, err
-	}
-	ts, err := e.targets(ctx, poller) // one registry read, no lookup per key
+// InspectPage reads up to limit known keys of poller (all pollers when "") after the cursor
+// after ("" from the first), and returns the cursor of the next page ("" at the end).
+func (e *Engine) InspectPage(ctx context.Context, poller, after string, limit int) ([]watukuytype.KeyInfo, string, error) {
+	ts, next, err := e.page(ctx, poller, after, limit)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	out := make([]watukuytype.KeyInfo, 0, len(ts))
 	for _, t := range ts {
 		ki, err := e.inspect(ctx, t)
 		if err != nil {
-			return out, err
+			return out, "", err
 		}
 		out = append(out, ki)
 	}
-	return out, nil
+	return out, next, nil
 }
 
-// lastPollJSON is a state hash's lastPoll (compact, or the JSON of older releases) as the
-// JSON KeyInfo.LastPoll carries; a value neither reads as becomes a JSON string, shown as is.
+// InspectAll reads every known key of poller (all pollers when ""), a page at a time.
+func (e *Engine) InspectAll(ctx context.Context, poller string) ([]watukuytype.KeyInfo, error) {
+	var out []watukuytype.KeyInfo
+	err := e.eachTarget(ctx, poller, func(t target) error {
+		ki, err := e.inspect(ctx, t)
+		out = append(out, ki)
+		return err
+	})
+	return out, err
+}
+
+// lastPollJSON is a state hash's lastPoll as the JSON KeyInfo.LastPoll carries; a value that
+// does not read as one becomes a JSON string, shown as is.
 func lastPollJSON(v string) json.RawMessage {
 	p, err := watukuytype.ParsePollSummary(v)
 	if err == nil {

@@ -142,28 +142,42 @@ func (c *cycle) forgetRows(ctx context.Context) error {
 }
 
 // AddPartition adds a partition to a poller at run time: it is registered and due now, and
-// workers running the poller pick it up. A deleted partition comes back empty; an existing
-// one is an error (resume brings back a removed one).
+// workers running the poller pick it up. A deleted partition comes back empty (its lives and
+// outbox ids above the deleted ones'); an existing one is an error (resume brings back a
+// removed one). It runs under the key's lease, so it never interleaves with a delete.
 func (e *Engine) AddPartition(ctx context.Context, key watukuytype.Key) error {
 	if err := CheckPartition(key.Partition); key.Partition == "" || err != nil {
 		return &watukuytype.ConfigError{Poller: key.Poller, Field: "partitions", Msg: fmt.Sprintf("%q must match %s", key.Partition, PartitionPattern)}
 	}
-	if t, err := e.resolve(ctx, key); err == nil {
+	t, err := e.resolve(ctx, key)
+	if err == nil {
 		ki, err := e.inspect(ctx, t)
 		if err != nil {
 			return err
 		}
-		if ki.Status != "deleted" {
-			return &watukuytype.ConflictError{Key: key, Msg: fmt.Sprintf("already exists (status %s); use resume to bring back a removed or paused one", ki.Status)}
+		if ki.Status != watukuytype.StatusDeleted {
+			return addConflict(key, ki.Status)
 		}
 	} else if nf := (*watukuytype.NotFoundError)(nil); !errors.As(err, &nf) || !nf.PartitionMissing {
 		return err
 	}
-	entry, _ := json.Marshal(keyEntry{Source: "cli", AddedAt: time.Now().UnixMilli()})
-	if err := e.store.AddPartition(ctx, key, entry); err != nil {
+	t.key = key
+	err = e.opLease(ctx, t, BeginForAdd, func(c *cycle) error {
+		existed, err := e.store.AddKey(ctx, c.lease, c.state.get(statehash.Deleted) == "1")
+		if err == nil && existed {
+			return addConflict(key, "added meanwhile")
+		}
+		return err
+	})
+	if err != nil {
 		return keyErr("watukuy: partitions add", key, err)
 	}
 	return nil
+}
+
+// addConflict is partitions add of a key that exists.
+func addConflict(key watukuytype.Key, status watukuytype.Status) error {
+	return &watukuytype.ConflictError{Key: key, Msg: fmt.Sprintf("already exists (status %s); use resume to bring back a removed or paused one", status)}
 }
 
 // RemovePartition takes a partition out of service and keeps its state: it is paused and
@@ -191,7 +205,7 @@ func (e *Engine) DeletePartition(ctx context.Context, key watukuytype.Key) error
 	if err != nil {
 		return err
 	}
-	err = e.opLease(ctx, t, true, func(c *cycle) error { // a delete again finishes one cut short
+	err = e.opLease(ctx, t, BeginForDelete, func(c *cycle) error { // a delete again finishes one cut short
 		c.released = true
 		return e.store.DeleteKey(ctx, c.lease)
 	})
@@ -229,8 +243,10 @@ func (e *Engine) Resume(ctx context.Context, key watukuytype.Key) error {
 }
 
 func (e *Engine) keyOp(ctx context.Context, key watukuytype.Key, name string, op func(context.Context, watukuytype.Key) error) error {
-	if _, err := e.resolve(ctx, key); err != nil {
+	if t, err := e.resolve(ctx, key); err != nil {
 		return err
+	} else if t.deleted {
+		return deletedKey(key)
 	}
 	if snap, err := e.store.Inspect(ctx, key); err != nil {
 		return keyErr("watukuy: "+name, key, err)
@@ -258,12 +274,15 @@ func deletedKey(key watukuytype.Key) error {
 // a deleted key is a *NotFoundError (Deleted) and nothing is written.
 // The cycle's poller is nil when this engine does not have the key's definition.
 func (e *Engine) withOpLease(ctx context.Context, t target, fn func(c *cycle) error) error {
-	return e.opLease(ctx, t, false, fn)
+	if t.deleted {
+		return deletedKey(t.key)
+	}
+	return e.opLease(ctx, t, BeginForOp, fn)
 }
 
-// opLease is withOpLease; only deleting runs fn on a deleted key, the others fail with
-// deletedKey before they take the lease.
-func (e *Engine) opLease(ctx context.Context, t target, deleting bool, fn func(c *cycle) error) error {
+// opLease is withOpLease in a mode: BeginForDelete and BeginForAdd run fn on a deleted key,
+// BeginForOp fails with deletedKey before it takes the lease.
+func (e *Engine) opLease(ctx context.Context, t target, mode BeginMode, fn func(c *cycle) error) error {
 	deadline := time.Now().Add(opLeaseWait)
 	ttl := t.info.leaseTTL()
 	if t.p != nil {
@@ -271,10 +290,6 @@ func (e *Engine) opLease(ctx context.Context, t target, deleting bool, fn func(c
 	}
 	for {
 		sent := e.now()
-		mode := BeginForOp
-		if deleting {
-			mode = BeginForDelete
-		}
 		b, err := e.store.Begin(ctx, t.key, e.owner, ttl, mode)
 		if err != nil {
 			return err

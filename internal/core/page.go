@@ -317,10 +317,17 @@ func (c *cycle) observe(raw json.RawMessage) (o observation, issue string) {
 	return o, ""
 }
 
+// Parked rows are named by their event's id (a poison event) or by invalidID: the prefixes
+// tell the kinds apart, and list them apart (ListParkedPage).
+const (
+	eventIDPrefix   = diff.IDPrefix
+	invalidIDPrefix = "inv_"
+)
+
 // invalidID is the parked id of an invalid item: the same item is parked once.
 func invalidID(raw json.RawMessage) string {
 	sum := sha256.Sum256(raw)
-	return "inv_" + hex.EncodeToString(sum[:12])
+	return invalidIDPrefix + hex.EncodeToString(sum[:12])
 }
 
 // behind reports whether a history entry is not known to be newer than the row, where

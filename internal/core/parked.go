@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/watukuy/watukuy/internal/statehash"
@@ -34,55 +33,94 @@ type heldEntry struct {
 	Seq string `json:"seq"`
 }
 
-// ListParked returns the key's parked rows, oldest first; kind "" lists all.
-func (e *Engine) ListParked(ctx context.Context, key watukuytype.Key, kind string) ([]watukuytype.ParkedInfo, error) {
+// ListParkedPage returns up to limit of the key's parked rows of kind ("" for every kind) in
+// id order (poison events, named by their event ids, before invalid items) after the id after
+// ("" from the first), and the id the next page starts after ("" at the end).
+func (e *Engine) ListParkedPage(ctx context.Context, key watukuytype.Key, kind, after string, limit int) ([]watukuytype.ParkedInfo, string, error) {
 	if _, err := e.resolve(ctx, key); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	rows, err := e.store.ListParked(ctx, key)
+	prefix := ""
+	switch kind {
+	case parkedPoison:
+		prefix = eventIDPrefix
+	case parkedInvalid:
+		prefix = invalidIDPrefix
+	}
+	limit = min(max(limit, 1), listPage)
+	rows, err := e.store.ListParked(ctx, key, prefix, after, limit+1) // one more: is there a next page
 	if err != nil {
-		return nil, keyErr("watukuy: parked ls", key, err)
+		return nil, "", keyErr("watukuy: parked ls", key, err)
 	}
-	out := []watukuytype.ParkedInfo{}
-	for id, raw := range rows {
-		var r parkedRow
-		if err := json.Unmarshal(raw, &r); err != nil {
-			out = append(out, watukuytype.ParkedInfo{ID: id, Kind: "corrupt", Error: err.Error()})
-			continue
+	next := ""
+	if len(rows) > limit {
+		rows = rows[:limit]
+		next = rows[limit-1].ID
+	}
+	out := make([]watukuytype.ParkedInfo, len(rows))
+	for i, row := range rows {
+		out[i] = parkedInfo(row)
+	}
+	return out, next, nil
+}
+
+// ParkedCounts counts the parked rows of each key, in one round trip.
+func (e *Engine) ParkedCounts(ctx context.Context, keys []watukuytype.Key) ([]int64, error) {
+	n, err := e.store.CountParked(ctx, keys)
+	if err != nil {
+		return nil, fmt.Errorf("watukuy: count parked rows: %w", err)
+	}
+	return n, nil
+}
+
+// ListParked returns every parked row of the key of kind ("" for every kind), in id order.
+func (e *Engine) ListParked(ctx context.Context, key watukuytype.Key, kind string) ([]watukuytype.ParkedInfo, error) {
+	var all []watukuytype.ParkedInfo
+	for after := ""; ; {
+		page, next, err := e.ListParkedPage(ctx, key, kind, after, listPage)
+		if err != nil {
+			return nil, err
 		}
-		if kind != "" && r.Kind != kind {
-			continue
+		all = append(all, page...)
+		if next == "" {
+			if all == nil {
+				all = []watukuytype.ParkedInfo{}
+			}
+			return all, nil
 		}
-		pi := watukuytype.ParkedInfo{ID: id, Kind: r.Kind, Error: r.Error, Errors: r.Errors, Attempts: r.Attempts,
-			Identity: r.Identity, ParkedAt: time.UnixMilli(r.ParkedAt).UTC()}
-		if r.Event != nil {
-			pi.OrderingKey = r.Event.OK
-			pi.Event = json.RawMessage(r.Event.EV)
-			if pi.Identity == "" {
-				var ev struct {
-					Identity string `json:"identity"`
-				}
-				if json.Unmarshal(pi.Event, &ev) == nil {
-					pi.Identity = ev.Identity
-				}
+		after = next
+	}
+}
+
+// parkedInfo reads a parked row as stored.
+func parkedInfo(row ParkedJSON) watukuytype.ParkedInfo {
+	id := row.ID
+	var r parkedRow
+	if err := json.Unmarshal(row.Row, &r); err != nil {
+		return watukuytype.ParkedInfo{ID: id, Kind: "corrupt", Error: err.Error()}
+	}
+	pi := watukuytype.ParkedInfo{ID: id, Kind: r.Kind, Error: r.Error, Errors: r.Errors, Attempts: r.Attempts,
+		Identity: r.Identity, ParkedAt: time.UnixMilli(r.ParkedAt).UTC()}
+	if r.Event != nil {
+		pi.OrderingKey = r.Event.OK
+		pi.Event = json.RawMessage(r.Event.EV)
+		if pi.Identity == "" {
+			var ev struct {
+				Identity string `json:"identity"`
+			}
+			if json.Unmarshal(pi.Event, &ev) == nil {
+				pi.Identity = ev.Identity
 			}
 		}
-		if r.Item != "" {
-			if json.Valid([]byte(r.Item)) {
-				pi.Item = json.RawMessage(r.Item)
-			} else {
-				pi.Item, _ = json.Marshal(r.Item)
-			}
-		}
-		out = append(out, pi)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].ParkedAt.Equal(out[j].ParkedAt) {
-			return out[i].ParkedAt.Before(out[j].ParkedAt)
+	if r.Item != "" {
+		if json.Valid([]byte(r.Item)) {
+			pi.Item = json.RawMessage(r.Item)
+		} else {
+			pi.Item, _ = json.Marshal(r.Item)
 		}
-		return out[i].ID < out[j].ID
-	})
-	return out, nil
+	}
+	return pi
 }
 
 // RetryParked returns parked rows to work: a poison event goes back to delivery, the events
@@ -110,14 +148,14 @@ func (e *Engine) releaseParked(ctx context.Context, key watukuytype.Key, ids []s
 	})
 	released := 0
 	err = e.withOpLease(ctx, t, func(c *cycle) error {
-		rows, err := e.store.ListParked(ctx, key)
+		rows, err := e.store.ParkedRows(ctx, key, ids)
 		if err != nil {
 			return err
 		}
 		var plain []string
-		for _, id := range ids {
-			raw, ok := rows[id]
-			if !ok {
+		for i, id := range ids {
+			raw := rows[i]
+			if raw == nil {
 				return fmt.Errorf("no parked row %q", id)
 			}
 			var r parkedRow
@@ -142,8 +180,14 @@ func (e *Engine) releaseParked(ctx context.Context, key watukuytype.Key, ids []s
 		}
 		// A degraded key (INVALID_ITEMS) whose parked invalid rows are all dealt with is no
 		// longer degraded: its next cycle reads nothing new and would keep the code.
-		if lastErrorCode(c.state.get(statehash.LastError)) == watukuytype.CodeInvalidItems && !invalidLeft(rows, ids) {
-			c.endDelete = append(c.endDelete, statehash.LastError)
+		if lastErrorCode(c.state.get(statehash.LastError)) == watukuytype.CodeInvalidItems {
+			left, err := e.invalidLeft(ctx, key, ids)
+			if err != nil {
+				return err
+			}
+			if !left {
+				c.endDelete = append(c.endDelete, statehash.LastError)
+			}
 		}
 		return nil
 	})
@@ -153,19 +197,23 @@ func (e *Engine) releaseParked(ctx context.Context, key watukuytype.Key, ids []s
 	return released, e.store.Trigger(ctx, key)
 }
 
-// invalidLeft reports whether rows (parked id → row) hold an invalid row that ids do not name.
-func invalidLeft(rows map[string][]byte, ids []string) bool {
+// invalidLeft reports whether the key has a parked invalid row that ids do not name (it
+// reads at most one row more than ids name).
+func (e *Engine) invalidLeft(ctx context.Context, key watukuytype.Key, ids []string) (bool, error) {
 	named := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		named[id] = true
 	}
-	for id, raw := range rows {
-		var r parkedRow
-		if !named[id] && json.Unmarshal(raw, &r) == nil && r.Kind == parkedInvalid {
-			return true
+	page, _, err := e.ListParkedPage(ctx, key, parkedInvalid, "", len(ids)+1)
+	if err != nil {
+		return false, err
+	}
+	for _, pi := range page {
+		if !named[pi.ID] {
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }
 
 // placeRetry refuses the retry of a parked invalid item that may be older than what the rows

@@ -1,27 +1,26 @@
 package core
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
+	"strings"
 	"time"
 
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
-// pollerInfo is a poller's registry entry: what an operator's tool needs about a poller when
-// it has only the Redis URL and not the poller's definition.
+// pollerInfo is a poller's description in the store: what an operator's tool needs about a
+// poller when it has only the Redis URL and not the poller's definition. It lists no keys
+// (the registry does, a key at a time), so reading it costs the same at any size.
 type pollerInfo struct {
-	Name       string   `json:"poller"`
-	Partitions []string `json:"partitions,omitempty"`
-	Strategy   string   `json:"strategy,omitempty"`
-	Min        string   `json:"min,omitempty"`
-	Max        string   `json:"max,omitempty"`
-	LeaseTTL   string   `json:"leaseTTL,omitempty"`
+	Name     string `json:"poller"`
+	Strategy string `json:"strategy,omitempty"`
+	Min      string `json:"min,omitempty"`
+	Max      string `json:"max,omitempty"`
+	LeaseTTL string `json:"leaseTTL,omitempty"`
 	// LeaseTTLMs is LeaseTTL for the claim script, which holds a claimed key for it (plus
 	// ClaimGrace) until the cycle's lease keeper holds it on.
 	LeaseTTLMs    int64  `json:"leaseTTLMs,omitempty"`
@@ -34,43 +33,18 @@ type pollerInfo struct {
 	Budget *budgetInfo `json:"budget,omitempty"`
 }
 
-// keyEntry is a key's registry entry.
-type keyEntry struct {
-	// Source is "config" (a partition of a registered definition) or "cli" (partitions add).
-	Source  string `json:"source"`
-	AddedAt int64  `json:"addedAt,omitempty"`
-}
-
-// info is p's registry entry; the caller holds e.mu.
+// info is p's description; the caller holds e.mu.
 func (e *Engine) info(p *watukuytype.Poller) pollerInfo {
 	strategy := "custom"
 	if p.Strategy == watukuytype.SnapshotDiff {
 		strategy = "snapshotDiff"
 	}
-	pi := pollerInfo{Name: p.Name, Partitions: p.Partitions, Strategy: strategy, Min: p.Schedule.Min.String(),
+	pi := pollerInfo{Name: p.Name, Strategy: strategy, Min: p.Schedule.Min.String(),
 		Max: p.Schedule.Max.String(), LeaseTTL: p.LeaseTTL.String(), LeaseTTLMs: p.LeaseTTL.Milliseconds(), SchemaVersion: p.SchemaVersion, Shadow: p.Shadow, CursorFormats: p.CursorFormats, Budget: e.budgetOf(p)}
 	if p.LogRetention > 0 {
 		pi.LogRetention = p.LogRetention.String()
 	}
 	return pi
-}
-
-// lists reports whether the entry lists partition: one of its partitions, or the
-// unpartitioned key's "" when it has none (as pollerKeys). A listed key is a config key and
-// has no entry of its own in the store's registry.
-func (pi pollerInfo) lists(partition string) bool {
-	return slices.Contains(listedOf(pi.Partitions), partition)
-}
-
-// ListedPartitions is the partitions of the keys a poller's entry in the store's pollers hash
-// lists (its config keys, which have no registry entry): its partitions, or the
-// unpartitioned key's "" when it has none.
-func ListedPartitions(entry []byte) ([]string, error) {
-	var pi pollerInfo
-	if err := json.Unmarshal(entry, &pi); err != nil {
-		return nil, err
-	}
-	return listedOf(pi.Partitions), nil
 }
 
 func (pi pollerInfo) leaseTTL() time.Duration {
@@ -86,187 +60,265 @@ func (pi pollerInfo) logRetention() time.Duration {
 }
 
 // target is a key resolved for an operation: the poller's definition when this engine has it
-// registered (p), and its registry entry either way.
+// registered (p), its description either way, and its registry entry.
 type target struct {
 	key  watukuytype.Key
 	p    *watukuytype.Poller
 	info pollerInfo
 	// source is where the key comes from: "config" or "cli".
 	source string
+	// deleted: partitions delete deleted it (a config key stays registered, deleted).
+	deleted bool
 }
 
-// resolve finds key among the registered pollers and the registry (its poller's entry lists
-// it, or it has an entry of its own), so that operations work with the Redis URL alone. An unknown poller or partition is a *NotFoundError.
+// local is this engine's definition and description of poller (nil, false when it has none).
+func (e *Engine) local(poller string) (*watukuytype.Poller, pollerInfo, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p := e.pollers[poller]; p != nil {
+		return p, e.info(p), true
+	}
+	return nil, pollerInfo{}, false
+}
+
+// resolve finds key in the registry (its poller's description and its own entry), so that
+// operations work with the Redis URL alone. An unknown poller or partition is a
+// *NotFoundError. It reads the same bytes whatever the size of the poller.
 func (e *Engine) resolve(ctx context.Context, key watukuytype.Key) (target, error) {
 	t := target{key: key}
 	if err := e.ensureRegistered(ctx); err != nil {
 		return t, err
 	}
-	e.mu.Lock()
-	if t.p = e.pollers[key.Poller]; t.p != nil {
-		t.info = e.info(t.p)
-	}
-	e.mu.Unlock()
-	if t.p != nil {
-		if slices.Contains(pollerKeys(t.p), key) {
-			t.source = "config"
-			return t, nil
-		}
-	}
-	praw, kraw, err := e.store.Lookup(ctx, key)
+	p, info, ok := e.local(key.Poller)
+	praw, entry, found, err := e.store.Lookup(ctx, key)
 	if err != nil {
 		return t, keyErr("watukuy: look up", key, err)
 	}
-	var stored pollerInfo // the poller's entry in the store: it lists the config keys
-	listed := false
-	if praw != nil {
-		err := json.Unmarshal(praw, &stored)
-		if err != nil && t.p == nil {
-			return t, fmt.Errorf("watukuy: registry entry of poller %q is corrupt: %w", key.Poller, err)
-		}
-		listed = err == nil && stored.lists(key.Partition)
-	}
-	if t.p == nil {
+	t.p, t.info = p, info
+	if !ok {
 		if praw == nil {
 			return t, e.notFound(ctx, key, "")
 		}
-		t.info = stored
+		if err := json.Unmarshal(praw, &t.info); err != nil {
+			return t, fmt.Errorf("watukuy: the description of poller %q is corrupt: %w", key.Poller, err)
+		}
 	}
-	switch {
-	case listed:
-		t.source = "config"
-	case kraw != nil:
-		var ke keyEntry
-		_ = json.Unmarshal(kraw, &ke)
-		t.source = ke.Source
-	default:
+	if !found {
 		return t, e.notFound(ctx, key, key.Poller)
 	}
+	t.source, t.deleted = entry.Source, entry.Deleted
 	return t, nil
 }
 
+// knownShown is how many names a not-found error lists.
+const knownShown = 20
+
 // notFound builds the error for an unknown poller (poller == "") or partition, listing what
-// exists.
+// exists (the first knownShown partitions of a poller).
 func (e *Engine) notFound(ctx context.Context, key watukuytype.Key, poller string) error {
 	nf := &watukuytype.NotFoundError{Poller: key.Poller, Partition: key.Partition, PartitionMissing: poller != ""}
-	pollers, keys, err := e.registry(ctx)
+	if poller == "" {
+		names, err := e.knownPollers(ctx)
+		if err != nil {
+			return nf
+		}
+		nf.Known = names
+		if len(names) == 0 {
+			if l, err := e.store.Layout(ctx); err == nil && l.Err() != nil {
+				nf.Hint = l.Err().Error()
+			}
+		}
+		return nf
+	}
+	rks, err := e.store.ListKeys(ctx, poller, nil, knownShown+1)
 	if err != nil {
 		return nf
 	}
-	if poller == "" {
-		for name := range pollers {
-			nf.Known = append(nf.Known, name)
+	for i, rk := range rks {
+		if i == knownShown {
+			nf.Hint = "and more: `watukuy inspect --poller " + poller + "` lists them"
+			break
 		}
-	} else {
-		for _, t := range keys {
-			if t.key.Poller == poller {
-				nf.Known = append(nf.Known, t.key.Partition)
-			}
-		}
-	}
-	sort.Strings(nf.Known)
-	if len(pollers) == 0 {
-		if l, err := e.store.Layout(ctx); err == nil && !l.Empty && l.Version < l.Current {
-			nf.Hint = "the data layout is older than this version: run `watukuy migrate`"
-		}
+		nf.Known = append(nf.Known, rk.Partition)
 	}
 	return nf
 }
 
-// registry merges the registered pollers with the Redis registry: every known poller's
-// info, and every known key as a target, sorted. A key is known by its registry entry, or
-// because a poller's entry (in Redis, or this engine's) lists it: a config key.
-func (e *Engine) registry(ctx context.Context) (map[string]pollerInfo, []target, error) {
-	praw, kraw, err := e.store.Registry(ctx)
+// knownPollers lists the registered pollers (in the store, or this engine's), sorted.
+func (e *Engine) knownPollers(ctx context.Context) ([]string, error) {
+	stored, err := e.store.Pollers(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("watukuy: read the registry: %w", err)
+		return nil, fmt.Errorf("watukuy: read the pollers: %w", err)
 	}
-	pollers := map[string]pollerInfo{}
-	stored := map[string]pollerInfo{} // as Redis has them: their listed keys are known
-	for name, raw := range praw {
-		var pi pollerInfo
-		if json.Unmarshal(raw, &pi) == nil {
-			pollers[name], stored[name] = pi, pi
-		}
+	names := map[string]bool{}
+	for n := range stored {
+		names[n] = true
 	}
 	e.mu.Lock()
-	local := maps.Clone(e.pollers)
-	for _, p := range local {
-		pollers[p.Name] = e.info(p)
+	for n := range e.pollers {
+		names[n] = true
 	}
 	e.mu.Unlock()
-	byKey := map[watukuytype.Key]target{}
-	for s, raw := range kraw {
-		k, err := watukuytype.ParseKey(s)
-		if err != nil {
-			continue
-		}
-		var ke keyEntry
-		_ = json.Unmarshal(raw, &ke)
-		byKey[k] = target{key: k, p: local[k.Poller], info: pollers[k.Poller], source: ke.Source}
-	}
-	for name, pi := range stored {
-		for _, k := range keysOf(name, pi.Partitions) {
-			byKey[k] = target{key: k, p: local[name], info: pollers[name], source: "config"}
-		}
-	}
-	for _, p := range local {
-		for _, k := range pollerKeys(p) {
-			byKey[k] = target{key: k, p: p, info: pollers[k.Poller], source: "config"}
-		}
-	}
-	ts := slices.Collect(maps.Values(byKey))
-	slices.SortFunc(ts, func(a, b target) int {
-		return cmp.Or(cmp.Compare(a.key.Poller, b.key.Poller), cmp.Compare(a.key.Partition, b.key.Partition))
-	})
-	return pollers, ts, nil
+	return slices.Sorted(maps.Keys(names)), nil
 }
 
-// targets lists the known keys of poller (every poller when "") with what resolve would find
-// for each, from one read of the registry. An unknown poller is a *NotFoundError.
-func (e *Engine) targets(ctx context.Context, poller string) ([]target, error) {
-	pollers, ts, err := e.registry(ctx)
+// describe is what this engine knows of poller: its definition and description, else the
+// store's description (pollers, from Pollers).
+func (e *Engine) describe(poller string, pollers map[string][]byte) (*watukuytype.Poller, pollerInfo) {
+	if p, info, ok := e.local(poller); ok {
+		return p, info
+	}
+	var info pollerInfo
+	_ = json.Unmarshal(pollers[poller], &info)
+	return nil, info
+}
+
+// listPage is the largest page of keys one call lists.
+const listPage = 1000
+
+// page lists up to limit known keys after the cursor after (a Key.String(); "" from the
+// first), of poller (every poller when ""), in poller then partition order, with what resolve
+// would find for each, and the cursor of the next page ("" when this one ends the listing).
+// An unknown poller is a *NotFoundError. Each page reads the registry for its own keys only.
+func (e *Engine) page(ctx context.Context, poller, after string, limit int) ([]target, string, error) {
+	if err := e.ensureRegistered(ctx); err != nil {
+		return nil, "", err
+	}
+	limit = min(max(limit, 1), listPage)
+	stored, err := e.store.Pollers(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("watukuy: read the pollers: %w", err)
+	}
+	names, err := e.knownPollers(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	if poller != "" {
+		if !slices.Contains(names, poller) {
+			return nil, "", e.notFound(ctx, watukuytype.Key{Poller: poller}, "")
+		}
+		names = []string{poller}
+	}
+	var from *watukuytype.Key
+	if after != "" {
+		k, err := watukuytype.ParseKey(after)
+		if err != nil || poller != "" && k.Poller != poller {
+			return nil, "", &watukuytype.ConfigError{Poller: poller, Field: "after", Msg: fmt.Sprintf("%q is not a cursor of this listing (the next cursor of a page of it)", after)}
+		}
+		from = &k
+	}
+	var out []target
+	for _, name := range names {
+		var partAfter *string
+		if from != nil {
+			switch c := strings.Compare(name, from.Poller); {
+			case c < 0:
+				continue
+			case c == 0:
+				partAfter = &from.Partition
+			}
+		}
+		p, info := e.describe(name, stored)
+		rks, err := e.store.ListKeys(ctx, name, partAfter, limit-len(out)+1)
+		if err != nil {
+			return nil, "", fmt.Errorf("watukuy: list the keys of poller %q: %w", name, err)
+		}
+		for _, rk := range rks {
+			if len(out) == limit {
+				return out, out[len(out)-1].key.String(), nil
+			}
+			out = append(out, target{key: watukuytype.Key{Poller: name, Partition: rk.Partition}, p: p, info: info,
+				source: rk.Entry.Source, deleted: rk.Entry.Deleted})
+		}
+	}
+	return out, "", nil
+}
+
+// eachTarget calls fn with every known key of poller (every poller when ""), a page at a time.
+func (e *Engine) eachTarget(ctx context.Context, poller string, fn func(target) error) error {
+	after := ""
+	for {
+		ts, next, err := e.page(ctx, poller, after, listPage)
+		if err != nil {
+			return err
+		}
+		for _, t := range ts {
+			if err := fn(t); err != nil {
+				return err
+			}
+		}
+		if next == "" {
+			return nil
+		}
+		after = next
+	}
+}
+
+// PollerKeys counts the scheduled keys (registered and not deleted) of every known poller,
+// by name, in one read.
+func (e *Engine) PollerKeys(ctx context.Context) (map[string]int64, error) {
+	names, err := e.knownPollers(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if poller == "" {
-		return ts, nil
+	n, err := e.store.CountScheduled(ctx, names)
+	if err != nil {
+		return nil, fmt.Errorf("watukuy: count keys: %w", err)
 	}
-	if _, ok := pollers[poller]; !ok {
-		return nil, e.notFound(ctx, watukuytype.Key{Poller: poller}, "")
+	out := make(map[string]int64, len(names))
+	for i, name := range names {
+		out[name] = n[i]
 	}
-	return slices.DeleteFunc(ts, func(t target) bool { return t.key.Poller != poller }), nil
+	return out, nil
 }
 
-// Keys lists the known keys of poller (every poller when ""), sorted. An unknown poller is a
-// *NotFoundError.
-func (e *Engine) Keys(ctx context.Context, poller string) ([]watukuytype.Key, error) {
-	ts, err := e.targets(ctx, poller)
+// KeysPage lists up to limit known keys of poller (every poller when "") after the cursor
+// after ("" from the first), sorted, and the cursor of the next page ("" at the end). An
+// unknown poller is a *NotFoundError.
+func (e *Engine) KeysPage(ctx context.Context, poller, after string, limit int) ([]watukuytype.Key, string, error) {
+	ts, next, err := e.page(ctx, poller, after, limit)
 	keys := make([]watukuytype.Key, len(ts))
 	for i, t := range ts {
 		keys[i] = t.key
 	}
+	return keys, next, err
+}
+
+// Keys lists every known key of poller (every poller when ""), sorted, reading the registry
+// a page at a time. An unknown poller is a *NotFoundError.
+func (e *Engine) Keys(ctx context.Context, poller string) ([]watukuytype.Key, error) {
+	var keys []watukuytype.Key
+	err := e.eachTarget(ctx, poller, func(t target) error {
+		keys = append(keys, t.key)
+		return nil
+	})
 	return keys, err
 }
 
-// ActiveKeys lists the keys of poller (every poller when "") that take operations: the known
-// keys but the deleted partitions a config keeps listing. It inspects each key.
-func (e *Engine) ActiveKeys(ctx context.Context, poller string) ([]watukuytype.Key, error) {
-	kis, err := e.InspectAll(ctx, poller)
-	if err != nil {
-		return nil, err
-	}
-	var keys []watukuytype.Key
-	for _, ki := range kis {
-		if ki.Status != watukuytype.StatusDeleted {
-			keys = append(keys, watukuytype.Key{Poller: ki.Poller, Partition: ki.Partition})
+// EachActiveKey calls fn with each key of poller (every poller when "") that takes
+// operations (every known key but the deleted ones), a page of the registry at a time.
+func (e *Engine) EachActiveKey(ctx context.Context, poller string, fn func(watukuytype.Key) error) error {
+	return e.eachTarget(ctx, poller, func(t target) error {
+		if t.deleted {
+			return nil
 		}
-	}
-	return keys, nil
+		return fn(t.key)
+	})
 }
 
-// checkLayout refuses a database whose layout is newer than this build knows, or older
-// (until `watukuy migrate`); an empty database is marked current.
+// ActiveKeys lists the keys of poller (every poller when "") that take operations: the known
+// keys but the deleted partitions.
+func (e *Engine) ActiveKeys(ctx context.Context, poller string) ([]watukuytype.Key, error) {
+	var keys []watukuytype.Key
+	err := e.EachActiveKey(ctx, poller, func(k watukuytype.Key) error {
+		keys = append(keys, k)
+		return nil
+	})
+	return keys, err
+}
+
+// checkLayout refuses a database whose layout is not this build's; an empty database is
+// marked current.
 func (e *Engine) checkLayout(ctx context.Context) error {
 	l, err := e.store.Layout(ctx)
 	if err != nil {

@@ -18,8 +18,10 @@ const (
 	// is written), then the lease.
 	BeginForOp
 	// BeginForDelete starts partitions delete: the lease only, so that a delete again
-	// finishes one cut short.
+	// finishes one cut short; the key is marked deleted as the lease is granted.
 	BeginForDelete
+	// BeginForAdd starts partitions add: the lease only (a deleted key comes back).
+	BeginForAdd
 )
 
 // ErrKeyDeleted is what Store.Pause returns for a key partitions delete has deleted.
@@ -60,8 +62,9 @@ type Store interface {
 	ReadOutbox(ctx context.Context, l Lease, n int) (Batch, error)
 	// Ack acknowledges and deletes delivered entries, given in sequence order, and reports
 	// whether the key was paused meanwhile.
-	Ack(ctx context.Context, l Lease, streamIDs []string) (paused bool, err error)
-	// Park parks poison entries (holding their ordering keys) and moves held entries aside.
+	Ack(ctx context.Context, l Lease, acked []Entry) (paused bool, err error)
+	// Park parks poison entries (holding their ordering keys) and moves the outbox entries of
+	// held ordering keys to their held events.
 	Park(ctx context.Context, l Lease, poison []Poison, held []Held) error
 	// End saves the schedule, releases the lease and writes the key's next due time (as
 	// SetDue does). A trigger that landed since Begin (the generation moved) keeps the key
@@ -73,31 +76,37 @@ type Store interface {
 	// the key is due now: a claim pushes a claimed key past now before its Begin, so a due
 	// time <= now was written since by a trigger, resume or partitions add, and is kept.
 	SetDue(ctx context.Context, key watukuytype.Key, at time.Time) error
-	// Register records pollers and keys in the registry and puts new keys in the due set,
-	// due now. A key of a deleted partition stays deleted. A poller's entry lists its config
-	// keys (pollerInfo.Partitions), and those keys get no entry of their own; a key that a
-	// new entry of its poller no longer lists keeps one ({"source":"config"}: it stays
-	// registered), and so does a key that no entry of the call lists.
-	Register(ctx context.Context, pollers map[string][]byte, keys map[watukuytype.Key][]byte) error
-	// Lookup reads the registry entries of key's poller and of key (nil when absent; a key
-	// the poller's entry lists has none).
-	Lookup(ctx context.Context, key watukuytype.Key) (poller, entry []byte, err error)
-	// Registry reads every registered poller (by name) and key entry (by Key.String()); the
-	// keys the poller entries list have none.
-	Registry(ctx context.Context) (pollers, keys map[string][]byte, err error)
-	// AddPartition registers key (entry, unless its poller's entry lists it: a config key),
-	// lifts a deletion, and makes it due now.
-	AddPartition(ctx context.Context, key watukuytype.Key, entry []byte) error
-	// DeleteKey removes key's state, snapshot, outbox, parked rows and log under the lease,
-	// leaves a deletion mark, and drops it from the registry (a key its poller's entry lists
-	// stays listed, deleted) and due set unless a partitions add brought it back meanwhile.
+	// Register writes the pollers' descriptions and registers config keys: a new key gets a
+	// registry entry (config) and a due entry, due now; a key added with partitions add
+	// becomes a config key; a deleted key stays deleted. Keys are never dropped: a key its
+	// config no longer lists stays registered.
+	Register(ctx context.Context, pollers map[string][]byte, keys []watukuytype.Key) error
+	// Pollers reads every registered poller's description, by name.
+	Pollers(ctx context.Context) (map[string][]byte, error)
+	// Lookup reads the description of key's poller (nil when absent) and key's registry
+	// entry (found false when it has none), reading the same bytes however many keys the
+	// poller has.
+	Lookup(ctx context.Context, key watukuytype.Key) (poller []byte, entry RegEntry, found bool, err error)
+	// ListKeys reads up to limit keys of poller's registry in partition order, after the
+	// partition *after (from the first key when after is nil); fewer than limit means the
+	// registry ends there.
+	ListKeys(ctx context.Context, poller string, after *string, limit int) ([]RegKey, error)
+	// AddKey registers the key under its lease (Begin with BeginForAdd) as added with
+	// partitions add (a deleted config key becomes a config key again) and makes it due now;
+	// revive drops what a deleted key left (it comes back empty, its lives and outbox ids
+	// above the deleted ones'). A key registered and not deleted is left as it is: existed.
+	AddKey(ctx context.Context, l Lease, revive bool) (existed bool, err error)
+	// DeleteKey removes key's state, snapshot, outbox, parked rows and log under the lease
+	// (Begin with BeginForDelete), raises its poller's high-water marks to the key's epoch
+	// and lives, forgets the key (a config key stays registered, deleted, since its config
+	// may list it) and drops its due entry; a deletion mark refuses stale tasks for a while.
 	DeleteKey(ctx context.Context, l Lease) error
 	// Unschedule drops key from the due set (a deleted key found by a stale task), unless it
 	// is due now (a partitions add since the claim brought it back), as SetDue.
 	Unschedule(ctx context.Context, key watukuytype.Key) error
-	// RepairDue gives every registered key (a registry entry, or listed by its poller's
-	// entry) that is not deleted and has no due entry one (at its state's next due time, or
-	// now), and returns those keys.
+	// RepairDue gives every registered key that is not deleted and has no due entry one (at
+	// its state's next due time, or now), and returns those keys. It reads the registry in
+	// pages.
 	RepairDue(ctx context.Context) ([]watukuytype.Key, error)
 	// ReadLog returns at most n of the key's logged events committed in [from, to], oldest
 	// first, starting after the entry whose StreamID is after (when not "").
@@ -119,8 +128,16 @@ type Store interface {
 	ClearThrottle(ctx context.Context, key watukuytype.Key) (time.Time, error)
 	// Inspect reads a key's state, lease and counters.
 	Inspect(ctx context.Context, key watukuytype.Key) (Snapshot, error)
-	// ListParked returns the key's parked rows (JSON), keyed by parked id.
-	ListParked(ctx context.Context, key watukuytype.Key) (map[string][]byte, error)
+	// ListParked returns up to limit of the key's parked rows (JSON) whose ids start with
+	// prefix ("" for all), in id order, after the id after ("" from the first).
+	ListParked(ctx context.Context, key watukuytype.Key, prefix, after string, limit int) ([]ParkedJSON, error)
+	// ParkedRows reads the named parked rows (nil where there is none).
+	ParkedRows(ctx context.Context, key watukuytype.Key, ids []string) ([][]byte, error)
+	// CountParked counts the parked rows of each key, in one round trip.
+	CountParked(ctx context.Context, keys []watukuytype.Key) ([]int64, error)
+	// CountScheduled counts each poller's keys in its due set (the keys that are registered
+	// and not deleted), in one round trip.
+	CountScheduled(ctx context.Context, pollers []string) ([]int64, error)
 	// TakeToken asks a shared budget's bucket for one request's token (unfenced: a bucket is
 	// no key's).
 	TakeToken(ctx context.Context, t BudgetTake) (BudgetGrant, error)
@@ -219,10 +236,11 @@ type BeginResult struct {
 	LeaseExpires time.Time
 	// OutboxLen counts undelivered outbox entries (BeginOK).
 	OutboxLen int64
+	// Released counts the ordering keys whose held events are deliverable (a parked event of
+	// theirs was retried or discarded) (BeginOK).
+	Released int64
 	// State is the key's state hash (BeginOK).
 	State map[string]string
-	// Holds are the ordering keys held by parked events (BeginOK).
-	Holds []string
 	// Items counts the tracked identities (BeginOK).
 	Items int64
 	// InvalidIndexed counts the identities with a parked invalid observation (BeginOK).
@@ -329,30 +347,59 @@ type CommitResult struct {
 	// was lost, the client re-sent it): nothing was written again, and the result is the
 	// first attempt's.
 	Duplicate bool
+	// Diverted are the indexes of the events whose ordering key is held by a parked event (or
+	// still has released held events to deliver): they joined its held events, and are not
+	// delivered now (G4).
+	Diverted []int
 }
 
-// Entry is one outbox entry read back for delivery.
+// Entry is one event read back for delivery: an outbox entry (StreamID), or a released held
+// event (Member).
 type Entry struct {
 	StreamID    string
 	ID          string
 	OrderingKey string
 	Envelope    []byte
-	// Seq is the original commit sequence (differs from StreamID after a parked retry).
+	// Seq is the commit sequence: the outbox id the event was committed under.
 	Seq string
+	// Member names a released held event in the store (StreamID is then "").
+	Member string
 }
 
 // Poison is an entry to park.
 type Poison struct {
-	StreamID    string
-	ParkedID    string
-	OrderingKey string
-	Row         []byte
+	Entry    Entry
+	ParkedID string
+	Row      []byte
 }
 
-// Held is an entry moved aside while its ordering key is held.
+// Held is an outbox entry that joins its held ordering key's events.
 type Held struct {
-	StreamID string
-	JSON     []byte
+	Entry Entry
+	JSON  []byte
+}
+
+// RegEntry is a key's registry entry.
+type RegEntry struct {
+	// Source is "config" (a partition of a registered definition) or "cli" (partitions add).
+	Source string
+	// AddedAt is when partitions add added it (cli).
+	AddedAt time.Time
+	// Deleted: a config key that partitions delete deleted (it stays registered, deleted, as
+	// long as partitions add does not bring it back).
+	Deleted bool
+}
+
+// RegKey is one key of a poller's registry.
+type RegKey struct {
+	Partition string
+	Entry     RegEntry
+}
+
+// ParkedJSON is one parked row as stored.
+type ParkedJSON struct {
+	ID  string
+	Row []byte
 }
 
 // EndRequest is what End writes.

@@ -62,8 +62,9 @@ type Row struct {
 
 // A row that carries Changes, Life or Missing has, after the schema varint, a marker byte
 // 0xF8 | flags saying which of them follow (as uvarints, in that order; a zero is left out).
-// A forgotten row has the byte 0xF5 before that. Rows written before them hold the version
-// text there, which is UTF-8 and so never starts with a byte of 0xF5 or more.
+// A forgotten row has the byte 0xF5 before that. A row without them holds the version text
+// there, which is UTF-8 and so never starts with a byte of 0xF5 or more (a version that does
+// gets the marker with no flags).
 const (
 	rowMarker  = 0xF8
 	hasChanges = 1
@@ -99,7 +100,7 @@ func AppendRow(dst []byte, r Row) []byte {
 	return append(dst, r.Version...)
 }
 
-// ParseRow decodes a stored row (either encoding); ok is false for a missing or corrupt one.
+// ParseRow decodes a stored row; ok is false for a missing or corrupt one.
 func ParseRow(b []byte) (r Row, ok bool) {
 	if len(b) <= VFSize {
 		return Row{}, false
@@ -195,6 +196,9 @@ func sameKind(a, b string) bool {
 	return (errA == nil) == (errB == nil) && (a == "") == (b == "")
 }
 
+// IDPrefix starts every event id.
+const IDPrefix = "ev_"
+
 // EventID is the deterministic id of an event (G2): a pure function of poller, partition,
 // identity, type, the (version, fingerprint) hash, the schema version, and which change of
 // the identity it is (its life and its change count in that life). Computed from committed
@@ -212,7 +216,7 @@ func EventID(poller, partition, identity, typ string, vf VF, schema int, life in
 	h.Write(n[:binary.PutUvarint(n[:], uint64(life))])
 	h.Write(n[:binary.PutUvarint(n[:], change)])
 	var sum [sha256.Size]byte
-	return "ev_" + hex.EncodeToString(h.Sum(sum[:0])[:16])
+	return IDPrefix + hex.EncodeToString(h.Sum(sum[:0])[:16])
 }
 
 // CompareVersions orders two versions when both are decimal integers (of any length) or both

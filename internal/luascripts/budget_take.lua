@@ -41,10 +41,13 @@ local tat = tonumber(b[1]) or now
 local old = tonumber(b[3])
 if old and old ~= interval then
   if tat > now then tat = now + (tat - now) * interval / old end
-  redis.call('DEL', KEYS[2])
+  redis.call('UNLINK', KEYS[2])
   held = nil
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. string.format('%.0f', now - stale))
+-- Spent held slots go a hundred at most per take: many keys' slots going stale together never
+-- make one long script.
+local spent = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. string.format('%.0f', now - stale), 'LIMIT', 0, 100)
+if #spent > 0 then redis.call('ZREM', KEYS[2], unpack(spent)) end
 if held and held >= now - stale then
   local wait = math.max(0, math.ceil(held - now))
   if wait <= sitout then redis.call('ZREM', KEYS[2], member) end

@@ -34,9 +34,8 @@ local function fence(state_key, epoch, token, now, wid)
   return nil, false
 end
 
--- The lease's fields in the state hash (layout 5; before it they were a hash of their own,
--- prefix:{key}:lease): epoch, token, owner, expiresAt, write, reply. Go names them in
--- statehash (LeaseEpoch, ..., IsLeaseField).
+-- The lease's fields in the state hash: epoch, token, owner, expiresAt, write, reply. Go names
+-- them in statehash (LeaseEpoch, ..., IsLeaseField).
 local LEASE_FIELDS = {epoch = true, token = true, owner = true, expiresAt = true, write = true, reply = true}
 
 -- state_fields: the state hash as field, value pairs without the lease's fields, which are
@@ -53,29 +52,6 @@ local function state_fields(state_key)
   return out
 end
 
--- fold_legacy_lease moves a layout-4 lease hash into the state hash and deletes it, so that
--- its holder (a layout-4 process, whose fence reads that hash) is cut off. The state takes the
--- higher epoch, so epochs never repeat; raising it cuts off a live state lease too, which
--- then keeps the key leased until it would have lapsed. A live layout-4 grant that the state
--- does not hold live under an epoch at least as high keeps the key leased until it would have
--- expired, under a token no one holds (its holder may still be delivering). Returns 1 when it
--- folded a hash, else 0.
-local function fold_legacy_lease(legacy_key, state_key, now)
-  if redis.call('EXISTS', legacy_key) == 0 then return 0 end
-  local o = redis.call('HMGET', legacy_key, 'epoch', 'owner', 'expiresAt')
-  local s = redis.call('HMGET', state_key, 'epoch', 'expiresAt')
-  local oe, se = tonumber(o[1] or '0'), tonumber(s[1] or '0')
-  local o_exp, s_exp = tonumber(o[3] or '0'), tonumber(s[2] or '0')
-  local raised = oe > se
-  if raised then redis.call('HSET', state_key, 'epoch', string.format('%d', oe)) end
-  if o_exp > now and (raised or s_exp <= now) then
-    redis.call('HSET', state_key, 'owner', o[2] or '', 'expiresAt', string.format('%d', math.max(o_exp, s_exp)), 'token', 'layout-4')
-    redis.call('HDEL', state_key, 'write', 'reply')
-  end
-  redis.call('DEL', legacy_key)
-  return 1
-end
-
 -- claim_mark: the fraction of a millisecond a marked claim adds to its keys' due scores until
 -- confirmed (claim_due.lua, confirm_claims.lua), n/1024 for the claim's own n in 1..1023: every
 -- other writer of a due time writes whole milliseconds, so a confirmation can tell that no
@@ -87,15 +63,14 @@ end
 
 -- poller_claim_ms: how long a claim of the poller's keys holds them: fixed when not 0, else
 -- the leaseTTLMs its entry in the pollers hash records plus grace, else default_ms (an entry
--- of an older release). cache[slot] keeps the answer for the rest of the script.
+-- without one). cache[slot] keeps the answer for the rest of the script.
 local function poller_claim_ms(pollers_key, poller, fixed, grace, default_ms, cache, slot)
   if fixed > 0 then return fixed end
   if not cache[slot] then
     cache[slot] = default_ms
     local info = redis.call('HGET', pollers_key, poller)
-    -- Found, not decoded: the entry lists every partition (1.6 MB at 100,000), which cjson
-    -- took 23 ms to decode at every claim; a plain find takes about 1 ms. The text cannot
-    -- occur inside a JSON string, where every '"' is escaped.
+    -- Found, not decoded (the text cannot occur inside a JSON string, where every '"' is
+    -- escaped): a claim reads one entry per poller it claims for, every time.
     local at = info and string.find(info, '"leaseTTLMs":', 1, true)
     local ttl = at and string.match(info, '^%d+', at + 13)
     if ttl then cache[slot] = tonumber(ttl) + grace end
@@ -153,16 +128,19 @@ local function later_id(a, b)
 end
 
 -- The outbox stream exists only while it holds entries: an empty stream with its group costs
--- ~700 B of Redis per key (issue 14). outbox_open makes it (with the group 'dispatch') before
--- an XADD and returns the id for that XADD: '*' for a key that never had an outbox, else an
--- explicit id above the last one it ever gave (state field outboxLast), so ids never go
--- backwards when the clock does (a failover). Never '*' on a made-again stream: from Redis 7.2
--- XADD * takes the time the script started, which can be at or before outboxLast while TIME
--- is past it.
+-- ~700 B of Redis per key. outbox_open makes it (with the group 'dispatch') before an XADD and
+-- returns the id for that XADD: '*' for a key that never had an outbox, else an explicit id
+-- above the last one it ever gave (state field outboxLast) and above the key's incarnation
+-- (a partition deleted and added again starts there), so ids never go backwards when the
+-- clock does (a failover) nor below the deleted partition's. Never '*' on a made-again stream:
+-- from Redis 7.2 XADD * takes the time the script started, which can be at or before
+-- outboxLast while TIME is past it.
 local function outbox_open(outbox_key, state_key)
   if redis.call('EXISTS', outbox_key) == 1 then return '*' end
   redis.call('XGROUP', 'CREATE', outbox_key, 'dispatch', '0', 'MKSTREAM')
-  local lms, lseq = stream_id(redis.call('HGET', state_key, 'outboxLast'))
+  local marks = redis.call('HMGET', state_key, 'outboxLast', 'incarnation')
+  local floor = marks[2] and (marks[2] .. '-0')
+  local lms, lseq = stream_id(later_id(marks[1], floor))
   if not lms then return '*' end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -189,4 +167,97 @@ local function outbox_drop_if_empty(outbox_key, state_key)
   local last = later_id(kept, outbox_last(outbox_key))
   if last and last ~= kept then redis.call('HSET', state_key, 'outboxLast', last) end
   redis.call('DEL', outbox_key)
+end
+
+-- bytes_less orders two strings by their bytes, as Redis orders members by lex and Go orders
+-- strings. Lua's own < uses the server's collation locale, which need not.
+local function bytes_less(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
+-- Events waiting behind (held) or released from a poison event of their ordering key live in
+-- one sorted set per key, all at score 0, ordered by member: held_prefix(ok) (the ordering
+-- key's length, 8 hex digits, then the ordering key: no ordering key's prefix starts
+-- another's), the event's sequence with both parts zero-padded (so members of one ordering
+-- key sort in commit order), a newline and the entry's JSON ({id, ok, ev, seq}).
+local function held_prefix(ok)
+  return string.format('%08x', #ok) .. ok
+end
+local function held_member(ok, seq, json)
+  local ms, n = string.match(seq, '^(%d+)-(%d+)$')
+  return held_prefix(ok) .. string.format('%015d-%020d', tonumber(ms or '0'), tonumber(n or '0')) .. '\n' .. json
+end
+-- held_first: the first (oldest) held member of ok, or nil. Its range ends before ':', the
+-- character after the digits that follow the prefix.
+local function held_first(held_key, ok)
+  local p = held_prefix(ok)
+  return redis.call('ZRANGEBYLEX', held_key, '[' .. p, '(' .. p .. ':', 'LIMIT', 0, 1)[1]
+end
+-- held_ok: the ordering key of a held member.
+local function held_ok(member)
+  return string.sub(member, 9, 8 + tonumber(string.sub(member, 1, 8), 16))
+end
+-- held_entry: the JSON of a held member.
+local function held_entry(member)
+  return string.sub(member, string.find(member, '\n', 1, true) + 1)
+end
+
+-- A poller's registry: one entry per key, partition -> 'c' (a config key), 'a<ms>' (added
+-- with partitions add at ms) or '-c' (a config key deleted: it stays deleted while a config
+-- lists it). The entries live in hashes of at most REG_LEAF_MAX entries (leaves, small enough
+-- for Redis' compact encoding), each holding the partitions from its lower bound up to the
+-- next leaf's; a sorted set (the index, index_key) holds the lower bounds at score 0, the
+-- first leaf's being ''. A leaf is the index key, '|' and its lower bound (no poller name
+-- holds '|'). Finding, writing or paging one key reads a leaf and one index member: the cost
+-- does not depend on the poller's size.
+local REG_LEAF_MAX = 100
+local function reg_leaf(index_key, lb) return index_key .. '|' .. lb end
+-- reg_bound: the lower bound of the leaf that holds (or would hold) partition p.
+local function reg_bound(index_key, p)
+  return redis.call('ZREVRANGEBYLEX', index_key, '[' .. p, '-', 'LIMIT', 0, 1)[1] or ''
+end
+local function reg_get(index_key, p)
+  return redis.call('HGET', reg_leaf(index_key, reg_bound(index_key, p)), p)
+end
+-- reg_put writes p's entry; a leaf that outgrows REG_LEAF_MAX gives its upper half to a new
+-- leaf whose lower bound is the first partition moved.
+local function reg_put(index_key, p, v)
+  local lb = reg_bound(index_key, p)
+  local leaf = reg_leaf(index_key, lb)
+  if redis.call('HSET', leaf, p, v) == 0 then return end
+  if lb == '' then redis.call('ZADD', index_key, 0, '') end
+  if redis.call('HLEN', leaf) <= REG_LEAF_MAX then return end
+  local names = redis.call('HKEYS', leaf)
+  table.sort(names, bytes_less)
+  local moved = {}
+  for i = math.floor(#names / 2) + 1, #names do moved[#moved + 1] = names[i] end
+  local vals = redis.call('HMGET', leaf, unpack(moved))
+  local kv = {}
+  for i, name in ipairs(moved) do
+    kv[#kv + 1] = name
+    kv[#kv + 1] = vals[i]
+  end
+  redis.call('HSET', reg_leaf(index_key, moved[1]), unpack(kv))
+  redis.call('HDEL', leaf, unpack(moved))
+  redis.call('ZADD', index_key, 0, moved[1])
+end
+-- reg_del removes p's entry; a leaf left empty leaves the index (its range joins the leaf
+-- before), and the first leaf's bound goes with the last entry of the poller.
+local function reg_del(index_key, p)
+  local lb = reg_bound(index_key, p)
+  local leaf = reg_leaf(index_key, lb)
+  if redis.call('HDEL', leaf, p) == 0 or redis.call('EXISTS', leaf) == 1 then return end
+  if lb ~= '' then redis.call('ZREM', index_key, lb) end
+  if redis.call('ZCARD', index_key) == 1 and redis.call('EXISTS', reg_leaf(index_key, '')) == 0 then
+    redis.call('DEL', index_key)
+  end
+end
+-- reg_live: whether a registry entry is a registered key that is not deleted.
+local function reg_live(v)
+  return v and string.sub(v, 1, 1) ~= '-'
 end

@@ -64,7 +64,7 @@ func cycleSteps(t *testing.T, b redistest.Backend, s *Store, clk *fakeclock.Cloc
 	t.Helper()
 	ctx := context.Background()
 	key := watukuytype.Key{Poller: "orders", Partition: "t1"}
-	if err := s.Register(ctx, map[string][]byte{"orders": []byte(`{}`)}, map[watukuytype.Key][]byte{key: []byte(`{"addedAt":1}`)}); err != nil {
+	if err := s.Register(ctx, map[string][]byte{"orders": []byte(`{}`)}, []watukuytype.Key{key}); err != nil {
 		t.Fatal(err)
 	}
 	between()
@@ -101,7 +101,7 @@ func cycleSteps(t *testing.T, b redistest.Backend, s *Store, clk *fakeclock.Cloc
 		t.Fatalf("commit reported stream ids %v, the outbox holds %v", res.StreamIDs, read)
 	}
 	between()
-	if _, err := s.Ack(ctx, l, read); err != nil {
+	if _, err := s.Ack(ctx, l, outboxEntries(read...)); err != nil {
 		t.Fatalf("ack: %v", err)
 	}
 	between()
@@ -128,8 +128,8 @@ func cycleSteps(t *testing.T, b redistest.Backend, s *Store, clk *fakeclock.Cloc
 	if err := s.DeleteKey(ctx, op.Lease); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
-	if err := b.Client.HGet(ctx, s.registryKey(), key.String()).Err(); err != redis.Nil {
-		t.Fatalf("the deleted key is still registered: %v", err)
+	if _, e, found, err := s.Lookup(ctx, key); err != nil || !found || !e.Deleted {
+		t.Fatalf("the deleted config key: entry %+v found %v (%v), want it registered, deleted", e, found, err)
 	}
 }
 
@@ -155,6 +155,7 @@ func TestAdv12ReplicatedCommitAfterScriptCacheLost(t *testing.T) {
 			t.Fatal(err)
 		}
 		key := watukuytype.Key{Poller: "orders", Partition: "t1"}
+		registerListing(t, s, key.Partition)
 		begun, err := s.Begin(ctx, key, "w1", 30*time.Second, core.BeginForCycle)
 		if err != nil || begun.Status != core.BeginOK {
 			t.Fatalf("begin: %+v %v", begun, err)

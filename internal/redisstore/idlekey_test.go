@@ -39,7 +39,7 @@ func (f idleFootprint) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d idle keys: %.0f B/key used_memory delta without the client buffers (%.0f B/key) and scripts; MEMORY USAGE of all %d Redis keys %.0f B/key\n",
 		f.keys, f.perKey, f.clients, f.dbKeys, f.all)
-	for _, p := range []string{"state", "lease", "outbox"} {
+	for _, p := range []string{"state", "outbox"} {
 		fmt.Fprintf(&b, "  %-8s %5d B per key (MEMORY USAGE)\n", p, f.parts[p])
 	}
 	for _, p := range []string{"registry", "due"} {
@@ -130,19 +130,25 @@ func idleKeys(tb testing.TB, b redistest.Backend, n int) idleFootprint {
 	f := idleFootprint{keys: n, perKey: float64((used-clients)-(base-baseClients)) / float64(n), clients: float64(clients-baseClients) / float64(n),
 		parts: map[string]int64{}, shared: map[string]int64{}}
 	key := watukuytype.Key{Poller: "idle", Partition: parts[n/2]}
-	for _, p := range []string{"state", "lease", "outbox"} {
+	for _, p := range []string{"state", "outbox"} {
 		m, err := b.Client.MemoryUsage(ctx, s.Key(key, p), 0).Result()
 		if err != nil && err != redis.Nil {
 			tb.Fatalf("MEMORY USAGE %s: %v", s.Key(key, p), err)
 		}
 		f.parts[p] = m
 	}
-	for p, k := range map[string]string{"registry": s.registryKey(), "due": s.dueKey("idle")} {
-		m, err := b.Client.MemoryUsage(ctx, k, 0).Result()
-		if err != nil && err != redis.Nil { // the registry is absent while every key is a config key
-			tb.Fatalf("MEMORY USAGE %s: %v", k, err)
+	registry := []string{s.keysKey("idle")}
+	for _, lb := range b.Client.ZRange(ctx, s.keysKey("idle"), 0, -1).Val() {
+		registry = append(registry, s.keysKey("idle")+"|"+lb)
+	}
+	for p, ks := range map[string][]string{"registry": registry, "due": {s.dueKey("idle")}} {
+		for _, k := range ks {
+			m, err := b.Client.MemoryUsage(ctx, k, 0).Result()
+			if err != nil {
+				tb.Fatalf("MEMORY USAGE %s: %v", k, err)
+			}
+			f.shared[p] += m
 		}
-		f.shared[p] = m
 	}
 	var total int64
 	for it := b.Client.Scan(ctx, 0, "*", 1000).Iterator(); it.Next(ctx); {

@@ -27,7 +27,7 @@ func newOutboxFixture(t *testing.T, b redistest.Backend) *outboxFixture {
 
 func (f *outboxFixture) begin() core.Lease {
 	f.t.Helper()
-	r, err := f.s.Begin(context.Background(), f.key, "a", time.Minute, core.BeginForDelete)
+	r, err := f.s.Begin(context.Background(), f.key, "a", time.Minute, core.BeginForAdd)
 	if err != nil || r.Status != core.BeginOK {
 		f.t.Fatalf("begin: %+v %v", r, err)
 	}
@@ -82,7 +82,7 @@ func TestOutboxExistsOnlyWhileItHoldsEntries(t *testing.T) {
 		if batch, err := f.s.ReadOutbox(ctx, l, 10); err != nil || batch.Read != 0 {
 			t.Fatalf("read of a missing outbox: %+v %v, want an empty batch", batch, err)
 		}
-		if _, err := f.s.Ack(ctx, l, []string{"1-1"}); err != nil {
+		if _, err := f.s.Ack(ctx, l, outboxEntries("1-1")); err != nil {
 			t.Fatalf("ack on a missing outbox: %v", err)
 		}
 		if snap, err := f.s.Inspect(ctx, f.key); err != nil || snap.OutboxLen != 0 || !snap.OutboxOldest.IsZero() {
@@ -98,7 +98,7 @@ func TestOutboxExistsOnlyWhileItHoldsEntries(t *testing.T) {
 		}
 		// A reader holding entries pending: an ack of one of them leaves the other, and a
 		// commit in between adds to the stream that is there.
-		if _, err := f.s.Ack(ctx, l, first[:1]); err != nil {
+		if _, err := f.s.Ack(ctx, l, outboxEntries(first[:1]...)); err != nil {
 			t.Fatal(err)
 		}
 		if !f.exists() {
@@ -114,7 +114,7 @@ func TestOutboxExistsOnlyWhileItHoldsEntries(t *testing.T) {
 			if err != nil || len(batch.Entries) != 1 || batch.Entries[0].StreamID != want {
 				t.Fatalf("read after the partial ack: %+v %v, want %s", batch, err, want)
 			}
-			if _, err := f.s.Ack(ctx, l, []string{want}); err != nil {
+			if _, err := f.s.Ack(ctx, l, outboxEntries(want)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -160,8 +160,9 @@ func TestOutboxIDsStayAboveALastIDAheadOfTheClock(t *testing.T) {
 }
 
 // Park and parked retry/discard on a drained (missing) outbox: park deletes the outbox it
-// empties; a retry makes it again, with its group, for the events it returns, which are read
-// in their commit order; a discard of a row whose events are gone leaves none.
+// empties; a later event of the held ordering key joins its held events; a retry makes the
+// poison event and the held one deliverable, read in their commit order without an outbox; a
+// discard of a row whose events are gone leaves nothing.
 func TestOutboxParkedPathsOnAMissingOutbox(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
@@ -173,41 +174,37 @@ func TestOutboxParkedPathsOnAMissingOutbox(t *testing.T) {
 			t.Fatalf("read: %+v %v", batch, err)
 		}
 		row := fmt.Sprintf(`{"kind":"poison","id":"p1","event":{"id":"p1","ok":"p1","ev":"{}","seq":%q}}`, ids[0])
-		if err := f.s.Park(ctx, l, []core.Poison{{StreamID: ids[0], ParkedID: "p1", OrderingKey: "p1", Row: []byte(row)}}, nil); err != nil {
+		if err := f.s.Park(ctx, l, []core.Poison{{Entry: core.Entry{StreamID: ids[0], OrderingKey: "p1"}, ParkedID: "p1", Row: []byte(row)}}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if f.exists() {
 			t.Fatal("park emptied the outbox and left it")
 		}
-		// A held event of the same ordering key, committed after the park: it goes to the
-		// held hash on read, emptying the outbox again.
+		// An event of the held ordering key, committed after the park, joins its held events at
+		// once: the outbox stays empty.
 		later := f.commit(l, "p1")
-		if batch, err := f.s.ReadOutbox(ctx, l, 10); err != nil || batch.Read != 1 || len(batch.Entries) != 0 {
-			t.Fatalf("read of a held ordering key: %+v %v", batch, err)
-		}
 		if f.exists() {
-			t.Fatal("the read that moved the only entry to the held hash left an empty outbox")
+			t.Fatal("an event of a held ordering key went to the outbox")
 		}
 		released, returned, err := f.s.ReleaseParked(ctx, l, true, []string{"p1"})
 		if err != nil || released != 1 || returned != 2 {
 			t.Fatalf("retry: %d released, %d returned, %v; want 1 and 2", released, returned, err)
 		}
 		batch, err = f.s.ReadOutbox(ctx, l, 10)
-		if err != nil || len(batch.Entries) != 2 || batch.Entries[0].Seq != ids[0] || batch.Entries[1].Seq != later[0] {
-			t.Fatalf("read after the retry: %+v %v, want the poison event then the held one", batch, err)
-		}
-		if !streamLess(later[0], batch.Entries[0].StreamID) {
-			t.Fatalf("the returned events got id %s, not above %s", batch.Entries[0].StreamID, later[0])
-		}
-		var acks []string
-		for _, e := range batch.Entries {
-			acks = append(acks, e.StreamID)
-		}
-		if _, err := f.s.Ack(ctx, l, acks); err != nil {
-			t.Fatal(err)
+		if err != nil || len(batch.Entries) != 2 || batch.Entries[0].Seq != ids[0] || batch.Entries[1].Seq != later[0] ||
+			batch.Entries[0].Member == "" || batch.Entries[0].StreamID != "" {
+			t.Fatalf("read after the retry: %+v %v, want the poison event then the held one, as held members", batch, err)
 		}
 		if f.exists() {
-			t.Fatal("the drained outbox is still there")
+			t.Fatal("the retry made an outbox")
+		}
+		if _, err := f.s.Ack(ctx, l, batch.Entries); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"held", "released", "holds"} {
+			if n := b.Client.Exists(ctx, f.s.Key(f.key, k)).Val(); n != 0 {
+				t.Errorf("after the released events were acked, %s exists", k)
+			}
 		}
 		// A discard on the missing outbox: nothing returned, nothing made.
 		ids = f.commit(l, "p2")
@@ -215,7 +212,7 @@ func TestOutboxParkedPathsOnAMissingOutbox(t *testing.T) {
 		if _, err := f.s.ReadOutbox(ctx, l, 10); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.s.Park(ctx, l, []core.Poison{{StreamID: ids[0], ParkedID: "p2", OrderingKey: "p2", Row: []byte(row)}}, nil); err != nil {
+		if err := f.s.Park(ctx, l, []core.Poison{{Entry: core.Entry{StreamID: ids[0], OrderingKey: "p2"}, ParkedID: "p2", Row: []byte(row)}}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if released, returned, err := f.s.ReleaseParked(ctx, l, false, []string{"p2"}); err != nil || released != 1 || returned != 0 {
@@ -227,37 +224,11 @@ func TestOutboxParkedPathsOnAMissingOutbox(t *testing.T) {
 	})
 }
 
-// Data an older release wrote: an empty outbox (made by every Begin) goes at the next grant,
-// a non-empty one stays and is read; partitions delete keeps the last id for the partition
-// added again.
-func TestOutboxOfAnOlderReleaseAndDelete(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
-		ctx := context.Background()
-		f := newOutboxFixture(t, b)
-		outbox := f.s.Key(f.key, "outbox")
-		if err := b.Client.XGroupCreateMkStream(ctx, outbox, "dispatch", "0").Err(); err != nil {
-			t.Fatal(err)
-		}
-		l := f.begin()
-		if f.exists() {
-			t.Fatal("Begin kept an older release's empty outbox")
-		}
-		if got := f.last(); got != "" {
-			t.Fatalf("an outbox that never gave an id left outboxLast %q", got)
-		}
-		ids := f.commit(l, "e1")
-		if err := f.s.End(ctx, l, core.EndRequest{NextDue: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-		l = f.begin()
-		if !f.exists() {
-			t.Fatal("Begin dropped an outbox with an undelivered entry")
-		}
-		if err := f.s.DeleteKey(ctx, l); err != nil {
-			t.Fatal(err)
-		}
-		if f.exists() || f.last() != ids[0] {
-			t.Fatalf("after partitions delete: outbox there %v, outboxLast %q; want none and %s", f.exists(), f.last(), ids[0])
-		}
-	})
+// outboxEntries are outbox entries by stream id, for Ack.
+func outboxEntries(ids ...string) []core.Entry {
+	es := make([]core.Entry, len(ids))
+	for i, id := range ids {
+		es[i] = core.Entry{StreamID: id}
+	}
+	return es
 }

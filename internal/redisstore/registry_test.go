@@ -2,11 +2,10 @@ package redisstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,252 +16,300 @@ import (
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
-// entryListing is a pollers entry that lists parts (none: the unpartitioned key).
-func entryListing(parts ...string) []byte {
-	raw, _ := json.Marshal(map[string]any{"poller": "orders", "partitions": parts})
-	return raw
-}
-
-// registerListing registers poller orders with an entry listing parts, and its keys, as
-// core's registration does.
+// registerListing registers poller orders and its config keys (parts; none: the unpartitioned
+// key), as core's registration does.
 func registerListing(t *testing.T, s *Store, parts ...string) {
 	t.Helper()
-	keys := map[watukuytype.Key][]byte{}
+	var keys []watukuytype.Key
 	for _, p := range parts {
-		keys[watukuytype.Key{Poller: "orders", Partition: p}] = []byte(`{"source":"config"}`)
+		keys = append(keys, watukuytype.Key{Poller: "orders", Partition: p})
 	}
 	if len(parts) == 0 {
-		keys[watukuytype.Key{Poller: "orders"}] = []byte(`{"source":"config"}`)
+		keys = append(keys, watukuytype.Key{Poller: "orders"})
 	}
-	if err := s.Register(context.Background(), map[string][]byte{"orders": entryListing(parts...)}, keys); err != nil {
+	if err := s.Register(context.Background(), map[string][]byte{"orders": []byte(`{"poller":"orders"}`)}, keys); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// Each registration of a changed entry brings the registry in line with it: listed keys have
-// no entry (a cli entry of a key the config now lists goes), a key the config drops keeps a
-// {"source":"config"} entry, one the config lists again loses it; an unchanged entry writes
-// nothing.
-func TestRegisterKeepsOnlyUnlistedEntries(t *testing.T) {
-	const cfg, cli = `{"source":"config"}`, `{"source":"cli","addedAt":7}`
-	steps := []struct {
-		name  string
-		list  []string // the entry's partitions; nil: a cli add of add
-		add   string
-		want  map[string]string // the registry after the step
-		moved bool              // registerPoller reports the entry changed
-	}{
-		{name: "first registration", list: []string{"a", "b"}, want: map[string]string{}, moved: true},
-		{name: "cli add of c", add: "c", want: map[string]string{"orders|c": cli}},
-		{name: "cli add of the listed b writes nothing", add: "b", want: map[string]string{"orders|c": cli}},
-		{name: "same entry again", list: []string{"a", "b"}, want: map[string]string{"orders|c": cli}},
-		{name: "b dropped, c listed", list: []string{"a", "c"}, want: map[string]string{"orders|b": cfg}, moved: true},
-		{name: "b listed again", list: []string{"a", "b", "c"}, want: map[string]string{}, moved: true},
-		{name: "unpartitioned", list: []string{}, want: map[string]string{"orders|a": cfg, "orders|b": cfg, "orders|c": cfg}, moved: true},
-		{name: "partitioned again", list: []string{"a"}, want: map[string]string{"orders|": cfg, "orders|b": cfg, "orders|c": cfg}, moved: true},
+// addKey runs partitions add of key, as core does: under the key's lease.
+func addKey(t *testing.T, s *Store, key watukuytype.Key) (existed bool) {
+	t.Helper()
+	ctx := context.Background()
+	r, err := s.Begin(ctx, key, "op", 30*time.Second, core.BeginForAdd)
+	if err != nil || r.Status != core.BeginOK {
+		t.Fatalf("begin add: %+v, %v", r, err)
 	}
+	existed, err = s.AddKey(ctx, r.Lease, r.State["deleted"] == "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.End(ctx, r.Lease, core.EndRequest{NextDue: r.Now, Trigger: r.State["trig"]}); err != nil {
+		t.Fatal(err)
+	}
+	return existed
+}
+
+// entryOf is key's registry entry, found false when it has none.
+func entryOf(t *testing.T, s *Store, key watukuytype.Key) (core.RegEntry, bool) {
+	t.Helper()
+	_, e, found, err := s.Lookup(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, found
+}
+
+// allKeys pages through poller's registry with pages of n keys.
+func allKeys(t *testing.T, s *Store, poller string, n int) []string {
+	t.Helper()
+	var out []string
+	var after *string
+	for pages := 0; ; pages++ {
+		page, err := s.ListKeys(context.Background(), poller, after, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > n || pages > 100_000 {
+			t.Fatalf("a page of %d keys, limit %d", len(page), n)
+		}
+		for _, rk := range page {
+			out = append(out, rk.Partition)
+		}
+		if len(page) < n {
+			return out
+		}
+		after = &page[len(page)-1].Partition
+	}
+}
+
+// The registry of a poller keeps its keys in leaves of at most REG_LEAF_MAX (100) entries, in
+// partition order across leaves: registering 1,000 keys in an order that is not theirs splits
+// leaves as they fill, every key is found, pages of any size list each key once in order,
+// and removing keys empties and drops leaves until nothing of the registry is left.
+func TestRegistryLeaves(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		s, _ := newStore(t, b)
-		for _, st := range steps {
-			if st.add != "" {
-				if err := s.AddPartition(ctx, watukuytype.Key{Poller: "orders", Partition: st.add}, []byte(cli)); err != nil {
-					t.Fatalf("%s: %v", st.name, err)
-				}
-			} else {
-				// The poller's part on its own first, for what it reports, then the whole Register.
-				set, err := listedSet(entryListing(st.list...))
-				if err != nil {
-					t.Fatal(err)
-				}
-				changed, err := s.registerPoller(ctx, "orders", entryListing(st.list...), set)
-				if err != nil || changed != st.moved {
-					t.Fatalf("%s: registerPoller: %v, %v; want changed %v", st.name, changed, err, st.moved)
-				}
-				registerListing(t, s, st.list...)
-			}
-			got, err := b.Client.HGetAll(ctx, s.registryKey()).Result()
-			if err != nil || !maps.Equal(got, st.want) {
-				t.Fatalf("%s: registry %v, %v; want %v", st.name, got, err, st.want)
-			}
-			for _, p := range st.list {
-				if err := b.Client.ZScore(ctx, s.DueKey("orders"), "orders|"+p).Err(); err != nil {
-					t.Fatalf("%s: orders|%s has no due entry: %v", st.name, p, err)
-				}
+		const n = 1000
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = fmt.Sprintf("t%d", (i*7919)%n) // every key once, out of order
+		}
+		for from := 0; from < n; from += 250 { // in batches, as several registrations would
+			registerListing(t, s, parts[from:from+250]...)
+		}
+		want := slices.Sorted(slices.Values(parts))
+		for _, size := range []int{1, 7, 100, 101, 1000, 5000} {
+			if got := allKeys(t, s, "orders", size); !slices.Equal(got, want) {
+				t.Fatalf("pages of %d: %d keys, first %v; want %d in order", size, len(got), got[:min(5, len(got))], n)
 			}
 		}
-		// A key whose poller comes without an entry in the same call gets a registry entry.
-		other := watukuytype.Key{Poller: "invoices", Partition: "x"}
-		if err := s.Register(ctx, nil, map[watukuytype.Key][]byte{other: []byte(cfg)}); err != nil {
-			t.Fatal(err)
+		leaves := b.Client.ZRange(ctx, s.keysKey("orders"), 0, -1).Val()
+		if len(leaves) < n/100 || leaves[0] != "" {
+			t.Fatalf("%d leaves, first bound %q: want at least %d, the first bound ''", len(leaves), leaves[0], n/100)
 		}
-		if got := b.Client.HGet(ctx, s.registryKey(), other.String()).Val(); got != cfg {
-			t.Fatalf("a key registered without its poller: entry %q", got)
+		for _, lb := range leaves {
+			if size := b.Client.HLen(ctx, s.keysKey("orders")+"|"+lb).Val(); size > 100 || size == 0 {
+				t.Fatalf("leaf %q holds %d entries, want 1..100", lb, size)
+			}
 		}
-		// An entry that is not JSON is refused before anything is written.
-		before := b.Dump(t)
-		if err := s.Register(ctx, map[string][]byte{"orders": []byte("{")}, nil); err == nil {
-			t.Fatal("a pollers entry that is not JSON was registered")
+		for _, p := range parts {
+			if e, found := entryOf(t, s, watukuytype.Key{Poller: "orders", Partition: p}); !found || e.Source != "config" {
+				t.Fatalf("key %s: %+v %v", p, e, found)
+			}
 		}
-		if after := b.Dump(t); !maps.Equal(before, after) {
-			t.Fatalf("a refused registration wrote:\nbefore %v\nafter  %v", before, after)
+		if _, found := entryOf(t, s, watukuytype.Key{Poller: "orders", Partition: "t5000"}); found {
+			t.Fatal("an unregistered key was found")
+		}
+		after := "t5"
+		if page, err := s.ListKeys(ctx, "orders", &after, 3); err != nil || len(page) != 3 || page[0].Partition != "t50" {
+			t.Fatalf("the page after t5: %+v %v, want t50 first", page, err)
 		}
 	})
 }
 
-// With the Redis URL alone, an operator's tool knows config keys by their poller's entry,
-// cli keys by their registry entries: listing, inspect, and the known partitions of a
-// not-found error.
-func TestConfigKeysKnownByTheirPollersEntry(t *testing.T) {
+// Forgetting keys (a delete of added keys) empties leaves, which leave the index; the last
+// key takes the index with it: nothing of the poller's registry stays.
+func TestRegistryForgetsToNothing(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		s, _ := newStore(t, b)
-		worker, err := core.NewEngine(core.Options{Store: s, InstanceID: "worker"})
-		if err != nil {
-			t.Fatal(err)
+		registerListing(t, s, "0seed") // before every added key: in the first leaf
+		const n = 450
+		for i := range n {
+			addKey(t, s, watukuytype.Key{Poller: "orders", Partition: fmt.Sprintf("a%03d", i)})
 		}
-		noop := func(_ context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
-			return watukuytype.Page{Next: req.Cursor}, nil
-		}
-		handler := func(context.Context, watukuytype.Event) error { return nil }
-		for _, p := range []watukuytype.Poller{{Name: "orders", Partitions: []string{"a", "b"}, Fetch: noop, Handler: handler},
-			{Name: "single", Fetch: noop, Handler: handler}} {
-			if err := worker.Register(p); err != nil {
-				t.Fatal(err)
+		deleteKey(t, s, watukuytype.Key{Poller: "orders", Partition: "0seed"}) // a config key: stays, deleted
+		for i := range n {
+			deleteKey(t, s, watukuytype.Key{Poller: "orders", Partition: fmt.Sprintf("a%03d", i)})
+			if got := allKeys(t, s, "orders", 37); len(got) != n-i {
+				t.Fatalf("after %d forgotten, %d keys listed, want %d", i+1, len(got), n-i)
 			}
 		}
-		if err := worker.Setup(ctx); err != nil {
-			t.Fatal(err)
+		if got := allKeys(t, s, "orders", 10); !slices.Equal(got, []string{"0seed"}) {
+			t.Fatalf("left: %v", got)
 		}
-		if n := b.Client.HLen(ctx, s.registryKey()).Val(); n != 0 {
-			t.Fatalf("config keys wrote %d registry entries", n)
-		}
-		tool, err := core.NewEngine(core.Options{Store: s, InstanceID: "tool"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tool.AddPartition(ctx, watukuytype.Key{Poller: "orders", Partition: "c"}); err != nil {
-			t.Fatal(err)
-		}
-		kis, err := tool.InspectAll(ctx, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, ki := range kis {
-			got = append(got, ki.Poller+"|"+ki.Partition+" "+ki.Source)
-		}
-		if want := []string{"orders|a config", "orders|b config", "orders|c cli", "single| config"}; !slices.Equal(got, want) {
-			t.Fatalf("inspect from the URL alone: %v, want %v", got, want)
-		}
-		if ki, err := tool.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: "a"}); err != nil || ki.Source != "config" {
-			t.Fatalf("inspect orders|a: %+v, %v", ki, err)
-		}
-		var nf *watukuytype.NotFoundError
-		err = tool.Trigger(ctx, watukuytype.Key{Poller: "orders", Partition: "zz"})
-		if !errors.As(err, &nf) || !nf.PartitionMissing || !slices.Equal(nf.Known, []string{"a", "b", "c"}) {
-			t.Fatalf("trigger of an unknown partition: %v (%+v), want one listing a, b, c", err, nf)
-		}
-		if err := tool.Trigger(ctx, watukuytype.Key{Poller: "single"}); err != nil {
-			t.Fatalf("trigger of the unpartitioned config key: %v", err)
+		leaves := b.Client.ZRange(ctx, s.keysKey("orders"), 0, -1).Val()
+		if !slices.Equal(leaves, []string{""}) {
+			t.Fatalf("leaves left %v, want the first only", leaves)
 		}
 	})
 }
 
-// partitions delete of a config key: its data goes and it leaves the due set, but it stays
-// listed (deleted: workers skip it), also across registrations, until partitions add brings
-// it back, without a registry entry. A config that drops it leaves it registered, deleted. An
-// add landing between the deletion of its data and the global cleanup keeps its due entry.
-func TestDeleteConfigKey(t *testing.T) {
+// Registering config keys: a new key is registered and due; a key added with partitions add
+// becomes a config key; a deleted config key stays deleted and out of the due set; keys a
+// later registration leaves out stay registered.
+func TestRegisterConfigKeys(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, _ := newStore(t, b)
+		key := func(p string) watukuytype.Key { return watukuytype.Key{Poller: "orders", Partition: p} }
+		registerListing(t, s, "a", "b")
+		if existed := addKey(t, s, key("c")); existed {
+			t.Fatal("c existed")
+		}
+		if e, _ := entryOf(t, s, key("c")); e.Source != "cli" || e.AddedAt.IsZero() {
+			t.Fatalf("an added key's entry: %+v", e)
+		}
+		if existed := addKey(t, s, key("b")); !existed {
+			t.Fatal("an add of the config key b did not find it")
+		}
+		deleteKey(t, s, key("a"))
+		registerListing(t, s, "a", "c") // a stays deleted, c becomes a config key, b stays
+		if e, found := entryOf(t, s, key("a")); !found || !e.Deleted {
+			t.Fatalf("the deleted a after a registration: %+v %v", e, found)
+		}
+		if err := b.Client.ZScore(ctx, s.DueKey("orders"), key("a").String()).Err(); !errors.Is(err, redis.Nil) {
+			t.Fatalf("the deleted a is due: %v", err)
+		}
+		if e, _ := entryOf(t, s, key("c")); e.Source != "config" {
+			t.Fatalf("c after the config lists it: %+v", e)
+		}
+		if got := allKeys(t, s, "orders", 10); !slices.Equal(got, []string{"a", "b", "c"}) {
+			t.Fatalf("keys %v", got)
+		}
+		// partitions add brings the deleted config key back, a config key again.
+		addKey(t, s, key("a"))
+		if e, _ := entryOf(t, s, key("a")); e.Source != "config" || e.Deleted {
+			t.Fatalf("a added back: %+v", e)
+		}
+		if err := b.Client.ZScore(ctx, s.DueKey("orders"), key("a").String()).Err(); err != nil {
+			t.Fatalf("a added back is not due: %v", err)
+		}
+	})
+}
+
+// partitions delete leaves bounded state: an added key is forgotten (no registry entry, no due
+// entry), and once its deletion mark expires nothing of it is left in Redis; a config key
+// stays registered, deleted. A stale Begin within the mark finds it deleted; after it, the
+// registry refuses it and the state a stale trigger left goes.
+func TestDeleteLeavesBoundedState(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, _ := newStore(t, b)
+		s.markTTL = 50 * time.Millisecond
+		registerListing(t, s, "cfg")
+		added := watukuytype.Key{Poller: "orders", Partition: "x"}
+		addKey(t, s, added)
+		deleteKey(t, s, added)
+		if _, found := entryOf(t, s, added); found {
+			t.Fatal("a deleted added key is still registered")
+		}
+		if r, err := s.Begin(ctx, added, "stale", time.Minute, core.BeginForCycle); err != nil || r.Status != core.BeginDeleted {
+			t.Fatalf("a stale cycle within the mark: %+v %v", r, err)
+		}
+		expire(t, b, s.Key(added, "state"), s.markTTL)
+		if n := b.Client.Exists(ctx, s.Key(added, "state")).Val(); n != 0 {
+			t.Fatal("the mark did not expire")
+		}
+		if err := s.Trigger(ctx, added); err != nil { // a trigger racing the delete writes into nothing
+			t.Fatal(err)
+		}
+		if r, err := s.Begin(ctx, added, "stale", time.Minute, core.BeginForCycle); err != nil || r.Status != core.BeginDeleted {
+			t.Fatalf("a stale cycle after the mark: %+v %v", r, err)
+		}
+		if got := b.Client.Keys(ctx, s.prefix+":{orders|x}:*").Val(); len(got) != 0 {
+			t.Fatalf("left of the deleted key: %v", got)
+		}
+		cfg := watukuytype.Key{Poller: "orders", Partition: "cfg"}
+		deleteKey(t, s, cfg)
+		expire(t, b, s.Key(cfg, "state"), s.markTTL)
+		if r, err := s.Begin(ctx, cfg, "stale", time.Minute, core.BeginForOp); err != nil || r.Status != core.BeginDeleted {
+			t.Fatalf("an operation on the deleted config key after its mark: %+v %v", r, err)
+		}
+		if e, found := entryOf(t, s, cfg); !found || !e.Deleted {
+			t.Fatalf("the deleted config key: %+v %v", e, found)
+		}
+	})
+}
+
+// expire waits out a key's time to live: miniredis' clock is moved, a real server waited for.
+func expire(t *testing.T, b redistest.Backend, key string, ttl time.Duration) {
+	t.Helper()
+	if b.Mini != nil {
+		b.Mini.FastForward(ttl + time.Millisecond)
+		return
+	}
+	deadline := time.Now().Add(ttl + 5*time.Second)
+	for b.Client.Exists(context.Background(), key).Val() == 1 && time.Now().Before(deadline) {
+		time.Sleep(ttl / 5)
+	}
+}
+
+// A partition deleted and added back (or deleted, forgotten and begun again) never repeats an
+// epoch, a life or an outbox id of the deleted one: they start above the poller's high-water
+// marks, which each delete raises. The marks are one hash field per poller.
+func TestDeletedKeysHighWaterMarks(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		s, clk := newStore(t, b)
-		key := watukuytype.Key{Poller: "orders", Partition: "a"}
-		registerListing(t, s, "a", "b")
-		del := func() { t.Helper(); deleteKey(t, s, key) }
-		deleted := func() bool { return b.Client.HGet(ctx, s.Key(key, "state"), "deleted").Val() == "1" }
-		due := func() error { return b.Client.ZScore(ctx, s.DueKey("orders"), key.String()).Err() }
-		del()
-		if !deleted() || !errors.Is(due(), redis.Nil) || b.Client.HExists(ctx, s.registryKey(), key.String()).Val() {
-			t.Fatalf("after delete: deleted %v, due entry %v, registry entry %v", deleted(), due(), b.Client.HExists(ctx, s.registryKey(), key.String()).Val())
-		}
-		if got, err := s.RepairDue(ctx); err != nil || len(got) != 0 {
-			t.Fatalf("the sweep after delete: %v, %v; a deleted key stays out of the due set", got, err)
-		}
-		registerListing(t, s, "a", "b", "c") // a registration that lists it: still deleted
-		if !deleted() || b.Client.HExists(ctx, s.registryKey(), key.String()).Val() {
-			t.Fatal("a registration revived or re-entered the deleted config key")
-		}
-
-		// The add lands just before the cleanup script: its due entry stays.
-		add := &beforeScript{key: s.registryKey(), run: func() {
-			clk.Advance(time.Millisecond) // the add's due-now entry is another score than the one read
-			if err := s.AddPartition(ctx, key, []byte(`{"source":"cli","addedAt":2}`)); err != nil {
-				t.Error(err)
+		s.markTTL = 50 * time.Millisecond
+		key := watukuytype.Key{Poller: "orders", Partition: "x"}
+		addKey(t, s, key)
+		var epoch int64
+		var last string
+		for range 5 { // epochs well past the first grant's
+			r, err := s.Begin(ctx, key, "w", time.Minute, core.BeginForCycle)
+			if err != nil || r.Status != core.BeginOK {
+				t.Fatalf("begin: %+v %v", r, err)
 			}
-		}}
-		b.Client.AddHook(add)
-		del()
-		if !add.ran.Load() {
-			t.Fatal("the add never ran")
+			epoch = r.Lease.Epoch
+			res, err := s.CommitPoll(ctx, r.Lease, core.Commit{Events: []core.OutboxEvent{{ID: "e", OrderingKey: "o", Envelope: []byte(`{}`)}},
+				Tombstones: []core.Tombstone{{Identity: "i", Gen: clk.Now().UnixMilli() + 1e6}}, TombstoneRetention: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = res.StreamIDs[0]
+			if err := s.End(ctx, r.Lease, core.EndRequest{NextDue: clk.Now()}); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if deleted() || due() != nil || b.Client.HExists(ctx, s.registryKey(), key.String()).Val() {
-			t.Fatalf("delete raced by add: deleted %v, due entry %v, registry entry %v; want a live listed key, due",
-				deleted(), due(), b.Client.HExists(ctx, s.registryKey(), key.String()).Val())
+		life := clk.Now().UnixMilli() + 1e6 // the highest life given, ahead of the clock
+		deleteKey(t, s, key)
+		expire(t, b, s.Key(key, "state"), s.markTTL)
+		addKey(t, s, key)
+		r, err := s.Begin(ctx, key, "w", time.Minute, core.BeginForCycle)
+		if err != nil || r.Status != core.BeginOK {
+			t.Fatalf("begin after the add: %+v %v", r, err)
 		}
-
-		del()
-		registerListing(t, s, "b", "c") // the config drops it: registered, deleted
-		if got := b.Client.HGet(ctx, s.registryKey(), key.String()).Val(); got != `{"source":"config"}` || !deleted() {
-			t.Fatalf("a deleted config key the config dropped: entry %q, deleted %v", got, deleted())
+		if r.Lease.Epoch <= epoch {
+			t.Fatalf("epoch %d after the delete, the deleted key reached %d", r.Lease.Epoch, epoch)
 		}
-	})
-}
-
-// dropListedRegistryEntries removes, in batches, the entries of the keys their poller's
-// entry lists (as older releases wrote them), keeps every other, and removes nothing the
-// second time.
-func TestDropListedRegistryEntries(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
-		ctx := context.Background()
-		s, _ := newStore(t, b)
-		n := 2*registryBatch + 50
-		parts := make([]string, n)
-		old := map[string]any{}
-		for i := range parts {
-			parts[i] = fmt.Sprintf("t%d", i)
-			old["orders|"+parts[i]] = `{"source":"config"}`
+		if inc, _ := strconv.ParseInt(r.State["incarnation"], 10, 64); inc <= life {
+			t.Fatalf("incarnation %d, the deleted key gave life %d", inc, life)
 		}
-		keep := map[string]string{
-			"orders|cli":  `{"source":"cli","addedAt":1}`, // added at run time
-			"orders|gone": `{"source":"config"}`,          // dropped from the config
-			"retired|x":   `{"source":"config"}`,          // a poller without an entry
-		}
-		for k, v := range keep {
-			old[k] = v
-		}
-		old["single|"] = `{"source":"config"}` // an unpartitioned poller's key
-		if err := b.Client.HSet(ctx, s.pollersKey(), "orders", entryListing(parts...), "single", `{"poller":"single"}`).Err(); err != nil {
+		res, err := s.CommitPoll(ctx, r.Lease, core.Commit{Events: []core.OutboxEvent{{ID: "e", OrderingKey: "o", Envelope: []byte(`{}`)}}})
+		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Client.HSet(ctx, s.registryKey(), old).Err(); err != nil {
-			t.Fatal(err)
+		if !streamLess(last, res.StreamIDs[0]) {
+			t.Fatalf("outbox id %s after the delete, the deleted key gave %s", res.StreamIDs[0], last)
 		}
-		dropped, err := s.dropListedRegistryEntries(ctx)
-		if err != nil || dropped != n+1 {
-			t.Fatalf("dropped %d, %v; want %d", dropped, err, n+1)
-		}
-		if got := b.Client.HGetAll(ctx, s.registryKey()).Val(); !maps.Equal(got, keep) {
-			t.Fatalf("registry after the drop: %d entries %v, want %v", len(got), got, keep)
-		}
-		if dropped, err := s.dropListedRegistryEntries(ctx); err != nil || dropped != 0 {
-			t.Fatalf("a second run dropped %d, %v", dropped, err)
-		}
-		if err := b.Client.HSet(ctx, s.pollersKey(), "broken", "{").Err(); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.dropListedRegistryEntries(ctx); err == nil {
-			t.Fatal("a pollers entry that is not JSON went unnoticed")
+		marks := b.Client.HGetAll(ctx, s.retiredKey()).Val()
+		var markEpoch, markFloor int64
+		if _, err := fmt.Sscanf(marks["orders"], "%d %d", &markEpoch, &markFloor); err != nil || len(marks) != 1 || markEpoch <= epoch || markFloor <= life {
+			t.Fatalf("high-water marks %v, want one field for orders above epoch %d and life %d", marks, epoch, life)
 		}
 	})
 }

@@ -194,6 +194,16 @@ func (r *reply) flag(v any, field string) bool {
 
 func (r *reply) time(v any, field string) time.Time { return time.UnixMilli(r.int(v, field)) }
 
+// strings reads an array of strings.
+func (r *reply) strings(v any, field string) []string {
+	a := r.list(v, field)
+	out := make([]string, len(a))
+	for i, x := range a {
+		out[i] = r.str(x, fmt.Sprintf("%s[%d]", field, i))
+	}
+	return out
+}
+
 // members reads an array of due-set members as keys.
 func (r *reply) members(v any, field string) []watukuytype.Key {
 	a := r.list(v, field)
@@ -262,34 +272,71 @@ func appendList(args []any, vs []string) []any {
 	return args
 }
 
+// appendEntries appends ack.lua's ids: the count of stream ids, the stream ids, then the held
+// members.
+func appendEntries(args []any, es []core.Entry) []any {
+	var members []any
+	n := 0
+	for _, e := range es {
+		if e.Member == "" {
+			n++
+		}
+	}
+	args = append(args, n)
+	for _, e := range es {
+		if e.Member == "" {
+			args = append(args, e.StreamID)
+		} else {
+			members = append(members, e.Member)
+		}
+	}
+	return append(args, members...)
+}
+
 // ackArgs call ack.lua.
 type ackArgs struct {
 	Key watukuytype.Key
 	fence
-	StreamIDs []string
+	Entries []core.Entry
 }
 
 // ackReply is ack.lua's reply.
 type ackReply struct {
-	Deleted int64
-	Paused  bool
+	Acked  int64
+	Paused bool
 }
 
 func (ackArgs) name() string { return "ack" }
 
 func (a ackArgs) encode(s *Store) ([]string, []any) {
-	argv := a.fence.argv(len(a.StreamIDs))
-	for _, id := range a.StreamIDs {
-		argv = append(argv, id)
-	}
-	return s.keysOf(a.Key, "state", "outbox"), argv
+	return s.keysOf(a.Key, "state", "outbox", "held", "released"), appendEntries(a.fence.argv(1+len(a.Entries)), a.Entries)
 }
 
 func (a ackArgs) decode(v any) (ackReply, error) {
 	r := reply{script: a.name(), on: a.Key.Describe()}
 	t := r.tuple(v, "reply", 2)
-	out := ackReply{Deleted: r.int(t[0], "deleted"), Paused: r.flag(t[1], "paused")}
+	out := ackReply{Acked: r.int(t[0], "acked"), Paused: r.flag(t[1], "paused")}
 	return out, r.err
+}
+
+// addKeyArgs call add_key.lua.
+type addKeyArgs struct {
+	Now   string
+	Key   watukuytype.Key
+	Entry string // the entry of an added key, a<ms>
+}
+
+func (addKeyArgs) name() string { return "add_key" }
+
+func (a addKeyArgs) encode(s *Store) ([]string, []any) {
+	return []string{s.keysKey(a.Key.Poller), s.dueKey(a.Key.Poller)}, []any{a.Now, a.Key.Poller, a.Key.Partition, a.Entry}
+}
+
+// decode reads the entry the key had ("" when none).
+func (a addKeyArgs) decode(v any) (string, error) {
+	r := reply{script: a.name(), on: a.Key.Describe()}
+	prev := r.str(v, "entry")
+	return prev, r.err
 }
 
 // budgetPauseArgs call budget_pause.lua.
@@ -348,19 +395,29 @@ type beginArgs struct {
 	Now   string
 	Mode  core.BeginMode
 	Token string
+	// Seed is "" or, for a key without an epoch, "epoch floor at maxAge" (its poller's
+	// high-water marks, read after the key's clock said at) or "gone" (no live key).
+	Seed string
+}
+
+// beginReply is begin.lua's reply: Fresh when the key has no epoch and needs a seed.
+type beginReply struct {
+	core.BeginResult
+	Fresh bool
 }
 
 func (beginArgs) name() string { return "begin" }
 
+var beginModes = map[core.BeginMode]string{core.BeginForCycle: "cycle", core.BeginForOp: "op", core.BeginForDelete: "delete", core.BeginForAdd: "add"}
+
 func (a beginArgs) encode(s *Store) ([]string, []any) {
-	mode := map[core.BeginMode]string{core.BeginForCycle: "cycle", core.BeginForOp: "op", core.BeginForDelete: "delete"}[a.Mode]
-	return s.keysOf(a.Key, "state", "outbox", "holds", "items", "invalid", "lease"),
-		[]any{a.Owner, a.TTL.Milliseconds(), a.Now, mode, a.Token}
+	return s.keysOf(a.Key, "state", "outbox", "released", "items", "invalid"),
+		[]any{a.Owner, a.TTL.Milliseconds(), a.Now, beginModes[a.Mode], a.Token, a.Seed}
 }
 
-func (a beginArgs) decode(v any) (core.BeginResult, error) {
+func (a beginArgs) decode(v any) (beginReply, error) {
 	r := reply{script: a.name(), on: a.Key.Describe()}
-	var res core.BeginResult
+	var res beginReply
 	status := ""
 	if l := r.list(v, "reply"); len(l) > 0 {
 		status = r.str(l[0], "status")
@@ -368,6 +425,9 @@ func (a beginArgs) decode(v any) (core.BeginResult, error) {
 		r.fail("status", nil, "a string")
 	}
 	switch status {
+	case "fresh":
+		t := r.tuple(v, "reply", 2)
+		res.Fresh, res.Now = true, r.time(t[1], "now")
 	case "deleted":
 		r.tuple(v, "reply", 1)
 		res.Status = core.BeginDeleted
@@ -396,15 +456,13 @@ func (a beginArgs) decode(v any) (core.BeginResult, error) {
 		for i := 0; i+1 < len(flat); i += 2 {
 			res.State[r.str(flat[i], fmt.Sprintf("state[%d]", i))] = r.str(flat[i+1], fmt.Sprintf("state[%d]", i+1))
 		}
-		for i, h := range r.list(t[5], "holds") {
-			res.Holds = append(res.Holds, r.str(h, fmt.Sprintf("holds[%d]", i)))
-		}
+		res.Released = r.int(t[5], "released")
 		res.Items, res.InvalidIndexed = r.int(t[6], "items"), r.int(t[7], "invalidIndexed")
 	default:
-		r.fail("status", status, "deleted, paused, notDue, leased or ok")
+		r.fail("status", status, "fresh, deleted, paused, notDue, leased or ok")
 	}
 	if r.err != nil {
-		return core.BeginResult{}, r.err
+		return beginReply{}, r.err
 	}
 	return res, nil
 }
@@ -510,46 +568,6 @@ func (a confirmClaimsArgs) decode(v any) (int64, error) {
 	return held, r.err
 }
 
-// cleanOutboxArgs call clean_outbox.lua.
-type cleanOutboxArgs struct {
-	Key    watukuytype.Key
-	Holder string
-}
-
-// cleanOutboxReply is clean_outbox.lua's reply.
-type cleanOutboxReply struct{ Claimed, Deleted int64 }
-
-func (cleanOutboxArgs) name() string { return "clean_outbox" }
-
-func (a cleanOutboxArgs) encode(s *Store) ([]string, []any) {
-	return s.keysOf(a.Key, "outbox"), []any{a.Holder}
-}
-
-func (a cleanOutboxArgs) decode(v any) (cleanOutboxReply, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
-	t := r.tuple(v, "reply", 2)
-	out := cleanOutboxReply{Claimed: r.int(t[0], "claimed"), Deleted: r.int(t[1], "deleted")}
-	return out, r.err
-}
-
-// foldLeaseArgs call fold_lease.lua.
-type foldLeaseArgs struct {
-	Key watukuytype.Key
-	Now string
-}
-
-func (foldLeaseArgs) name() string { return "fold_lease" }
-
-func (a foldLeaseArgs) encode(s *Store) ([]string, []any) {
-	return s.keysOf(a.Key, "lease", "state"), []any{a.Now}
-}
-
-// decode reports whether a lease hash was folded.
-func (a foldLeaseArgs) decode(v any) (bool, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
-	return r.int(v, "folded") == 1, r.err
-}
-
 // commitPollArgs call commit_poll.lua.
 type commitPollArgs struct {
 	Key watukuytype.Key
@@ -597,16 +615,23 @@ func (a commitPollArgs) encode(s *Store) ([]string, []any) {
 		argv = append(argv, p.ID, p.Identity)
 	}
 	argv = appendList(argv, c.Touched)
-	return s.keysOf(a.Key, "state", "items", "outbox", "parked", "log", "gone", "invalid", "touched"), argv
+	return s.keysOf(a.Key, "state", "items", "outbox", "parked", "parked-ids", "log", "gone", "invalid", "touched", "holds", "held", "released"), argv
 }
 
-// decode reads {expiresAt, paused, firstId, duplicate}; the events' stream ids follow from the
-// first (Unreplicated is the caller's).
+// decode reads {expiresAt, paused, firstId, duplicate, diverted}; the events' stream ids
+// follow from the first (Unreplicated is the caller's).
 func (a commitPollArgs) decode(v any) (core.CommitResult, error) {
 	r := reply{script: a.name(), on: a.Key.Describe()}
-	t := r.tuple(v, "reply", 4)
+	t := r.tuple(v, "reply", 5)
 	res := core.CommitResult{LeaseExpires: r.time(t[0], "expiresAt"), Paused: r.flag(t[1], "paused"), Duplicate: r.flag(t[3], "duplicate")}
 	first := r.str(t[2], "firstId")
+	for i, d := range r.list(t[4], "diverted") {
+		n := r.int(d, fmt.Sprintf("diverted[%d]", i))
+		if r.err == nil && (n < 0 || int(n) >= len(a.Commit.Events)) {
+			r.fail(fmt.Sprintf("diverted[%d]", i), d, fmt.Sprintf("an event index below %d", len(a.Commit.Events)))
+		}
+		res.Diverted = append(res.Diverted, int(n))
+	}
 	if r.err != nil {
 		return core.CommitResult{}, r.err
 	}
@@ -637,30 +662,34 @@ func streamIDs(first string, n int) ([]string, error) {
 	return ids, nil
 }
 
+// keyData are the structures of a key that delete_key.lua drops, in its KEYS order.
+var keyData = []string{"state", "items", "outbox", "parked", "parked-ids", "holds", "held", "released", "log", "gone", "invalid", "touched"}
+
 // deleteKeyArgs call delete_key.lua.
 type deleteKeyArgs struct {
 	Key watukuytype.Key
 	writeFence
+	Revive bool // partitions add of a deleted key (else partitions delete)
 }
+
+// deleteKeyReply is delete_key.lua's reply: the marks the key reached.
+type deleteKeyReply struct{ Epoch, Floor int64 }
 
 func (deleteKeyArgs) name() string { return "delete_key" }
 
 func (a deleteKeyArgs) encode(s *Store) ([]string, []any) {
-	return s.keysOf(a.Key, "state", "items", "outbox", "parked", "holds", "held", "log", "gone", "invalid", "touched"),
-		a.writeFence.argv(0)
+	mode := "delete"
+	if a.Revive {
+		mode = "revive"
+	}
+	return s.keysOf(a.Key, keyData...), append(a.writeFence.argv(1), mode)
 }
 
-// decode reports whether the script deleted (false: DUPLICATE, deleted by the first attempt).
-func (a deleteKeyArgs) decode(v any) (bool, error) {
+func (a deleteKeyArgs) decode(v any) (deleteKeyReply, error) {
 	r := reply{script: a.name(), on: a.Key.Describe()}
-	switch v {
-	case int64(1):
-		return true, nil
-	case duplicate:
-		return false, nil
-	}
-	r.fail("reply", v, "1 or "+duplicate)
-	return false, r.err
+	t := r.tuple(v, "reply", 2)
+	out := deleteKeyReply{Epoch: r.int(t[0], "epoch"), Floor: r.int(t[1], "floor")}
+	return out, r.err
 }
 
 // endArgs call end.lua.
@@ -701,40 +730,30 @@ func (a endArgs) decode(v any) (endReply, error) {
 	return endReply{}, r.err
 }
 
-// forgetKeyArgs call forget_key.lua.
-type forgetKeyArgs struct {
+// endDeleteArgs call end_delete.lua.
+type endDeleteArgs struct {
 	Key watukuytype.Key
-	// Entry is the registry entry read before the delete ("" when there was none).
-	Entry string
-	// Due is the due score read with it ("" when there was none).
-	Due string
+	writeFence
+	TTL time.Duration // the deletion mark's life
 }
 
-func (forgetKeyArgs) name() string { return "forget_key" }
+func (endDeleteArgs) name() string { return "end_delete" }
 
-func (a forgetKeyArgs) encode(s *Store) ([]string, []any) {
-	return []string{s.registryKey(), s.dueKey(a.Key.Poller)}, []any{a.Key.String(), a.Entry, a.Due}
+func (a endDeleteArgs) encode(s *Store) ([]string, []any) {
+	return s.keysOf(a.Key, "state"), append(a.writeFence.argv(1), a.TTL.Milliseconds())
 }
 
-// decode reports whether the key was forgotten (false: added again meanwhile).
-func (a forgetKeyArgs) decode(v any) (bool, error) {
+// decode reports whether the script ran (false: DUPLICATE, the first attempt did).
+func (a endDeleteArgs) decode(v any) (bool, error) {
 	r := reply{script: a.name(), on: a.Key.Describe()}
-	forgotten := r.flag(v, "reply")
-	return forgotten, r.err
-}
-
-// pauseArgs call pause.lua.
-type pauseArgs struct{ Key watukuytype.Key }
-
-func (pauseArgs) name() string { return "pause" }
-
-func (a pauseArgs) encode(s *Store) ([]string, []any) { return []string{s.k(a.Key, "state")}, nil }
-
-// decode reports whether the key was paused (false: it is deleted, nothing was written).
-func (a pauseArgs) decode(v any) (bool, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
-	paused := r.flag(v, "reply")
-	return paused, r.err
+	switch v {
+	case int64(1):
+		return true, nil
+	case duplicate:
+		return false, nil
+	}
+	r.fail("reply", v, "1 or "+duplicate)
+	return false, r.err
 }
 
 // holdClaimArgs call hold_claim.lua.
@@ -757,6 +776,60 @@ func (a holdClaimArgs) decode(v any) (bool, error) {
 	return held, r.err
 }
 
+// listParkedArgs call list_parked.lua.
+type listParkedArgs struct {
+	Key    watukuytype.Key
+	Prefix string // of the ids listed ("" every row)
+	After  string
+	Limit  int
+}
+
+func (listParkedArgs) name() string { return "list_parked" }
+
+func (a listParkedArgs) encode(s *Store) ([]string, []any) {
+	return s.keysOf(a.Key, "parked", "parked-ids"), []any{a.After, a.Limit, a.Prefix}
+}
+
+func (a listParkedArgs) decode(v any) ([]core.ParkedJSON, error) {
+	r := reply{script: a.name(), on: a.Key.Describe()}
+	flat := r.strings(v, "rows")
+	if len(flat)%2 != 0 {
+		r.fail("rows", v, "id, row pairs")
+	}
+	var out []core.ParkedJSON
+	for i := 0; r.err == nil && i+1 < len(flat); i += 2 {
+		out = append(out, core.ParkedJSON{ID: flat[i], Row: []byte(flat[i+1])})
+	}
+	return out, r.err
+}
+
+// pageRegistryArgs call page_registry.lua.
+type pageRegistryArgs struct {
+	Poller string
+	After  *string // nil: from the first key
+	Limit  int
+}
+
+func (pageRegistryArgs) name() string { return "page_registry" }
+
+func (a pageRegistryArgs) encode(s *Store) ([]string, []any) {
+	from, after := "0", ""
+	if a.After != nil {
+		from, after = "1", *a.After
+	}
+	return []string{s.keysKey(a.Poller)}, []any{from, after, a.Limit}
+}
+
+// decode reads {partition, entry, ...}.
+func (a pageRegistryArgs) decode(v any) ([]string, error) {
+	r := reply{script: a.name(), on: "the registry of poller " + a.Poller}
+	flat := r.strings(v, "entries")
+	if len(flat)%2 != 0 {
+		r.fail("entries", v, "partition, entry pairs")
+	}
+	return flat, r.err
+}
+
 // parkArgs call park.lua.
 type parkArgs struct {
 	Key watukuytype.Key
@@ -768,15 +841,15 @@ type parkArgs struct {
 func (parkArgs) name() string { return "park" }
 
 func (a parkArgs) encode(s *Store) ([]string, []any) {
-	argv := append(a.fence.argv(2+4*len(a.Poison)+2*len(a.Held)), len(a.Poison))
+	argv := append(a.fence.argv(2+5*len(a.Poison)+4*len(a.Held)), len(a.Poison))
 	for _, p := range a.Poison {
-		argv = append(argv, p.StreamID, p.ParkedID, p.OrderingKey, p.Row)
+		argv = append(argv, p.Entry.StreamID, p.Entry.Member, p.ParkedID, p.Entry.OrderingKey, p.Row)
 	}
 	argv = append(argv, len(a.Held))
 	for _, h := range a.Held {
-		argv = append(argv, h.StreamID, h.JSON)
+		argv = append(argv, h.Entry.StreamID, h.Entry.OrderingKey, h.Entry.Seq, h.JSON)
 	}
-	return s.keysOf(a.Key, "state", "outbox", "parked", "holds", "held"), argv
+	return s.keysOf(a.Key, "state", "outbox", "parked", "parked-ids", "holds", "held", "released"), argv
 }
 
 // decode reads the number of entries moved out of the outbox.
@@ -784,6 +857,20 @@ func (a parkArgs) decode(v any) (int64, error) {
 	r := reply{script: a.name(), on: a.Key.Describe()}
 	moved := r.int(v, "moved")
 	return moved, r.err
+}
+
+// pauseArgs call pause.lua.
+type pauseArgs struct{ Key watukuytype.Key }
+
+func (pauseArgs) name() string { return "pause" }
+
+func (a pauseArgs) encode(s *Store) ([]string, []any) { return []string{s.k(a.Key, "state")}, nil }
+
+// decode reports whether the key was paused (false: it is deleted, nothing was written).
+func (a pauseArgs) decode(v any) (bool, error) {
+	r := reply{script: a.name(), on: a.Key.Describe()}
+	paused := r.flag(v, "reply")
+	return paused, r.err
 }
 
 // readOutboxArgs call read_outbox.lua.
@@ -796,7 +883,7 @@ type readOutboxArgs struct {
 func (readOutboxArgs) name() string { return "read_outbox" }
 
 func (a readOutboxArgs) encode(s *Store) ([]string, []any) {
-	return s.keysOf(a.Key, "state", "outbox", "holds", "held"), append(a.fence.argv(1), a.Count)
+	return s.keysOf(a.Key, "state", "outbox", "holds", "held", "released"), append(a.fence.argv(1), a.Count)
 }
 
 // decode reads {read, paused, entries} (Unreplicated is the caller's).
@@ -808,14 +895,68 @@ func (a readOutboxArgs) decode(v any) (core.Batch, error) {
 	b.Entries = make([]core.Entry, len(rows))
 	for i, x := range rows {
 		f := func(name string) string { return fmt.Sprintf("entries[%d].%s", i, name) }
-		e := r.tuple(x, fmt.Sprintf("entries[%d]", i), 5)
+		e := r.tuple(x, fmt.Sprintf("entries[%d]", i), 6)
 		b.Entries[i] = core.Entry{StreamID: r.str(e[0], f("streamId")), ID: r.str(e[1], f("id")), OrderingKey: r.str(e[2], f("orderingKey")),
-			Envelope: []byte(r.str(e[3], f("envelope"))), Seq: r.str(e[4], f("seq"))}
+			Envelope: []byte(r.str(e[3], f("envelope"))), Seq: r.str(e[4], f("seq")), Member: r.str(e[5], f("member"))}
+		if r.err == nil && (b.Entries[i].StreamID == "") == (b.Entries[i].Member == "") {
+			r.fail(f("streamId"), e[0], "a stream id, or a held member, not both")
+		}
 	}
 	if r.err != nil {
 		return core.Batch{}, r.err
 	}
 	return b, nil
+}
+
+// readRegistryArgs call read_registry.lua.
+type readRegistryArgs struct{ Key watukuytype.Key }
+
+// readRegistryReply is read_registry.lua's reply.
+type readRegistryReply struct {
+	Poller       []byte // the poller's description, nil when it has none
+	Entry        string // the key's registry entry, "" when it has none
+	Epoch, Floor int64  // the poller's high-water marks
+}
+
+func (readRegistryArgs) name() string { return "read_registry" }
+
+func (a readRegistryArgs) encode(s *Store) ([]string, []any) {
+	return []string{s.keysKey(a.Key.Poller), s.retiredKey(), s.pollersKey()}, []any{a.Key.Poller, a.Key.Partition}
+}
+
+func (a readRegistryArgs) decode(v any) (readRegistryReply, error) {
+	r := reply{script: a.name(), on: a.Key.Describe()}
+	t := r.tuple(v, "reply", 4)
+	out := readRegistryReply{Entry: r.str(t[1], "entry"), Epoch: r.int(t[2], "epoch"), Floor: r.int(t[3], "floor")}
+	if p := r.str(t[0], "poller"); p != "" {
+		out.Poller = []byte(p)
+	}
+	return out, r.err
+}
+
+// registerKeysArgs call register_keys.lua.
+type registerKeysArgs struct {
+	Now        string
+	Poller     string
+	Partitions []string
+}
+
+func (registerKeysArgs) name() string { return "register_keys" }
+
+func (a registerKeysArgs) encode(s *Store) ([]string, []any) {
+	argv := make([]any, 0, 2+len(a.Partitions))
+	argv = append(argv, a.Now, a.Poller)
+	for _, p := range a.Partitions {
+		argv = append(argv, p)
+	}
+	return []string{s.keysKey(a.Poller), s.dueKey(a.Poller)}, argv
+}
+
+// decode reads how many keys were new to the registry.
+func (a registerKeysArgs) decode(v any) (int64, error) {
+	r := reply{script: a.name(), on: "the registry of poller " + a.Poller}
+	n := r.int(v, "added")
+	return n, r.err
 }
 
 // releaseParkedArgs call release_parked.lua.
@@ -840,7 +981,7 @@ func (a releaseParkedArgs) encode(s *Store) ([]string, []any) {
 	for _, id := range a.IDs {
 		argv = append(argv, id)
 	}
-	return s.keysOf(a.Key, "state", "outbox", "parked", "holds", "held", "invalid"), argv
+	return s.keysOf(a.Key, "state", "parked", "parked-ids", "holds", "held", "released", "invalid"), argv
 }
 
 func (a releaseParkedArgs) decode(v any) (releaseParkedReply, error) {
@@ -873,41 +1014,50 @@ func (a renewArgs) decode(v any) (core.Confirm, error) {
 // repairDueArgs call repair_due.lua.
 type repairDueArgs struct {
 	Now     string
+	Poller  string
 	Entries []repairEntry
 }
 
-// repairEntry is a key to give a due entry, due at Due (ms; 0: now). Listed: its poller's
-// entry lists it (no registry entry to re-check).
+// repairEntry is a key of the poller to give a due entry, due at Due (ms; 0: now).
 type repairEntry struct {
-	Key    watukuytype.Key
-	Due    int64
-	Listed bool
+	Partition string
+	Due       int64
 }
 
 func (repairDueArgs) name() string { return "repair_due" }
 
 func (a repairDueArgs) encode(s *Store) ([]string, []any) {
-	ks := make([]watukuytype.Key, len(a.Entries))
-	for i, e := range a.Entries {
-		ks[i] = e.Key
+	argv := make([]any, 0, 2+2*len(a.Entries))
+	argv = append(argv, a.Now, a.Poller)
+	for _, e := range a.Entries {
+		argv = append(argv, e.Partition, e.Due)
 	}
-	keys, slots, _ := s.dueSlots([]string{s.registryKey()}, ks)
-	argv := make([]any, 0, 1+4*len(a.Entries))
-	argv = append(argv, a.Now)
-	for i, e := range a.Entries {
-		listed := "0"
-		if e.Listed {
-			listed = "1"
-		}
-		argv = append(argv, e.Key.String(), slots[i], e.Due, listed)
-	}
-	return keys, argv
+	return []string{s.keysKey(a.Poller), s.dueKey(a.Poller)}, argv
 }
 
 func (a repairDueArgs) decode(v any) ([]watukuytype.Key, error) {
-	r := reply{script: a.name(), on: fmt.Sprintf("%d registered keys", len(a.Entries))}
+	r := reply{script: a.name(), on: fmt.Sprintf("%d keys of poller %s", len(a.Entries), a.Poller)}
 	keys := r.members(v, "repaired")
 	return keys, r.err
+}
+
+// retireKeyArgs call retire_key.lua.
+type retireKeyArgs struct {
+	Key          watukuytype.Key
+	Epoch, Floor int64 // the marks the deleted key reached
+}
+
+func (retireKeyArgs) name() string { return "retire_key" }
+
+func (a retireKeyArgs) encode(s *Store) ([]string, []any) {
+	return []string{s.keysKey(a.Key.Poller), s.dueKey(a.Key.Poller), s.retiredKey()}, []any{a.Key.Poller, a.Key.Partition, a.Epoch, a.Floor}
+}
+
+// decode reads the entry the key had ("" when none).
+func (a retireKeyArgs) decode(v any) (string, error) {
+	r := reply{script: a.name(), on: a.Key.Describe()}
+	prev := r.str(v, "entry")
+	return prev, r.err
 }
 
 // setDueArgs call set_due.lua.

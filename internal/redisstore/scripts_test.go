@@ -41,26 +41,31 @@ func samples(l core.Lease) []encoder {
 	f := fence{Epoch: l.Epoch, Token: l.Token, Now: sampleNow}
 	wf := writeFence{fence: f, Write: "77"}
 	other := watukuytype.Key{Poller: "invoices", Partition: "t2"}
+	after := "t0"
 	return []encoder{
-		ackArgs{Key: k, fence: f, StreamIDs: []string{"1-1"}},
+		ackArgs{Key: k, fence: f, Entries: []core.Entry{{StreamID: "1-1"}, {Member: "m"}}},
+		addKeyArgs{Now: sampleNow, Key: k, Entry: "a1"},
 		beginArgs{Key: k, Owner: "a", TTL: time.Second, Now: sampleNow, Token: "tok"},
 		budgetPauseArgs{Now: sampleNow, Bucket: "shop", Pause: time.Second},
 		budgetTakeArgs{Now: sampleNow, BudgetTake: core.BudgetTake{Bucket: "shop", Key: k, Interval: time.Second, Burst: 2, Hold: time.Minute}},
 		claimDueArgs{Now: sampleNow, Limit: 10, Pollers: []string{"orders", "invoices", "refunds"}},
-		cleanOutboxArgs{Key: k, Holder: outboxHolder},
 		confirmClaimsArgs{Now: sampleNow, Keys: []watukuytype.Key{k, other, {Poller: k.Poller, Partition: "t3"}}},
 		commitPollArgs{Key: k, writeFence: wf, TTL: time.Second},
 		deleteKeyArgs{Key: k, writeFence: wf},
 		endArgs{Key: k, writeFence: wf, State: map[string]string{statehash.NextDue: "1"}},
-		foldLeaseArgs{Key: k, Now: sampleNow},
-		forgetKeyArgs{Key: k},
+		endDeleteArgs{Key: k, writeFence: wf, TTL: time.Second},
 		holdClaimArgs{Now: sampleNow, Key: k, Until: time.UnixMilli(5)},
+		listParkedArgs{Key: k, Limit: 10},
+		pageRegistryArgs{Poller: k.Poller, After: &after, Limit: 10},
 		parkArgs{Key: k, fence: f},
 		pauseArgs{Key: k},
 		readOutboxArgs{Key: k, fence: f, Count: 10},
+		readRegistryArgs{Key: k},
+		registerKeysArgs{Now: sampleNow, Poller: k.Poller, Partitions: []string{"t1", "t2"}},
 		releaseParkedArgs{Key: k, writeFence: wf, IDs: []string{"inv1"}},
 		renewArgs{Key: k, fence: f, TTL: time.Second},
-		repairDueArgs{Now: sampleNow, Entries: []repairEntry{{Key: k}, {Key: other}, {Key: watukuytype.Key{Poller: "refunds", Partition: "x"}}}},
+		repairDueArgs{Now: sampleNow, Poller: k.Poller, Entries: []repairEntry{{Partition: "t1"}, {Partition: "t2"}}},
+		retireKeyArgs{Key: k, Epoch: 3, Floor: 4},
 		setDueArgs{Now: sampleNow, Key: k, Due: "remove"},
 	}
 }
@@ -85,8 +90,10 @@ func source(t *testing.T, name string) (header []string, code string) {
 // structureOf is the structure a key names: its suffix, or for a global key its kind.
 func structureOf(s *Store, key string) string {
 	switch {
-	case key == s.registryKey():
+	case strings.HasPrefix(key, s.keysKey("")):
 		return "registry"
+	case key == s.retiredKey():
+		return "retired"
 	case key == s.pollersKey():
 		return "pollers"
 	case strings.HasPrefix(key, s.dueKey("")):
@@ -165,10 +172,11 @@ func offlineStore(t *testing.T) *Store {
 func TestHeadersMatchTheWrappers(t *testing.T) {
 	// keyPhrases names, per structure, the words a header uses for it.
 	keyPhrases := map[string]string{
-		"state": "state hash", "lease": "lease hash", "outbox": "outbox stream", "holds": "holds hash",
-		"held": "held hash", "items": "items hash", "parked": "parked hash", "log": "replay log stream",
-		"gone": "tombstones sorted set", "invalid": "invalid observations hash", "touched": "set of identities",
-		"registry": "registry hash", "bucket": "the bucket (a hash", "held-slots": "held set", "pollers": "pollers hash", "due": "due set",
+		"state": "state hash", "outbox": "outbox stream", "holds": "holds hash", "held": "held events sorted set",
+		"released": "released ordering keys sorted set", "items": "items hash", "parked": "parked hash",
+		"parked-ids": "parked ids sorted set", "log": "replay log stream", "gone": "tombstones sorted set",
+		"invalid": "invalid observations hash", "touched": "set of identities", "registry": "registry index",
+		"retired": "high-water marks hash", "bucket": "the bucket (a hash", "held-slots": "held set", "pollers": "pollers hash", "due": "due set",
 	}
 	s := offlineStore(t)
 	l := core.Lease{Key: watukuytype.Key{Poller: "orders", Partition: "t1"}, Epoch: 42, Token: "the-token"}
@@ -228,8 +236,8 @@ func TestFenceComesFirst(t *testing.T) {
 			t.Errorf("%s.lua: the header does not say the fence check runs first", name)
 		}
 	}
-	if n != 8 {
-		t.Errorf("%d fenced scripts, want 8 (ack, commit_poll, delete_key, end, park, read_outbox, release_parked, renew)", n)
+	if n != 9 {
+		t.Errorf("%d fenced scripts, want 9 (ack, commit_poll, delete_key, end, end_delete, park, read_outbox, release_parked, renew)", n)
 	}
 }
 
@@ -245,24 +253,28 @@ func TestScriptRepliesDecode(t *testing.T) {
 	two := []core.OutboxEvent{{ID: "ev1"}, {ID: "ev2"}}
 	decoders := map[string]func(any) (any, error){
 		"ack":            decoderOf(ackArgs{Key: key}),
+		"add_key":        decoderOf(addKeyArgs{Key: key}),
 		"begin":          decoderOf(beginArgs{Key: key, Owner: "a", TTL: time.Second, Token: "tok"}),
 		"budget_pause":   decoderOf(budgetPauseArgs{Bucket: "shop"}),
 		"budget_take":    decoderOf(budgetTakeArgs{BudgetTake: core.BudgetTake{Bucket: "shop"}}),
 		"claim_due":      decoderOf(claimDueArgs{Pollers: []string{"orders"}}),
-		"clean_outbox":   decoderOf(cleanOutboxArgs{Key: key}),
 		"confirm_claims": decoderOf(confirmClaimsArgs{Keys: []watukuytype.Key{key}}),
 		"commit_poll":    decoderOf(commitPollArgs{Key: key, Commit: core.Commit{Events: two}}),
 		"delete_key":     decoderOf(deleteKeyArgs{Key: key}),
 		"end":            decoderOf(endArgs{Key: key}),
-		"fold_lease":     decoderOf(foldLeaseArgs{Key: key}),
-		"forget_key":     decoderOf(forgetKeyArgs{Key: key}),
+		"end_delete":     decoderOf(endDeleteArgs{Key: key}),
+		"list_parked":    decoderOf(listParkedArgs{Key: key}),
+		"page_registry":  decoderOf(pageRegistryArgs{Poller: "orders"}),
 		"pause":          decoderOf(pauseArgs{Key: key}),
 		"hold_claim":     decoderOf(holdClaimArgs{Key: key}),
 		"park":           decoderOf(parkArgs{Key: key}),
 		"read_outbox":    decoderOf(readOutboxArgs{Key: key}),
+		"read_registry":  decoderOf(readRegistryArgs{Key: key}),
+		"register_keys":  decoderOf(registerKeysArgs{Poller: "orders"}),
 		"release_parked": decoderOf(releaseParkedArgs{Key: key}),
 		"renew":          decoderOf(renewArgs{Key: key}),
-		"repair_due":     decoderOf(repairDueArgs{Entries: []repairEntry{{Key: key}}}),
+		"repair_due":     decoderOf(repairDueArgs{Poller: "orders", Entries: []repairEntry{{Partition: "t1"}}}),
+		"retire_key":     decoderOf(retireKeyArgs{Key: key}),
 		"set_due":        decoderOf(setDueArgs{Key: key}),
 	}
 	type list = []any
@@ -273,30 +285,36 @@ func TestScriptRepliesDecode(t *testing.T) {
 		want   any    // the decoded reply, when field is ""
 		field  string // the field the error names
 	}{
-		{script: "ack", reply: list{int64(2), int64(1)}, want: ackReply{Deleted: 2, Paused: true}},
+		{script: "ack", reply: list{int64(2), int64(1)}, want: ackReply{Acked: 2, Paused: true}},
 		{script: "ack", reply: list{int64(2)}, field: "reply"},
 		{script: "ack", reply: list{int64(2), "1"}, field: "paused"},
 		{script: "ack", reply: list{int64(2), int64(3)}, field: "paused"},
 		{script: "ack", reply: "OK", field: "reply"},
 
-		{script: "begin", reply: list{"deleted"}, want: core.BeginResult{Status: core.BeginDeleted}},
-		{script: "begin", reply: list{"paused"}, want: core.BeginResult{Status: core.BeginPaused}},
-		{script: "begin", reply: list{"notDue", int64(5), int64(6)}, want: core.BeginResult{Status: core.BeginNotDue, NextDue: at(5), Now: at(6)}},
-		{script: "begin", reply: list{"leased", int64(7), int64(8)}, want: core.BeginResult{Status: core.BeginLeased, LeaseExpires: at(7), Now: at(8)}},
-		{script: "begin", reply: list{"ok", int64(9), int64(10), int64(1), list{"nextDue", "0"}, list{"x"}, int64(3), int64(2)},
-			want: core.BeginResult{Status: core.BeginOK, Lease: core.Lease{Key: key, Owner: "a", Epoch: 9, Token: "tok", TTL: time.Second},
-				Now: at(10), OutboxLen: 1, State: map[string]string{"nextDue": "0"}, Holds: []string{"x"}, Items: 3, InvalidIndexed: 2}},
+		{script: "begin", reply: list{"fresh", int64(4)}, want: beginReply{Fresh: true, BeginResult: core.BeginResult{Now: at(4)}}},
+		{script: "begin", reply: list{"deleted"}, want: beginReply{BeginResult: core.BeginResult{Status: core.BeginDeleted}}},
+		{script: "begin", reply: list{"paused"}, want: beginReply{BeginResult: core.BeginResult{Status: core.BeginPaused}}},
+		{script: "begin", reply: list{"notDue", int64(5), int64(6)}, want: beginReply{BeginResult: core.BeginResult{Status: core.BeginNotDue, NextDue: at(5), Now: at(6)}}},
+		{script: "begin", reply: list{"leased", int64(7), int64(8)}, want: beginReply{BeginResult: core.BeginResult{Status: core.BeginLeased, LeaseExpires: at(7), Now: at(8)}}},
+		{script: "begin", reply: list{"ok", int64(9), int64(10), int64(1), list{"nextDue", "0"}, int64(4), int64(3), int64(2)},
+			want: beginReply{BeginResult: core.BeginResult{Status: core.BeginOK, Lease: core.Lease{Key: key, Owner: "a", Epoch: 9, Token: "tok", TTL: time.Second},
+				Now: at(10), OutboxLen: 1, State: map[string]string{"nextDue": "0"}, Released: 4, Items: 3, InvalidIndexed: 2}}},
+		{script: "begin", reply: list{"fresh"}, field: "reply"},
 		{script: "begin", reply: list{}, field: "status"},
 		{script: "begin", reply: list{int64(1)}, field: "status"},
 		{script: "begin", reply: list{"later"}, field: "status"},
 		{script: "begin", reply: list{"deleted", int64(1)}, field: "reply"},
 		{script: "begin", reply: list{"notDue", int64(5)}, field: "reply"},
 		{script: "begin", reply: list{"leased", "7", int64(8)}, field: "expiresAt"},
-		{script: "begin", reply: list{"ok", "9", int64(10), int64(1), list{}, list{}, int64(3), int64(0)}, field: "epoch"},
-		{script: "begin", reply: list{"ok", int64(9), int64(10), int64(1), list{"nextDue"}, list{}, int64(3), int64(0)}, field: "state"},
-		{script: "begin", reply: list{"ok", int64(9), int64(10), int64(1), list{"nextDue", int64(0)}, list{}, int64(3), int64(0)}, field: "state[1]"},
-		{script: "begin", reply: list{"ok", int64(9), int64(10), int64(1), list{}, list{int64(1)}, int64(3), int64(0)}, field: "holds[0]"},
-		{script: "begin", reply: list{"ok", int64(9), int64(10), int64(1), list{}, list{}, int64(3)}, field: "reply"},
+		{script: "begin", reply: list{"ok", "9", int64(10), int64(1), list{}, int64(0), int64(3), int64(0)}, field: "epoch"},
+		{script: "begin", reply: list{"ok", int64(9), int64(10), int64(1), list{"nextDue"}, int64(0), int64(3), int64(0)}, field: "state"},
+		{script: "begin", reply: list{"ok", int64(9), int64(10), int64(1), list{"nextDue", int64(0)}, int64(0), int64(3), int64(0)}, field: "state[1]"},
+		{script: "begin", reply: list{"ok", int64(9), int64(10), int64(1), list{}, list{}, int64(3), int64(0)}, field: "released"},
+		{script: "begin", reply: list{"ok", int64(9), int64(10), int64(1), list{}, int64(0), int64(3)}, field: "reply"},
+
+		{script: "add_key", reply: "a5", want: "a5"},
+		{script: "add_key", reply: "", want: ""},
+		{script: "add_key", reply: int64(1), field: "entry"},
 
 		{script: "budget_pause", reply: int64(5), want: at(5)},
 		{script: "budget_pause", reply: "5", field: "pausedUntil"},
@@ -318,23 +336,24 @@ func TestScriptRepliesDecode(t *testing.T) {
 		{script: "claim_due", reply: list{}, field: "reply"},
 		{script: "claim_due", reply: int64(0), field: "reply"},
 
-		{script: "clean_outbox", reply: list{int64(3), int64(1)}, want: cleanOutboxReply{Claimed: 3, Deleted: 1}},
-		{script: "clean_outbox", reply: list{int64(3)}, field: "reply"},
-		{script: "clean_outbox", reply: list{int64(3), "1"}, field: "deleted"},
 		{script: "confirm_claims", reply: int64(2), want: int64(2)},
 		{script: "confirm_claims", reply: "2", field: "held"},
 
-		{script: "commit_poll", reply: list{int64(100), int64(0), "5-1", int64(0)}, want: core.CommitResult{LeaseExpires: at(100), StreamIDs: []string{"5-1", "5-2"}}},
-		{script: "commit_poll", reply: list{int64(100), int64(1), "5-1", int64(1)}, want: core.CommitResult{LeaseExpires: at(100), Paused: true, Duplicate: true, StreamIDs: []string{"5-1", "5-2"}}},
-		{script: "commit_poll", reply: list{int64(100), int64(0), "", int64(0)}, field: "firstId"},
-		{script: "commit_poll", reply: list{int64(100), int64(0), int64(5), int64(0)}, field: "firstId"},
-		{script: "commit_poll", reply: list{int64(100), int64(2), "5-1", int64(0)}, field: "paused"},
-		{script: "commit_poll", reply: list{int64(100), int64(0), "5-1"}, field: "reply"},
+		{script: "commit_poll", reply: list{int64(100), int64(0), "5-1", int64(0), list{}}, want: core.CommitResult{LeaseExpires: at(100), StreamIDs: []string{"5-1", "5-2"}}},
+		{script: "commit_poll", reply: list{int64(100), int64(1), "5-1", int64(1), list{int64(1)}}, want: core.CommitResult{LeaseExpires: at(100), Paused: true, Duplicate: true, StreamIDs: []string{"5-1", "5-2"}, Diverted: []int{1}}},
+		{script: "commit_poll", reply: list{int64(100), int64(0), "", int64(0), list{}}, field: "firstId"},
+		{script: "commit_poll", reply: list{int64(100), int64(0), int64(5), int64(0), list{}}, field: "firstId"},
+		{script: "commit_poll", reply: list{int64(100), int64(2), "5-1", int64(0), list{}}, field: "paused"},
+		{script: "commit_poll", reply: list{int64(100), int64(0), "5-1", int64(0), list{int64(2)}}, field: "diverted[0]"},
+		{script: "commit_poll", reply: list{int64(100), int64(0), "5-1", int64(0), list{"1"}}, field: "diverted[0]"},
+		{script: "commit_poll", reply: list{int64(100), int64(0), "5-1", int64(0)}, field: "reply"},
 
-		{script: "delete_key", reply: int64(1), want: true},
-		{script: "delete_key", reply: "DUPLICATE", want: false},
-		{script: "delete_key", reply: int64(0), field: "reply"},
-		{script: "delete_key", reply: "OK", field: "reply"},
+		{script: "delete_key", reply: list{int64(3), int64(1700)}, want: deleteKeyReply{Epoch: 3, Floor: 1700}},
+		{script: "delete_key", reply: list{int64(3)}, field: "reply"},
+		{script: "delete_key", reply: list{int64(3), "1700"}, field: "floor"},
+		{script: "end_delete", reply: int64(1), want: true},
+		{script: "end_delete", reply: "DUPLICATE", want: false},
+		{script: "end_delete", reply: int64(2), field: "reply"},
 
 		{script: "end", reply: int64(1), want: endReply{}},
 		{script: "end", reply: int64(2), want: endReply{Triggered: true}},
@@ -345,12 +364,19 @@ func TestScriptRepliesDecode(t *testing.T) {
 		{script: "pause", reply: int64(1), want: true},
 		{script: "pause", reply: int64(0), want: false},
 		{script: "pause", reply: "OK", field: "reply"},
-		{script: "forget_key", reply: int64(1), want: true},
-		{script: "forget_key", reply: int64(0), want: false},
-		{script: "forget_key", reply: "1", field: "reply"},
-		{script: "fold_lease", reply: int64(1), want: true},
-		{script: "fold_lease", reply: int64(0), want: false},
-		{script: "fold_lease", reply: "1", field: "folded"},
+		{script: "list_parked", reply: list{"ev_1", "{}"}, want: []core.ParkedJSON{{ID: "ev_1", Row: []byte("{}")}}},
+		{script: "list_parked", reply: list{"ev_1"}, field: "rows"},
+		{script: "list_parked", reply: list{"ev_1", int64(1)}, field: "rows[1]"},
+		{script: "page_registry", reply: list{"t1", "c"}, want: []string{"t1", "c"}},
+		{script: "page_registry", reply: list{"t1"}, field: "entries"},
+		{script: "read_registry", reply: list{`{"poller":"orders"}`, "c", int64(2), int64(3)},
+			want: readRegistryReply{Poller: []byte(`{"poller":"orders"}`), Entry: "c", Epoch: 2, Floor: 3}},
+		{script: "read_registry", reply: list{"", "", int64(0), int64(0)}, want: readRegistryReply{}},
+		{script: "read_registry", reply: list{"", "", int64(0)}, field: "reply"},
+		{script: "register_keys", reply: int64(2), want: int64(2)},
+		{script: "register_keys", reply: "2", field: "added"},
+		{script: "retire_key", reply: "c", want: "c"},
+		{script: "retire_key", reply: int64(0), field: "entry"},
 
 		{script: "hold_claim", reply: int64(1), want: true},
 		{script: "hold_claim", reply: int64(0), want: false},
@@ -359,10 +385,14 @@ func TestScriptRepliesDecode(t *testing.T) {
 		{script: "park", reply: int64(2), want: int64(2)},
 		{script: "park", reply: "2", field: "moved"},
 
-		{script: "read_outbox", reply: list{int64(2), int64(0), list{list{"1-1", "ev1", "x", "{}", "1-0"}}},
+		{script: "read_outbox", reply: list{int64(2), int64(0), list{list{"1-1", "ev1", "x", "{}", "1-0", ""}}},
 			want: core.Batch{Read: 2, Entries: []core.Entry{{StreamID: "1-1", ID: "ev1", OrderingKey: "x", Envelope: []byte("{}"), Seq: "1-0"}}}},
 		{script: "read_outbox", reply: list{int64(1), int64(1), list{}}, want: core.Batch{Read: 1, Paused: true, Entries: []core.Entry{}}},
-		{script: "read_outbox", reply: list{int64(2), int64(0), list{list{"1-1", "ev1", "x", int64(5), "1-0"}}}, field: "entries[0].envelope"},
+		{script: "read_outbox", reply: list{int64(1), int64(0), list{list{"", "ev1", "x", "{}", "1-0", "m"}}},
+			want: core.Batch{Read: 1, Entries: []core.Entry{{ID: "ev1", OrderingKey: "x", Envelope: []byte("{}"), Seq: "1-0", Member: "m"}}}},
+		{script: "read_outbox", reply: list{int64(2), int64(0), list{list{"1-1", "ev1", "x", int64(5), "1-0", ""}}}, field: "entries[0].envelope"},
+		{script: "read_outbox", reply: list{int64(2), int64(0), list{list{"1-1", "ev1", "x", "{}", "1-0", "m"}}}, field: "entries[0].streamId"},
+		{script: "read_outbox", reply: list{int64(2), int64(0), list{list{"", "ev1", "x", "{}", "1-0", ""}}}, field: "entries[0].streamId"},
 		{script: "read_outbox", reply: list{int64(2), int64(0), list{list{"1-1", "ev1"}}}, field: "entries[0]"},
 		{script: "read_outbox", reply: list{int64(2), int64(0), "none"}, field: "entries"},
 		{script: "read_outbox", reply: list{"2", int64(0), list{}}, field: "read"},
@@ -430,7 +460,7 @@ func TestFencedScriptsCheckTheFenceFirst(t *testing.T) {
 			if err := flushAll(ctx, b.Client); err != nil {
 				t.Fatal(err)
 			}
-			r, err := s.Begin(ctx, key, "a", time.Minute, core.BeginForDelete)
+			r, err := s.Begin(ctx, key, "a", time.Minute, core.BeginForAdd)
 			if err != nil || r.Status != core.BeginOK {
 				t.Fatalf("begin: %+v %v", r, err)
 			}
@@ -448,7 +478,7 @@ func TestFencedScriptsCheckTheFenceFirst(t *testing.T) {
 			var err error
 			switch name {
 			case "ack":
-				_, err = run(ctx, s, &l, ackArgs{Key: key, fence: s.fenceOf(l), StreamIDs: ids[:1]})
+				_, err = run(ctx, s, &l, ackArgs{Key: key, fence: s.fenceOf(l), Entries: outboxEntries(ids[:1]...)})
 			case "commit_poll":
 				_, err = run(ctx, s, &l, commitPollArgs{Key: key, writeFence: s.writeFenceOf(l), TTL: l.TTL, Commit: core.Commit{
 					State: map[string]string{"cursor.live": "c2"}, Upserts: []core.Upsert{{Identity: "z", Row: []byte("999999999")}}, Deletes: []string{"x"},
@@ -457,10 +487,12 @@ func TestFencedScriptsCheckTheFenceFirst(t *testing.T) {
 				_, err = run(ctx, s, &l, deleteKeyArgs{Key: key, writeFence: s.writeFenceOf(l)})
 			case "end":
 				_, err = run(ctx, s, &l, endArgs{Key: key, writeFence: s.writeFenceOf(l), State: map[string]string{statehash.NextDue: "1"}})
+			case "end_delete":
+				_, err = run(ctx, s, &l, endDeleteArgs{Key: key, writeFence: s.writeFenceOf(l), TTL: time.Minute})
 			case "park":
 				_, err = run(ctx, s, &l, parkArgs{Key: key, fence: s.fenceOf(l),
-					Poison: []core.Poison{{StreamID: ids[0], ParkedID: "ev1", OrderingKey: "x", Row: []byte(`{}`)}},
-					Held:   []core.Held{{StreamID: ids[1], JSON: []byte(`{}`)}}})
+					Poison: []core.Poison{{Entry: core.Entry{StreamID: ids[0], OrderingKey: "x"}, ParkedID: "ev1", Row: []byte(`{}`)}},
+					Held:   []core.Held{{Entry: core.Entry{StreamID: ids[1], OrderingKey: "x", Seq: ids[1]}, JSON: []byte(`{}`)}}})
 			case "read_outbox":
 				_, err = run(ctx, s, &l, readOutboxArgs{Key: key, fence: s.fenceOf(l), Count: 10})
 			case "release_parked":
@@ -620,7 +652,7 @@ func TestStateFieldsAreOneList(t *testing.T) {
 		"HGET": firstArg, "HEXISTS": firstArg, "HINCRBY": firstArg, "HINCRBYFLOAT": firstArg, "HSTRLEN": firstArg,
 		"HMGET": allArgs, "HDEL": allArgs,
 		"HSET": pairArgs, "HSETNX": pairArgs, "HMSET": pairArgs,
-		"HGETALL": noArgs, "HKEYS": noArgs, "HVALS": noArgs, "HLEN": noArgs, "UNLINK": noArgs, "DEL": noArgs, "EXISTS": noArgs,
+		"HGETALL": noArgs, "HKEYS": noArgs, "HVALS": noArgs, "HLEN": noArgs, "UNLINK": noArgs, "DEL": noArgs, "EXISTS": noArgs, "PEXPIRE": noArgs,
 	}
 	pausedOf := regexp.MustCompile(`paused\(([^)]*)\)`)
 	inLua := map[string]bool{}

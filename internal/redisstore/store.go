@@ -49,13 +49,16 @@ type Store struct {
 	writes  atomic.Uint64 // write ids of fenced scripts that must not apply twice
 	waitN   int
 	waitFor time.Duration
+	steps   []Step        // the layout's migration steps (layoutSteps; tests plug one in)
+	markTTL time.Duration // how long a deletion mark lives (MarkTTL)
 }
 
 var _ core.Store = (*Store)(nil)
 
 // New returns a store on rdb (a single-node or cluster client).
 func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
-	s := &Store{rdb: rdb, prefix: opts.Prefix, clock: opts.Clock, scripts: map[string]*redis.Script{}, waitN: opts.WaitReplicas, waitFor: opts.WaitTimeout}
+	s := &Store{rdb: rdb, prefix: opts.Prefix, clock: opts.Clock, scripts: map[string]*redis.Script{}, waitN: opts.WaitReplicas, waitFor: opts.WaitTimeout,
+		steps: layoutSteps(), markTTL: MarkTTL}
 	if s.waitFor <= 0 {
 		s.waitFor = time.Second
 	}
@@ -79,9 +82,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 func (s *Store) k(key watukuytype.Key, suffix string) string {
 	return s.prefix + ":{" + key.Poller + "|" + key.Partition + "}:" + suffix
 }
-func (s *Store) registryKey() string { return s.prefix + ":{global}:registry" }
-func (s *Store) pollersKey() string  { return s.prefix + ":{global}:pollers" }
-func (s *Store) layoutKey() string   { return s.prefix + ":{global}:layout" }
+func (s *Store) pollersKey() string { return s.prefix + ":{global}:pollers" }
+func (s *Store) layoutKey() string  { return s.prefix + ":{global}:layout" }
 
 // dueKey is the due set of poller's keys. One set per poller, so that a claim reads only the
 // pollers it runs; all share the {global} tag, so one script can claim across several.
@@ -118,8 +120,8 @@ func (s *Store) CheckEviction(ctx context.Context) (string, error) {
 	return policy, check(ctx, c)
 }
 
-// Key returns the Redis key of one of key's structures (state, lease, items, outbox, parked,
-// holds, held), for tests and tools.
+// Key returns the Redis key of one of key's structures (state, items, outbox, parked, holds,
+// held, ...), for tests and tools.
 func (s *Store) Key(key watukuytype.Key, suffix string) string { return s.k(key, suffix) }
 
 // DueKey is the due set of poller's keys (member "poller|partition", score: due time ms),
@@ -280,13 +282,39 @@ func (s *Store) HoldClaim(ctx context.Context, key watukuytype.Key, until time.T
 	return nil
 }
 
-// Begin implements core.Store.
+// seedMaxAge is how long a first Begin's seed (the registry read it carries) is good for; a
+// deletion mark (MarkTTL) lives longer.
+const seedMaxAge = 5 * time.Second
+
+// Begin implements core.Store. A key without an epoch (never begun, or deleted and forgotten)
+// is answered fresh: its poller's high-water marks and its registry entry are read, and it is
+// begun again with them as its seed, so that its epochs, lives and outbox ids start above
+// every deleted key's; in a cycle or an operation, a key the registry does not hold live is
+// deleted (and a state a trigger or pause left it goes).
 func (s *Store) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, mode core.BeginMode) (core.BeginResult, error) {
 	token, err := newToken()
 	if err != nil {
 		return core.BeginResult{}, err
 	}
-	return run(ctx, s, nil, beginArgs{Key: key, Owner: owner, TTL: ttl, Now: s.nowArg(), Mode: mode, Token: token})
+	a := beginArgs{Key: key, Owner: owner, TTL: ttl, Now: s.nowArg(), Mode: mode, Token: token}
+	for range 3 {
+		r, err := run(ctx, s, nil, a)
+		if err != nil || !r.Fresh {
+			return r.BeginResult, err
+		}
+		reg, err := run(ctx, s, nil, readRegistryArgs{Key: key})
+		if err != nil {
+			return core.BeginResult{}, fmt.Errorf("redisstore: begin %s: read the registry: %w", key.Describe(), err)
+		}
+		live := reg.Entry != "" && !strings.HasPrefix(reg.Entry, "-")
+		if !live && (mode == core.BeginForCycle || mode == core.BeginForOp) {
+			a.Seed = "gone"
+		} else {
+			a.Seed = fmt.Sprintf("%d %d %d %d", reg.Epoch, reg.Floor, r.Now.UnixMilli(), seedMaxAge.Milliseconds())
+		}
+		a.Now = s.nowArg()
+	}
+	return core.BeginResult{}, fmt.Errorf("redisstore: begin %s: its seed kept coming too late (%v each)", key.Describe(), seedMaxAge)
 }
 
 // Renew implements core.Store.
@@ -394,8 +422,8 @@ func (s *Store) ReadOutbox(ctx context.Context, l core.Lease, n int) (core.Batch
 }
 
 // Ack implements core.Store.
-func (s *Store) Ack(ctx context.Context, l core.Lease, streamIDs []string) (bool, error) {
-	r, err := run(ctx, s, &l, ackArgs{Key: l.Key, fence: s.fenceOf(l), StreamIDs: streamIDs})
+func (s *Store) Ack(ctx context.Context, l core.Lease, acked []core.Entry) (bool, error) {
+	r, err := run(ctx, s, &l, ackArgs{Key: l.Key, fence: s.fenceOf(l), Entries: acked})
 	return r.Paused, err
 }
 
@@ -585,16 +613,17 @@ func (s *Store) ClearThrottle(ctx context.Context, key watukuytype.Key) (time.Ti
 // Snapshot.Now unless a test clock overrides it).
 func (s *Store) Inspect(ctx context.Context, key watukuytype.Key) (core.Snapshot, error) {
 	var st *redis.MapStringStringCmd
-	var outbox, held, items *redis.IntCmd
-	var parked *redis.StringSliceCmd
+	var outbox, held, items, parked, invalid *redis.IntCmd
 	var oldest *redis.XMessageSliceCmd
 	var serverTime *redis.TimeCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		st = p.HGetAll(ctx, s.k(key, "state"))
 		outbox = p.XLen(ctx, s.k(key, "outbox"))
 		oldest = p.XRangeN(ctx, s.k(key, "outbox"), "-", "+", 1)
-		parked = p.HKeys(ctx, s.k(key, "parked"))
-		held = p.HLen(ctx, s.k(key, "held"))
+		parked = p.ZCard(ctx, s.k(key, "parked-ids"))
+		// Invalid items are parked as inv_..., poison events under their event ids (ev_...).
+		invalid = p.ZLexCount(ctx, s.k(key, "parked-ids"), "[inv_", "(inv`")
+		held = p.ZCard(ctx, s.k(key, "held"))
 		items = p.HLen(ctx, s.k(key, "items"))
 		serverTime = p.Time(ctx)
 		return nil
@@ -614,16 +643,11 @@ func (s *Store) Inspect(ctx context.Context, key watukuytype.Key) (core.Snapshot
 			delete(state, f)
 		}
 	}
-	snap := core.Snapshot{State: state, OutboxLen: outbox.Val(), Parked: int64(len(parked.Val())), Held: held.Val(), Items: items.Val(), Now: now}
+	snap := core.Snapshot{State: state, OutboxLen: outbox.Val(), Parked: parked.Val(), ParkedInvalid: invalid.Val(), Held: held.Val(), Items: items.Val(), Now: now}
 	if msgs := oldest.Val(); len(msgs) > 0 {
 		if ms, ok := streamMillis(msgs[0].ID); ok {
 			snap.OutboxOldest = time.UnixMilli(ms).UTC()
 			snap.OutboxOldestAge = serverTime.Val().Sub(snap.OutboxOldest)
-		}
-	}
-	for _, id := range parked.Val() {
-		if strings.HasPrefix(id, "inv_") { // invalid rows; poison rows are named by event id
-			snap.ParkedInvalid++
 		}
 	}
 	snap.LeaseOwner = lease[statehash.LeaseOwner]
@@ -645,14 +669,55 @@ func streamMillis(id string) (int64, bool) {
 }
 
 // ListParked implements core.Store.
-func (s *Store) ListParked(ctx context.Context, key watukuytype.Key) (map[string][]byte, error) {
-	m, err := s.rdb.HGetAll(ctx, s.k(key, "parked")).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
+func (s *Store) ListParked(ctx context.Context, key watukuytype.Key, prefix, after string, limit int) ([]core.ParkedJSON, error) {
+	if limit <= 0 {
+		return nil, nil
 	}
-	out := make(map[string][]byte, len(m))
-	for k, v := range m {
-		out[k] = []byte(v)
+	return run(ctx, s, nil, listParkedArgs{Key: key, Prefix: prefix, After: after, Limit: limit})
+}
+
+// CountParked implements core.Store.
+func (s *Store) CountParked(ctx context.Context, keys []watukuytype.Key) ([]int64, error) {
+	return s.cards(ctx, len(keys), func(i int) string { return s.k(keys[i], "parked-ids") })
+}
+
+// CountScheduled implements core.Store.
+func (s *Store) CountScheduled(ctx context.Context, pollers []string) ([]int64, error) {
+	return s.cards(ctx, len(pollers), func(i int) string { return s.dueKey(pollers[i]) })
+}
+
+// cards reads ZCARD of n sorted sets in one pipelined round trip.
+func (s *Store) cards(ctx context.Context, n int, key func(int) string) ([]int64, error) {
+	cmds := make([]*redis.IntCmd, n)
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range cmds {
+			cmds[i] = p.ZCard(ctx, key(i))
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("redisstore: count: %w", err)
+	}
+	out := make([]int64, n)
+	for i, c := range cmds {
+		out[i] = c.Val()
+	}
+	return out, nil
+}
+
+// ParkedRows implements core.Store.
+func (s *Store) ParkedRows(ctx context.Context, key watukuytype.Key, ids []string) ([][]byte, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	vs, err := s.rdb.HMGet(ctx, s.k(key, "parked"), ids...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: read parked rows of %s: %w", key.Describe(), err)
+	}
+	out := make([][]byte, len(vs))
+	for i, v := range vs {
+		if str, ok := v.(string); ok {
+			out[i] = []byte(str)
+		}
 	}
 	return out, nil
 }

@@ -2,10 +2,8 @@ package redisstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -37,7 +35,7 @@ func TestFencedWritesLeaveNoTrace(t *testing.T) {
 		ttl := 30 * time.Second
 		begin := func(owner string) core.Lease {
 			t.Helper()
-			r, err := s.Begin(ctx, key, owner, ttl, core.BeginForDelete)
+			r, err := s.Begin(ctx, key, owner, ttl, core.BeginForAdd)
 			if err != nil || r.Status != core.BeginOK {
 				t.Fatalf("begin: %+v %v", r, err)
 			}
@@ -66,10 +64,10 @@ func TestFencedWritesLeaveNoTrace(t *testing.T) {
 				return err
 			},
 			"readOutbox": func(l core.Lease) error { _, err := s.ReadOutbox(ctx, l, 10); return err },
-			"ack":        func(l core.Lease) error { _, err := s.Ack(ctx, l, []string{entries[0].StreamID}); return err },
+			"ack":        func(l core.Lease) error { _, err := s.Ack(ctx, l, outboxEntries(entries[0].StreamID)); return err },
 			"park": func(l core.Lease) error {
-				return s.Park(ctx, l, []core.Poison{{StreamID: entries[0].StreamID, ParkedID: "ev1", OrderingKey: "x", Row: []byte(`{}`)}},
-					[]core.Held{{StreamID: entries[1].StreamID, JSON: []byte(`{}`)}})
+				return s.Park(ctx, l, []core.Poison{{Entry: entries[0], ParkedID: "ev1", Row: []byte(`{}`)}},
+					[]core.Held{{Entry: entries[1], JSON: []byte(`{}`)}})
 			},
 			"releaseParked": func(l core.Lease) error { _, _, err := s.ReleaseParked(ctx, l, false, []string{"inv1"}); return err },
 			"end": func(l core.Lease) error {
@@ -132,9 +130,9 @@ func TestClaimDue(t *testing.T) {
 		ctx := context.Background()
 		clk := fakeclock.New(time.UnixMilli(1_800_000_000_000))
 		s, _ := New(b.Client, Options{Clock: clk.Now})
-		keys := map[watukuytype.Key][]byte{}
+		var keys []watukuytype.Key
 		for i := 0; i < 50; i++ {
-			keys[watukuytype.Key{Poller: "p", Partition: fmt.Sprint(i)}] = []byte(`{"source":"config"}`)
+			keys = append(keys, watukuytype.Key{Poller: "p", Partition: fmt.Sprint(i)})
 		}
 		if err := s.Register(ctx, map[string][]byte{"p": []byte(`{"poller":"p"}`)}, keys); err != nil {
 			t.Fatal(err)
@@ -312,7 +310,11 @@ func TestDueWritesKeepDueNow(t *testing.T) {
 		ctx := context.Background()
 		s, clk := newStore(t, b)
 		key := watukuytype.Key{Poller: "orders", Partition: "t1"}
+		registerListing(t, s, key.Partition) // registered (a cycle begins only a registered key), not due
 		due := s.DueKey("orders")
+		if err := b.Client.Del(ctx, due).Err(); err != nil {
+			t.Fatal(err)
+		}
 		score := func() float64 {
 			t.Helper()
 			v, err := b.Client.ZScore(ctx, due, key.String()).Result()
@@ -385,41 +387,35 @@ func TestDueWritesKeepDueNow(t *testing.T) {
 	})
 }
 
-// partitions delete's global cleanup leaves a key that a partitions add registered again
-// between the deletion of its data and the cleanup.
-func TestDeleteKeyKeepsAKeyAddedMeanwhile(t *testing.T) {
+// partitions add and delete of one key never interleave: an add that comes while a delete
+// holds the key's lease (here, between the deletion of its data and the registry's cleanup)
+// finds the key leased and writes nothing; once the delete is done, the add brings the key
+// back, registered and due.
+func TestAddWaitsForADeleteInProgress(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		s, _ := newStore(t, b)
 		key := watukuytype.Key{Poller: "orders", Partition: "t1"}
-		if err := s.Register(ctx, map[string][]byte{"orders": []byte(`{}`)}, map[watukuytype.Key][]byte{key: []byte(`{"source":"cli","addedAt":1}`)}); err != nil {
-			t.Fatal(err)
-		}
-		del := func() { t.Helper(); deleteKey(t, s, key) }
-		// The add lands just before the cleanup script.
-		add := &beforeScript{key: s.registryKey(), run: func() {
-			if err := s.AddPartition(ctx, key, []byte(`{"source":"cli","addedAt":2}`)); err != nil {
-				t.Error(err)
+		addKey(t, s, key)
+		add := &beforeScript{key: s.keysKey("orders"), run: func() {
+			if r, err := s.Begin(ctx, key, "ops2", time.Minute, core.BeginForAdd); err != nil || r.Status != core.BeginLeased {
+				t.Errorf("an add during the delete: %+v %v, want leased", r, err)
 			}
 		}}
 		b.Client.AddHook(add)
-		del()
+		deleteKey(t, s, key)
 		if !add.ran.Load() {
 			t.Fatal("the add never ran")
 		}
-		if got := b.Client.HGet(ctx, s.registryKey(), key.String()).Val(); got != `{"source":"cli","addedAt":2}` {
-			t.Fatalf("registry entry after delete and add: %q", got)
+		if _, found := entryOf(t, s, key); found {
+			t.Fatal("the deleted key is still registered")
+		}
+		addKey(t, s, key)
+		if e, found := entryOf(t, s, key); !found || e.Source != "cli" {
+			t.Fatalf("the key added back: %+v %v", e, found)
 		}
 		if err := b.Client.ZScore(ctx, s.DueKey("orders"), key.String()).Err(); err != nil {
 			t.Fatalf("the added key is not due: %v", err)
-		}
-		// Without a race, the cleanup happens.
-		del()
-		if n := b.Client.HExists(ctx, s.registryKey(), key.String()).Val(); n {
-			t.Fatal("the deleted key is still registered")
-		}
-		if err := b.Client.ZScore(ctx, s.DueKey("orders"), key.String()).Err(); !errors.Is(err, redis.Nil) {
-			t.Fatalf("the deleted key is still due: %v", err)
 		}
 	})
 }
@@ -446,31 +442,24 @@ func (h *beforeScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// The repair sweep pages through the registry and the pollers entries' listed keys (more
-// keys than one batch of each) and gives each key that is not deleted and lacks a due entry
-// one, at its state's next due time or now.
+// The repair sweep pages through every poller's registry (more keys than one batch) and gives
+// each key that is not deleted and lacks a due entry one, at its state's next due time or now.
 func TestRepairDue(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		s, clk := newStore(t, b)
-		keys := map[watukuytype.Key][]byte{}
-		var listed []string // p0's keys are listed in its entry; p1's have registry entries
+		var keys []watukuytype.Key
 		for i := 0; i < 4*repairBatch+200; i++ {
-			keys[watukuytype.Key{Poller: fmt.Sprintf("p%d", i%2), Partition: fmt.Sprint(i)}] = []byte(`{"source":"config"}`)
-			if i%2 == 0 {
-				listed = append(listed, fmt.Sprint(i))
-			}
+			keys = append(keys, watukuytype.Key{Poller: fmt.Sprintf("p%d", i%2), Partition: fmt.Sprint(i)})
 		}
-		p0, _ := json.Marshal(map[string]any{"partitions": listed})
-		if err := s.Register(ctx, map[string][]byte{"p0": p0, "p1": []byte(`{}`)}, keys); err != nil {
+		if err := s.Register(ctx, map[string][]byte{"p0": []byte(`{}`), "p1": []byte(`{}`)}, keys); err != nil {
 			t.Fatal(err)
 		}
-		keys[watukuytype.Key{Poller: "p1"}] = nil // listed by p1's entry, never given a due entry
-		if n := b.Client.HLen(ctx, s.registryKey()).Val(); n != int64(len(listed)) {
-			t.Fatalf("%d registry entries, want p1's %d", n, len(listed))
+		if err := b.Client.ZRem(ctx, s.DueKey("p1"), "p1|1").Err(); err != nil {
+			t.Fatal(err)
 		}
-		if got, err := s.RepairDue(ctx); err != nil || !slices.Equal(got, []watukuytype.Key{{Poller: "p1"}}) {
-			t.Fatalf("a sweep with every entry in place but p1's listed key's: %v, %v", got, err)
+		if got, err := s.RepairDue(ctx); err != nil || !slices.Equal(got, []watukuytype.Key{{Poller: "p1", Partition: "1"}}) {
+			t.Fatalf("a sweep with every entry in place but p1|1's: %v, %v", got, err)
 		}
 		if got, err := s.RepairDue(ctx); err != nil || len(got) != 0 {
 			t.Fatalf("a sweep with every entry in place: %v, %v", got, err)
@@ -493,7 +482,7 @@ func TestRepairDue(t *testing.T) {
 		if score := b.Client.ZScore(ctx, s.DueKey("p1"), later.String()).Val(); score != float64(at) {
 			t.Fatalf("a key with a next due time repaired at %v, want %v", score, at)
 		}
-		for _, k := range []string{"p1|3", "p0|2"} { // a registry entry's key, a listed key
+		for _, k := range []string{"p1|3", "p0|2"} {
 			if score := b.Client.ZScore(ctx, s.DueKey(k[:2]), k).Val(); score != float64(clk.Now().UnixMilli()) {
 				t.Fatalf("%s, without a next due time, repaired at %v, want now", k, score)
 			}
@@ -508,7 +497,7 @@ func TestRepairDue(t *testing.T) {
 func TestKeysShareOneHashTag(t *testing.T) {
 	s, _ := New(nil, Options{Prefix: "wk"})
 	k := watukuytype.Key{Poller: "orders", Partition: "t_42"}
-	for _, suffix := range []string{"state", "lease", "items", "outbox", "parked", "holds", "held"} {
+	for _, suffix := range append([]string{"log"}, keyData...) {
 		got := s.Key(k, suffix)
 		if want := "wk:{orders|t_42}:" + suffix; got != want {
 			t.Errorf("%s: %s, want %s", suffix, got, want)
@@ -530,7 +519,7 @@ func TestInvalidIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 		key := watukuytype.Key{Poller: "orders", Partition: "t1"}
-		r, err := s.Begin(ctx, key, "a", 30*time.Second, core.BeginForDelete)
+		r, err := s.Begin(ctx, key, "a", 30*time.Second, core.BeginForAdd)
 		if err != nil || r.Status != core.BeginOK {
 			t.Fatalf("begin: %+v %v", r, err)
 		}
@@ -548,11 +537,14 @@ func TestInvalidIndex(t *testing.T) {
 			if err != nil || !reflect.DeepEqual(sr.Parked[0], want) {
 				t.Fatalf("index of o1: %+v (%v), want %+v", sr.Parked, err, want)
 			}
-			rows, err := s.ListParked(ctx, key)
+			rows, err := s.ListParked(ctx, key, "", "", 100)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := slices.Sorted(maps.Keys(rows))
+			var got []string
+			for _, r := range rows {
+				got = append(got, r.ID)
+			}
 			if !slices.Equal(got, parked) {
 				t.Fatalf("parked rows %v, want %v", got, parked)
 			}
@@ -574,7 +566,7 @@ func TestInvalidIndex(t *testing.T) {
 }
 
 // A database another process is setting up (layout recorded, then pollers registered) never
-// reads as layout-1 data, whenever Layout's reads land: they are one transaction.
+// reads as data without a layout, whenever Layout's reads land: they are one transaction.
 func TestLayoutWhileAnotherProcessSetsUp(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
@@ -589,12 +581,12 @@ func TestLayoutWhileAnotherProcessSetsUp(t *testing.T) {
 					return
 				default:
 				}
-				b.Client.Del(ctx, s.layoutKey(), s.registryKey(), s.pollersKey())
+				b.Client.Del(ctx, s.layoutKey(), s.keysKey("p"), s.pollersKey())
 				if _, err := s.Migrate(ctx); err != nil {
 					t.Error(err)
 					return
 				}
-				if err := s.Register(ctx, map[string][]byte{"p": []byte(`{}`)}, map[watukuytype.Key][]byte{{Poller: "p"}: []byte(`{"source":"config"}`)}); err != nil {
+				if err := s.Register(ctx, map[string][]byte{"p": []byte(`{}`)}, []watukuytype.Key{{Poller: "p"}}); err != nil {
 					t.Error(err)
 					return
 				}

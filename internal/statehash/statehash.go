@@ -31,8 +31,12 @@ const (
 	ShadowPrefix     = "shadow."          // shadow.<type>: events a shadow poller would have delivered
 	Removed          = "removed"          // "1": the poller left the config (resume clears it)
 	Deleted          = "deleted"          // "1": the partition was deleted
-	// Incarnation is where a partition deleted and added again starts its identities' lives.
+	// Incarnation is where a partition deleted and added again (or begun after a partition of
+	// its poller was deleted) starts its identities' lives and its outbox ids.
 	Incarnation = "incarnation"
+	// Floor is what a deletion mark keeps: above every life and outbox id the deleted key gave
+	// (delete_key.lua); partitions add starts the incarnation there. No Go code reads it.
+	Floor = "floor"
 	// OutboxLast is the last id the key's outbox stream gave, kept when a drained outbox is
 	// deleted (and through partitions delete), so that the stream made again for the next
 	// event starts above it even if the server clock moved back; no Go code reads it.

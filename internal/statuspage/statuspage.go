@@ -36,12 +36,13 @@ const Root = "/status"
 const APIRoot = "/api"
 
 const (
-	// maxRows bounds the main table: beyond it the keys are paged (?offset=), because each key
-	// is one Inspect (a round trip) and a page of a million rows helps nobody.
+	// maxRows bounds the main table: beyond it the keys are paged (?after=, the last key of the
+	// page before), because each key is one Inspect (a round trip) and a page of a million rows
+	// helps nobody. At most the engine's page size (1,000).
 	maxRows = 500
-	// maxParkedRows bounds the parked rows a detail page lists; the CLI (watukuy parked ls)
-	// shows them all.
-	maxParkedRows = 200
+	// maxParkedRows bounds the parked rows a detail page lists; beyond it they are paged
+	// (?after=, the id of the page's last row).
+	maxParkedRows = 100
 	// maxLoginBody bounds the login form: a token is at most a few hundred bytes.
 	maxLoginBody = 16 << 10
 	// inspectTimeout bounds the Redis reads of one page.
@@ -75,10 +76,11 @@ type Options struct {
 
 // handler serves the page; everything it holds is set by New and read-only afterwards.
 type handler struct {
-	o       Options
-	pages   map[string]*template.Template
-	assets  map[string]asset
-	maxRows int // maxRows; tests page with fewer
+	o         Options
+	pages     map[string]*template.Template
+	assets    map[string]asset
+	maxRows   int // maxRows; tests page with fewer
+	maxParked int // maxParkedRows; tests page with fewer
 }
 
 // asset is one embedded file with the headers it is served with.
@@ -89,8 +91,9 @@ type asset struct {
 }
 
 // New returns the status page's handler. It serves Root (the keys' table, or the login
-// form), Root+"/login" and Root+"/logout" (POST), Root+"/keys/{poller}/{partition}" (one key,
-// "-" naming an unpartitioned poller's key) and Root+"/assets/...".
+// form; ?poller= narrows it, ?after= pages it), Root+"/login" and Root+"/logout" (POST),
+// Root+"/keys/{poller}/{partition}" (one key, "-" naming an unpartitioned poller's key;
+// ?after= pages its parked rows) and Root+"/assets/...".
 func New(o Options) http.Handler {
 	if o.Engine == nil {
 		panic("statuspage: Options.Engine is required")
@@ -98,7 +101,7 @@ func New(o Options) http.Handler {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	h := &handler{o: o, pages: map[string]*template.Template{}, assets: map[string]asset{}, maxRows: maxRows}
+	h := &handler{o: o, pages: map[string]*template.Template{}, assets: map[string]asset{}, maxRows: maxRows, maxParked: maxParkedRows}
 	funcs := template.FuncMap{"root": func() string { return Root }, "inc": func(n int) int { return n + 1 }}
 	base := template.Must(template.New("").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
 	for _, name := range []string{"login", "index", "key", "notfound", "message"} {
@@ -306,7 +309,7 @@ func (h *handler) asset(w http.ResponseWriter, r *http.Request, name string) {
 	http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(a.body))
 }
 
-// index renders the table of every key (of ?poller=, from ?offset=).
+// index renders one page of the table of every key (of ?poller=, after ?after=).
 func (h *handler) index(w http.ResponseWriter, r *http.Request) {
 	pageHeaders(w)
 	t := h.authenticated(w, r)
@@ -319,10 +322,21 @@ func (h *handler) index(w http.ResponseWriter, r *http.Request) {
 	poller := q.Get("poller")
 	p := h.newPage(t, "Keys")
 	p.Poller = poller
-	kis, total, offset, err := h.inspectPage(ctx, poller, q.Get("offset"))
+	after := keyCursor(q.Get("after"), poller)
+	kis, next, err := h.o.Engine.InspectPage(ctx, poller, after, h.maxRows)
 	if err != nil {
 		h.engineError(w, r, p, err)
 		return
+	}
+	counts, err := h.o.Engine.PollerKeys(ctx)
+	if err != nil {
+		h.engineError(w, r, p, err)
+		return
+	}
+	for name, n := range counts {
+		if poller == "" || name == poller {
+			p.Scheduled += n
+		}
 	}
 	now := h.o.Now()
 	p.Rows = make([]keyRow, len(kis))
@@ -330,46 +344,25 @@ func (h *handler) index(w http.ResponseWriter, r *http.Request) {
 		p.Rows[i] = newKeyRow(ki, now)
 	}
 	p.Summary = summarize(kis)
-	p.Total, p.Offset = total, offset
-	if offset+len(kis) < total {
-		p.NextPage = pageURL(poller, offset+h.maxRows)
+	p.Later = after != ""
+	if next != "" {
+		p.NextPage = pageURL(poller, next)
 	}
-	if offset > 0 {
-		p.PrevPage = pageURL(poller, max(0, offset-h.maxRows))
+	if p.Later {
+		p.FirstPage = pageURL(poller, "")
 	}
 	h.render(w, r, http.StatusOK, "index", p)
 }
 
-// inspectPage inspects the keys of poller ("" every poller) from offset, at most h.maxRows
-// of them, and returns them with the number of keys in all and the offset used.
-func (h *handler) inspectPage(ctx context.Context, poller, offsetParam string) ([]watukuy.KeyInfo, int, int, error) {
-	keys, err := h.o.Engine.Keys(ctx, poller)
-	if err != nil {
-		return nil, 0, 0, err
+// keyCursor is the table's ?after= as the engine takes it: the last key of the page before,
+// as poller|partition. A cursor that is not one, or names another poller than the table's,
+// starts from the first key.
+func keyCursor(after, poller string) string {
+	k, err := watukuytype.ParseKey(after)
+	if err != nil || (poller != "" && k.Poller != poller) {
+		return ""
 	}
-	offset := 0
-	if n, ok := parseOffset(offsetParam); ok && n < len(keys) {
-		offset = n
-	}
-	if offset == 0 && len(keys) <= h.maxRows {
-		// InspectAll reads the registry once for all keys.
-		kis, err := h.o.Engine.InspectAll(ctx, poller)
-		return kis, len(kis), 0, err
-	}
-	page := keys[offset:min(len(keys), offset+h.maxRows)]
-	kis := make([]watukuy.KeyInfo, 0, len(page))
-	for _, k := range page {
-		ki, err := h.o.Engine.Inspect(ctx, k.Poller, k.Partition)
-		var nf *watukuytype.NotFoundError
-		if errors.As(err, &nf) {
-			continue // deleted since Keys listed it
-		}
-		if err != nil {
-			return nil, 0, 0, err
-		}
-		kis = append(kis, ki)
-	}
-	return kis, len(keys), offset, nil
+	return after
 }
 
 // key renders one key's detail page; rest is "{poller}/{partition}", each escaped.
@@ -404,13 +397,24 @@ func (h *handler) key(w http.ResponseWriter, r *http.Request, rest string) {
 		h.engineError(w, r, p, err)
 		return
 	}
-	rows, err := h.o.Engine.Parked().List(ctx, poller, partition, "")
+	// One row more than the page shows says whether a next page has any.
+	after := r.URL.Query().Get("after")
+	rows, _, err := h.o.Engine.Parked().Page(ctx, poller, partition, "", after, h.maxParked+1)
 	if err != nil {
 		h.engineError(w, r, p, err)
 		return
 	}
+	more := len(rows) > h.maxParked
+	rows = rows[:min(len(rows), h.maxParked)]
 	p.Title = ki.Poller + " / " + partLabel(ki.Partition)
 	p.Key = newKeyDetail(ki, rows, h.o.Now())
+	href := keyPath(Root+"/keys", ki.Poller, ki.Partition)
+	if more {
+		p.Key.ParkedNext = href + "?" + url.Values{"after": {rows[len(rows)-1].ID}}.Encode()
+	}
+	if after != "" {
+		p.Key.ParkedFirst = href
+	}
 	h.render(w, r, http.StatusOK, "key", p)
 }
 

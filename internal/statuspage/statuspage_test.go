@@ -267,7 +267,7 @@ func TestTableShowsKeys(t *testing.T) {
 		`href="/status/keys/customers/eu:globex@1"`, // PathEscape keeps : and @ (the API unescapes either way)
 		`href="/status?poller=customers"`,
 		`data-api="/api/keys/orders/-/trigger"`, `data-api="/api/keys/orders/-/pause"`,
-		"3 keys", `<span class="badge ok">3 idle</span>`,
+		">3 scheduled keys<", `<span class="badge ok">3 idle</span>`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the table lacks %s", want)
@@ -279,7 +279,7 @@ func TestTableShowsKeys(t *testing.T) {
 	}
 	// One poller only.
 	_, body = w.do(t, "GET", "/status?poller=customers", opsSecret, nil)
-	if strings.Contains(body, `data-key="orders/-"`) || !strings.Contains(body, `data-key="customers/acme"`) || !strings.Contains(body, "2 keys") {
+	if strings.Contains(body, `data-key="orders/-"`) || !strings.Contains(body, `data-key="customers/acme"`) || !strings.Contains(body, ">2 scheduled keys<") {
 		t.Fatalf("poller filter:\n%s", body)
 	}
 	// A paused key shows Resume instead of Pause.
@@ -306,6 +306,8 @@ func TestTableShowsKeys(t *testing.T) {
 	}
 }
 
+// The table pages by cursor: a next page link carries the last key shown (?after=), a later
+// page links back to the first, and the scheduled count stays that of every page.
 func TestTablePages(t *testing.T) {
 	w := newWorld(t)
 	w.h.(*handler).maxRows = 2
@@ -316,18 +318,38 @@ func TestTablePages(t *testing.T) {
 		}
 		return out
 	}
+	next := `href="/status?after=customers%7Ceu%3Aglobex%401"`
 	_, body := w.do(t, "GET", "/status", opsSecret, nil)
-	if got := keys(body); fmt.Sprint(got) != "[customers/acme customers/eu:globex@1]" || !strings.Contains(body, "keys 1–2 of 3") ||
-		!strings.Contains(body, `href="/status?offset=2"`) || strings.Contains(body, ">previous<") {
+	if got := keys(body); fmt.Sprint(got) != "[customers/acme customers/eu:globex@1]" || !strings.Contains(body, ">3 scheduled keys; on this page:<") ||
+		!strings.Contains(body, "2 keys on this page") || !strings.Contains(body, next+">next page<") || strings.Contains(body, ">first page<") {
 		t.Fatalf("first page %v:\n%s", got, body)
 	}
-	_, body = w.do(t, "GET", "/status?offset=2", opsSecret, nil)
-	if got := keys(body); fmt.Sprint(got) != "[orders/-]" || !strings.Contains(body, "keys 3–3 of 3") || !strings.Contains(body, `href="/status"`) || strings.Contains(body, ">next<") {
+	_, body = w.do(t, "GET", "/status?after="+url.QueryEscape("customers|eu:globex@1"), opsSecret, nil)
+	if got := keys(body); fmt.Sprint(got) != "[orders/-]" || !strings.Contains(body, ">3 scheduled keys; on this page:<") ||
+		!strings.Contains(body, `<a href="/status">first page</a>`) || strings.Contains(body, ">next page<") {
 		t.Fatalf("second page %v:\n%s", got, body)
 	}
-	_, body = w.do(t, "GET", "/status?offset=99", opsSecret, nil) // past the end: the first page
-	if got := keys(body); len(got) != 2 {
-		t.Fatalf("offset past the end: %v", got)
+	// A page that ends with the last key has no next page.
+	_, body = w.do(t, "GET", "/status?poller=customers", opsSecret, nil)
+	if got := keys(body); len(got) != 2 || strings.Contains(body, ">next page<") || strings.Contains(body, "data-pager") {
+		t.Fatalf("one full page %v:\n%s", got, body)
+	}
+	// Past the last key: nothing, and the way back.
+	res, body := w.do(t, "GET", "/status?after="+url.QueryEscape("zzz|"), opsSecret, nil)
+	if got := keys(body); res.StatusCode != http.StatusOK || len(got) != 0 || !strings.Contains(body, "No keys after this point") || !strings.Contains(body, `<a href="/status">first page</a>`) {
+		t.Fatalf("past the end %v:\n%s", got, body)
+	}
+	// A cursor that is not one, or of another poller than the table's: the first page.
+	for _, q := range []string{"?after=nonsense", "?poller=customers&after=" + url.QueryEscape("orders|")} {
+		if _, body := w.do(t, "GET", "/status"+q, opsSecret, nil); len(keys(body)) != 2 || strings.Contains(body, ">first page<") {
+			t.Errorf("%s: %v", q, keys(body))
+		}
+	}
+	// The poller's own pages keep ?poller=.
+	w.h.(*handler).maxRows = 1
+	_, body = w.do(t, "GET", "/status?poller=customers", opsSecret, nil)
+	if !strings.Contains(body, `href="/status?after=customers%7Cacme&amp;poller=customers">next page<`) || !strings.Contains(body, ">2 scheduled keys; on this page:<") {
+		t.Fatalf("a poller's first page:\n%s", body)
 	}
 }
 
@@ -361,6 +383,72 @@ func TestDetailPage(t *testing.T) {
 	res, _ = w.do(t, "GET", "/status/keys/customers/eu%3Aglobex%401", opsSecret, nil)
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("encodeURIComponent's form: %d", res.StatusCode)
+	}
+}
+
+// A key's parked rows page by id: a bounded first page with a link to the rows after its last
+// one, and from a later page a link back to the first rows.
+func TestDetailPageParkedPages(t *testing.T) {
+	w := newWorld(t)
+	api := fakeapi.New()
+	api.PutMany(5, "r", nil)
+	if err := w.env.Engine.Register(watukuy.Poller{Name: "rejects", Fetch: api.ChangeFeed(10), Version: watukuy.Field("version"),
+		Handler:  func(context.Context, watukuy.Event) error { return errors.New("refused") },
+		Delivery: watukuy.Delivery{Attempts: 1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}); err != nil {
+		t.Fatal(err)
+	}
+	w.env.Settle(3)
+	all, err := w.env.Engine.Parked().List(t.Context(), "rejects", "", "")
+	if err != nil || len(all) != 5 {
+		t.Fatalf("parked: %d %v", len(all), err)
+	}
+	w.h.(*handler).maxParked = 2
+	rowsOf := func(body string) []string {
+		var out []string
+		for _, m := range regexp.MustCompile(`data-row="([^"]+)"`).FindAllStringSubmatch(body, -1) {
+			out = append(out, m[1])
+		}
+		return out
+	}
+	var seen []string
+	target := "/status/keys/rejects/-"
+	for page := 0; ; page++ {
+		if page > 5 {
+			t.Fatalf("no end after %v", seen)
+		}
+		res, body := w.do(t, "GET", target, opsSecret, nil)
+		if res.StatusCode != http.StatusOK || !strings.Contains(body, "Parked rows (5)") {
+			t.Fatalf("%s: %d\n%s", target, res.StatusCode, body)
+		}
+		checkPage(t, res, body)
+		rows := rowsOf(body)
+		seen = append(seen, rows...)
+		if first := strings.Contains(body, `<a href="/status/keys/rejects/-">first rows</a>`); first != (page > 0) {
+			t.Fatalf("page %d: first rows link %v:\n%s", page, first, body)
+		}
+		m := regexp.MustCompile(`<a href="(/status/keys/rejects/-\?after=[^"]+)">next rows</a>`).FindStringSubmatch(body)
+		if m == nil {
+			if len(rows) != 1 {
+				t.Fatalf("the last page shows %v", rows)
+			}
+			break
+		}
+		if len(rows) != 2 || m[1] != "/status/keys/rejects/-?after="+url.QueryEscape(rows[1]) {
+			t.Fatalf("page %d: rows %v, next %s", page, rows, m[1])
+		}
+		target = strings.ReplaceAll(m[1], "&amp;", "&")
+	}
+	var want []string
+	for _, r := range all {
+		want = append(want, r.ID)
+	}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Fatalf("the pages showed %v, want %v", seen, want)
+	}
+	// Exactly a page of rows: no next link.
+	w.h.(*handler).maxParked = 5
+	if _, body := w.do(t, "GET", "/status/keys/rejects/-", opsSecret, nil); len(rowsOf(body)) != 5 || strings.Contains(body, "next rows") || strings.Contains(body, "data-parked-pager") {
+		t.Fatalf("one full page:\n%s", body)
 	}
 }
 

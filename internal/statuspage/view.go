@@ -33,20 +33,19 @@ type page struct {
 	// A message page (not found, refused, Redis unavailable).
 	Message string
 
-	// The keys' table.
-	Poller             string
-	Rows               []keyRow
-	Summary            []statusCount
-	Total, Offset      int
-	NextPage, PrevPage string
+	// The keys' table: one page of it, and the number of scheduled keys (registered and not
+	// deleted) of the poller, or of every poller.
+	Poller              string
+	Rows                []keyRow
+	Summary             []statusCount
+	Scheduled           int64
+	Later               bool // a page after the first
+	NextPage, FirstPage string
 
 	// One key.
 	Key      *keyDetail
 	NotFound *notFoundView
 }
-
-// Shown is the number of the last row shown, for "keys 1–500 of 1200".
-func (p *page) Shown() int { return p.Offset + len(p.Rows) }
 
 // keyRow is one key as the table shows it.
 type keyRow struct {
@@ -97,7 +96,9 @@ type keyDetail struct {
 	BackfillFraction string // "" when the poller cannot place cursors
 	BackfillPercent  string
 	Parked           []parkedRow
-	ParkedTotal      int
+	ParkedTotal      int64  // the key's parked rows, of which Parked is one page
+	ParkedNext       string // the page of the rows after Parked, "" when none
+	ParkedFirst      string // the page of the first rows, "" on it
 	RetryAll         string // the JSON bodies of the "all" buttons
 	DiscardAll       string
 }
@@ -183,24 +184,19 @@ func keyPath(root, poller, partition string) string {
 	return root + "/" + url.PathEscape(poller) + "/" + url.PathEscape(partLabel(partition))
 }
 
-// pageURL is the table's page of poller from offset.
-func pageURL(poller string, offset int) string {
+// pageURL is the table's page of poller after the cursor after ("" the first page).
+func pageURL(poller, after string) string {
 	q := url.Values{}
 	if poller != "" {
 		q.Set("poller", poller)
 	}
-	if offset > 0 {
-		q.Set("offset", strconv.Itoa(offset))
+	if after != "" {
+		q.Set("after", after)
 	}
 	if len(q) == 0 {
 		return Root
 	}
 	return Root + "?" + q.Encode()
-}
-
-func parseOffset(s string) (int, bool) {
-	n, err := strconv.Atoi(s)
-	return n, err == nil && n >= 0
 }
 
 func ms(n int64) string { return humantime.Round(time.Duration(n) * time.Millisecond).String() }
@@ -229,7 +225,7 @@ func clip(s string, n int) string {
 
 func newKeyRow(ki watukuy.KeyInfo, now time.Time) keyRow {
 	r := keyRow{Poller: ki.Poller, Partition: partLabel(ki.Partition),
-		PollerHref: pageURL(ki.Poller, 0), Href: keyPath(Root+"/keys", ki.Poller, ki.Partition), API: keyPath(APIRoot+"/keys", ki.Poller, ki.Partition),
+		PollerHref: pageURL(ki.Poller, ""), Href: keyPath(Root+"/keys", ki.Poller, ki.Partition), API: keyPath(APIRoot+"/keys", ki.Poller, ki.Partition),
 		Status: string(ki.Status), StatusCls: statusClass(ki.Status), Paused: ki.Paused,
 		Lag: ms(ki.LagMs), Circuit: string(ki.Circuit), Outbox: ki.OutboxPending, Parked: ki.Parked}
 	if r.Circuit == "" {
@@ -314,7 +310,7 @@ func mustJSON(v any) string {
 }
 
 func newKeyDetail(ki watukuy.KeyInfo, parked []watukuy.ParkedInfo, now time.Time) *keyDetail {
-	d := &keyDetail{Row: newKeyRow(ki, now), ParkedTotal: len(parked),
+	d := &keyDetail{Row: newKeyRow(ki, now), ParkedTotal: max(ki.Parked, int64(len(parked))),
 		RetryAll: mustJSON(map[string]any{"all": true}), DiscardAll: mustJSON(map[string]any{"all": true})}
 
 	status := section{Title: "Status", Fields: []field{{Name: "status", Value: string(ki.Status)}, {Name: "paused", Value: yesNo(ki.Paused)},
@@ -429,10 +425,7 @@ func newKeyDetail(ki watukuy.KeyInfo, parked []watukuy.ParkedInfo, now time.Time
 	}
 	d.Sections = append(d.Sections, bf)
 
-	for i, p := range parked {
-		if i == maxParkedRows {
-			break
-		}
+	for _, p := range parked {
 		row := parkedRow{ID: p.ID, Kind: p.Kind, Error: p.Error, Errors: p.Errors, Attempts: p.Attempts,
 			OrderingKey: p.OrderingKey, Identity: p.Identity,
 			RetryBody: mustJSON(map[string][]string{"ids": {p.ID}}), DiscardBody: mustJSON(map[string][]string{"ids": {p.ID}})}
@@ -459,7 +452,7 @@ func newNotFound(nf *watukuytype.NotFoundError) *notFoundView {
 	}
 	v.What = "pollers"
 	for _, k := range nf.Known {
-		v.Known = append(v.Known, link{Label: k, Href: pageURL(k, 0)})
+		v.Known = append(v.Known, link{Label: k, Href: pageURL(k, "")})
 	}
 	return v
 }
