@@ -385,22 +385,22 @@ func TestAdversary6G3BackfillStoppedHalfWayLeavesThePast(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------------------
-// G2: a partition deleted by the release before the incarnation, added again by this one,
-// repeats the ids of its first incarnation.
+// G2: a partition added back after its deletion mark expired repeats no id.
 // ---------------------------------------------------------------------------------------
 
-// TestAdversary6G2PartitionDeletedBeforeTheIncarnationRepeatsIDs: the incarnation is written
-// only by this release's delete_key.lua; the data layout is still 3 and `migrate` does
-// nothing, so a partition deleted by the release before (a deletion mark, no incarnation) and
-// added again after the upgrade starts every identity at life max(0, 0) = 0: o1's first
-// event (created A, life 0, change 0) has its old id again, and a consumer that dedupes by id
-// drops it and keeps B. The control is a deletion by this release.
-func TestAdversary6G2PartitionDeletedBeforeTheIncarnationRepeatsIDs(t *testing.T) {
+// TestG2PartitionAddedBackAfterItsDeletionWasForgotten: partitions delete leaves a deletion
+// mark that expires (the mark is deleted here, as its expiry would), after which nothing of
+// the partition is left but its poller's high-water marks. o1 went A → B; the partition is
+// deleted, forgotten, and added back while the API holds o1 at A again: its identities' lives
+// start above the deleted partition's (the seed of its first Begin), so "created A" gets a new
+// id and a consumer that dedupes by id follows the API. The control adds back while the mark
+// lives.
+func TestG2PartitionAddedBackAfterItsDeletionWasForgotten(t *testing.T) {
 	eachLight(t, func(t *testing.T, b redistest.Backend) {
-		for _, legacy := range []bool{false, true} {
-			t.Run(fmt.Sprintf("deleted-before-the-upgrade-%v", legacy), func(t *testing.T) {
+		for _, forgotten := range []bool{false, true} {
+			t.Run(fmt.Sprintf("mark-expired-%v", forgotten), func(t *testing.T) {
 				e := newEnv(t, b)
-				name := fmt.Sprintf("readd-legacy-%v", legacy)
+				name := fmt.Sprintf("readd-forgotten-%v", forgotten)
 				l := &rawListing{items: map[string]string{}}
 				eng := e.engine(e.poller(func(p *Poller) {
 					p.Name = name
@@ -419,11 +419,13 @@ func TestAdversary6G2PartitionDeletedBeforeTheIncarnationRepeatsIDs(t *testing.T
 				if err := eng.Partitions().Delete(ctx, name, "t1"); err != nil {
 					t.Fatal(err)
 				}
-				if legacy {
-					// As the release before b9a452d left it: the deletion mark, no incarnation.
-					b.Client.HDel(ctx, "wk:{"+name+"|t1}:state", "incarnation")
-					if m, err := eng.Migrate(ctx); err != nil || len(m.Steps) != 0 {
-						t.Logf("migrate: %+v, %v", m, err)
+				if forgotten {
+					state := "wk:{" + name + "|t1}:state"
+					if err := b.Client.Del(ctx, state).Err(); err != nil {
+						t.Fatal(err)
+					}
+					if n := b.Client.Keys(ctx, "wk:{"+name+"|t1}:*").Val(); len(n) != 0 {
+						t.Fatalf("left of the deleted partition: %v", n)
 					}
 				}
 				l.set("o1", `{"id":"o1","state":"A"}`)

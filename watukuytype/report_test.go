@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// The compact lastPoll keeps every field of the summary (at to the millisecond), stays under
-// Redis's 64-byte listpack value limit for an idle key, and the JSON of older releases still
-// reads.
+// The compact lastPoll keeps every field of the summary (at to the millisecond) and stays under
+// Redis's 64-byte listpack value limit for an idle key; anything else is an error naming
+// lastPoll.
 func TestPollSummaryCompactRoundTrip(t *testing.T) {
 	at := time.Date(2026, 12, 2, 0, 39, 19, 155_303_093, time.UTC)
 	for _, p := range []PollSummary{

@@ -689,27 +689,25 @@ func kindParam(r *http.Request) (string, error) {
 }
 
 // parkedPage reads up to n of k's parked rows of kind after the id after, and whether the key
-// has more after them. It asks the engine for one row more than n, to know without another
-// request; at MaxLimit it cannot, and a full page counts as more.
+// has more after them.
 func (a *api) parkedPage(ctx context.Context, k watukuy.Key, kind, after string, n int) ([]watukuy.ParkedInfo, bool, error) {
-	ps, next, err := a.o.Engine.Parked().Page(ctx, k.Poller, k.Partition, kind, after, min(n+1, MaxLimit))
-	if err != nil {
-		return nil, false, err
+	ps, next, err := a.o.Engine.Parked().Page(ctx, k.Poller, k.Partition, kind, after, n)
+	return ps, next != "", err
+}
+
+// pageParams reads a parked listing's ?kind= and ?limit=.
+func pageParams(r *http.Request) (kind string, limit int, err error) {
+	if kind, err = kindParam(r); err != nil {
+		return "", 0, err
 	}
-	if len(ps) > n {
-		return ps[:n], true, nil
-	}
-	return ps, len(ps) == n && next != "", nil
+	limit, err = limitParam(r)
+	return kind, limit, err
 }
 
 // parkedOfKey lists a page of the path's key's parked rows in id order (poison events before
 // invalid items); next is the id of the page's last row, the after of the next page.
 func (a *api) parkedOfKey(ctx context.Context, c *call) (any, error) {
-	kind, err := kindParam(c.r)
-	if err != nil {
-		return nil, err
-	}
-	limit, err := limitParam(c.r)
+	kind, limit, err := pageParams(c.r)
 	if err != nil {
 		return nil, err
 	}
@@ -772,11 +770,7 @@ func gone(err error) bool {
 // rows only from keys that have some; past MaxScan keys it answers what it found, with the
 // cursor to go on from.
 func (a *api) parkedAll(ctx context.Context, c *call) (any, error) {
-	kind, err := kindParam(c.r)
-	if err != nil {
-		return nil, err
-	}
-	limit, err := limitParam(c.r)
+	kind, limit, err := pageParams(c.r)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -19,11 +20,33 @@ func (e *Engine) Inspect(ctx context.Context, key watukuytype.Key) (watukuytype.
 
 // inspect reads a resolved key's status.
 func (e *Engine) inspect(ctx context.Context, t target) (watukuytype.KeyInfo, error) {
-	key := t.key
-	s, err := e.store.Inspect(ctx, key)
+	s, err := e.store.Inspect(ctx, t.key)
 	if err != nil {
-		return watukuytype.KeyInfo{}, keyErr("watukuy: inspect", key, err)
+		return watukuytype.KeyInfo{}, keyErr("watukuy: inspect", t.key, err)
 	}
+	return keyInfo(t, s), nil
+}
+
+// inspectMany reads the status of resolved keys in one round trip.
+func (e *Engine) inspectMany(ctx context.Context, ts []target) ([]watukuytype.KeyInfo, error) {
+	keys := make([]watukuytype.Key, len(ts))
+	for i, t := range ts {
+		keys[i] = t.key
+	}
+	snaps, err := e.store.InspectMany(ctx, keys)
+	if err != nil {
+		return nil, fmt.Errorf("watukuy: inspect %d keys: %w", len(keys), err)
+	}
+	out := make([]watukuytype.KeyInfo, len(ts))
+	for i, t := range ts {
+		out[i] = keyInfo(t, snaps[i])
+	}
+	return out, nil
+}
+
+// keyInfo is a key's status from its snapshot.
+func keyInfo(t target, s Snapshot) watukuytype.KeyInfo {
+	key := t.key
 	st := newState(s.State)
 	ki := watukuytype.KeyInfo{Poller: key.Poller, Partition: key.Partition, Paused: st.paused(), Source: t.source,
 		Cursor: st.get(statehash.CursorLive), Cursors: map[string]string{string(watukuytype.LaneLive): st.get(statehash.CursorLive)},
@@ -98,7 +121,7 @@ func (e *Engine) inspect(ctx context.Context, t target) (watukuytype.KeyInfo, er
 	default:
 		ki.Status = watukuytype.StatusIdle
 	}
-	return ki, nil
+	return ki
 }
 
 // InspectPage reads up to limit known keys of poller (all pollers when "") after the cursor
@@ -108,26 +131,21 @@ func (e *Engine) InspectPage(ctx context.Context, poller, after string, limit in
 	if err != nil {
 		return nil, "", err
 	}
-	out := make([]watukuytype.KeyInfo, 0, len(ts))
-	for _, t := range ts {
-		ki, err := e.inspect(ctx, t)
-		if err != nil {
-			return out, "", err
-		}
-		out = append(out, ki)
-	}
-	return out, next, nil
+	kis, err := e.inspectMany(ctx, ts)
+	return kis, next, err
 }
 
 // InspectAll reads every known key of poller (all pollers when ""), a page at a time.
 func (e *Engine) InspectAll(ctx context.Context, poller string) ([]watukuytype.KeyInfo, error) {
 	var out []watukuytype.KeyInfo
-	err := e.eachTarget(ctx, poller, func(t target) error {
-		ki, err := e.inspect(ctx, t)
-		out = append(out, ki)
-		return err
-	})
-	return out, err
+	for after := ""; ; {
+		kis, next, err := e.InspectPage(ctx, poller, after, listPage)
+		out = append(out, kis...)
+		if err != nil || next == "" {
+			return out, err
+		}
+		after = next
+	}
 }
 
 // lastPollJSON is a state hash's lastPoll as the JSON KeyInfo.LastPoll carries; a value that

@@ -128,6 +128,8 @@ type Store interface {
 	ClearThrottle(ctx context.Context, key watukuytype.Key) (time.Time, error)
 	// Inspect reads a key's state, lease and counters.
 	Inspect(ctx context.Context, key watukuytype.Key) (Snapshot, error)
+	// InspectMany reads the state, lease and counters of each key, in one round trip.
+	InspectMany(ctx context.Context, keys []watukuytype.Key) ([]Snapshot, error)
 	// ListParked returns up to limit of the key's parked rows (JSON) whose ids start with
 	// prefix ("" for all), in id order, after the id after ("" from the first).
 	ListParked(ctx context.Context, key watukuytype.Key, prefix, after string, limit int) ([]ParkedJSON, error)

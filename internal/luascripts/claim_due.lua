@@ -9,7 +9,7 @@
 --   all under {global} (member: "poller|partition", score: due time ms)
 -- ARGV[1] now override ms or '', ARGV[2] limit, ARGV[3] claim timeout ms: a fixed claim for
 --   every key when not '0'; ARGV[4] grace ms added to a lease TTL; ARGV[5] the claim of a
---   poller whose entry records no lease TTL (data registered by an older release), ms;
+--   poller whose entry records no lease TTL, ms;
 --   ARGV[6] the claim's mark n in 1..1023 to mark it for a confirmation (a scheduler's window
 --   claim: every claimed score then carries n/1024 of a millisecond, prelude's claim_mark,
 --   which no other writer of a due time writes), else '0'; ARGV[7], ARGV[8], ... the poller

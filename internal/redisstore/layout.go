@@ -19,8 +19,8 @@ const CurrentLayout = 1
 // Step upgrades a database from layout From to From+1 in place. Run must be idempotent (an
 // interrupted migration simply runs again) and must keep every process of layout From that is
 // still running correct while it runs: a step only adds (expand); what the older layout alone
-// needs goes in a later step, once no process of it runs (contract). docs/design.md, Changing
-// the layout, has the rule.
+// needs goes in a later step, once no process of it runs (contract). The rule is in
+// docs/design.md (Changing the layout).
 type Step struct {
 	From int
 	// Run does the step and says what it did, for the operator.

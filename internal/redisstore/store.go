@@ -607,58 +607,79 @@ func (s *Store) ClearThrottle(ctx context.Context, key watukuytype.Key) (time.Ti
 }
 
 // Inspect implements core.Store.
-//
-// One pipeline: the key's structures, the outbox's oldest entry (its stream id is the server
-// time it was added) and the server's TIME, which that entry's age is counted by (and which is
-// Snapshot.Now unless a test clock overrides it).
 func (s *Store) Inspect(ctx context.Context, key watukuytype.Key) (core.Snapshot, error) {
-	var st *redis.MapStringStringCmd
-	var outbox, held, items, parked, invalid *redis.IntCmd
-	var oldest *redis.XMessageSliceCmd
+	snaps, err := s.InspectMany(ctx, []watukuytype.Key{key})
+	if err != nil {
+		return core.Snapshot{}, err
+	}
+	return snaps[0], nil
+}
+
+// inspectCmds are one key's reads of InspectMany.
+type inspectCmds struct {
+	st                                   *redis.MapStringStringCmd
+	outbox, held, items, parked, invalid *redis.IntCmd
+	oldest                               *redis.XMessageSliceCmd
+}
+
+// InspectMany implements core.Store: one pipeline reads every key's structures, the oldest
+// entry of each outbox (its stream id is the server time it was added) and the server's TIME,
+// which those entries' ages are counted by (and which is Snapshot.Now unless a test clock
+// overrides it).
+func (s *Store) InspectMany(ctx context.Context, keys []watukuytype.Key) ([]core.Snapshot, error) {
+	cmds := make([]inspectCmds, len(keys))
 	var serverTime *redis.TimeCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		st = p.HGetAll(ctx, s.k(key, "state"))
-		outbox = p.XLen(ctx, s.k(key, "outbox"))
-		oldest = p.XRangeN(ctx, s.k(key, "outbox"), "-", "+", 1)
-		parked = p.ZCard(ctx, s.k(key, "parked-ids"))
-		// Invalid items are parked as inv_..., poison events under their event ids (ev_...).
-		invalid = p.ZLexCount(ctx, s.k(key, "parked-ids"), "[inv_", "(inv`")
-		held = p.ZCard(ctx, s.k(key, "held"))
-		items = p.HLen(ctx, s.k(key, "items"))
+		for i, key := range keys {
+			c := &cmds[i]
+			c.st = p.HGetAll(ctx, s.k(key, "state"))
+			c.outbox = p.XLen(ctx, s.k(key, "outbox"))
+			c.oldest = p.XRangeN(ctx, s.k(key, "outbox"), "-", "+", 1)
+			c.parked = p.ZCard(ctx, s.k(key, "parked-ids"))
+			// Invalid items are parked as inv_..., poison events under their event ids (ev_...).
+			c.invalid = p.ZLexCount(ctx, s.k(key, "parked-ids"), "[inv_", "(inv`")
+			c.held = p.ZCard(ctx, s.k(key, "held"))
+			c.items = p.HLen(ctx, s.k(key, "items"))
+		}
 		serverTime = p.Time(ctx)
 		return nil
 	})
 	if err != nil {
-		return core.Snapshot{}, err
+		return nil, err
 	}
 	now := serverTime.Val()
 	if s.clock != nil {
 		now = s.clock()
 	}
-	state := st.Val()
-	lease := map[string]string{}
-	for f, v := range state {
-		if statehash.IsLeaseField(f) {
-			lease[f] = v
-			delete(state, f)
+	out := make([]core.Snapshot, len(keys))
+	for i, c := range cmds {
+		state := c.st.Val()
+		lease := map[string]string{}
+		for f, v := range state {
+			if statehash.IsLeaseField(f) {
+				lease[f] = v
+				delete(state, f)
+			}
 		}
-	}
-	snap := core.Snapshot{State: state, OutboxLen: outbox.Val(), Parked: parked.Val(), ParkedInvalid: invalid.Val(), Held: held.Val(), Items: items.Val(), Now: now}
-	if msgs := oldest.Val(); len(msgs) > 0 {
-		if ms, ok := streamMillis(msgs[0].ID); ok {
-			snap.OutboxOldest = time.UnixMilli(ms).UTC()
-			snap.OutboxOldestAge = serverTime.Val().Sub(snap.OutboxOldest)
+		snap := core.Snapshot{State: state, OutboxLen: c.outbox.Val(), Parked: c.parked.Val(), ParkedInvalid: c.invalid.Val(),
+			Held: c.held.Val(), Items: c.items.Val(), Now: now}
+		if msgs := c.oldest.Val(); len(msgs) > 0 {
+			if ms, ok := streamMillis(msgs[0].ID); ok {
+				snap.OutboxOldest = time.UnixMilli(ms).UTC()
+				snap.OutboxOldestAge = serverTime.Val().Sub(snap.OutboxOldest)
+			}
 		}
+		snap.LeaseOwner = lease[statehash.LeaseOwner]
+		if e, ok := lease[statehash.LeaseEpoch]; ok {
+			snap.LeaseEpoch, _ = strconv.ParseInt(e, 10, 64)
+		}
+		if x, ok := lease[statehash.LeaseExpires]; ok {
+			n, _ := strconv.ParseInt(x, 10, 64)
+			snap.LeaseExpires = time.UnixMilli(n)
+		}
+		out[i] = snap
 	}
-	snap.LeaseOwner = lease[statehash.LeaseOwner]
-	if e, ok := lease[statehash.LeaseEpoch]; ok {
-		snap.LeaseEpoch, _ = strconv.ParseInt(e, 10, 64)
-	}
-	if x, ok := lease[statehash.LeaseExpires]; ok {
-		n, _ := strconv.ParseInt(x, 10, 64)
-		snap.LeaseExpires = time.UnixMilli(n)
-	}
-	return snap, nil
+	return out, nil
 }
 
 // streamMillis is the millisecond part of a stream id ("1700000000000-3").
