@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/watukuy/watukuy/internal/bench"
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
@@ -367,29 +364,6 @@ func BenchmarkReleaseHeldHotKey(b *testing.B) {
 	}
 	b.ReportMetric(float64(longest.Microseconds())/1000, "max-script-ms")
 	b.ReportMetric(float64(longest.Microseconds())/n, "µs/held-event")
-}
-
-// BenchmarkIdleKeyBytes: Redis memory per idle key (issue 14), measured by internal/bench
-// (what `watukuy bench --only idle-bytes` runs): one poller of WATUKUY_BENCH_KEYS partitions
-// (default 10,000) on a private redis-server, each key's first cycle run (an empty page); the
-// used_memory the second half of the keys added, per key (the average over all keys, with the
-// database's fixed part, in "averageB/key"), and the MEMORY USAGE breakdown by Redis key kind
-// ("B/key:state", "B/key:due:bench", ...). Goal: <= 400 bytes.
-func BenchmarkIdleKeyBytes(b *testing.B) {
-	n := 10_000
-	if v, err := strconv.Atoi(os.Getenv("WATUKUY_BENCH_KEYS")); err == nil && v > 0 {
-		n = v
-	}
-	redistest.Real(b) // skips, or fails with WATUKUY_REQUIRE_REAL_REDIS=1, without redis-server
-	for i := 0; i < b.N; i++ {
-		r, err := bench.IdleKeyBytes(b.Context(), bench.Options{Dir: b.TempDir()}, n)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for unit, v := range r.Metrics() {
-			b.ReportMetric(v, unit)
-		}
-	}
 }
 
 // BenchmarkIdleCycle: one idle cycle (Begin, a fetch that finds nothing new, End) of one key

@@ -13,23 +13,28 @@ import (
 	"github.com/watukuy/watukuy/internal/bench"
 )
 
-// benchCmd is `watukuy bench`: the issue 14 measurements, a table on stdout and JSON in a file.
+// benchCmd is `watukuy bench`: the benchmark measurements, a table on stdout and JSON in a file.
 func benchCmd() *cobra.Command {
 	o := bench.Defaults()
 	var jsonFile, logLevel string
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure memory per key, claim rate, lateness, no-op cycles and scale-out on private redis-servers",
-		Long: `bench runs the benchmark measurements of issue 14, each on redis-server processes it starts
+		Short: "Measure memory per key, claim rate, lateness, no-op cycles, scale-out and the layout's costs on private redis-servers",
+		Long: `bench runs the benchmark measurements, each on redis-server processes it starts
 itself (a 3-master Redis Cluster for the cluster scale-out) unless --redis names a server, with the
 worker and scheduler processes the lateness, scale-out and two-scheduler runs need (this binary,
 re-executed as 'watukuy bench child'). It prints a table with each figure next to its baseline from
-the same run (or the issue's figure) and writes the whole run as JSON with --json.
+the same run (or the issue's figure) and the longest Lua script the run's own servers logged
+(SLOWLOG), and writes the whole run as JSON with --json. registry-costs, longest-script and churn
+measure what the data layout keeps independent of the deployment's size: an operator's look at a
+key and a partitions add next to the poller's partition count, the longest script of operations on
+large states, and the keys partitions that came and went leave behind.
 
 Measurements (--only): ` + fmt.Sprint(bench.Names()) + `.`,
 		Example: `  watukuy bench --json docs/bench.json
   watukuy bench --only idle-bytes --keys 1000000
-  watukuy bench --only lateness,two-schedulers --due-keys 100000 --lateness-for 2m`,
+  watukuy bench --only lateness,two-schedulers --due-keys 100000 --lateness-for 2m
+  watukuy bench --only registry-costs,longest-script,churn`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := fromEnv(cmd); err != nil {
@@ -76,6 +81,13 @@ Measurements (--only): ` + fmt.Sprint(bench.Names()) + `.`,
 	fs.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "asynq concurrency of each worker")
 	fs.IntVar(&o.FailoverKeys, "failover-keys", o.FailoverKeys, "keys of the two-scheduler run")
 	fs.DurationVar(&o.FailoverFor, "failover-for", o.FailoverFor, "how long the two-scheduler run lasts (the first scheduler is killed at a third)")
+	fs.IntVar(&o.RegistryKeys, "registry-keys", o.RegistryKeys, "partitions of the registry-costs run (compared with 10)")
+	fs.IntVar(&o.ParkedOutbox, "parked-outbox", o.ParkedOutbox, "longest-script: pending events beside the retried poison event")
+	fs.IntVar(&o.HeldEvents, "held-events", o.HeldEvents, "longest-script: events held behind the retried poison event")
+	fs.IntVar(&o.ClaimKeys, "claim-keys", o.ClaimKeys, "longest-script: keys in the claimed due set")
+	fs.IntVar(&o.DeleteItems, "delete-items", o.DeleteItems, "longest-script: tracked items of the deleted partition")
+	fs.IntVar(&o.Tombstones, "tombstones", o.Tombstones, "longest-script: tombstones expiring together")
+	fs.IntVar(&o.ChurnKeys, "churn-keys", o.ChurnKeys, "partitions the churn run adds, polls and deletes")
 	fs.StringVar(&o.RedisURL, "redis", "", "use this Redis instead of starting redis-server (memory figures then include anything else on it)")
 	fs.StringVar(&jsonFile, "json", "", "write the run as JSON to this file")
 	fs.StringVar(&logLevel, "log-level", "info", "progress log level (stderr)")

@@ -1,12 +1,16 @@
-// Package bench holds watukuy's benchmark measurements (issue 14): Redis bytes per idle key
+// Package bench holds watukuy's benchmark measurements: Redis bytes per idle key
 // and per tracked item, the scheduler's claim + enqueue rate, due-time lateness with worker
 // processes, no-op cycles per second next to raw asynq, scale-out over worker processes and a
-// Redis Cluster, and two schedulers with one SIGKILLed. Each measurement is a function that
+// Redis Cluster, two schedulers with one SIGKILLed, and what the data layout keeps independent
+// of a deployment's size: an operator's look at a key and a partitions add next to the
+// poller's partition count, the longest script of operations on large states, and the keys
+// partitions that came and went leave behind. Each measurement is a function that
 // returns a Result holding its figure next to a baseline from the same run (or the issue's
 // figure where none can be run); Run runs a selection. The measurements start their own
 // redis-server processes (internal/redisproc) unless Options.RedisURL names a server, and
 // their worker and scheduler processes through Options.Child (`watukuy bench child`, or a
-// test binary that re-executes itself).
+// test binary that re-executes itself). The servers a measurement starts log their slow
+// commands, and every result reports the longest script they ran (slowlog.go).
 package bench
 
 import (
@@ -53,6 +57,10 @@ type Result struct {
 	// Load1 is the machine's 1-minute load average when the measurement started (the
 	// machine may be shared).
 	Load1 float64 `json:"loadAvg1AtStart"`
+	// LongestScript names the longest Lua script the measurement's own Redis servers ran
+	// (their slowlog, setup included), whose duration is Details["longestScriptMs"] (0 and
+	// no name when none took slowlogThreshold); neither on a shared server (--redis).
+	LongestScript string `json:"longestScript,omitempty"`
 }
 
 // Report is a whole run: the results and what they ran on.
@@ -96,6 +104,19 @@ type Options struct {
 	FailoverTail time.Duration `json:"failoverTailNs"`
 	// Concurrency is the asynq concurrency of each worker (and of raw asynq).
 	Concurrency int `json:"concurrency"`
+	// RegistryKeys is the partition count of the registry-costs run (also run at 10).
+	RegistryKeys int `json:"registryKeys"`
+	// ParkedOutbox, HeldEvents, ClaimKeys, DeleteItems and Tombstones size the states of the
+	// longest-script run: the pending events of other ordering keys beside a retried poison
+	// event, the events held behind a retried poison event, the keys in a claimed due set, the
+	// tracked items of a deleted partition and the tombstones expiring together.
+	ParkedOutbox int `json:"parkedOutbox"`
+	HeldEvents   int `json:"heldEvents"`
+	ClaimKeys    int `json:"claimKeys"`
+	DeleteItems  int `json:"deleteItems"`
+	Tombstones   int `json:"tombstones"`
+	// ChurnKeys is how many partitions the churn run adds, polls and deletes.
+	ChurnKeys int `json:"churnKeys"`
 	// RedisURL, when set, is the server every measurement uses instead of starting its own
 	// (the cluster run still starts its own cluster); memory figures then include whatever
 	// else changes on it.
@@ -107,13 +128,18 @@ type Options struct {
 	Child func(args ...string) *exec.Cmd `json:"-"`
 	// Log receives progress lines; nil logs nothing.
 	Log zerolog.Logger `json:"-"`
+
+	// slow collects the longest script of the measurement running (Run sets it).
+	slow *slowest
 }
 
 // Defaults are the issue's sizes.
 func Defaults() Options {
 	return Options{Keys: 1_000_000, SmallKeys: 10_000, Items: 100_000, DueKeys: 100_000, Interval: time.Minute,
 		LatenessFor: 2 * time.Minute, NoopKeys: 10_000, Workers: []int{1, 2, 4},
-		FailoverKeys: 10_000, FailoverInterval: 10 * time.Second, FailoverFor: 30 * time.Second, FailoverTail: core.DefaultLeaseTTL + core.ClaimGrace + 2*time.Second, Concurrency: 32}
+		FailoverKeys: 10_000, FailoverInterval: 10 * time.Second, FailoverFor: 30 * time.Second, FailoverTail: core.DefaultLeaseTTL + core.ClaimGrace + 2*time.Second, Concurrency: 32,
+		RegistryKeys: 100_000, ParkedOutbox: 100_000, HeldEvents: 10_000, ClaimKeys: 1_000_000, DeleteItems: 100_000, Tombstones: 100_000,
+		ChurnKeys: 1000}
 }
 
 func (o *Options) defaults() {
@@ -140,6 +166,13 @@ func (o *Options) defaults() {
 	setD(&o.FailoverFor, d.FailoverFor)
 	setD(&o.FailoverTail, d.FailoverTail)
 	set(&o.Concurrency, d.Concurrency)
+	set(&o.RegistryKeys, d.RegistryKeys)
+	set(&o.ParkedOutbox, d.ParkedOutbox)
+	set(&o.HeldEvents, d.HeldEvents)
+	set(&o.ClaimKeys, d.ClaimKeys)
+	set(&o.DeleteItems, d.DeleteItems)
+	set(&o.Tombstones, d.Tombstones)
+	set(&o.ChurnKeys, d.ChurnKeys)
 	if len(o.Workers) == 0 {
 		o.Workers = d.Workers
 	}
@@ -177,6 +210,9 @@ func measurements() []measurement {
 		{"lateness", one(Lateness)},
 		{"scale-out", ScaleOut},
 		{"two-schedulers", one(TwoSchedulers)},
+		{"registry-costs", RegistryCosts},
+		{"longest-script", LongestScripts},
+		{"churn", one(Churn)},
 	}
 }
 
@@ -219,7 +255,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			continue
 		}
 		o.Log.Info().Str("measurement", m.name).Msg("bench: starting")
+		o.slow = &slowest{}
 		rs, err := m.run(ctx, o)
+		o.slow.note(rs)
 		rep.Results = append(rep.Results, rs...)
 		if err != nil {
 			return rep, fmt.Errorf("bench: %s: %w", m.name, err)
@@ -270,7 +308,7 @@ func loadAvg() float64 {
 // PrintTable writes the results as a table: each figure next to its baseline.
 func PrintTable(w io.Writer, rep *Report) error {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEASUREMENT\tVALUE\tBASELINE\tRATIO\tGOAL\tMET\tLOAD\tTOOK")
+	fmt.Fprintln(tw, "MEASUREMENT\tVALUE\tBASELINE\tRATIO\tGOAL\tMET\tLONGEST SCRIPT\tLOAD\tTOOK")
 	for _, r := range rep.Results {
 		ratio := "-"
 		if r.Baseline != 0 {
@@ -284,8 +322,14 @@ func PrintTable(w io.Writer, rep *Report) error {
 		if goal == "" {
 			goal = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s %s\t%s (%s)\t%s\t%s\t%s\t%.2f\t%s\n", r.Name, num(r.Value), r.Unit, num(r.Baseline), r.BaselineOf,
-			ratio, goal, met, r.Load1, r.Duration.Round(100*time.Millisecond))
+		script := "-"
+		if v, ok := r.Details["longestScriptMs"]; ok && r.LongestScript != "" {
+			script = fmt.Sprintf("%s ms (%s)", num(v), r.LongestScript)
+		} else if ok {
+			script = fmt.Sprintf("< %s ms", num(millis(slowlogThreshold)))
+		}
+		fmt.Fprintf(tw, "%s\t%s %s\t%s (%s)\t%s\t%s\t%s\t%s\t%.2f\t%s\n", r.Name, num(r.Value), r.Unit, num(r.Baseline), r.BaselineOf,
+			ratio, goal, met, script, r.Load1, r.Duration.Round(100*time.Millisecond))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -44,11 +45,13 @@ func testChild(args ...string) *exec.Cmd {
 func Tiny(tb testing.TB) Options {
 	return Options{Keys: 300, SmallKeys: 200, Items: 500, DueKeys: 300, Interval: 2 * time.Second, LatenessFor: 2 * time.Second,
 		NoopKeys: 200, Workers: []int{1, 2}, FailoverKeys: 200, FailoverInterval: 2 * time.Second, FailoverFor: 3 * time.Second,
-		FailoverTail: 2 * time.Second, Concurrency: 8, Dir: tb.TempDir(), Child: testChild, Log: zerolog.Nop()}
+		FailoverTail: 2 * time.Second, Concurrency: 8, RegistryKeys: 300, ParkedOutbox: 300, HeldEvents: 200, ClaimKeys: 2000, DeleteItems: 500,
+		Tombstones: 2500, ChurnKeys: 20, Dir: tb.TempDir(), Child: testChild, Log: zerolog.Nop()}
 }
 
 // TestRunTiny runs every measurement at a tiny size on its own redis-servers and checks the
-// results are sane: a positive figure and baseline each, goals judged, and the JSON round trips.
+// results are sane: a positive figure and baseline each, goals judged, the longest script
+// reported, and the JSON round trips. The churn run waits out the deletion marks' TTL.
 func TestRunTiny(t *testing.T) {
 	redistest.Real(t) // skips, or fails with WATUKUY_REQUIRE_REAL_REDIS=1, without redis-server
 	rep, err := Run(t.Context(), Tiny(t))
@@ -70,9 +73,14 @@ func TestRunTiny(t *testing.T) {
 		if r.Duration <= 0 {
 			t.Errorf("%s: duration %v", r.Name, r.Duration)
 		}
+		if _, ok := r.Details["longestScriptMs"]; !ok {
+			t.Errorf("%s: no longestScriptMs", r.Name)
+		}
 	}
 	for _, want := range []string{"idle-bytes-200", "idle-bytes-300", "item-bytes", "claim-rate", "noop-10perTask", "noop-1perTask",
-		"lateness-p99", "scale-redis-server-1w", "scale-redis-server-2w", "scale-cluster3-1w", "scale-cluster3-2w", "two-schedulers-kill"} {
+		"lateness-p99", "scale-redis-server-1w", "scale-redis-server-2w", "scale-cluster3-1w", "scale-cluster3-2w", "two-schedulers-kill",
+		"inspect-bytes-300", "api-keys-ms-300", "status-page-ms-300", "add-bytes-300", "longest-script-parked-retry", "longest-script-held-retry",
+		"longest-script-claim", "longest-script-delete", "longest-script-tombstones", "churn-keys"} {
 		if !seen[want] {
 			t.Errorf("no result %s", want)
 		}
@@ -86,6 +94,18 @@ func TestRunTiny(t *testing.T) {
 		case "lateness-p99", "two-schedulers-kill":
 			if r.Details["cyclesServed"] <= 0 || r.Details["doubles"] != 0 {
 				t.Errorf("%s: served %v, doubles %v", r.Name, r.Details["cyclesServed"], r.Details["doubles"])
+			}
+		case "idle-bytes-300":
+			if r.Details["B/key:registry"] <= 0 || r.Details["B/key:registry-index"] <= 0 || r.Details["B/key:keys"] != 0 {
+				t.Errorf("idle key breakdown lacks the registry: %v", r.Details)
+			}
+		case "longest-script-tombstones":
+			if r.Details["scriptMs:commit_poll"] <= 0 {
+				t.Errorf("%s: no commit_poll traced: %v", r.Name, r.Details)
+			}
+		case "churn-keys":
+			if r.Details["keysWithMarks"] < r.Details["partitionsChurned"] || r.Details["retiredEpoch"] <= 0 {
+				t.Errorf("%s: %v", r.Name, r.Details)
 			}
 		}
 	}
@@ -114,8 +134,9 @@ func TestRunUnknown(t *testing.T) {
 }
 
 // BenchmarkMeasurements runs each measurement (a sub-benchmark per name, as `watukuy bench
-// --only NAME`) at small sizes: 2,000 keys, lateness over 10 s of keys due every 5 s. The
-// issue's sizes are `watukuy bench`'s defaults.
+// --only NAME`) at small sizes: 2,000 keys, lateness over 10 s of keys due every 5 s, a
+// registry of 20,000 partitions, states of 2,000 to 100,000 for the longest scripts, 200
+// partitions churned. The issue's sizes are `watukuy bench`'s defaults.
 func BenchmarkMeasurements(b *testing.B) {
 	redistest.Real(b)
 	for _, name := range Names() {
@@ -123,7 +144,8 @@ func BenchmarkMeasurements(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				o := Options{Only: []string{name}, Keys: 20_000, SmallKeys: 2000, Items: 10_000, DueKeys: 2000, Interval: 5 * time.Second,
 					LatenessFor: 10 * time.Second, NoopKeys: 2000, Workers: []int{1, 2}, FailoverKeys: 2000, FailoverInterval: 5 * time.Second,
-					FailoverFor: 15 * time.Second, FailoverTail: 2 * time.Second, Concurrency: 32, Dir: b.TempDir(), Child: testChild, Log: zerolog.Nop()}
+					FailoverFor: 15 * time.Second, FailoverTail: 2 * time.Second, Concurrency: 32, RegistryKeys: 20_000, ParkedOutbox: 10_000, HeldEvents: 2000,
+					ClaimKeys: 100_000, DeleteItems: 10_000, Tombstones: 10_000, ChurnKeys: 200, Dir: b.TempDir(), Child: testChild, Log: zerolog.Nop()}
 				rep, err := Run(b.Context(), o)
 				if err != nil {
 					b.Fatal(err)
@@ -135,5 +157,27 @@ func BenchmarkMeasurements(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkIdleKeyBytes: Redis memory per idle key (what `watukuy bench --only idle-bytes`
+// runs): one poller of WATUKUY_BENCH_KEYS partitions (default 10,000) on a private redis-server, each key's first cycle run (an empty page); the
+// used_memory the second half of the keys added, per key (the average over all keys, with the
+// database's fixed part, in "averageB/key"), and the MEMORY USAGE breakdown by Redis key kind
+// ("B/key:state", "B/key:due:bench", ...). Goal: <= 400 bytes.
+func BenchmarkIdleKeyBytes(b *testing.B) {
+	n := 10_000
+	if v, err := strconv.Atoi(os.Getenv("WATUKUY_BENCH_KEYS")); err == nil && v > 0 {
+		n = v
+	}
+	redistest.Real(b) // skips, or fails with WATUKUY_REQUIRE_REAL_REDIS=1, without redis-server
+	for i := 0; i < b.N; i++ {
+		r, err := IdleKeyBytes(b.Context(), Options{Dir: b.TempDir()}, n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for unit, v := range r.Metrics() {
+			b.ReportMetric(v, unit)
+		}
 	}
 }

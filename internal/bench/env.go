@@ -31,6 +31,12 @@ type env struct {
 	queue  string
 	pids   []int // the redis-server processes (none for --redis)
 	stop   func()
+	// slow gets the longest script of the env's own servers (Options.slow); logMu is held
+	// while their slowlogs are read, and while a measurement needs the server to itself;
+	// stopLog ends the reads (nil on a shared server, whose slowlog is not watched).
+	slow    *slowest
+	logMu   sync.Mutex
+	stopLog func()
 }
 
 // newEnv starts a redis-server (or a three-master cluster) for one measurement, or connects
@@ -39,7 +45,10 @@ func newEnv(ctx context.Context, o Options, name string, cluster bool) (*env, er
 	// On a server of its own a measurement uses the deployed default prefix, so the memory
 	// figures count the key names an installation has; on a shared one (--redis) a prefix of
 	// its own keeps it apart from anything else there.
-	e := &env{prefix: "wk", queue: "wkb-" + name}
+	e := &env{prefix: "wk", queue: "wkb-" + name, slow: o.slow}
+	if e.slow == nil {
+		e.slow = &slowest{}
+	}
 	if o.RedisURL != "" {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
@@ -57,7 +66,7 @@ func newEnv(ctx context.Context, o Options, name string, cluster bool) (*env, er
 			d := filepath.Join(dir, fmt.Sprint(n))
 			_ = os.MkdirAll(d, 0o700)
 			return d
-		})
+		}, slowlogArgs()...)
 		if err != nil {
 			return nil, fmt.Errorf("bench %s: %w", name, err)
 		}
@@ -72,7 +81,7 @@ func newEnv(ctx context.Context, o Options, name string, cluster bool) (*env, er
 		e.url = o.RedisURL
 		e.stop = func() {}
 	default:
-		s, c, err := redisproc.Unix(dir)
+		s, c, err := redisproc.Unix(dir, slowlogArgs()...)
 		if err != nil {
 			return nil, fmt.Errorf("bench %s: %w", name, err)
 		}
@@ -85,11 +94,22 @@ func newEnv(ctx context.Context, o Options, name string, cluster bool) (*env, er
 		e.stop()
 		return nil, fmt.Errorf("bench %s: %w", name, err)
 	}
+	if err := e.loadScripts(ctx); err != nil {
+		_ = e.rdb.Close()
+		e.stop()
+		return nil, fmt.Errorf("bench %s: %w", name, err)
+	}
+	if len(e.pids) > 0 {
+		e.watchSlowlog()
+	}
 	return e, nil
 }
 
 // close removes what the measurement wrote on a shared server and stops its own servers.
 func (e *env) close() {
+	if e.stopLog != nil {
+		e.stopLog()
+	}
 	if len(e.pids) == 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -170,7 +190,18 @@ func newEngine(st *redisstore.Store, id string, p watukuytype.Poller, hooks watu
 // the keys' state (the lease in it) and outbox are those of an idle key after one tick.
 func runFirstCycles(ctx context.Context, eng *core.Engine, keys []watukuytype.Key, conc int) (time.Duration, error) {
 	t0 := time.Now()
-	next := make(chan watukuytype.Key)
+	err := eachConcurrently(ctx, keys, conc, func(k watukuytype.Key) error {
+		if rep := eng.RunCycle(ctx, k); rep.Outcome != watukuytype.Ran || rep.Err != nil {
+			return fmt.Errorf("first cycle of %s: outcome %v: %w", k.Describe(), rep.Outcome, rep.Err)
+		}
+		return nil
+	})
+	return time.Since(t0), err
+}
+
+// eachConcurrently calls fn with every item, conc at a time, and returns the first error.
+func eachConcurrently[T any](ctx context.Context, items []T, conc int, fn func(T) error) error {
+	next := make(chan T)
 	var mu sync.Mutex
 	var first error
 	var wg sync.WaitGroup
@@ -178,33 +209,32 @@ func runFirstCycles(ctx context.Context, eng *core.Engine, keys []watukuytype.Ke
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for k := range next {
-				rep := eng.RunCycle(ctx, k)
-				if rep.Outcome != watukuytype.Ran || rep.Err != nil {
+			for it := range next {
+				if err := fn(it); err != nil {
 					mu.Lock()
 					if first == nil {
-						first = fmt.Errorf("first cycle of %s: outcome %v: %w", k.Describe(), rep.Outcome, rep.Err)
+						first = err
 					}
 					mu.Unlock()
 				}
 			}
 		}()
 	}
-	for _, k := range keys {
+	for _, it := range items {
 		mu.Lock()
 		failed := first != nil
 		mu.Unlock()
 		if failed || ctx.Err() != nil {
 			break
 		}
-		next <- k
+		next <- it
 	}
 	close(next)
 	wg.Wait()
 	if first == nil {
 		first = ctx.Err()
 	}
-	return time.Since(t0), first
+	return first
 }
 
 // keysOf are the keys of poller p.
@@ -217,11 +247,19 @@ func keysOf(p watukuytype.Poller) []watukuytype.Key {
 }
 
 // kindOf is the kind of a watukuy key for the memory breakdown: the part after the key's
-// hash tag ("state", "outbox", "registry", "due:bench", ...).
+// hash tag ("state", "outbox", "due:bench", ...); a poller's registry is "registry" (its
+// leaves, {global}:keys:<poller>|<lower bound>) and "registry-index" (the sorted set of
+// their bounds, {global}:keys:<poller>).
 func kindOf(prefix, key string) string {
 	rest := strings.TrimPrefix(key, prefix+":")
 	if i := strings.Index(rest, "}:"); i >= 0 {
 		rest = rest[i+2:]
+	}
+	if poller, ok := strings.CutPrefix(rest, "keys:"); ok && strings.HasPrefix(key, prefix+":{global}:") {
+		if strings.Contains(poller, "|") { // no poller name holds '|'
+			return "registry"
+		}
+		return "registry-index"
 	}
 	if i := strings.Index(rest, ":"); i >= 0 && !strings.HasPrefix(rest, "due") {
 		rest = rest[:i]

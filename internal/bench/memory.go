@@ -39,7 +39,7 @@ func IdleKeyBytes(ctx context.Context, o Options, n int) (Result, error) {
 		return r, err
 	}
 	defer e.close()
-	base, err := usedMemory(ctx, e.rdb)
+	base, err := e.usedMemory(ctx)
 	if err != nil {
 		return r, err
 	}
@@ -79,12 +79,12 @@ func IdleKeyBytes(ctx context.Context, o Options, n int) (Result, error) {
 		seed += d
 		_ = rdb.Close()
 		if i == 0 {
-			if mid, err = usedMemory(ctx, e.rdb); err != nil {
+			if mid, err = e.usedMemory(ctx); err != nil {
 				return r, err
 			}
 		}
 	}
-	used, err := usedMemory(ctx, e.rdb)
+	used, err := e.usedMemory(ctx)
 	if err != nil {
 		return r, err
 	}
@@ -105,6 +105,17 @@ func IdleKeyBytes(ctx context.Context, o Options, n int) (Result, error) {
 		"breakdown per watukuy key by Redis key kind from MEMORY USAGE SAMPLES 0%s", n-half, n, average, register.Seconds(), seed.Seconds(), sampled)
 	r.Duration = time.Since(t0)
 	return r, nil
+}
+
+// usedMemory is usedMemory of the env's server, read with its slowlog emptied and no read
+// of it running.
+func (e *env) usedMemory(ctx context.Context) (int64, error) {
+	var used int64
+	err := e.quiet(ctx, func() (err error) {
+		used, err = usedMemory(ctx, e.rdb)
+		return err
+	})
+	return used, err
 }
 
 // usedMemory is INFO memory's used_memory less the clients' buffers and the Lua script
@@ -132,7 +143,7 @@ func breakdown(ctx context.Context, rdb redis.UniversalClient, prefix string, n 
 		k := it.Val()
 		kind := kindOf(prefix, k)
 		count[kind]++
-		if count[kind]%every == 0 || every == 1 || kind == "registry" || kind == "pollers" || len(kind) > 3 && kind[:3] == "due" {
+		if count[kind]%every == 0 || every == 1 || kind == "registry" || kind == "registry-index" || kind == "pollers" || len(kind) > 3 && kind[:3] == "due" {
 			names = append(names, k)
 		}
 	}
@@ -204,7 +215,7 @@ func ItemBytes(ctx context.Context, o Options) (Result, error) {
 	if _, err := runFirstCycles(ctx, eng, []watukuytype.Key{key}, 1); err != nil {
 		return r, err
 	}
-	base, err := usedMemory(ctx, e.rdb)
+	base, err := e.usedMemory(ctx)
 	if err != nil {
 		return r, err
 	}
@@ -217,7 +228,7 @@ func ItemBytes(ctx context.Context, o Options) (Result, error) {
 		return r, err
 	}
 	took := time.Since(t)
-	used, err := usedMemory(ctx, e.rdb)
+	used, err := e.usedMemory(ctx)
 	if err != nil {
 		return r, err
 	}

@@ -73,17 +73,12 @@ feed:
 	close(work)
 	wg.Wait()
 
-	// Parks and acks go in slices, so that a page of 100,000 events never makes one long
-	// script: each slice is a fenced call of its own, and each is safe to repeat.
+	// Acks and parks go in slices, so that a page of 100,000 events never makes one long
+	// script: each slice is a fenced call of its own, and each is safe to repeat. Acks come
+	// first: a death between them leaves the poison event and what follows it in the outbox, to
+	// be delivered again in order, never a delivered event of a held ordering key behind it (a
+	// release would deliver the held events before it, G4).
 	step := c.chunkItems()
-	for held := d.held; len(d.poison) > 0 || len(held) > 0; {
-		n := min(len(held), step)
-		if err := c.e.store.Park(ctx, c.lease, d.poison, held[:n]); err != nil {
-			return storeErr(c.keeper.check(err))
-		}
-		c.rep.Parked += len(d.poison)
-		d.poison, held = nil, held[n:]
-	}
 	var ids []Entry
 	for i, ok := range d.acked {
 		if ok {
@@ -112,6 +107,14 @@ feed:
 				}
 			}
 		}
+	}
+	for held := d.held; len(d.poison) > 0 || len(held) > 0; {
+		n := min(len(held), step)
+		if err := c.e.store.Park(ctx, c.lease, d.poison, held[:n]); err != nil {
+			return storeErr(c.keeper.check(err))
+		}
+		c.rep.Parked += len(d.poison)
+		d.poison, held = nil, held[n:]
 	}
 	if d.halt != nil {
 		return d.halt

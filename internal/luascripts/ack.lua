@@ -1,10 +1,10 @@
 -- ack.lua: acknowledge delivered events, in sequence order: outbox entries by stream id (XACK +
--- XDEL, so the outbox holds only undelivered events), released held events by member; an
+-- XDEL, so the outbox holds only undelivered events), released held events by name; an
 -- ordering key with no held event left is no longer released.
 -- KEYS[1] state hash (holds the lease), KEYS[2] outbox stream (missing: empty), KEYS[3] held
 -- events sorted set, KEYS[4] released ordering keys sorted set
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] n, ARGV[5...4+n]
--- stream ids in commit order, then held members
+-- stream ids in commit order, then the names of held members (held_name)
 -- Returns {number of events acknowledged, paused 0|1}. Running it twice acknowledges nothing
 -- more. An outbox left empty is deleted, its last id kept in the state (outboxLast).
 -- Fence check first: LEASE_LOST when the epoch or token is not ours or the lease expired,
@@ -23,7 +23,7 @@ while i <= 4 + n do
 end
 local oks = {}
 for k = 5 + n, #ARGV do
-  if redis.call('ZREM', KEYS[3], ARGV[k]) == 1 then
+  if held_remove(KEYS[3], ARGV[k]) == 1 then
     acked = acked + 1
     oks[held_ok(ARGV[k])] = true
   end

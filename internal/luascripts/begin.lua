@@ -61,7 +61,9 @@ if l[3] and tonumber(l[3]) > now then return {'leased', tonumber(l[3]), now} end
 if seed then
   -- The key's first grant (or its first since a deletion was forgotten): its epochs start
   -- above every epoch a deleted key of the poller had, and when the poller ever deleted one,
-  -- its identities' lives and outbox ids start above the deleted keys' (G2).
+  -- its identities' lives and outbox ids start above the deleted keys' (G2). partitions add
+  -- starts from nothing: what a pause racing a deletion left there does not come back.
+  if mode == 'add' then redis.call('DEL', KEYS[1]) end
   redis.call('HSET', KEYS[1], 'epoch', seed.epoch)
   if seed.floor > 0 then redis.call('HSET', KEYS[1], 'incarnation', string.format('%d', math.max(now, seed.floor))) end
 end
@@ -69,4 +71,7 @@ local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, 'expiresAt', now + tonumber(ARGV[2]))
 redis.call('HDEL', KEYS[1], 'write')
 if mode == 'delete' then redis.call('HSET', KEYS[1], 'deleted', '1') end
+-- A grant on a deletion mark (a delete again, an add) keeps the mark until it ends: expiring
+-- under the grant, it would take the grant's epoch, which no high-water mark holds yet.
+if mode == 'delete' or mode == 'add' then redis.call('PERSIST', KEYS[1]) end
 return granted(epoch)

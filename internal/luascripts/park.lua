@@ -6,8 +6,8 @@
 -- sorted set, KEYS[5] holds hash, KEYS[6] held events sorted set, KEYS[7] released ordering
 -- keys sorted set
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', then two sections, each a count
--- and values: poison (streamId or '', held member or '', parkedId, orderingKey, row JSON: an
--- outbox entry by its stream id, a released held event by its member), held (streamId,
+-- and values: poison (streamId or '', held member's name or '', parkedId, orderingKey, row
+-- JSON: an outbox entry by its stream id, a released held event by its name), held (streamId,
 -- orderingKey, seq, entry JSON: outbox entries)
 -- Returns the number of entries moved out of the outbox. Running it twice moves nothing more.
 -- Fence check first: LEASE_LOST when the epoch or token is not ours or the lease expired,
@@ -25,7 +25,7 @@ for k = 0, n - 1 do
   redis.call('HSET', KEYS[5], ARGV[j + 3], ARGV[j + 2])
   redis.call('ZREM', KEYS[7], ARGV[j + 3])
   if ARGV[j + 1] ~= '' then
-    redis.call('ZREM', KEYS[6], ARGV[j + 1])
+    held_remove(KEYS[6], ARGV[j + 1])
   else
     redis.call('XACK', KEYS[2], 'dispatch', ARGV[j])
     moved = moved + redis.call('XDEL', KEYS[2], ARGV[j])

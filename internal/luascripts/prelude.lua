@@ -198,13 +198,20 @@ local function held_first(held_key, ok)
   local p = held_prefix(ok)
   return redis.call('ZRANGEBYLEX', held_key, '[' .. p, '(' .. p .. ':', 'LIMIT', 0, 1)[1]
 end
--- held_ok: the ordering key of a held member.
+-- held_ok: the ordering key of a held member, or of its name (held_name).
 local function held_ok(member)
   return string.sub(member, 9, 8 + tonumber(string.sub(member, 1, 8), 16))
 end
--- held_entry: the JSON of a held member.
-local function held_entry(member)
-  return string.sub(member, string.find(member, '\n', 1, true) + 1)
+-- held_name: a held member up to its newline (the ordering key with its length and the
+-- sequence): it names the member, which held_remove removes. The ordering key may hold
+-- newlines of its own, so the search starts after it.
+local function held_name(member)
+  local nl = string.find(member, '\n', 9 + tonumber(string.sub(member, 1, 8), 16), true)
+  return string.sub(member, 1, nl - 1), string.sub(member, nl + 1)
+end
+-- held_remove removes the member held_name named; returns 1 when there was one.
+local function held_remove(held_key, name)
+  return redis.call('ZREMRANGEBYLEX', held_key, '[' .. name .. '\n', '(' .. name .. '\11')
 end
 
 -- A poller's registry: one entry per key, partition -> 'c' (a config key), 'a<ms>' (added

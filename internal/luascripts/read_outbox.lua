@@ -14,7 +14,8 @@
 -- Returns {read, paused 0|1, {{streamId, id, orderingKey, envelope, origSeq, heldMember}, ...}}:
 -- read counts every entry taken, those that joined held events included, so a batch whose
 -- entries all did is not taken for an empty outbox; the entries are the deliverable ones
--- (released held events carry their member and no stream id, outbox entries the reverse).
+-- (released held events carry their member's name, held_name, and no stream id, outbox
+-- entries the reverse).
 -- Running it twice returns the same entries (the second run reclaims them).
 -- Fence check first: LEASE_LOST when the epoch or token is not ours or the lease expired,
 -- before any write.
@@ -29,8 +30,9 @@ for _, ok in ipairs(redis.call('ZRANGE', KEYS[5], 0, count - 1)) do
   local ms = redis.call('ZRANGEBYLEX', KEYS[4], '[' .. p, '(' .. p .. ':', 'LIMIT', 0, count - #out)
   if #ms == 0 then redis.call('ZREM', KEYS[5], ok) end
   for _, m in ipairs(ms) do
-    local e = cjson.decode(held_entry(m))
-    out[#out + 1] = {'', e.id, e.ok, e.ev, e.seq, m}
+    local name, entry = held_name(m)
+    local e = cjson.decode(entry)
+    out[#out + 1] = {'', e.id, e.ok, e.ev, e.seq, name}
   end
   if #out >= count then break end
 end

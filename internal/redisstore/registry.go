@@ -32,7 +32,7 @@ func (s *Store) keysKey(poller string) string { return s.prefix + ":{global}:key
 func (s *Store) retiredKey() string { return s.prefix + ":{global}:retired" }
 
 // registerBatch is how many keys one register_keys.lua call registers.
-const registerBatch = 1000
+const registerBatch = 250
 
 // decodeEntry reads a registry entry.
 func decodeEntry(v string) (core.RegEntry, error) {
@@ -130,15 +130,15 @@ func (s *Store) ListKeys(ctx context.Context, poller string, after *string, limi
 }
 
 // AddKey implements core.Store: the registry's entry and the due entry first (add_key.lua),
-// then, for a deleted key, its data (delete_key.lua in mode revive): a process that dies in
-// between leaves the key registered and deleted in its state, which a partitions add again
-// finishes.
+// then, for a key its state says deleted, its data (delete_key.lua in mode revive), whatever
+// the registry said: a process that dies in between (or a delete cut short) leaves the key
+// registered and deleted in its state, which a partitions add again finishes.
 func (s *Store) AddKey(ctx context.Context, l core.Lease, revive bool) (bool, error) {
 	prev, err := run(ctx, s, nil, addKeyArgs{Now: s.nowArg(), Key: l.Key, Entry: "a" + strconv.FormatInt(time.Now().UnixMilli(), 10)})
 	if err != nil {
 		return false, fmt.Errorf("redisstore: register %s: %w", l.Key.Describe(), err)
 	}
-	if prev != "" && prev != "-c" {
+	if prev != "" && prev != "-c" && !revive {
 		return true, nil
 	}
 	if revive {

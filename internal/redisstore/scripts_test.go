@@ -652,7 +652,7 @@ func TestStateFieldsAreOneList(t *testing.T) {
 		"HGET": firstArg, "HEXISTS": firstArg, "HINCRBY": firstArg, "HINCRBYFLOAT": firstArg, "HSTRLEN": firstArg,
 		"HMGET": allArgs, "HDEL": allArgs,
 		"HSET": pairArgs, "HSETNX": pairArgs, "HMSET": pairArgs,
-		"HGETALL": noArgs, "HKEYS": noArgs, "HVALS": noArgs, "HLEN": noArgs, "UNLINK": noArgs, "DEL": noArgs, "EXISTS": noArgs, "PEXPIRE": noArgs,
+		"HGETALL": noArgs, "HKEYS": noArgs, "HVALS": noArgs, "HLEN": noArgs, "UNLINK": noArgs, "DEL": noArgs, "EXISTS": noArgs, "PEXPIRE": noArgs, "PERSIST": noArgs,
 	}
 	pausedOf := regexp.MustCompile(`paused\(([^)]*)\)`)
 	inLua := map[string]bool{}
