@@ -3,13 +3,11 @@ package cli
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/watukuy/watukuy"
-	"github.com/watukuy/watukuy/internal/config"
 )
 
 func partitionsCmd() *cobra.Command {
@@ -77,9 +75,6 @@ func partitionsAddCmd() *cobra.Command {
 		if o.partition == "" {
 			return usagef("--partition: name the new partition (- and \"\" are the key of an unpartitioned poller, which it has already)")
 		}
-		if err := o.checkPartitioned(); err != nil {
-			return err
-		}
 		return eng.Partitions().Add(ctx, o.poller, o.partition)
 	}, func(status string) string {
 		return fmt.Sprintf("added partition %q to %s (status %s, due now): workers running %s pick it up", o.partition, o.poller, status, o.poller)
@@ -125,29 +120,4 @@ and keep its state, use partitions remove.`,
 	}, func(string) string {
 		return fmt.Sprintf("deleted partition %q of %s with its state, snapshot, outbox, parked rows and replay log", o.partition, o.poller)
 	})
-}
-
-// checkPartitioned refuses partitions add on a config poller whose request (URL, query,
-// headers) has no ${partition}: every partition would poll the same API, and each would emit
-// the same events. The registry does not hold the request, so without the config file the
-// check cannot be made and a warning says so.
-func (o *op) checkPartitioned() error {
-	pc := o.configPoller()
-	if pc == nil {
-		fmt.Fprintf(o.errOut, "warning: cannot check that the request of poller %s uses %s: this command has no config file with the poller (pass --config). A request without it polls the same API once per partition, and each partition emits the same events.\n",
-			o.poller, config.PartitionVar)
-		return nil
-	}
-	r := pc.Request
-	uses := strings.Contains(r.URL, config.PartitionVar)
-	for _, vs := range []map[string]string{r.Query, r.Headers} {
-		for _, v := range vs {
-			uses = uses || strings.Contains(v, config.PartitionVar)
-		}
-	}
-	if uses {
-		return nil
-	}
-	return usagef("poller %s's request (%s: url, query and headers) has no %s: partition %q would poll the same API as the poller's other keys and emit the same events again; put %s in the request where the API takes the partition (a path segment, a query value or a header), then add it",
-		o.poller, o.cfg.File, config.PartitionVar, o.partition, config.PartitionVar)
 }

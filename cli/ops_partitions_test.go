@@ -61,9 +61,10 @@ func TestPartitions(t *testing.T) {
 	}
 }
 
-// partitions add refuses a config poller whose request has no ${partition} (the new key
-// would poll the same API again), takes one that has it, and without the config warns that
-// it could not check. --partition - names the unpartitioned key; add refuses it.
+// partitions add refuses a poller whose request has no ${partition} (the new key would poll
+// the same API again), with the config or from the Redis URL alone (the registry records it),
+// and takes one that has it. --partition - names the unpartitioned key; add refuses it. An
+// operator command reads a config whose delivery secret and admin token are not set here.
 func TestPartitionsAddNeedsPartitionVar(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -79,15 +80,26 @@ func TestPartitionsAddNeedsPartitionVar(t *testing.T) {
     delivery: {stdout: {}}
 `)
 	w.ok("pause", "--poller", "orders", "--config", cfg) // registers the config's pollers
-	errb := w.fails(ExitUsage, "has no ${partition}", "partitions", "add", "--poller", "orders", "--partition", "eu", "--config", cfg)
+	errb := w.fails(ExitFailed, "has no ${partition}", "partitions", "add", "--poller", "orders", "--partition", "eu", "--config", cfg)
 	if !strings.Contains(errb, "poll the same API") || w.source("orders", "eu") != "" {
 		t.Fatalf("partitions add without ${partition}: %s", errb)
 	}
 	w.ok("partitions", "add", "--poller", "tenants", "--partition", "b", "--config", cfg)
-	_, errb, code := w.cli("partitions", "add", "--poller", "orders", "--partition", "eu")
-	if code != ExitOK || !strings.Contains(errb, "warning: cannot check that the request of poller orders uses ${partition}") {
-		t.Fatalf("partitions add without the config: exit %d\n%s", code, errb)
+	w.fails(ExitFailed, "has no ${partition}", "partitions", "add", "--poller", "orders", "--partition", "eu")
+	if w.source("orders", "eu") != "" {
+		t.Fatal("partitions add from the Redis URL alone added a partition to a poller without ${partition}")
 	}
+	secrets := writeConfig(t, `admin:
+  tokens: [{id: ops, token: "${NOT_SET_ADMIN_TOKEN}"}]
+pollers:
+  - name: tenants
+    partitions: [a]
+    request: {url: http://127.0.0.1:1/orders, headers: {X-Tenant: "${partition}"}}
+    cursor: {strategy: timestamp, field: updated_at, param: since}
+    delivery: {webhook: {url: "https://${NOT_SET_HOOK_HOST}/in", secret: "${NOT_SET_HOOK_SECRET}"}}
+`)
+	w.ok("partitions", "add", "--poller", "tenants", "--partition", "c", "--config", secrets)
+	w.ok("inspect", "--poller", "tenants", "--config", secrets)
 	w.fails(ExitUsage, "name the new partition", "partitions", "add", "--poller", "orders", "--partition", "-")
 	sts := jsonOf[[]keyStatus](t, w.ok("resume", "--poller", "orders", "--partition", "-", "--json"))
 	if len(sts) != 1 || sts[0].Poller != "orders" || sts[0].Partition != "" {

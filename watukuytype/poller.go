@@ -92,6 +92,11 @@ type Poller struct {
 	// records them, so operator tools (watukuy backfill) read and check a time an operator
 	// types without the poller's definition. Empty: the cursor is opaque to them.
 	CursorFormats []string
+	// SharedRequest says that the poller's requests are the same for every partition (a config
+	// request whose URL, query and headers have no ${partition}): a partition added to it
+	// would poll the same API again and emit the same events, so partitions add refuses it.
+	// The registry records it, so the refusal needs no definition.
+	SharedRequest bool
 	// Budget names a budget of the engine's Options.Budgets, shared by every worker, that each
 	// request of this poller takes a token from; it may hold ${partition}. Empty: the poller
 	// is paced only by its own keys' throttle windows and the API's rate-limit headers.

@@ -85,6 +85,7 @@ func newSite(t *testing.T, tokens ...admin.Token) *site {
 		}
 		return nil
 	}
+	orders.SharedRequest = true // one feed for every partition: partitions add refuses it
 	shops := base("shops")
 	shops.Partitions = []string{"eu", "us"}
 	for _, p := range []watukuy.Poller{orders, shops} {
@@ -482,6 +483,9 @@ func TestPartitionEndpoints(t *testing.T) {
 	}
 	s.fails("POST", "/api/pollers/shops/partitions", opsSecret, `{}`, 400, "bad_request")
 	s.fails("POST", "/api/pollers/nope/partitions", opsSecret, `{"partition": "ap"}`, 404, "not_found")
+	if e := s.fails("POST", "/api/pollers/orders/partitions", opsSecret, `{"partition": "eu"}`, 400, "bad_request"); !strings.Contains(e.Message, "${partition}") {
+		t.Fatalf("add to a poller whose request has no ${partition}: %+v", e)
+	}
 	if st := ok[keyStatus](s, "POST", "/api/pollers/shops/partitions", `{"partition": "ap"}`); st.Partition != "ap" {
 		t.Fatalf("add: %+v", st)
 	}

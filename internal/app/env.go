@@ -29,9 +29,10 @@ type Settings struct {
 	Redis       string
 	Config      string
 	ConfigGiven bool // --config was set: a missing file is an error
-	// ConfigOnDemand reads a Config not given (the default file) only for a Redis URL that
-	// Redis lacks: the operator commands take pollers from the registry, and the file may
-	// name variables only the workers have.
+	// ConfigOnDemand marks the operator commands: they read a Config not given (the default
+	// file) only for a Redis URL that Redis lacks, since they take pollers from the registry,
+	// and read any config with config.LoadOperator: the variables of delivery secrets and admin
+	// tokens, which only the workers have, may be unset.
 	ConfigOnDemand bool
 	Prefix         string
 	LogFormat      string
@@ -87,7 +88,11 @@ func Open(ctx context.Context, s Settings, log zerolog.Logger) (*Env, error) {
 	env := &Env{Log: log}
 	env.reload.redisFromFile, env.reload.prefixFromFile = s.Redis == "", s.Prefix == ""
 	if s.wantsConfig() {
-		cfg, err := config.Load(s.Config, nil)
+		load := config.Load
+		if s.ConfigOnDemand { // an operator command: it delivers nothing and serves no API
+			load = config.LoadOperator
+		}
+		cfg, err := load(s.Config, nil)
 		if err != nil {
 			if !s.ConfigGiven && s.ConfigOnDemand {
 				err = fmt.Errorf("%w (read for its redis: URL: pass --redis or set WATUKUY_REDIS_URL to leave the file alone)", err)
@@ -149,7 +154,11 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 			env.Log.Warn().Str("maxmemory-policy", policy).Err(err).Msg("running with eviction allowed: events can be lost")
 		}
 	}
-	ts, err := env.adminTokens(env.Config)
+	tokensFrom := env.Config
+	if s.ConfigOnDemand {
+		tokensFrom = nil // an operator command serves no API: the config's tokens may be unset
+	}
+	ts, err := env.adminTokens(tokensFrom)
 	if err != nil {
 		return err
 	}

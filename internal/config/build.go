@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -33,7 +34,7 @@ func Build(cfg *Config, rdb redis.UniversalClient, out io.Writer, log zerolog.Lo
 	var ps []watukuytype.Poller
 	var errs []*Error
 	for i := range cfg.Pollers {
-		b := &builder{cfg: cfg, pc: &cfg.Pollers[i], p: &watukuytype.Poller{}, rdb: rdb, out: out}
+		b := &builder{cfg: cfg, i: i, pc: &cfg.Pollers[i], p: &watukuytype.Poller{}, rdb: rdb, out: out}
 		built := len(errs)
 		b.log = log // the client's request lines name their key (poller, partition) themselves
 		for _, f := range schema {
@@ -64,6 +65,7 @@ func Build(cfg *Config, rdb redis.UniversalClient, out io.Writer, log zerolog.Lo
 // builder is one poller being built.
 type builder struct {
 	cfg *Config
+	i   int                 // its index in cfg.Pollers
 	pc  *Poller             // as decoded
 	p   *watukuytype.Poller // as built
 	rdb redis.UniversalClient
@@ -76,6 +78,7 @@ type builder struct {
 
 func buildRequest(b *builder) error {
 	r := b.pc.Request
+	b.p.SharedRequest = r.URL != "" && !r.usesPartition()
 	b.client = &httpx.Client{Timeout: r.Timeout, MaxBody: r.MaxBodyBytes, Logger: b.log}
 	b.src = cursor.Source{Client: b.client, URL: r.URL, Query: url.Values{}, Header: http.Header{}, Items: b.pc.Items}
 	for k, v := range r.Query {
@@ -233,6 +236,10 @@ func buildWebhook(b *builder) error {
 	if wh == nil {
 		return nil
 	}
+	if !b.cfg.Delivers(b.i) {
+		b.p.Handler = b.undelivered
+		return nil
+	}
 	w, err := sink.NewWebhook(sink.Webhook{URL: wh.URL, Secrets: wh.Secrets, Timeout: wh.Timeout})
 	if err != nil {
 		return err
@@ -242,7 +249,9 @@ func buildWebhook(b *builder) error {
 }
 
 func buildStream(b *builder) error {
-	if st := b.pc.Delivery.Stream; st != nil {
+	if st := b.pc.Delivery.Stream; st != nil && !b.cfg.Delivers(b.i) {
+		b.p.Handler = b.undelivered
+	} else if st != nil {
 		b.p.Handler = (&sink.Stream{Client: b.rdb, Key: st.Key, MaxLen: st.MaxLen}).Handle
 	}
 	return nil
@@ -306,4 +315,10 @@ func fieldsFingerprint(paths []string) func(item json.RawMessage) ([]byte, error
 		}
 		return jcs.Append(nil, raw)
 	}
+}
+
+// undelivered is the handler of a poller whose delivery the config left out (LoadOperator: its
+// variables are not set here). The operator commands deliver nothing; a call is a bug.
+func (b *builder) undelivered(context.Context, watukuytype.Event) error {
+	return fmt.Errorf("poller %q: delivery is not set up in this process (%s): it delivers nothing", b.p.Name, b.cfg.unsetOf(b.i))
 }

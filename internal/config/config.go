@@ -38,6 +38,33 @@ type Config struct {
 	Budgets []Budget
 	// Admin holds the admin API's tokens (top-level admin:).
 	Admin Admin
+	// Unset are the delivery and admin fields whose environment variables are not set, read
+	// by LoadOperator (which leaves them out instead of failing); Load fails on them.
+	Unset []*Error
+}
+
+// unsetOf names the unset delivery fields of poller i.
+func (c *Config) unsetOf(i int) string {
+	prefix := index("pollers", i) + ".delivery."
+	var out []string
+	for _, e := range c.Unset {
+		if strings.HasPrefix(e.Field, prefix) {
+			out = append(out, e.Field+": "+e.Msg)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// Delivers reports whether poller i's delivery is set up: no variable of its delivery is
+// missing.
+func (c *Config) Delivers(i int) bool {
+	prefix := index("pollers", i) + ".delivery."
+	for _, e := range c.Unset {
+		if strings.HasPrefix(e.Field, prefix) {
+			return false
+		}
+	}
+	return true
 }
 
 // Budget is one entry of budgets: a rate such as 40/s or 2000/min, and a burst.
@@ -91,6 +118,21 @@ type Request struct {
 	Headers      map[string]string
 	Timeout      time.Duration
 	MaxBodyBytes int64 // 0 = the default
+}
+
+// usesPartition reports whether the request's URL, query or headers hold ${partition}.
+func (r Request) usesPartition() bool {
+	if strings.Contains(r.URL, PartitionVar) {
+		return true
+	}
+	for _, vs := range []map[string]string{r.Query, r.Headers} {
+		for _, v := range vs {
+			if strings.Contains(v, PartitionVar) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Cursor strategies.
@@ -229,6 +271,17 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	return parse(path, data, getenv, true)
 }
 
+// LoadOperator is Load for the operator commands, which deliver nothing and serve no API: a
+// variable missing in a delivery or admin field (a webhook secret, an admin token only the
+// workers have) leaves that field out, listed in Config.Unset, instead of failing.
+func LoadOperator(path string, getenv func(string) string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Load(path, getenv) // the same error
+	}
+	return parseWith(&decoder{file: path, files: true, deferSecrets: true}, data, getenv)
+}
+
 // Parse is Load on bytes already read, without reading the schema files they name (Build
 // does); file is the name used in errors and the base of relative schema paths.
 func Parse(file string, data []byte, getenv func(string) string) (*Config, error) {
@@ -237,6 +290,12 @@ func Parse(file string, data []byte, getenv func(string) string) (*Config, error
 
 // parse is Parse; with files it also compiles the schema files the pollers name.
 func parse(file string, data []byte, getenv func(string) string, files bool) (*Config, error) {
+	return parseWith(&decoder{file: file, files: files}, data, getenv)
+}
+
+// parseWith decodes data with d (its file, files and deferSecrets set).
+func parseWith(d *decoder, data []byte, getenv func(string) string) (*Config, error) {
+	file := d.file
 	lookup := os.LookupEnv
 	if getenv != nil {
 		lookup = func(k string) (string, bool) {
@@ -244,7 +303,7 @@ func parse(file string, data []byte, getenv func(string) string, files bool) (*C
 			return v, v != ""
 		}
 	}
-	d := &decoder{file: file, lookup: lookup, anchors: map[string]ast.Node{}, files: files}
+	d.lookup, d.anchors = lookup, map[string]ast.Node{}
 	f, err := parser.ParseBytes(data, 0)
 	if err != nil {
 		e := &Error{File: file, Msg: err.Error(), Err: err}
@@ -273,6 +332,7 @@ func parse(file string, data []byte, getenv func(string) string, files bool) (*C
 	if err := joinErrors(d.errs); err != nil {
 		return nil, err
 	}
+	cfg.Unset = d.unset
 	return cfg, nil
 }
 

@@ -21,6 +21,10 @@ type decoder struct {
 	anchors map[string]ast.Node
 	files   bool // compile the schema files the pollers name
 	errs    []*Error
+	// deferSecrets: a variable missing in a delivery or admin field is recorded in unset, not
+	// an error (the operator commands read neither).
+	deferSecrets bool
+	unset        []*Error
 }
 
 func (d *decoder) errAt(p pos, field, format string, a ...any) {
@@ -271,9 +275,20 @@ func (d *decoder) expand(s string, p pos, field string) (string, bool) {
 		return "", false
 	}
 	for _, name := range missing {
-		d.errAt(p, field, "environment variable %q is not set", name)
+		e := &Error{File: d.file, Line: p.line, Column: p.col, Field: field, Msg: fmt.Sprintf("environment variable %q is not set", name)}
+		if d.deferSecrets && secretField(field) {
+			d.unset = append(d.unset, e)
+			continue
+		}
+		d.errs = append(d.errs, e)
 	}
 	return out, len(missing) == 0
+}
+
+// secretField reports whether field is where the processes that deliver or serve keep their
+// secrets: a poller's delivery, the admin tokens.
+func secretField(field string) bool {
+	return strings.HasPrefix(field, "admin.") || strings.Contains(field, ".delivery.")
 }
 
 // str reads a string; other scalars (numbers, booleans) give their text. ok is false for null

@@ -161,6 +161,10 @@ func (e *Engine) AddPartition(ctx context.Context, key watukuytype.Key) error {
 	} else if nf := (*watukuytype.NotFoundError)(nil); !errors.As(err, &nf) || !nf.PartitionMissing {
 		return err
 	}
+	if t.info.SharedRequest {
+		return &watukuytype.ConfigError{Poller: key.Poller, Field: "request",
+			Msg: fmt.Sprintf("has no ${partition} in its URL, query or headers: partition %q would poll the same API as its other keys and emit the same events again; put ${partition} in the request where the API takes the partition, then add it", key.Partition)}
+	}
 	t.key = key
 	err = e.opLease(ctx, t, BeginForAdd, func(c *cycle) error {
 		existed, err := e.store.AddKey(ctx, c.lease, c.state.get(statehash.Deleted) == "1")

@@ -31,6 +31,8 @@ type pollerInfo struct {
 	CursorFormats []string `json:"cursorFormats,omitempty"`
 	// Budget is the shared budget the poller's requests draw from.
 	Budget *budgetInfo `json:"budget,omitempty"`
+	// SharedRequest is Poller.SharedRequest: partitions add refuses the poller.
+	SharedRequest bool `json:"sharedRequest,omitempty"`
 }
 
 // info is p's description; the caller holds e.mu.
@@ -40,7 +42,7 @@ func (e *Engine) info(p *watukuytype.Poller) pollerInfo {
 		strategy = "snapshotDiff"
 	}
 	pi := pollerInfo{Name: p.Name, Strategy: strategy, Min: p.Schedule.Min.String(),
-		Max: p.Schedule.Max.String(), LeaseTTL: p.LeaseTTL.String(), LeaseTTLMs: p.LeaseTTL.Milliseconds(), SchemaVersion: p.SchemaVersion, Shadow: p.Shadow, CursorFormats: p.CursorFormats, Budget: e.budgetOf(p)}
+		Max: p.Schedule.Max.String(), LeaseTTL: p.LeaseTTL.String(), LeaseTTLMs: p.LeaseTTL.Milliseconds(), SchemaVersion: p.SchemaVersion, Shadow: p.Shadow, CursorFormats: p.CursorFormats, Budget: e.budgetOf(p), SharedRequest: p.SharedRequest}
 	if p.LogRetention > 0 {
 		pi.LogRetention = p.LogRetention.String()
 	}
