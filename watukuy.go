@@ -543,3 +543,10 @@ func CheckLease(ctx context.Context) error { return watukuytype.CheckLease(ctx) 
 func Probe(ctx context.Context, p Poller, partition string) (ProbeResult, error) {
 	return core.Probe(ctx, p, partition)
 }
+
+// ProbeListing reads p's complete listings (a SnapshotDiff live lane, a Reconcile lane) for
+// partition, up to maxPages pages each, and estimates how many pages and cycles each takes. It
+// writes nothing; a poller with no listing gives nil.
+func ProbeListing(ctx context.Context, p Poller, partition string, maxPages int) ([]watukuytype.ListingEstimate, error) {
+	return core.ProbeListing(ctx, p, partition, maxPages)
+}

@@ -225,6 +225,9 @@ func printKeyDetail(w io.Writer, ki watukuy.KeyInfo, now time.Time) error {
 	t.row("throttledUntil", when(ki.ThrottledUntil, now))
 	t.row("rateLimit", string(ki.RateLimit))
 	t.row("reconcileDueAt", when(ki.ReconcileDue, now))
+	for _, l := range ki.Listings {
+		t.row("listing."+string(l.Lane), fmt.Sprintf("under way: %s over %s since %s", plural(l.Pages, "page"), plural(l.Cycles, "cycle"), when(&l.Since, now)))
+	}
 	var lp watukuy.PollSummary
 	if len(ki.LastPoll) > 0 && json.Unmarshal(ki.LastPoll, &lp) == nil {
 		flags := ""

@@ -17,6 +17,7 @@ import (
 	"github.com/watukuy/watukuy/internal/app"
 	"github.com/watukuy/watukuy/internal/config"
 	"github.com/watukuy/watukuy/internal/httpx"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // pollerSummary is one poller of a validated config.
@@ -73,9 +74,11 @@ type probeReport struct {
 	Poller    string               `json:"poller"`
 	Partition string               `json:"partition"`
 	Result    *watukuy.ProbeResult `json:"result,omitempty"`
-	Error     string               `json:"error,omitempty"`
-	Problem   string               `json:"problem,omitempty"`
-	Hint      string               `json:"hint,omitempty"`
+	// Listings estimates the pages and cycles of the poller's complete listings.
+	Listings []watukuytype.ListingEstimate `json:"listings,omitempty"`
+	Error    string                        `json:"error,omitempty"`
+	Problem  string                        `json:"problem,omitempty"`
+	Hint     string                        `json:"hint,omitempty"`
 }
 
 // failed reports whether the probe failed.
@@ -148,6 +151,7 @@ func pageProblem(res watukuy.ProbeResult, pc config.Poller) (problem, hint strin
 func validateCmd() *cobra.Command {
 	o := &op{}
 	var probe bool
+	probePages := 20
 	cmd := &cobra.Command{
 		Use:   "validate [--config F] [--probe]",
 		Short: "Check a config file; with --probe, fetch each poller's first page and show what the engine would see",
@@ -162,17 +166,18 @@ invalid items are reported, not fatal.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.out = cmd.OutOrStdout()
-			return o.run(cmd, func(ctx context.Context, log zerolog.Logger) error { return o.validate(ctx, log, probe) })
+			return o.run(cmd, func(ctx context.Context, log zerolog.Logger) error { return o.validate(ctx, log, probe, probePages) })
 		},
 	}
 	o.bindOperator(cmd.Flags())
 	o.bindJSON(cmd.Flags())
 	cmd.Flags().BoolVar(&probe, "probe", false, "fetch the first page of every poller (writes nothing)")
+	cmd.Flags().IntVar(&probePages, "probe-pages", probePages, "with --probe, the pages of a complete listing (snapshotDiff, reconcile) read to estimate its pages and cycles")
 	cmdLineOnly(cmd.Flags(), "probe")
 	return cmd
 }
 
-func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool) error {
+func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool, probePages int) error {
 	cfg, err := config.Load(o.s.Config, nil)
 	if err != nil {
 		if !o.s.ConfigGiven {
@@ -206,6 +211,11 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool) error
 				pr.Problem, pr.Hint = pageProblem(res, cfg.Pollers[i])
 				invalid += res.Invalid
 				items += len(res.Items)
+				if pr.Problem == "" && probePages > 0 {
+					if pr.Listings, err = watukuy.ProbeListing(ctx, p, part, probePages); err != nil {
+						pr.Error, pr.Hint = err.Error(), requestHint(err)
+					}
+				}
 			}
 			if pr.failed() {
 				failed++
@@ -266,8 +276,14 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool) error
 		if err := t.flush(); err != nil {
 			return err
 		}
+		for _, l := range pr.Listings {
+			fmt.Fprintf(o.out, "%s listing: %s\n", l.Lane, listingEstimateText(l))
+		}
 		if pr.Problem != "" {
 			fmt.Fprintf(o.out, "FAILED: %s\n  hint: %s\n", pr.Problem, pr.Hint)
+		}
+		if pr.Error != "" {
+			fmt.Fprintf(o.out, "FAILED: %s\n  hint: %s\n", pr.Error, pr.Hint)
 		}
 	}
 	if probe {
@@ -278,4 +294,13 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool) error
 		fmt.Fprintf(o.out, ", %d failed\n", failed)
 	}
 	return result
+}
+
+// listingEstimateText says how long a probed listing takes.
+func listingEstimateText(l watukuytype.ListingEstimate) string {
+	if l.Complete {
+		return fmt.Sprintf("%s, %s: %s at %d pages a cycle", plural(l.Pages, "page"), plural(l.Items, "item"), plural(l.Cycles, "cycle"), l.PagesPerCycle)
+	}
+	return fmt.Sprintf("more than %s (%s read): at least %s at %d pages a cycle (--probe-pages reads further)",
+		plural(l.Pages, "page"), plural(l.Items, "item"), plural(l.Cycles, "cycle"), l.PagesPerCycle)
 }

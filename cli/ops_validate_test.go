@@ -165,3 +165,36 @@ func TestValidateProbeProblems(t *testing.T) {
 		t.Fatalf("probe with a tie-breaker: %v\n%s", err, out)
 	}
 }
+
+// validate --probe reads a complete listing page by page, up to --probe-pages, and says how
+// many pages and cycles it takes.
+func TestValidateProbeEstimatesAListing(t *testing.T) {
+	t.Parallel()
+	api := fakeapi.New()
+	for i := range 406 {
+		api.Put(fmt.Sprintf("x%03d", i), map[string]any{"sku": fmt.Sprintf("S-%03d", i)})
+	}
+	srv := fakeapi.NewServer(api, fakeapi.ServerOptions{})
+	defer srv.Close()
+	cfg := writeConfig(t, fmt.Sprintf(`pollers:
+  - name: products
+    request: {url: %s/list}
+    items: data
+    identity: sku
+    cursor: {strategy: snapshotDiff, param: page, sizeParam: per_page, size: 3, hasMore: has_more}
+    maxPagesPerCycle: 100
+    delivery: {stdout: {}}
+`, srv.URL))
+	out, _, err := run(t, "validate", "--config", cfg, "--probe", "--probe-pages", "200")
+	if err != nil || !strings.Contains(out, "live listing: 136 pages, 406 items: 2 cycles at 100 pages a cycle") {
+		t.Fatalf("a listing read to its end: %v\n%s", err, out)
+	}
+	out, _, err = run(t, "validate", "--config", cfg, "--probe", "--json")
+	v := jsonOf[struct{ Probes []probeReport }](t, out)
+	if err != nil || len(v.Probes) != 1 || len(v.Probes[0].Listings) != 1 {
+		t.Fatalf("a listing read in part: %v\n%s", err, out)
+	}
+	if l := v.Probes[0].Listings[0]; l.Complete || l.Pages != 20 || l.Items != 60 || l.Cycles != 1 || l.PagesPerCycle != 100 {
+		t.Fatalf("a listing read in part: %+v", l)
+	}
+}

@@ -61,7 +61,9 @@ type Poller struct {
 	Schedule Schedule
 	// LeaseTTL is the lease length; default 30s.
 	LeaseTTL time.Duration
-	// MaxPagesPerCycle bounds one cycle's pages; default 100.
+	// MaxPagesPerCycle bounds one cycle's pages, its lanes together; default 100. It bounds
+	// a cycle's work, never what the poller sees: a cut-short cycle is due again at once, and
+	// a complete listing (SnapshotDiff, Reconcile) goes on from where it stopped.
 	MaxPagesPerCycle int
 	// Failures is the consecutive failure count that opens the circuit; default 5.
 	Failures int
@@ -109,8 +111,9 @@ type Reconcile struct {
 	Every time.Duration
 	// Fetch pages through the full listing; the cursor starts at "" each time.
 	Fetch FetchFunc
-	// MaxPages bounds one listing; default 10,000. A longer listing is a CONFIG error and
-	// deletes nothing.
+	// MaxPages bounds the pages of the listing one cycle reads; default 10,000. A longer
+	// listing goes on from where it stopped in the key's next cycle (due at once), and its
+	// deletes wait until the whole listing completed.
 	MaxPages int
 }
 

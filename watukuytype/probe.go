@@ -32,3 +32,17 @@ type ProbeResult struct {
 	// MaxPagesPerCycle.
 	Repeated bool `json:"repeated,omitempty"`
 }
+
+// ListingEstimate is what ProbeListing read of one complete listing (a SnapshotDiff live lane,
+// a Reconcile lane): how many pages it has and how many cycles the engine takes to read it.
+type ListingEstimate struct {
+	Lane     Lane `json:"lane"`
+	Pages    int  `json:"pages"` // read by the probe
+	Items    int  `json:"items"` // on those pages
+	Complete bool `json:"complete"`
+	// PagesPerCycle is the most pages one cycle reads of it (MaxPagesPerCycle; for a
+	// reconcile, also Reconcile.MaxPages); Cycles is Pages over it, rounded up: the cycles
+	// the listing takes when Complete, the fewest it takes when not.
+	PagesPerCycle int `json:"pagesPerCycle"`
+	Cycles        int `json:"cycles"`
+}

@@ -165,6 +165,17 @@ type KeyInfo struct {
 	// CursorFormats are the poller's Poller.CursorFormats, from the registry: set when its
 	// cursor is a time written in them.
 	CursorFormats []string `json:"cursorFormats,omitempty"`
+	// Listings are the complete listings (a snapshotDiff live lane, a reconcile) under way
+	// over several cycles: each goes on from where it stopped in the key's next cycle.
+	Listings []ListingProgress `json:"listings,omitempty"`
+}
+
+// ListingProgress is a complete listing that goes on over several cycles.
+type ListingProgress struct {
+	Lane   Lane      `json:"lane"`
+	Pages  int       `json:"pages"`  // read so far
+	Cycles int       `json:"cycles"` // that it took so far
+	Since  time.Time `json:"since"`  // when its first page was read
 }
 
 // ParkedInfo is one parked row.

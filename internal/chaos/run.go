@@ -92,6 +92,9 @@ type Result struct {
 	BudgetWaits, BudgetRefusals int
 	// PagingDeletes counts items the snapshot listing's API deleted while it was paged.
 	PagingDeletes int
+	// ListingCuts counts cycles that stopped a complete listing short (snap's live lane, a
+	// reconcile): it went on from there in a later cycle.
+	ListingCuts int
 	// Ops counts the operator actions by name ("backfill", "pause", "reset-cursor refused", …).
 	Ops     map[string]int
 	Changes int
@@ -453,7 +456,9 @@ func (s *scenario) builtinPollers(instance string) []watukuytype.Poller {
 		p.Handler = s.handler(instance, nil)
 		p.Schedule = watukuytype.Schedule{Min: 200 * time.Millisecond, Max: 2 * time.Second}
 		p.LeaseTTL = 5 * time.Second
-		p.MaxPagesPerCycle = 1000
+		if p.MaxPagesPerCycle == 0 {
+			p.MaxPagesPerCycle = 1000
+		}
 		if p.CommitMaxItems == 0 {
 			p.CommitMaxItems = 200 // large pages commit in several chunks
 		}
@@ -462,9 +467,10 @@ func (s *scenario) builtinPollers(instance string) []watukuytype.Poller {
 	}
 	ps := []watukuytype.Poller{
 		common(watukuytype.Poller{Name: "ts", Partitions: []string{"a", "b"}, Fetch: ts, Budget: apiBudget().Name,
-			Reconcile: &watukuytype.Reconcile{Every: 20 * time.Second, Fetch: list}}),
+			Reconcile: &watukuytype.Reconcile{Every: 20 * time.Second, Fetch: list, MaxPages: 3}}),
 		common(watukuytype.Poller{Name: "tok", Fetch: tok(func() int { return 1 + s.rng.IntN(6) }), Tombstone: watukuytype.Flag("deleted")}),
-		common(watukuytype.Poller{Name: "snap", Strategy: watukuytype.SnapshotDiff, Fetch: offsets, Detail: detail, Budget: apiBudget().Name}),
+		// A listing of a few pages a cycle: it goes on over several, with kills between them.
+		common(watukuytype.Poller{Name: "snap", Strategy: watukuytype.SnapshotDiff, Fetch: offsets, Detail: detail, Budget: apiBudget().Name, MaxPagesPerCycle: 2}),
 		// Every "h…" identity shares one ordering key: a poison event holds hundreds behind it.
 		common(watukuytype.Poller{Name: "hot", Fetch: big, Reconcile: &watukuytype.Reconcile{Every: 20 * time.Second, Fetch: list}, CommitMaxItems: 1000,
 			Delivery: watukuytype.Delivery{OrderingKey: func(ev watukuytype.Event) string {
@@ -579,6 +585,9 @@ func (s *scenario) spawn(i int) error {
 			if r.Outcome == watukuytype.Ran {
 				s.mu.Lock()
 				s.res.Cycles++
+				if r.Truncated && (r.Key.Poller == "snap" || r.Key.Poller == "ts") {
+					s.res.ListingCuts++
+				}
 				s.mu.Unlock()
 			}
 		}, OnBudget: func(_ watukuytype.Key, _ string, _ watukuytype.Lane, wait time.Duration, taken bool) {

@@ -203,7 +203,7 @@ var schema = []*field{
 	{path: "reconcile.hasMore", kind: kindString, doc: "gjson path of the response's has-more flag",
 		ptr: func(p *Poller) any { return &p.Reconcile.HasMore }},
 	{path: "reconcile.maxPages", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultReconcileMaxPages), sets: "Reconcile.MaxPages",
-		doc: "pages of one listing; a longer listing is a CONFIG error and deletes nothing (raise it for a collection larger than maxPages × size)",
+		doc: "pages of the listing one cycle reads; a longer listing goes on from where it stopped in the next cycle (due at once) and deletes only once it completed",
 		ptr: func(p *Poller) any { return &p.Reconcile.MaxPages }},
 
 	{path: "log", kind: kindBlock, doc: "the replay log (`watukuy replay`)", def: "no log", open: func(p *Poller) { p.Log = &Log{} }},
@@ -253,7 +253,7 @@ var schema = []*field{
 			"a worker that dies mid-cycle holds its keys until it runs out: shorter fails over sooner, with more renewals",
 		ptr: func(p *Poller) any { return &p.LeaseTTL }, build: func(b *builder) error { b.p.LeaseTTL = b.pc.LeaseTTL; return nil }},
 	{path: "maxPagesPerCycle", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultMaxPagesPerCycle), sets: "MaxPagesPerCycle",
-		doc:   "pages one cycle fetches, its lanes together (live first); a cut-short cycle is due again at once, so a backlog is worked off in slices",
+		doc:   "pages one cycle fetches, its lanes together (live first); a cut-short cycle is due again at once and a listing goes on from where it stopped, so a backlog or a long listing is worked off in slices",
 		ptr:   func(p *Poller) any { return &p.MaxPagesPerCycle },
 		build: func(b *builder) error { b.p.MaxPagesPerCycle = b.pc.MaxPagesPerCycle; return nil }},
 

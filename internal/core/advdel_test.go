@@ -222,7 +222,7 @@ func (h *twiceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func TestAdvDelResentDeleteAndRedelete(t *testing.T) {
 	advDelEach(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
-		h := &twiceHook{n: 12} // delete_key.lua's KEYS
+		h := &twiceHook{n: 14} // delete_key.lua's KEYS
 		b.Client.AddHook(h)
 		st, a, eb, _ := advDelEngines(t, b)
 		if err := a.Pause(ctx, advDelKey); err != nil {

@@ -41,11 +41,19 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 	var invalid []ParkedRow
 	size := 0
 	touch := !w.history && backfillActive(c.state.backfill())
+	first := true
 	flush := func(last bool) error {
 		cm := Commit{LogRetention: w.LogRetention, Invalid: invalid,
 			TombstoneRetention: c.tombstoneRetention()}
+		// What a listing showed goes with the first chunk, before any row of it is stored (a
+		// death between chunks leaves an identity listed and not stored, never stored and
+		// not listed); the listing's clearing goes with the last, with its state.
+		if first {
+			cm.Listed, cm.ListedLane = w.Listed, w.ListedLane
+		}
 		if last {
 			cm.State, cm.Count, cm.Unpark, cm.ClearTouched = w.State, w.Count, w.Unpark, w.ClearTouched
+			cm.ListedLane, cm.ClearListed = w.ListedLane, w.ClearListed
 		}
 		var evIdx []int
 		lastStep := map[string]int{}
@@ -109,7 +117,7 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 		if c.keeper != nil {
 			c.keeper.touched(sent, r.Paused)
 		}
-		c.confirmed = true
+		c.confirmed, first = true, false
 		res.paused = res.paused || r.Paused
 		res.unreplicated = res.unreplicated || r.Unreplicated
 		for i, ev := range evIdx {
@@ -207,7 +215,8 @@ func (c *cycle) tombstoneRetention() time.Duration {
 // empty reports whether cm writes nothing.
 func (cm *Commit) empty() bool {
 	return len(cm.State) == 0 && len(cm.Count) == 0 && len(cm.Upserts) == 0 && len(cm.Deletes) == 0 &&
-		len(cm.Events) == 0 && len(cm.Invalid) == 0 && len(cm.Unpark) == 0 && len(cm.Touched) == 0 && !cm.ClearTouched
+		len(cm.Events) == 0 && len(cm.Invalid) == 0 && len(cm.Unpark) == 0 && len(cm.Touched) == 0 && !cm.ClearTouched &&
+		len(cm.Listed) == 0 && !cm.ClearListed
 }
 
 // commitAndDeliver commits a page and delivers what it committed straight from memory. A pause

@@ -240,25 +240,16 @@ func (c *cycle) run(ctx context.Context, pending int64) {
 	}
 	var live laneResult
 	if failure == nil {
+		// A snapshotDiff listing longer than the cycle's pages goes on in the next cycle.
 		live, failure = c.runLane(ctx, c.liveLane())
-		if failure == nil && !live.complete && live.paced == 0 && !live.halted && c.p.Strategy == watukuytype.SnapshotDiff {
-			// Deletes need a listing completed in one cycle (G6); this one never completes.
-			failure = &cycleError{phase: "config", code: watukuytype.CodeConfig, kind: schedule.ResultFailed, err: fmt.Errorf(
-				"snapshotDiff listing of %s is longer than maxPagesPerCycle (%d): deletes cannot be detected; raise maxPagesPerCycle",
-				c.key.Describe(), c.p.MaxPagesPerCycle)}
-		}
 	}
-	reconciled := false
+	reconciled, reconcileCut := false, false
 	if failure == nil && live.complete && c.reconcileDue() {
 		var rec laneResult
 		rec, failure = c.runLane(ctx, lane{name: watukuytype.LaneReconcile, fetch: c.p.Reconcile.Fetch, listing: true, maxPages: c.p.Reconcile.MaxPages})
-		switch {
-		case failure == nil && rec.complete:
-			reconciled = true
-		case failure == nil && rec.paced == 0 && !rec.halted:
-			failure = &cycleError{phase: "config", code: watukuytype.CodeConfig, kind: schedule.ResultFailed, err: fmt.Errorf(
-				"reconcile listing of %s is longer than reconcile.maxPages (%d): deletes cannot be detected", c.key.Describe(), c.p.Reconcile.MaxPages)}
-		}
+		reconciled = failure == nil && rec.complete
+		// A reconcile listing longer than reconcile.maxPages goes on in the next cycle, due at once.
+		reconcileCut = failure == nil && !rec.complete && rec.paced == 0 && !rec.halted
 	}
 	backfillPending := false
 	if bp := c.state.backfill(); failure == nil && backfillActive(bp) && c.p.Strategy != watukuytype.SnapshotDiff {
@@ -307,7 +298,7 @@ func (c *cycle) run(ctx context.Context, pending int64) {
 		return
 	}
 	// A cycle whose first request the budget refused read nothing: deferred, not truncated.
-	c.rep.Truncated = failure == nil && !live.complete && !c.paused() && !c.budgetDeferredAll()
+	c.rep.Truncated = failure == nil && (!live.complete || reconcileCut) && !c.paused() && !c.budgetDeferredAll()
 	c.rep.Deferred = max(c.deferred, c.lowerDeferred)
 	if c.paused() {
 		c.log.Info().Msg("key paused by an operator: cycle stopped at its next step")
@@ -440,8 +431,14 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		statehash.NextDue:  strconv.FormatInt(next.NextDue.UnixMilli(), 10),
 	}
 	var del []string
+	// A listing that completed after spanning cycles leaves its position "" (End drops it).
+	for _, lane := range []watukuytype.Lane{watukuytype.LaneLive, watukuytype.LaneReconcile} {
+		if v, ok := c.state[listingField(lane)]; ok && v == "" {
+			del = append(del, listingField(lane))
+		}
+	}
 	// A field at its default is deleted, not written: a missing one reads as the default, and
-	// an idle key's state stays small (issue 14: a million keys).
+	// an idle key's state stays small.
 	for _, f := range []struct{ name, value, def string }{
 		{statehash.Failures, strconv.Itoa(next.Failures), "0"},
 		{statehash.Circuit, string(next.Circuit), string(watukuytype.CircuitClosed)},

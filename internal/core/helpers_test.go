@@ -185,6 +185,14 @@ func (f *feed) put(id, v string, extra ...string) {
 	f.mu.Unlock()
 }
 
+// prepend puts {"id": id, "v": v} first.
+func (f *feed) prepend(id, v string) {
+	raw, _ := json.Marshal(map[string]string{"id": id, "v": v})
+	f.mu.Lock()
+	f.items = append([]json.RawMessage{raw}, f.items...)
+	f.mu.Unlock()
+}
+
 // putN appends items i01..iNN at version 1.
 func (f *feed) putN(n int) {
 	for i := 1; i <= n; i++ {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -73,6 +74,11 @@ func keyInfo(t target, s Snapshot) watukuytype.KeyInfo {
 				ki.ShadowEvents = map[string]int{}
 			}
 			ki.ShadowEvents[string(typ)] = n
+		}
+	}
+	for _, lane := range []watukuytype.Lane{watukuytype.LaneLive, watukuytype.LaneReconcile} {
+		if p := st.listing(lane); p != nil {
+			ki.Listings = append(ki.Listings, watukuytype.ListingProgress{Lane: lane, Pages: p.Pages, Cycles: p.Cycles, Since: time.UnixMilli(p.Since).UTC()})
 		}
 	}
 	if t := st.time(statehash.Throttled); t.After(s.Now) {

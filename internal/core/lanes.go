@@ -46,20 +46,133 @@ type laneResult struct {
 // a longer pace ends the cycle and schedules the rest.
 const longestInCycleWait = time.Second
 
-// runLane fetches page by page, commits each page with its cursor (G3) and delivers it.
+// listingPos is where a complete listing that did not fit in one cycle goes on (state field
+// statehash.ListingPrefix + lane); the identities it showed so far are the store's
+// (Commit.Listed).
+type listingPos struct {
+	Cursor string `json:"cursor"` // the next page's
+	Pages  int    `json:"pages"`  // read so far
+	Cycles int    `json:"cycles"` // that it took so far
+	Since  int64  `json:"since"`  // ms its first page was read
+}
+
+// listingField is the state field of lane's listing position.
+func listingField(lane watukuytype.Lane) string { return statehash.ListingPrefix + string(lane) }
+
+// listing reads lane's listing position (nil: none).
+func (s state) listing(lane watukuytype.Lane) *listingPos {
+	var p listingPos
+	if v := s.get(listingField(lane)); v == "" || json.Unmarshal([]byte(v), &p) != nil {
+		return nil
+	}
+	return &p
+}
+
+// listingRun is a listing lane's pass in this cycle: what it showed (seen) and, for a listing
+// that goes on from an earlier cycle, its position (on); for one that began in this cycle,
+// where its last committed page left it.
+type listingRun struct {
+	seen    map[string]bool
+	on      *listingPos // a listing begun in an earlier cycle (nil: begun in this one)
+	next    string      // the cursor after the last committed page
+	pages   int         // pages committed in this cycle
+	started time.Time
+}
+
+// listingsLongAfter is how many cycles a listing may take before each cycle warns that it
+// reads the listing slower than the API grows it (or the cycle's page budget is too small).
+const listingsLongAfter = 100
+
+// runLane fetches page by page, commits each page with its cursor (G3) and delivers it. A
+// complete listing that does not fit in the cycle's pages goes on from where it stopped in the
+// next cycle: its position and what it showed are committed with its pages, and its deletes
+// wait until the whole listing completed (G6).
 func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) {
+	var lr *listingRun
+	if ln.listing {
+		lr = &listingRun{seen: map[string]bool{}, on: c.state.listing(ln.name), started: c.now()}
+		if lr.on != nil {
+			lr.on.Cycles++
+			if lr.on.Cycles > listingsLongAfter {
+				c.log.Warn().Str("lane", string(ln.name)).Int("pages", lr.on.Pages).Int("cycles", lr.on.Cycles).
+					Msg("a complete listing has taken more cycles than expected: the API grows it faster than it is read, or maxPagesPerCycle is small for it")
+			}
+		}
+	}
+	res, f := c.lanePages(ctx, ln, lr)
+	if lr == nil || lr.on != nil || res.complete || lr.pages == 0 || f != nil && f.phase == "store" {
+		return res, f
+	}
+	// A listing begun in this cycle stops short: what it showed, then its position, go on to
+	// the next cycle, in slices of a commit's items (a death before the position is written:
+	// the next cycle lists from the start).
+	ids := listedIDs(lr.seen)
+	step := c.chunkItems()
+	for from := 0; ; from += step {
+		w := pageWrites{Commit: Commit{ListedLane: ln.name, ClearListed: from == 0, Listed: ids[from:min(from+step, len(ids))]}}
+		last := from+step >= len(ids)
+		if last {
+			pos := lr.position(lr.next, lr.pages, 1)
+			w.setState(listingField(ln.name), pos)
+			c.state[listingField(ln.name)] = pos
+		}
+		if cf := c.commitAndDeliver(ctx, &w); cf != nil {
+			return res, cf
+		}
+		if last {
+			return res, f
+		}
+	}
+}
+
+// listingUnderWay is the listing lane other than lane whose listing goes on from an earlier
+// cycle ("" for none). The reconcile lane never meets one: it runs only in a cycle whose live
+// lane completed.
+func (c *cycle) listingUnderWay(lane watukuytype.Lane) watukuytype.Lane {
+	for _, l := range []watukuytype.Lane{watukuytype.LaneReconcile, watukuytype.LaneLive} {
+		if l != lane && c.state.listing(l) != nil {
+			return l
+		}
+	}
+	return ""
+}
+
+// position encodes the listing's position after pages more pages, at cursor.
+func (lr *listingRun) position(cursor string, pages, cycles int) string {
+	p := listingPos{Cursor: cursor, Pages: pages, Cycles: cycles, Since: lr.started.UnixMilli()}
+	if lr.on != nil {
+		p.Pages, p.Cycles, p.Since = lr.on.Pages+pages, lr.on.Cycles, lr.on.Since
+	}
+	b, _ := json.Marshal(p)
+	return string(b)
+}
+
+// listedIDs is seen as the store takes it.
+func listedIDs(seen map[string]bool) []ListedID {
+	out := make([]ListedID, 0, len(seen))
+	for id, valid := range seen {
+		out = append(out, ListedID{Identity: id, Valid: valid})
+	}
+	return out
+}
+
+// lanePages is runLane's pages; lr is the listing's run (nil for a lane that is no listing).
+func (c *cycle) lanePages(ctx context.Context, ln lane, lr *listingRun) (laneResult, *cycleError) {
 	var res laneResult
 	var seen map[string]bool
 	c.enterLane(ln.name)
-	if ln.listing {
-		seen = map[string]bool{}
+	cursor := ln.cursor
+	if lr != nil {
+		seen = lr.seen
+		if lr.on != nil {
+			cursor = lr.on.Cursor
+		}
 	}
 	// The first page's tag is committed when the pass is complete, changed nothing, ends at
 	// the cursor it started from (a listing always does) and its last page carried the same tag: only then do the
 	// rows hold all that tag names (a pass over pages while the API changes holds a mix).
 	var firstTag, lastTag string
 	quiet := true
-	cursor := ln.cursor
 	// A request, and a wait between pages, end at once when the cycle is asked to yield: a
 	// read given up costs nothing, and the key is handed back due at once.
 	yctx, stopYield := mergeCancel(ctx, c.yield)
@@ -87,7 +200,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		}
 		c.confirmed = false
 		req := watukuytype.FetchRequest{Key: c.key, Cursor: cursor, Lane: ln.name, Page: pages}
-		if ln.tagged && !ln.fresh && pages == 0 {
+		if ln.tagged && !ln.fresh && pages == 0 && (lr == nil || lr.on == nil) {
 			req.ETag = c.tagFor(cursor)
 		}
 		sent := time.Now()
@@ -124,12 +237,41 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		}
 		w := pageWrites{history: ln.name == watukuytype.LaneBackfill}
 		valid := c.valid
-		if err := c.process(ctx, ln.name, page.Items, seen, &w); err != nil {
+		var pageSeen map[string]bool
+		other := c.listingUnderWay(ln.name)
+		if seen != nil || other != "" {
+			pageSeen = map[string]bool{}
+		}
+		if err := c.process(ctx, ln.name, page.Items, pageSeen, &w); err != nil {
 			return res, storeErr(err)
+		}
+		if seen != nil {
+			for id, v := range pageSeen {
+				seen[id] = seen[id] || v
+			}
+		}
+		if other != "" {
+			// Another lane's listing is under way over several cycles: what this lane stores
+			// counts as shown by it, or it would take an identity stored after it passed its
+			// page for one it missed (G6). A listing lane's page names its own listing's, so
+			// the other's go first, on their own.
+			if seen == nil {
+				w.Listed, w.ListedLane = listedIDs(pageSeen), other
+			} else if f := c.commitAndDeliver(ctx, &pageWrites{Commit: Commit{Listed: listedIDs(pageSeen), ListedLane: other}}); f != nil {
+				return res, f
+			}
 		}
 		done := false
 		if ln.save != nil {
 			w.State, done = ln.save(page, len(w.events))
+		}
+		if lr != nil && lr.on != nil && page.HasMore {
+			// A listing from an earlier cycle: each page goes with its position and what it
+			// showed, so the next cycle goes on from it.
+			pos := lr.position(page.Next, lr.pages+1, lr.on.Cycles)
+			w.setState(listingField(ln.name), pos)
+			c.state[listingField(ln.name)] = pos
+			w.Listed, w.ListedLane = listedIDs(pageSeen), ln.name
 		}
 		w.ClearTouched = w.history && !backfillActive(c.backfilling) // the backfill's last page
 		if ln.tagged {
@@ -142,6 +284,9 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		w.progress = c.valid > valid
 		if f := c.commitAndDeliver(ctx, &w); f != nil {
 			return res, f
+		}
+		if lr != nil {
+			lr.next, lr.pages = page.Next, lr.pages+1
 		}
 		cursor = page.Next
 		if !page.HasMore || done {
@@ -162,11 +307,24 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		}
 	}
 	tag := ""
-	if ln.tagged && res.complete && quiet && (ln.listing || cursor == ln.cursor) && firstTag != "" && firstTag == lastTag {
+	if ln.tagged && res.complete && quiet && (ln.listing || cursor == ln.cursor) && firstTag != "" && firstTag == lastTag && (lr == nil || lr.on == nil) {
 		tag = c.encodeTag(ln.cursor, firstTag)
 	}
-	if res.complete && seen != nil {
-		return res, c.listingDeletes(ctx, ln.name, seen, tag)
+	if res.complete && lr != nil {
+		var done Commit
+		if lr.on != nil {
+			// The whole listing: what the earlier cycles of it showed too.
+			shown, err := c.e.store.Listed(ctx, c.key, ln.name)
+			if err != nil {
+				return res, storeErr(err)
+			}
+			for id, v := range shown {
+				seen[id] = seen[id] || v
+			}
+			done = Commit{ListedLane: ln.name, ClearListed: true, State: map[string]string{listingField(ln.name): ""}}
+			c.state[listingField(ln.name)] = "" // End drops the field
+		}
+		return res, c.listingDeletes(ctx, ln.name, seen, tag, done)
 	}
 	if tag != "" {
 		c.setTag(tag)
@@ -307,22 +465,24 @@ func (c *cycle) fetchFailure(ctx context.Context, ln lane, cursor string, err er
 // then its row counts the misses. seen maps every listed identity to whether it was valid
 // (and so is stored).
 //
-// tag is the listing's entity tag, committed when the deletes change nothing either.
-func (c *cycle) listingDeletes(ctx context.Context, lane watukuytype.Lane, seen map[string]bool, tag string) *cycleError {
+// tag is the listing's entity tag, committed when the deletes change nothing either; done is
+// what the listing's end writes besides (a listing that spanned cycles: its position and what
+// it showed go), with the last of the deletes' commits.
+func (c *cycle) listingDeletes(ctx context.Context, lane watukuytype.Lane, seen map[string]bool, tag string, done Commit) *cycleError {
 	stored := int64(0)
 	for _, valid := range seen {
 		if valid {
 			stored++
 		}
 	}
-	var w pageWrites
+	w := pageWrites{Commit: done}
 	yctx, stopYield := mergeCancel(ctx, c.yield)
 	defer stopYield()
 	c.rep.DeleteCandidates = 0
 	if pending := c.state.int(statehash.DeleteCandidates); stored == c.items {
 		// Every stored identity was listed: skip reading them all.
 		if pending > 0 {
-			w.State = map[string]string{statehash.DeleteCandidates: "0"}
+			w.setState(statehash.DeleteCandidates, "0")
 		}
 		if tag != "" {
 			c.setTag(tag)
@@ -409,7 +569,7 @@ func (c *cycle) listingDeletes(ctx context.Context, lane watukuytype.Lane, seen 
 	}
 	c.items -= int64(len(w.events))
 	// The next listing of a key with candidates must be a full one: a 304 confirms nothing.
-	w.State = map[string]string{statehash.DeleteCandidates: strconv.Itoa(c.rep.DeleteCandidates)}
+	w.setState(statehash.DeleteCandidates, strconv.Itoa(c.rep.DeleteCandidates))
 	if len(found) > 0 {
 		if err := c.process(ctx, lane, found, nil, &w); err != nil {
 			return storeErr(err)

@@ -100,8 +100,11 @@ func (e *Engine) ResetCursor(ctx context.Context, key watukuytype.Key, cursor st
 				return err
 			}
 		}
-		// The committed ETag goes too: it describes what the rows held before.
-		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{statehash.CursorLive: cursor, statehash.LiveTag: ""}})
+		// The committed ETag goes too: it describes what the rows held before; and a listing
+		// under way starts over.
+		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{statehash.CursorLive: cursor, statehash.LiveTag: ""},
+			ListedLane: watukuytype.LaneLive, ClearListed: true})
+		c.endDelete = append(c.endDelete, listingField(watukuytype.LaneLive))
 		return err
 	})
 	if err != nil {

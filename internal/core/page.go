@@ -49,6 +49,14 @@ type pageWrites struct {
 	progress bool
 }
 
+// setState sets one state field of the page's commit.
+func (w *pageWrites) setState(field, value string) {
+	if w.State == nil {
+		w.State = map[string]string{}
+	}
+	w.State[field] = value
+}
+
 // event appends ev as the event of a step on identity.
 func (w *pageWrites) event(identity string, row []byte, ev watukuytype.Event) {
 	w.steps = append(w.steps, step{identity: identity, row: row, event: len(w.events)})

@@ -68,3 +68,44 @@ func probeNext(ctx context.Context, p watukuytype.Poller, key watukuytype.Key, p
 	}
 	return "", err == nil && len(page.Items) > 0 && slices.EqualFunc(page.Items, next.Items, func(a, b json.RawMessage) bool { return bytes.Equal(a, b) })
 }
+
+// ProbeListing reads the complete listings of p (a SnapshotDiff live lane, a Reconcile lane)
+// for partition, up to maxPages pages each, and estimates the pages and cycles each takes. It
+// writes nothing. A poller with neither has no listing: nil.
+func ProbeListing(ctx context.Context, p watukuytype.Poller, partition string, maxPages int) ([]watukuytype.ListingEstimate, error) {
+	p, err := withDefaults(p)
+	if err != nil {
+		return nil, err
+	}
+	key := watukuytype.Key{Poller: p.Name, Partition: partition}
+	var out []watukuytype.ListingEstimate
+	type listing struct {
+		lane    watukuytype.Lane
+		fetch   watukuytype.FetchFunc
+		inCycle int
+	}
+	var ls []listing
+	if p.Strategy == watukuytype.SnapshotDiff {
+		ls = append(ls, listing{watukuytype.LaneLive, p.Fetch, p.MaxPagesPerCycle})
+	}
+	if p.Reconcile != nil {
+		ls = append(ls, listing{watukuytype.LaneReconcile, p.Reconcile.Fetch, min(p.MaxPagesPerCycle, p.Reconcile.MaxPages)})
+	}
+	for _, l := range ls {
+		est := watukuytype.ListingEstimate{Lane: l.lane, PagesPerCycle: l.inCycle}
+		cursor := ""
+		for est.Pages < maxPages && !est.Complete {
+			page, err := l.fetch(ctx, watukuytype.FetchRequest{Key: key, Lane: l.lane, Cursor: cursor, Page: est.Pages})
+			if err != nil {
+				return out, keyErr("watukuy: probe "+string(l.lane)+" listing", key, err)
+			}
+			est.Pages++
+			est.Items += len(page.Items)
+			est.Complete = !page.HasMore
+			cursor = page.Next
+		}
+		est.Cycles = (est.Pages + est.PagesPerCycle - 1) / est.PagesPerCycle
+		out = append(out, est)
+	}
+	return out, nil
+}

@@ -53,6 +53,9 @@ type Store interface {
 	LoadRows(ctx context.Context, key watukuytype.Key, identities []string, want LoadWant) (StoredRows, error)
 	// Identities lists every tracked identity of key.
 	Identities(ctx context.Context, key watukuytype.Key) ([]string, error)
+	// Listed reads the identities a listing of lane that spans cycles has shown so far, each
+	// with whether it was valid (Commit.Listed).
+	Listed(ctx context.Context, key watukuytype.Key, lane watukuytype.Lane) (map[string]bool, error)
 	// CommitPoll writes one page atomically and returns the outbox sequence of each event. A
 	// commit the store finds already applied (the client re-sent it) writes nothing again
 	// and reports Duplicate.
@@ -281,6 +284,19 @@ type Commit struct {
 	// (a backfill begins or ends).
 	Touched      []string
 	ClearTouched bool
+	// Listed are identities a listing of ListedLane that goes on in a later cycle has shown
+	// (each with whether it was valid); ClearListed empties the lane's listed identities
+	// first (its listing completed, or starts over).
+	Listed      []ListedID
+	ListedLane  watukuytype.Lane
+	ClearListed bool
+}
+
+// ListedID is an identity a listing showed, and whether it passed the checks (an invalid one
+// is stored as it was).
+type ListedID struct {
+	Identity string
+	Valid    bool
 }
 
 // Tombstone is a deleted identity and the generation of its deletion.

@@ -6,10 +6,12 @@
 -- KEYS[4] parked hash, KEYS[5] parked ids sorted set, KEYS[6] replay log stream,
 -- KEYS[7] tombstones sorted set, KEYS[8] latest invalid observations hash (identity -> parked
 -- id), KEYS[9] set of identities the live side wrote while a backfill runs, KEYS[10] holds
--- hash, KEYS[11] held events sorted set, KEYS[12] released ordering keys sorted set
+-- hash, KEYS[11] held events sorted set, KEYS[12] released ordering keys sorted set,
+-- KEYS[13] listed identities hash of the commit's listing lane
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] write id, ARGV[5] lease
 -- TTL ms, ARGV[6] log retention ms ('0': no log), ARGV[7] tombstone retention ms ('0': none trimmed), ARGV[8] '1'
--- to empty KEYS[9] first, then sections, each a count followed by its values:
+-- to empty KEYS[9] first, ARGV[9] '1' to empty KEYS[13] first, then sections, each a count
+-- followed by its values:
 --   state pairs (field, value), state counters (field, increment), item upserts (identity,
 --   row), item deletes (identity), tombstones (identity, generation; the highest kept in
 --   state field lastLife), tombstones lifted
@@ -18,7 +20,8 @@
 --   becomes the identity's latest invalid observation, "parkedId\nversion" in KEYS[8], and the
 --   row of the one it replaces is removed), unparked rows (parkedId, identity or ''; HDEL, and
 --   the identity's latest invalid observation is forgotten if it is that row), touched
---   identities (SADD to KEYS[9])
+--   identities (SADD to KEYS[9]), listed identities (identity, '1' valid | '0'; HSET to
+--   KEYS[13]: what a listing that goes on in a later cycle has shown)
 -- Returns {expiresAt, paused 0|1, firstId, duplicate 0|1, {diverted event indexes}}: the
 -- events get the outbox stream ids firstId, then the same milliseconds with the sequence
 -- counted up one by one (ms-s, ms-s+1, ...), so the caller knows every id from the first. An
@@ -49,7 +52,8 @@ end
 local retention = tonumber(ARGV[6])
 
 if ARGV[8] == '1' then redis.call('UNLINK', KEYS[9]) end
-local i = 9
+if ARGV[9] == '1' then redis.call('UNLINK', KEYS[13]) end
+local i = 10
 local function section(width)
   local n = tonumber(ARGV[i])
   local from = i + 1
@@ -147,6 +151,8 @@ for k = 0, n - 1 do
 end
 from, to = section(1)
 if to >= from then chunked('SADD', KEYS[9], ARGV, from, to, 1000) end
+from, to = section(2)
+if to >= from then chunked('HSET', KEYS[13], ARGV, from, to, 1000) end
 
 local exp = now + tonumber(ARGV[5])
 local reply = first

@@ -6,7 +6,8 @@
 -- KEYS[4] parked hash, KEYS[5] parked ids sorted set, KEYS[6] holds hash, KEYS[7] held
 -- events sorted set, KEYS[8] released ordering keys sorted set, KEYS[9] replay log stream,
 -- KEYS[10] tombstones sorted set, KEYS[11] latest invalid observations hash, KEYS[12] set of
--- identities touched during a backfill
+-- identities touched during a backfill, KEYS[13] listed identities hash of the live lane,
+-- KEYS[14] listed identities hash of the reconcile lane
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] write id,
 -- ARGV[5] 'delete' | 'revive'
 -- Returns {epoch, floor}: the lease's epoch and the floor (above every life the key gave and
@@ -26,7 +27,7 @@ end
 local s = redis.call('HMGET', KEYS[1], 'lastLife', 'incarnation', 'floor', 'outboxLast', 'owner', 'expiresAt')
 local last_ms = stream_id(later_id(s[4], outbox_last(KEYS[3]))) or 0
 local floor = math.max(now, tonumber(s[1] or '0') + 1, tonumber(s[2] or '0') + 1, tonumber(s[3] or '0'), last_ms + 1)
-for k = 1, 12 do redis.call('UNLINK', KEYS[k]) end -- big structures are freed in the background
+for k = 1, #KEYS do redis.call('UNLINK', KEYS[k]) end -- big structures are freed in the background
 redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'token', ARGV[2], 'owner', s[5], 'expiresAt', s[6], 'write', ARGV[4],
   'reply', ARGV[1] .. ' ' .. string.format('%d', floor))
 if ARGV[5] == 'delete' then

@@ -580,13 +580,15 @@ func (commitPollArgs) name() string { return "commit_poll" }
 
 func (a commitPollArgs) encode(s *Store) ([]string, []any) {
 	c := a.Commit
-	argv := a.writeFence.argv(16 + 2*len(c.State) + 2*len(c.Count) + 2*len(c.Upserts) + len(c.Deletes) + 2*len(c.Tombstones) +
-		len(c.Revived) + 3*len(c.Events) + 4*len(c.Invalid) + 2*len(c.Unpark) + len(c.Touched))
-	clear := "0"
-	if c.ClearTouched {
-		clear = "1"
+	argv := a.writeFence.argv(18 + 2*len(c.State) + 2*len(c.Count) + 2*len(c.Upserts) + len(c.Deletes) + 2*len(c.Tombstones) +
+		len(c.Revived) + 3*len(c.Events) + 4*len(c.Invalid) + 2*len(c.Unpark) + len(c.Touched) + 2*len(c.Listed))
+	flag := func(b bool) string {
+		if b {
+			return "1"
+		}
+		return "0"
 	}
-	argv = append(argv, a.TTL.Milliseconds(), c.LogRetention.Milliseconds(), c.TombstoneRetention.Milliseconds(), clear)
+	argv = append(argv, a.TTL.Milliseconds(), c.LogRetention.Milliseconds(), c.TombstoneRetention.Milliseconds(), flag(c.ClearTouched), flag(c.ClearListed))
 	argv = appendPairs(argv, c.State)
 	argv = append(argv, len(c.Count))
 	for f, n := range c.Count {
@@ -615,7 +617,16 @@ func (a commitPollArgs) encode(s *Store) ([]string, []any) {
 		argv = append(argv, p.ID, p.Identity)
 	}
 	argv = appendList(argv, c.Touched)
-	return s.keysOf(a.Key, "state", "items", "outbox", "parked", "parked-ids", "log", "gone", "invalid", "touched", "holds", "held", "released"), argv
+	argv = append(argv, len(c.Listed))
+	for _, l := range c.Listed {
+		argv = append(argv, l.Identity, flag(l.Valid))
+	}
+	lane := c.ListedLane
+	if lane == "" {
+		lane = watukuytype.LaneLive // no listing in this commit: the key is named, not touched
+	}
+	keys := s.keysOf(a.Key, "state", "items", "outbox", "parked", "parked-ids", "log", "gone", "invalid", "touched", "holds", "held", "released")
+	return append(keys, s.listedKey(a.Key, lane)), argv
 }
 
 // decode reads {expiresAt, paused, firstId, duplicate, diverted}; the events' stream ids
@@ -663,7 +674,8 @@ func streamIDs(first string, n int) ([]string, error) {
 }
 
 // keyData are the structures of a key that delete_key.lua drops, in its KEYS order.
-var keyData = []string{"state", "items", "outbox", "parked", "parked-ids", "holds", "held", "released", "log", "gone", "invalid", "touched"}
+var keyData = []string{"state", "items", "outbox", "parked", "parked-ids", "holds", "held", "released", "log", "gone", "invalid", "touched",
+	"listed:" + string(watukuytype.LaneLive), "listed:" + string(watukuytype.LaneReconcile)}
 
 // deleteKeyArgs call delete_key.lua.
 type deleteKeyArgs struct {

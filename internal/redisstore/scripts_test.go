@@ -98,6 +98,8 @@ func structureOf(s *Store, key string) string {
 		return "pollers"
 	case strings.HasPrefix(key, s.dueKey("")):
 		return "due"
+	case strings.Contains(key, ":listed:"):
+		return "listed"
 	}
 	return key[strings.LastIndex(key, ":")+1:]
 }
@@ -176,7 +178,7 @@ func TestHeadersMatchTheWrappers(t *testing.T) {
 		"released": "released ordering keys sorted set", "items": "items hash", "parked": "parked hash",
 		"parked-ids": "parked ids sorted set", "log": "replay log stream", "gone": "tombstones sorted set",
 		"invalid": "invalid observations hash", "touched": "set of identities", "registry": "registry index",
-		"retired": "high-water marks hash", "bucket": "the bucket (a hash", "held-slots": "held set", "pollers": "pollers hash", "due": "due set",
+		"retired": "high-water marks hash", "listed": "listed identities hash", "bucket": "the bucket (a hash", "held-slots": "held set", "pollers": "pollers hash", "due": "due set",
 	}
 	s := offlineStore(t)
 	l := core.Lease{Key: watukuytype.Key{Poller: "orders", Partition: "t1"}, Epoch: 42, Token: "the-token"}

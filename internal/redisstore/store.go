@@ -401,6 +401,28 @@ func (s *Store) Identities(ctx context.Context, key watukuytype.Key) ([]string, 
 	}
 }
 
+// listedKey is the hash of the identities a listing of lane that spans cycles has shown.
+func (s *Store) listedKey(key watukuytype.Key, lane watukuytype.Lane) string {
+	return s.k(key, "listed:"+string(lane))
+}
+
+// Listed implements core.Store: HSCAN in steps, as Identities.
+func (s *Store) Listed(ctx context.Context, key watukuytype.Key, lane watukuytype.Lane) (map[string]bool, error) {
+	out := map[string]bool{}
+	for cursor := uint64(0); ; {
+		kv, next, err := s.rdb.HScan(ctx, s.listedKey(key, lane), cursor, "", 2000).Result()
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: the identities a listing of %s showed: %w", key.Describe(), err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1] == "1"
+		}
+		if cursor = next; cursor == 0 {
+			return out, nil
+		}
+	}
+}
+
 // CommitPoll implements core.Store.
 func (s *Store) CommitPoll(ctx context.Context, l core.Lease, c core.Commit) (core.CommitResult, error) {
 	res, replicated, err := runReplicated(ctx, s, &l, commitPollArgs{Key: l.Key, writeFence: s.writeFenceOf(l), TTL: l.TTL, Commit: c})

@@ -41,6 +41,10 @@ const (
 	// deleted (and through partitions delete), so that the stream made again for the next
 	// event starts above it even if the server clock moved back; no Go code reads it.
 	OutboxLast = "outboxLast"
+	// ListingPrefix starts listing.<lane>: the position of a complete listing (a snapshotDiff
+	// live lane, a reconcile) that goes on in the next cycle, JSON of core's listingPos; the
+	// identities it listed so far are in the key's listed:<lane> hash.
+	ListingPrefix = "listing."
 	// LastLife is the highest identity generation ever given (commit_poll.lua writes it,
 	// delete_key.lua starts the next incarnation above it); no Go code reads it.
 	LastLife = "lastLife"
