@@ -99,6 +99,11 @@ type Poller struct {
 	// would poll the same API again and emit the same events, so partitions add refuses it.
 	// The registry records it, so the refusal needs no definition.
 	SharedRequest bool
+	// Revision names this definition of the poller's requests (the config sets a digest of
+	// its request, items, cursor and reconcile settings). A complete listing under way over
+	// several cycles that began under another revision starts over: its pages would not line
+	// up (another page size, another URL). Empty: every definition is taken as the same.
+	Revision string
 	// Budget names a budget of the engine's Options.Budgets, shared by every worker, that each
 	// request of this poller takes a token from; it may hold ${partition}. Empty: the poller
 	// is paced only by its own keys' throttle windows and the API's rate-limit headers.

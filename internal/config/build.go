@@ -3,6 +3,8 @@ package config
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -113,9 +115,24 @@ func buildFingerprint(b *builder) error {
 	return nil
 }
 
+// revision is a digest of what a poller's listings are made of, its request, items, cursor
+// and reconcile settings (Poller.Revision): a listing under way that began under another one
+// starts over.
+func revision(pc *Poller) string {
+	js, _ := json.Marshal(struct {
+		R Request
+		I string
+		C Cursor
+		N *Reconcile
+	}{pc.Request, pc.Items, pc.Cursor, pc.Reconcile})
+	sum := sha256.Sum256(js)
+	return hex.EncodeToString(sum[:8])
+}
+
 // buildCursor makes the strategy's Fetch from the cursor keys.
 func buildCursor(b *builder) error {
 	c, src := b.pc.Cursor, b.src
+	b.p.Revision = revision(b.pc)
 	switch c.Strategy {
 	case StrategyTimestamp:
 		ts := &cursor.Timestamp{Source: src, Field: c.Field, Formats: c.Formats, Param: c.Param, LimitParam: c.LimitParam,

@@ -842,3 +842,30 @@ func TestNullStdout(t *testing.T) {
 		t.Fatalf("got %v, %v", cfg, err)
 	}
 }
+
+// A built poller's Revision digests what its listings are made of: another page size or URL
+// gives another (a listing under way starts over), another schedule the same.
+func TestRevisionFollowsTheRequests(t *testing.T) {
+	rev := func(yaml string) string {
+		t.Helper()
+		cfg, err := Parse("w.yaml", []byte(yaml), envOf(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, err := Build(cfg, nil, io.Discard, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ps[0].Revision
+	}
+	base := rev(validSnapshot)
+	if base == "" || rev(validSnapshot) != base {
+		t.Fatalf("revision %q is not stable", base)
+	}
+	if got := rev(strings.Replace(validSnapshot, "strategy: snapshotDiff", "strategy: snapshotDiff\n      size: 7", 1)); got == base {
+		t.Error("another page size kept the revision")
+	}
+	if got := rev(strings.Replace(validSnapshot, "    delivery:", "    schedule: {min: 1s, max: 1m}\n    delivery:", 1)); got != base {
+		t.Error("another schedule changed the revision")
+	}
+}

@@ -41,6 +41,15 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 	var invalid []ParkedRow
 	size := 0
 	touch := !w.history && backfillActive(c.state.backfill())
+	// What a listing showed goes with the first chunk and counts in its items; what does not
+	// fit there goes ahead, on its own, in chunks: it must be written no later than the rows
+	// it covers.
+	for !w.ClearListed && len(w.Listed) >= maxItems {
+		if _, err := c.commitPoll(ctx, Commit{Listed: w.Listed[:maxItems], ListedLane: w.ListedLane}); err != nil {
+			return res, err
+		}
+		w.Listed = w.Listed[maxItems:]
+	}
 	first := true
 	flush := func(last bool) error {
 		cm := Commit{LogRetention: w.LogRetention, Invalid: invalid,
@@ -101,23 +110,11 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 		if last && cm.empty() {
 			return nil
 		}
-		sent := c.e.now()
-		sctx, span := c.startSpan(ctx, SpanCommit)
-		r, err := c.e.store.CommitPoll(sctx, c.lease, cm)
-		if span.IsRecording() {
-			span.SetAttributes(AttrLane.String(string(c.lane)), AttrEvents.Int(len(cm.Events)), AttrItems.Int(len(cm.Upserts)+len(cm.Deletes)))
-		}
-		endSpan(span, err)
+		r, err := c.commitPoll(ctx, cm)
 		if err != nil {
-			if c.keeper != nil {
-				return c.keeper.check(err)
-			}
 			return err
 		}
-		if c.keeper != nil {
-			c.keeper.touched(sent, r.Paused)
-		}
-		c.confirmed, first = true, false
+		first = false
 		res.paused = res.paused || r.Paused
 		res.unreplicated = res.unreplicated || r.Unreplicated
 		for i, ev := range evIdx {
@@ -130,7 +127,11 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 		return nil
 	}
 	add := func(n int) error {
-		if len(chunk)+len(invalid) > 0 && (len(chunk)+len(invalid)+1 > maxItems || size+n > maxBytes) {
+		listed := 0
+		if first {
+			listed = len(w.Listed)
+		}
+		if len(chunk)+len(invalid) > 0 && (len(chunk)+len(invalid)+listed+1 > maxItems || size+n > maxBytes) {
 			if err := flush(false); err != nil {
 				return err
 			}
@@ -210,6 +211,28 @@ func (c *cycle) tombstoneRetention() time.Duration {
 		return defaultTombstoneRetention
 	}
 	return c.p.TombstoneRetention
+}
+
+// commitPoll writes one chunk under the cycle's lease.
+func (c *cycle) commitPoll(ctx context.Context, cm Commit) (CommitResult, error) {
+	sent := c.e.now()
+	sctx, span := c.startSpan(ctx, SpanCommit)
+	r, err := c.e.store.CommitPoll(sctx, c.lease, cm)
+	if span.IsRecording() {
+		span.SetAttributes(AttrLane.String(string(c.lane)), AttrEvents.Int(len(cm.Events)), AttrItems.Int(len(cm.Upserts)+len(cm.Deletes)))
+	}
+	endSpan(span, err)
+	if err != nil {
+		if c.keeper != nil {
+			return r, c.keeper.check(err)
+		}
+		return r, err
+	}
+	if c.keeper != nil {
+		c.keeper.touched(sent, r.Paused)
+	}
+	c.confirmed = true
+	return r, nil
 }
 
 // empty reports whether cm writes nothing.

@@ -238,6 +238,9 @@ func (c *cycle) run(ctx context.Context, pending int64) {
 	if pending > 0 && !c.p.Shadow {
 		failure = c.drain(ctx)
 	}
+	if failure == nil {
+		failure = c.dropStaleListings(ctx)
+	}
 	var live laneResult
 	if failure == nil {
 		// A snapshotDiff listing longer than the cycle's pages goes on in the next cycle.

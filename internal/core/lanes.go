@@ -50,11 +50,17 @@ const longestInCycleWait = time.Second
 // statehash.ListingPrefix + lane); the identities it showed so far are the store's
 // (Commit.Listed).
 type listingPos struct {
-	Cursor string `json:"cursor"` // the next page's
-	Pages  int    `json:"pages"`  // read so far
-	Cycles int    `json:"cycles"` // that it took so far
-	Since  int64  `json:"since"`  // ms its first page was read
+	Cursor string `json:"cursor"`          // the next page's
+	Pages  int    `json:"pages"`           // read so far
+	Cycles int    `json:"cycles"`          // that it took so far
+	Since  int64  `json:"since"`           // ms its first page was read
+	Rev    string `json:"rev,omitempty"`   // the Poller.Revision it began under
+	Fails  int    `json:"fails,omitempty"` // cycles in a row whose first request of it failed
 }
+
+// listingFailsToRestart is how many cycles in a row may fail to go on with a listing before it
+// starts over: its position may have expired at the API (a page token, a scroll id).
+const listingFailsToRestart = 3
 
 // listingField is the state field of lane's listing position.
 func listingField(lane watukuytype.Lane) string { return statehash.ListingPrefix + string(lane) }
@@ -77,6 +83,7 @@ type listingRun struct {
 	next    string      // the cursor after the last committed page
 	pages   int         // pages committed in this cycle
 	started time.Time
+	rev     string // the poller's Revision
 }
 
 // listingsLongAfter is how many cycles a listing may take before each cycle warns that it
@@ -90,7 +97,14 @@ const listingsLongAfter = 100
 func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) {
 	var lr *listingRun
 	if ln.listing {
-		lr = &listingRun{seen: map[string]bool{}, on: c.state.listing(ln.name), started: c.now()}
+		lr = &listingRun{seen: map[string]bool{}, on: c.state.listing(ln.name), started: c.now(), rev: c.p.Revision}
+		if lr.on != nil && lr.on.Rev != c.p.Revision {
+			// Begun under another definition of the requests: its pages would not line up.
+			if f := c.dropListing(ctx, ln.name); f != nil {
+				return laneResult{}, f
+			}
+			lr.on = nil
+		}
 		if lr.on != nil {
 			lr.on.Cycles++
 			if lr.on.Cycles > listingsLongAfter {
@@ -100,7 +114,21 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		}
 	}
 	res, f := c.lanePages(ctx, ln, lr)
-	if lr == nil || lr.on != nil || res.complete || lr.pages == 0 || f != nil && f.phase == "store" {
+	if lr != nil && lr.on != nil && lr.pages == 0 && f != nil && f.phase != "store" && f.kind != schedule.ResultThrottled {
+		// It could not go on from its position: after a few cycles, it starts over.
+		if lr.on.Fails++; lr.on.Fails >= listingFailsToRestart {
+			c.log.Warn().Str("lane", string(ln.name)).Int("fails", lr.on.Fails).Msg("a listing could not go on from where it stopped: it starts over")
+			if df := c.dropListing(ctx, ln.name); df != nil {
+				return res, df
+			}
+		} else if _, err := c.commitPoll(ctx, Commit{State: map[string]string{listingField(ln.name): lr.position(lr.on.Cursor, 0, lr.on.Cycles)}}); err != nil {
+			return res, storeErr(err)
+		}
+		return res, f
+	}
+	// A listing begun in this cycle keeps a position only when it stopped short for want of
+	// pages or time, or was throttled; after any other failure it starts over.
+	if lr == nil || lr.on != nil || res.complete || lr.pages == 0 || f != nil && f.kind != schedule.ResultThrottled {
 		return res, f
 	}
 	// A listing begun in this cycle stops short: what it showed, then its position, go on to
@@ -125,6 +153,33 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 	}
 }
 
+// dropListing ends lane's listing under way, its position and what it showed, in one fenced
+// write: it starts over when it next runs.
+func (c *cycle) dropListing(ctx context.Context, lane watukuytype.Lane) *cycleError {
+	if _, err := c.commitPoll(ctx, Commit{State: map[string]string{listingField(lane): ""}, ListedLane: lane, ClearListed: true}); err != nil {
+		return storeErr(err)
+	}
+	c.state[listingField(lane)] = "" // End drops the field
+	return nil
+}
+
+// dropStaleListings drops the listings under way of lanes the poller no longer lists
+// (another strategy, no reconcile any more): nothing would go on with them, and what other
+// lanes store would go on adding to what they showed.
+func (c *cycle) dropStaleListings(ctx context.Context) *cycleError {
+	for lane, lists := range map[watukuytype.Lane]bool{
+		watukuytype.LaneLive:      c.p.Strategy == watukuytype.SnapshotDiff,
+		watukuytype.LaneReconcile: c.p.Reconcile != nil,
+	} {
+		if !lists && c.state.listing(lane) != nil {
+			if f := c.dropListing(ctx, lane); f != nil {
+				return f
+			}
+		}
+	}
+	return nil
+}
+
 // listingUnderWay is the listing lane other than lane whose listing goes on from an earlier
 // cycle ("" for none). The reconcile lane never meets one: it runs only in a cycle whose live
 // lane completed.
@@ -139,9 +194,12 @@ func (c *cycle) listingUnderWay(lane watukuytype.Lane) watukuytype.Lane {
 
 // position encodes the listing's position after pages more pages, at cursor.
 func (lr *listingRun) position(cursor string, pages, cycles int) string {
-	p := listingPos{Cursor: cursor, Pages: pages, Cycles: cycles, Since: lr.started.UnixMilli()}
+	p := listingPos{Cursor: cursor, Pages: pages, Cycles: cycles, Since: lr.started.UnixMilli(), Rev: lr.rev}
 	if lr.on != nil {
-		p.Pages, p.Cycles, p.Since = lr.on.Pages+pages, lr.on.Cycles, lr.on.Since
+		p.Pages, p.Cycles, p.Since, p.Rev = lr.on.Pages+pages, lr.on.Cycles, lr.on.Since, lr.on.Rev
+		if pages == 0 {
+			p.Fails = lr.on.Fails
+		}
 	}
 	b, _ := json.Marshal(p)
 	return string(b)
@@ -479,7 +537,9 @@ func (c *cycle) listingDeletes(ctx context.Context, lane watukuytype.Lane, seen 
 	yctx, stopYield := mergeCancel(ctx, c.yield)
 	defer stopYield()
 	c.rep.DeleteCandidates = 0
-	if pending := c.state.int(statehash.DeleteCandidates); stored == c.items {
+	// A listing over several cycles may have shown identities deleted since: only reading
+	// them all tells.
+	if pending := c.state.int(statehash.DeleteCandidates); stored == c.items && !done.ClearListed {
 		// Every stored identity was listed: skip reading them all.
 		if pending > 0 {
 			w.setState(statehash.DeleteCandidates, "0")

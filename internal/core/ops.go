@@ -102,8 +102,8 @@ func (e *Engine) ResetCursor(ctx context.Context, key watukuytype.Key, cursor st
 		}
 		// The committed ETag goes too: it describes what the rows held before; and a listing
 		// under way starts over.
-		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{statehash.CursorLive: cursor, statehash.LiveTag: ""},
-			ListedLane: watukuytype.LaneLive, ClearListed: true})
+		_, err := e.store.CommitPoll(ctx, c.lease, Commit{State: map[string]string{statehash.CursorLive: cursor, statehash.LiveTag: "",
+			listingField(watukuytype.LaneLive): ""}, ListedLane: watukuytype.LaneLive, ClearListed: true})
 		c.endDelete = append(c.endDelete, listingField(watukuytype.LaneLive))
 		return err
 	})
