@@ -31,7 +31,7 @@ func TestAdvL1G4RetryBeforeAnyCycleAfterDeathBetweenParkAndAck(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
 		sameKey := func(p *Poller) {
-			p.Delivery.Attempts = 1
+			p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1
 			p.Delivery.OrderingKey = func(ev Event) string { return "A" }
 		}
 		e.rec.setFail(func(ev Event) error {
@@ -82,7 +82,7 @@ func TestAdvL1G4RetryBeforeAnyCycleAfterDeathBetweenParkAndAck(t *testing.T) {
 func TestAdvL1G1NewlineInAnOrderingKeyWedgesTheDrain(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
-		once := func(p *Poller) { p.Delivery.Attempts = 1 }
+		once := func(p *Poller) { p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 }
 		const nl = "x\ny"
 		e.rec.setFail(func(ev Event) error {
 			if ev.Identity == nl {
@@ -160,7 +160,7 @@ func TestAdvL1BigCosts(t *testing.T) {
 	}
 	p := Poller{Name: "orders", Fetch: api.ChangeFeed(10), Version: Field("version"), Handler: rec.handle,
 		Schedule: Schedule{Min: time.Hour, Max: time.Hour}, Partitions: parts,
-		Delivery: Delivery{Attempts: 1, Backoff: Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
+		Delivery: Delivery{Attempts: 1, RetryHorizon: -1, Backoff: Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
 	eng, err := New(Options{Redis: rdb, InstanceID: "big"})
 	if err != nil {
 		t.Fatal(err)
@@ -422,7 +422,7 @@ func TestAdvL1HeldHotKeyReleasedTwiceWithNewEvents(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
 		hot := func(p *Poller) {
-			p.Delivery.Attempts = 1
+			p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1
 			p.Delivery.OrderingKey = func(ev Event) string { return "A" }
 			p.CommitMaxItems = 4
 		}

@@ -79,7 +79,7 @@ func TestAdversary2G8WindowErasedByTheEndOfALateCycle(t *testing.T) {
 				p.Name = name
 				p.LogRetention = time.Hour // so that an operator's replay can refill the outbox
 				p.Delivery.Poison = PoisonHalt
-				p.Delivery.Attempts = 1
+				p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1
 				feed := e.api.ChangeFeed(10)
 				p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
 					mu.Lock()

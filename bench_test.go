@@ -307,7 +307,7 @@ func BenchmarkReleaseHeldHotKey(b *testing.B) {
 		b.Fatal(err)
 	}
 	if err := eng.Register(Poller{Name: "orders", Fetch: api.ChangeFeed(10), Version: Field("version"),
-		Delivery: Delivery{Attempts: 1, OrderingKey: func(Event) string { return "X" }},
+		Delivery: Delivery{Attempts: 1, RetryHorizon: -1, OrderingKey: func(Event) string { return "X" }},
 		Handler: func(context.Context, Event) error {
 			if fail {
 				return fmt.Errorf("poison")

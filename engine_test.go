@@ -228,7 +228,7 @@ func TestHandlerPanicIsAFailure(t *testing.T) {
 			}
 			return nil
 		})
-		eng := e.engine(e.poller(func(p *Poller) { p.Delivery.Attempts = 3 }), nil)
+		eng := e.engine(e.poller(func(p *Poller) { p.Delivery.Attempts, p.Delivery.RetryHorizon = 3, -1 }), nil)
 		e.tick(eng)
 		if calls.Load() != 3 || len(e.rec.events()) != 2 {
 			t.Fatalf("calls %d, delivered %d", calls.Load(), len(e.rec.events()))
@@ -247,7 +247,11 @@ func TestPoisonHaltOpensCircuit(t *testing.T) {
 		e := newEnv(t, b)
 		putN(e, 2)
 		e.rec.setFail(func(ev Event) error { return errors.New("sink down") })
-		eng := e.engine(e.poller(func(p *Poller) { p.Delivery.Poison = PoisonHalt; p.Delivery.Attempts = 2; p.Delivery.Concurrency = 1 }), nil)
+		eng := e.engine(e.poller(func(p *Poller) {
+			p.Delivery.Poison = PoisonHalt
+			p.Delivery.Attempts, p.Delivery.RetryHorizon = 2, -1
+			p.Delivery.Concurrency = 1
+		}), nil)
 		e.tick(eng)
 		ki, _ := eng.Inspect(t.Context(), "orders", "")
 		if ki.Circuit != "open" || ki.OutboxPending != 2 || ki.Parked != 0 || !strings.Contains(string(ki.LastError), "POISON_HALT") {

@@ -171,7 +171,7 @@ func TestG4PerKeyOrder(t *testing.T) {
 					}
 					return nil
 				})
-				eng := e.engine(e.poller(func(p *Poller) { p.Delivery.Attempts = 2 }), nil)
+				eng := e.engine(e.poller(func(p *Poller) { p.Delivery.Attempts, p.Delivery.RetryHorizon = 2, -1 }), nil)
 				e.tick(eng)
 				// a@2 and a@3 are observed in separate cycles, so both are committed.
 				e.api.Put("a", nil)
@@ -331,8 +331,8 @@ func TestG6NoFalseDeletes(t *testing.T) {
 		mu.Lock()
 		mode = ""
 		mu.Unlock()
-		// The failed page stopped the listing after its first page: the next cycle goes on from
-		// there, and completes it (one of the two listings ConfirmDeletes asks for).
+		// The failed page ended the listing: none goes on from it (the next starts over). A
+		// listing longer than a cycle goes on from where it stopped, and completes.
 		listings := func(eng *Engine) []watukuytype.ListingProgress {
 			ki, err := eng.Inspect(t.Context(), "orders", "")
 			if err != nil {
@@ -340,11 +340,11 @@ func TestG6NoFalseDeletes(t *testing.T) {
 			}
 			return ki.Listings
 		}
-		if l := listings(eng); len(l) != 1 || l[0].Pages != 1 {
+		if l := listings(eng); len(l) != 0 {
 			t.Fatalf("a listing stopped by a failed page: %+v", l)
 		}
 		trunc := e.engine(e.poller(func(p *Poller) { p.Strategy = SnapshotDiff; p.Fetch = fetch; p.MaxPagesPerCycle = 1 }), nil)
-		for i, want := range []int{0, 1} { // completed; then a new listing's first page
+		for i, want := range []int{1, 0} { // its first page; then completed
 			e.clock.Advance(3 * time.Minute)
 			if rep := trunc.core.RunCycle(t.Context(), watukuytype.Key{Poller: "orders"}); rep.Outcome != watukuytype.Ran || rep.Err != nil || len(e.rec.events()) != 12 {
 				t.Fatalf("truncated listing, cycle %d: %+v, %d events", i, rep, len(e.rec.events()))
@@ -470,7 +470,7 @@ func TestG4RetryAfterCrashKeepsOrder(t *testing.T) {
 			}
 			return nil
 		})
-		p := e.poller(func(p *Poller) { p.Delivery.Attempts = 1 })
+		p := e.poller(func(p *Poller) { p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 })
 		first := e.engine(p, nil)
 		e.tick(first) // a@1 parked, "a" held
 		e.api.Put("a", nil)

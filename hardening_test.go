@@ -73,8 +73,8 @@ func (h *hookStore) Ack(ctx context.Context, l core.Lease, acked []core.Entry) (
 	return paused, err
 }
 
-func (h *hookStore) Park(ctx context.Context, l core.Lease, poison []core.Poison, held []core.Held) error {
-	err := h.Store.Park(ctx, l, poison, held)
+func (h *hookStore) Park(ctx context.Context, l core.Lease, p core.Parking) error {
+	err := h.Store.Park(ctx, l, p)
 	if err == nil && h.afterPark != nil {
 		h.afterPark()
 	}
@@ -94,7 +94,7 @@ func TestG9DrainGoesOnPastAHeldBatch(t *testing.T) {
 		hot := func(p *Poller) {
 			p.Fetch = e.api.ChangeFeed(5000)
 			p.CommitMaxItems = 5000 // the page commits in one write, y1@1 with it
-			p.Delivery.Attempts = 1
+			p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1
 			p.Delivery.OrderingKey = func(ev Event) string {
 				if strings.HasPrefix(ev.Identity, "x") {
 					return "X"
@@ -152,7 +152,7 @@ func TestG4RetryAfterDeathBetweenParkAndAck(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
 		sameKey := func(p *Poller) {
-			p.Delivery.Attempts = 1
+			p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1
 			p.Delivery.OrderingKey = func(ev Event) string { return "A" }
 		}
 		e.rec.setFail(func(ev Event) error {

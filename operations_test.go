@@ -235,7 +235,7 @@ func TestPauseStopsRequestsAndDelivery(t *testing.T) {
 		e := newEnv(t, b)
 		putN(e, 5)
 		e.rec.setFail(func(Event) error { return errors.New("consumer down") })
-		eng := e.engine(e.poller(func(p *Poller) { p.Delivery.Poison = PoisonHalt; p.Delivery.Attempts = 1 }), nil)
+		eng := e.engine(e.poller(func(p *Poller) { p.Delivery.Poison = PoisonHalt; p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 }), nil)
 		e.tick(eng)
 		ki, _ := eng.Inspect(ctx, "orders", "")
 		if ki.OutboxPending != 5 {

@@ -139,7 +139,9 @@ func TestHandlerAttemptsCounted(t *testing.T) {
 				putN(e, 1)
 				var calls atomic.Int32
 				name := strings.ReplaceAll(tc.name, " ", "_")
-				eng, reg := e.observed(e.poller(func(p *Poller) { p.Name, p.Handler, p.Delivery.Attempts = name, tc.handler(&calls), 3 }))
+				eng, reg := e.observed(e.poller(func(p *Poller) {
+					p.Name, p.Handler, p.Delivery.Attempts, p.Delivery.RetryHorizon = name, tc.handler(&calls), 3, -1
+				}))
 				rep := eng.RunCycle(t.Context(), Key{Poller: name})
 				if rep.Err != nil || rep.Delivered != 1 || rep.Parked != 0 {
 					t.Fatalf("%s: cycle: %+v", tc.name, rep)
@@ -172,7 +174,7 @@ func TestOutboxOldestAge(t *testing.T) {
 		}
 		down := errors.New("handler down")
 		e.rec.setFail(func(Event) error { return down })
-		eng, reg := e.observed(e.poller(func(p *Poller) { p.Delivery.Poison = PoisonHalt; p.Delivery.Attempts = 1 }))
+		eng, reg := e.observed(e.poller(func(p *Poller) { p.Delivery.Poison = PoisonHalt; p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 }))
 		ctx := t.Context()
 		key := Key{Poller: "orders"}
 		if rep := eng.RunCycle(ctx, key); rep.Events != 1 || rep.Delivered != 0 {

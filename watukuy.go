@@ -104,6 +104,14 @@ type ConfigError = watukuytype.ConfigError
 // LeaseLostError is a fenced write rejected because another instance holds the key.
 type LeaseLostError = watukuytype.LeaseLostError
 
+// SinkError marks a handler's failure as its sink's (any event would have failed): the key's
+// delivery is blocked and tried again later instead of the event counting towards poison.
+type SinkError = watukuytype.SinkError
+
+// SinkUnavailable marks err as the failure of a sink that cannot take any event now; a
+// handler returns it when its downstream is down.
+func SinkUnavailable(err error) error { return watukuytype.SinkUnavailable(err) }
+
 // HTTPError is a non-success answer of a third-party API.
 type HTTPError = watukuytype.HTTPError
 

@@ -260,6 +260,19 @@ func printKeyDetail(w io.Writer, ki watukuy.KeyInfo, now time.Time) error {
 	}
 	t.row("parked", fmt.Sprintf("%d (poison %d, invalid %d)", ki.Parked, ki.ParkedPoison, ki.ParkedInvalid))
 	t.row("held", itoa(ki.Held))
+	if b := ki.Blocked; b != nil {
+		tries := "1 try"
+		if b.Tries != 1 {
+			tries = fmt.Sprintf("%d tries", b.Tries)
+		}
+		t.row("delivery", fmt.Sprintf("blocked since %s (%s): %s; %s, next %s", b.Since.UTC().Format(time.RFC3339), humantime.Round(now.Sub(b.Since)),
+			b.Error, tries, when(&b.NextTry, now)))
+	} else {
+		t.row("delivery", "ok")
+	}
+	if ki.Retrying > 0 {
+		t.row("retrying", fmt.Sprintf("%d ordering keys wait for a failed event's next try, the first %s", ki.Retrying, when(ki.NextRetryAt, now)))
+	}
 	t.row("items", itoa(ki.Items))
 	t.row("schemaVersion", itoa(ki.SchemaVersion))
 	t.row("shadow", yesNo(ki.Shadow))

@@ -19,7 +19,7 @@ func TestParked(t *testing.T) {
 	w.api.PutMany(2, "o", nil)
 	var healthy atomic.Bool
 	w.register(w.poller("orders", func(p *watukuy.Poller) {
-		p.Delivery.Attempts = 1
+		p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 // poison after one try
 		p.Handler = func(ctx context.Context, ev watukuy.Event) error {
 			if !healthy.Load() {
 				return errors.New("sink down")
@@ -96,7 +96,7 @@ func TestParkedAll(t *testing.T) {
 	var healthy atomic.Bool
 	w.register(w.poller("mixed", func(p *watukuy.Poller) {
 		p.Identity = watukuy.Field("sku")
-		p.Delivery.Attempts = 1
+		p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 // poison after one try
 		p.Handler = func(ctx context.Context, ev watukuy.Event) error {
 			if !healthy.Load() {
 				return errors.New("sink down")
@@ -150,10 +150,10 @@ func TestParkedPages(t *testing.T) {
 	w.api.PutMany(3, "o", nil)
 	w.register(w.poller("tenants", func(p *watukuy.Poller) {
 		p.Partitions = []string{"a", "b"}
-		p.Delivery.Attempts = 1
+		p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 // poison after one try
 		p.Handler = func(context.Context, watukuy.Event) error { return errors.New("sink down") }
 	}), w.poller("orders", func(p *watukuy.Poller) {
-		p.Delivery.Attempts = 1
+		p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 // poison after one try
 		p.Handler = func(context.Context, watukuy.Event) error { return errors.New("sink down") }
 	}))
 	w.tick()

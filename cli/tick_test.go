@@ -50,33 +50,55 @@ func TestTickEveryItemInvalid(t *testing.T) {
 	}
 }
 
-// A tick whose every event is parked as poison (a receiver that fails every delivery) says so
-// and exits 1, although no cycle failed.
+// A tick whose every event is parked as poison (a receiver that refuses every event, with no
+// retry across cycles) says so and exits 1, although no cycle failed; a receiver that fails as
+// a whole (5xx on every event) blocks the key's delivery instead, which inspect shows, and
+// parks nothing.
 func TestTickEveryEventPoison(t *testing.T) {
 	b := redistest.Real(t)
 	api := fakeapi.New()
 	api.PutMany(2, "o", nil)
 	srv := fakeapi.NewServer(api, fakeapi.ServerOptions{})
 	defer srv.Close()
+	status := http.StatusBadRequest
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, "receiver down", http.StatusInternalServerError)
+		http.Error(w, "receiver refuses", status)
 	}))
 	defer receiver.Close()
-	cfg := writeConfig(t, fmt.Sprintf(`pollers:
-  - name: orders
+	config := func(poller string) string {
+		return writeConfig(t, fmt.Sprintf(`pollers:
+  - name: %s
     request: {url: %s/items}
     items: data
     version: version
     cursor: {strategy: timestamp, param: updated_since, field: updated_at}
     delivery:
       attempts: 1
+      retry: {horizon: none}
       webhook: {url: %s, secret: whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=}
-`, srv.URL, receiver.URL))
+`, poller, srv.URL, receiver.URL))
+	}
+	cfg := config("orders")
 	out, _, err := run(t, "tick", "--config", cfg, "--redis", b.URL)
 	if exitCode(err) != ExitFailed || !strings.Contains(err.Error(), "no event was delivered: 2 events parked as poison") {
 		t.Fatalf("tick that parked every event: exit %d, %v\n%s", exitCode(err), err, out)
 	}
 	if !strings.Contains(out, "events 2  delivered 0  parked 2  invalid 0  errors 0") || !strings.Contains(out, "parked retry --poller orders --all --kind poison") {
 		t.Fatalf("the tick report:\n%s", out)
+	}
+
+	status = http.StatusServiceUnavailable
+	cfg = config("invoices")
+	out, _, err = run(t, "tick", "--config", cfg, "--redis", b.URL)
+	if err != nil || !strings.Contains(out, "parked 0") {
+		t.Fatalf("tick against a receiver that is down: %v\n%s", err, out)
+	}
+	out, _, err = run(t, "inspect", "--poller", "invoices", "--config", cfg, "--redis", b.URL)
+	if err != nil || !strings.Contains(out, "blocked") {
+		t.Fatalf("inspect of a blocked key: %v\n%s", err, out)
+	}
+	out, _, err = run(t, "inspect", "--poller", "invoices", "--partition", "", "--config", cfg, "--redis", b.URL)
+	if err != nil || !strings.Contains(out, "blocked since") || !strings.Contains(out, "HTTP 503") {
+		t.Fatalf("inspect of a blocked key in detail: %v\n%s", err, out)
 	}
 }

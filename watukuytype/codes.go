@@ -26,6 +26,7 @@ const (
 	StatusRunning     Status = "running"     // a cycle holds its lease
 	StatusCircuitOpen Status = "circuitOpen" // failing: waiting for the circuit's probe
 	StatusThrottled   Status = "throttled"   // the API asked to wait (Retry-After)
+	StatusBlocked     Status = "blocked"     // delivery is blocked: the sink fails (KeyInfo.Blocked)
 	StatusDegraded    Status = "degraded"    // the last cycle that read items found none valid
 	StatusFailing     Status = "failing"     // the last cycle failed
 	StatusIdle        Status = "idle"        // none of the above

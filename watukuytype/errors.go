@@ -149,3 +149,24 @@ func (e *LayoutError) Error() string {
 	}
 	return fmt.Sprintf("watukuy: the Redis data layout is version %d, older than this build's %d: run `watukuy migrate` first", e.Found, e.Known)
 }
+
+// SinkError is a handler's failure that is the sink's rather than the event's: any event
+// would have failed. A handler returns one (SinkUnavailable, or the webhook sink's for a
+// refused connection, a timeout or a 5xx) so the engine blocks the key's delivery, retries
+// it on the Delivery.Retry schedule and keeps polling, instead of counting the failure
+// against the event (and in the end parking it as poison). Errors of the network that reach
+// the engine unwrapped (net.Error) are classified alike.
+type SinkError struct {
+	Err error
+	// Unreachable: the sink could not be reached at all (connection refused, DNS, TLS): one
+	// event shows it. Otherwise it answered with a failure one event can also cause (a 5xx, a
+	// timeout): the key blocks when two events in a row fail so and none is delivered.
+	Unreachable bool
+}
+
+func (e *SinkError) Error() string { return e.Err.Error() }
+func (e *SinkError) Unwrap() error { return e.Err }
+
+// SinkUnavailable marks err as the failure of a sink that cannot take any event now (see
+// SinkError); a handler returns it when its downstream is down.
+func SinkUnavailable(err error) error { return &SinkError{Err: err, Unreachable: true} }

@@ -128,10 +128,19 @@ type Delivery struct {
 	Concurrency int
 	// OrderingKey maps an event to its ordering key; default the identity.
 	OrderingKey func(ev Event) string
-	// Attempts is how often an event is tried within a cycle before poison; default 5.
+	// Attempts is how often an event is tried in one try, within a cycle; default 5.
 	Attempts int
-	// Backoff spaces the attempts; default 100ms doubling up to 5s, full jitter.
+	// Backoff spaces the attempts of one try; default 100ms doubling up to 5s, full jitter.
 	Backoff Backoff
+	// Retry spaces the tries of a failed event across cycles: the event stays in the outbox,
+	// its ordering key waits behind it (G4), and the key's cycle comes back for it; default
+	// 10s doubling up to 1h, full jitter. A failure of the sink itself blocks the key's
+	// delivery instead (KeyInfo.Blocked), tried again on the same schedule, capped at
+	// Schedule.Max.
+	Retry Backoff
+	// RetryHorizon is how long an event may keep failing while its sink works before it is
+	// poison (parked, or the key halted); default 24h. Negative: poison after one try.
+	RetryHorizon time.Duration
 	// Poison is PoisonPark (default) or PoisonHalt.
 	Poison PoisonMode
 }

@@ -152,8 +152,16 @@ type KeyInfo struct {
 	ParkedPoison  int64 `json:"parkedPoison"`
 	ParkedInvalid int64 `json:"parkedInvalid"`
 	Held          int64 `json:"held"`
-	Items         int64 `json:"items"`
-	SchemaVersion int   `json:"schemaVersion"`
+	// Blocked is set while the key's delivery is blocked because its sink fails as a whole:
+	// events wait in the outbox, the cycles keep polling, and the sink is tried again at
+	// NextTry (a trigger tries it at once).
+	Blocked *DeliveryBlocked `json:"blocked,omitempty"`
+	// Retrying counts the ordering keys whose first event failed and waits for its next try
+	// (Delivery.Retry), the first of them at NextRetryAt.
+	Retrying      int64      `json:"retrying,omitempty"`
+	NextRetryAt   *time.Time `json:"nextRetryAt,omitempty"`
+	Items         int64      `json:"items"`
+	SchemaVersion int        `json:"schemaVersion"`
 	// Backfill is the last backfill's progress, nil when none was started.
 	Backfill *BackfillProgress `json:"backfill,omitempty"`
 	// Shadow is true for a poller in shadow mode; ShadowEvents counts the events it would
@@ -168,6 +176,14 @@ type KeyInfo struct {
 	// Listings are the complete listings (a snapshotDiff live lane, a reconcile) under way
 	// over several cycles: each goes on from where it stopped in the key's next cycle.
 	Listings []ListingProgress `json:"listings,omitempty"`
+}
+
+// DeliveryBlocked is a key's blocked delivery: "delivery blocked since Since: Error".
+type DeliveryBlocked struct {
+	Since   time.Time `json:"since"`
+	Error   string    `json:"error"`
+	Tries   int       `json:"tries"` // failed tries of the sink since
+	NextTry time.Time `json:"nextTry"`
 }
 
 // ListingProgress is a complete listing that goes on over several cycles.

@@ -463,7 +463,7 @@ func (s *site) addPoller(p watukuy.Poller, api *fakeapi.API) {
 		p.Handler = func(context.Context, watukuy.Event) error { return nil }
 	}
 	p.Schedule = watukuy.Schedule{Min: time.Second, Max: time.Minute}
-	p.Delivery = watukuy.Delivery{Attempts: 1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}
+	p.Delivery = watukuy.Delivery{Attempts: 1, RetryHorizon: -1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}
 	if err := s.eng.Register(p); err != nil {
 		s.t.Fatal(err)
 	}

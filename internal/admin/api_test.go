@@ -76,7 +76,7 @@ func newSite(t *testing.T, tokens ...admin.Token) *site {
 		return watukuy.Poller{Name: name, Fetch: api.ChangeFeed(10), Version: watukuy.Field("version"),
 			Handler:  func(context.Context, watukuy.Event) error { return nil },
 			Schedule: watukuy.Schedule{Min: time.Second, Max: time.Minute},
-			Delivery: watukuy.Delivery{Attempts: 1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
+			Delivery: watukuy.Delivery{Attempts: 1, RetryHorizon: -1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
 	}
 	orders := base("orders")
 	orders.Handler = func(context.Context, watukuy.Event) error {
@@ -579,7 +579,7 @@ func (s *site) register(name string, partitions []string, items int, refuse erro
 	p := watukuy.Poller{Name: name, Partitions: partitions, Fetch: api.ChangeFeed(10), Version: watukuy.Field("version"),
 		Handler:  func(context.Context, watukuy.Event) error { return refuse },
 		Schedule: watukuy.Schedule{Min: time.Minute, Max: time.Hour},
-		Delivery: watukuy.Delivery{Attempts: 1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
+		Delivery: watukuy.Delivery{Attempts: 1, RetryHorizon: -1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
 	if err := s.eng.Register(p); err != nil {
 		s.t.Fatal(err)
 	}

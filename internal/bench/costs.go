@@ -438,7 +438,7 @@ func parkPoison(ctx context.Context, st core.Store, l core.Lease, ok string) (st
 	if err != nil {
 		return "", fmt.Errorf("bench: %w", err)
 	}
-	if err := st.Park(ctx, l, []core.Poison{{Entry: ent, ParkedID: ent.ID, Row: row}}, nil); err != nil {
+	if err := st.Park(ctx, l, core.Parking{Poison: []core.Poison{{Entry: ent, ParkedID: ent.ID, Row: row}}}); err != nil {
 		return "", fmt.Errorf("park the poison event: %w", err)
 	}
 	return ent.ID, nil

@@ -210,15 +210,15 @@ func (f *FaultyStore) ReadOutbox(ctx context.Context, l core.Lease, n int) (core
 }
 
 // Park implements core.Store.
-func (f *FaultyStore) Park(ctx context.Context, l core.Lease, poison []core.Poison, held []core.Held) error {
+func (f *FaultyStore) Park(ctx context.Context, l core.Lease, p core.Parking) error {
 	return f.write("park", l, "", K4AfterPark, func() (time.Time, error) {
-		if err := f.Store.Park(ctx, l, poison, held); err != nil {
+		if err := f.Store.Park(ctx, l, p); err != nil {
 			return time.Time{}, err
 		}
-		for _, p := range poison {
+		for _, p := range p.Poison {
 			f.Rec.Parked(p.ParkedID)
 		}
-		for _, h := range held {
+		for _, h := range p.Held {
 			var e struct{ ID string }
 			_ = json.Unmarshal(h.JSON, &e)
 			f.Rec.Parked(e.ID)

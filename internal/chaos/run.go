@@ -462,7 +462,7 @@ func (s *scenario) builtinPollers(instance string) []watukuytype.Poller {
 		if p.CommitMaxItems == 0 {
 			p.CommitMaxItems = 200 // large pages commit in several chunks
 		}
-		p.Delivery = watukuytype.Delivery{Attempts: 2, Backoff: watukuytype.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}, OrderingKey: p.Delivery.OrderingKey}
+		p.Delivery = watukuytype.Delivery{Attempts: 2, RetryHorizon: -1, Backoff: watukuytype.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}, OrderingKey: p.Delivery.OrderingKey}
 		return p
 	}
 	ps := []watukuytype.Poller{

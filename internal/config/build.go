@@ -177,6 +177,25 @@ func buildBackoff(b *builder) error {
 	return nil
 }
 
+func buildRetry(b *builder) error {
+	r := b.pc.Delivery.Retry
+	if r != (Backoff{}) {
+		d := watukuytype.Backoff{Base: r.Base, Factor: r.Factor, Max: r.Max}
+		if d.Base == 0 {
+			d.Base = core.DefaultRetryBase
+		}
+		if d.Factor == 0 {
+			d.Factor = 2
+		}
+		if d.Max == 0 {
+			d.Max = max(core.DefaultRetryMax, d.Base)
+		}
+		b.p.Delivery.Retry = d
+	}
+	b.p.Delivery.RetryHorizon = b.pc.Delivery.RetryHorizon
+	return nil
+}
+
 func buildFixed(b *builder) error {
 	b.p.Schedule.Fixed = b.pc.Schedule.Adaptive != nil && !*b.pc.Schedule.Adaptive
 	return nil

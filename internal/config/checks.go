@@ -94,16 +94,39 @@ func decodeJitter(d *decoder, ps *pollerState, v ast.Node, fp string) {
 	}
 }
 
-// decodeFactor reads the backoff factor: an explicit value below 1 is an error, never the
-// default.
-func decodeFactor(d *decoder, ps *pollerState, v ast.Node, fp string) {
-	if f, ok := d.float(v, fp); ok {
-		if f < 1 {
-			d.errAt(posOf(v), fp, "must be at least 1, got %v", f)
-			return
+// factorOf reads a backoff factor into the field to gives: an explicit value below 1 is an
+// error, never the default.
+func factorOf(to func(p *Poller) *float64) func(d *decoder, ps *pollerState, v ast.Node, fp string) {
+	return func(d *decoder, ps *pollerState, v ast.Node, fp string) {
+		if f, ok := d.float(v, fp); ok {
+			if f < 1 {
+				d.errAt(posOf(v), fp, "must be at least 1, got %v", f)
+				return
+			}
+			*to(ps.p) = f
 		}
-		ps.p.Schedule.Backoff.Factor = f
 	}
+}
+
+// checkRetry: a retry max given below its base.
+func checkRetry(d *decoder, ps *pollerState, b blockRead) {
+	r := ps.p.Delivery.Retry
+	base := r.Base
+	if base == 0 {
+		base = core.DefaultRetryBase
+	}
+	if r.Max > 0 && r.Max < base {
+		d.errAt(b.values["max"], join(b.field, "max"), "must be at least base (%s)", base)
+	}
+}
+
+// decodeHorizon reads delivery.retry.horizon: a duration, or none (RetryHorizonNone).
+func decodeHorizon(d *decoder, ps *pollerState, v ast.Node, fp string) {
+	if s, ok := v.(*ast.StringNode); ok && s.Value == "none" {
+		ps.p.Delivery.RetryHorizon = RetryHorizonNone
+		return
+	}
+	ps.p.Delivery.RetryHorizon, _ = d.duration(v, fp)
 }
 
 // checkBackoff applies the engine's rule to the backoff with its defaults filled in: a max

@@ -229,14 +229,19 @@ const (
 
 // Delivery is where events go; exactly one of Webhook, Stream and Stdout is set.
 type Delivery struct {
-	Webhook     *Webhook
-	Stream      *Stream
-	Stdout      *Stdout
-	Concurrency int
-	OrderingKey string
-	Attempts    int
-	Poison      string // "", "park" or "halt"
+	Webhook      *Webhook
+	Stream       *Stream
+	Stdout       *Stdout
+	Concurrency  int
+	OrderingKey  string
+	Attempts     int
+	Retry        Backoff       // zero values are the defaults
+	RetryHorizon time.Duration // 0: the default; RetryHorizonNone: poison after one try
+	Poison       string        // "", "park" or "halt"
 }
+
+// RetryHorizonNone is delivery.retry.horizon: none.
+const RetryHorizonNone time.Duration = -1
 
 // Webhook posts events (Standard Webhooks). Secrets holds one or more "whsec_<base64>"
 // secrets (several during a rotation).

@@ -194,6 +194,7 @@ func TestSchemaSetsEveryField(t *testing.T) {
 	byDecoder := map[string]any{
 		"partitions": &p.Partitions, "schema": &p.Schema, "schedule.jitter": &p.Schedule.Jitter,
 		"schedule.backoff.factor": &p.Schedule.Backoff.Factor, "delivery.webhook.secret": &p.Delivery.Webhook.Secrets,
+		"delivery.retry.factor": &p.Delivery.Retry.Factor, "delivery.retry.horizon": &p.Delivery.RetryHorizon,
 	}
 	for _, f := range schema {
 		if f.decode != nil {

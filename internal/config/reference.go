@@ -78,6 +78,8 @@ func (f *field) defaultText() string {
 // allowedText is the allowed column: the enum, the integer bound or the field's own check.
 func (f *field) allowedText() string {
 	switch {
+	case f.allowed != "":
+		return f.allowed
 	case f.enum != nil:
 		return "`" + strings.Join(f.enum, "`, `") + "`"
 	case f.kind == kindInt:

@@ -179,7 +179,7 @@ var schema = []*field{
 	{path: "schedule.backoff.base", kind: kindDuration, def: fmtDuration(schedule.DefaultBackoff.Base), doc: "the delay bound after the first failure",
 		ptr: func(p *Poller) any { return &p.Schedule.Backoff.Base }},
 	{path: "schedule.backoff.factor", kind: kindFloat, def: strconv.FormatFloat(schedule.DefaultBackoff.Factor, 'g', -1, 64), allowed: "≥ 1",
-		decode: decodeFactor, doc: "multiplies the bound after each further failure"},
+		decode: factorOf(func(p *Poller) *float64 { return &p.Schedule.Backoff.Factor }), doc: "multiplies the bound after each further failure"},
 	{path: "schedule.backoff.max", kind: kindDuration, def: fmtDuration(schedule.DefaultBackoff.Max) + " (at least base)", doc: "the largest bound (not less than base)",
 		ptr: func(p *Poller) any { return &p.Schedule.Backoff.Max }},
 
@@ -291,8 +291,21 @@ var schema = []*field{
 		doc: "`identity` or a gjson path of the item: events with the same key are delivered in order", ptr: func(p *Poller) any { return &p.Delivery.OrderingKey },
 		build: buildOrderingKey},
 	{path: "delivery.attempts", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultAttempts), sets: "Delivery.Attempts",
-		doc: "tries of an event within a cycle before it is poison", ptr: func(p *Poller) any { return &p.Delivery.Attempts },
+		doc: "attempts of one try of an event, within a cycle (its tries go on across cycles: `delivery.retry`)", ptr: func(p *Poller) any { return &p.Delivery.Attempts },
 		build: func(b *builder) error { b.p.Delivery.Attempts = b.pc.Delivery.Attempts; return nil }},
+	{path: "delivery.retry", kind: kindBlock, sets: "Delivery.Retry", after: checkRetry, build: buildRetry,
+		doc: "spaces the tries of an event whose handler failed, across cycles: after try n the event waits half to all of min(max, base×factor^(n-1)), " +
+			"first among its ordering key's events; a sink that fails as a whole (unreachable, or 5xx/timeouts on two events with none delivered) " +
+			"blocks the key's delivery instead, tried again on the same waits capped at schedule.max"},
+	{path: "delivery.retry.base", kind: kindDuration, def: fmtDuration(core.DefaultRetryBase), doc: "the wait bound after the first failed try",
+		ptr: func(p *Poller) any { return &p.Delivery.Retry.Base }},
+	{path: "delivery.retry.factor", kind: kindFloat, def: "2", allowed: "≥ 1",
+		decode: factorOf(func(p *Poller) *float64 { return &p.Delivery.Retry.Factor }), doc: "multiplies the bound after each further try"},
+	{path: "delivery.retry.max", kind: kindDuration, def: fmtDuration(core.DefaultRetryMax) + " (at least base)", doc: "the largest bound",
+		ptr: func(p *Poller) any { return &p.Delivery.Retry.Max }},
+	{path: "delivery.retry.horizon", kind: kindDuration, def: fmtDuration(core.DefaultRetryHorizon), allowed: "> 0 or `none`", sets: "Delivery.RetryHorizon",
+		decode: decodeHorizon, doc: "how long an event may keep failing while its sink works (other events deliver) before it is poison; " +
+			"a sink blocked longer makes the events its tries fail poison; `none`: poison after one try (a blocked sink then never poisons)"},
 	{path: "delivery.poison", kind: kindString, enum: poisons, what: "poison", def: PoisonPark, sets: "Delivery.Poison",
 		doc: "a poison event is parked (the key goes on) or halts the key", ptr: func(p *Poller) any { return &p.Delivery.Poison },
 		build: func(b *builder) error {

@@ -254,8 +254,8 @@ func (c *cycle) commitAndDeliver(ctx context.Context, w *pageWrites) *cycleError
 	if res.unreplicated && len(w.events) > 0 {
 		return unreplicated(c.key)
 	}
-	if res.paused || c.p.Shadow || len(w.events) == 0 {
-		return nil
+	if res.paused || c.p.Shadow || len(w.events) == 0 || c.dlv.off {
+		return nil // a blocked delivery: the events wait in the outbox
 	}
 	ds := make([]delivery, 0, len(w.events))
 	for i := range w.events {

@@ -69,6 +69,7 @@ type cycle struct {
 	// lowerDeferred: the budget made a lower lane (reconcile, backfill) wait this long.
 	lowerDeferred time.Duration
 	tagPending    bool // state[statehash.LiveTag] is not written yet (see setTag)
+	dlv           deliveries
 
 	backfilling *watukuytype.BackfillProgress // the backfill lane's progress while it runs
 	force       int64                         // while a forced backfill runs: its generation
@@ -93,6 +94,7 @@ func newCycle(e *Engine, p *watukuytype.Poller, b BeginResult, sentAt, replyAt t
 	}
 	e.mu.Unlock()
 	c.rep.DeleteCandidates = c.state.int(statehash.DeleteCandidates) // until a listing counts them anew
+	c.dlv.block = blockageOf(c.state)
 	return c
 }
 
@@ -234,8 +236,11 @@ func (e *Engine) wrapStore(key watukuytype.Key, what string, err error) error {
 func (c *cycle) run(ctx context.Context, pending int64) {
 	c.rep.Outcome = watukuytype.Ran
 	var failure *cycleError
-	// G9: deliver what is pending (the outbox, released held events) before any request.
-	if pending > 0 && !c.p.Shadow {
+	// G9: deliver what is pending (the outbox, released held events) before any request;
+	// while the key's delivery is blocked and its next try has not come, the cycle polls and
+	// its events wait in the outbox behind the others.
+	c.dlv.off = c.blockWaits()
+	if pending > 0 && !c.p.Shadow && !c.dlv.off {
 		failure = c.drain(ctx)
 	}
 	if failure == nil {
@@ -361,7 +366,7 @@ func storeErr(err error) *cycleError {
 // anything, since a batch whose entries were all held (moved aside) says nothing of the
 // entries behind it (G9, G4). A pause stops it.
 func (c *cycle) drain(ctx context.Context) *cycleError {
-	for !c.halted() {
+	for !c.halted() && !c.dlv.off {
 		b, err := c.e.store.ReadOutbox(ctx, c.lease, drainBatch)
 		if err != nil {
 			return storeErr(c.keeper.check(err))
@@ -434,6 +439,14 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		statehash.NextDue:  strconv.FormatInt(next.NextDue.UnixMilli(), 10),
 	}
 	var del []string
+	if c.dlv.changed {
+		if b := c.dlv.block; b != nil {
+			js, _ := json.Marshal(b)
+			st[statehash.Blocked] = string(js)
+		} else {
+			del = append(del, statehash.Blocked)
+		}
+	}
 	// A listing that completed after spanning cycles leaves its position "" (End drops it).
 	for _, lane := range []watukuytype.Lane{watukuytype.LaneLive, watukuytype.LaneReconcile} {
 		if v, ok := c.state[listingField(lane)]; ok && v == "" {

@@ -20,8 +20,11 @@ type delivery struct {
 
 // deliver hands a batch (in sequence order) to the handler: one ordering key at a time in
 // sequence order, up to Delivery.Concurrency keys at once. Successes are acked in sequence
-// order in one fenced call; exhausted events are parked and hold their ordering key (G4), or
-// halt the cycle with PoisonHalt. Undelivered entries stay in the outbox (G1).
+// order in one fenced call. A failed try blocks the key's delivery when it is the sink's
+// (nothing moves, delivery stops for the cycle); otherwise the event waits for its next try
+// first among its ordering key's held events (G4), and once its RetryHorizon has passed it
+// is parked and holds its ordering key, or halts the cycle with PoisonHalt. Undelivered
+// entries stay in the outbox (G1).
 func (c *cycle) deliver(ctx context.Context, batch []delivery) (f *cycleError) {
 	ctx, span := c.startSpan(ctx, SpanDrain)
 	delivered, parked := c.rep.Delivered, c.rep.Parked
@@ -108,13 +111,24 @@ feed:
 			}
 		}
 	}
-	for held := d.held; len(d.poison) > 0 || len(held) > 0; {
+	if len(ids) > 0 {
+		c.unblock()
+	}
+	if d.blockErr != nil {
+		c.block(d.blockErr)
+	}
+	if d.blockErr == nil || c.blockOutlived() {
+		for _, f := range d.failed {
+			d.failedTry(f, batch)
+		}
+	}
+	for held := d.held; len(d.poison) > 0 || len(d.wait) > 0 || len(held) > 0; {
 		n := min(len(held), step)
-		if err := c.e.store.Park(ctx, c.lease, d.poison, held[:n]); err != nil {
+		if err := c.e.store.Park(ctx, c.lease, Parking{Poison: d.poison, Wait: d.wait, Held: held[:n]}); err != nil {
 			return storeErr(c.keeper.check(err))
 		}
 		c.rep.Parked += len(d.poison)
-		d.poison, held = nil, held[n:]
+		d.poison, d.wait, held = nil, nil, held[n:]
 	}
 	if d.halt != nil {
 		return d.halt
@@ -135,9 +149,22 @@ type dispatch struct {
 	mu     sync.Mutex
 	acked  []bool
 	evs    []*watukuytype.Event // decoded events, for the OnDelivered hook
-	poison []Poison
-	held   []Held
-	halt   *cycleError
+	failed []failedTry
+	// blockErr is the failure that took the sink for blocked (nil: none did).
+	blockErr error
+	poison   []Poison
+	wait     []Wait
+	held     []Held
+	halt     *cycleError
+}
+
+// failedTry is an event whose try failed: batch[i], the errors of its attempts, and the
+// batch indexes of its ordering key's later events.
+type failedTry struct {
+	i    int
+	errs []string
+	err  error
+	rest []int
 }
 
 // runGroup delivers one ordering key's entries in order; a failure stops the group.
@@ -150,6 +177,7 @@ func (d *dispatch) runGroup(ctx context.Context, stop context.CancelFunc, batch 
 		b := batch[i]
 		ev, errs, err := d.attempt(ctx, b)
 		if err == nil {
+			c.dlv.succeeded()
 			d.mu.Lock()
 			d.acked[i], d.evs[i] = true, ev
 			d.mu.Unlock()
@@ -158,19 +186,47 @@ func (d *dispatch) runGroup(ctx context.Context, stop context.CancelFunc, batch 
 		if ctx.Err() != nil || watukuytype.IsLeaseLost(err) {
 			return // not exhausted: the next lease holder delivers it (G1)
 		}
-		if c.p.Delivery.Poison == watukuytype.PoisonHalt {
-			d.mu.Lock()
-			d.halt = &cycleError{phase: "handler", code: watukuytype.CodePoisonHalt, kind: schedule.ResultPoisonHalt,
-				err: fmt.Errorf("event %s of %s failed %d times, poison: halt: %w", b.entry.ID, c.key.Describe(), len(errs), err)}
-			d.mu.Unlock()
-			stop()
-			return
+		d.mu.Lock()
+		d.failed = append(d.failed, failedTry{i: i, errs: errs, err: err, rest: idx[n+1:]})
+		if c.dlv.blocks(kindOf(err)) && d.blockErr == nil {
+			d.blockErr = err
+			stop() // the other ordering keys would fail alike: they wait in the outbox
 		}
-		d.park(b, errs)
-		for _, j := range idx[n+1:] {
-			d.hold(batch[j])
-		}
+		d.mu.Unlock()
 		return
+	}
+}
+
+// failedTry settles an event whose try failed and its ordering key's later events, which
+// are held behind it: it waits for its next try, or, its retry horizon passed, it is poison.
+func (d *dispatch) failedTry(f failedTry, batch []delivery) {
+	c := d.c
+	b := batch[f.i]
+	now := c.now()
+	rec := retried(b.entry, f.errs, now)
+	h := c.p.Delivery.RetryHorizon
+	switch {
+	case d.blockErr == nil && h >= 0 && now.Sub(time.UnixMilli(rec.First)) < h:
+		e := d.entryOf(b)
+		e.R = &rec
+		js, _ := json.Marshal(e)
+		until := now.Add(jittered(c.p.Delivery.Retry, rec.Tries, c.e.rand()))
+		d.wait = append(d.wait, Wait{Entry: b.entry, JSON: js, Until: until})
+		c.holds[b.entry.OrderingKey] = true
+		c.log.Warn().Str("eventId", b.entry.ID).Str("orderingKey", b.entry.OrderingKey).Int("tries", rec.Tries).
+			Time("next", until).Str("error", f.errs[len(f.errs)-1]).Msg("handler failed: the event waits for its next try; its ordering key waits behind it")
+	case c.p.Delivery.Poison == watukuytype.PoisonHalt:
+		if d.halt == nil {
+			d.halt = &cycleError{phase: "handler", code: watukuytype.CodePoisonHalt, kind: schedule.ResultPoisonHalt,
+				err: fmt.Errorf("event %s of %s failed %d times over %s, poison: halt: %w", b.entry.ID, c.key.Describe(), rec.Attempts,
+					now.Sub(time.UnixMilli(rec.First)).Round(time.Second), f.err)}
+		}
+		return // left in the outbox, and its ordering key's later events after it
+	default:
+		d.park(b, rec)
+	}
+	for _, j := range f.rest {
+		d.hold(batch[j])
 	}
 }
 
@@ -242,10 +298,11 @@ func handlerResult(ctx context.Context, err error) watukuytype.HandlerResult {
 	return watukuytype.HandlerError
 }
 
-func (d *dispatch) park(b delivery, errs []string) {
+func (d *dispatch) park(b delivery, rec RetryRecord) {
 	c := d.c
+	errs := rec.Errors
 	row, _ := json.Marshal(parkedRow{Kind: parkedPoison, ID: b.entry.ID, Error: errs[len(errs)-1], Errors: errs,
-		Attempts: len(errs), Event: d.entryOf(b), ParkedAt: c.now().UnixMilli()})
+		Attempts: rec.Attempts, Event: d.entryOf(b), ParkedAt: c.now().UnixMilli()})
 	d.mu.Lock()
 	d.poison = append(d.poison, Poison{Entry: b.entry, ParkedID: b.entry.ID, Row: row})
 	c.holds[b.entry.OrderingKey] = true

@@ -34,6 +34,7 @@ func TestDispatchHoldsAnOrderingKey(t *testing.T) {
 			eng := w.engine(w.poller(f.fetch, func(p *watukuytype.Poller) {
 				p.Delivery.OrderingKey = group
 				p.Delivery.Concurrency = concurrency
+				p.Delivery.RetryHorizon = -1 // poison after one try
 			}))
 
 			rep := w.run(eng)
@@ -96,6 +97,7 @@ func TestDispatchDiscardReleasesTheHeldEvents(t *testing.T) {
 	})
 	eng := w.engine(w.poller(f.fetch, func(p *watukuytype.Poller) {
 		p.Delivery.OrderingKey = func(ev watukuytype.Event) string { return gjson.GetBytes(ev.Item, "group").String() }
+		p.Delivery.RetryHorizon = -1
 	}))
 	if rep := w.run(eng); rep.Delivered != 0 || rep.Parked != 1 {
 		t.Fatalf("first cycle: %+v", rep)
@@ -123,6 +125,7 @@ func TestDispatchPoisonHalt(t *testing.T) {
 	eng := w.engine(w.poller(f.fetch, func(p *watukuytype.Poller) {
 		p.Delivery.Poison = watukuytype.PoisonHalt
 		p.Delivery.Concurrency = 1
+		p.Delivery.RetryHorizon = -1
 	}))
 	rep := w.run(eng)
 	ki := w.inspect(eng)

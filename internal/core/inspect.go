@@ -76,6 +76,12 @@ func keyInfo(t target, s Snapshot) watukuytype.KeyInfo {
 			ki.ShadowEvents[string(typ)] = n
 		}
 	}
+	if b := blockageOf(st); b != nil {
+		ki.Blocked = &watukuytype.DeliveryBlocked{Since: time.UnixMilli(b.Since).UTC(), Error: b.Error, Tries: b.Tries, NextTry: time.UnixMilli(b.Until).UTC()}
+	}
+	if ki.Retrying = s.Waiting; !s.NextRetry.IsZero() {
+		ki.NextRetryAt = &s.NextRetry
+	}
 	for _, lane := range []watukuytype.Lane{watukuytype.LaneLive, watukuytype.LaneReconcile} {
 		if p := st.listing(lane); p != nil {
 			ki.Listings = append(ki.Listings, watukuytype.ListingProgress{Lane: lane, Pages: p.Pages, Cycles: p.Cycles, Since: time.UnixMilli(p.Since).UTC()})
@@ -120,6 +126,8 @@ func keyInfo(t target, s Snapshot) watukuytype.KeyInfo {
 		ki.Status = watukuytype.StatusCircuitOpen
 	case ki.ThrottledUntil != nil:
 		ki.Status = watukuytype.StatusThrottled
+	case ki.Blocked != nil:
+		ki.Status = watukuytype.StatusBlocked
 	case lastErrorCode(st.get(statehash.LastError)) == watukuytype.CodeInvalidItems:
 		ki.Status = watukuytype.StatusDegraded
 	case ki.LastError != nil:

@@ -31,6 +31,8 @@ type heldEntry struct {
 	OK  string `json:"ok"`
 	EV  string `json:"ev"`
 	Seq string `json:"seq"`
+	// R is the retry record of an event that waits for its next try.
+	R *RetryRecord `json:"r,omitempty"`
 }
 
 // ListParkedPage returns up to limit of the key's parked rows of kind ("" for every kind) in

@@ -141,6 +141,15 @@ func withDefaults(p watukuytype.Poller) (watukuytype.Poller, error) {
 	if d.Backoff == (watukuytype.Backoff{}) {
 		d.Backoff = watukuytype.Backoff{Base: 100 * time.Millisecond, Factor: 2, Max: 5 * time.Second}
 	}
+	if d.Retry == (watukuytype.Backoff{}) {
+		d.Retry = watukuytype.Backoff{Base: DefaultRetryBase, Factor: 2, Max: DefaultRetryMax}
+	}
+	if d.Retry.Base <= 0 || d.Retry.Factor < 1 || d.Retry.Max < d.Retry.Base {
+		return bad("delivery.retry", "base must be positive, factor at least 1 and max at least base")
+	}
+	if d.RetryHorizon == 0 {
+		d.RetryHorizon = DefaultRetryHorizon
+	}
 	if d.Poison != watukuytype.PoisonPark && d.Poison != watukuytype.PoisonHalt {
 		return bad("delivery.poison", "unknown mode %d", d.Poison)
 	}

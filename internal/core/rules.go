@@ -41,8 +41,15 @@ const (
 	DefaultReconcileMaxPages = 10_000
 	// DefaultConcurrency is how many ordering keys are delivered at once.
 	DefaultConcurrency = 4
-	// DefaultAttempts is how often an event is tried within a cycle before poison.
+	// DefaultAttempts is how often an event is tried in one try, within a cycle.
 	DefaultAttempts = 5
+	// DefaultRetryBase and DefaultRetryMax bound the waits between the tries of a failed
+	// event (doubling), and between the tries of a blocked sink (capped at Schedule.Max).
+	DefaultRetryBase = 10 * time.Second
+	DefaultRetryMax  = time.Hour
+	// DefaultRetryHorizon is how long an event may fail while its sink works before poison:
+	// about 30 tries at the default waits.
+	DefaultRetryHorizon = 24 * time.Hour
 )
 
 var (

@@ -66,9 +66,11 @@ type Store interface {
 	// Ack acknowledges and deletes delivered entries, given in sequence order, and reports
 	// whether the key was paused meanwhile.
 	Ack(ctx context.Context, l Lease, acked []Entry) (paused bool, err error)
-	// Park parks poison entries (holding their ordering keys) and moves the outbox entries of
-	// held ordering keys to their held events.
-	Park(ctx context.Context, l Lease, poison []Poison, held []Held) error
+	// Park moves failed entries aside: poison entries are parked (holding their ordering
+	// keys), entries to try again later wait first among their ordering key's held events
+	// (released at their time), and the outbox entries of those ordering keys join their held
+	// events.
+	Park(ctx context.Context, l Lease, p Parking) error
 	// End saves the schedule, releases the lease and writes the key's next due time (as
 	// SetDue does). A trigger that landed since Begin (the generation moved) keeps the key
 	// due now.
@@ -241,8 +243,8 @@ type BeginResult struct {
 	LeaseExpires time.Time
 	// OutboxLen counts undelivered outbox entries (BeginOK).
 	OutboxLen int64
-	// Released counts the ordering keys whose held events are deliverable (a parked event of
-	// theirs was retried or discarded) (BeginOK).
+	// Released counts the ordering keys whose held events are deliverable now (a parked event
+	// of theirs was retried or discarded, or a failed event's wait is over) (BeginOK).
 	Released int64
 	// State is the key's state hash (BeginOK).
 	State map[string]string
@@ -382,6 +384,32 @@ type Entry struct {
 	Seq string
 	// Member names a released held event in the store (StreamID is then "").
 	Member string
+	// Retry is the record of the earlier tries of an event that waited for a later one (nil
+	// for an event not tried before).
+	Retry *RetryRecord
+}
+
+// RetryRecord is what an event that failed keeps of its tries while it waits for the next.
+type RetryRecord struct {
+	Tries    int      `json:"n"` // tries so far (each of Delivery.Attempts attempts)
+	Attempts int      `json:"a"` // attempts so far
+	First    int64    `json:"f"` // ms of its first failed try
+	Errors   []string `json:"e"` // the last errors, oldest first; never empty
+}
+
+// Parking is one Park call.
+type Parking struct {
+	Poison []Poison
+	Wait   []Wait
+	Held   []Held
+}
+
+// Wait is an entry to try again at Until: it joins its ordering key's held events (first:
+// it is their oldest) and the ordering key is released at Until.
+type Wait struct {
+	Entry Entry
+	JSON  []byte // the held entry (heldEntry), with its retry record
+	Until time.Time
 }
 
 // Poison is an entry to park.
@@ -446,7 +474,11 @@ type Snapshot struct {
 	// ParkedInvalid counts the parked rows that are invalid items (the rest are poison).
 	ParkedInvalid int64
 	Held          int64
-	Items         int64
-	NextDue       time.Time
-	Now           time.Time
+	// Waiting counts the ordering keys that wait for a failed event's next try, and NextRetry
+	// is the first of those tries (zero: none).
+	Waiting   int64
+	NextRetry time.Time
+	Items     int64
+	NextDue   time.Time
+	Now       time.Time
 }

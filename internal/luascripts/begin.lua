@@ -17,16 +17,17 @@
 --       the registry and sends one) | {'deleted'} | {'paused'} | {'notDue', nextDue, now}
 --       | {'leased', expiresAt, now}
 --       | {'ok', epoch, now, outboxLen, {state field, value, ...} without the lease's fields,
---          count of released ordering keys (their held events are deliverable), itemCount,
---          count of identities with a latest invalid observation in KEYS[5] (so a cycle reads
---          them only where there are any)}
+--          count of ordering keys released by now (their held events are deliverable),
+--          itemCount, count of identities with a latest invalid observation in KEYS[5] (so a
+--          cycle reads them only where there are any)}
 -- The checks, in order, before any write: a key without an epoch needs a seed no older than
 -- its maxAge (a deletion completed since it was read left a mark, which lives longer, or its
 -- age refuses it); a live lease that carries ARGV[5] (this very grant, sent again by the
 -- client after a read timeout: returned as granted, not taken twice); in modes 'cycle' and
 -- 'op' deleted (an operation that waited for a delete's lease writes nothing into the
--- deletion mark); in mode 'cycle' paused, due (nextDue <= now, or outbox entries or released
--- events to deliver); a live lease. A missing outbox stream is an empty one.
+-- deletion mark); in mode 'cycle' paused, due (nextDue <= now, or outbox entries to deliver
+-- while the key's delivery is not blocked, or held events released by now); a live lease. A
+-- missing outbox stream is an empty one.
 local now = now_ms(ARGV[3])
 local mode = ARGV[4]
 local token = ARGV[5]
@@ -42,7 +43,7 @@ if not l[1] then
   seed = {epoch = e, floor = tonumber(f)}
 end
 local outbox_len = redis.call('XLEN', KEYS[2])
-local ready = redis.call('ZCARD', KEYS[3])
+local ready = redis.call('ZCOUNT', KEYS[3], '-inf', now)
 local function granted(epoch)
   return {'ok', epoch, now, outbox_len, state_fields(KEYS[1]), ready, redis.call('HLEN', KEYS[4]), redis.call('HLEN', KEYS[5])}
 end
@@ -50,11 +51,11 @@ if l[3] and tonumber(l[3]) > now and l[2] == token then return granted(tonumber(
 if mode == 'op' then
   if redis.call('HGET', KEYS[1], 'deleted') == '1' then return {'deleted'} end
 elseif mode == 'cycle' then
-  local s = redis.call('HMGET', KEYS[1], 'paused', 'nextDue', 'deleted')
+  local s = redis.call('HMGET', KEYS[1], 'paused', 'nextDue', 'deleted', 'blocked')
   if s[3] == '1' then return {'deleted'} end
   if s[1] == '1' then return {'paused'} end
   local next_due = tonumber(s[2] or '0')
-  if next_due > now and outbox_len == 0 and ready == 0 then return {'notDue', next_due, now} end
+  if next_due > now and (outbox_len == 0 or s[4]) and ready == 0 then return {'notDue', next_due, now} end
 end
 if l[3] and tonumber(l[3]) > now then return {'leased', tonumber(l[3]), now} end
 

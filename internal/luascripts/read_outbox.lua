@@ -1,9 +1,10 @@
 -- read_outbox.lua: take the next deliverable events for this lease holder: first the held
--- events of released ordering keys (a parked event retried or discarded), oldest first, then
+-- events of ordering keys released by now (a parked event retried or discarded, a failed
+-- event's wait over), oldest first, then
 -- the outbox: entries left pending by an earlier holder (XAUTOCLAIM), then new ones
 -- (XREADGROUP >). An outbox entry whose ordering key is held by a parked event, or still has
 -- released events to deliver, joins that ordering key's held events instead (G4): they are
--- older than it.
+-- older than it. So does one whose ordering key waits for a failed event's next try.
 -- Every holder reads as the one consumer 'holder': the lease already makes readers
 -- exclusive, and a consumer per process would pile up in the group for good.
 -- KEYS[1] state hash (holds the lease; a drained outbox's last id is kept there as
@@ -11,11 +12,12 @@
 -- KEYS[3] holds hash, KEYS[4] held events sorted set, KEYS[5] released ordering keys sorted
 -- set
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] count
--- Returns {read, paused 0|1, {{streamId, id, orderingKey, envelope, origSeq, heldMember}, ...}}:
+-- Returns {read, paused 0|1, {{streamId, id, orderingKey, envelope, origSeq, heldMember,
+-- retry}, ...}}:
 -- read counts every entry taken, those that joined held events included, so a batch whose
 -- entries all did is not taken for an empty outbox; the entries are the deliverable ones
 -- (released held events carry their member's name, held_name, and no stream id, outbox
--- entries the reverse).
+-- entries the reverse; retry is a held event's retry record, JSON, or '').
 -- Running it twice returns the same entries (the second run reclaims them).
 -- Fence check first: LEASE_LOST when the epoch or token is not ours or the lease expired,
 -- before any write.
@@ -25,14 +27,16 @@ if err then return err end
 local count = tonumber(ARGV[4])
 
 local out = {}
-for _, ok in ipairs(redis.call('ZRANGE', KEYS[5], 0, count - 1)) do
+for _, ok in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, count)) do
   local p = held_prefix(ok)
   local ms = redis.call('ZRANGEBYLEX', KEYS[4], '[' .. p, '(' .. p .. ':', 'LIMIT', 0, count - #out)
   if #ms == 0 then redis.call('ZREM', KEYS[5], ok) end
   for _, m in ipairs(ms) do
     local name, entry = held_name(m)
     local e = cjson.decode(entry)
-    out[#out + 1] = {'', e.id, e.ok, e.ev, e.seq, name}
+    local retry = ''
+    if type(e.r) == 'table' then retry = cjson.encode(e.r) end
+    out[#out + 1] = {'', e.id, e.ok, e.ev, e.seq, name, retry}
   end
   if #out >= count then break end
 end
@@ -61,7 +65,7 @@ for _, e in ipairs(entries) do
     redis.call('XDEL', KEYS[2], e[1])
     moved = moved + 1
   else
-    out[#out + 1] = {e[1], f['id'], f['ok'], f['ev'], seq, ''}
+    out[#out + 1] = {e[1], f['id'], f['ok'], f['ev'], seq, '', ''}
   end
 end
 -- Entries that all joined held events may leave the outbox empty.

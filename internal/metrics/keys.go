@@ -57,7 +57,7 @@ type keyCollector struct {
 	timeout time.Duration
 
 	outboxPending, outboxOldestAge, freshness, parked, held, lag, circuitOpen, throttledUntil, lastError, leaseStale, paused, failures,
-	up, duration *prometheus.Desc
+	blocked, retrying, up, duration *prometheus.Desc
 }
 
 func newKeyCollector(src KeySource, now func() time.Time) *keyCollector {
@@ -78,6 +78,8 @@ func newKeyCollector(src KeySource, now func() time.Time) *keyCollector {
 		leaseStale:      desc("lease_stale", "1 when the key's lease expired more than 1 minute ago while its owner is still recorded (a worker died mid-cycle and nobody took the key over).", key),
 		paused:          desc("paused", "1 while the key is paused.", key),
 		failures:        desc("consecutive_failures", "Consecutive failed cycles of the key.", key),
+		blocked:         desc("delivery_blocked_seconds", "How long the key's delivery has been blocked because its sink fails as a whole (0 when it is not): its events wait in the outbox while the cycles poll.", key),
+		retrying:        desc("retrying", "Ordering keys of the key whose first event failed and waits for its next try.", key),
 		up:              desc("key_source_up", "1 when the last read of the keys' status from Redis succeeded.", nil),
 		duration:        desc("key_source_duration_seconds", "Time the last read of the keys' status from Redis took.", nil),
 	}
@@ -86,7 +88,7 @@ func newKeyCollector(src KeySource, now func() time.Time) *keyCollector {
 // Describe implements prometheus.Collector.
 func (c *keyCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.outboxPending, c.outboxOldestAge, c.freshness, c.parked, c.held, c.lag, c.circuitOpen, c.throttledUntil,
-		c.lastError, c.leaseStale, c.paused, c.failures, c.up, c.duration} {
+		c.lastError, c.leaseStale, c.paused, c.failures, c.blocked, c.retrying, c.up, c.duration} {
 		ch <- d
 	}
 }
@@ -130,6 +132,12 @@ func (c *keyCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.leaseStale, boolValue(k.LeaseOwner != "" && k.LeaseExpires != nil && now.Sub(*k.LeaseExpires) > staleLeaseAfter))
 		gauge(c.paused, boolValue(k.Paused))
 		gauge(c.failures, float64(k.Failures))
+		blocked := 0.0
+		if k.Blocked != nil {
+			blocked = max(now.Sub(k.Blocked.Since).Seconds(), 0.001)
+		}
+		gauge(c.blocked, blocked)
+		gauge(c.retrying, float64(k.Retrying))
 		if code, ok := errorCode(k.LastError); ok {
 			ch <- prometheus.MustNewConstMetric(c.lastError, prometheus.GaugeValue, 1, poller, partition, strings.ToValidUTF8(code, "\uFFFD"))
 		}

@@ -28,9 +28,10 @@ func fakeKeys() []watukuytype.KeyInfo {
 		},
 		{ // circuit open after a config error, parked and held events, throttled
 			Poller: "orders", Partition: "t_2", Circuit: "open", Failures: 5, Parked: 2, Held: 3,
-			ThrottledUntil: at(testNow.Add(2 * time.Hour)),
-			LastError:      json.RawMessage(`{"code":"CONFIG","phase":"config","message":"bad cursor"}`),
-			FreshAt:        at(testNow.Add(-time.Hour)), FreshnessMs: 3_600_000,
+			ThrottledUntil: at(testNow.Add(2 * time.Hour)), Retrying: 2,
+			Blocked:   &watukuytype.DeliveryBlocked{Since: testNow.Add(-10 * time.Minute), Error: "connection refused", Tries: 6, NextTry: testNow.Add(time.Minute)},
+			LastError: json.RawMessage(`{"code":"CONFIG","phase":"config","message":"bad cursor"}`),
+			FreshAt:   at(testNow.Add(-time.Hour)), FreshnessMs: 3_600_000,
 		},
 		{ // its worker died mid-cycle 5 minutes ago; nobody took the key over
 			Poller: "users", Partition: "", Circuit: "closed", LeaseOwner: "worker-1", LeaseEpoch: 9,
@@ -139,8 +140,22 @@ watukuy_throttled_until_seconds{partition="t_2",poller="orders"} 1.893560645e+09
 # HELP watukuy_key_source_up 1 when the last read of the keys' status from Redis succeeded.
 # TYPE watukuy_key_source_up gauge
 watukuy_key_source_up 1
+# HELP watukuy_delivery_blocked_seconds How long the key's delivery has been blocked because its sink fails as a whole (0 when it is not): its events wait in the outbox while the cycles poll.
+# TYPE watukuy_delivery_blocked_seconds gauge
+watukuy_delivery_blocked_seconds{partition="",poller="users"} 0
+watukuy_delivery_blocked_seconds{partition="p",poller="users"} 0
+watukuy_delivery_blocked_seconds{partition="q",poller="users"} 0
+watukuy_delivery_blocked_seconds{partition="t_1",poller="orders"} 0
+watukuy_delivery_blocked_seconds{partition="t_2",poller="orders"} 600
+# HELP watukuy_retrying Ordering keys of the key whose first event failed and waits for its next try.
+# TYPE watukuy_retrying gauge
+watukuy_retrying{partition="",poller="users"} 0
+watukuy_retrying{partition="p",poller="users"} 0
+watukuy_retrying{partition="q",poller="users"} 0
+watukuy_retrying{partition="t_1",poller="orders"} 0
+watukuy_retrying{partition="t_2",poller="orders"} 2
 `
-	names := []string{"watukuy_circuit_open", "watukuy_consecutive_failures", "watukuy_held", "watukuy_lag_seconds",
+	names := []string{"watukuy_delivery_blocked_seconds", "watukuy_retrying", "watukuy_circuit_open", "watukuy_consecutive_failures", "watukuy_held", "watukuy_lag_seconds",
 		"watukuy_key_freshness_seconds", "watukuy_outbox_oldest_age_seconds",
 		"watukuy_last_error", "watukuy_lease_stale", "watukuy_outbox_pending", "watukuy_parked", "watukuy_paused",
 		"watukuy_throttled_until_seconds", "watukuy_key_source_up"}

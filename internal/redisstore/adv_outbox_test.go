@@ -75,7 +75,7 @@ func TestG1FrozenHolderAfterTheOutboxWasMadeAgain(t *testing.T) {
 		if _, err := s.Ack(ctx, a, outboxEntries(next...)); err == nil {
 			t.Error("the frozen holder's ack was not fenced")
 		}
-		if err := s.Park(ctx, a, nil, []core.Held{{Entry: core.Entry{StreamID: next[0], OrderingKey: "e2", Seq: next[0]}, JSON: []byte("{}")}}); err == nil {
+		if err := s.Park(ctx, a, core.Parking{Held: []core.Held{{Entry: core.Entry{StreamID: next[0], OrderingKey: "e2", Seq: next[0]}, JSON: []byte("{}")}}}); err == nil {
 			t.Error("the frozen holder's park was not fenced")
 		}
 		batch, err = s.ReadOutbox(ctx, bl, 10)

@@ -174,7 +174,7 @@ func TestOutboxParkedPathsOnAMissingOutbox(t *testing.T) {
 			t.Fatalf("read: %+v %v", batch, err)
 		}
 		row := fmt.Sprintf(`{"kind":"poison","id":"p1","event":{"id":"p1","ok":"p1","ev":"{}","seq":%q}}`, ids[0])
-		if err := f.s.Park(ctx, l, []core.Poison{{Entry: core.Entry{StreamID: ids[0], OrderingKey: "p1"}, ParkedID: "p1", Row: []byte(row)}}, nil); err != nil {
+		if err := f.s.Park(ctx, l, core.Parking{Poison: []core.Poison{{Entry: core.Entry{StreamID: ids[0], OrderingKey: "p1"}, ParkedID: "p1", Row: []byte(row)}}}); err != nil {
 			t.Fatal(err)
 		}
 		if f.exists() {
@@ -212,7 +212,7 @@ func TestOutboxParkedPathsOnAMissingOutbox(t *testing.T) {
 		if _, err := f.s.ReadOutbox(ctx, l, 10); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.s.Park(ctx, l, []core.Poison{{Entry: core.Entry{StreamID: ids[0], OrderingKey: "p2"}, ParkedID: "p2", Row: []byte(row)}}, nil); err != nil {
+		if err := f.s.Park(ctx, l, core.Parking{Poison: []core.Poison{{Entry: core.Entry{StreamID: ids[0], OrderingKey: "p2"}, ParkedID: "p2", Row: []byte(row)}}}); err != nil {
 			t.Fatal(err)
 		}
 		if released, returned, err := f.s.ReleaseParked(ctx, l, false, []string{"p2"}); err != nil || released != 1 || returned != 0 {

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -846,16 +847,19 @@ func (a pageRegistryArgs) decode(v any) ([]string, error) {
 type parkArgs struct {
 	Key watukuytype.Key
 	fence
-	Poison []core.Poison
-	Held   []core.Held
+	core.Parking
 }
 
 func (parkArgs) name() string { return "park" }
 
 func (a parkArgs) encode(s *Store) ([]string, []any) {
-	argv := append(a.fence.argv(2+5*len(a.Poison)+4*len(a.Held)), len(a.Poison))
+	argv := append(a.fence.argv(3+5*len(a.Poison)+6*len(a.Wait)+4*len(a.Held)), len(a.Poison))
 	for _, p := range a.Poison {
 		argv = append(argv, p.Entry.StreamID, p.Entry.Member, p.ParkedID, p.Entry.OrderingKey, p.Row)
+	}
+	argv = append(argv, len(a.Wait))
+	for _, w := range a.Wait {
+		argv = append(argv, w.Entry.StreamID, w.Entry.Member, w.Entry.OrderingKey, w.Entry.Seq, ms(w.Until), w.JSON)
 	}
 	argv = append(argv, len(a.Held))
 	for _, h := range a.Held {
@@ -907,9 +911,15 @@ func (a readOutboxArgs) decode(v any) (core.Batch, error) {
 	b.Entries = make([]core.Entry, len(rows))
 	for i, x := range rows {
 		f := func(name string) string { return fmt.Sprintf("entries[%d].%s", i, name) }
-		e := r.tuple(x, fmt.Sprintf("entries[%d]", i), 6)
+		e := r.tuple(x, fmt.Sprintf("entries[%d]", i), 7)
 		b.Entries[i] = core.Entry{StreamID: r.str(e[0], f("streamId")), ID: r.str(e[1], f("id")), OrderingKey: r.str(e[2], f("orderingKey")),
 			Envelope: []byte(r.str(e[3], f("envelope"))), Seq: r.str(e[4], f("seq")), Member: r.str(e[5], f("member"))}
+		if rec := r.str(e[6], f("retry")); rec != "" && r.err == nil {
+			b.Entries[i].Retry = new(core.RetryRecord)
+			if err := json.Unmarshal([]byte(rec), b.Entries[i].Retry); err != nil || len(b.Entries[i].Retry.Errors) == 0 {
+				r.fail(f("retry"), rec, "a retry record")
+			}
+		}
 		if r.err == nil && (b.Entries[i].StreamID == "") == (b.Entries[i].Member == "") {
 			r.fail(f("streamId"), e[0], "a stream id, or a held member, not both")
 		}

@@ -387,15 +387,19 @@ func TestScriptRepliesDecode(t *testing.T) {
 		{script: "park", reply: int64(2), want: int64(2)},
 		{script: "park", reply: "2", field: "moved"},
 
-		{script: "read_outbox", reply: list{int64(2), int64(0), list{list{"1-1", "ev1", "x", "{}", "1-0", ""}}},
+		{script: "read_outbox", reply: list{int64(2), int64(0), list{list{"1-1", "ev1", "x", "{}", "1-0", "", ""}}},
 			want: core.Batch{Read: 2, Entries: []core.Entry{{StreamID: "1-1", ID: "ev1", OrderingKey: "x", Envelope: []byte("{}"), Seq: "1-0"}}}},
 		{script: "read_outbox", reply: list{int64(1), int64(1), list{}}, want: core.Batch{Read: 1, Paused: true, Entries: []core.Entry{}}},
-		{script: "read_outbox", reply: list{int64(1), int64(0), list{list{"", "ev1", "x", "{}", "1-0", "m"}}},
+		{script: "read_outbox", reply: list{int64(1), int64(0), list{list{"", "ev1", "x", "{}", "1-0", "m", ""}}},
 			want: core.Batch{Read: 1, Entries: []core.Entry{{ID: "ev1", OrderingKey: "x", Envelope: []byte("{}"), Seq: "1-0", Member: "m"}}}},
-		{script: "read_outbox", reply: list{int64(2), int64(0), list{list{"1-1", "ev1", "x", int64(5), "1-0", ""}}}, field: "entries[0].envelope"},
-		{script: "read_outbox", reply: list{int64(2), int64(0), list{list{"1-1", "ev1", "x", "{}", "1-0", "m"}}}, field: "entries[0].streamId"},
-		{script: "read_outbox", reply: list{int64(2), int64(0), list{list{"", "ev1", "x", "{}", "1-0", ""}}}, field: "entries[0].streamId"},
+		{script: "read_outbox", reply: list{int64(2), int64(0), list{list{"1-1", "ev1", "x", int64(5), "1-0", "", ""}}}, field: "entries[0].envelope"},
+		{script: "read_outbox", reply: list{int64(2), int64(0), list{list{"1-1", "ev1", "x", "{}", "1-0", "m", ""}}}, field: "entries[0].streamId"},
+		{script: "read_outbox", reply: list{int64(2), int64(0), list{list{"", "ev1", "x", "{}", "1-0", "", ""}}}, field: "entries[0].streamId"},
 		{script: "read_outbox", reply: list{int64(2), int64(0), list{list{"1-1", "ev1"}}}, field: "entries[0]"},
+		{script: "read_outbox", reply: list{int64(1), int64(0), list{list{"", "ev1", "x", "{}", "1-0", "m", `{"n":2,"a":10,"f":1800000000000,"e":["HTTP 500"]}`}}},
+			want: core.Batch{Read: 1, Entries: []core.Entry{{ID: "ev1", OrderingKey: "x", Envelope: []byte("{}"), Seq: "1-0", Member: "m",
+				Retry: &core.RetryRecord{Tries: 2, Attempts: 10, First: 1_800_000_000_000, Errors: []string{"HTTP 500"}}}}}},
+		{script: "read_outbox", reply: list{int64(1), int64(0), list{list{"", "ev1", "x", "{}", "1-0", "m", `{"n":2,"e":{}}`}}}, field: "entries[0].retry"},
 		{script: "read_outbox", reply: list{int64(2), int64(0), "none"}, field: "entries"},
 		{script: "read_outbox", reply: list{"2", int64(0), list{}}, field: "read"},
 
@@ -493,8 +497,8 @@ func TestFencedScriptsCheckTheFenceFirst(t *testing.T) {
 				_, err = run(ctx, s, &l, endDeleteArgs{Key: key, writeFence: s.writeFenceOf(l), TTL: time.Minute})
 			case "park":
 				_, err = run(ctx, s, &l, parkArgs{Key: key, fence: s.fenceOf(l),
-					Poison: []core.Poison{{Entry: core.Entry{StreamID: ids[0], OrderingKey: "x"}, ParkedID: "ev1", Row: []byte(`{}`)}},
-					Held:   []core.Held{{Entry: core.Entry{StreamID: ids[1], OrderingKey: "x", Seq: ids[1]}, JSON: []byte(`{}`)}}})
+					Parking: core.Parking{Poison: []core.Poison{{Entry: core.Entry{StreamID: ids[0], OrderingKey: "x"}, ParkedID: "ev1", Row: []byte(`{}`)}},
+						Held: []core.Held{{Entry: core.Entry{StreamID: ids[1], OrderingKey: "x", Seq: ids[1]}, JSON: []byte(`{}`)}}}})
 			case "read_outbox":
 				_, err = run(ctx, s, &l, readOutboxArgs{Key: key, fence: s.fenceOf(l), Count: 10})
 			case "release_parked":

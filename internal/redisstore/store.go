@@ -136,6 +136,14 @@ func (s *Store) nowArg() string {
 	return strconv.FormatInt(s.clock().UnixMilli(), 10)
 }
 
+// nowOrLocal is the test clock, else this host's.
+func (s *Store) nowOrLocal() time.Time {
+	if s.clock != nil {
+		return s.clock()
+	}
+	return time.Now()
+}
+
 func (s *Store) now(ctx context.Context) (time.Time, error) {
 	if s.clock != nil {
 		return s.clock(), nil
@@ -450,8 +458,8 @@ func (s *Store) Ack(ctx context.Context, l core.Lease, acked []core.Entry) (bool
 }
 
 // Park implements core.Store.
-func (s *Store) Park(ctx context.Context, l core.Lease, poison []core.Poison, held []core.Held) error {
-	_, err := run(ctx, s, &l, parkArgs{Key: l.Key, fence: s.fenceOf(l), Poison: poison, Held: held})
+func (s *Store) Park(ctx context.Context, l core.Lease, p core.Parking) error {
+	_, err := run(ctx, s, &l, parkArgs{Key: l.Key, fence: s.fenceOf(l), Parking: p})
 	return err
 }
 
@@ -642,6 +650,8 @@ type inspectCmds struct {
 	st                                   *redis.MapStringStringCmd
 	outbox, held, items, parked, invalid *redis.IntCmd
 	oldest                               *redis.XMessageSliceCmd
+	waiting                              *redis.IntCmd
+	nextRetry                            *redis.ZSliceCmd
 }
 
 // InspectMany implements core.Store: one pipeline reads every key's structures, the oldest
@@ -651,6 +661,9 @@ type inspectCmds struct {
 func (s *Store) InspectMany(ctx context.Context, keys []watukuytype.Key) ([]core.Snapshot, error) {
 	cmds := make([]inspectCmds, len(keys))
 	var serverTime *redis.TimeCmd
+	// Ordering keys released later than now wait for a failed event's next try; now is this
+	// host's clock here (the counts are for reading, not for deciding).
+	after := "(" + strconv.FormatInt(ms(s.nowOrLocal()), 10)
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, key := range keys {
 			c := &cmds[i]
@@ -662,6 +675,8 @@ func (s *Store) InspectMany(ctx context.Context, keys []watukuytype.Key) ([]core
 			c.invalid = p.ZLexCount(ctx, s.k(key, "parked-ids"), "[inv_", "(inv`")
 			c.held = p.ZCard(ctx, s.k(key, "held"))
 			c.items = p.HLen(ctx, s.k(key, "items"))
+			c.waiting = p.ZCount(ctx, s.k(key, "released"), after, "+inf")
+			c.nextRetry = p.ZRangeByScoreWithScores(ctx, s.k(key, "released"), &redis.ZRangeBy{Min: after, Max: "+inf", Count: 1})
 		}
 		serverTime = p.Time(ctx)
 		return nil
@@ -684,7 +699,10 @@ func (s *Store) InspectMany(ctx context.Context, keys []watukuytype.Key) ([]core
 			}
 		}
 		snap := core.Snapshot{State: state, OutboxLen: c.outbox.Val(), Parked: c.parked.Val(), ParkedInvalid: c.invalid.Val(),
-			Held: c.held.Val(), Items: c.items.Val(), Now: now}
+			Held: c.held.Val(), Items: c.items.Val(), Now: now, Waiting: c.waiting.Val()}
+		if z := c.nextRetry.Val(); len(z) > 0 {
+			snap.NextRetry = time.UnixMilli(int64(z[0].Score)).UTC()
+		}
 		if msgs := c.oldest.Val(); len(msgs) > 0 {
 			if ms, ok := streamMillis(msgs[0].ID); ok {
 				snap.OutboxOldest = time.UnixMilli(ms).UTC()

@@ -66,8 +66,7 @@ func TestFencedWritesLeaveNoTrace(t *testing.T) {
 			"readOutbox": func(l core.Lease) error { _, err := s.ReadOutbox(ctx, l, 10); return err },
 			"ack":        func(l core.Lease) error { _, err := s.Ack(ctx, l, outboxEntries(entries[0].StreamID)); return err },
 			"park": func(l core.Lease) error {
-				return s.Park(ctx, l, []core.Poison{{Entry: entries[0], ParkedID: "ev1", Row: []byte(`{}`)}},
-					[]core.Held{{Entry: entries[1], JSON: []byte(`{}`)}})
+				return s.Park(ctx, l, core.Parking{Poison: []core.Poison{{Entry: entries[0], ParkedID: "ev1", Row: []byte(`{}`)}}, Held: []core.Held{{Entry: entries[1], JSON: []byte(`{}`)}}})
 			},
 			"releaseParked": func(l core.Lease) error { _, _, err := s.ReleaseParked(ctx, l, false, []string{"inv1"}); return err },
 			"end": func(l core.Lease) error {

@@ -176,13 +176,19 @@ func (w *Webhook) Handle(ctx context.Context, ev watukuytype.Event) error {
 	// trace joins the cycle's; without a span nothing is added.
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 
+	// A failure any event would meet is the sink's (watukuytype.SinkError): a receiver that
+	// cannot be reached blocks the key's delivery at once; timeouts and 5xx block it when two
+	// events in a row meet them and none is delivered.
 	resp, err := w.Client.Do(req)
 	if err != nil {
 		err = unwrapURLError(err)
-		if ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) {
-			return fmt.Errorf("sink: webhook %s: event %s: timed out after %s: %w", w.redacted, ev.ID, w.Timeout, err)
+		if ctx.Err() != nil {
+			return fmt.Errorf("sink: webhook %s: event %s: %w", w.redacted, ev.ID, err)
 		}
-		return fmt.Errorf("sink: webhook %s: event %s: %w", w.redacted, ev.ID, err)
+		if errors.Is(actx.Err(), context.DeadlineExceeded) {
+			return &watukuytype.SinkError{Err: fmt.Errorf("sink: webhook %s: event %s: timed out after %s: %w", w.redacted, ev.ID, w.Timeout, err)}
+		}
+		return &watukuytype.SinkError{Err: fmt.Errorf("sink: webhook %s: event %s: %w", w.redacted, ev.ID, err), Unreachable: true}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
@@ -191,8 +197,12 @@ func (w *Webhook) Handle(ctx context.Context, ev watukuytype.Event) error {
 	}
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, snippetLen))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
-	return fmt.Errorf("sink: webhook %s: event %s: %w", w.redacted, ev.ID,
+	err = fmt.Errorf("sink: webhook %s: event %s: %w", w.redacted, ev.ID,
 		&StatusError{StatusCode: resp.StatusCode, Body: strings.TrimSpace(cutUTF8(snippet))})
+	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout {
+		return &watukuytype.SinkError{Err: err}
+	}
+	return err
 }
 
 // Sign returns the webhook-signature header value for a message: one "v1,<base64>" per

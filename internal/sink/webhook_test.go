@@ -386,3 +386,54 @@ func TestVerifyRejects(t *testing.T) {
 
 // Compile-time check: every sink's Handle is a watukuytype.Handler.
 var _ = []watukuytype.Handler{(*Webhook)(nil).Handle, (*Stream)(nil).Handle, (*Stdout)(nil).Handle}
+
+// A failure any event would meet is the sink's (watukuytype.SinkError), so the engine blocks
+// the key's delivery instead of counting it against the event: unreachable for a refused
+// connection, failing for a 5xx, a 429 or a timeout; a 4xx is the event's.
+func TestWebhookSinkFailures(t *testing.T) {
+	ev := watukuytype.Event{ID: "ev_1", Type: watukuytype.Created}
+	kind := func(err error) string {
+		var se *watukuytype.SinkError
+		switch {
+		case err == nil:
+			return "delivered"
+		case !errors.As(err, &se):
+			return "event"
+		case se.Unreachable:
+			return "unreachable"
+		}
+		return "failing"
+	}
+	down := httptest.NewServer(http.NotFoundHandler())
+	downURL := down.URL
+	down.Close()
+	for _, tc := range []struct {
+		name string
+		url  func(t *testing.T) string
+		want string
+	}{
+		{"refused", func(*testing.T) string { return downURL }, "unreachable"},
+		{"503", func(t *testing.T) string { srv, _ := receiver(t, 503); return srv.URL }, "failing"},
+		{"429", func(t *testing.T) string { srv, _ := receiver(t, 429); return srv.URL }, "failing"},
+		{"400", func(t *testing.T) string { srv, _ := receiver(t, 400); return srv.URL }, "event"},
+		{"204", func(t *testing.T) string { srv, _ := receiver(t, 204); return srv.URL }, "delivered"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wh := newWebhook(t, Webhook{URL: tc.url(t), Secrets: []string{vecSecret}})
+			if got := kind(wh.Handle(t.Context(), ev)); got != tc.want {
+				t.Fatalf("%s, want %s", got, tc.want)
+			}
+		})
+	}
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(time.Second):
+		}
+	}))
+	defer slow.Close()
+	wh := newWebhook(t, Webhook{URL: slow.URL, Secrets: []string{vecSecret}, Timeout: 50 * time.Millisecond})
+	if got := kind(wh.Handle(t.Context(), ev)); got != "failing" {
+		t.Fatalf("a timeout: %s, want failing", got)
+	}
+}

@@ -45,6 +45,10 @@ const (
 	// live lane, a reconcile) that goes on in the next cycle, JSON of core's listingPos; the
 	// identities it listed so far are in the key's listed:<lane> hash.
 	ListingPrefix = "listing."
+	// Blocked is set while the key's delivery is blocked because its sink fails (JSON of
+	// core's blockage: since, the error, tries, the next try's time, the trigger generation
+	// it saw); while it is set, outbox entries alone do not make the key due (begin.lua).
+	Blocked = "blocked"
 	// LastLife is the highest identity generation ever given (commit_poll.lua writes it,
 	// delete_key.lua starts the next incarnation above it); no Go code reads it.
 	LastLife = "lastLife"

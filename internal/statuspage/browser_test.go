@@ -161,7 +161,7 @@ func newBrowserWorld(t *testing.T) *browserWorld {
 		}
 		return nil
 	}
-	fast := watukuy.Delivery{Attempts: 2, Backoff: watukuy.Backoff{Base: time.Millisecond, Factor: 1, Max: time.Millisecond}}
+	fast := watukuy.Delivery{Attempts: 2, RetryHorizon: -1, Backoff: watukuy.Backoff{Base: time.Millisecond, Factor: 1, Max: time.Millisecond}}
 	sched := watukuy.Schedule{Min: 30 * time.Second, Max: 5 * time.Minute}
 	for _, p := range []watukuy.Poller{
 		{Name: "orders", Fetch: orders.ChangeFeed(10), Version: watukuy.Field("version"), Handler: handler, Delivery: fast, Schedule: sched},
@@ -170,7 +170,7 @@ func newBrowserWorld(t *testing.T) *browserWorld {
 		{Name: "invoices", Fetch: invoices.ChangeFeed(10), Version: watukuy.Field("version"), Handler: handler, Delivery: fast, Schedule: sched},
 		{Name: "shipments", Fetch: shipments.ChangeFeed(10), Version: watukuy.Field("version"), Handler: handler, Delivery: fast, Schedule: sched},
 		{Name: "payments", Fetch: payments.ChangeFeed(10), Version: watukuy.Field("version"), Handler: handler, Schedule: sched,
-			Delivery: watukuy.Delivery{Attempts: 2, Poison: watukuy.PoisonHalt, Backoff: fast.Backoff}},
+			Delivery: watukuy.Delivery{Attempts: 2, RetryHorizon: -1, Poison: watukuy.PoisonHalt, Backoff: fast.Backoff}},
 	} {
 		if err := eng.Register(p); err != nil {
 			t.Fatal(err)

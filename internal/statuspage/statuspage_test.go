@@ -52,7 +52,7 @@ func newWorld(t *testing.T, tokens ...admin.Token) *world {
 		}
 		return nil
 	}
-	fast := watukuy.Delivery{Attempts: 1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}
+	fast := watukuy.Delivery{Attempts: 1, RetryHorizon: -1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}
 	env := watukuytest.New(t,
 		watukuy.Poller{Name: "orders", Fetch: api.ChangeFeed(10), Version: watukuy.Field("version"), Handler: handler, Delivery: fast},
 		watukuy.Poller{Name: "customers", Partitions: []string{"acme", "eu:globex@1"}, Fetch: customers.ChangeFeed(10),
@@ -394,7 +394,7 @@ func TestDetailPageParkedPages(t *testing.T) {
 	api.PutMany(5, "r", nil)
 	if err := w.env.Engine.Register(watukuy.Poller{Name: "rejects", Fetch: api.ChangeFeed(10), Version: watukuy.Field("version"),
 		Handler:  func(context.Context, watukuy.Event) error { return errors.New("refused") },
-		Delivery: watukuy.Delivery{Attempts: 1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}); err != nil {
+		Delivery: watukuy.Delivery{Attempts: 1, RetryHorizon: -1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}); err != nil {
 		t.Fatal(err)
 	}
 	w.env.Settle(3)

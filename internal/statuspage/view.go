@@ -126,7 +126,7 @@ type link struct{ Label, Href string }
 
 // statusOrder is the order the summary counts statuses in: trouble first.
 func statusOrder() []watukuytype.Status {
-	return []watukuytype.Status{watukuytype.StatusCircuitOpen, watukuytype.StatusFailing, watukuytype.StatusDegraded,
+	return []watukuytype.Status{watukuytype.StatusCircuitOpen, watukuytype.StatusFailing, watukuytype.StatusBlocked, watukuytype.StatusDegraded,
 		watukuytype.StatusThrottled, watukuytype.StatusPaused, watukuytype.StatusRemoved, watukuytype.StatusDeleted,
 		watukuytype.StatusRunning, watukuytype.StatusIdle}
 }
@@ -135,7 +135,7 @@ func statusOrder() []watukuytype.Status {
 // (stopped on purpose), info (running), ok (idle).
 func statusClass(s watukuytype.Status) string {
 	switch s {
-	case watukuytype.StatusCircuitOpen, watukuytype.StatusFailing:
+	case watukuytype.StatusCircuitOpen, watukuytype.StatusFailing, watukuytype.StatusBlocked:
 		return "bad"
 	case watukuytype.StatusDegraded, watukuytype.StatusThrottled:
 		return "warn"
@@ -255,8 +255,16 @@ func newKeyRow(ki watukuy.KeyInfo, now time.Time) keyRow {
 		r.ErrTitle = fmt.Sprintf("%s (%s) at %s: %s", le.Code, le.Phase, le.At, le.Message)
 	} else if len(ki.LastError) > 0 {
 		r.ErrCode, r.ErrMsg, r.ErrTitle = "?", clip(string(ki.LastError), 140), string(ki.LastError)
+	} else if b := ki.Blocked; b != nil {
+		r.ErrTitle = blockedText(b)
+		r.ErrCode, r.ErrMsg = "BLOCKED", clip(r.ErrTitle, 140)
 	}
 	return r
+}
+
+// blockedText says why and since when a key's delivery is blocked.
+func blockedText(b *watukuytype.DeliveryBlocked) string {
+	return fmt.Sprintf("delivery blocked since %s: %s (%d tries, next at %s)", b.Since.UTC().Format(time.RFC3339), b.Error, b.Tries, b.NextTry.UTC().Format(time.RFC3339))
 }
 
 func yesNo(b bool) string {
@@ -345,6 +353,13 @@ func newKeyDetail(ki watukuy.KeyInfo, parked []watukuy.ParkedInfo, now time.Time
 		sched.Fields = append(sched.Fields, field{Name: "rate limit", Value: indentJSON(ki.RateLimit), Pre: true})
 	}
 	d.Sections = append(d.Sections, sched)
+
+	dl := section{Title: "Delivery", Fields: []field{{Name: "blocked", Value: "no"}, {Name: "retrying", Value: strconv.FormatInt(ki.Retrying, 10) + " ordering keys"},
+		timeField("next retry", ki.NextRetryAt, now)}}
+	if ki.Blocked != nil {
+		dl.Fields[0].Value = blockedText(ki.Blocked)
+	}
+	d.Sections = append(d.Sections, dl)
 
 	last := section{Title: "Last poll and error"}
 	var lp watukuy.PollSummary

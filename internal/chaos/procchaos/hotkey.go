@@ -84,6 +84,7 @@ func RunConfig(redisURL, prefix, apiURL, hotURL, fpURL, hookURL string, leaseTTL
       concurrency: 4
       orderingKey: group
       attempts: %d
+      retry: {horizon: none}
   - name: fp
     request: {url: %s/sync, timeout: 5s}
     items: data

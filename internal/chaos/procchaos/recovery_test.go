@@ -50,6 +50,8 @@ type recoveryRun struct {
 	stop    chan struct{} // ends the API's changes
 	mutated sync.WaitGroup
 	badSig  atomic.Int64
+	// hookDown makes the receiver answer 503 to every delivery (a receiver that is down).
+	hookDown atomic.Bool
 }
 
 type recoveryProc struct {
@@ -158,8 +160,12 @@ func (r *recoveryRun) start(name, kind string) {
 	r.procs = append(r.procs, &recoveryProc{osProc: p, kind: kind, log: logPath, metrics: listen})
 }
 
-// receive is the webhook endpoint: verify, record, 204.
+// receive is the webhook endpoint: verify, record, 204 (503 while hookDown).
 func (r *recoveryRun) receive(w http.ResponseWriter, req *http.Request) {
+	if r.hookDown.Load() {
+		http.Error(w, "receiver down", http.StatusServiceUnavailable)
+		return
+	}
 	ev, ok := verifiedEvent(w, req, &r.badSig, nil)
 	if !ok {
 		return
