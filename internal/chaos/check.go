@@ -597,6 +597,10 @@ func Check(truth map[watukuytype.Key]Truth, rec *Recorder) Report {
 			grant *Grant
 			done  int64 // a commit's event: when it was first delivered
 			id    string
+			// An outage's start (down) or end, or a delivery of the key.
+			outage   *Outage
+			down     bool
+			delivery bool
 		}
 		byKey := map[watukuytype.Key][]item{}
 		for _, c := range rec.commits {
@@ -622,12 +626,40 @@ func Check(truth map[watukuytype.Key]Truth, rec *Recorder) Report {
 			g := &rec.grants[i]
 			byKey[g.Key] = append(byKey[g.Key], item{n: g.N, grant: g})
 		}
+		// While a key's sink is down its delivery is blocked and its cycles poll on purpose:
+		// from the outage's start until the key's first delivery after it ends.
+		for i := range rec.outages {
+			o := &rec.outages[i]
+			byKey[o.Key] = append(byKey[o.Key], item{n: o.Down, outage: o, down: true})
+			if o.Up != 0 {
+				byKey[o.Key] = append(byKey[o.Key], item{n: o.Up, outage: o})
+			}
+		}
+		for _, d := range rec.deliveries {
+			if len(rec.outages) == 0 {
+				break
+			}
+			k := watukuytype.Key{Poller: d.Event.Poller, Partition: d.Event.Partition}
+			byKey[k] = append(byKey[k], item{n: d.N, delivery: true})
+		}
 		for k, items := range byKey {
 			sort.SliceStable(items, func(i, j int) bool { return items[i].n < items[j].n })
 			var waiting int64
 			var id, holder string
+			blocked, ended := false, false
 			for _, it := range items {
 				switch {
+				case it.outage != nil && it.down:
+					blocked, ended = true, false
+					continue
+				case it.outage != nil:
+					ended = true
+					continue
+				case it.delivery:
+					if blocked && ended {
+						blocked = false
+					}
+					continue
 				case it.grant != nil:
 					holder = it.grant.Instance
 					continue
@@ -636,7 +668,7 @@ func Check(truth map[watukuytype.Key]Truth, rec *Recorder) Report {
 						waiting, id = it.done, it.id
 					}
 					continue
-				case holder != "" && it.fetch.Instance != holder:
+				case holder != "" && it.fetch.Instance != holder, blocked:
 					continue
 				}
 				if waiting > it.n {

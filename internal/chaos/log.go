@@ -139,6 +139,35 @@ type Recorder struct {
 	n          int64
 	acks       []Ack
 	recoveries []Recovery
+	outages    []Outage
+}
+
+// Outage is a key's sink down from Down to Up (0: until the end of the run): its delivery is
+// blocked, so its cycles poll while its events wait.
+type Outage struct {
+	Key      watukuytype.Key
+	Down, Up int64
+}
+
+// SinkDown records that key's sink fails every delivery from now on.
+func (r *Recorder) SinkDown(key watukuytype.Key) {
+	r.add("outages", func() {
+		o := Outage{Key: key}
+		r.stamp(&o.Down)
+		r.outages = append(r.outages, o)
+	})
+}
+
+// SinkUp records that key's sink takes deliveries again.
+func (r *Recorder) SinkUp(key watukuytype.Key) {
+	r.add("outages", func() {
+		for i := len(r.outages) - 1; i >= 0; i-- {
+			if r.outages[i].Key == key && r.outages[i].Up == 0 {
+				r.stamp(&r.outages[i].Up)
+				return
+			}
+		}
+	})
 }
 
 // Ack is an event whose acknowledgement the store accepted.

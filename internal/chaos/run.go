@@ -95,6 +95,9 @@ type Result struct {
 	// ListingCuts counts cycles that stopped a complete listing short (snap's live lane, a
 	// reconcile): it went on from there in a later cycle.
 	ListingCuts int
+	// SinkOutages counts the outages of a key's sink: every delivery fails as the sink's, for
+	// 10 to 40 steps (many cycles), so the key's delivery is blocked while its cycles poll.
+	SinkOutages int
 	// Ops counts the operator actions by name ("backfill", "pause", "reset-cursor refused", …).
 	Ops     map[string]int
 	Changes int
@@ -149,7 +152,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
 	s := &scenario{o: o, rng: rng, rec: NewRecorder(), clock: fakeclock.New(time.UnixMilli(1_800_000_000_000)), prefix: fmt.Sprintf("chaos%d", o.Seed),
-		handlerFail: true, paused: map[watukuytype.Key]int{}, slow: map[string]slowCalls{}, res: Result{Seed: o.Seed, Steps: o.Steps, Kills: map[KillPoint]int{}, Ops: map[string]int{}, Frozen: map[string]int{}}}
+		handlerFail: true, paused: map[watukuytype.Key]int{}, down: map[watukuytype.Key]int{}, slow: map[string]slowCalls{}, res: Result{Seed: o.Seed, Steps: o.Steps, Kills: map[KillPoint]int{}, Ops: map[string]int{}, Frozen: map[string]int{}}}
 	s.rec.MarkMeasured("throttles", "parked")
 	defer s.close()
 	rdb, err := s.resending(o.Redis)
@@ -263,6 +266,7 @@ type scenario struct {
 	freeze      *freeze
 
 	paused map[watukuytype.Key]int // keys the operator paused → the step that resumes them
+	down   map[watukuytype.Key]int // keys whose sink is down → the step it comes back
 	slow   map[string]slowCalls    // instance/key of a late Begin → its next handler calls take time
 	rdb    redis.UniversalClient
 }
@@ -510,6 +514,11 @@ func (s *scenario) handler(instance string, inner watukuytype.Handler) watukuyty
 		}
 		s.maybeFreeze(instance, watukuytype.Key{Poller: ev.Poller, Partition: ev.Partition}, "handler")
 		s.mu.Lock()
+		_, down := s.down[watukuytype.Key{Poller: ev.Poller, Partition: ev.Partition}]
+		if down {
+			s.mu.Unlock()
+			return watukuytype.SinkUnavailable(errors.New("chaos: the sink is down"))
+		}
 		failing := s.handlerFail
 		fail := failing && s.rng.Float64() < s.o.FailRate
 		s.mu.Unlock()
@@ -734,6 +743,7 @@ func (s *scenario) mutate(step int) {
 	if s.o.Between != nil {
 		s.o.Between(step)
 	}
+	s.outages(step)
 	for _, k := range s.keys {
 		if s.rng.IntN(3) > 0 {
 			k.api.Advance(time.Second)
@@ -793,11 +803,37 @@ func (s *scenario) mutate(step int) {
 	}
 }
 
+// outages takes a key's sink down now and then, for 10 to 40 steps (many cycles: its delivery
+// is blocked while its cycles poll), and brings the ones whose time is up back.
+func (s *scenario) outages(step int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, until := range s.down {
+		if step >= until {
+			delete(s.down, k)
+			s.rec.SinkUp(k)
+		}
+	}
+	if !s.handlerFail || s.rng.IntN(40) != 0 {
+		return
+	}
+	k := s.keys[s.rng.IntN(len(s.keys))].key
+	if _, ok := s.down[k]; !ok {
+		s.down[k] = step + 10 + s.rng.IntN(31)
+		s.rec.SinkDown(k)
+		s.res.SinkOutages++
+	}
+}
+
 // quiesce stops the faults, retries every parked event with a working handler, and ticks
 // until a round emits and delivers nothing.
 func (s *scenario) quiesce(ctx context.Context) error {
 	s.mu.Lock()
 	s.handlerFail = false
+	for k := range s.down {
+		delete(s.down, k)
+		s.rec.SinkUp(k)
+	}
 	s.mu.Unlock()
 	for i := range s.engines {
 		s.engines[i].store.Arm("")

@@ -13,7 +13,7 @@ import (
 func TestRunHasNoViolations(t *testing.T) {
 	// Some faults are rare enough in 300 steps that one run may miss them: they must happen
 	// in the three runs together.
-	pagingDeletes, listingCuts, ops, budgetWaits, budgetRefusals := 0, 0, map[string]int{}, 0, 0
+	pagingDeletes, listingCuts, outages, ops, budgetWaits, budgetRefusals := 0, 0, 0, map[string]int{}, 0, 0
 	frozen, resends, late := map[string]int{}, 0, 0
 	defer func() {
 		if t.Failed() {
@@ -25,6 +25,9 @@ func TestRunHasNoViolations(t *testing.T) {
 		}
 		if budgetWaits == 0 || budgetRefusals == 0 {
 			t.Fatalf("the shared budget never made a request wait (%d) or a key yield (%d)", budgetWaits, budgetRefusals)
+		}
+		if outages == 0 {
+			t.Fatal("no key's sink went down in any run")
 		}
 		if listingCuts == 0 {
 			t.Fatal("no complete listing went on over several cycles in any run")
@@ -45,8 +48,8 @@ func TestRunHasNoViolations(t *testing.T) {
 		for _, l := range res.Lines() {
 			t.Log(l)
 		}
-		t.Logf("cycles %d, kills %v, pauses %d %v, faults %d, re-sent %d, late %d, paging deletes %d, listing cuts %d, operator actions %v, changes %d, deliveries %d (unique %d, duplicate ratio %.3f)",
-			res.Cycles, res.Kills, res.Pauses, res.Frozen, res.Faults, res.Resends, res.Late, res.PagingDeletes, res.ListingCuts, res.Ops, res.Changes, res.Deliveries, res.UniqueEvents, res.DuplicateRatio)
+		t.Logf("cycles %d, kills %v, pauses %d %v, faults %d, re-sent %d, late %d, paging deletes %d, listing cuts %d, sink outages %d, operator actions %v, changes %d, deliveries %d (unique %d, duplicate ratio %.3f)",
+			res.Cycles, res.Kills, res.Pauses, res.Frozen, res.Faults, res.Resends, res.Late, res.PagingDeletes, res.ListingCuts, res.SinkOutages, res.Ops, res.Changes, res.Deliveries, res.UniqueEvents, res.DuplicateRatio)
 		t.Logf("budget: %d requests waited for a token, %d keys yielded", res.BudgetWaits, res.BudgetRefusals)
 		if res.Failed() {
 			if os.Getenv("CHAOS_LOG") != "" {
@@ -70,6 +73,7 @@ func TestRunHasNoViolations(t *testing.T) {
 		}
 		pagingDeletes += res.PagingDeletes
 		listingCuts += res.ListingCuts
+		outages += res.SinkOutages
 		budgetWaits += res.BudgetWaits
 		budgetRefusals += res.BudgetRefusals
 		for at, n := range res.Frozen {

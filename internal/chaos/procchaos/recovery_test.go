@@ -355,6 +355,24 @@ func (r *recoveryRun) waitConverged(truth map[watukuytype.Key]chaos.Truth, limit
 	}
 }
 
+// check runs the process chaos checks on what the receiver recorded: every guarantee they
+// measure holds, every delivery was signed, and something was delivered.
+func (r *recoveryRun) check(truth map[watukuytype.Key]chaos.Truth) {
+	rep := chaos.Check(truth, r.rec)
+	for _, l := range rep.Lines() {
+		r.t.Log(l)
+	}
+	if rep.Failed() {
+		r.t.Errorf("guarantees violated (lines above)")
+	}
+	if n := r.badSig.Load(); n > 0 {
+		r.t.Errorf("%d deliveries failed signature verification", n)
+	}
+	if rep.Deliveries == 0 {
+		r.t.Errorf("nothing was delivered")
+	}
+}
+
 // withoutDebug drops the debug lines (one per API request) of a JSON log.
 func withoutDebug(s string) string {
 	var out []string
@@ -545,17 +563,5 @@ func TestRecoveryOutage(t *testing.T) {
 		}
 	}
 	r.shutdown()
-	rep := chaos.Check(truth, r.rec)
-	for _, l := range rep.Lines() {
-		t.Log(l)
-	}
-	if rep.Failed() {
-		t.Errorf("guarantees violated (lines above)")
-	}
-	if n := r.badSig.Load(); n > 0 {
-		t.Errorf("%d deliveries failed signature verification", n)
-	}
-	if rep.Deliveries == 0 {
-		t.Errorf("nothing was delivered")
-	}
+	r.check(truth)
 }
