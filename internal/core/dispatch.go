@@ -112,6 +112,8 @@ feed:
 		}
 	}
 	if len(ids) > 0 {
+		// The sink took events of this very batch: its failures in it are the events' own.
+		d.blockErr = nil
 		c.unblock()
 	}
 	if d.blockErr != nil {
@@ -211,8 +213,9 @@ func (d *dispatch) failedTry(f failedTry, batch []delivery) {
 		e.R = &rec
 		js, _ := json.Marshal(e)
 		until := now.Add(jittered(c.p.Delivery.Retry, rec.Tries, c.e.rand()))
+		// Not a hold of the cycle's (c.holds): the store keeps the ordering key's later events
+		// behind it, and gives it back first when its wait is over, in this cycle or a later one.
 		d.wait = append(d.wait, Wait{Entry: b.entry, JSON: js, Until: until})
-		c.holds[b.entry.OrderingKey] = true
 		c.log.Warn().Str("eventId", b.entry.ID).Str("orderingKey", b.entry.OrderingKey).Int("tries", rec.Tries).
 			Time("next", until).Str("error", f.errs[len(f.errs)-1]).Msg("handler failed: the event waits for its next try; its ordering key waits behind it")
 	case c.p.Delivery.Poison == watukuytype.PoisonHalt:

@@ -37,11 +37,12 @@ type netError interface {
 	Temporary() bool
 }
 
-// kindOf classifies a handler's error.
+// kindOf classifies a handler's error. A network error counts only as the handler's own error
+// (not wrapped): wrapped, it may be a dependency of that one event (SinkError says otherwise).
 func kindOf(err error) failureKind {
 	var se *watukuytype.SinkError
-	var ne netError
 	var hp *handlerPanic
+	ne, isNet := err.(netError)
 	switch {
 	case errors.As(err, &hp):
 		return eventFailure
@@ -50,7 +51,7 @@ func kindOf(err error) failureKind {
 			return sinkUnreachable
 		}
 		return sinkFailing
-	case errors.As(err, &ne):
+	case isNet:
 		if ne.Timeout() {
 			return sinkFailing
 		}
