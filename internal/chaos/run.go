@@ -108,6 +108,10 @@ type runKey struct {
 	key watukuytype.Key
 	api *fakeapi.API
 	srv *fakeapi.Server
+	// listSize is the page size of its page-numbered listing, the same for every instance:
+	// one deployment, one config (a page number read at another size lands elsewhere, which
+	// the engine tells by Poller.Revision).
+	listSize int
 }
 
 // Run drives a seeded scenario: fake APIs change (ties included) and answer with 429s and
@@ -325,7 +329,7 @@ func (s *scenario) newKeys() []*runKey {
 	mk := func(poller, part string) *runKey {
 		api := fakeapi.New()
 		srv := fakeapi.NewServer(api, fakeapi.ServerOptions{TieBreaker: true})
-		k := &runKey{key: watukuytype.Key{Poller: poller, Partition: part}, api: api, srv: srv}
+		k := &runKey{key: watukuytype.Key{Poller: poller, Partition: part}, api: api, srv: srv, listSize: 2 + s.rng.IntN(6)}
 		// Requests are recorded where they arrive, so a request a frozen instance never sent
 		// does not count.
 		srv.OnRequest(func(_ int, r *http.Request) {
@@ -431,7 +435,7 @@ func (s *scenario) builtinPollers(instance string) []watukuytype.Poller {
 			Param: "updated_since", LimitParam: "limit", Limit: 1000, HasMore: "has_more", TieBreaker: "after_id"}
 	})
 	list := route(func(k *runKey) fetcher {
-		return &cursor.Page{Source: src(k, "/list"), Param: "page", SizeParam: "per_page", Size: 2 + s.rng.IntN(6), HasMore: "has_more"}
+		return &cursor.Page{Source: src(k, "/list"), Param: "page", SizeParam: "per_page", Size: k.listSize, HasMore: "has_more"}
 	})
 	offsets := route(func(k *runKey) fetcher {
 		return &cursor.Page{Source: src(k, "/list"), Param: "offset", Offset: true, SizeParam: "limit", Size: 2 + s.rng.IntN(6), HasMore: "has_more"}
@@ -814,7 +818,7 @@ func (s *scenario) outages(step int) {
 			s.rec.SinkUp(k)
 		}
 	}
-	if !s.handlerFail || s.rng.IntN(40) != 0 {
+	if !s.handlerFail || len(s.keys) == 0 || s.rng.IntN(40) != 0 {
 		return
 	}
 	k := s.keys[s.rng.IntN(len(s.keys))].key

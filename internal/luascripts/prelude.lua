@@ -7,14 +7,6 @@ local function now_ms(override)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- keep_ms: how long a key whose contents say "until t" must live, t - now ms on the clock
--- now_ms read. Redis counts expiries on its own clock, so under a test clock override (which
--- may stand still while real time passes) the key is kept an hour at least.
-local function keep_ms(override, ms)
-  if override ~= nil and override ~= '' then return math.max(ms, 3600000) end
-  return ms
-end
-
 -- now_us: now_ms in microseconds (budgets pace requests closer than a millisecond apart).
 local function now_us(override)
   if override ~= nil and override ~= '' then return tonumber(override) * 1000 end
