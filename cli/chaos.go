@@ -50,9 +50,9 @@ replies past the clients' read timeout).`,
 					}
 					result, rep = pr, pr.Report
 					if !asJSON {
-						fmt.Fprintf(out, "process chaos, seed %d, %v: %d worker kills, %d stops past the lease, %d redis restarts, %d failovers (%d grants lost, %d token refusals), %d proxy faults, %d reply stalls (%d scripts re-sent, %d fenced), %d API changes\n",
+						fmt.Fprintf(out, "process chaos, seed %d, %v: %d worker kills, %d stops past the lease, %d redis restarts, %d failovers (%d grants lost, %d token refusals), %d proxy faults, %d reply stalls (%d scripts re-sent, %d fenced), %d receiver outages, %d API changes\n",
 							seed, duration, pr.Kills, pr.Stops, pr.RedisRestarts, pr.Failovers, pr.LostGrants, pr.TokenRefusals, pr.ProxyFaults, pr.ReplyStalls,
-							pr.ResentScripts, pr.ResentFenced, pr.Changes)
+							pr.ResentScripts, pr.ResentFenced, pr.ReceiverOutages, pr.Changes)
 						fmt.Fprintf(out, "recovery: %d of the kills hit the key's worker mid-fetch; its next request came after %s (goal %v)\n",
 							pr.HolderKills, pr.RecoveryText(), procchaos.RecoveryGoal)
 					}
@@ -121,7 +121,8 @@ func printRun(w io.Writer, r chaos.Result) {
 	}
 	printCounts(w, "kills:", kills, "\n")
 	printCounts(w, "pauses by point:", r.Frozen, "")
-	fmt.Fprintf(w, "; scripts re-sent %d, late Begin replies %d, items deleted while a listing was paged %d\n", r.Resends, r.Late, r.PagingDeletes)
+	fmt.Fprintf(w, "; scripts re-sent %d, late Begin replies %d, items deleted while a listing was paged %d, listing cuts %d, sink outages %d\n",
+		r.Resends, r.Late, r.PagingDeletes, r.ListingCuts, r.SinkOutages)
 	printCounts(w, "operator actions:", r.Ops, "\n")
 }
 

@@ -32,6 +32,9 @@ const (
 	faultFailover
 	faultReplyStall
 	faultHot // the hot key's next stage (hotkey.go): poison burst, held burst, operator retry
+	// faultReceiverDown: the webhook receiver answers 503 to everything for 2–6 s (30–120 s in
+	// a run of more than 5 minutes): the keys' delivery is blocked while their cycles poll.
+	faultReceiverDown
 )
 
 // faults runs the seeded timeline: first one fault of every kind (in a seeded order), all of
@@ -40,11 +43,11 @@ const (
 func (r *processRun) faults(ctx context.Context, rng *rand.Rand, deadline time.Time) error {
 	// The hot key's three stages follow each other whatever the order of their draws.
 	plan := []faultKind{faultKill, faultKillFetch, faultStop, faultRedis, faultDrop, faultStall, faultThrottle, faultFailover, faultReplyStall,
-		faultHot, faultHot, faultHot}
+		faultHot, faultHot, faultHot, faultReceiverDown}
 	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
 	// Weights of the random draws after the plan.
 	draw := []faultKind{faultKill, faultKillFetch, faultStop, faultRedis, faultDrop, faultDrop, faultStall, faultStall, faultThrottle,
-		faultFailover, faultReplyStall, faultHot}
+		faultFailover, faultReplyStall, faultHot, faultReceiverDown}
 	for i := 0; ; i++ {
 		gap := 300*time.Millisecond + time.Duration(rng.Int64N(int64(1200*time.Millisecond)))
 		if !r.sleep(ctx, gap) {
@@ -198,7 +201,7 @@ func (r *processRun) inject(ctx context.Context, k faultKind, rng *rand.Rand, de
 	// the scripts it sends next are the ones whose replies get lost.
 	at := ""
 	var owner string
-	if k != faultKill && k != faultKillFetch && k != faultThrottle && k != faultHot {
+	if k != faultKill && k != faultKillFetch && k != faultThrottle && k != faultHot && k != faultReceiverDown {
 		var epoch int64
 		var ok bool
 		if k == faultReplyStall {
@@ -219,6 +222,22 @@ func (r *processRun) inject(ctx context.Context, k faultKind, rng *rand.Rand, de
 		return r.killFetch(ctx, time.Duration(rng.Int64N(int64(processLeaseTTL))))
 	case faultHot:
 		return r.hotFault(ctx, rng)
+	case faultReceiverDown:
+		d := 2*time.Second + time.Duration(rng.Int64N(int64(4*time.Second)))
+		if r.o.Duration > 5*time.Minute {
+			d = 30*time.Second + time.Duration(rng.Int64N(int64(90*time.Second)))
+		}
+		r.mu.Lock()
+		r.rep.ReceiverOutages++
+		r.mu.Unlock()
+		r.logf("receiver: down (503 to every delivery) for %s", d.Round(time.Millisecond))
+		r.recv.down.Store(true)
+		ok := r.sleep(ctx, d)
+		r.recv.down.Store(false)
+		r.logf("receiver: up again")
+		if !ok {
+			return ctx.Err()
+		}
 	case faultStop:
 		r.mu.Lock()
 		var p *osProc

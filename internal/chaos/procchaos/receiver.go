@@ -44,6 +44,10 @@ func verifiedEvent(w http.ResponseWriter, req *http.Request, badSig *atomic.Int6
 
 // receive is the webhook endpoint: verify, record, 204.
 func (r *processRun) receive(w http.ResponseWriter, req *http.Request) {
+	if r.recv.down.Load() {
+		http.Error(w, "receiver down", http.StatusServiceUnavailable)
+		return
+	}
 	ev, ok := verifiedEvent(w, req, &r.recv.badSig, r.logf)
 	if !ok {
 		return

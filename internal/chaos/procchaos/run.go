@@ -80,6 +80,9 @@ type Report struct {
 	ResentFenced  int
 	Changes       int // ground-truth changes the API made
 	Throttles     int // 429 answers (Retry-After: 1) the API sent
+	// ReceiverOutages counts the webhook receiver's outages (503 to everything for seconds, or
+	// minutes in a long run): delivery blocked, polling on, nothing parked for them.
+	ReceiverOutages int
 	// StaleRedeliveries counts deliveries the receiver dropped as a consumer that needs strict
 	// order does: late duplicates from a frozen worker, older than what it already applied.
 	StaleRedeliveries int
@@ -247,6 +250,7 @@ type apiSet struct {
 type receiver struct {
 	hook   *httptest.Server
 	badSig atomic.Int64
+	down   atomic.Bool // answers 503 to everything (faultReceiverDown)
 	mu     sync.Mutex
 	whatOf map[string]string // event id -> the change it named (first delivery)
 	newest map[string]string // identity -> newest seq delivered

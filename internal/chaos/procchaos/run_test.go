@@ -61,9 +61,9 @@ func runProcessChaos(t *testing.T, o Options) {
 	if !rep.Converged {
 		t.Errorf("seed %d: the delivered state did not reach the API's final state", seed)
 	}
-	if rep.Kills < 1 || rep.Stops < 1 || rep.RedisRestarts < 1 || rep.Failovers < 1 || rep.ProxyFaults < 1 || rep.ReplyStalls < 1 {
-		t.Errorf("seed %d: want at least one kill, stop, redis restart, failover, proxy fault and reply stall; got %d, %d, %d, %d, %d, %d",
-			seed, rep.Kills, rep.Stops, rep.RedisRestarts, rep.Failovers, rep.ProxyFaults, rep.ReplyStalls)
+	if rep.Kills < 1 || rep.Stops < 1 || rep.RedisRestarts < 1 || rep.Failovers < 1 || rep.ProxyFaults < 1 || rep.ReplyStalls < 1 || rep.ReceiverOutages < 1 {
+		t.Errorf("seed %d: want at least one kill, stop, redis restart, failover, proxy fault, reply stall and receiver outage; got %d, %d, %d, %d, %d, %d, %d",
+			seed, rep.Kills, rep.Stops, rep.RedisRestarts, rep.Failovers, rep.ProxyFaults, rep.ReplyStalls, rep.ReceiverOutages)
 	}
 	// The goal: a key whose worker is SIGKILLed mid-fetch is polled again within the
 	// lease TTL + 5 s (R1 reports the same as a violation).
