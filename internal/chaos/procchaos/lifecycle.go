@@ -270,7 +270,8 @@ func moduleRoot() (string, error) {
 }
 
 // OrdersConfig is the config file of the process-level tests: one timestamp poller over the
-// fake API's /items with a reconcile lane over /list, delivering to a signed webhook whose
+// fake API's /items with a reconcile lane over /list (pages of 10, 2 a cycle: a listing goes on
+// over several cycles, with the faults between them), delivering to a signed webhook whose
 // secret comes from ${HOOK_SECRET}.
 func OrdersConfig(redisURL, prefix, apiURL, hookURL string, leaseTTL time.Duration) string {
 	return OrdersConfigEvery(redisURL, prefix, apiURL, hookURL, leaseTTL, 100*time.Millisecond, 500*time.Millisecond)
@@ -287,7 +288,7 @@ pollers:
     version: version
     cursor: {strategy: timestamp, field: updated_at, param: updated_since, limitParam: limit, limit: 20, hasMore: has_more, tieBreaker: after_id}
     schedule: {min: %s, max: %s}
-    reconcile: {every: 1s, url: %s/list, param: page, sizeParam: per_page, size: 50, hasMore: has_more}
+    reconcile: {every: 1s, url: %s/list, param: page, sizeParam: per_page, size: 10, hasMore: has_more, maxPages: 2}
     leaseTTL: %s
     delivery:
       webhook: {url: %s/hook, secret: "${HOOK_SECRET}", timeout: 5s}
