@@ -42,7 +42,8 @@ func TestLongListingSpansCycles(t *testing.T) {
 				}
 				if len(ki.Listings) == 0 {
 					listings--
-				} else if l := ki.Listings[0]; l.Pages%50 != 0 || l.Cycles < 1 {
+				} else if l := ki.Listings[0]; l.Cycles < 1 || l.Pages > 50*l.Cycles {
+					// A cycle may stop short (the tick's deadline on a slow machine), never read more.
 					t.Fatalf("tick %d: listing %+v", i, l)
 				}
 			}
