@@ -500,7 +500,8 @@ func (e *Engine) Replay(ctx context.Context, poller, partition string, from, to 
 }
 
 // ResetCursor rewinds the live lane to cursor ("" for the beginning); clearSnapshot makes
-// every item count as new again (re-emitted as created, with new ids).
+// every item count as new again: re-emitted as created, each with the same id as when its
+// content was first emitted (G2), so a consumer that dedupes by id drops them.
 func (e *Engine) ResetCursor(ctx context.Context, poller, partition, cursor string, clearSnapshot bool) error {
 	return e.core.ResetCursor(ctx, watukuytype.Key{Poller: poller, Partition: partition}, cursor, clearSnapshot)
 }

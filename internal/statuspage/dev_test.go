@@ -12,8 +12,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/watukuy/watukuy/cli"
 	"github.com/watukuy/watukuy/internal/app"
+	"github.com/watukuy/watukuy/internal/cli"
 	"github.com/watukuy/watukuy/internal/statuspage"
 )
 

@@ -223,19 +223,18 @@ func (r *processRun) cleanup() {
 	}
 }
 
-// BuildBinaries compiles watukuy, watukuy-worker and watukuy-scheduler into dir (for tests
-// that run the real processes).
+// BuildBinaries compiles watukuy, watukuy-worker and watukuy-scheduler into dir with the
+// Makefile's build target (for tests that run the real processes), so they are built as an
+// operator builds them.
 func BuildBinaries(ctx context.Context, dir string) error {
 	root, err := moduleRoot()
 	if err != nil {
 		return err
 	}
-	for name, pkg := range map[string]string{"watukuy": "./cmd/watukuy", "watukuy-worker": "./cmd/watukuy-worker", "watukuy-scheduler": "./cmd/watukuy-scheduler"} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, name), pkg)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("chaos: go build %s: %w\n%s", pkg, err, out)
-		}
+	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "build", "BIN="+dir)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("chaos: make build: %w\n%s", err, out)
 	}
 	return nil
 }

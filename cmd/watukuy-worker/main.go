@@ -1,6 +1,0 @@
-// Command watukuy-worker is a thin main over package cli.
-package main
-
-import "github.com/watukuy/watukuy/cli"
-
-func main() { cli.Execute(cli.Worker()) }
