@@ -25,7 +25,9 @@ func ExampleProcess_Worker() {
 	defer stop()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	log := zerolog.New(os.Stderr).With().Timestamp().Logger()
-	eng, err := watukuy.New(watukuy.Options{Redis: rdb, Logger: log})
+	reg := prometheus.NewRegistry()
+	m := pool.NewMetrics(reg) // the watukuy_* series the alert rules and the dashboard read
+	eng, err := watukuy.New(watukuy.Options{Redis: rdb, Logger: log, Hooks: m.Hooks(watukuy.Hooks{})})
 	if err != nil {
 		panic(err)
 	}
@@ -43,7 +45,7 @@ func ExampleProcess_Worker() {
 	if err != nil {
 		panic(err)
 	}
-	p := pool.New(eng, pool.Options{Logger: log, Registry: prometheus.NewRegistry(), UI: true})
+	p := pool.New(eng, pool.Options{Logger: log, Registry: reg, Metrics: m, UI: true})
 	w := p.Worker(pool.WorkerOptions{Concurrency: 10})
 
 	// /healthz, /readyz, /metrics and asynqmon at /monitoring/, next to the program's routes.

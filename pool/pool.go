@@ -57,9 +57,15 @@ type Options struct {
 	Logger zerolog.Logger
 	// Registry, when set, gets the Redis metrics (watukuy_redis_up,
 	// watukuy_redis_outages_total, watukuy_redis_outage_seconds_total,
-	// watukuy_redis_data_loss_total) and is served at /metrics by Handler. Register the
-	// engine's own metrics on it too.
+	// watukuy_redis_data_loss_total) and is served at /metrics by Handler. Give Metrics the
+	// same registry for the engine's own series.
 	Registry *prometheus.Registry
+	// Metrics, when set, are the engine's metrics (NewMetrics, whose Hooks the engine was
+	// built with): New adds their per-key gauges, read from Redis on each scrape.
+	Metrics *Metrics
+	// Pollers, when set, names the pollers whose keys Metrics exports (read on each scrape);
+	// nil: every poller the registry knows.
+	Pollers func() []string
 	// UI serves asynqmon (the asynq web UI) at /monitoring/ in Handler.
 	UI bool
 	// Admin holds the tokens of the admin API, served at /api/ by Handler (the operator
@@ -113,6 +119,9 @@ func New(eng *watukuy.Engine, o Options) *Process {
 		OnUp:   func(d time.Duration) { m.OutageSeconds.Add(d.Seconds()); m.Up.Set(1) },
 	})
 	redis.SetLogger(redisLogger{log: o.Logger, t: p.tracker})
+	if o.Metrics != nil {
+		o.Metrics.watchKeys(eng, o.Pollers)
+	}
 	p.admin = &health.Server{Logger: o.Logger, Ready: p.Ready}
 	if o.Registry != nil {
 		p.admin.Metrics = promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{})

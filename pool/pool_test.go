@@ -319,3 +319,36 @@ func TestHandlerServesAdmin(t *testing.T) {
 		}
 	})
 }
+
+// The engine's metrics reach a Go program's /metrics through NewMetrics: the series the
+// engine's hooks feed (cycles) and the per-key gauges read from Redis (outbox, parked), with
+// the Redis metrics beside them.
+func TestMetricsExportTheEngineSeries(t *testing.T) {
+	onBackends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		reg := prometheus.NewRegistry()
+		m := pool.NewMetrics(reg)
+		eng, err := watukuy.New(watukuy.Options{Redis: rdb, InstanceID: "m", Hooks: m.Hooks(watukuy.Hooks{})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = eng.Register(watukuy.Poller{Name: "orders", Identity: watukuy.Field("id"),
+			Fetch: func(_ context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
+				return watukuy.Page{Items: []json.RawMessage{[]byte(`{"id":"a"}`)}, Next: req.Cursor}, nil
+			},
+			Handler: func(context.Context, watukuy.Event) error { return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep, err := eng.Tick(context.Background(), 5*time.Second); err != nil || rep.Ran != 1 {
+			t.Fatalf("tick: %+v %v", rep, err)
+		}
+		p := pool.New(eng, pool.Options{Registry: reg, Metrics: m})
+		code, body := get(t, p.Handler(), "/metrics")
+		for _, want := range []string{`watukuy_cycles_total{outcome="ran",poller="orders"} 1`, `watukuy_outbox_pending{partition="",poller="orders"} 0`,
+			`watukuy_parked{partition="",poller="orders"} 0`, "watukuy_redis_up"} {
+			if code != http.StatusOK || !strings.Contains(body, want) {
+				t.Fatalf("/metrics %d lacks %s:\n%s", code, want, body)
+			}
+		}
+	})
+}

@@ -18,7 +18,6 @@ import (
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/config"
-	"github.com/watukuy/watukuy/internal/metrics"
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/pool"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -69,7 +68,7 @@ type Env struct {
 	Store    *redisstore.Store
 	Engine   *watukuy.Engine
 	Registry *prometheus.Registry
-	Metrics  *metrics.Metrics
+	Metrics  *pool.Metrics
 	Pollers  []watukuy.Poller
 	Config   *config.Config
 	// Admin is the admin API's tokens (adminTokens); a reload replaces them.
@@ -167,7 +166,7 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 	}
 	env.Registry = prometheus.NewRegistry()
 	env.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	env.Metrics = metrics.New(env.Registry)
+	env.Metrics = pool.NewMetrics(env.Registry)
 	env.reload.init(s, env.Registry)
 	var budgets []watukuy.Budget
 	if env.Config != nil {
@@ -205,7 +204,6 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 			return err
 		}
 	}
-	env.Metrics.WatchKeys(env.Registry, env.keyInfos)
 	return nil
 }
 
@@ -241,19 +239,6 @@ func (env *Env) Register(ps ...watukuy.Poller) error {
 		env.mu.Unlock()
 	}
 	return nil
-}
-
-// keyInfos inspects every key of the process's pollers, partitions added at run time too.
-func (env *Env) keyInfos(ctx context.Context) ([]watukuytype.KeyInfo, error) {
-	var out []watukuytype.KeyInfo
-	for _, name := range env.PollerNames() {
-		kis, err := env.Engine.InspectAll(ctx, name)
-		out = append(out, kis...)
-		if err != nil {
-			return out, err
-		}
-	}
-	return out, nil
 }
 
 // PollerNames names the process's pollers, config and Go-defined, as a reload left them.

@@ -10,7 +10,7 @@ import (
 // process is the process's share of the distributed pool, serving its endpoints on
 // s.Listen ("" or "off": none) until ctx ends.
 func (env *Env) process(ctx context.Context, s Settings) (*pool.Process, error) {
-	p := pool.New(env.Engine, pool.Options{Logger: env.Log, Registry: env.Registry, UI: s.UI, Admin: env.Admin})
+	p := pool.New(env.Engine, pool.Options{Logger: env.Log, Registry: env.Registry, Metrics: env.Metrics, Pollers: env.PollerNames, UI: s.UI, Admin: env.Admin})
 	if s.Listen != "" {
 		if _, err := p.Serve(ctx, s.Listen); err != nil {
 			return nil, err

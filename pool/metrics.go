@@ -1,0 +1,54 @@
+package pool
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/internal/metrics"
+)
+
+// Metrics are the engine's Prometheus metrics, the watukuy_* series the alert rules and the
+// dashboard in deploy/ read: counters and histograms the engine's Hooks feed, and per-key
+// gauges (outbox, freshness, parked, circuit, blocked delivery, …) read from Redis on each
+// scrape. Make them before the engine, hand their Hooks to it, and name them in
+// Options.Metrics:
+//
+//	reg := prometheus.NewRegistry()
+//	m := pool.NewMetrics(reg)
+//	eng, _ := watukuy.New(watukuy.Options{Redis: rdb, Hooks: m.Hooks(watukuy.Hooks{})})
+//	p := pool.New(eng, pool.Options{Registry: reg, Metrics: m})
+type Metrics struct {
+	m   *metrics.Metrics
+	reg prometheus.Registerer
+}
+
+// NewMetrics registers the engine's counters and histograms on reg (it panics if they are
+// registered there already, like prometheus.MustRegister).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	return &Metrics{m: metrics.New(reg), reg: reg}
+}
+
+// Hooks returns chain with the metrics' hooks: each hook records, then calls chain's. Pass
+// it as watukuy.Options.Hooks.
+func (m *Metrics) Hooks(chain watukuy.Hooks) watukuy.Hooks { return m.m.Hooks(chain) }
+
+// watchKeys registers the per-key gauges of eng's keys on the metrics' registerer, read on
+// each scrape; pollers names the pollers whose keys they export (nil: every registered one).
+func (m *Metrics) watchKeys(eng *watukuy.Engine, pollers func() []string) {
+	m.m.WatchKeys(m.reg, func(ctx context.Context) ([]watukuy.KeyInfo, error) {
+		if pollers == nil {
+			return eng.InspectAll(ctx, "")
+		}
+		var out []watukuy.KeyInfo
+		for _, name := range pollers() {
+			kis, err := eng.InspectAll(ctx, name)
+			out = append(out, kis...)
+			if err != nil {
+				return out, err
+			}
+		}
+		return out, nil
+	})
+}
