@@ -3,10 +3,13 @@ package watukuy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/luascripts"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -369,7 +373,7 @@ func BenchmarkReleaseHeldHotKey(b *testing.B) {
 // BenchmarkIdleCycle: one idle cycle (Begin, a fetch that finds nothing new, End) of one key
 // on miniredis, whose clock the benchmark moves past the key's interval between cycles so the
 // key is always due: the per-cycle cost of the engine itself, the figure tracing must not
-// raise when it is off (README "Traces (OpenTelemetry)"). fetch=go is a Go Fetch returning an
+// raise when it is off (docs/deployment.md, "Traces (OpenTelemetry)"). fetch=go is a Go Fetch returning an
 // empty page; fetch=http asks a local HTTP server through the token cursor (httpx), which
 // answers an empty page; traced/ runs them with tracing on. Compare with benchstat.
 func BenchmarkIdleCycle(b *testing.B) {
@@ -437,4 +441,250 @@ func benchIdleCycles(b *testing.B, fetch FetchFunc, opts Options) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+}
+
+// costCall is what one call cost Redis: round trips, commands the server ran (SLOWLOG at 0 µs),
+// bytes it sent (INFO total_net_output_bytes), the script/command time it reported.
+type costCall struct {
+	name         string
+	trips, cmds  int64
+	bytes        int64
+	sumUs, maxUs int64
+	maxCmd       string
+	wall         time.Duration
+}
+
+// TestRedisCostsAtScale is a one-off measurement (WATUKUY_ADV_BIG=1; WATUKUY_ADV_N partitions,
+// default 100,000): what one call costs at N partitions, a key with 1M identities, a key with a
+// 100,000-event outbox and a parked event holding 100,000 events, on a private redis-server.
+func TestRedisCostsAtScale(t *testing.T) {
+	if os.Getenv("WATUKUY_ADV_BIG") == "" {
+		t.Skip("a one-off measurement: WATUKUY_ADV_BIG=1")
+	}
+	n := 100_000
+	if v, err := strconv.Atoi(os.Getenv("WATUKUY_ADV_N")); err == nil && v > 0 {
+		n = v
+	}
+	big := n // items, outbox events, held events
+	if v, err := strconv.Atoi(os.Getenv("WATUKUY_ADV_BIGN")); err == nil && v > 0 {
+		big = v
+	}
+	ctx := context.Background()
+	b := redistest.Real(t)
+	rdb := b.Client
+	api := fakeapi.New()
+	rec := &recorder{}
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf("p%06d", i)
+	}
+	p := Poller{Name: "orders", Fetch: api.ChangeFeed(10), Version: Field("version"), Handler: rec.handle,
+		Schedule: Schedule{Min: time.Hour, Max: time.Hour}, Partitions: parts,
+		Delivery: Delivery{Attempts: 1, RetryHorizon: -1, Backoff: Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
+	eng, err := New(Options{Redis: rdb, InstanceID: "big"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Register(p); err != nil {
+		t.Fatal(err)
+	}
+	// SHA -> script name, for the slow log.
+	shas := map[string]string{}
+	for _, name := range luascripts.Names() {
+		src, _ := luascripts.Source(name)
+		shas[redis.NewScript(src).Hash()] = name
+	}
+	counter := &redistest.Counter{}
+	counter.Attach(rdb)
+	outBytes := func() int64 {
+		s := rdb.Info(ctx, "stats").Val()
+		for _, line := range strings.Split(s, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "total_net_output_bytes:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	var calls []costCall
+	measure := func(name string, fn func()) {
+		t.Helper()
+		rdb.ConfigSet(ctx, "slowlog-log-slower-than", "0")
+		rdb.ConfigSet(ctx, "slowlog-max-len", "2000000")
+		rdb.SlowLogReset(ctx)
+		b0 := outBytes()
+		b1 := outBytes() // the INFO reply's own size
+		infoSize := b1 - b0
+		c0 := counter.Count()
+		start := time.Now()
+		fn()
+		wall := time.Since(start)
+		c1 := counter.Count()
+		b2 := outBytes()
+		logs := rdb.Do(ctx, "SLOWLOG", "GET", "-1").Val()
+		cc := costCall{name: name, trips: c1 - c0, bytes: b2 - b1 - infoSize, wall: wall}
+		for _, l := range logs.([]any) {
+			e := l.([]any)
+			us := e[2].(int64)
+			args := e[3].([]any)
+			cmd := strings.ToLower(fmt.Sprint(args[0]))
+			if cmd == "info" || cmd == "slowlog" || cmd == "config" {
+				continue
+			}
+			if (cmd == "evalsha" || cmd == "eval") && len(args) > 1 {
+				name, ok := shas[fmt.Sprint(args[1])]
+				if !ok {
+					name = "(eval)"
+				}
+				cmd = "script " + name
+			}
+			if os.Getenv("WATUKUY_ADV_DEBUG") != "" {
+				t.Logf("  %v %d", args, us)
+			}
+			cc.cmds++
+			if strings.HasPrefix(cmd, "script") {
+				cc.sumUs += us
+			}
+			if us > cc.maxUs {
+				cc.maxUs, cc.maxCmd = us, cmd
+			}
+		}
+		rdb.ConfigSet(ctx, "slowlog-log-slower-than", "10000")
+		rdb.SlowLogReset(ctx)
+		calls = append(calls, cc)
+		t.Logf("%-44s trips %7d cmds %8d out %12d B  scripts %9d µs (max %7d µs %s) wall %v", name, cc.trips, cc.cmds, cc.bytes, cc.sumUs, cc.maxUs, cc.maxCmd, wall.Round(time.Millisecond))
+	}
+
+	measure(fmt.Sprintf("worker start: register %d config keys", n), func() {
+		if err := eng.Setup(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// One real cycle makes an idle key's state; every other key gets a copy.
+	api.Put("a1", nil)
+	if rep := eng.RunCycle(ctx, Key{Poller: "orders", Partition: parts[3]}); rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	idle := rdb.HGetAll(ctx, "wk:{orders|"+parts[3]+"}:state").Val()
+	t.Logf("idle state: %v", idle)
+	pipeN := func(total int, fn func(p redis.Pipeliner, i int)) {
+		for from := 0; from < total; from += 5000 {
+			if _, err := rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+				for i := from; i < min(from+5000, total); i++ {
+					fn(pl, i)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pipeN(n, func(pl redis.Pipeliner, i int) {
+		if i != 3 && i != 2 {
+			pl.HSet(ctx, "wk:{orders|"+parts[i]+"}:state", idle)
+		}
+	})
+	// Key 0: a million identities (big).
+	pipeN(10*big, func(pl redis.Pipeliner, i int) {
+		pl.HSet(ctx, "wk:{orders|"+parts[0]+"}:items", fmt.Sprintf("identity-%07d", i), "0123456789abcdefghij")
+	})
+	// Key 1: an outbox of big events.
+	ob := "wk:{orders|" + parts[1] + "}:outbox"
+	rdb.XGroupCreateMkStream(ctx, ob, "dispatch", "0")
+	env := `{"id":"ev_x","poller":"orders","partition":"p000001","type":"updated","lane":"live","identity":"i","version":"2026-01-01T00:00:00Z","item":{"id":"i","version":"2026-01-01T00:00:00Z","total":1234,"note":"` + strings.Repeat("x", 150) + `"}}`
+	pipeN(big, func(pl redis.Pipeliner, i int) {
+		pl.XAdd(ctx, &redis.XAddArgs{Stream: ob, Values: []any{"id", fmt.Sprintf("ev_%07d", i), "ok", fmt.Sprintf("i%d", i%1000), "ev", env}})
+	})
+	// Key 2: a poison event (a real park), holding big events of its ordering key.
+	rec.setFail(func(ev Event) error {
+		if ev.Partition == parts[2] {
+			return errors.New("poison")
+		}
+		return nil
+	})
+	if rep := eng.RunCycle(ctx, Key{Poller: "orders", Partition: parts[2]}); rep.Err != nil || rep.Parked != 1 {
+		t.Fatalf("%+v", rep)
+	}
+	rec.setFail(nil)
+	rows, err := eng.Parked().List(ctx, "orders", parts[2], "poison")
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("parked: %v %v", rows, err)
+	}
+	ok := rows[0].OrderingKey
+	held := "wk:{orders|" + parts[2] + "}:held"
+	pipeN(big, func(pl redis.Pipeliner, i int) {
+		seq := fmt.Sprintf("%d-%d", 1900000000000+int64(i), 0)
+		js := fmt.Sprintf(`{"id":"ev_h%07d","ok":%q,"ev":%q,"seq":%q}`, i, ok, env, seq)
+		m := fmt.Sprintf("%08x%s%015d-%020d\n%s", len(ok), ok, 1900000000000+int64(i), 0, js)
+		pl.ZAdd(ctx, held, redis.Z{Score: 0, Member: m})
+	})
+	t.Logf("dbsize %d, used_memory %s", rdb.DBSize(ctx).Val(), func() string {
+		for _, l := range strings.Split(rdb.Info(ctx, "memory").Val(), "\r\n") {
+			if v, ok := strings.CutPrefix(l, "used_memory_human:"); ok {
+				return v
+			}
+		}
+		return "?"
+	}())
+
+	for _, name := range luascripts.Names() { // no first-time EVAL in the figures
+		src, _ := luascripts.Source(name)
+		rdb.ScriptLoad(ctx, src)
+	}
+	claimer := eng.Claimer()
+	measure("noop (the measure's own overhead)", func() {})
+	measure("inspect the key with 1M identities", func() { _, _ = eng.Inspect(ctx, "orders", parts[0]) })
+	measure("inspect the key with the 100k outbox", func() { _, _ = eng.Inspect(ctx, "orders", parts[1]) })
+	measure("inspect the key with 100k held", func() { _, _ = eng.Inspect(ctx, "orders", parts[2]) })
+	measure("inspect an idle key", func() { _, _ = eng.Inspect(ctx, "orders", parts[n-1]) })
+	measure("claim 10 due keys", func() { _, _ = claimer.ClaimDue(ctx, 10, 0, []string{"orders"}) })
+	measure("claim 10 due keys, no poller named", func() { _, _ = claimer.ClaimDue(ctx, 10, 0, nil) })
+	measure("GET /api/keys (InspectPage 100)", func() { _, _, _ = eng.InspectPage(ctx, "", "", 100) })
+	measure("GET /api/keys?limit=1000 (InspectPage 1000)", func() { _, _, _ = eng.InspectPage(ctx, "", "", 1000) })
+	measure("GET /api/keys page in the middle", func() { _, _, _ = eng.InspectPage(ctx, "orders", "orders|"+parts[n/2], 100) })
+	measure("GET /api/pollers (PollerKeys)", func() { _, _ = eng.PollerKeys(ctx) })
+	measure("parked page of the key (Parked.Page 100)", func() { _, _, _ = eng.Parked().Page(ctx, "orders", parts[2], "", "", 100) })
+	measure("GET /api/parked, one request (emulated: 10 pages of 1,000 keys + ZCARDs, MaxScan)", func() {
+		after := ""
+		for range 10 {
+			keys, next, err := eng.KeysPage(ctx, "", after, 1000)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := eng.Parked().Counts(ctx, keys); err != nil {
+				t.Error(err)
+			}
+			if after = next; next == "" {
+				return
+			}
+		}
+	})
+	measure("metrics scrape (InspectAll orders)", func() {
+		kis, err := eng.InspectAll(ctx, "orders")
+		if err != nil || len(kis) != n {
+			t.Errorf("inspect all: %d %v", len(kis), err)
+		}
+	})
+	measure("Keys(orders) (CLI listing)", func() { _, _ = eng.Keys(ctx, "orders") })
+	measure("repair sweep (RepairDue)", func() { _, _ = eng.RepairDue(ctx) })
+	measure("parked retry (1 row, 100k held)", func() {
+		if _, err := eng.Parked().Retry(ctx, "orders", parts[2], rows[0].ID); err != nil {
+			t.Error(err)
+		}
+	})
+	measure("cycle draining the 100k held released", func() { eng.RunCycle(ctx, Key{Poller: "orders", Partition: parts[2]}) })
+	measure("cycle draining the 100k outbox", func() { eng.RunCycle(ctx, Key{Poller: "orders", Partition: parts[1]}) })
+	measure("partitions delete of the 1M-identity key", func() {
+		if err := eng.Partitions().Delete(ctx, "orders", parts[0]); err != nil {
+			t.Error(err)
+		}
+	})
+	measure("pause one key (Engine.Pause)", func() { _ = eng.Pause(ctx, "orders", parts[5]) })
+	measure(fmt.Sprintf("poller-wide pause (%d keys)", n), func() {
+		if _, err := eng.Each(ctx, "orders", nil, func(k Key) error { return eng.Pause(ctx, k.Poller, k.Partition) }); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Logf("dbsize after %d", rdb.DBSize(ctx).Val())
 }

@@ -124,6 +124,10 @@ type KeyBusyError = watukuytype.KeyBusyError
 // ConflictError reports an operation the key's present state refuses.
 type ConflictError = watukuytype.ConflictError
 
+// StoppedError is an operation over several keys (Each) that failed at one after others were
+// done.
+type StoppedError = watukuytype.StoppedError
+
 // ReplayUnavailableError is a replay of a poller without log.retention.
 type ReplayUnavailableError = watukuytype.ReplayUnavailableError
 
@@ -252,7 +256,7 @@ type Options struct {
 	Budgets []Budget
 	// TracerProvider, when set, traces every cycle with OpenTelemetry: a root span
 	// watukuy.cycle with children begin, fetch (and the HTTP client span of each request of
-	// the HTTP helpers), commit, drain (with a handler span per attempt) and end; README
+	// the HTTP helpers), commit, drain (with a handler span per attempt) and end; docs/deployment.md
 	// "Traces (OpenTelemetry)" lists the attributes. A handler's context carries its
 	// attempt's span, so the webhook sink sends it as traceparent. nil (the default): no
 	// spans and no cost. Only the OpenTelemetry API is linked; the program brings the SDK.
@@ -474,16 +478,32 @@ func (e *Engine) KeysPage(ctx context.Context, poller, after string, limit int) 
 	return e.core.KeysPage(ctx, poller, after, limit)
 }
 
-// ActiveKeys lists the keys of poller ("" for all) that take operations: every known key but
-// the deleted partitions a config keeps listing.
-func (e *Engine) ActiveKeys(ctx context.Context, poller string) ([]Key, error) {
-	return e.core.ActiveKeys(ctx, poller)
-}
-
-// EachActiveKey calls fn with each key of poller ("" for all) that takes operations, reading
-// the registry a page at a time; it stops at fn's first error and returns it.
-func (e *Engine) EachActiveKey(ctx context.Context, poller string, fn func(Key) error) error {
-	return e.core.EachActiveKey(ctx, poller, fn)
+// Each calls fn with each key an operation acts on, in partition order: the named partitions
+// of poller, or with none named (nil) every partition of poller that is not deleted, read from
+// the registry a page at a time. It returns how many keys fn did. It stops at fn's first
+// error; when keys before it were done, the error is a *StoppedError that says how many. The
+// operator commands and the admin API act on keys through it.
+func (e *Engine) Each(ctx context.Context, poller string, partitions []string, fn func(Key) error) (int, error) {
+	done := 0
+	do := func(k Key) error {
+		if err := fn(k); err != nil {
+			if done > 0 {
+				return &StoppedError{Key: k, Done: done, Err: err}
+			}
+			return err
+		}
+		done++
+		return nil
+	}
+	if partitions != nil {
+		for _, p := range partitions {
+			if err := do(Key{Poller: poller, Partition: p}); err != nil {
+				return done, err
+			}
+		}
+		return done, nil
+	}
+	return done, e.core.EachActiveKey(ctx, poller, do)
 }
 
 // Backfill runs the live lane's logic again from an older cursor, in a lane of its own with

@@ -170,3 +170,17 @@ func (e *SinkError) Unwrap() error { return e.Err }
 // SinkUnavailable marks err as the failure of a sink that cannot take any event now (see
 // SinkError); a handler returns it when its downstream is down.
 func SinkUnavailable(err error) error { return &SinkError{Err: err, Unreachable: true} }
+
+// StoppedError is an operation over several keys (Engine.Each) that failed at Key after Done
+// keys before it were done: it stopped there, and running it again is safe.
+type StoppedError struct {
+	Key  Key
+	Done int
+	Err  error
+}
+
+func (e *StoppedError) Error() string {
+	return fmt.Sprintf("%v (stopped there: %d key(s) before it were done; running it again is safe)", e.Err, e.Done)
+}
+
+func (e *StoppedError) Unwrap() error { return e.Err }

@@ -1,6 +1,6 @@
 // Package admin serves the admin HTTP API: the operator commands of the CLI as JSON endpoints
 // under /api/, on the same engine methods, behind bearer tokens (see Tokens). Its routes are
-// listed in NewAPI; the README's "Admin API" section documents them.
+// listed in NewAPI; docs/operations.md's "Admin API" section documents them.
 package admin
 
 import (
@@ -262,6 +262,11 @@ func badField(field, format string, args ...any) *Error {
 
 // classify turns an engine error into the API's.
 func classify(err error) *Error {
+	if se := (*watukuy.StoppedError)(nil); errors.As(err, &se) {
+		e := *classify(se.Err)
+		e.Message += strings.TrimPrefix(se.Error(), se.Err.Error()) // " (stopped there: …)"
+		return &e
+	}
 	var (
 		ae  *Error
 		nf  *watukuy.NotFoundError
@@ -354,27 +359,21 @@ func keyOf(r *http.Request) watukuy.Key {
 	return watukuy.Key{Poller: r.PathValue("poller"), Partition: part}
 }
 
-// eachKey calls fn with each key an endpoint acts on: the path's key, or with all every
-// partition of the path's poller that is not deleted, read from the registry a page at a time.
-// It stops at fn's first error and returns it. The engine refuses a path's key that does not
-// exist or is deleted (404).
+// eachKey calls fn with each key an endpoint acts on (Engine.Each): the path's key, or with
+// all every partition of the path's poller that is not deleted. The engine refuses a path's
+// key that does not exist or is deleted (404).
 func (a *api) eachKey(ctx context.Context, r *http.Request, all bool, fn func(watukuy.Key) error) error {
+	k := keyOf(r)
+	var named []string
 	if !all {
-		return fn(keyOf(r))
+		named = []string{k.Partition}
 	}
-	poller := r.PathValue("poller")
-	seen := false
-	if err := a.o.Engine.EachActiveKey(ctx, poller, func(k watukuy.Key) error {
-		seen = true
-		return fn(k)
-	}); err != nil {
-		return err
-	}
-	if !seen {
+	n, err := a.o.Engine.Each(ctx, k.Poller, named, fn)
+	if err == nil && n == 0 {
 		return &Error{Status: http.StatusNotFound, Code: "not_found", Known: []string{},
-			Message: fmt.Sprintf("poller %q has no partitions (all were deleted): add one with POST /api/pollers/%s/partitions", poller, poller)}
+			Message: fmt.Sprintf("poller %q has no partitions (all were deleted): add one with POST /api/pollers/%s/partitions", k.Poller, k.Poller)}
 	}
-	return nil
+	return err
 }
 
 // limitParam reads ?limit=: DefaultLimit when absent, a 400 unless a number from 1 to
@@ -505,9 +504,6 @@ func (a *api) keyOp(op keyOp, all bool) handlerFunc {
 			return nil
 		})
 		if err != nil {
-			if len(out) > 0 {
-				err = fmt.Errorf("%w (stopped there: %d key(s) before it were done; sending the request again is safe)", err, len(out))
-			}
 			return nil, err
 		}
 		c.log.Str("action", op.name).Int("keys", len(out)).Str("poller", c.r.PathValue("poller"))
@@ -598,9 +594,6 @@ func (a *api) backfill(all bool) handlerFunc {
 			return nil
 		})
 		if err != nil {
-			if len(out) > 0 {
-				err = fmt.Errorf("%w (stopped there: the backfills of %d key(s) before it were started)", err, len(out))
-			}
 			return nil, err
 		}
 		c.log.Str("action", "backfill").Str("poller", c.r.PathValue("poller")).Int("keys", len(out)).

@@ -518,7 +518,7 @@ func Check(truth map[watukuytype.Key]Truth, rec *Recorder) Report {
 		}
 		// An instance whose grant a failover lost (the next grant repeated its epoch) cannot
 		// know it before its first fenced call: a request it sends meanwhile is the known limit
-		// of a lossy failover (README), not a politeness bug. Per key, a sweep in logical time.
+		// of a lossy failover (docs/design.md, Guarantees under chaos), not a politeness bug. Per key, a sweep in logical time.
 		lost := map[int64]bool{} // fetch N -> sent under a lost grant
 		for k, fs := range fetches {
 			var gs []Grant

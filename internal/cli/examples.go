@@ -1,7 +1,7 @@
 package cli
 
 // examples are the Examples sections of the CLI's own commands' --help, by command path
-// after the root's name (the runbook, one command each); the process commands have theirs
+// after the root's name (docs/operations.md, one command each); the process commands have theirs
 // in package command.
 func examples() map[string]string {
 	return map[string]string{

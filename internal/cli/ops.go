@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -166,17 +167,34 @@ func (o *op) checkKeys(cmd *cobra.Command, kf keyFlags) error {
 // does not exist, or is deleted, is reported by the operation itself
 // (*watukuy.NotFoundError).
 func (o *op) keys(ctx context.Context, eng *watukuy.Engine) ([]watukuy.Key, error) {
+	var keys []watukuy.Key
+	err := o.each(ctx, eng, func(k watukuy.Key) error {
+		keys = append(keys, k)
+		return nil
+	})
+	return keys, err
+}
+
+// named is the partition the command names: --partition's, or nil for every partition.
+func (o *op) named() []string {
 	if o.partitionGiven {
-		return []watukuy.Key{{Poller: o.poller, Partition: o.partition}}, nil
+		return []string{o.partition}
 	}
-	keys, err := eng.ActiveKeys(ctx, o.poller)
-	if err != nil {
-		return nil, err
+	return nil
+}
+
+// errFirstKey stops a walk over the keys after the first.
+var errFirstKey = errors.New("first key")
+
+// each calls fn with each key the command acts on (Engine.Each): --partition's, or every
+// partition of --poller that is not deleted. It stops at fn's first error, saying how many
+// keys before it were done.
+func (o *op) each(ctx context.Context, eng *watukuy.Engine, fn func(watukuy.Key) error) error {
+	n, err := eng.Each(ctx, o.poller, o.named(), fn)
+	if err == nil && n == 0 && o.poller != "" {
+		return fmt.Errorf("poller %q has no partitions (all were deleted): add one with `watukuy partitions add --poller %s --partition NAME`", o.poller, o.poller)
 	}
-	if len(keys) == 0 && o.poller != "" {
-		return nil, fmt.Errorf("poller %q has no partitions (all were deleted): add one with `watukuy partitions add --poller %s --partition NAME`", o.poller, o.poller)
-	}
-	return keys, nil
+	return err
 }
 
 // configPoller is --poller's entry in the loaded config file; nil without a config file or
@@ -255,17 +273,12 @@ func keyOpCmd(use, short, done, effect string, fn func(*watukuy.Engine, context.
 		long:  short + ". Without --partition it acts on every partition of the poller.",
 		keys:  pollerKeys,
 		run: func(ctx context.Context, eng *watukuy.Engine) error {
-			keys, err := o.keys(ctx, eng)
-			if err != nil {
+			var keys []watukuy.Key
+			if err := o.each(ctx, eng, func(k watukuy.Key) error {
+				keys = append(keys, k)
+				return fn(eng, ctx, k.Poller, k.Partition)
+			}); err != nil {
 				return err
-			}
-			for i, k := range keys {
-				if err := fn(eng, ctx, k.Poller, k.Partition); err != nil {
-					if i > 0 {
-						err = fmt.Errorf("%w (stopped there: %d key(s) before it were %s; running the command again is safe)", err, i, done)
-					}
-					return err
-				}
 			}
 			sts, err := statuses(ctx, eng, keys)
 			if err != nil {

@@ -74,15 +74,14 @@ not the backfill.`,
 			return nil
 		},
 		run: func(ctx context.Context, eng *watukuy.Engine) error {
-			keys, err := o.keys(ctx, eng)
-			if err != nil {
-				return err
-			}
 			var reg []string // the registry's word on the cursor, for a process without the config
-			if o.configPoller() == nil && len(keys) > 0 {
-				if ki, err := eng.Inspect(ctx, keys[0].Poller, keys[0].Partition); err == nil {
-					reg = ki.CursorFormats
-				}
+			if o.configPoller() == nil {
+				_, _ = eng.Each(ctx, o.poller, o.named(), func(k watukuy.Key) error {
+					if ki, err := eng.Inspect(ctx, k.Poller, k.Partition); err == nil {
+						reg = ki.CursorFormats
+					}
+					return errFirstKey // one key says it for the poller
+				})
 			}
 			now := time.Now()
 			fromCursor, err := o.backfillCursor("from", from, now, reg)
@@ -97,18 +96,14 @@ not the backfill.`,
 				}
 				req.To = &t
 			}
-			started := make([]keyBackfill, 0, len(keys))
-			for _, k := range keys {
+			started := []keyBackfill{}
+			if err := o.each(ctx, eng, func(k watukuy.Key) error {
 				bp, err := eng.Backfill(ctx, k.Poller, k.Partition, req)
 				if ce := (*watukuy.ConfigError)(nil); errors.As(err, &ce) && strings.HasPrefix(ce.Field, "--") {
 					typed := map[string]string{"--from": from, "--to": to}[ce.Field]
 					err = command.Usagef("%s %s (you typed %q; poller %s)", ce.Field, ce.Msg, typed, o.poller)
 				}
 				if err != nil {
-					if len(started) > 0 {
-						_ = o.printStarted(started, wait)
-						err = fmt.Errorf("%w (stopped there: the backfills above were started)", err)
-					}
 					return err
 				}
 				kb := keyBackfill{Event: "started", Poller: k.Poller, Partition: k.Partition, Backfill: &bp}
@@ -116,6 +111,12 @@ not the backfill.`,
 					kb.Note = "the key is " + string(ki.Status) + ": its backfill runs after `watukuy resume`"
 				}
 				started = append(started, kb)
+				return nil
+			}); err != nil {
+				if len(started) > 0 {
+					_ = o.printStarted(started, wait)
+				}
+				return err
 			}
 			if err := o.printStarted(started, wait); err != nil {
 				return err

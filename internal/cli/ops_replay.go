@@ -52,27 +52,23 @@ without it there is no log and replay fails.`,
 			return nil
 		},
 		run: func(ctx context.Context, eng *watukuy.Engine) error {
-			keys, err := o.keys(ctx, eng)
-			if err != nil {
-				return err
-			}
 			type keyReplay struct {
 				Poller    string `json:"poller"`
 				Partition string `json:"partition"`
 				Replayed  int    `json:"replayed"`
 			}
-			done := make([]keyReplay, 0, len(keys))
+			done := []keyReplay{}
 			total := 0
-			for _, k := range keys {
+			if err := o.each(ctx, eng, func(k watukuy.Key) error {
 				n, err := eng.Replay(ctx, k.Poller, k.Partition, from, to)
 				total += n
-				if err != nil {
-					if len(done) > 0 || n > 0 {
-						err = fmt.Errorf("%w (stopped there after replaying %d events)", err, total)
-					}
-					return err
-				}
 				done = append(done, keyReplay{k.Poller, k.Partition, n})
+				return err
+			}); err != nil {
+				if total > 0 {
+					err = fmt.Errorf("%w; %d events were replayed", err, total)
+				}
+				return err
 			}
 			if o.asJSON {
 				return writeJSON(o.out, struct {
@@ -92,7 +88,7 @@ without it there is no log and replay fails.`,
 			if err := t.flush(); err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(o.out, "replayed %d events of %s in %d keys: the next cycles deliver them\n", total, o.poller, len(done))
+			_, err := fmt.Fprintf(o.out, "replayed %d events of %s in %d keys: the next cycles deliver them\n", total, o.poller, len(done))
 			return err
 		},
 	})
@@ -122,10 +118,6 @@ that does not); an item the API no longer lists is still deleted.`,
 			return nil
 		},
 		run: func(ctx context.Context, eng *watukuy.Engine) error {
-			keys, err := o.keys(ctx, eng)
-			if err != nil {
-				return err
-			}
 			cursor := nullCursor(to)
 			type keyReset struct {
 				Poller        string `json:"poller"`
@@ -134,12 +126,9 @@ that does not); an item the API no longer lists is still deleted.`,
 				ClearSnapshot bool   `json:"clearSnapshot"`
 				Status        string `json:"status"`
 			}
-			rows := make([]keyReset, 0, len(keys))
-			for i, k := range keys {
+			rows := []keyReset{}
+			if err := o.each(ctx, eng, func(k watukuy.Key) error {
 				if err := eng.ResetCursor(ctx, k.Poller, k.Partition, cursor, clearSnapshot); err != nil {
-					if i > 0 {
-						err = fmt.Errorf("%w (stopped there: %d key(s) before it were reset)", err, i)
-					}
 					return err
 				}
 				ki, err := eng.Inspect(ctx, k.Poller, k.Partition)
@@ -147,6 +136,9 @@ that does not); an item the API no longer lists is still deleted.`,
 					return err
 				}
 				rows = append(rows, keyReset{k.Poller, k.Partition, ki.Cursor, clearSnapshot, string(ki.Status)})
+				return nil
+			}); err != nil {
+				return err
 			}
 			if o.asJSON {
 				return writeJSON(o.out, rows)
@@ -162,7 +154,7 @@ that does not); an item the API no longer lists is still deleted.`,
 			if clearSnapshot {
 				msg = "the live lane goes on from the new cursor at the next cycle (due now); every item is emitted again as created, with the id it was first emitted with"
 			}
-			_, err = fmt.Fprintln(o.out, msg)
+			_, err := fmt.Fprintln(o.out, msg)
 			return err
 		},
 	})

@@ -5,7 +5,7 @@
 //
 // One table (schema.go) describes every key of a poller entry: its type, default, range,
 // the cursor strategies that use it, its documentation and how it sets the engine's poller.
-// Decoding walks it (walk.go), Build runs its build steps (build.go), and the README's table
+// Decoding walks it (walk.go), Build runs its build steps (build.go), and docs/configuration.md's table
 // of poller keys is rendered from it (reference.go).
 //
 // String values expand ${VAR} from the environment; ${partition} is never read from the

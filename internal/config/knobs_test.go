@@ -176,7 +176,7 @@ func TestKnobErrors(t *testing.T) {
 }
 
 // TestSchemaSetsEveryField: every field of a decoded Poller is set by a key of the schema, so
-// no setting is decoded without a row in the README's table; the rows that decode by a
+// no setting is decoded without a row in docs/configuration.md's table; the rows that decode by a
 // function of their own name the field here.
 func TestSchemaSetsEveryField(t *testing.T) {
 	var p Poller

@@ -6,13 +6,13 @@ import (
 	"strings"
 )
 
-// Markers around the README's generated table of poller keys.
+// Markers around docs/configuration.md's generated table of poller keys.
 const (
 	referenceBegin = "<!-- poller-keys: generated from internal/config/schema.go; update with go test ./internal/config -run TestReadmeReference -update -->"
 	referenceEnd   = "<!-- /poller-keys -->"
 )
 
-// reference is the README's table of poller keys, one row per schema field, after a line
+// reference is docs/configuration.md's table of poller keys, one row per schema field, after a line
 // that says which keys are required.
 func reference() string {
 	var b strings.Builder

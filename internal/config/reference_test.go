@@ -13,11 +13,11 @@ import (
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
-var update = flag.Bool("update", false, "write the README's table of poller keys from the schema")
+var update = flag.Bool("update", false, "write docs/configuration.md's table of poller keys from the schema")
 
-// TestReadmeReference: the README's table of poller keys is the schema's; -update rewrites it.
+// TestReadmeReference: docs/configuration.md's table of poller keys is the schema's; -update rewrites it.
 func TestReadmeReference(t *testing.T) {
-	const path = "../../README.md"
+	const path = "../../docs/configuration.md"
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

@@ -39,7 +39,7 @@ var kindNames = map[kind]string{
 }
 
 // field is one key of a poller entry: the schema row that decoding, the per-strategy checks,
-// Build and the README's reference table all read.
+// Build and docs/configuration.md's reference table all read.
 type field struct {
 	path        string   // YAML path under the poller entry, e.g. "cursor.limit"
 	kind        kind     // the value's type

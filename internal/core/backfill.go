@@ -20,7 +20,7 @@ func (e *Engine) Backfill(ctx context.Context, key watukuytype.Key, req watukuyt
 	}
 	if t.info.Strategy == "snapshotDiff" {
 		return watukuytype.BackfillProgress{}, &watukuytype.ConfigError{Poller: key.Poller, Field: "cursor.strategy",
-			Msg: "snapshotDiff lists everything every cycle and has no cursor to backfill from; use reset-cursor --clear-snapshot to re-emit every item"}
+			Msg: "snapshotDiff lists everything every cycle and has no cursor to backfill from; use reset-cursor --clear-snapshot to re-emit every item (with the ids they were emitted with)"}
 	}
 	var bp watukuytype.BackfillProgress
 	err = e.withOpLease(ctx, t, func(c *cycle) error {

@@ -114,9 +114,9 @@ func (e *Engine) ResetCursor(ctx context.Context, key watukuytype.Key, cursor st
 }
 
 // forgetRows marks every row forgotten (clear-snapshot): the next observation of an identity
-// is created again, with its life and its count of changes going on, so its ids are new and
-// never an earlier change's (G2); and a listing that no longer shows it still deletes it
-// (G3). Each batch is its own fenced commit; an operation cut short leaves some rows
+// is created again, with the id of the change that made its content (G2: an item that did not
+// change since comes out with the id it was emitted with, which a deduping consumer drops);
+// and a listing that no longer shows it still deletes it (G3). Each batch is its own fenced commit; an operation cut short leaves some rows
 // forgotten and the cursor where it was, and is simply run again.
 func (c *cycle) forgetRows(ctx context.Context) error {
 	ids, err := c.e.store.Identities(ctx, c.key)

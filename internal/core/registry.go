@@ -308,17 +308,6 @@ func (e *Engine) EachActiveKey(ctx context.Context, poller string, fn func(watuk
 	})
 }
 
-// ActiveKeys lists the keys of poller (every poller when "") that take operations: the known
-// keys but the deleted partitions.
-func (e *Engine) ActiveKeys(ctx context.Context, poller string) ([]watukuytype.Key, error) {
-	var keys []watukuytype.Key
-	err := e.EachActiveKey(ctx, poller, func(k watukuytype.Key) error {
-		keys = append(keys, k)
-		return nil
-	})
-	return keys, err
-}
-
 // checkLayout refuses a database whose layout is not this build's; an empty database is
 // marked current.
 func (e *Engine) checkLayout(ctx context.Context) error {

@@ -2,18 +2,25 @@ package docsync
 
 import (
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"unicode"
 )
 
-// docs are the documents this test keeps in step, relative to the module root.
-var docs = []string{"README.md", "docs/design.md"}
+// rootDocs are the documents at the module root this test keeps in step; every Markdown file
+// under docsDir is kept in step too, found by walking it, so a new document is covered the
+// moment it is added.
+var rootDocs = []string{"README.md", "CHANGELOG.md"}
+
+// docsDir holds the documents by reader.
+const docsDir = "docs"
 
 var (
 	// testFunc matches a test, benchmark, example or fuzz target's declaration.
@@ -21,15 +28,17 @@ var (
 	// citedTest matches a test name in prose, with an optional package qualifier
 	// (redisstore.TestX, internal/e2e.TestY).
 	citedTest = regexp.MustCompile(`\b((?:[a-z0-9_]+/)*[a-z0-9_]+\.)?((?:Test|Benchmark|Example|Fuzz)[A-Z0-9_]\w*)`)
-	// mdLink matches a Markdown link's target.
+	// mdLink matches a Markdown link's (or image's) target.
 	mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 	// heading matches an ATX heading.
 	heading = regexp.MustCompile(`(?m)^#{1,6} +(.+?) *#* *$`)
-	// fence matches a fenced code block, whose lines are not headings.
-	fence = regexp.MustCompile("(?ms)^```.*?^```")
+	// fence matches a fenced code block, whose lines are neither headings nor links.
+	fence = regexp.MustCompile("(?ms)^ *```.*?^ *```")
 	// designCite matches a code comment citing a section: "(docs/design.md, Section)" or
 	// "(docs/design.md, Section; more)".
 	designCite = regexp.MustCompile(`docs/design\.md, ([^;)]+)[;)]`)
+	// forWhom is how a document under docs/ says, right after its title, who it is for.
+	forWhom = regexp.MustCompile(`^# .+\n\nFor \S`)
 )
 
 // root is the module root: the nearest directory above this package holding go.mod.
@@ -116,11 +125,39 @@ func anchors(md string) map[string]bool {
 	return out
 }
 
+// docPaths lists the documents this test checks, relative to the module root: rootDocs, then
+// every .md file under docsDir, sorted.
+func docPaths(t *testing.T, rootDir string) []string {
+	t.Helper()
+	var under []string
+	err := filepath.WalkDir(filepath.Join(rootDir, docsDir), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && strings.HasSuffix(p, ".md") {
+			rel, err := filepath.Rel(rootDir, p)
+			if err != nil {
+				return err
+			}
+			under = append(under, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("walk %s: %v", docsDir, err)
+	}
+	if len(under) == 0 {
+		t.Fatalf("no Markdown file under %s: the walk is broken", docsDir)
+	}
+	slices.Sort(under)
+	return append(slices.Clone(rootDocs), under...)
+}
+
 // readDocs reads the documents this test checks.
 func readDocs(t *testing.T, rootDir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	for _, d := range docs {
+	for _, d := range docPaths(t, rootDir) {
 		b, err := os.ReadFile(filepath.Join(rootDir, filepath.FromSlash(d)))
 		if err != nil {
 			t.Fatalf("read %s: %v", d, err)
@@ -128,6 +165,44 @@ func readDocs(t *testing.T, rootDir string) map[string]string {
 		out[d] = string(b)
 	}
 	return out
+}
+
+// brokenLinks returns a line for every relative link of texts (document path → content) that
+// does not resolve: a target file that exists neither among texts nor for exists, or an
+// anchor that is not a heading of a target among texts. Links inside fenced code blocks are
+// code, not links. It also returns how many links it checked.
+func brokenLinks(texts map[string]string, exists func(rel string) bool) (broken []string, checked int) {
+	heads := map[string]map[string]bool{}
+	for d, text := range texts {
+		heads[d] = anchors(text)
+	}
+	for _, doc := range slices.Sorted(maps.Keys(texts)) {
+		for _, m := range mdLink.FindAllStringSubmatch(fence.ReplaceAllString(texts[doc], ""), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			checked++
+			file, frag, _ := strings.Cut(target, "#")
+			dest := doc
+			if file != "" {
+				dest = path.Clean(path.Join(path.Dir(doc), file))
+			}
+			h, isDoc := heads[dest]
+			switch {
+			case !isDoc && strings.HasSuffix(dest, ".md") && (dest == docsDir || strings.HasPrefix(dest, docsDir+"/")):
+				// Every document under docs/ is among texts: one that is not does not exist.
+				broken = append(broken, doc+" links to "+target+", which does not exist")
+			case !isDoc:
+				if !exists(dest) {
+					broken = append(broken, doc+" links to "+target+", which does not exist")
+				}
+			case frag != "" && !h[frag]:
+				broken = append(broken, doc+" links to "+target+": "+dest+" has no heading with anchor #"+frag)
+			}
+		}
+	}
+	return broken, checked
 }
 
 // TestDocsCiteTestsThatExist: every test, benchmark or example a document names is declared
@@ -150,8 +225,9 @@ func TestDocsCiteTestsThatExist(t *testing.T) {
 		t.Fatal("found no test declarations: the walk is broken")
 	}
 	cited := 0
-	for doc, text := range readDocs(t, rootDir) {
-		for _, m := range citedTest.FindAllStringSubmatch(text, -1) {
+	texts := readDocs(t, rootDir)
+	for _, doc := range slices.Sorted(maps.Keys(texts)) {
+		for _, m := range citedTest.FindAllStringSubmatch(texts[doc], -1) {
 			cited++
 			name, pkg := m[2], strings.TrimSuffix(m[1], ".")
 			in := dirs[name]
@@ -168,43 +244,67 @@ func TestDocsCiteTestsThatExist(t *testing.T) {
 	}
 }
 
-// TestDocsLinksLandOnHeadings: every relative link of a document to itself or to the other
-// document names a file that exists and, when it has an anchor, a heading of that file.
+// TestDocsLinksLandOnHeadings: every relative link of every document names a file that exists
+// and, when it has an anchor and names a document, a heading of that document.
 func TestDocsLinksLandOnHeadings(t *testing.T) {
 	rootDir := root(t)
+	broken, checked := brokenLinks(readDocs(t, rootDir), func(rel string) bool {
+		_, err := os.Stat(filepath.Join(rootDir, filepath.FromSlash(rel)))
+		return err == nil
+	})
+	for _, b := range broken {
+		t.Error(b)
+	}
+	if checked == 0 {
+		t.Fatal("found no relative link in the documents: the pattern is broken")
+	}
+}
+
+// TestBrokenLinksAreFound: the link check itself finds a link to a document under docs/ that
+// does not exist, an anchor that is no heading (in another document and in the same one), and
+// a missing file elsewhere, and passes the links that resolve.
+func TestBrokenLinksAreFound(t *testing.T) {
+	texts := map[string]string{
+		"README.md": "# R\n\n## Install\n\n" +
+			"[ok](docs/a.md#the-part) [ok](docs/a.md) [ok](#install) [ok](deploy/alerts.yaml) [web](https://example.com/x.md)\n" +
+			"[gone](docs/gone.md) [gone](docs/gone.md#x) [no heading](docs/a.md#nope) [self](#nope) [gone file](deploy/nope.yaml)\n" +
+			"```\n[in code](docs/also-gone.md)\n```\n",
+		"docs/a.md": "# A\n\nFor tests.\n\n## The part\n\n[back](../README.md#install) [png](pic.png) [wrong](../README.md#the-part)\n",
+	}
+	files := map[string]bool{"deploy/alerts.yaml": true, "docs/pic.png": true}
+	broken, checked := brokenLinks(texts, func(rel string) bool { return files[rel] })
+	want := []string{
+		"README.md links to docs/gone.md, which does not exist",
+		"README.md links to docs/gone.md#x, which does not exist",
+		"README.md links to docs/a.md#nope: docs/a.md has no heading with anchor #nope",
+		"README.md links to #nope: README.md has no heading with anchor #nope",
+		"README.md links to deploy/nope.yaml, which does not exist",
+		"docs/a.md links to ../README.md#the-part: README.md has no heading with anchor #the-part",
+	}
+	if !slices.Equal(broken, want) {
+		t.Errorf("broken links:\n%s\nwant:\n%s", strings.Join(broken, "\n"), strings.Join(want, "\n"))
+	}
+	if checked != 12 {
+		t.Errorf("checked %d links, want 12 (links in code and absolute URLs are not checked)", checked)
+	}
+}
+
+// TestDocsSayWhoTheyAreFor: every document under docs/ starts, after its title, with a
+// paragraph that says who it is for, and the README's map lists it.
+func TestDocsSayWhoTheyAreFor(t *testing.T) {
+	rootDir := root(t)
 	texts := readDocs(t, rootDir)
-	heads := map[string]map[string]bool{}
-	for d, text := range texts {
-		heads[d] = anchors(text)
-	}
-	links := 0
+	readme := texts["README.md"]
 	for doc, text := range texts {
-		for _, m := range mdLink.FindAllStringSubmatch(text, -1) {
-			target := m[1]
-			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
-				continue
-			}
-			file, frag, _ := strings.Cut(target, "#")
-			dest := doc
-			if file != "" {
-				dest = path.Clean(path.Join(path.Dir(doc), file))
-			}
-			h, ok := heads[dest]
-			if !ok {
-				// A link to another file of the repository: it must exist.
-				if _, err := os.Stat(filepath.Join(rootDir, filepath.FromSlash(dest))); err != nil {
-					t.Errorf("%s links to %s, which does not exist", doc, target)
-				}
-				continue
-			}
-			links++
-			if frag != "" && !h[frag] {
-				t.Errorf("%s links to %s: %s has no heading with anchor #%s", doc, target, dest, frag)
-			}
+		if !strings.HasPrefix(doc, docsDir+"/") {
+			continue
 		}
-	}
-	if links == 0 {
-		t.Fatal("found no link between the documents: the pattern is broken")
+		if !forWhom.MatchString(text) {
+			t.Errorf("%s does not start with its title and a paragraph \"For <reader>...\"", doc)
+		}
+		if !strings.Contains(readme, "]("+doc+")") {
+			t.Errorf("README.md does not list %s in its map of the documents", doc)
+		}
 	}
 }
 
@@ -212,7 +312,7 @@ func TestDocsLinksLandOnHeadings(t *testing.T) {
 // heading of docs/design.md.
 func TestCodeCitesDesignSections(t *testing.T) {
 	rootDir := root(t)
-	heads := anchors(readDocs(t, rootDir)["docs/design.md"])
+	heads := anchors(readDocs(t, rootDir)[docsDir+"/design.md"])
 	cites := 0
 	goFiles(t, rootDir, func(rel, content string) {
 		if strings.HasPrefix(rel, "internal/docsync/") {

@@ -153,7 +153,7 @@ func (f *failover) nextRequest(ctx context.Context, since time.Time) time.Time {
 // SIGSTOP past the TTL (the stopped worker, continued, is fenced: it logs its lost lease and
 // commits nothing), and at most 5 s after SIGTERM (the stopping worker gives up the request,
 // releases its lease and leaves the key due at once). WATUKUY_FAILOVER_TTL sets the lease TTL
-// (default 2s; the README's table is a run with 30s), WATUKUY_FAILOVER_TRIALS the trials per
+// (default 2s; docs/benchmarks.md's table is a run with 30s), WATUKUY_FAILOVER_TRIALS the trials per
 // signal (default 5).
 func TestFailoverTimes(t *testing.T) {
 	if testing.Short() {

@@ -69,7 +69,7 @@ func (r *processRun) receive(w http.ResponseWriter, req *http.Request) {
 // sender: a webhook is signed right before it is sent, and a stop lasts 5 s.
 const staleLate = 2 * time.Second
 
-// staleRedelivery reports (and counts) a delivery the receiver drops as the README tells
+// staleRedelivery reports (and counts) a delivery the receiver drops as docs/operations.md tells
 // consumers to: a handler call that a frozen instance finishes after losing its lease still
 // arrives ("no one can unsend it"), and consumers that need strict order drop a redelivery
 // older than what they already applied. Dropped is only a delivery that is all of: late (signed

@@ -13,7 +13,7 @@ import (
 )
 
 // TestProcessStaleRedelivery checks the receiver's one exception to recording every delivery:
-// a late duplicate, older than what its identity already got, is dropped (as the README tells
+// a late duplicate, older than what its identity already got, is dropped (as docs/operations.md tells
 // consumers that need strict order); anything else is recorded.
 func TestProcessStaleRedelivery(t *testing.T) {
 	r := &processRun{start: time.Now(), rec: chaos.NewRecorder()}
