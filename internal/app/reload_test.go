@@ -19,7 +19,7 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/redistest"
-	"github.com/watukuy/watukuy/internal/sink"
+	"github.com/watukuy/watukuy/webhook"
 )
 
 // api answers every listing with one item that changed since the last request (so every
@@ -59,7 +59,7 @@ func (h *hooks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	signer := "none"
 	for _, s := range h.secrets {
-		if sink.Verify([]string{s}, r.Header, body, time.Now(), time.Minute) == nil {
+		if v, err := webhook.NewVerifier([]string{s}, webhook.Options{Tolerance: time.Minute}); err == nil && v.Verify(r.Header, body) == nil {
 			signer = s
 		}
 	}

@@ -23,11 +23,20 @@ import (
 	"github.com/watukuy/watukuy/internal/chaos/procchaos"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
-	"github.com/watukuy/watukuy/internal/sink"
 	"github.com/watukuy/watukuy/watukuytype"
+	"github.com/watukuy/watukuy/webhook"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// verifier checks what the receivers get, as a receiver does.
+var verifier = func() *webhook.Verifier {
+	v, err := webhook.NewVerifier([]string{secret}, webhook.Options{})
+	if err != nil {
+		panic(err)
+	}
+	return v
+}()
 
 // build compiles the binaries into a temporary directory.
 func build(t *testing.T) string {
@@ -49,7 +58,7 @@ type receiver struct {
 
 func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
-	if err := sink.Verify([]string{secret}, req.Header, body, time.Now(), 5*time.Minute); err != nil {
+	if err := verifier.Verify(req.Header, body); err != nil {
 		r.mu.Lock()
 		r.badSig++
 		r.mu.Unlock()

@@ -33,10 +33,8 @@
 //     sensitive query values hidden); *url.Error is unwrapped because its message repeats the
 //     raw URL. A secret in the URL path (Slack-style hook URLs) cannot be told apart from a
 //     path and is shown.
-//   - Verify checks the headers, then the timestamp (tolerance in both directions, default 5
-//     minutes: an old message is a replay, one from the future a skewed or forged clock),
-//     then the signatures in constant time; it ignores entries of other versions (v1a). Its
-//     errors wrap ErrMissingHeader, ErrTimestamp or ErrSignature.
+//   - A receiver verifies with package webhook (Verifier, Middleware), which signs for the
+//     sink too.
 //   - Stream writes the fields "id" then "event" (the envelope). MaxLen > 0 trims with
 //     MAXLEN ~ (approximate, cheap: whole nodes only, so the stream holds at least MaxLen
 //     entries and less than MaxLen plus one node, 100 entries by default). Trimming does

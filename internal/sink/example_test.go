@@ -4,45 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"time"
 
 	"github.com/watukuy/watukuy/internal/sink"
 	"github.com/watukuy/watukuy/watukuytype"
+	"github.com/watukuy/watukuy/webhook"
 )
-
-// A receiver checks the official Standard Webhooks test vector, then a tampered body.
-func ExampleVerify() {
-	secrets := []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
-	h := http.Header{}
-	h.Set("webhook-id", "msg_p5jXN8AQM9LWM0D4loKWxJek")
-	h.Set("webhook-timestamp", "1614265330")
-	h.Set("webhook-signature", "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
-	now := time.Unix(1614265330, 0)
-
-	fmt.Println(sink.Verify(secrets, h, []byte(`{"test": 2432232314}`), now, 5*time.Minute))
-	fmt.Println(sink.Verify(secrets, h, []byte(`{"test": 1}`), now, 5*time.Minute))
-	// Output:
-	// <nil>
-	// sink: webhook: no matching signature for message msg_p5jXN8AQM9LWM0D4loKWxJek
-}
-
-func ExampleSign() {
-	sig, err := sink.Sign([]string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
-		"msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, []byte(`{"test": 2432232314}`))
-	fmt.Println(sig, err)
-	// Output:
-	// v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE= <nil>
-}
 
 // A webhook sink delivers to a receiver that verifies every request.
 func ExampleWebhook() {
 	secret := "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	verifier, _ := webhook.NewVerifier([]string{secret}, webhook.Options{})
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		if err := sink.Verify([]string{secret}, r.Header, body, time.Now(), 0); err != nil {
+		body, err := verifier.VerifyRequest(r)
+		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}

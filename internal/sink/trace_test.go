@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/watukuy/watukuy/webhook"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -34,7 +35,7 @@ func TestWebhookPropagatesTraceparent(t *testing.T) {
 	if tp, want := h.Get("traceparent"), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"; tp != want {
 		t.Errorf("traceparent = %q, want %q", tp, want)
 	}
-	if h.Get(HeaderSignature) == "" || h.Get(HeaderID) != "ev_1" {
+	if h.Get(webhook.HeaderSignature) == "" || h.Get(webhook.HeaderID) != "ev_1" {
 		t.Errorf("the Standard Webhooks headers are gone: %v", h)
 	}
 	if err := wh.Handle(context.Background(), testEvent("ev_2")); err != nil {

@@ -20,39 +20,17 @@ import (
 	"github.com/watukuy/watukuy/webhook"
 )
 
-// Defaults and limits of the webhook sink. The format's names and limits are package
-// webhook's, repeated here for the sink's callers.
+// Defaults and limits of the webhook sink; the format's names and limits are package
+// webhook's.
 const (
 	// DefaultWebhookTimeout bounds one delivery attempt (connect, request, response headers
 	// and the part of the body that is read) when Webhook.Timeout is 0.
 	DefaultWebhookTimeout = 10 * time.Second
-	// DefaultTolerance is webhook.DefaultTolerance: Verify's tolerance when given <= 0.
-	DefaultTolerance = webhook.DefaultTolerance
-	// SecretPrefix is webhook.SecretPrefix, which starts every secret.
-	SecretPrefix = webhook.SecretPrefix
-	// MinSecretBytes is webhook.MinSecretBytes, the shortest decoded key accepted.
-	MinSecretBytes = webhook.MinSecretBytes
-
-	// Header names of the Standard Webhooks spec (package webhook's).
-	HeaderID        = webhook.HeaderID
-	HeaderTimestamp = webhook.HeaderTimestamp
-	HeaderSignature = webhook.HeaderSignature
-
 	// drainLimit bounds what is read of a response body so the connection can be reused.
 	drainLimit = 64 << 10
 	// snippetLen is the size of StatusError.Body.
 	snippetLen = 256
 	userAgent  = "watukuy-webhook"
-)
-
-// Errors Verify wraps, for errors.Is: package webhook's.
-var (
-	// ErrMissingHeader: webhook-id, webhook-timestamp or webhook-signature is absent.
-	ErrMissingHeader = webhook.ErrMissingHeader
-	// ErrTimestamp: webhook-timestamp is malformed or outside the tolerance.
-	ErrTimestamp = webhook.ErrTimestamp
-	// ErrSignature: no v1 signature of the header matches any of the secrets.
-	ErrSignature = webhook.ErrSignature
 )
 
 // Webhook POSTs the envelope per the Standard Webhooks spec (https://www.standardwebhooks.com/):
@@ -169,9 +147,9 @@ func (w *Webhook) Handle(ctx context.Context, ev watukuytype.Event) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", userAgent)
-	req.Header.Set(HeaderID, ev.ID)
-	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
-	req.Header.Set(HeaderSignature, w.signer.Sign(ev.ID, ts, body))
+	req.Header.Set(webhook.HeaderID, ev.ID)
+	req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(ts, 10))
+	req.Header.Set(webhook.HeaderSignature, w.signer.Sign(ev.ID, ts, body))
 	// The handler attempt's span (a traced cycle) goes along as traceparent, so the receiver's
 	// trace joins the cycle's; without a span nothing is added.
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
@@ -203,34 +181,6 @@ func (w *Webhook) Handle(ctx context.Context, ev watukuytype.Event) error {
 		return &watukuytype.SinkError{Err: err}
 	}
 	return err
-}
-
-// Sign returns the webhook-signature header value for a message: one "v1,<base64>" per
-// secret, space-separated, in the order of secrets. Webhook.Handle sends exactly this. It is
-// webhook.Sign.
-func Sign(secrets []string, id string, timestamp int64, body []byte) (string, error) {
-	sig, err := webhook.Sign(secrets, id, timestamp, body)
-	if err != nil {
-		return "", fmt.Errorf("sink: %w", err)
-	}
-	return sig, nil
-}
-
-// Verify checks a received webhook at the time now with package webhook's Verifier: the
-// three headers are present, webhook-timestamp is within tolerance of now in either
-// direction (tolerance <= 0 means 5 minutes), and at least one "v1,<sig>" entry of
-// webhook-signature is the HMAC of "<id>.<timestamp>.<body>" under one of the secrets. body
-// must be the raw request body, byte for byte. The error wraps ErrMissingHeader,
-// ErrTimestamp or ErrSignature, or describes a malformed secret.
-func Verify(secrets []string, header http.Header, body []byte, now time.Time, tolerance time.Duration) error {
-	v, err := webhook.NewVerifier(secrets, webhook.Options{Tolerance: tolerance, Now: func() time.Time { return now }})
-	if err != nil {
-		return fmt.Errorf("sink: %w", err)
-	}
-	if err := v.Verify(header, body); err != nil {
-		return fmt.Errorf("sink: %w", err)
-	}
-	return nil
 }
 
 // unwrapURLError drops *url.Error, whose message repeats the raw URL (query tokens included).

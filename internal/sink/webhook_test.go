@@ -13,26 +13,27 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/watukuytype"
+	"github.com/watukuy/watukuy/webhook"
 )
 
 func vecHeader(sig string) http.Header {
 	h := http.Header{}
-	h.Set(HeaderID, vecID)
-	h.Set(HeaderTimestamp, strconv.FormatInt(vecTimestamp, 10))
-	h.Set(HeaderSignature, sig)
+	h.Set(webhook.HeaderID, vecID)
+	h.Set(webhook.HeaderTimestamp, strconv.FormatInt(vecTimestamp, 10))
+	h.Set(webhook.HeaderSignature, sig)
 	return h
 }
 
 func TestStandardWebhooksVector(t *testing.T) {
-	got, err := Sign([]string{vecSecret}, vecID, vecTimestamp, []byte(vecPayload))
+	got, err := webhook.Sign([]string{vecSecret}, vecID, vecTimestamp, []byte(vecPayload))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got != vecSignature {
 		t.Fatalf("Sign = %q, want %q", got, vecSignature)
 	}
-	if err := Verify([]string{vecSecret}, vecHeader(vecSignature), []byte(vecPayload), time.Unix(vecTimestamp, 0), 0); err != nil {
-		t.Fatalf("Verify(vector) = %v", err)
+	if err := verify([]string{vecSecret}, vecHeader(vecSignature), []byte(vecPayload), time.Unix(vecTimestamp, 0), 0); err != nil {
+		t.Fatalf("verify(vector) = %v", err)
 	}
 }
 
@@ -85,20 +86,20 @@ func TestWebhookHeadersAndSignature(t *testing.T) {
 				t.Errorf("body\n got %s\nwant %s", r.body, want)
 			}
 			for name, v := range map[string]string{
-				"Content-Type":  "application/json",
-				HeaderID:        ev.ID,
-				HeaderTimestamp: "1800000000",
+				"Content-Type":          "application/json",
+				webhook.HeaderID:        ev.ID,
+				webhook.HeaderTimestamp: "1800000000",
 			} {
 				if g := r.header.Get(name); g != v {
 					t.Errorf("header %s = %q, want %q", name, g, v)
 				}
 			}
-			sig := r.header.Get(HeaderSignature)
-			wantSig, _ := Sign([]string{vecSecret}, ev.ID, now.Unix(), want)
+			sig := r.header.Get(webhook.HeaderSignature)
+			wantSig, _ := webhook.Sign([]string{vecSecret}, ev.ID, now.Unix(), want)
 			if sig != wantSig || !strings.HasPrefix(sig, "v1,") || strings.Contains(sig, " ") {
 				t.Errorf("signature %q, want %q", sig, wantSig)
 			}
-			if err := Verify([]string{vecSecret}, r.header, r.body, now.Add(time.Minute), 0); err != nil {
+			if err := verify([]string{vecSecret}, r.header, r.body, now.Add(time.Minute), 0); err != nil {
 				t.Errorf("receiver Verify: %v", err)
 			}
 			for _, vs := range r.header {
@@ -121,27 +122,27 @@ func TestWebhookSeveralSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := <-got
-	entries := strings.Split(r.header.Get(HeaderSignature), " ")
+	entries := strings.Split(r.header.Get(webhook.HeaderSignature), " ")
 	if len(entries) != 2 || !strings.HasPrefix(entries[0], "v1,") || !strings.HasPrefix(entries[1], "v1,") || entries[0] == entries[1] {
-		t.Fatalf("signature header %q: want two different v1 entries", r.header.Get(HeaderSignature))
+		t.Fatalf("signature header %q: want two different v1 entries", r.header.Get(webhook.HeaderSignature))
 	}
 	now := time.Now()
 	// A receiver that knows only one of the secrets accepts the message, whichever it knows.
 	for _, s := range []string{vecSecret, secondSecret} {
-		if err := Verify([]string{s}, r.header, r.body, now, 0); err != nil {
+		if err := verify([]string{s}, r.header, r.body, now, 0); err != nil {
 			t.Errorf("Verify with one secret: %v", err)
 		}
 	}
 	// Each entry alone verifies under its own secret and not under the other.
 	for i, s := range []string{vecSecret, secondSecret} {
 		h := r.header.Clone()
-		h.Set(HeaderSignature, entries[i])
-		if err := Verify([]string{s}, h, r.body, now, 0); err != nil {
+		h.Set(webhook.HeaderSignature, entries[i])
+		if err := verify([]string{s}, h, r.body, now, 0); err != nil {
 			t.Errorf("entry %d under its secret: %v", i, err)
 		}
 		other := []string{secondSecret, vecSecret}[i]
-		if err := Verify([]string{other}, h, r.body, now, 0); !errors.Is(err, ErrSignature) {
-			t.Errorf("entry %d under the other secret = %v, want ErrSignature", i, err)
+		if err := verify([]string{other}, h, r.body, now, 0); !errors.Is(err, webhook.ErrSignature) {
+			t.Errorf("entry %d under the other secret = %v, want webhook.ErrSignature", i, err)
 		}
 	}
 }
@@ -299,7 +300,7 @@ func TestNewWebhookValidation(t *testing.T) {
 			continue
 		}
 		for _, s := range c.w.Secrets {
-			if len(s) > len(SecretPrefix) && strings.Contains(err.Error(), strings.TrimPrefix(s, SecretPrefix)) {
+			if len(s) > len(webhook.SecretPrefix) && strings.Contains(err.Error(), strings.TrimPrefix(s, webhook.SecretPrefix)) {
 				t.Errorf("%s: error %q leaks a secret", c.name, err)
 			}
 		}
@@ -342,24 +343,24 @@ func TestVerifyRejects(t *testing.T) {
 		tol     time.Duration
 		want    error
 	}{
-		{"wrong secret", []string{secondSecret}, vecHeader(vecSignature), body, at, 0, ErrSignature},
-		{"tampered body", []string{vecSecret}, vecHeader(vecSignature), []byte(`{"test": 2432232315}`), at, 0, ErrSignature},
-		{"body with extra whitespace", []string{vecSecret}, vecHeader(vecSignature), []byte(`{"test": 2432232314} `), at, 0, ErrSignature},
-		{"tampered id", []string{vecSecret}, with(HeaderID, "msg_other"), body, at, 0, ErrSignature},
-		{"re-dated message", []string{vecSecret}, with(HeaderTimestamp, strconv.FormatInt(vecTimestamp+1, 10)), body, at, 0, ErrSignature},
-		{"old timestamp", []string{vecSecret}, vecHeader(vecSignature), body, at.Add(5*time.Minute + time.Second), 0, ErrTimestamp},
-		{"old under a custom tolerance", []string{vecSecret}, vecHeader(vecSignature), body, at.Add(31 * time.Second), 30 * time.Second, ErrTimestamp},
-		{"future timestamp", []string{vecSecret}, vecHeader(vecSignature), body, at.Add(-5*time.Minute - time.Second), 0, ErrTimestamp},
-		{"malformed timestamp", []string{vecSecret}, with(HeaderTimestamp, "2021-02-26T10:02:10Z"), body, at, 0, ErrTimestamp},
-		{"absurd timestamp", []string{vecSecret}, with(HeaderTimestamp, "9223372036854775807"), body, at, 0, ErrTimestamp},
-		{"no id", []string{vecSecret}, with(HeaderID, ""), body, at, 0, ErrMissingHeader},
-		{"no timestamp", []string{vecSecret}, with(HeaderTimestamp, ""), body, at, 0, ErrMissingHeader},
-		{"no signature", []string{vecSecret}, with(HeaderSignature, ""), body, at, 0, ErrMissingHeader},
-		{"other version only", []string{vecSecret}, with(HeaderSignature, "v1a,"+strings.TrimPrefix(vecSignature, "v1,")), body, at, 0, ErrSignature},
-		{"garbage entries", []string{vecSecret}, with(HeaderSignature, "v1 v1, v1,!!! g0hM9SsE"), body, at, 0, ErrSignature},
+		{"wrong secret", []string{secondSecret}, vecHeader(vecSignature), body, at, 0, webhook.ErrSignature},
+		{"tampered body", []string{vecSecret}, vecHeader(vecSignature), []byte(`{"test": 2432232315}`), at, 0, webhook.ErrSignature},
+		{"body with extra whitespace", []string{vecSecret}, vecHeader(vecSignature), []byte(`{"test": 2432232314} `), at, 0, webhook.ErrSignature},
+		{"tampered id", []string{vecSecret}, with(webhook.HeaderID, "msg_other"), body, at, 0, webhook.ErrSignature},
+		{"re-dated message", []string{vecSecret}, with(webhook.HeaderTimestamp, strconv.FormatInt(vecTimestamp+1, 10)), body, at, 0, webhook.ErrSignature},
+		{"old timestamp", []string{vecSecret}, vecHeader(vecSignature), body, at.Add(5*time.Minute + time.Second), 0, webhook.ErrTimestamp},
+		{"old under a custom tolerance", []string{vecSecret}, vecHeader(vecSignature), body, at.Add(31 * time.Second), 30 * time.Second, webhook.ErrTimestamp},
+		{"future timestamp", []string{vecSecret}, vecHeader(vecSignature), body, at.Add(-5*time.Minute - time.Second), 0, webhook.ErrTimestamp},
+		{"malformed timestamp", []string{vecSecret}, with(webhook.HeaderTimestamp, "2021-02-26T10:02:10Z"), body, at, 0, webhook.ErrTimestamp},
+		{"absurd timestamp", []string{vecSecret}, with(webhook.HeaderTimestamp, "9223372036854775807"), body, at, 0, webhook.ErrTimestamp},
+		{"no id", []string{vecSecret}, with(webhook.HeaderID, ""), body, at, 0, webhook.ErrMissingHeader},
+		{"no timestamp", []string{vecSecret}, with(webhook.HeaderTimestamp, ""), body, at, 0, webhook.ErrMissingHeader},
+		{"no signature", []string{vecSecret}, with(webhook.HeaderSignature, ""), body, at, 0, webhook.ErrMissingHeader},
+		{"other version only", []string{vecSecret}, with(webhook.HeaderSignature, "v1a,"+strings.TrimPrefix(vecSignature, "v1,")), body, at, 0, webhook.ErrSignature},
+		{"garbage entries", []string{vecSecret}, with(webhook.HeaderSignature, "v1 v1, v1,!!! g0hM9SsE"), body, at, 0, webhook.ErrSignature},
 	}
 	for _, c := range cases {
-		err := Verify(c.secrets, c.header, c.body, c.now, c.tol)
+		err := verify(c.secrets, c.header, c.body, c.now, c.tol)
 		if !errors.Is(err, c.want) {
 			t.Errorf("%s: Verify = %v, want %v", c.name, err, c.want)
 		}
@@ -367,19 +368,19 @@ func TestVerifyRejects(t *testing.T) {
 
 	// Accepted: the edges of the tolerance, a matching entry among others, several secrets.
 	for _, now := range []time.Time{at.Add(5 * time.Minute), at.Add(-5 * time.Minute)} {
-		if err := Verify([]string{vecSecret}, vecHeader(vecSignature), body, now, 0); err != nil {
+		if err := verify([]string{vecSecret}, vecHeader(vecSignature), body, now, 0); err != nil {
 			t.Errorf("at the tolerance edge: %v", err)
 		}
 	}
 	mixed := vecHeader("v1a,AAAA v1,bm90LWl0 " + vecSignature)
-	if err := Verify([]string{secondSecret, vecSecret}, mixed, body, at, 0); err != nil {
+	if err := verify([]string{secondSecret, vecSecret}, mixed, body, at, 0); err != nil {
 		t.Errorf("matching entry among others: %v", err)
 	}
 	// Bad secrets are a clear error, not a silent mismatch.
-	if err := Verify(nil, vecHeader(vecSignature), body, at, 0); err == nil || errors.Is(err, ErrSignature) {
+	if err := verify(nil, vecHeader(vecSignature), body, at, 0); err == nil || errors.Is(err, webhook.ErrSignature) {
 		t.Errorf("no secrets: %v", err)
 	}
-	if err := Verify([]string{"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, vecHeader(vecSignature), body, at, 0); err == nil || !strings.Contains(err.Error(), "whsec_") {
+	if err := verify([]string{"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, vecHeader(vecSignature), body, at, 0); err == nil || !strings.Contains(err.Error(), "whsec_") {
 		t.Errorf("secret without prefix: %v", err)
 	}
 }
@@ -436,4 +437,13 @@ func TestWebhookSinkFailures(t *testing.T) {
 	if got := kind(wh.Handle(t.Context(), ev)); got != "failing" {
 		t.Fatalf("a timeout: %s, want failing", got)
 	}
+}
+
+// verify checks a received webhook at the time now, as a receiver does with package webhook.
+func verify(secrets []string, header http.Header, body []byte, now time.Time, tolerance time.Duration) error {
+	v, err := webhook.NewVerifier(secrets, webhook.Options{Tolerance: tolerance, Now: func() time.Time { return now }})
+	if err != nil {
+		return err
+	}
+	return v.Verify(header, body)
 }

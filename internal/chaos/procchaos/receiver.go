@@ -14,8 +14,8 @@ import (
 
 	"github.com/watukuy/watukuy/internal/chaos"
 	"github.com/watukuy/watukuy/internal/jcs"
-	"github.com/watukuy/watukuy/internal/sink"
 	"github.com/watukuy/watukuy/watukuytype"
+	"github.com/watukuy/watukuy/webhook"
 )
 
 // verifiedEvent reads a webhook delivery, checks its signature and decodes its event; on
@@ -27,10 +27,10 @@ func verifiedEvent(w http.ResponseWriter, req *http.Request, badSig *atomic.Int6
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return ev, false
 	}
-	if err := sink.Verify([]string{processSecret}, req.Header, body, time.Now(), 5*time.Minute); err != nil {
+	if err := verify([]string{processSecret}, req.Header, body); err != nil {
 		badSig.Add(1)
 		if logf != nil {
-			logf("G2: bad signature on webhook %s: %v", req.Header.Get(sink.HeaderID), err)
+			logf("G2: bad signature on webhook %s: %v", req.Header.Get(webhook.HeaderID), err)
 		}
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return ev, false
@@ -57,7 +57,7 @@ func (r *processRun) receive(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	now := time.Now()
-	if r.staleRedelivery(ev, req.Header.Get(sink.HeaderTimestamp), now) {
+	if r.staleRedelivery(ev, req.Header.Get(webhook.HeaderTimestamp), now) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
@@ -106,4 +106,13 @@ func (r *processRun) staleRedelivery(ev watukuytype.Event, signed string, now ti
 		r.recv.newest[ev.Identity] = ev.Seq
 	}
 	return false
+}
+
+// verify checks a received webhook's signature with package webhook, as a receiver does.
+func verify(secrets []string, header http.Header, body []byte) error {
+	v, err := webhook.NewVerifier(secrets, webhook.Options{})
+	if err != nil {
+		return err
+	}
+	return v.Verify(header, body)
 }
