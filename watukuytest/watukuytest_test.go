@@ -78,3 +78,38 @@ func TestRunChaosOnAUserPoller(t *testing.T) {
 		t.Log(l)
 	}
 }
+
+// A user's own truth (built from their fake, with no watukuy internals) makes the run check
+// the final state (G3) and deletes (G6) too.
+func TestRunChaosChecksAUserTruth(t *testing.T) {
+	s := &shop{items: map[string]int{}}
+	var changes []watukuytest.Change
+	rng := rand.New(rand.NewPCG(5, 6))
+	between := func(step int) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		id := "i" + strconv.Itoa(rng.IntN(20))
+		if _, ok := s.items[id]; ok && rng.IntN(4) == 0 {
+			changes = append(changes, watukuytest.Change{ID: id, Version: s.items[id], Deleted: true})
+			delete(s.items, id)
+			return
+		}
+		s.items[id]++
+		changes = append(changes, watukuytest.Change{ID: id, Version: s.items[id]})
+	}
+	truth := func() map[watukuy.Key]watukuytest.Truth {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		final := map[string]int{}
+		for id, v := range s.items {
+			final[id] = v
+		}
+		return map[watukuy.Key]watukuytest.Truth{{Poller: "shop"}: {Changes: append([]watukuytest.Change(nil), changes...), Final: final}}
+	}
+	rep := watukuytest.RunChaos(t, []watukuy.Poller{{Name: "shop", Strategy: watukuy.SnapshotDiff, Fetch: s.fetch,
+		Version: watukuy.Field("version"), Handler: func(context.Context, watukuy.Event) error { return nil }}},
+		watukuytest.ChaosOptions{Seed: 11, Steps: 150, Between: between, Truth: truth})
+	if rep.NotMeasured["G3"] || rep.NotMeasured["G6"] || rep.Failed() || rep.Deliveries == 0 {
+		t.Fatalf("report: %+v", rep)
+	}
+}
