@@ -268,6 +268,74 @@ func TestPauseStopsRequestsAndDelivery(t *testing.T) {
 	})
 }
 
+// A pause that lands while a cycle runs stops it at its next step: no further request, no more
+// of the delivery batch than was under way; resume then delivers the rest.
+func TestPauseStopsARunningCycle(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 50)
+		var mu sync.Mutex
+		paused, resumed := false, false
+		var after []string
+		ops, err := New(Options{Redis: b.Client, clock: e.clock.Now}) // an operator: the Redis URL only
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := e.poller(func(p *Poller) {
+			feed := e.api.ChangeFeed(10)
+			p.Delivery.Concurrency = 1
+			p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+				mu.Lock()
+				if paused {
+					after = append(after, fmt.Sprintf("request page %d", req.Page))
+				}
+				mu.Unlock()
+				return feed(ctx, req)
+			}
+			p.Handler = func(ctx context.Context, ev Event) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if paused {
+					after = append(after, "deliver "+ev.Identity)
+				}
+				if ev.Identity == "o12" && !paused && !resumed { // page 2 is being delivered
+					if err := ops.Pause(ctx, "orders", ""); err != nil {
+						return err
+					}
+					paused = true
+				}
+				return e.rec.handle(ctx, ev)
+			}
+		})
+		eng := e.engine(p, nil)
+		e.tick(eng)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, a := range after {
+			if strings.HasPrefix(a, "request") {
+				t.Fatalf("after the pause returned: %v", after)
+			}
+		}
+		if len(after) > 9 { // at most the rest of page 2's batch
+			t.Fatalf("after the pause returned, %d more deliveries: %v", len(after), after)
+		}
+		ki, _ := eng.Inspect(t.Context(), "orders", "")
+		if ki.Status != "paused" || ki.Cursor != "20" {
+			t.Fatalf("after the cycle: status %s, cursor %q (want paused at page 2's end)", ki.Status, ki.Cursor)
+		}
+		paused, resumed = false, true
+		mu.Unlock()
+		if err := ops.Resume(t.Context(), "orders", ""); err != nil {
+			t.Fatal(err)
+		}
+		e.settle(eng)
+		mu.Lock()
+		if got := len(e.api.Final()); len(e.rec.final()) != got {
+			t.Fatalf("after resume: %d identities delivered, the API has %d", len(e.rec.final()), got)
+		}
+	})
+}
+
 // reset-cursor without clearing the snapshot emits only real differences; with
 // --clear-snapshot every item comes again as created with the ids of the first time (G2).
 func TestResetCursor(t *testing.T) {

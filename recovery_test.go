@@ -577,3 +577,129 @@ func TestLeasedSkipDueWhenTheLeaseLapses(t *testing.T) {
 		}
 	})
 }
+
+// A half-open probe whose request hangs past Tick's deadline (or the worker's stop) is no
+// success: the circuit stays open with its last error, and the next ticks at the same instant
+// send nothing (the control's probe gets a 500).
+func TestYieldedProbeKeepsTheCircuitOpen(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		for _, mode := range []string{"control-probe-fails", "probe-hangs-past-the-deadline"} {
+			t.Run(mode, func(t *testing.T) {
+				e := newEnv(t, b)
+				putN(e, 3)
+				name := "probe-" + mode
+				hang := false
+				e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
+					if hang {
+						<-ctx.Done()
+						return ctx.Err()
+					}
+					return &HTTPError{Key: req.Key, StatusCode: 500}
+				})
+				eng := e.engine(e.poller(func(p *Poller) { p.Name = name; p.Failures = 2 }), nil)
+				tick := func() {
+					if _, err := eng.Tick(t.Context(), 300*time.Millisecond); err != nil {
+						t.Fatal(err)
+					}
+				}
+				tick()
+				e.clock.Advance(3 * time.Minute)
+				tick()
+				ki, _ := eng.Inspect(t.Context(), name, "")
+				if ki.Circuit != "open" {
+					t.Fatalf("setup: two failures, circuit %q (failures %d)", ki.Circuit, ki.Failures)
+				}
+				e.clock.Advance(3 * time.Minute) // past probeEvery (Schedule.Max, 1 min)
+				hang = mode != "control-probe-fails"
+				tick() // the half-open probe
+				ki, _ = eng.Inspect(t.Context(), name, "")
+				before := e.api.Fetches()
+				for i := 0; i < 5; i++ { // five more ticks, the clock standing still
+					tick()
+				}
+				sent := e.api.Fetches() - before
+				if ki.Circuit != "open" || ki.LastError == nil || sent > 0 {
+					t.Errorf("a probe that got no answer: circuit %q, failures %d, status %q, lastError %s, freshAt %v; then %d requests in 5 ticks at the same instant",
+						ki.Circuit, ki.Failures, ki.Status, ki.LastError, ki.FreshAt, sent)
+				}
+			})
+		}
+	})
+}
+
+// freezeHold freezes the lease keeper of the instance it wraps right after its first
+// renewal succeeded, before its claim hold is sent (a GC pause or SIGSTOP between the two).
+type freezeHold struct {
+	core.Store
+	once     sync.Once
+	entered  chan struct{}
+	release  chan struct{}
+	returned chan struct{}
+}
+
+func (f *freezeHold) HoldClaim(ctx context.Context, key watukuytype.Key, d time.Time) error {
+	first := false
+	f.once.Do(func() { first = true })
+	if !first {
+		return f.Store.HoldClaim(ctx, key, d)
+	}
+	close(f.entered)
+	<-f.release
+	err := f.Store.HoldClaim(ctx, key, d)
+	close(f.returned)
+	return err
+}
+
+// A claim hold sent late by an instance frozen between its keeper's renewal and its hold, after
+// another instance took the key over and ended its cycle, leaves the due time that End wrote:
+// the next cycle is not pushed back by the frozen instance's lease.
+func TestFrozenHoldLeavesTheNextOwnersDue(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 3)
+		const ttl = 600 * time.Millisecond // the keeper renews every 200 ms (real time)
+		p := e.poller(func(p *Poller) { p.Name = "latehold"; p.LeaseTTL = ttl })
+		fetchFrozen := make(chan struct{})
+		var firstFetch sync.Once
+		e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
+			first := false
+			firstFetch.Do(func() { first = true })
+			if first {
+				<-fetchFrozen // instance A is frozen mid-fetch, as its keeper is mid-hold
+			}
+			return nil
+		})
+		fh := &freezeHold{entered: make(chan struct{}), release: make(chan struct{}), returned: make(chan struct{})}
+		a := e.engine(p, func(s core.Store) core.Store { fh.Store = s; return fh })
+		aDone := make(chan struct{})
+		go func() {
+			defer close(aDone)
+			_, _ = a.Tick(context.Background(), 10*time.Second)
+		}()
+		select {
+		case <-fh.entered:
+		case <-time.After(5 * time.Second):
+			t.Fatal("A's keeper never renewed")
+		}
+		// A is frozen past its lease and its claim; B takes the key over and ends its cycle.
+		e.clock.Advance(3 * time.Second)
+		bb := e.engine(p, nil)
+		if rep := e.tick(bb); rep.Ran != 1 || rep.Events != 3 {
+			t.Fatalf("the takeover: %+v", rep)
+		}
+		key := watukuytype.Key{Poller: "latehold"}
+		want, ok := dueScore(t, b, bb, key)
+		if !ok || want.After(e.clock.Now().Add(1500*time.Millisecond)) {
+			t.Fatalf("setup: after B's End the key is due at %v (now %v), want within its 1 s interval", want, e.clock.Now())
+		}
+		// A resumes: its keeper's hold lands.
+		close(fh.release)
+		<-fh.returned
+		close(fetchFrozen)
+		<-aDone
+		if got, _ := dueScore(t, b, bb, key); !got.Equal(want) {
+			t.Errorf("a late hold of a frozen instance moved the next owner's due time from %s to %s (now %s): %v late",
+				want.Format("15:04:05.000"), got.Format("15:04:05.000"), e.clock.Now().Format("15:04:05.000"), got.Sub(want))
+		}
+	})
+}

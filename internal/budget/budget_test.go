@@ -130,3 +130,31 @@ func TestExcess(t *testing.T) {
 		t.Errorf("a slack of 60ms covers one request 50ms early: excess %v", e)
 	}
 }
+
+// A bucket drained exactly at its bound (a burst, then one token per interval) is within it:
+// Excess must not report a rounding error of its floating-point window times as an excess
+// (4 slots at once, then 8 at 50 ms, for 20/s with a burst of 4).
+func TestExcessOfABoundMetExactlyIsNone(t *testing.T) {
+	b := watukuytype.Budget{Name: "api", Rate: 20, Per: time.Second, Burst: 4}
+	start := time.UnixMilli(1_800_000_000_000)
+	bad := 0
+	for off := time.Duration(0); off < 100*time.Second; off += 1001 * time.Microsecond {
+		ts := []time.Time{start}
+		w := start.Add(time.Second + off)
+		for range 4 {
+			ts = append(ts, w)
+		}
+		for i := 1; i <= 8; i++ {
+			ts = append(ts, w.Add(time.Duration(i)*50*time.Millisecond))
+		}
+		if e, _, _ := Excess(b, ts, 0); e > 0 {
+			if bad == 0 {
+				t.Errorf("window at %v after the first slot: excess %g, want 0 (12 slots in 400 ms = 4 + 20/s × 0.4 s)", time.Second+off, e)
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of 99,900 offsets report an excess for a bound met exactly", bad)
+	}
+}

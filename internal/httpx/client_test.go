@@ -765,3 +765,25 @@ func TestRequestCheckStopsTheWrite(t *testing.T) {
 		t.Fatalf("the API got %d requests, want 1", hits.Load())
 	}
 }
+
+// An HTTP-date Retry-After names a moment on the API's clock and is measured against its Date
+// header, not the worker's clock: a worker 2 minutes ahead still keeps the API's 60 s window
+// (G8).
+func TestG8RetryAfterDateReadAgainstTheAPIsDate(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now().UTC() // the API's clock
+		w.Header().Set("Date", now.Format(http.TimeFormat))
+		w.Header().Set("Retry-After", now.Add(60*time.Second).Format(http.TimeFormat))
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+	ahead := func() time.Time { return time.Now().Add(2 * time.Minute) } // the worker's clock
+	_, err := (&Client{Now: ahead}).Do(context.Background(), Request{URL: srv.URL})
+	var he *watukuytype.HTTPError
+	if !errors.As(err, &he) || he.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("Do: %v", err)
+	}
+	if he.RetryAfter < 50*time.Second {
+		t.Fatalf("G8: the API asked for 60 s (Retry-After date vs its Date header); the helper saved a window of %v", he.RetryAfter)
+	}
+}

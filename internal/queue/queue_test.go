@@ -310,6 +310,57 @@ func TestRunningTaskHandsTheClaimBack(t *testing.T) {
 	})
 }
 
+// The claim handed back to a key whose own task still runs is timed on the Redis server's
+// clock, as the due set is: a scheduler 5 minutes ahead of the server hands the key back for
+// RequeueAfter, not 5 minutes more.
+func TestRunningTaskHandsTheClaimBackOnTheServerClock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		skew := 5 * time.Minute
+		server := func() time.Time { return time.Now().Add(-skew) } // Redis's clock, behind the scheduler's
+		st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "a", Clock: server})
+		k := keys(1)
+		if err := st.Register(ctx, pollerP, entries(k)); err != nil {
+			t.Fatal(err)
+		}
+		insp := asynq.NewInspectorFromRedisClient(b.Client)
+		client := asynq.NewClientFromRedisClient(b.Client)
+		id := TaskID("a", k[0])
+		started, release := make(chan struct{}), make(chan struct{})
+		srv := asynq.NewServerFromRedisClient(b.Client, ServerConfig(1, time.Second, "", zerolog.Nop()))
+		if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+			close(started)
+			<-release
+			return nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Shutdown()
+		defer close(release)
+		if _, err := client.Enqueue(asynq.NewTask(TaskType, []byte(k[0].String())), asynq.TaskID(id), asynq.Queue(DefaultQueue)); err != nil {
+			t.Fatal(err)
+		}
+		<-started
+		if _, err := st.Begin(ctx, k[0], "w", 30*time.Second, core.BeginForDelete); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetDue(ctx, k[0], time.UnixMilli(0)); err != nil {
+			t.Fatal(err)
+		}
+		s := &Scheduler{Store: st, Client: client, Inspector: insp, Prefix: "a", PerTask: 1}
+		if n, err := s.Once(ctx); err != nil || n != 1 {
+			t.Fatalf("claim: %d, %v", n, err)
+		}
+		_, due, err := st.NextDue(ctx, []string{"p"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := due.Sub(server()); d > RequeueAfter+time.Second {
+			t.Fatalf("the key is due in %v by the server's clock after meeting its running task, want about %v", d, RequeueAfter)
+		}
+	})
+}
+
 // A claimed key whose task could not be enqueued (asynq's Redis refused it) is handed back:
 // due again after RequeueAfter, not after the whole claim timeout.
 func TestFailedEnqueueHandsTheClaimBack(t *testing.T) {
@@ -462,6 +513,121 @@ func TestClaimWindowUntilTheEnqueue(t *testing.T) {
 			t.Errorf("a triggered key confirmed: due in %s, want now", d)
 		}
 	})
+}
+
+// pausedConfirm is a Claimer whose ConfirmClaims waits for release: the scheduler is
+// frozen (GC pause, SIGSTOP, a batch whose enqueues take longer than the window) between its
+// enqueue and its confirmation.
+type pausedConfirm struct {
+	*redisstore.Store
+	reached chan struct{}
+	release chan struct{}
+}
+
+func (p *pausedConfirm) ConfirmClaims(ctx context.Context, c watukuytype.Claim, keys []watukuytype.Key, claimTimeout time.Duration) error {
+	close(p.reached)
+	<-p.release
+	return p.Store.ConfirmClaims(ctx, c, keys, claimTimeout)
+}
+
+// A late confirmation leaves another scheduler's newer claim alone: A is frozen between its
+// enqueue and its confirmation while k's task runs and B claims k and dies in its enqueue; A's
+// confirmation holds only the score its own claim wrote, so k is due within the window.
+func TestLateConfirmLeavesAnotherSchedulersClaim(t *testing.T) {
+	b, st, k := oneKey(t)
+	ctx := context.Background()
+	gate := &pausedConfirm{Store: st, reached: make(chan struct{}), release: make(chan struct{})}
+	a := &Scheduler{Store: gate, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "w", PerTask: 1}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if n, err := a.Once(ctx); n != 1 || err != nil {
+			t.Errorf("scheduler A: %d claimed, %v", n, err)
+		}
+	}()
+	<-gate.reached
+	// A's task ran k (asynq keeps no completed task: Retention(0)).
+	if err := asynq.NewInspectorFromRedisClient(b.Client).DeleteTask(DefaultQueue, TaskID("w", k[0])); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Trigger(ctx, k[0]); err != nil {
+		t.Fatal(err)
+	}
+	dying := &Scheduler{Store: st, Client: hungAsynqClient(t), Prefix: "w", PerTask: 1}
+	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if n, err := dying.Once(dctx); n != 1 || err == nil {
+		t.Fatalf("scheduler B dying in its enqueue: %d claimed, %v", n, err)
+	}
+	if d := dueIn(t, b, st, k[0]); d > DefaultClaimWindow {
+		t.Fatalf("B's claim: due in %s, want at most the window", d)
+	}
+	close(gate.release)
+	wg.Wait()
+	if d := dueIn(t, b, st, k[0]); d > DefaultClaimWindow {
+		t.Errorf("k claimed by B, which died before its enqueue, then A's late confirmation: due in %s, want at most the window %s (no task of k is queued)", d, DefaultClaimWindow)
+	}
+}
+
+// The same through the client's re-send of confirm_claims.lua (its first reply lost): a claim
+// another scheduler made in between, and died before enqueueing, keeps its window.
+func TestResentConfirmLeavesANewerClaim(t *testing.T) {
+	b, st, k := oneKey(t)
+	ctx := context.Background()
+	ca, err := st.ClaimForEnqueue(ctx, 10, DefaultClaimWindow, []string{"p"})
+	if err != nil || len(ca.Keys) != 1 {
+		t.Fatalf("A's claim: %v, %v", ca, err)
+	}
+	if err := st.ConfirmClaims(ctx, ca, k, 0); err != nil { // applied; its reply is lost
+		t.Fatal(err)
+	}
+	if err := st.Trigger(ctx, k[0]); err != nil {
+		t.Fatal(err)
+	}
+	if cb, err := st.ClaimForEnqueue(ctx, 10, DefaultClaimWindow, []string{"p"}); err != nil || len(cb.Keys) != 1 {
+		t.Fatalf("B's claim: %v, %v", cb, err)
+	}
+	// B dies before its enqueue.
+	if err := st.ConfirmClaims(ctx, ca, k, 0); err != nil { // the re-send
+		t.Fatal(err)
+	}
+	if d := dueIn(t, b, st, k[0]); d > DefaultClaimWindow {
+		t.Errorf("B's claim after A's re-sent confirmation: due in %s, want at most the window %s", d, DefaultClaimWindow)
+	}
+}
+
+// A ClaimWindow under a millisecond is rounded up to one, not sent as 0 (claim_due.lua's "no
+// fixed claim", the lease TTL plus the grace): a scheduler that dies before its enqueue leaves
+// its keys out about that long.
+func TestSubMillisecondClaimWindowStaysShort(t *testing.T) {
+	b, st, k := oneKey(t)
+	ctx := context.Background()
+	dying := &Scheduler{Store: st, Client: hungAsynqClient(t), Prefix: "w", PerTask: 1, ClaimWindow: 500 * time.Microsecond}
+	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if n, err := dying.Once(dctx); n != 1 || err == nil {
+		t.Fatalf("a scheduler dying in its enqueue: %d claimed, %v", n, err)
+	}
+	if d := dueIn(t, b, st, k[0]); d > time.Second {
+		t.Errorf("ClaimWindow 500µs, scheduler dead before its enqueue: due in %s, want at most a second", d)
+	}
+}
+
+// oneKey is a store (prefix "w") on a private redis-server with one key of poller p
+// registered.
+func oneKey(t *testing.T) (redistest.Backend, *redisstore.Store, []watukuytype.Key) {
+	t.Helper()
+	b := redistest.Real(t)
+	st, err := redisstore.New(b.Client, redisstore.Options{Prefix: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := keys(1)
+	if err := st.Register(context.Background(), pollerP, entries(k)); err != nil {
+		t.Fatal(err)
+	}
+	return b, st, k
 }
 
 // A task of several keys is named for the whole set: another set behind the same first key

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/budget"
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -195,6 +196,28 @@ func TestBudgetHeldSlots(t *testing.T) {
 		}
 		if g := ask("b", 0, 200*ms); g.Held {
 			t.Fatalf("b after the interval changed: %+v; want its held slot dropped", g)
+		}
+	})
+}
+
+// budget_take.lua keeps the fraction of an interval (333.333 µs at 3000/s) in the stored tat
+// instead of rounding each step to a whole µs, a faster rate that adds up without bound: 3000
+// tokens of a 3000/s budget of burst 1, taken back to back, hold no more than it allows.
+func TestBudgetTakeKeepsAFractionalInterval(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		s, _ := newStore(t, b)
+		ctx := context.Background()
+		bg := watukuytype.Budget{Name: "shop", Rate: 3000, Per: time.Second, Burst: 1}
+		var slots []time.Time
+		for range 3000 {
+			g, err := s.TakeToken(ctx, core.BudgetTake{Bucket: "shop", Interval: budget.Interval(bg), Burst: 1, SitOut: time.Hour})
+			if err != nil || !g.Taken {
+				t.Fatalf("take: %+v, %v", g, err)
+			}
+			slots = append(slots, g.At.Add(g.Wait))
+		}
+		if e, from, to := budget.Excess(bg, slots, 0); e > 1e-6 {
+			t.Fatalf("3000 slots of a 3000/s budget of burst 1 span %v: %.2f more than it allows in %v", slots[len(slots)-1].Sub(slots[0]), e, to.Sub(from))
 		}
 	})
 }

@@ -1,14 +1,18 @@
 package core_test
 
+// partitions delete and add against operations, stale tasks and re-sent scripts, through two
+// engines on one store. Each runs on miniredis and a private redis-server, on the server's
+// clock (no test clock: leases are real).
+
 import (
 	"context"
 	"errors"
 	"os"
 	"strconv"
 	"strings"
+	"testing"
 
 	"github.com/redis/go-redis/v9"
-	"testing"
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redisstore"
@@ -17,12 +21,9 @@ import (
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
-// Adversary tests of the deleted-partition fixes (brief adv-deleted). Each runs on miniredis
-// and a private redis-server, on the server's clock (no test clock: leases are real).
+var partKey = watukuytype.Key{Poller: "orders", Partition: "a"}
 
-var advDelKey = watukuytype.Key{Poller: "orders", Partition: "a"}
-
-// hookStore is a core.Store whose Inspect and DeleteKey run a hook first (once), so that
+// hookStore is a core.Store whose Unschedule, DeleteKey and Inspect run a hook (once), so that
 // another engine's operation lands exactly between two steps of this engine's.
 type hookStore struct {
 	core.Store
@@ -56,9 +57,9 @@ func (h *hookStore) Inspect(ctx context.Context, key watukuytype.Key) (core.Snap
 	return snap, err
 }
 
-// advDelEngines builds two engines of poller orders (partition a) on one backend: a on the
+// partitionEngines builds two engines of poller orders (partition a) on one backend: a on the
 // store itself, b on a hookStore over it.
-func advDelEngines(t *testing.T, b redistest.Backend) (*redisstore.Store, *core.Engine, *core.Engine, *hookStore) {
+func partitionEngines(t *testing.T, b redistest.Backend) (*redisstore.Store, *core.Engine, *core.Engine, *hookStore) {
 	t.Helper()
 	st, err := redisstore.New(b.Client, redisstore.Options{})
 	if err != nil {
@@ -66,7 +67,7 @@ func advDelEngines(t *testing.T, b redistest.Backend) (*redisstore.Store, *core.
 	}
 	f := newFeed(10)
 	rec := &recorder{}
-	p := watukuytype.Poller{Name: advDelKey.Poller, Partitions: []string{advDelKey.Partition}, Fetch: f.fetch, Version: watukuytype.Field("v"), Handler: rec.handle,
+	p := watukuytype.Poller{Name: partKey.Poller, Partitions: []string{partKey.Partition}, Fetch: f.fetch, Version: watukuytype.Field("v"), Handler: rec.handle,
 		Schedule: watukuytype.Schedule{Min: 1e9, Max: 60e9},
 		Delivery: watukuytype.Delivery{Concurrency: 1, Attempts: 2, Backoff: watukuytype.Backoff{Base: 1e3, Factor: 1, Max: 1e3}}}
 	mk := func(s core.Store, id string) *core.Engine {
@@ -86,86 +87,78 @@ func advDelEngines(t *testing.T, b redistest.Backend) (*redisstore.Store, *core.
 	return st, mk(st, "a"), mk(hs, "b"), hs
 }
 
-func advDelEach(t *testing.T, fn func(t *testing.T, b redistest.Backend)) {
+// eachLight runs fn on miniredis and on a private redis-server.
+func eachLight(t *testing.T, fn func(t *testing.T, b redistest.Backend)) {
 	t.Run("miniredis", func(t *testing.T) { fn(t, redistest.Miniredis(t)) })
 	t.Run("redis-server", func(t *testing.T) { fn(t, redistest.Real(t)) })
 }
 
-// G-revival: an operation (reset-cursor here; replay, backfill, parked retry and partitions
-// remove take the same path, withOpLease) that found the key deleted used to release its
-// lease with DeleteKey again. A partitions add landing between that operation's Begin and its
-// DeleteKey succeeded, and was then undone: the partition the operator brought back was
-// deleted again, though no one deleted it after the add (found by the review of the
-// deleted-partition fixes). Begin now refuses the operation on a deleted key before it takes
-// the lease: the refused operation deletes nothing, and the add that follows stays.
-func TestAdvDelRefusedOpUndoesRevival(t *testing.T) {
-	advDelEach(t, func(t *testing.T, b redistest.Backend) {
+// An operation that finds its key deleted (reset-cursor here; replay, backfill, parked retry
+// and partitions remove take the same path) is refused at Begin, before it takes the lease: it
+// deletes nothing, so a partitions add that lands meanwhile stays.
+func TestRefusedOpDoesNotUndoARevival(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
-		st, a, eb, hs := advDelEngines(t, b)
-		if err := a.DeletePartition(ctx, advDelKey); err != nil {
+		st, a, eb, hs := partitionEngines(t, b)
+		if err := a.DeletePartition(ctx, partKey); err != nil {
 			t.Fatal(err)
 		}
 		var addErr error
-		hs.beforeDeleteKey = func() { addErr = a.AddPartition(ctx, advDelKey) }
-		err := eb.ResetCursor(ctx, advDelKey, "", false)
+		hs.beforeDeleteKey = func() { addErr = a.AddPartition(ctx, partKey) }
+		err := eb.ResetCursor(ctx, partKey, "", false)
 		if nf := (*watukuytype.NotFoundError)(nil); !errors.As(err, &nf) || !nf.Deleted {
 			t.Fatalf("reset-cursor of a deleted key: %v, want NotFoundError{Deleted}", err)
 		}
 		if hs.beforeDeleteKey == nil {
 			t.Fatalf("the refused reset-cursor ran a delete (an add in between: %v)", addErr)
 		}
-		if err := a.AddPartition(ctx, advDelKey); err != nil {
+		if err := a.AddPartition(ctx, partKey); err != nil {
 			t.Fatalf("partitions add after the refused op: %v", err)
 		}
-		snap, err := st.Inspect(ctx, advDelKey)
+		snap, err := st.Inspect(ctx, partKey)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if snap.State[statehash.Deleted] == "1" {
 			t.Fatalf("partitions add returned nil, yet the partition is deleted: state %v", snap.State)
 		}
-		ki, err := a.Inspect(ctx, advDelKey)
+		ki, err := a.Inspect(ctx, partKey)
 		if err != nil || ki.Status == "deleted" {
 			t.Fatalf("after a successful add: %+v, %v", ki, err)
 		}
 	})
 }
 
-// advSkip skips an open hole's reproducer unless WATUKUY_ADV_OPEN=1 (then it runs, and fails).
-func advSkip(t *testing.T, why string) {
+// skipOpen skips the test of an open hole unless WATUKUY_ADV_OPEN=1 (then it runs, and fails).
+func skipOpen(t *testing.T, why string) {
 	t.Helper()
 	if os.Getenv("WATUKUY_ADV_OPEN") != "1" {
 		t.Skip(why)
 	}
 }
 
-// G-mark: resume and trigger look at the deletion mark (Inspect) and then write without
-// looking again (Resume: HDEL then Trigger's HSET nextDue/HINCRBY trigger and ZADD due). A
-// partitions delete completing between the look and the write gets nextDue and trigger written
-// into its mark and a due entry after forget_key dropped it, and the operator is told the
-// resume (trigger) of the deleted partition succeeded. Replay, reset-cursor, backfill and
-// parked retry end with the same unchecked Trigger after their lease. What the mark gains is
-// what partitions add writes anyway (so a revival is not harmed); the due entry is dropped by
-// the next claim's Begin.
-func TestAdvDelResumeRacingDeleteWritesIntoMark(t *testing.T) {
-	advSkip(t, "open (minor): keyOp's Resume/Trigger (and the Trigger after replay, reset-cursor, backfill, parked retry) write nextDue/trigger and a due entry into a deletion mark that completed since the look, and report success")
+// resume and trigger look at the deletion mark (Inspect), then write: a partitions delete that
+// completes in between must get no nextDue, trigger or due entry written into its mark, and the
+// operator an error. Open (minor): skipped.
+func TestResumeRacingADeleteWritesNothingIntoTheMark(t *testing.T) {
+	skipOpen(t, "open (minor): keyOp's Resume/Trigger (and the Trigger after replay, reset-cursor, backfill, parked retry) write nextDue/trigger and a due entry into a deletion mark that completed since the look, and report success")
 	for _, op := range []string{"resume", "trigger"} {
 		t.Run(op, func(t *testing.T) {
-			advDelEach(t, func(t *testing.T, b redistest.Backend) {
+			eachLight(t, func(t *testing.T, b redistest.Backend) {
 				ctx := context.Background()
-				st, a, eb, hs := advDelEngines(t, b)
+				st, a, eb, hs := partitionEngines(t, b)
 				var delErr error
-				hs.afterInspect = func() { delErr = a.DeletePartition(ctx, advDelKey) }
+				hs.afterInspect = func() { delErr = a.DeletePartition(ctx, partKey) }
 				var err error
 				if op == "resume" {
-					err = eb.Resume(ctx, advDelKey)
+					err = eb.Resume(ctx, partKey)
 				} else {
-					err = eb.Trigger(ctx, advDelKey)
+					err = eb.Trigger(ctx, partKey)
 				}
 				if delErr != nil {
 					t.Fatalf("delete between the look and the write: %v", delErr)
 				}
-				snap, serr := st.Inspect(ctx, advDelKey)
+				snap, serr := st.Inspect(ctx, partKey)
 				if serr != nil {
 					t.Fatal(serr)
 				}
@@ -177,7 +170,7 @@ func TestAdvDelResumeRacingDeleteWritesIntoMark(t *testing.T) {
 						bad = append(bad, f)
 					}
 				}
-				due := b.Client.ZScore(ctx, st.DueKey(advDelKey.Poller), advDelKey.String()).Err() == nil
+				due := b.Client.ZScore(ctx, st.DueKey(partKey.Poller), partKey.String()).Err() == nil
 				if err == nil || len(bad) > 0 || due {
 					t.Fatalf("%s of a partition deleted since the look: err %v; fields written into the mark %v (state %v); due entry: %v", op, err, bad, snap.State, due)
 				}
@@ -194,9 +187,11 @@ type twiceHook struct {
 }
 
 func (h *twiceHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
 func (h *twiceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
 func (h *twiceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
@@ -216,73 +211,73 @@ func (h *twiceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// G-resend: a partitions delete whose delete_key.lua is sent twice (the reply of the first
-// lost) and a delete of an already-deleted key both succeed, leave only the mark, and the
-// partition added again afterwards is live, due and not paused.
-func TestAdvDelResentDeleteAndRedelete(t *testing.T) {
-	advDelEach(t, func(t *testing.T, b redistest.Backend) {
+// A partitions delete whose delete_key.lua is sent twice (the first reply lost) and a delete of
+// an already-deleted key both succeed and leave only the mark; the partition added again
+// afterwards is live, due and not paused.
+func TestResentDeleteAndRedelete(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		h := &twiceHook{n: 14} // delete_key.lua's KEYS
 		b.Client.AddHook(h)
-		st, a, eb, _ := advDelEngines(t, b)
-		if err := a.Pause(ctx, advDelKey); err != nil {
+		st, a, eb, _ := partitionEngines(t, b)
+		if err := a.Pause(ctx, partKey); err != nil {
 			t.Fatal(err)
 		}
-		if err := a.DeletePartition(ctx, advDelKey); err != nil {
+		if err := a.DeletePartition(ctx, partKey); err != nil {
 			t.Fatalf("delete with its script sent twice: %v", err)
 		}
 		if h.seen == 0 {
 			t.Fatal("the hook saw no delete_key.lua")
 		}
-		if err := eb.DeletePartition(ctx, advDelKey); err != nil {
+		if err := eb.DeletePartition(ctx, partKey); err != nil {
 			t.Fatalf("delete of a deleted key: %v", err)
 		}
-		if err := a.AddPartition(ctx, advDelKey); err != nil {
+		if err := a.AddPartition(ctx, partKey); err != nil {
 			t.Fatal(err)
 		}
-		snap, err := st.Inspect(ctx, advDelKey)
+		snap, err := st.Inspect(ctx, partKey)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if snap.State[statehash.Deleted] == "1" || snap.State[statehash.Paused] != "" {
 			t.Fatalf("revived partition: %v", snap.State)
 		}
-		if err := b.Client.ZScore(ctx, st.DueKey(advDelKey.Poller), advDelKey.String()).Err(); err != nil {
+		if err := b.Client.ZScore(ctx, st.DueKey(partKey.Poller), partKey.String()).Err(); err != nil {
 			t.Fatalf("revived partition has no due entry: %v", err)
 		}
 	})
 }
 
-// G-due: a stale task of the deleted partition (claimed before the delete) whose Begin finds
-// the mark, with partitions add landing between that Begin and its Unschedule: the revived
-// partition keeps its due-now entry, and its next cycle runs.
-func TestAdvDelStaleTaskUnscheduleVsRevival(t *testing.T) {
-	advDelEach(t, func(t *testing.T, b redistest.Backend) {
+// A stale task of the deleted partition (claimed before the delete) whose Begin finds the mark,
+// with partitions add landing between that Begin and its Unschedule: the revived partition
+// keeps its due-now entry, and its next cycle runs.
+func TestStaleTaskUnscheduleSparesARevival(t *testing.T) {
+	eachLight(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
-		st, a, eb, hs := advDelEngines(t, b)
-		if err := a.DeletePartition(ctx, advDelKey); err != nil {
+		st, a, eb, hs := partitionEngines(t, b)
+		if err := a.DeletePartition(ctx, partKey); err != nil {
 			t.Fatal(err)
 		}
 		// the stale task: a due entry the claim pushed (as a claim made before the delete)
-		if err := b.Client.ZAdd(ctx, st.DueKey(advDelKey.Poller), redis.Z{Score: 1, Member: advDelKey.String()}).Err(); err != nil {
+		if err := b.Client.ZAdd(ctx, st.DueKey(partKey.Poller), redis.Z{Score: 1, Member: partKey.String()}).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := st.ClaimDue(ctx, 10, 0, nil); err != nil {
 			t.Fatal(err)
 		}
 		var addErr error
-		hs.beforeUnsched = func() { addErr = a.AddPartition(ctx, advDelKey) }
-		rep := eb.RunCycle(ctx, advDelKey)
+		hs.beforeUnsched = func() { addErr = a.AddPartition(ctx, partKey) }
+		rep := eb.RunCycle(ctx, partKey)
 		if addErr != nil {
 			t.Fatalf("add: %v (cycle %+v)", addErr, rep)
 		}
-		if err := b.Client.ZScore(ctx, st.DueKey(advDelKey.Poller), advDelKey.String()).Err(); err != nil {
+		if err := b.Client.ZScore(ctx, st.DueKey(partKey.Poller), partKey.String()).Err(); err != nil {
 			t.Fatalf("revived partition lost its due entry to a stale task's Unschedule: %v (cycle %+v)", err, rep)
 		}
 		if _, err := st.ClaimDue(ctx, 10, 0, nil); err != nil {
 			t.Fatal(err)
 		}
-		if rep := a.RunCycle(ctx, advDelKey); rep.Outcome != watukuytype.Ran || rep.Err != nil {
+		if rep := a.RunCycle(ctx, partKey); rep.Outcome != watukuytype.Ran || rep.Err != nil {
 			t.Fatalf("the revived partition's cycle: %+v", rep)
 		}
 	})

@@ -1,5 +1,9 @@
 package redisstore
 
+// Script calls that meet an emptied script cache (NOSCRIPT after a restart or a failover) or
+// are sent twice (go-redis after a read timeout): each wrapper has the outcome of one clean
+// call.
+
 import (
 	"context"
 	"slices"
@@ -39,6 +43,7 @@ type resend struct{}
 func isScript(c redis.Cmder) bool { return c.Name() == "evalsha" || c.Name() == "eval" }
 
 func (resend) DialHook(next redis.DialHook) redis.DialHook { return next }
+
 func (resend) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if isScript(cmd) {
@@ -47,6 +52,7 @@ func (resend) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		return next(ctx, cmd)
 	}
 }
+
 func (resend) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if slices.ContainsFunc(cmds, isScript) {
@@ -136,7 +142,7 @@ func cycleSteps(t *testing.T, b redistest.Backend, s *Store, clk *fakeclock.Cloc
 // A server that lost its script cache between any two calls (restart, failover, SCRIPT
 // FLUSH) answers NOSCRIPT to every wrapper, End's pipeline included: each loads its script
 // and runs it once, with the outcome it has with the cache.
-func TestAdv12ScriptCacheLostBetweenCalls(t *testing.T) {
+func TestScriptCacheLostBetweenCalls(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		s, clk := newStore(t, b)
 		cycleSteps(t, b, s, clk, func() { flushScripts(t, b.Client) })
@@ -146,7 +152,7 @@ func TestAdv12ScriptCacheLostBetweenCalls(t *testing.T) {
 // With WaitReplicas the script and its WAIT share a pipeline; after NOSCRIPT both are sent
 // again: the page must still be written once, and its ids reported, as unreplicated when no
 // replica answers.
-func TestAdv12ReplicatedCommitAfterScriptCacheLost(t *testing.T) {
+func TestReplicatedCommitAfterScriptCacheLost(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
 		clk := fakeclock.New(time.UnixMilli(1_800_000_000_000))
@@ -182,7 +188,7 @@ func TestAdv12ReplicatedCommitAfterScriptCacheLost(t *testing.T) {
 // Every script sent twice (the first reply lost): each wrapper decodes the reply of the
 // second run, a DUPLICATE or a repeated read, as the success the first run was, and the
 // cycle's writes happen once. On RESP3 (go-redis' default) and, on a real server, RESP2.
-func TestAdv12EveryScriptResent(t *testing.T) {
+func TestEveryScriptResent(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		b.Client.AddHook(resend{})
 		s, clk := newStore(t, b)
