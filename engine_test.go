@@ -74,7 +74,7 @@ func TestIdleCycleRoundTrips(t *testing.T) {
 				eng := e.engine(p, nil)
 				if strings.Contains(tc.name, "budget") {
 					p.Budget = "api"
-					if err := eng.ReplaceWithBudgets([]Budget{{Name: "api", Rate: 100}}, p); err != nil {
+					if err := eng.Replace([]Budget{{Name: "api", Rate: 100}}, p); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -44,10 +44,10 @@ func TestReplaceAppliesFromNextCycle(t *testing.T) {
 	done := make(chan CycleReport, 1)
 	go func() { done <- eng.RunCycle(ctx, Key{Poller: "orders"}) }()
 	<-started // the cycle is in its first request
-	if err := eng.Replace(e.poller(func(p *Poller) { p.Handler = handler("new") })); err != nil {
+	if err := eng.Replace(nil, e.poller(func(p *Poller) { p.Handler = handler("new") })); err != nil {
 		t.Fatal(err)
 	}
-	err := eng.Replace(e.poller(func(p *Poller) { p.Handler = handler("refused") }), e.poller(func(p *Poller) { p.Name, p.Fetch = "other", nil }))
+	err := eng.Replace(nil, e.poller(func(p *Poller) { p.Handler = handler("refused") }), e.poller(func(p *Poller) { p.Name, p.Fetch = "other", nil }))
 	var ce *ConfigError
 	if !errors.As(err, &ce) || ce.Poller != "other" || ce.Field != "fetch" {
 		t.Fatalf("an invalid set: %v, want a ConfigError on other's fetch", err)

@@ -349,13 +349,16 @@ type Claimer interface {
 // Register adds a poller. An invalid definition is a *ConfigError naming poller and field.
 func (e *Engine) Register(p Poller) error { return e.core.Register(p) }
 
-// Replace swaps every registered poller for ps at once (a config reload): all are checked
-// first, and an invalid definition is a *ConfigError that changes nothing. Cycles already
-// running finish with the definition they started with; each key's next cycle uses the new
-// one. New pollers' keys are written to the registry and due set at the next Setup or Tick;
-// keys of pollers left out stay registered (inspect shows them) and this engine no longer
-// runs or claims them.
-func (e *Engine) Replace(ps ...Poller) error { return e.core.Replace(ps...) }
+// Replace swaps the shared budgets and every registered poller for budgets and pollers at once
+// (a config reload): everything is checked first, and an invalid definition, a name given
+// twice or a budget a poller names and budgets lacks is a *ConfigError that changes nothing.
+// Running cycles finish with the definition they started with; each key's next cycle uses the
+// new one. New pollers' keys are written to the registry and due set at the next Setup or
+// Tick; keys of pollers left out stay registered (inspect shows them) and this engine no
+// longer runs or claims them.
+func (e *Engine) Replace(budgets []Budget, pollers ...Poller) error {
+	return e.core.Replace(budgets, pollers...)
+}
 
 // Tick claims due keys and runs their cycles for at most maxDuration, then returns; at most
 // once a minute it also runs the due-set repair sweep (RepairDue).
@@ -451,16 +454,6 @@ func (e *Engine) InspectPage(ctx context.Context, poller, after string, limit in
 // Budgets shows every bucket of the known pollers' budgets: its keys, the tokens it holds
 // now and any pause in force.
 func (e *Engine) Budgets(ctx context.Context) ([]BudgetInfo, error) { return e.core.Budgets(ctx) }
-
-// SetBudgets replaces the budgets; every registered poller's budget must stay defined (to
-// change pollers and budgets together, use ReplaceWithBudgets).
-func (e *Engine) SetBudgets(bs ...Budget) error { return e.core.SetBudgets(bs) }
-
-// ReplaceWithBudgets is Replace with the budgets replaced too (a config reload that changes
-// both), checked together: nothing changes unless every poller and budget is valid.
-func (e *Engine) ReplaceWithBudgets(bs []Budget, ps ...Poller) error {
-	return e.core.ReplaceWithBudgets(bs, ps...)
-}
 
 // Keys lists the known keys of poller ("" for all), sorted.
 func (e *Engine) Keys(ctx context.Context, poller string) ([]Key, error) {

@@ -116,7 +116,7 @@ func (env *Env) reloadLocked(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w%s", cfg.File, err, kept)
 	}
-	if err := env.Engine.ReplaceWithBudgets(cfg.EngineBudgets(), pollers...); err != nil {
+	if err := env.Engine.Replace(cfg.EngineBudgets(), pollers...); err != nil {
 		if located := cfg.Locate(err); located != err {
 			return fmt.Errorf("%w%s", located, kept) // file:line: pollers[i].field: …
 		}

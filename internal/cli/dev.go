@@ -79,7 +79,7 @@ func dev(ctx context.Context, c *command.Flags, out io.Writer, log zerolog.Logge
 	if env.Config == nil {
 		shop := startDemoShop(ctx)
 		defer shop.srv.Close()
-		if err := env.Engine.SetBudgets(demoBudget()); err != nil {
+		if err := env.Engine.Replace([]watukuy.Budget{demoBudget()}); err != nil { // the demo's budget, before the pollers that name it
 			return err
 		}
 		if err := env.Register(shop.pollers(printEvents(out, c.JSON))...); err != nil {

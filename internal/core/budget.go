@@ -25,25 +25,6 @@ func (bi *budgetInfo) budget() watukuytype.Budget {
 	return watukuytype.Budget{Name: bi.Name, Rate: bi.Rate, Per: time.Duration(bi.PerMs) * time.Millisecond, Burst: bi.Burst}
 }
 
-// SetBudgets replaces the engine's budgets (a config reload): each is checked, and every
-// registered poller's budget must stay defined. Cycles that began keep the budget they began
-// with.
-func (e *Engine) SetBudgets(bs []watukuytype.Budget) error {
-	m, err := budgetsByName(bs)
-	if err != nil {
-		return err
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, p := range e.pollers {
-		if err := checkBudgetName(m, p); err != nil {
-			return err
-		}
-	}
-	e.budgets = m
-	return nil
-}
-
 func budgetsByName(bs []watukuytype.Budget) (map[string]watukuytype.Budget, error) {
 	m := make(map[string]watukuytype.Budget, len(bs))
 	for _, b := range bs {

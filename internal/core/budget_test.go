@@ -283,8 +283,8 @@ func TestBudgetMustBeDefined(t *testing.T) {
 	if err := eng.Register(budgetPoller("orders", w.pages(1, nil))); err != nil {
 		t.Fatal(err)
 	}
-	if err := eng.SetBudgets(nil); !errors.As(err, &ce) {
-		t.Fatalf("SetBudgets dropping a budget a poller uses: %v", err)
+	if err := eng.Replace(nil, budgetPoller("orders", w.pages(1, nil))); !errors.As(err, &ce) {
+		t.Fatalf("Replace dropping a budget a poller uses: %v", err)
 	}
 }
 
@@ -386,7 +386,7 @@ func TestBudgetHeldSlotHonouredByAnotherBudget(t *testing.T) {
 	w.clock.Advance(59 * time.Second)
 	// The reload: moved now draws from B. B's key spends B's token a second before.
 	moved.Budget = "B"
-	if err := eng.Replace(moved, other); err != nil {
+	if err := eng.Replace(bs, moved, other); err != nil {
 		t.Fatal(err)
 	}
 	if rep := eng.RunCycle(ctx, watukuytype.Key{Poller: "other"}); rep.Pages != 1 {
@@ -479,7 +479,7 @@ func TestBudgetHeldSlotsOutliveTheirBucket(t *testing.T) {
 	// For the next 40 s: each holding key comes back when due, and a key of another poller on
 	// the same budget asks whenever it is due.
 	other := budgetPoller("other", w.pages(1, nil))
-	if err := eng.Replace(budgetPoller("orders", w.pages(1, nil), parts...), other); err != nil {
+	if err := eng.Replace([]watukuytype.Budget{perMin}, budgetPoller("orders", w.pages(1, nil), parts...), other); err != nil {
 		t.Fatal(err)
 	}
 	ok := watukuytype.Key{Poller: "other"}
@@ -551,7 +551,7 @@ func TestBudgetLoweredRateKeepsTheOldPace(t *testing.T) {
 	eng := w.engine([]watukuytype.Budget{old}, p)
 	due := w.askAll(eng, "orders", parts)
 	reloaded := w.clock.Now()
-	if err := eng.SetBudgets([]watukuytype.Budget{lower}); err != nil {
+	if err := eng.Replace([]watukuytype.Budget{lower}, p); err != nil {
 		t.Fatal(err)
 	}
 	w.runDue(eng, due, 40*time.Second)
@@ -576,7 +576,7 @@ func TestBudgetRaisedRateStillWaitsForTheOldQueue(t *testing.T) {
 	p, fresh := budgetPoller("orders", w.pages(1, nil), parts...), budgetPoller("fresh", w.pages(1, nil))
 	eng := w.engine([]watukuytype.Budget{old}, p, fresh)
 	w.askAll(eng, "orders", parts) // the old queue: 10 held slots, a minute apart
-	if err := eng.SetBudgets([]watukuytype.Budget{raised}); err != nil {
+	if err := eng.Replace([]watukuytype.Budget{raised}, p, fresh); err != nil {
 		t.Fatal(err)
 	}
 	rep := eng.RunCycle(context.Background(), watukuytype.Key{Poller: "fresh"})

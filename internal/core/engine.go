@@ -128,28 +128,18 @@ func (e *Engine) Register(p watukuytype.Poller) error {
 	return nil
 }
 
-// Replace swaps the whole set of registered pollers for ps at once (a config reload). Every
-// definition is checked first: an invalid one, or a name given twice, is a *ConfigError and
-// changes nothing. A cycle already running keeps the definition it started with; the key's
-// next cycle uses the new one. The keys of new pollers and partitions are written to the
-// registry and due set at the next Setup (or Tick, InspectAll); the keys of pollers left out
-// stay in the registry, and this engine no longer runs or claims them.
-func (e *Engine) Replace(ps ...watukuytype.Poller) error {
-	return e.replace(nil, ps)
-}
-
-// ReplaceWithBudgets is Replace with the budgets replaced too (a config reload that changes
-// both), checked together.
-func (e *Engine) ReplaceWithBudgets(bs []watukuytype.Budget, ps ...watukuytype.Poller) error {
+// Replace swaps the shared budgets and the whole set of registered pollers for bs and ps at
+// once (a config reload). Everything is checked first: an invalid definition, a name given
+// twice, or a poller naming a budget bs lacks is a *ConfigError and changes nothing. A cycle
+// already running keeps the definition it started with; the key's next cycle uses the new
+// one. The keys of new pollers and partitions are written to the registry and due set at the
+// next Setup (or Tick, InspectAll); the keys of pollers left out stay in the registry, and
+// this engine no longer runs or claims them.
+func (e *Engine) Replace(bs []watukuytype.Budget, ps ...watukuytype.Poller) error {
 	budgets, err := budgetsByName(bs)
 	if err != nil {
 		return err
 	}
-	return e.replace(budgets, ps)
-}
-
-// replace swaps the pollers, and the budgets when budgets is not nil.
-func (e *Engine) replace(budgets map[string]watukuytype.Budget, ps []watukuytype.Poller) error {
 	next := make(map[string]*watukuytype.Poller, len(ps))
 	for _, p := range ps {
 		p, err := withDefaults(p)
@@ -159,18 +149,13 @@ func (e *Engine) replace(budgets map[string]watukuytype.Budget, ps []watukuytype
 		if _, dup := next[p.Name]; dup {
 			return &watukuytype.ConfigError{Poller: p.Name, Field: "name", Msg: "is registered twice"}
 		}
+		if err := checkBudgetName(budgets, &p); err != nil {
+			return err
+		}
 		next[p.Name] = &p
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if budgets == nil {
-		budgets = e.budgets
-	}
-	for _, p := range next {
-		if err := checkBudgetName(budgets, p); err != nil {
-			return err
-		}
-	}
 	e.pollers, e.budgets = next, budgets
 	e.registered = false
 	e.regGen++
