@@ -78,7 +78,7 @@ func TestG6NoFalseDeletesWhileAListingShifts(t *testing.T) {
 		every   bool // deletes while paging in every listing, not every other one
 		false0  bool // false deletes expected (confirmDeletes 1: the check that the setup shifts items)
 	}{
-		{"one listing decides (the old behaviour)", 1, false, false, true},
+		{"one listing decides (confirmDeletes 1)", 1, false, false, true},
 		{"confirmDeletes 2", 0, false, false, false},
 		{"detail request", 0, true, true, false},
 	} {
@@ -127,7 +127,7 @@ func TestG6NoFalseDeletesWhileAListingShifts(t *testing.T) {
 				}
 				switch {
 				case tc.false0 && len(falseDeletes) == 0:
-					t.Fatalf("%d items deleted while paging, no false delete: the setup does not reproduce the hole", srv.DeletedWhilePaging())
+					t.Fatalf("%d items deleted while paging, no false delete: the setup does not shift items onto pages already read", srv.DeletedWhilePaging())
 				case !tc.false0 && len(falseDeletes) > 0:
 					t.Fatalf("deleted events for items the API never deleted: %v", falseDeletes)
 				}

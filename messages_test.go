@@ -13,7 +13,7 @@ import (
 
 // Error messages name a key as the CLI flags do (poller "x", partition "y"; no partition for
 // the unpartitioned key), never in its Redis form "x|y", and say each thing once: no
-// "watukuy: " and no key twice when one error wraps another (issue 13, item 7).
+// "watukuy: " and no key twice when one error wraps another.
 func TestErrorMessagesNameKeysOnce(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "boom", http.StatusInternalServerError)

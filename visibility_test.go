@@ -22,7 +22,7 @@ import (
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
-// Issue 11, "Delivery pressure is visible" and "Stalls are visible": failed handler attempts,
+// Delivery pressure and stalls are visible: failed handler attempts,
 // the oldest undelivered event, handler latency, degraded keys and freshness, as inspect and
 // the metrics show them.
 

@@ -81,7 +81,7 @@ type PollSummary struct {
 	Reconciled       bool `json:"reconciled"`
 	BackfillPending  bool `json:"backfillPending"`
 	// Fresh: this poll found the key current with its API, so KeyInfo.FreshAt is its At (the
-	// state then keeps no freshAt of its own: issue 14, a million keys).
+	// state then keeps no freshAt of its own, which adds up over a million keys).
 	Fresh bool `json:"fresh,omitempty"`
 }
 

@@ -5,8 +5,8 @@
 // of a deployment's size: an operator's look at a key and a partitions add next to the
 // poller's partition count, the longest script of operations on large states, and the keys
 // partitions that came and went leave behind. Each measurement is a function that
-// returns a Result holding its figure next to a baseline from the same run (or the issue's
-// figure where none can be run); Run runs a selection. The measurements start their own
+// returns a Result holding its figure next to a baseline from the same run (or a design
+// baseline where none can be run); Run runs a selection. The measurements start their own
 // redis-server processes (internal/redisproc) unless Options.RedisURL names a server, and
 // their worker and scheduler processes through Options.Child (`watukuy bench child`, or a
 // test binary that re-executes itself). The servers a measurement starts log their slow
@@ -41,10 +41,10 @@ type Result struct {
 	Value float64 `json:"value"`
 	Unit  string  `json:"unit"`
 	// Baseline is the figure Value is compared with, in Unit, and BaselineOf says what it
-	// is (raw asynq measured in the same run, or the issue's figure on an earlier main).
+	// is (raw asynq measured in the same run, or a design baseline where none can be run).
 	Baseline   float64 `json:"baseline"`
 	BaselineOf string  `json:"baselineOf"`
-	// Goal is the issue's goal in words ("<= 400"), empty when it sets none; Met says
+	// Goal is the measurement's goal in words ("<= 400"), empty when it has none; Met says
 	// whether Value meets it (absent without a goal).
 	Goal string `json:"goal,omitempty"`
 	Met  *bool  `json:"met,omitempty"`
@@ -74,7 +74,7 @@ type Report struct {
 }
 
 // Options select the measurements and their sizes. Zero fields take the defaults of
-// Defaults (the issue's sizes).
+// Defaults (the sizes of a large deployment).
 type Options struct {
 	// Only names the measurements to run (see Names); empty runs all.
 	Only []string `json:"only,omitempty"`
@@ -133,7 +133,7 @@ type Options struct {
 	slow *slowest
 }
 
-// Defaults are the issue's sizes.
+// Defaults are the sizes of a large deployment.
 func Defaults() Options {
 	return Options{Keys: 1_000_000, SmallKeys: 10_000, Items: 100_000, DueKeys: 100_000, Interval: time.Minute,
 		LatenessFor: 2 * time.Minute, NoopKeys: 10_000, Workers: []int{1, 2, 4},

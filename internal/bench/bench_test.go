@@ -136,7 +136,7 @@ func TestRunUnknown(t *testing.T) {
 // BenchmarkMeasurements runs each measurement (a sub-benchmark per name, as `watukuy bench
 // --only NAME`) at small sizes: 2,000 keys, lateness over 10 s of keys due every 5 s, a
 // registry of 20,000 partitions, states of 2,000 to 100,000 for the longest scripts, 200
-// partitions churned. The issue's sizes are `watukuy bench`'s defaults.
+// partitions churned. `watukuy bench`'s defaults are the sizes of a large deployment.
 func BenchmarkMeasurements(b *testing.B) {
 	redistest.Real(b)
 	for _, name := range Names() {

@@ -12,11 +12,11 @@ import (
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
-// IssueIdleKeyBytes is issue 14's figure of Redis memory per idle key, measured on an earlier
-// main with 10,000 idle keys; the baseline of IdleKeyBytes (no older tree can run here).
-const IssueIdleKeyBytes = 1590
+// BaselineIdleKeyBytes is the idle-key figure the layout was designed against: Redis memory
+// per idle key with 10,000 idle keys; the baseline of IdleKeyBytes.
+const BaselineIdleKeyBytes = 1590
 
-// IdleKeyGoal is the issue's goal for the bytes per idle key.
+// IdleKeyGoal is the goal for the bytes per idle key.
 const IdleKeyGoal = 400
 
 // IdleKeyBytes measures Redis memory per idle key: one poller of n partitions on a fresh
@@ -32,7 +32,7 @@ const IdleKeyGoal = 400
 // USAGE, all samples, per watukuy key).
 func IdleKeyBytes(ctx context.Context, o Options, n int) (Result, error) {
 	r, t0 := start(fmt.Sprintf("idle-bytes-%d", n))
-	r.Unit, r.Baseline, r.BaselineOf = "B/key", IssueIdleKeyBytes, "issue 14, earlier main"
+	r.Unit, r.Baseline, r.BaselineOf = "B/key", BaselineIdleKeyBytes, "design baseline"
 	r.Goal = fmt.Sprintf("<= %d", IdleKeyGoal)
 	e, err := newEnv(ctx, o, "idle", false)
 	if err != nil {
@@ -245,7 +245,7 @@ func ItemBytes(ctx context.Context, o Options) (Result, error) {
 	r.Baseline = float64(mu) / float64(n)
 	r.Details = map[string]float64{"items": float64(n), "cycleSeconds": took.Seconds()}
 	r.Notes = fmt.Sprintf("%d items committed by one cycle in %.1fs; value: used_memory delta (items hash, outbox events and their stream) / items; "+
-		"baseline: the items hash alone (the earlier BenchmarkBytesPerItem figure, goal <= 100 B there)", n, took.Seconds())
+		"baseline: the items hash alone (what BenchmarkBytesPerItem measures, goal <= 100 B there)", n, took.Seconds())
 	r.Duration = time.Since(t0)
 	return r, nil
 }

@@ -325,7 +325,7 @@ func startDueRun(ctx context.Context, o Options, name string, n int, interval ti
 		// The seeding cycles ran unclaimed, so their due entries still say "due at
 		// registration": a scheduler started now would claim every key at once, and a
 		// not-due Begin's due write, landing after the spread below, would put back the
-		// seeding's due time (the first keys of earlier runs served up to an interval late).
+		// seeding's due time (and the first keys would be served up to an interval late).
 		// Nothing is due while the processes start.
 		dr.seed = seed
 		err = spreadDue(ctx, e.rdb, st, p.Partitions, time.Now().Add(time.Hour), interval)

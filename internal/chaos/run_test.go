@@ -19,7 +19,7 @@ func TestRunHasNoViolations(t *testing.T) {
 		if t.Failed() {
 			return
 		}
-		// The faults of the adversarial review, each of which a reverted fix fails on.
+		// Faults the engine guards against: without its guard, each of them fails a run.
 		if frozen["lost-grant"] == 0 || frozen["request"] == 0 || resends == 0 || late == 0 {
 			t.Fatalf("the runs did not inject every fault: pauses %v, re-sent scripts %d, late Begin replies %d", frozen, resends, late)
 		}

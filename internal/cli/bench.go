@@ -25,7 +25,7 @@ func benchCmd() *cobra.Command {
 itself (a 3-master Redis Cluster for the cluster scale-out) unless --redis names a server, with the
 worker and scheduler processes the lateness, scale-out and two-scheduler runs need (this binary,
 re-executed as 'watukuy bench child'). It prints a table with each figure next to its baseline from
-the same run (or the issue's figure) and the longest Lua script the run's own servers logged
+the same run (or a design baseline) and the longest Lua script the run's own servers logged
 (SLOWLOG), and writes the whole run as JSON with --json. registry-costs, longest-script and churn
 measure what the data layout keeps independent of the deployment's size: an operator's look at a
 key and a partitions add next to the poller's partition count, the longest script of operations on

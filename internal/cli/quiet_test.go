@@ -24,7 +24,7 @@ func unsetEnv(t *testing.T, name string) {
 
 // An operator command run from a project directory does not read ./watukuy.yaml: the file
 // may name variables only the workers have. It reads it with --config, or when the file is
-// where the Redis URL is; the commands that run pollers read it as before (issue 13, item 1).
+// where the Redis URL is; the commands that run pollers read it by default.
 // Not parallel: it changes the working directory.
 func TestOperatorCommandsLeaveTheConfigFileAlone(t *testing.T) {
 	unsetEnv(t, "WATUKUY_REDIS_URL")
@@ -75,8 +75,7 @@ pollers:
 
 // dev's Redis (miniredis, which has no CONFIG) raises no eviction alarm: operator commands
 // say nothing, and tick runs without --allow-eviction, saying at info that the policy could
-// not be read. A Redis that does evict still warns and refuses (internal/app) (issue 13,
-// item 6).
+// not be read. A Redis that does evict still warns and refuses (internal/app).
 func TestNoEvictionAlarmOnMiniredis(t *testing.T) {
 	t.Parallel()
 	b := redistest.Miniredis(t)
@@ -97,8 +96,7 @@ func TestNoEvictionAlarmOnMiniredis(t *testing.T) {
 }
 
 // With no --log-level nothing below info is logged (the HTTP request lines are debug), each
-// line names its poller once, and an operator command logs in console form, never JSON
-// (issue 13, item 6).
+// line names its poller once, and an operator command logs in console form, never JSON.
 func TestLogLevelAndForm(t *testing.T) {
 	t.Parallel()
 	b := redistest.Miniredis(t)
@@ -133,8 +131,7 @@ func TestLogLevelAndForm(t *testing.T) {
 }
 
 // go-redis's own lines (a failed dial, retried) go to the command's log at debug, so the
-// operator sees one clean error on stderr (issue 13, item 6). Not parallel: go-redis has one
-// logger per process.
+// operator sees one clean error on stderr. Not parallel: go-redis has one logger per process.
 func TestRedisDialErrorIsSaidOnce(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -153,7 +150,7 @@ func TestRedisDialErrorIsSaidOnce(t *testing.T) {
 }
 
 // --help states each command's own default log format: json for the processes, console for
-// dev and the operator commands (issue 13, item 6).
+// dev and the operator commands.
 func TestLogFormatDefaults(t *testing.T) {
 	t.Parallel()
 	for use, want := range map[string]string{"worker": "json", "scheduler": "json", "run": "json", "tick": "json",
@@ -168,8 +165,7 @@ func TestLogFormatDefaults(t *testing.T) {
 	}
 }
 
-// validate --probe names the key once: the line says which probe failed, the error why
-// (issue 13, item 7).
+// validate --probe names the key once: the line says which probe failed, the error why.
 func TestProbeFailureSaysItOnce(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

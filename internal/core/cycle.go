@@ -521,7 +521,7 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		DurationMs: c.e.now().Sub(c.localAt).Milliseconds(), Pages: c.rep.Pages, Items: c.rep.Items,
 		Events: c.rep.Events, Delivered: c.rep.Delivered, Parked: c.rep.Parked, Invalid: c.rep.Invalid, DeleteCandidates: c.rep.DeleteCandidates,
 		Truncated: c.rep.Truncated, NotModified: c.rep.NotModified, Reconciled: reconciled, BackfillPending: backfillPending, Fresh: fresh}
-	// Compact, not JSON: it keeps an idle key's state hash a small listpack (issue 14).
+	// Compact, not JSON: it keeps an idle key's state hash a small listpack.
 	st[statehash.LastPoll] = summary.Compact()
 	if c.tagPending {
 		st[statehash.LiveTag] = c.state.get(statehash.LiveTag)

@@ -441,8 +441,8 @@ func hungAsynqClient(t *testing.T) *asynq.Client {
 // A claim holds its keys for the short window until their tasks are enqueued, then is
 // confirmed for the claim timeout (the lease TTL plus the grace). A scheduler that dies
 // between its claim and its enqueue (here: the enqueue hangs until the scheduler's context
-// ends, and nothing after it reaches Redis) leaves its keys out for the window only: the two
-// schedulers of issue 14's bench saw a key served 32 s late when the kill fell there.
+// ends, and nothing after it reaches Redis) leaves its keys out for the window only, not for the
+// claim timeout (32 s by default).
 func TestClaimWindowUntilTheEnqueue(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()

@@ -174,7 +174,7 @@ func idleKeyCount() int {
 	return 10_000
 }
 
-// Issue 14: an idle key (one poller, one cycle, empty pages) costs at most idleKeyBudget bytes
+// An idle key (one poller, one cycle, empty pages) costs at most idleKeyBudget bytes
 // of Redis memory, measured on a real redis-server over 10,000 keys.
 func TestIdleKeyMemory(t *testing.T) {
 	if testing.Short() {

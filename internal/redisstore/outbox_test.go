@@ -68,7 +68,7 @@ func streamLess(a, b string) bool {
 	return am < bm || am == bm && as < bs
 }
 
-// Issue 14: the outbox stream exists only while it holds entries. Begin makes none; the first
+// The outbox stream exists only while it holds entries. Begin makes none; the first
 // event makes it with its group; the ack that drains it deletes it and keeps its last id; the
 // next event makes it again with ids above every id handed out before.
 func TestOutboxExistsOnlyWhileItHoldsEntries(t *testing.T) {

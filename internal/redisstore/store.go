@@ -154,7 +154,7 @@ func (s *Store) now(ctx context.Context) (time.Time, error) {
 // newToken makes a lease token: random, so that no two grants share one even when a failover
 // makes an epoch repeat.
 func newToken() (string, error) {
-	// 64 random bits in 11 characters: the token stays in every key's state hash (issue 14),
+	// 64 random bits in 11 characters: the token stays in every key's state hash,
 	// and it only has to tell apart the grants that share one key's epoch.
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {

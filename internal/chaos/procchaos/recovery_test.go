@@ -66,7 +66,7 @@ type recoveryProc struct {
 const (
 	recoveryLeaseTTL = 2 * time.Second
 	recoveryClaim    = recoveryLeaseTTL + core.ClaimGrace
-	// recoveryGoal is the issue's bound on the time back to polling.
+	// recoveryGoal is the bound on the time back to polling.
 	recoveryGoal = 5 * time.Second
 )
 
@@ -482,7 +482,7 @@ func TestRecoveryFlush(t *testing.T) {
 }
 
 // TestRecoveryOutage: kill -9 of redis-server under load, down for WATUKUY_RECOVERY_OUTAGE
-// (default 6 s; the issue's scenario is 20s), then restarted from its AOF. Every process (a
+// (default 6 s; the design scenario is 20s), then restarted from its AOF. Every process (a
 // scheduler, a worker, a `watukuy run`) stays up, logs the outage once and the recovery once
 // (nothing per attempt), and polling resumes within 5 s of Redis answering; no event is lost
 // (the delivered state reaches the API's, and the process chaos checks hold).

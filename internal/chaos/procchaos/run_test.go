@@ -65,7 +65,7 @@ func runProcessChaos(t *testing.T, o Options) {
 		t.Errorf("seed %d: want at least one kill, stop, redis restart, failover, proxy fault, reply stall and receiver outage; got %d, %d, %d, %d, %d, %d, %d",
 			seed, rep.Kills, rep.Stops, rep.RedisRestarts, rep.Failovers, rep.ProxyFaults, rep.ReplyStalls, rep.ReceiverOutages)
 	}
-	// The goal: a key whose worker is SIGKILLed mid-fetch is polled again within the
+	// The goal: a key whose worker is SIGKILLed mid-fetch is polled again within the
 	// lease TTL + 5 s (R1 reports the same as a violation).
 	if rep.HolderKills < 1 || len(rep.Recoveries) != rep.HolderKills {
 		t.Errorf("seed %d: want at least one SIGKILL of the key's worker mid-fetch, each followed by a request of the key; got %d kills, %d recoveries",
