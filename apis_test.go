@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // changeLog is an API that serves every change as an entry (a change-log / events API: the
@@ -34,22 +36,22 @@ func (l *changeLog) addRaw(raw string) {
 	l.entries = append(l.entries, json.RawMessage(raw))
 }
 
-func (l *changeLog) fetch(ctx context.Context, req FetchRequest) (Page, error) {
+func (l *changeLog) fetch(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	from := 0
 	if req.Cursor != "" {
 		if _, err := fmt.Sscan(req.Cursor, &from); err != nil {
-			return Page{}, err
+			return watukuytype.Page{}, err
 		}
 	}
 	to := min(from+2, len(l.entries))
-	return Page{Items: append([]json.RawMessage(nil), l.entries[from:to]...), Next: fmt.Sprint(to), HasMore: to < len(l.entries)}, nil
+	return watukuytype.Page{Items: append([]json.RawMessage(nil), l.entries[from:to]...), Next: fmt.Sprint(to), HasMore: to < len(l.entries)}, nil
 }
 
 // latest is a full listing of a change log's current state: each identity's last entry, in
 // order of first appearance, one page (a reconcile listing of the same API).
-func (l *changeLog) latest(ctx context.Context, req FetchRequest) (Page, error) {
+func (l *changeLog) latest(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	last := map[string]json.RawMessage{}
@@ -69,7 +71,7 @@ func (l *changeLog) latest(ctx context.Context, req FetchRequest) (Page, error) 
 		}
 		last[it.ID] = raw
 	}
-	var p Page
+	var p watukuytype.Page
 	for _, id := range order {
 		if last[id] != nil {
 			p.Items = append(p.Items, last[id])
@@ -94,10 +96,10 @@ func (l *rawListing) set(id, raw string) {
 	}
 }
 
-func (l *rawListing) fetch(ctx context.Context, req FetchRequest) (Page, error) {
+func (l *rawListing) fetch(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var p Page
+	var p watukuytype.Page
 	for _, id := range slices.Sorted(maps.Keys(l.items)) {
 		p.Items = append(p.Items, json.RawMessage(l.items[id]))
 	}
@@ -119,7 +121,7 @@ func (a *listingAPI) put(id, raw string) {
 	a.items[id] = raw
 }
 
-func (a *listingAPI) fetch(ctx context.Context, req FetchRequest) (Page, error) {
+func (a *listingAPI) fetch(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	ids := make([]string, 0, len(a.items))
@@ -131,7 +133,7 @@ func (a *listingAPI) fetch(ctx context.Context, req FetchRequest) (Page, error) 
 	for i, id := range ids {
 		items[i] = json.RawMessage(a.items[id])
 	}
-	return Page{Items: items}, nil
+	return watukuytype.Page{Items: items}, nil
 }
 
 // currentAPI lists items as they are now, over updated_since: each item's current state,
@@ -169,13 +171,13 @@ func (a *currentAPI) putRaw(id string, pos int, raw string) {
 	a.items[id] = currentItem{pos: pos, raw: raw}
 }
 
-func (a *currentAPI) fetch(ctx context.Context, req FetchRequest) (Page, error) {
+func (a *currentAPI) fetch(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	from := -1
 	if req.Cursor != "" {
 		if _, err := fmt.Sscan(req.Cursor, &from); err != nil {
-			return Page{}, err
+			return watukuytype.Page{}, err
 		}
 	}
 	type entry struct {
@@ -195,7 +197,7 @@ func (a *currentAPI) fetch(ctx context.Context, req FetchRequest) (Page, error) 
 		return list[i].id < list[j].id
 	})
 	if len(list) == 0 {
-		return Page{Next: req.Cursor}, nil
+		return watukuytype.Page{Next: req.Cursor}, nil
 	}
 	n := min(2, len(list))
 	for n < len(list) && list[n].pos == list[n-1].pos {
@@ -205,7 +207,7 @@ func (a *currentAPI) fetch(ctx context.Context, req FetchRequest) (Page, error) 
 	for i := range n {
 		items[i] = json.RawMessage(list[i].raw)
 	}
-	return Page{Items: items, Next: fmt.Sprint(list[n-1].pos), HasMore: n < len(list)}, nil
+	return watukuytype.Page{Items: items, Next: fmt.Sprint(list[n-1].pos), HasMore: n < len(list)}, nil
 }
 
 // taggedListing is a listing whose pages are fixed groups (page k lists the identities that
@@ -240,14 +242,14 @@ func (l *taggedListing) set(id, version string) {
 	}
 }
 
-func (l *taggedListing) Fetch(_ context.Context, req FetchRequest) (Page, error) {
+func (l *taggedListing) Fetch(_ context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 	l.mu.Lock()
 	tag := l.tag()
 	if req.ETag == tag {
 		l.mu.Unlock()
-		return Page{NotModified: true, ETag: tag}, nil
+		return watukuytype.Page{NotModified: true, ETag: tag}, nil
 	}
-	var p Page
+	var p watukuytype.Page
 	prefix := strconv.Itoa(req.Page)
 	for _, id := range slices.Sorted(maps.Keys(l.items)) {
 		if strings.HasPrefix(id, prefix) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // laneBackfillName is Event.Lane of the backfill lane.
@@ -32,7 +33,7 @@ func TestG3BackfillAppliesASameSecondWriteOfACurrentStateAPI(t *testing.T) {
 				e := newEnv(t, b)
 				name := "cur-" + tc.name
 				api := &currentAPI{}
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Fetch = api.fetch
 				}), nil)
@@ -45,7 +46,7 @@ func TestG3BackfillAppliesASameSecondWriteOfACurrentStateAPI(t *testing.T) {
 				if got, _ := dedupingConsumer(e.rec.events()); got["o1"] != "A" {
 					t.Fatalf("setup: the live lane delivered o1 %q before the backfill", got["o1"])
 				}
-				if _, err := eng.Backfill(t.Context(), name, "", BackfillRequest{From: "", Force: tc.force}); err != nil {
+				if _, err := eng.Backfill(t.Context(), name, "", watukuytype.BackfillRequest{From: "", Force: tc.force}); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
@@ -76,7 +77,7 @@ func TestG3BackfillAppliesAnItemRestoredFromABackup(t *testing.T) {
 				e := newEnv(t, b)
 				name := "restore-" + how
 				api := &currentAPI{}
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Fetch = api.fetch
 				}), nil)
@@ -92,7 +93,7 @@ func TestG3BackfillAppliesAnItemRestoredFromABackup(t *testing.T) {
 				if how == "control-reset-cursor" {
 					err = eng.ResetCursor(ctx, name, "", "", false)
 				} else {
-					_, err = eng.Backfill(ctx, name, "", BackfillRequest{From: "", Force: how == "backfill-force"})
+					_, err = eng.Backfill(ctx, name, "", watukuytype.BackfillRequest{From: "", Force: how == "backfill-force"})
 				}
 				if err != nil {
 					t.Fatal(err)
@@ -121,10 +122,10 @@ func TestG3BackfillAppliesADeletionOfACurrentStateSyncAPI(t *testing.T) {
 				e := newEnv(t, b)
 				name := "tomb-" + tc.name
 				api := &currentAPI{}
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Fetch = api.fetch
-					p.Tombstone = Flag("deleted")
+					p.Tombstone = watukuytype.Flag("deleted")
 				}), nil)
 				api.put("o1", 10, "A")
 				api.put("x1", 11, "x")
@@ -136,7 +137,7 @@ func TestG3BackfillAppliesADeletionOfACurrentStateSyncAPI(t *testing.T) {
 				api.putRaw("o1", pos, tc.tomb)
 				api.put("y1", 12, "y")
 				e.settle(eng)
-				if _, err := eng.Backfill(t.Context(), name, "", BackfillRequest{From: ""}); err != nil {
+				if _, err := eng.Backfill(t.Context(), name, "", watukuytype.BackfillRequest{From: ""}); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
@@ -167,7 +168,7 @@ func TestG3DefaultBackfillSupersedesAParkedItem(t *testing.T) {
 				api := &currentAPI{}
 				var strict atomic.Bool
 				strict.Store(true)
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Fetch = api.fetch
 					p.Version = nil // version-less: state is the content
@@ -187,7 +188,7 @@ func TestG3DefaultBackfillSupersedesAParkedItem(t *testing.T) {
 				api.putRaw("o1", tc.pos, `{"id":"o1","state":"C"}`)
 				api.putRaw("y1", 14, `{"id":"y1","state":"y"}`)
 				e.settle(eng)
-				if _, err := eng.Backfill(ctx, name, "", BackfillRequest{From: ""}); err != nil {
+				if _, err := eng.Backfill(ctx, name, "", watukuytype.BackfillRequest{From: ""}); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)

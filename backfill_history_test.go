@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // A backfill that spans cycles (the live lane runs first in each) does not take back a change
@@ -26,10 +27,10 @@ func TestG3BackfillSpanningCyclesKeepsALiveChange(t *testing.T) {
 				name := fmt.Sprintf("bf-%v", during)
 				log := &changeLog{}
 				var started atomic.Bool
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.MaxPagesPerCycle = 2 // the live lane's page and one backfill page
-					p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+					p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 						pg, err := log.fetch(ctx, req)
 						if err == nil && req.Lane == "backfill" && req.Cursor == "" && started.CompareAndSwap(false, true) && during {
 							log.add("o1", 4, "delivered") // between the backfill's first and second cycle
@@ -43,7 +44,7 @@ func TestG3BackfillSpanningCyclesKeepsALiveChange(t *testing.T) {
 				}
 				log.add("x1", 1, "x")
 				e.settle(eng)
-				if _, err := eng.Backfill(t.Context(), name, "", BackfillRequest{From: ""}); err != nil {
+				if _, err := eng.Backfill(t.Context(), name, "", watukuytype.BackfillRequest{From: ""}); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
@@ -79,7 +80,7 @@ func TestG3BackfillWindowKeepsEarlierLiveChanges(t *testing.T) {
 				e := newEnv(t, b)
 				name := fmt.Sprintf("bfwin-%v", window)
 				log := &changeLog{}
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.History = true // a change log: every change an entry
 					p.Fetch = log.fetch
@@ -89,7 +90,7 @@ func TestG3BackfillWindowKeepsEarlierLiveChanges(t *testing.T) {
 				}
 				log.add("x1", 1, "x")
 				e.settle(eng)
-				req := BackfillRequest{From: ""}
+				req := watukuytype.BackfillRequest{From: ""}
 				if window {
 					to := "2" // the period of o1's first two changes
 					req.To = &to
@@ -125,11 +126,11 @@ func TestG3BackfillKeepsWhatReconcileReadAheadOfTheLiveCursor(t *testing.T) {
 				name := fmt.Sprintf("recahead-%v", viaReconcile)
 				log := &changeLog{}
 				var armed atomic.Bool
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.History = true // a change log: every change an entry
 					p.Fetch = log.fetch
-					p.Reconcile = &Reconcile{Every: 6 * time.Hour, Fetch: func(ctx context.Context, req FetchRequest) (Page, error) {
+					p.Reconcile = &watukuytype.Reconcile{Every: 6 * time.Hour, Fetch: func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 						if armed.CompareAndSwap(true, false) {
 							log.add("o1", 3, "shipped") // after the live lane's last page
 						}
@@ -149,7 +150,7 @@ func TestG3BackfillKeepsWhatReconcileReadAheadOfTheLiveCursor(t *testing.T) {
 				if armed.Load() {
 					t.Fatal("the reconcile listing never ran: the test proves nothing")
 				}
-				if _, err := eng.Backfill(t.Context(), name, "", BackfillRequest{From: ""}); err != nil {
+				if _, err := eng.Backfill(t.Context(), name, "", watukuytype.BackfillRequest{From: ""}); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
@@ -181,16 +182,16 @@ func TestG3BackfillStoppedHalfWayLeavesThePresent(t *testing.T) {
 				log := &changeLog{}
 				var refuse, hiccup atomic.Bool
 				hiccup.Store(true)
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.History = true       // a change log: every change an entry
 					p.MaxPagesPerCycle = 2 // the live lane's page and one backfill page
-					p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+					p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 						if req.Lane == "backfill" && req.Cursor == "2" && refuse.Load() {
-							return Page{}, &ConfigError{Poller: name, Field: "cursor", Msg: "cursor 2 refused by the API (expired)"}
+							return watukuytype.Page{}, &watukuytype.ConfigError{Poller: name, Field: "cursor", Msg: "cursor 2 refused by the API (expired)"}
 						}
 						if req.Lane == "backfill" && req.Cursor == "2" && hiccup.CompareAndSwap(true, false) {
-							return Page{}, fmt.Errorf("a transient failure: the backfill goes on at the next cycle")
+							return watukuytype.Page{}, fmt.Errorf("a transient failure: the backfill goes on at the next cycle")
 						}
 						return log.fetch(ctx, req)
 					}
@@ -201,7 +202,7 @@ func TestG3BackfillStoppedHalfWayLeavesThePresent(t *testing.T) {
 				log.add("x1", 1, "x")
 				e.settle(eng)
 				ctx := t.Context()
-				if _, err := eng.Backfill(ctx, name, "", BackfillRequest{From: ""}); err != nil {
+				if _, err := eng.Backfill(ctx, name, "", watukuytype.BackfillRequest{From: ""}); err != nil {
 					t.Fatal(err)
 				}
 				e.clock.Advance(time.Second)
@@ -215,7 +216,7 @@ func TestG3BackfillStoppedHalfWayLeavesThePresent(t *testing.T) {
 				case "fails":
 					refuse.Store(true)
 				case "restarted-later":
-					if _, err := eng.Backfill(ctx, name, "", BackfillRequest{From: "3"}); err != nil {
+					if _, err := eng.Backfill(ctx, name, "", watukuytype.BackfillRequest{From: "3"}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -254,7 +255,7 @@ func TestG3BackfillEqualTimestampKeepsTheRow(t *testing.T) {
 				e := newEnv(t, b)
 				name := "bfeq-" + tc.name
 				log := &changeLog{}
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.History = true // a change log: every change an entry
 					p.Fetch = log.fetch
@@ -264,7 +265,7 @@ func TestG3BackfillEqualTimestampKeepsTheRow(t *testing.T) {
 				log.addRaw(fmt.Sprintf(`{"id":"o1","version":%q,"state":"shipped"}`, tc.shipped))
 				log.addRaw(`{"id":"x1","version":"2026-01-01T10:00:07Z","state":"x"}`)
 				e.settle(eng)
-				req := BackfillRequest{From: ""}
+				req := watukuytype.BackfillRequest{From: ""}
 				if tc.window {
 					to := "2"
 					req.To = &to
@@ -307,11 +308,11 @@ func TestG6BackfillVersionlessDeletionEntrySparesTheCurrentLife(t *testing.T) {
 				e := newEnv(t, b)
 				name := fmt.Sprintf("bfdel-%v", versioned)
 				log := &changeLog{}
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.History = true // a change log: every change an entry
 					p.Fetch = log.fetch
-					p.Tombstone = Flag("deleted")
+					p.Tombstone = watukuytype.Flag("deleted")
 				}), nil)
 				log.add("x1", 1, "A")
 				log.addRaw(del)
@@ -319,7 +320,7 @@ func TestG6BackfillVersionlessDeletionEntrySparesTheCurrentLife(t *testing.T) {
 				log.add("y1", 1, "y")
 				e.settle(eng)
 				to := "2"
-				if _, err := eng.Backfill(t.Context(), name, "", BackfillRequest{From: "", To: &to}); err != nil {
+				if _, err := eng.Backfill(t.Context(), name, "", watukuytype.BackfillRequest{From: "", To: &to}); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
@@ -348,7 +349,7 @@ func TestG3BackfillWindowKeepsAForgottenRow(t *testing.T) {
 				e := newEnv(t, b)
 				name := fmt.Sprintf("forgot-%v", clear)
 				log := &changeLog{}
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.History = true // a change log: every change an entry
 					p.Fetch = log.fetch
@@ -366,7 +367,7 @@ func TestG3BackfillWindowKeepsAForgottenRow(t *testing.T) {
 				}
 				e.settle(eng)
 				to := "2" // the window [o1 A, x1]
-				if _, err := eng.Backfill(ctx, name, "", BackfillRequest{From: "", To: &to}); err != nil {
+				if _, err := eng.Backfill(ctx, name, "", watukuytype.BackfillRequest{From: "", To: &to}); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
@@ -391,7 +392,7 @@ func TestG3BackfillOfOlderHistoryKeepsTheParkedLatest(t *testing.T) {
 				log := &changeLog{}
 				var mu sync.Mutex
 				strict := true
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Fetch = log.fetch
 					p.History = true // a change log: a backfill reads history
@@ -412,7 +413,7 @@ func TestG3BackfillOfOlderHistoryKeepsTheParkedLatest(t *testing.T) {
 				e.settle(eng)
 				if backfill {
 					to := "2" // the first page of the log: v1, v2
-					if _, err := eng.Backfill(ctx, name, "", BackfillRequest{From: "", To: &to}); err != nil {
+					if _, err := eng.Backfill(ctx, name, "", watukuytype.BackfillRequest{From: "", To: &to}); err != nil {
 						t.Fatal(err)
 					}
 					e.settle(eng)
@@ -450,18 +451,18 @@ func TestG3BackfillParkedItemOfADeletedIdentityStaysDeleted(t *testing.T) {
 				log := &changeLog{}
 				var strict atomic.Bool
 				strict.Store(true)
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Fetch = log.fetch
 					p.Validate = strictBadPrefix(&strict)
-					p.Tombstone = Flag("deleted")
+					p.Tombstone = watukuytype.Flag("deleted")
 				}), nil)
 				log.add("o0", 1, "x")
 				log.add("o1", 1, "bad a")
 				log.addRaw(`{"id":"o1","deleted":true}`)
 				e.settle(eng)
 				if backfill {
-					if _, err := eng.Backfill(t.Context(), name, "", BackfillRequest{From: ""}); err != nil {
+					if _, err := eng.Backfill(t.Context(), name, "", watukuytype.BackfillRequest{From: ""}); err != nil {
 						t.Fatal(err)
 					}
 					e.settle(eng)

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/watukuy/watukuy/httppoll"
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/luascripts"
@@ -38,13 +39,13 @@ func benchItems(n, gen int) []json.RawMessage {
 }
 
 // listingOf serves items as a snapshot listing, pageSize per page.
-func listingOf(items *[]json.RawMessage, pageSize int) FetchFunc {
-	return func(ctx context.Context, req FetchRequest) (Page, error) {
+func listingOf(items *[]json.RawMessage, pageSize int) watukuytype.FetchFunc {
+	return func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 		off := 0
 		fmt.Sscan(req.Cursor, &off)
 		all := *items
 		end := min(off+pageSize, len(all))
-		return Page{Items: all[off:end], Next: fmt.Sprint(end), HasMore: end < len(all)}, nil
+		return watukuytype.Page{Items: all[off:end], Next: fmt.Sprint(end), HasMore: end < len(all)}, nil
 	}
 }
 
@@ -64,9 +65,9 @@ func newBenchEnv(b *testing.B, items *[]json.RawMessage, version string) *benchE
 	if err != nil {
 		b.Fatal(err)
 	}
-	err = eng.Register(Poller{Name: "bench", Strategy: SnapshotDiff, Fetch: listingOf(items, 1000),
-		Version: Field(version), Handler: func(context.Context, Event) error { return nil },
-		Delivery: Delivery{Concurrency: 8}, MaxPagesPerCycle: 1000})
+	err = eng.Register(watukuytype.Poller{Name: "bench", Strategy: watukuytype.SnapshotDiff, Fetch: listingOf(items, 1000),
+		Version: watukuytype.Field(version), Handler: func(context.Context, watukuytype.Event) error { return nil },
+		Delivery: watukuytype.Delivery{Concurrency: 8}, MaxPagesPerCycle: 1000})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -176,10 +177,10 @@ func BenchmarkHTTPPoll(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			list := &PageCursor{Source: HTTPSource{URL: srv.URL + "/list", Items: "data"}, Param: "page",
+			list := &httppoll.PageCursor{Source: httppoll.Source{URL: srv.URL + "/list", Items: "data"}, Param: "page",
 				SizeParam: "per_page", Size: 1000, HasMore: "has_more"}
-			if err := eng.Register(Poller{Name: "http", Strategy: SnapshotDiff, Fetch: list.Fetch, Version: Field("version"),
-				Handler: func(context.Context, Event) error { return nil }, Delivery: Delivery{Concurrency: 8}}); err != nil {
+			if err := eng.Register(watukuytype.Poller{Name: "http", Strategy: watukuytype.SnapshotDiff, Fetch: list.Fetch, Version: watukuytype.Field("version"),
+				Handler: func(context.Context, watukuytype.Event) error { return nil }, Delivery: watukuytype.Delivery{Concurrency: 8}}); err != nil {
 				b.Fatal(err)
 			}
 			key := watukuytype.Key{Poller: "http"}
@@ -228,14 +229,14 @@ func BenchmarkLargePageCommit(b *testing.B) {
 		b.Fatal(err)
 	}
 	items := benchItems(n, 0)
-	noop := func(context.Context, Event) error { return nil }
-	if err := eng.Register(Poller{Name: "big", Fetch: func(ctx context.Context, req FetchRequest) (Page, error) {
-		return Page{Items: items, Next: "1"}, nil
-	}, Version: Field("version"), Handler: noop, Delivery: Delivery{Concurrency: 8}}); err != nil {
+	noop := func(context.Context, watukuytype.Event) error { return nil }
+	if err := eng.Register(watukuytype.Poller{Name: "big", Fetch: func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+		return watukuytype.Page{Items: items, Next: "1"}, nil
+	}, Version: watukuytype.Field("version"), Handler: noop, Delivery: watukuytype.Delivery{Concurrency: 8}}); err != nil {
 		b.Fatal(err)
 	}
 	small := fakeapi.New()
-	if err := eng.Register(Poller{Name: "small", Fetch: small.ChangeFeed(10), Version: Field("version"), Handler: noop}); err != nil {
+	if err := eng.Register(watukuytype.Poller{Name: "small", Fetch: small.ChangeFeed(10), Version: watukuytype.Field("version"), Handler: noop}); err != nil {
 		b.Fatal(err)
 	}
 	big, other := watukuytype.Key{Poller: "big"}, watukuytype.Key{Poller: "small"}
@@ -310,9 +311,9 @@ func BenchmarkReleaseHeldHotKey(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := eng.Register(Poller{Name: "orders", Fetch: api.ChangeFeed(10), Version: Field("version"),
-		Delivery: Delivery{Attempts: 1, RetryHorizon: -1, OrderingKey: func(Event) string { return "X" }},
-		Handler: func(context.Context, Event) error {
+	if err := eng.Register(watukuytype.Poller{Name: "orders", Fetch: api.ChangeFeed(10), Version: watukuytype.Field("version"),
+		Delivery: watukuytype.Delivery{Attempts: 1, RetryHorizon: -1, OrderingKey: func(watukuytype.Event) string { return "X" }},
+		Handler: func(context.Context, watukuytype.Event) error {
 			if fail {
 				return fmt.Errorf("poison")
 			}
@@ -320,7 +321,7 @@ func BenchmarkReleaseHeldHotKey(b *testing.B) {
 		}}); err != nil {
 		b.Fatal(err)
 	}
-	key := Key{Poller: "orders"}
+	key := watukuytype.Key{Poller: "orders"}
 	env := []byte(fmt.Sprintf(`{"type":"updated","item":{"pad":%q}}`, make([]byte, 300)))
 	var longest time.Duration
 	for i := 0; i < b.N; i++ {
@@ -382,12 +383,14 @@ func BenchmarkIdleCycle(b *testing.B) {
 		_, _ = w.Write([]byte(`{"data":[],"next":"t1"}`))
 	}))
 	defer srv.Close()
-	token := &TokenCursor{Source: HTTPSource{URL: srv.URL + "/changes", Items: "data"}, Param: "token", Next: "next"}
+	token := &httppoll.TokenCursor{Source: httppoll.Source{URL: srv.URL + "/changes", Items: "data"}, Param: "token", Next: "next"}
 	fetches := []struct {
 		name  string
-		fetch FetchFunc
+		fetch watukuytype.FetchFunc
 	}{
-		{"go", func(_ context.Context, req FetchRequest) (Page, error) { return Page{Next: req.Cursor}, nil }},
+		{"go", func(_ context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+			return watukuytype.Page{Next: req.Cursor}, nil
+		}},
 		{"http", token.Fetch},
 	}
 	for _, f := range fetches {
@@ -415,15 +418,15 @@ func (dropSpans) ForceFlush(context.Context) error                { return nil }
 
 // benchIdleCycles runs b.N idle cycles of one key whose Fetch is fetch, on an engine built
 // with opts (Redis, InstanceID and the clock are set here).
-func benchIdleCycles(b *testing.B, fetch FetchFunc, opts Options) {
+func benchIdleCycles(b *testing.B, fetch watukuytype.FetchFunc, opts Options) {
 	clock := newClock()
 	opts.Redis, opts.InstanceID, opts.clock = redistest.Miniredis(b).Client, "bench", clock.Now
 	eng, err := New(opts)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := eng.Register(Poller{Name: "idle", Fetch: fetch, Handler: func(context.Context, Event) error { return nil },
-		Schedule: Schedule{Min: time.Second, Max: time.Second, Fixed: true}}); err != nil {
+	if err := eng.Register(watukuytype.Poller{Name: "idle", Fetch: fetch, Handler: func(context.Context, watukuytype.Event) error { return nil },
+		Schedule: watukuytype.Schedule{Min: time.Second, Max: time.Second, Fixed: true}}); err != nil {
 		b.Fatal(err)
 	}
 	key := watukuytype.Key{Poller: "idle"}
@@ -478,9 +481,9 @@ func TestRedisCostsAtScale(t *testing.T) {
 	for i := range parts {
 		parts[i] = fmt.Sprintf("p%06d", i)
 	}
-	p := Poller{Name: "orders", Fetch: api.ChangeFeed(10), Version: Field("version"), Handler: rec.handle,
-		Schedule: Schedule{Min: time.Hour, Max: time.Hour}, Partitions: parts,
-		Delivery: Delivery{Attempts: 1, RetryHorizon: -1, Backoff: Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
+	p := watukuytype.Poller{Name: "orders", Fetch: api.ChangeFeed(10), Version: watukuytype.Field("version"), Handler: rec.handle,
+		Schedule: watukuytype.Schedule{Min: time.Hour, Max: time.Hour}, Partitions: parts,
+		Delivery: watukuytype.Delivery{Attempts: 1, RetryHorizon: -1, Backoff: watukuytype.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
 	eng, err := New(Options{Redis: rdb, InstanceID: "big"})
 	if err != nil {
 		t.Fatal(err)
@@ -562,7 +565,7 @@ func TestRedisCostsAtScale(t *testing.T) {
 	})
 	// One real cycle makes an idle key's state; every other key gets a copy.
 	api.Put("a1", nil)
-	if rep := eng.RunCycle(ctx, Key{Poller: "orders", Partition: parts[3]}); rep.Err != nil {
+	if rep := eng.RunCycle(ctx, watukuytype.Key{Poller: "orders", Partition: parts[3]}); rep.Err != nil {
 		t.Fatal(rep.Err)
 	}
 	idle := rdb.HGetAll(ctx, "wk:{orders|"+parts[3]+"}:state").Val()
@@ -596,13 +599,13 @@ func TestRedisCostsAtScale(t *testing.T) {
 		pl.XAdd(ctx, &redis.XAddArgs{Stream: ob, Values: []any{"id", fmt.Sprintf("ev_%07d", i), "ok", fmt.Sprintf("i%d", i%1000), "ev", env}})
 	})
 	// Key 2: a poison event (a real park), holding big events of its ordering key.
-	rec.setFail(func(ev Event) error {
+	rec.setFail(func(ev watukuytype.Event) error {
 		if ev.Partition == parts[2] {
 			return errors.New("poison")
 		}
 		return nil
 	})
-	if rep := eng.RunCycle(ctx, Key{Poller: "orders", Partition: parts[2]}); rep.Err != nil || rep.Parked != 1 {
+	if rep := eng.RunCycle(ctx, watukuytype.Key{Poller: "orders", Partition: parts[2]}); rep.Err != nil || rep.Parked != 1 {
 		t.Fatalf("%+v", rep)
 	}
 	rec.setFail(nil)
@@ -673,8 +676,8 @@ func TestRedisCostsAtScale(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	measure("cycle draining the 100k held released", func() { eng.RunCycle(ctx, Key{Poller: "orders", Partition: parts[2]}) })
-	measure("cycle draining the 100k outbox", func() { eng.RunCycle(ctx, Key{Poller: "orders", Partition: parts[1]}) })
+	measure("cycle draining the 100k held released", func() { eng.RunCycle(ctx, watukuytype.Key{Poller: "orders", Partition: parts[2]}) })
+	measure("cycle draining the 100k outbox", func() { eng.RunCycle(ctx, watukuytype.Key{Poller: "orders", Partition: parts[1]}) })
 	measure("partitions delete of the 1M-identity key", func() {
 		if err := eng.Partitions().Delete(ctx, "orders", parts[0]); err != nil {
 			t.Error(err)
@@ -682,7 +685,7 @@ func TestRedisCostsAtScale(t *testing.T) {
 	})
 	measure("pause one key (Engine.Pause)", func() { _ = eng.Pause(ctx, "orders", parts[5]) })
 	measure(fmt.Sprintf("poller-wide pause (%d keys)", n), func() {
-		if _, err := eng.Each(ctx, "orders", nil, func(k Key) error { return eng.Pause(ctx, k.Poller, k.Partition) }); err != nil {
+		if _, err := eng.Each(ctx, "orders", nil, func(k watukuytype.Key) error { return eng.Pause(ctx, k.Poller, k.Partition) }); err != nil {
 			t.Error(err)
 		}
 	})

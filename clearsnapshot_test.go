@@ -11,14 +11,15 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // clearSnapshotPoller is an unversioned listing poller whose content is the state field.
-func clearSnapshotPoller(e *env, mod ...func(*Poller)) Poller {
-	return e.poller(append([]func(*Poller){func(p *Poller) {
+func clearSnapshotPoller(e *env, mod ...func(*watukuytype.Poller)) watukuytype.Poller {
+	return e.poller(append([]func(*watukuytype.Poller){func(p *watukuytype.Poller) {
 		p.Version = nil
 		p.Fingerprint = stateFingerprint
-		p.Strategy = SnapshotDiff
+		p.Strategy = watukuytype.SnapshotDiff
 		p.Fetch = e.api.Listing(10)
 		p.ConfirmDeletes = 1
 	}}, mod...)...)
@@ -55,7 +56,7 @@ func TestG2ClearSnapshotKeepsTheChangeCount(t *testing.T) {
 func TestG2ClearSnapshotKeepsALifeOlderThanTheRetention(t *testing.T) {
 	eachLight(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
-		eng := e.engine(clearSnapshotPoller(e, func(p *Poller) { p.TombstoneRetention = time.Hour }), nil)
+		eng := e.engine(clearSnapshotPoller(e, func(p *watukuytype.Poller) { p.TombstoneRetention = time.Hour }), nil)
 		e.api.Put("o1", map[string]any{"state": "closed"})
 		e.settle(eng)
 		e.api.Delete("o1")
@@ -103,13 +104,13 @@ func TestG2DeleteAfterClearSnapshotGetsANewID(t *testing.T) {
 		present := map[string]bool{}
 		for i, ev := range evs {
 			if j, dup := seen[ev.ID]; dup {
-				if ev.Type == Deleted {
+				if ev.Type == watukuytype.Deleted {
 					t.Errorf("G2: event %d (%s) has the id of event %d (%s): the second life's delete named as the first's", i, ev.Type, j, evs[j].Type)
 				}
 				continue
 			}
 			seen[ev.ID] = i
-			present[ev.Identity] = ev.Type != Deleted
+			present[ev.Identity] = ev.Type != watukuytype.Deleted
 		}
 		if present["o1"] {
 			t.Errorf("a consumer that dedupes by id still holds o1, which the API deleted")
@@ -122,8 +123,8 @@ func TestG2DeleteAfterClearSnapshotGetsANewID(t *testing.T) {
 func TestG3DeleteRightAfterClearSnapshotIsEmitted(t *testing.T) {
 	eachLight(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
-		eng := e.engine(e.poller(func(p *Poller) {
-			p.Strategy = SnapshotDiff
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) {
+			p.Strategy = watukuytype.SnapshotDiff
 			p.Fetch = e.api.Listing(10)
 			p.ConfirmDeletes = 1
 		}), nil)
@@ -151,12 +152,12 @@ func TestG3ClearSnapshotReemitsItemsOlderThanTheirRows(t *testing.T) {
 				for _, id := range []string{"a", "b"} {
 					l.set(id, fmt.Sprintf(`{"id":%q,"rev":5,"state":"rev 5"}`, id))
 				}
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
-					p.Strategy = SnapshotDiff
+					p.Strategy = watukuytype.SnapshotDiff
 					p.ConfirmDeletes = 1
 					p.Fetch = l.fetch
-					p.Version = Field("rev")
+					p.Version = watukuytype.Field("rev")
 				}), nil)
 				e.settle(eng)
 				if restored {
@@ -172,7 +173,7 @@ func TestG3ClearSnapshotReemitsItemsOlderThanTheirRows(t *testing.T) {
 				e.settle(eng)
 				created := 0
 				for _, ev := range e.rec.events()[before:] {
-					if ev.Type == Created {
+					if ev.Type == watukuytype.Created {
 						created++
 					}
 				}
@@ -200,7 +201,7 @@ func TestG3ParkedItemStaysRetriableAfterClearSnapshot(t *testing.T) {
 				log := &changeLog{}
 				var mu sync.Mutex
 				strict := true
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Fetch = log.fetch
 					p.Validate = func(item json.RawMessage) error {

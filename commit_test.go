@@ -55,18 +55,18 @@ func TestG3LargePageCommittedInChunks(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
 		e.api.PutMany(5000, "o", map[string]any{"n": 1})
-		big := func(p *Poller) { p.Fetch = e.api.ChangeFeed(5000); p.CommitMaxItems = 1000 }
+		big := func(p *watukuytype.Poller) { p.Fetch = e.api.ChangeFeed(5000); p.CommitMaxItems = 1000 }
 		d := &dieAfterStore{n: 1}
 		e.tick(e.engine(e.poller(big), func(s core.Store) core.Store { d.Store = s; return d }))
 		if d.largest > 1000 {
 			t.Fatalf("a commit carried %d events, more than CommitMaxItems", d.largest)
 		}
 		eng := e.engine(e.poller(big), nil)
-		state := eng.store.Key(Key{Poller: "orders"}, "state")
+		state := eng.store.Key(watukuytype.Key{Poller: "orders"}, "state")
 		if cur := b.Client.HGet(t.Context(), state, "cursor.live").Val(); cur != "" {
 			t.Fatalf("the cursor moved to %q with two of five chunks committed", cur)
 		}
-		if n := b.Client.XLen(t.Context(), eng.store.Key(Key{Poller: "orders"}, "outbox")).Val(); n != 2000 {
+		if n := b.Client.XLen(t.Context(), eng.store.Key(watukuytype.Key{Poller: "orders"}, "outbox")).Val(); n != 2000 {
 			t.Fatalf("%d events in the outbox after two chunks, want 2000", n)
 		}
 		e.settle(eng)
@@ -104,12 +104,12 @@ func TestG7ResentCommitAppliedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := eng.Register(e.poller(func(p *Poller) { p.Fetch = e.api.ChangeFeed(100) })); err != nil {
+	if err := eng.Register(e.poller(func(p *watukuytype.Poller) { p.Fetch = e.api.ChangeFeed(100) })); err != nil {
 		t.Fatal(err)
 	}
 	e.api.Put("warm-up", nil)
 	e.settle(eng) // the scripts are loaded (a first EVALSHA would only get NOSCRIPT)
-	outbox := eng.store.Key(Key{Poller: "orders"}, "outbox")
+	outbox := eng.store.Key(watukuytype.Key{Poller: "orders"}, "outbox")
 	// round commits 30 new events in one tick and returns the EVALSHA calls Redis ran and the
 	// entries the outbox received meanwhile.
 	round := func(arm bool) (calls, added int64) {
@@ -300,12 +300,12 @@ func TestG7DelayedChunkAppliedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := eng.Register(e.poller(func(p *Poller) { p.Fetch = e.api.ChangeFeed(5000); p.CommitMaxItems = 1000 })); err != nil {
+	if err := eng.Register(e.poller(func(p *watukuytype.Poller) { p.Fetch = e.api.ChangeFeed(5000); p.CommitMaxItems = 1000 })); err != nil {
 		t.Fatal(err)
 	}
 	e.api.Put("warm-up", nil)
 	e.settle(eng) // scripts loaded
-	outbox := eng.store.Key(Key{Poller: "orders"}, "outbox")
+	outbox := eng.store.Key(watukuytype.Key{Poller: "orders"}, "outbox")
 	added0 := entriesAdded(t, srv, outbox)
 	e.api.PutMany(2000, "o", map[string]any{"n": 1})
 	e.clock.Advance(3 * time.Minute)
@@ -365,7 +365,7 @@ func TestG3DelayedCommitDoesNotRewindCursorOrRows(t *testing.T) {
 		_ = json.Unmarshal(item, &it)
 		return it.State
 	}
-	if err := eng.Register(e.poller(func(p *Poller) {
+	if err := eng.Register(e.poller(func(p *watukuytype.Poller) {
 		p.Fetch = e.api.ChangeFeed(1)
 		p.Version = nil
 		p.Fingerprint = func(item json.RawMessage) ([]byte, error) { return []byte(stateOf(item)), nil }

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watukuy/watukuy/httppoll"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // ConfirmDeletes counts consecutive complete listings that miss an identity: a listing that
@@ -23,13 +25,13 @@ func TestG6ListedInvalidItemBreaksTheMissStreak(t *testing.T) {
 		var mu sync.Mutex
 		var listing []string
 		set := func(items ...string) { mu.Lock(); listing = items; mu.Unlock() }
-		p := e.poller(func(p *Poller) {
-			p.Strategy = SnapshotDiff
+		p := e.poller(func(p *watukuytype.Poller) {
+			p.Strategy = watukuytype.SnapshotDiff
 			p.Version = nil
-			p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+			p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 				mu.Lock()
 				defer mu.Unlock()
-				var pg Page
+				var pg watukuytype.Page
 				for _, it := range listing {
 					pg.Items = append(pg.Items, json.RawMessage(it))
 				}
@@ -60,7 +62,7 @@ func TestG6ListedInvalidItemBreaksTheMissStreak(t *testing.T) {
 			}
 		}
 		for _, ev := range e.rec.events() {
-			if ev.Type == Deleted {
+			if ev.Type == watukuytype.Deleted {
 				t.Fatalf("G6: %s deleted after two non-consecutive misses (the listing between them showed it); the API never deleted it", ev.Identity)
 			}
 		}
@@ -87,13 +89,13 @@ func TestG6NoFalseDeletesWhileAListingShifts(t *testing.T) {
 				e := newEnv(t, b)
 				srv, _ := e.server(fakeapi.ServerOptions{})
 				e.api.PutMany(60, "i", nil)
-				p := e.poller(func(p *Poller) {
-					p.Strategy = SnapshotDiff
-					p.Fetch = (&PageCursor{Source: HTTPSource{URL: srv.URL + "/list", Items: "data"}, Param: "offset", Offset: true,
+				p := e.poller(func(p *watukuytype.Poller) {
+					p.Strategy = watukuytype.SnapshotDiff
+					p.Fetch = (&httppoll.PageCursor{Source: httppoll.Source{URL: srv.URL + "/list", Items: "data"}, Param: "offset", Offset: true,
 						SizeParam: "limit", Size: 10, HasMore: "has_more"}).Fetch
 					p.ConfirmDeletes = tc.confirm
 					if tc.detail {
-						p.Detail = (&DetailRequest{Source: HTTPSource{URL: srv.URL + "/items/{id}"}}).Fetch
+						p.Detail = (&httppoll.DetailRequest{Source: httppoll.Source{URL: srv.URL + "/items/{id}"}}).Fetch
 					}
 				})
 				eng := e.engine(p, nil)
@@ -118,7 +120,7 @@ func TestG6NoFalseDeletesWhileAListingShifts(t *testing.T) {
 				}
 				var falseDeletes []string
 				for _, ev := range e.rec.events() {
-					if ev.Type == Deleted && !deletedInAPI[ev.Identity] {
+					if ev.Type == watukuytype.Deleted && !deletedInAPI[ev.Identity] {
 						falseDeletes = append(falseDeletes, ev.Identity)
 					}
 				}

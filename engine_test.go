@@ -29,7 +29,7 @@ func TestEndToEndChangeFeed(t *testing.T) {
 		e.api.Put("o03", map[string]any{"total": 99})
 		e.settle(eng)
 		evs := e.rec.events()
-		if len(evs) != 26 || evs[25].Type != Updated || evs[25].Identity != "o03" || evs[25].Version != "2" {
+		if len(evs) != 26 || evs[25].Type != watukuytype.Updated || evs[25].Identity != "o03" || evs[25].Version != "2" {
 			t.Fatalf("got %d events, last %+v", len(evs), evs[len(evs)-1])
 		}
 		ki, err := eng.Inspect(t.Context(), "orders", "")
@@ -49,32 +49,32 @@ func TestIdleCycleRoundTrips(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		for _, tc := range []struct {
 			name     string
-			strategy Strategy
+			strategy watukuytype.Strategy
 			pages    int
 			max      int64
 		}{
-			{"change feed, empty page", Custom, 1, 2},
-			{"snapshot listing, unchanged", SnapshotDiff, 1, 3},
+			{"change feed, empty page", watukuytype.Custom, 1, 2},
+			{"snapshot listing, unchanged", watukuytype.SnapshotDiff, 1, 3},
 			// Begin, three row reads, end, and a lease confirmation before each page after the
 			// first: nothing fenced happened since the previous request, so an instance frozen
 			// in between must not go on paging. Fewer means a page went out unconfirmed.
-			{"snapshot listing, three unchanged pages", SnapshotDiff, 3, 7},
-			{"change feed with a shared budget, empty page", Custom, 1, 3},
+			{"snapshot listing, three unchanged pages", watukuytype.SnapshotDiff, 3, 7},
+			{"change feed with a shared budget, empty page", watukuytype.Custom, 1, 3},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				e := newEnv(t, b)
 				putN(e, 8)
-				p := e.poller(func(p *Poller) {
+				p := e.poller(func(p *watukuytype.Poller) {
 					p.Name = "rt" + fmt.Sprint(tc.strategy)
 					p.Strategy = tc.strategy
-					if tc.strategy == SnapshotDiff {
+					if tc.strategy == watukuytype.SnapshotDiff {
 						p.Fetch = e.api.Listing(8/tc.pages + 1)
 					}
 				})
 				eng := e.engine(p, nil)
 				if strings.Contains(tc.name, "budget") {
 					p.Budget = "api"
-					if err := eng.Replace([]Budget{{Name: "api", Rate: 100}}, p); err != nil {
+					if err := eng.Replace([]watukuytype.Budget{{Name: "api", Rate: 100}}, p); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -103,17 +103,17 @@ func TestRegisterConfigErrors(t *testing.T) {
 	ok := e.poller()
 	tests := []struct {
 		name  string
-		mod   func(p *Poller)
+		mod   func(p *watukuytype.Poller)
 		field string
 	}{
-		{"malformed name", func(p *Poller) { p.Name = "bad name|x" }, "name"},
-		{"empty name", func(p *Poller) { p.Name = "" }, "name"},
-		{"bad partition", func(p *Poller) { p.Partitions = []string{"t 1"} }, "partitions"},
-		{"duplicate partition", func(p *Poller) { p.Partitions = []string{"a", "a"} }, "partitions"},
-		{"min > max", func(p *Poller) { p.Schedule = Schedule{Min: time.Hour, Max: time.Minute} }, "schedule"},
-		{"missing handler", func(p *Poller) { p.Handler = nil }, "handler"},
-		{"missing fetch", func(p *Poller) { p.Fetch = nil }, "fetch"},
-		{"bad jitter", func(p *Poller) { p.Schedule.Jitter = 1.5 }, "schedule.jitter"},
+		{"malformed name", func(p *watukuytype.Poller) { p.Name = "bad name|x" }, "name"},
+		{"empty name", func(p *watukuytype.Poller) { p.Name = "" }, "name"},
+		{"bad partition", func(p *watukuytype.Poller) { p.Partitions = []string{"t 1"} }, "partitions"},
+		{"duplicate partition", func(p *watukuytype.Poller) { p.Partitions = []string{"a", "a"} }, "partitions"},
+		{"min > max", func(p *watukuytype.Poller) { p.Schedule = watukuytype.Schedule{Min: time.Hour, Max: time.Minute} }, "schedule"},
+		{"missing handler", func(p *watukuytype.Poller) { p.Handler = nil }, "handler"},
+		{"missing fetch", func(p *watukuytype.Poller) { p.Fetch = nil }, "fetch"},
+		{"bad jitter", func(p *watukuytype.Poller) { p.Schedule.Jitter = 1.5 }, "schedule.jitter"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -124,7 +124,7 @@ func TestRegisterConfigErrors(t *testing.T) {
 			p := ok
 			tc.mod(&p)
 			err = eng.Register(p)
-			var ce *ConfigError
+			var ce *watukuytype.ConfigError
 			if !errors.As(err, &ce) || ce.Field != tc.field || ce.Poller != p.Name {
 				t.Fatalf("Register: %v, want a ConfigError on field %q", err, tc.field)
 			}
@@ -137,11 +137,11 @@ func TestRegisterConfigErrors(t *testing.T) {
 	if err := eng.Register(ok); err != nil {
 		t.Fatal(err)
 	}
-	var ce *ConfigError
+	var ce *watukuytype.ConfigError
 	if err := eng.Register(ok); !errors.As(err, &ce) || ce.Field != "name" {
 		t.Fatalf("duplicate poller: %v", err)
 	}
-	var nf *NotFoundError
+	var nf *watukuytype.NotFoundError
 	if err := eng.Trigger(t.Context(), "nope", ""); !errors.As(err, &nf) || nf.PartitionMissing || !strings.Contains(err.Error(), `known: "orders"`) {
 		t.Fatalf("unknown poller: %v", err)
 	}
@@ -162,10 +162,10 @@ func TestInvalidItemsAreParked(t *testing.T) {
 			json.RawMessage(`{"id":"neg","total":-5}`),
 			json.RawMessage(`{"id":"broken","total":`),
 		}
-		fetch := func(ctx context.Context, req watukuytype.FetchRequest) (Page, error) {
+		fetch := func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 			mu.Lock()
 			defer mu.Unlock()
-			return Page{Items: page, Next: "c1"}, nil
+			return watukuytype.Page{Items: page, Next: "c1"}, nil
 		}
 		validate := func(item json.RawMessage) error {
 			if strings.Contains(string(item), "-5") {
@@ -173,7 +173,7 @@ func TestInvalidItemsAreParked(t *testing.T) {
 			}
 			return nil
 		}
-		eng := e.engine(e.poller(func(p *Poller) { p.Fetch = fetch; p.Version = nil; p.Validate = validate }), nil)
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Fetch = fetch; p.Version = nil; p.Validate = validate }), nil)
 		e.tick(eng)
 		e.clock.Advance(3 * time.Minute)
 		e.tick(eng) // the same invalid items again: not parked twice
@@ -197,7 +197,7 @@ func TestInvalidItemsAreParked(t *testing.T) {
 			}
 		}
 		// Fix the data and retry the validation failure: it is committed as a normal item.
-		eng2 := e.engine(e.poller(func(p *Poller) { p.Fetch = fetch; p.Version = nil }), nil)
+		eng2 := e.engine(e.poller(func(p *watukuytype.Poller) { p.Fetch = fetch; p.Version = nil }), nil)
 		var negID string
 		for _, r := range rows {
 			if r.Identity == "neg" {
@@ -221,14 +221,14 @@ func TestHandlerPanicIsAFailure(t *testing.T) {
 		e := newEnv(t, b)
 		putN(e, 3)
 		var calls atomic.Int32
-		e.rec.setFail(func(ev Event) error {
+		e.rec.setFail(func(ev watukuytype.Event) error {
 			if ev.Identity == "o01" {
 				calls.Add(1)
 				panic("nil map write")
 			}
 			return nil
 		})
-		eng := e.engine(e.poller(func(p *Poller) { p.Delivery.Attempts, p.Delivery.RetryHorizon = 3, -1 }), nil)
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Delivery.Attempts, p.Delivery.RetryHorizon = 3, -1 }), nil)
 		e.tick(eng)
 		if calls.Load() != 3 || len(e.rec.events()) != 2 {
 			t.Fatalf("calls %d, delivered %d", calls.Load(), len(e.rec.events()))
@@ -246,9 +246,9 @@ func TestPoisonHaltOpensCircuit(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
 		putN(e, 2)
-		e.rec.setFail(func(ev Event) error { return errors.New("sink down") })
-		eng := e.engine(e.poller(func(p *Poller) {
-			p.Delivery.Poison = PoisonHalt
+		e.rec.setFail(func(ev watukuytype.Event) error { return errors.New("sink down") })
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) {
+			p.Delivery.Poison = watukuytype.PoisonHalt
 			p.Delivery.Attempts, p.Delivery.RetryHorizon = 2, -1
 			p.Delivery.Concurrency = 1
 		}), nil)
@@ -280,7 +280,7 @@ func TestTruncatedCycleIsDueAgain(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
 		putN(e, 35)
-		eng := e.engine(e.poller(func(p *Poller) { p.MaxPagesPerCycle = 2 }), nil)
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.MaxPagesPerCycle = 2 }), nil)
 		rep := e.tick(eng) // Tick loops while keys are due: truncated cycles run back to back
 		if rep.Ran != 2 || rep.Events != 35 {
 			t.Fatalf("tick: %+v", rep)

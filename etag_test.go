@@ -16,6 +16,7 @@ import (
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // The ETag of a page whose commit then failed (a Redis timeout; the process lives on) is not
@@ -26,8 +27,8 @@ func TestG3ETagOfAnUncommittedPageIsNotUsed(t *testing.T) {
 		srv, _ := e.server(fakeapi.ServerOptions{})
 		e.api.PutMany(5, "i", nil)
 		fs := &faultyStore{}
-		eng := e.engine(e.poller(func(p *Poller) {
-			p.Strategy = SnapshotDiff
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) {
+			p.Strategy = watukuytype.SnapshotDiff
 			p.Fetch = listCursor(srv, 10).Fetch
 		}), faulty(fs))
 		e.settle(eng)
@@ -52,8 +53,8 @@ func TestG3FreshAnswerLeavesNoOlderETag(t *testing.T) {
 		srv, _ := e.server(fakeapi.ServerOptions{})
 		e.api.PutMany(3, "i", nil)
 		e.api.Put("x", nil)
-		eng := e.engine(e.poller(func(p *Poller) {
-			p.Strategy = SnapshotDiff
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) {
+			p.Strategy = watukuytype.SnapshotDiff
 			p.Fetch = listCursor(srv, 10).Fetch
 		}), nil)
 		e.settle(eng) // tag of {i0..i2, x} remembered
@@ -81,8 +82,8 @@ func TestG3ETagRememberedBeforeAnotherWorkersCommit(t *testing.T) {
 		srv, _ := e.server(fakeapi.ServerOptions{})
 		e.api.PutMany(3, "i", nil)
 		worker := func() *Engine {
-			return e.engine(e.poller(func(p *Poller) {
-				p.Strategy = SnapshotDiff
+			return e.engine(e.poller(func(p *watukuytype.Poller) {
+				p.Strategy = watukuytype.SnapshotDiff
 				p.Fetch = listCursor(srv, 10).Fetch // each process has its own
 			}), nil)
 		}
@@ -133,8 +134,8 @@ func TestG3TagOfAListingPagedWhileTheCollectionChanged(t *testing.T) {
 			eachLight(t, func(t *testing.T, b redistest.Backend) {
 				e := newEnv(t, b)
 				l := &taggedListing{items: map[string]string{"0a": "1", "0b": "1", "1a": "1", "2a": "1"}, pages: 3}
-				eng := e.engine(e.poller(func(p *Poller) {
-					p.Strategy = SnapshotDiff
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
+					p.Strategy = watukuytype.SnapshotDiff
 					p.Fetch = l.Fetch
 					p.ConfirmDeletes = 1
 				}), nil)
@@ -182,13 +183,13 @@ func TestG3ParkedRetryClearsTheCommittedTag(t *testing.T) {
 				l := &taggedListing{items: map[string]string{"0a": "1", "0y": "1"}, pages: 1}
 				var mu sync.Mutex
 				strict := true
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
-					p.Strategy = SnapshotDiff
+					p.Strategy = watukuytype.SnapshotDiff
 					p.ConfirmDeletes = 1
 					p.Fetch = l.Fetch
 					if !tagged {
-						p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+						p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 							pg, err := l.Fetch(ctx, req)
 							pg.ETag = ""
 							return pg, err
@@ -267,9 +268,9 @@ func TestG3DeathBetweenChunksLeavesNoStaleTag(t *testing.T) {
 				name := fmt.Sprintf("die-%v", die)
 				l := &taggedListing{items: map[string]string{"0a": "1"}, pages: 1}
 				d := &dieAfterChunkStore{}
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
-					p.Strategy = SnapshotDiff
+					p.Strategy = watukuytype.SnapshotDiff
 					p.ConfirmDeletes = 1
 					p.Fetch = l.Fetch
 					p.CommitMaxItems = 1
@@ -315,16 +316,16 @@ func TestG3ThrottledDeletePassLeavesNoStaleTag(t *testing.T) {
 				var mu sync.Mutex
 				calls := 0
 				armed := false
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
-					p.Strategy = SnapshotDiff
+					p.Strategy = watukuytype.SnapshotDiff
 					p.Fetch = l.Fetch
-					p.Detail = func(ctx context.Context, key Key, id string) (json.RawMessage, bool, error) {
+					p.Detail = func(ctx context.Context, key watukuytype.Key, id string) (json.RawMessage, bool, error) {
 						mu.Lock()
 						defer mu.Unlock()
 						calls++
 						if armed && calls == 2 {
-							return nil, false, &HTTPError{Key: key, StatusCode: 429, RetryAfter: 10 * time.Second}
+							return nil, false, &watukuytype.HTTPError{Key: key, StatusCode: 429, RetryAfter: 10 * time.Second}
 						}
 						l.mu.Lock()
 						defer l.mu.Unlock()
@@ -378,17 +379,20 @@ func TestG3SchemaChangeIsNotHiddenByTheCommittedTag(t *testing.T) {
 				lc := listCursor(srv, 100)
 				lc.CollectionETag = tagged
 				name := fmt.Sprintf("schema-%v", tagged)
-				listing := func(p *Poller) {
+				listing := func(p *watukuytype.Poller) {
 					p.Name = name
-					p.Strategy = SnapshotDiff
+					p.Strategy = watukuytype.SnapshotDiff
 					p.Fetch = lc.Fetch
 					p.Version = nil
 				}
 				e.settle(e.engine(e.poller(listing), nil))
 				start := len(e.rec.events())
-				eng := e.engine(e.poller(listing, func(p *Poller) {
+				eng := e.engine(e.poller(listing, func(p *watukuytype.Poller) {
 					p.SchemaVersion, p.EmitOnSchemaChange = 2, true
-					p.Fingerprint = func(item json.RawMessage) ([]byte, error) { id, err := Field("id")(item); return []byte(id), err }
+					p.Fingerprint = func(item json.RawMessage) ([]byte, error) {
+						id, err := watukuytype.Field("id")(item)
+						return []byte(id), err
+					}
 				}), nil)
 				e.settle(eng)
 				ki, _ := eng.Inspect(t.Context(), name, "")

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // A poller over a listing, run once with Tick: every item is new, so each is delivered as
@@ -30,18 +31,18 @@ func ExampleEngine_Tick() {
 		json.RawMessage(`{"id":"A-1","status":"open","updated_at":"2026-11-29T10:00:00Z"}`),
 		json.RawMessage(`{"id":"A-2","status":"paid","updated_at":"2026-11-29T10:05:00Z"}`),
 	}
-	err = eng.Register(watukuy.Poller{
+	err = eng.Register(watukuytype.Poller{
 		Name:     "orders",
-		Strategy: watukuy.SnapshotDiff,
-		Fetch: func(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
-			return watukuy.Page{Items: items}, nil
+		Strategy: watukuytype.SnapshotDiff,
+		Fetch: func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+			return watukuytype.Page{Items: items}, nil
 		},
-		Version: watukuy.Field("updated_at"),
-		Handler: func(ctx context.Context, ev watukuy.Event) error {
+		Version: watukuytype.Field("updated_at"),
+		Handler: func(ctx context.Context, ev watukuytype.Event) error {
 			fmt.Println(ev.Type, ev.Identity, ev.Version, ev.ID)
 			return nil
 		},
-		Delivery: watukuy.Delivery{Concurrency: 1},
+		Delivery: watukuytype.Delivery{Concurrency: 1},
 	})
 	if err != nil {
 		panic(err)
@@ -58,12 +59,12 @@ func ExampleEngine_Tick() {
 }
 
 // feed is a change feed of fixed items, two a page; the cursor is the index reached.
-func feed(items ...string) watukuy.FetchFunc {
-	return func(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
+func feed(items ...string) watukuytype.FetchFunc {
+	return func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 		from := 0
 		fmt.Sscan(req.Cursor, &from)
 		to := min(from+2, len(items))
-		page := watukuy.Page{Next: fmt.Sprint(to), HasMore: to < len(items)}
+		page := watukuytype.Page{Next: fmt.Sprint(to), HasMore: to < len(items)}
 		for _, it := range items[from:to] {
 			page.Items = append(page.Items, json.RawMessage(it))
 		}
@@ -72,7 +73,7 @@ func feed(items ...string) watukuy.FetchFunc {
 }
 
 // exampleEngine is an engine on an embedded miniredis with one poller over feed.
-func exampleEngine(p watukuy.Poller) (*watukuy.Engine, func()) {
+func exampleEngine(p watukuytype.Poller) (*watukuy.Engine, func()) {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
 		panic(err)
@@ -82,12 +83,12 @@ func exampleEngine(p watukuy.Poller) (*watukuy.Engine, func()) {
 		panic(err)
 	}
 	p.Fetch = feed(`{"id":"A-1","v":1}`, `{"id":"A-2","v":1}`, `{"id":"A-3","v":1}`)
-	p.Version = watukuy.Field("v")
-	p.Handler = func(ctx context.Context, ev watukuy.Event) error {
+	p.Version = watukuytype.Field("v")
+	p.Handler = func(ctx context.Context, ev watukuytype.Event) error {
 		fmt.Println(ev.Lane, ev.Type, ev.Identity, ev.ID)
 		return nil
 	}
-	p.Delivery = watukuy.Delivery{Concurrency: 1}
+	p.Delivery = watukuytype.Delivery{Concurrency: 1}
 	if err := eng.Register(p); err != nil {
 		panic(err)
 	}
@@ -97,7 +98,7 @@ func exampleEngine(p watukuy.Poller) (*watukuy.Engine, func()) {
 // A consumer lost its data: with a replay log, the events committed in a window are delivered
 // again with their original ids.
 func ExampleEngine_Replay() {
-	eng, stop := exampleEngine(watukuy.Poller{Name: "orders", LogRetention: 7 * 24 * time.Hour})
+	eng, stop := exampleEngine(watukuytype.Poller{Name: "orders", LogRetention: 7 * 24 * time.Hour})
 	defer stop()
 	ctx := context.Background()
 	since := time.Now().Add(-time.Minute)
@@ -125,13 +126,13 @@ func ExampleEngine_Replay() {
 // A forced backfill from the beginning re-emits every known item as updated, in a lane of its
 // own and with ids of its own (a plain one emits only what the live lane never saw).
 func ExampleEngine_Backfill() {
-	eng, stop := exampleEngine(watukuy.Poller{Name: "orders"})
+	eng, stop := exampleEngine(watukuytype.Poller{Name: "orders"})
 	defer stop()
 	ctx := context.Background()
 	if _, err := eng.Tick(ctx, time.Second); err != nil {
 		panic(err)
 	}
-	bp, err := eng.Backfill(ctx, "orders", "", watukuy.BackfillRequest{From: "", Force: true})
+	bp, err := eng.Backfill(ctx, "orders", "", watukuytype.BackfillRequest{From: "", Force: true})
 	if err != nil {
 		panic(err)
 	}

@@ -64,15 +64,15 @@ func TestG5FailoverThatLostTheGrant(t *testing.T) {
 			}
 		}()
 		feed := api.ChangeFeed(10)
-		p := Poller{Name: "orders", Version: Field("version"), Schedule: Schedule{Min: time.Second, Max: time.Second},
-			Fetch: func(ctx context.Context, req FetchRequest) (Page, error) {
+		p := watukuytype.Poller{Name: "orders", Version: watukuytype.Field("version"), Schedule: watukuytype.Schedule{Min: time.Second, Max: time.Second},
+			Fetch: func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 				if armed {
 					close(g.in) // inside its lease, the request sent
 					<-g.out
 				}
 				return feed(ctx, req)
 			},
-			Handler: func(ctx context.Context, ev Event) error {
+			Handler: func(ctx context.Context, ev watukuytype.Event) error {
 				mu.Lock()
 				delivered = append(delivered, name+":"+ev.Identity+"@"+ev.Version)
 				mu.Unlock()
@@ -84,7 +84,7 @@ func TestG5FailoverThatLostTheGrant(t *testing.T) {
 		armed = name != "setup"
 		return eng
 	}
-	key := Key{Poller: "orders"}
+	key := watukuytype.Key{Poller: "orders"}
 	if rep := instance("setup").RunCycle(ctx, key); rep.Outcome != watukuytype.Ran || rep.Err != nil {
 		t.Fatalf("first cycle: %+v", rep)
 	}
@@ -115,7 +115,7 @@ func TestG5FailoverThatLostTheGrant(t *testing.T) {
 		t.Fatalf("grants %v: the failover did not repeat an epoch, the scenario did not happen", epochs)
 	}
 	mu.Unlock()
-	if !errors.As(repA.Err, new(*LeaseLostError)) {
+	if !errors.As(repA.Err, new(*watukuytype.LeaseLostError)) {
 		t.Errorf("A's cycle on a lost grant of epoch %d: %+v, want LeaseLost", epochs[1], repA)
 	}
 	owner, err := r.Replica.Client.HGet(ctx, bb.store.Key(key, "state"), "owner").Result()
@@ -157,14 +157,14 @@ func TestG3FailoverNeverLosesADeliveredCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := eng.Register(Poller{Name: "orders", Strategy: SnapshotDiff, Fetch: api.Listing(10), Version: Field("version"),
-		ConfirmDeletes: 1, Handler: rec.handle, Schedule: Schedule{Min: time.Second, Max: time.Second}}); err != nil {
+	if err := eng.Register(watukuytype.Poller{Name: "orders", Strategy: watukuytype.SnapshotDiff, Fetch: api.Listing(10), Version: watukuytype.Field("version"),
+		ConfirmDeletes: 1, Handler: rec.handle, Schedule: watukuytype.Schedule{Min: time.Second, Max: time.Second}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := eng.Setup(ctx); err != nil {
 		t.Fatal(err)
 	}
-	key := Key{Poller: "orders"}
+	key := watukuytype.Key{Poller: "orders"}
 	cycle := func() watukuytype.CycleReport {
 		t.Helper()
 		if err := eng.Trigger(ctx, "orders", ""); err != nil {

@@ -108,8 +108,8 @@ func stateFingerprint(item json.RawMessage) ([]byte, error) { return []byte(stat
 
 // stateOnly makes the test poller a snapshot listing without a version whose content is the
 // items' state field alone (no timestamp in the fingerprint), so content can come back.
-func stateOnly(e *env) func(p *Poller) {
-	return func(p *Poller) {
+func stateOnly(e *env) func(p *watukuytype.Poller) {
+	return func(p *watukuytype.Poller) {
 		p.Version = nil
 		p.Fingerprint = func(item json.RawMessage) ([]byte, error) {
 			var it struct {
@@ -118,7 +118,7 @@ func stateOnly(e *env) func(p *Poller) {
 			err := json.Unmarshal(item, &it)
 			return []byte(it.State), err
 		}
-		p.Strategy = SnapshotDiff
+		p.Strategy = watukuytype.SnapshotDiff
 		p.Fetch = e.api.Listing(10)
 		p.ConfirmDeletes = 1
 	}
@@ -126,7 +126,7 @@ func stateOnly(e *env) func(p *Poller) {
 
 // dedupingConsumer applies events as a consumer that dedupes by id does (what G2's ids are
 // for) and reports the ids it dropped as repeats.
-func dedupingConsumer(evs []Event) (state map[string]string, repeats []string) {
+func dedupingConsumer(evs []watukuytype.Event) (state map[string]string, repeats []string) {
 	state = map[string]string{}
 	seen := map[string]int{}
 	for i, ev := range evs {
@@ -136,7 +136,7 @@ func dedupingConsumer(evs []Event) (state map[string]string, repeats []string) {
 			continue
 		}
 		seen[ev.ID] = i
-		if ev.Type == Deleted {
+		if ev.Type == watukuytype.Deleted {
 			delete(state, ev.Identity)
 			continue
 		}
@@ -146,7 +146,7 @@ func dedupingConsumer(evs []Event) (state map[string]string, repeats []string) {
 }
 
 // deliveriesOf lists identity's deliveries as lane:type:state.
-func deliveriesOf(evs []Event, identity string) []string {
+func deliveriesOf(evs []watukuytype.Event, identity string) []string {
 	var out []string
 	for _, ev := range evs {
 		if ev.Identity == identity {

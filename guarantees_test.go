@@ -25,7 +25,7 @@ func putN(e *env, n int) {
 	}
 }
 
-func ids(evs []Event) []string {
+func ids(evs []watukuytype.Event) []string {
 	var out []string
 	for _, ev := range evs {
 		out = append(out, ev.ID)
@@ -165,13 +165,13 @@ func TestG4PerKeyOrder(t *testing.T) {
 				e := newEnv(t, b)
 				e.api.Put("a", nil)
 				e.api.Put("b", nil)
-				e.rec.setFail(func(ev Event) error {
+				e.rec.setFail(func(ev watukuytype.Event) error {
 					if ev.Identity == "a" && ev.Version == "1" {
 						return errors.New("downstream rejects a@1")
 					}
 					return nil
 				})
-				eng := e.engine(e.poller(func(p *Poller) { p.Delivery.Attempts, p.Delivery.RetryHorizon = 2, -1 }), nil)
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Delivery.Attempts, p.Delivery.RetryHorizon = 2, -1 }), nil)
 				e.tick(eng)
 				// a@2 and a@3 are observed in separate cycles, so both are committed.
 				e.api.Put("a", nil)
@@ -246,7 +246,7 @@ func TestG5Fencing(t *testing.T) {
 		fa, fb := &faultyStore{}, &faultyStore{}
 		a := e.engine(e.poller(), faulty(fa))
 		bb := e.engine(e.poller(), faulty(fb))
-		var repA TickReport
+		var repA watukuytype.TickReport
 		done := make(chan struct{})
 		go func() { repA = e.tick(a); close(done) }()
 		<-entered // a holds the lease and is inside its fetch
@@ -270,7 +270,7 @@ func TestG5Fencing(t *testing.T) {
 		before := b.Dump(t)
 		close(release)
 		<-done
-		if len(repA.Errors) != 1 || !errors.As(repA.Errors[0], new(*LeaseLostError)) {
+		if len(repA.Errors) != 1 || !errors.As(repA.Errors[0], new(*watukuytype.LeaseLostError)) {
 			t.Fatalf("a's stale commit: %+v", repA.Errors)
 		}
 		if fa.commitCount() != 0 {
@@ -298,19 +298,19 @@ func TestG6NoFalseDeletes(t *testing.T) {
 		var mu sync.Mutex
 		mode := ""
 		listing := e.api.Listing(5)
-		fetch := func(ctx context.Context, req watukuytype.FetchRequest) (Page, error) {
+		fetch := func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 			mu.Lock()
 			m := mode
 			mu.Unlock()
 			switch {
 			case m == "304":
-				return Page{NotModified: true}, nil
+				return watukuytype.Page{NotModified: true}, nil
 			case m == "fail" && req.Cursor == "5":
-				return Page{}, errors.New("HTTP 502")
+				return watukuytype.Page{}, errors.New("HTTP 502")
 			}
 			return listing(ctx, req)
 		}
-		p := e.poller(func(p *Poller) { p.Strategy = SnapshotDiff; p.Fetch = fetch })
+		p := e.poller(func(p *watukuytype.Poller) { p.Strategy = watukuytype.SnapshotDiff; p.Fetch = fetch })
 		eng := e.engine(p, nil)
 		e.settle(eng)
 		if n := len(e.rec.events()); n != 12 {
@@ -343,7 +343,11 @@ func TestG6NoFalseDeletes(t *testing.T) {
 		if l := listings(eng); len(l) != 0 {
 			t.Fatalf("a listing stopped by a failed page: %+v", l)
 		}
-		trunc := e.engine(e.poller(func(p *Poller) { p.Strategy = SnapshotDiff; p.Fetch = fetch; p.MaxPagesPerCycle = 1 }), nil)
+		trunc := e.engine(e.poller(func(p *watukuytype.Poller) {
+			p.Strategy = watukuytype.SnapshotDiff
+			p.Fetch = fetch
+			p.MaxPagesPerCycle = 1
+		}), nil)
 		for i, want := range []int{1, 0} { // its first page; then completed
 			e.clock.Advance(3 * time.Minute)
 			if rep := trunc.core.RunCycle(t.Context(), watukuytype.Key{Poller: "orders"}); rep.Outcome != watukuytype.Ran || rep.Err != nil || len(e.rec.events()) != 12 {
@@ -356,7 +360,7 @@ func TestG6NoFalseDeletes(t *testing.T) {
 		e.settle(eng)
 		var deleted []string
 		for _, ev := range e.rec.events()[12:] {
-			if ev.Type != Deleted {
+			if ev.Type != watukuytype.Deleted {
 				t.Errorf("unexpected %s %s", ev.Type, ev.Identity)
 			}
 			deleted = append(deleted, ev.Identity)
@@ -378,10 +382,10 @@ func TestG7Suppression(t *testing.T) {
 			"x": {"id": "x", "status": "open", "last_seen_at": 1},
 			"y": {"id": "y", "status": "open", "last_seen_at": 1},
 		}
-		fetch := func(ctx context.Context, req watukuytype.FetchRequest) (Page, error) {
+		fetch := func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 			mu.Lock()
 			defer mu.Unlock()
-			var p Page
+			var p watukuytype.Page
 			for _, k := range []string{"x", "y"} {
 				raw, _ := json.Marshal(items[k])
 				p.Items = append(p.Items, raw)
@@ -395,7 +399,7 @@ func TestG7Suppression(t *testing.T) {
 			}
 			return []byte(fmt.Sprint(m["status"])), nil
 		}
-		eng := e.engine(e.poller(func(p *Poller) { p.Fetch = fetch; p.Version = nil; p.Fingerprint = fingerprint }), nil)
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Fetch = fetch; p.Version = nil; p.Fingerprint = fingerprint }), nil)
 		for i := 0; i < 3; i++ {
 			e.clock.Advance(3 * time.Minute)
 			e.tick(eng)
@@ -415,7 +419,7 @@ func TestG7Suppression(t *testing.T) {
 		mu.Unlock()
 		e.settle(eng)
 		evs := e.rec.events()
-		if len(evs) != 3 || evs[2].Type != Updated || evs[2].Identity != "y" {
+		if len(evs) != 3 || evs[2].Type != watukuytype.Updated || evs[2].Identity != "y" {
 			t.Fatalf("a real change: %+v", evs)
 		}
 	})
@@ -434,7 +438,7 @@ func TestG9DrainBeforeFetch(t *testing.T) {
 			mu.Unlock()
 			return nil
 		})
-		e.rec.setFail(func(ev Event) error {
+		e.rec.setFail(func(ev watukuytype.Event) error {
 			mu.Lock()
 			trace = append(trace, "deliver "+ev.Identity)
 			mu.Unlock()
@@ -464,13 +468,13 @@ func TestG4RetryAfterCrashKeepsOrder(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
 		e.api.Put("a", nil)
-		e.rec.setFail(func(ev Event) error {
+		e.rec.setFail(func(ev watukuytype.Event) error {
 			if ev.Version == "1" {
 				return errors.New("downstream rejects a@1")
 			}
 			return nil
 		})
-		p := e.poller(func(p *Poller) { p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 })
+		p := e.poller(func(p *watukuytype.Poller) { p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 })
 		first := e.engine(p, nil)
 		e.tick(first) // a@1 parked, "a" held
 		e.api.Put("a", nil)

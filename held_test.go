@@ -23,18 +23,18 @@ import (
 func TestG9DrainGoesOnPastAHeldBatch(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
-		hot := func(p *Poller) {
+		hot := func(p *watukuytype.Poller) {
 			p.Fetch = e.api.ChangeFeed(5000)
 			p.CommitMaxItems = 5000 // the page commits in one write, y1@1 with it
 			p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1
-			p.Delivery.OrderingKey = func(ev Event) string {
+			p.Delivery.OrderingKey = func(ev watukuytype.Event) string {
 				if strings.HasPrefix(ev.Identity, "x") {
 					return "X"
 				}
 				return ev.Identity
 			}
 		}
-		e.rec.setFail(func(ev Event) error {
+		e.rec.setFail(func(ev watukuytype.Event) error {
 			if ev.Identity == "x0000" {
 				return errors.New("poison")
 			}
@@ -54,7 +54,7 @@ func TestG9DrainGoesOnPastAHeldBatch(t *testing.T) {
 		e.api.Put("y1", nil) // y1@2
 		var fetchedBeforeY1 bool
 		e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
-			if !slices.ContainsFunc(e.rec.events(), func(ev Event) bool { return ev.Identity == "y1" }) {
+			if !slices.ContainsFunc(e.rec.events(), func(ev watukuytype.Event) bool { return ev.Identity == "y1" }) {
 				fetchedBeforeY1 = true
 			}
 			return nil
@@ -82,11 +82,11 @@ func TestG9DrainGoesOnPastAHeldBatch(t *testing.T) {
 func TestG4RetryAfterDeathBetweenParkAndAck(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
-		sameKey := func(p *Poller) {
+		sameKey := func(p *watukuytype.Poller) {
 			p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1
-			p.Delivery.OrderingKey = func(ev Event) string { return "A" }
+			p.Delivery.OrderingKey = func(ev watukuytype.Event) string { return "A" }
 		}
-		e.rec.setFail(func(ev Event) error {
+		e.rec.setFail(func(ev watukuytype.Event) error {
 			if ev.Identity == "a2" {
 				return errors.New("poison")
 			}
@@ -133,11 +133,11 @@ func TestG4RetryAfterDeathBetweenParkAndAck(t *testing.T) {
 func TestG4RetryBeforeAnyCycleAfterDeathBetweenParkAndAck(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
-		sameKey := func(p *Poller) {
+		sameKey := func(p *watukuytype.Poller) {
 			p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1
-			p.Delivery.OrderingKey = func(ev Event) string { return "A" }
+			p.Delivery.OrderingKey = func(ev watukuytype.Event) string { return "A" }
 		}
-		e.rec.setFail(func(ev Event) error {
+		e.rec.setFail(func(ev watukuytype.Event) error {
 			if ev.Identity == "a2" {
 				return errors.New("poison")
 			}
@@ -183,13 +183,13 @@ func TestG4RetryBeforeAnyCycleAfterDeathBetweenParkAndAck(t *testing.T) {
 func TestG4HeldHotKeyReleasedTwiceWithNewEvents(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
-		hot := func(p *Poller) {
+		hot := func(p *watukuytype.Poller) {
 			p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1
-			p.Delivery.OrderingKey = func(ev Event) string { return "A" }
+			p.Delivery.OrderingKey = func(ev watukuytype.Event) string { return "A" }
 			p.CommitMaxItems = 4
 		}
 		poison := map[string]bool{"i000": true}
-		e.rec.setFail(func(ev Event) error {
+		e.rec.setFail(func(ev watukuytype.Event) error {
 			if poison[ev.Identity] {
 				return errors.New("poison")
 			}
@@ -209,7 +209,7 @@ func TestG4HeldHotKeyReleasedTwiceWithNewEvents(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		e.rec.setFail(func(ev Event) error {
+		e.rec.setFail(func(ev watukuytype.Event) error {
 			if ev.Identity == "i300" {
 				return errors.New("poison again")
 			}
@@ -239,9 +239,9 @@ func TestG4HeldHotKeyReleasedTwiceWithNewEvents(t *testing.T) {
 func TestG1NewlineInAnOrderingKeyDoesNotWedgeTheDrain(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
-		once := func(p *Poller) { p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 }
+		once := func(p *watukuytype.Poller) { p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 }
 		const nl = "x\ny"
-		e.rec.setFail(func(ev Event) error {
+		e.rec.setFail(func(ev watukuytype.Event) error {
 			if ev.Identity == nl {
 				return errors.New("poison")
 			}

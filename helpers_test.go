@@ -24,11 +24,11 @@ func newClock() *fakeclock.Clock { return fakeclock.New(time.UnixMilli(1_800_000
 // recorder is a handler that records every delivery attempt that succeeded, in order.
 type recorder struct {
 	mu   sync.Mutex
-	evs  []Event
-	fail func(ev Event) error
+	evs  []watukuytype.Event
+	fail func(ev watukuytype.Event) error
 }
 
-func (r *recorder) handle(ctx context.Context, ev Event) error {
+func (r *recorder) handle(ctx context.Context, ev watukuytype.Event) error {
 	r.mu.Lock()
 	fail := r.fail
 	r.mu.Unlock()
@@ -43,23 +43,23 @@ func (r *recorder) handle(ctx context.Context, ev Event) error {
 	return nil
 }
 
-func (r *recorder) setFail(f func(ev Event) error) {
+func (r *recorder) setFail(f func(ev watukuytype.Event) error) {
 	r.mu.Lock()
 	r.fail = f
 	r.mu.Unlock()
 }
 
-func (r *recorder) events() []Event {
+func (r *recorder) events() []watukuytype.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Event(nil), r.evs...)
+	return append([]watukuytype.Event(nil), r.evs...)
 }
 
 // lastVersion returns the last delivered version per identity (deletes remove it).
 func (r *recorder) final() map[string]string {
 	m := map[string]string{}
 	for _, ev := range r.events() {
-		if ev.Type == Deleted {
+		if ev.Type == watukuytype.Deleted {
 			delete(m, ev.Identity)
 		} else {
 			m[ev.Identity] = ev.Version
@@ -83,10 +83,10 @@ func newEnv(t *testing.T, b redistest.Backend) *env {
 }
 
 // poller is the default test poller: a change feed of 10 items a page.
-func (e *env) poller(mod ...func(*Poller)) Poller {
-	p := Poller{Name: "orders", Fetch: e.api.ChangeFeed(10), Version: Field("version"),
-		Handler: e.rec.handle, Schedule: Schedule{Min: time.Second, Max: time.Minute},
-		Delivery: Delivery{Backoff: Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
+func (e *env) poller(mod ...func(*watukuytype.Poller)) watukuytype.Poller {
+	p := watukuytype.Poller{Name: "orders", Fetch: e.api.ChangeFeed(10), Version: watukuytype.Field("version"),
+		Handler: e.rec.handle, Schedule: watukuytype.Schedule{Min: time.Second, Max: time.Minute},
+		Delivery: watukuytype.Delivery{Backoff: watukuytype.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
 	for _, m := range mod {
 		m(&p)
 	}
@@ -94,7 +94,7 @@ func (e *env) poller(mod ...func(*Poller)) Poller {
 }
 
 // engine starts a new engine instance (a new process, as far as Redis can tell).
-func (e *env) engine(p Poller, wrap func(core.Store) core.Store) *Engine {
+func (e *env) engine(p watukuytype.Poller, wrap func(core.Store) core.Store) *Engine {
 	e.t.Helper()
 	e.n++
 	eng, err := New(Options{Redis: e.b.Client, InstanceID: "instance-" + string(rune('a'-1+e.n)), clock: e.clock.Now, wrapStore: wrap})
@@ -108,7 +108,7 @@ func (e *env) engine(p Poller, wrap func(core.Store) core.Store) *Engine {
 }
 
 // tick runs one Tick and fails the test on an engine error.
-func (e *env) tick(eng *Engine) TickReport {
+func (e *env) tick(eng *Engine) watukuytype.TickReport {
 	e.t.Helper()
 	rep, err := eng.Tick(context.Background(), 10*time.Second)
 	if err != nil {
@@ -263,11 +263,11 @@ func (w *windowWatch) note(what string) {
 }
 
 // throttle opens a window of d from now and returns the 429 that announces it.
-func (w *windowWatch) throttle(key Key, d time.Duration) error {
+func (w *windowWatch) throttle(key watukuytype.Key, d time.Duration) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.until = w.clock.Now().Add(d)
-	return &HTTPError{Key: key, StatusCode: 429, RetryAfter: d}
+	return &watukuytype.HTTPError{Key: key, StatusCode: 429, RetryAfter: d}
 }
 
 // check fails t when a request fell inside a window.

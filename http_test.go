@@ -14,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watukuy/watukuy/httppoll"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // server starts the fake API over HTTP; each request is stamped with the engines' clock.
@@ -36,8 +38,8 @@ func (e *env) server(opts fakeapi.ServerOptions) (*fakeapi.Server, func() []time
 	}
 }
 
-func timestampCursor(srv *fakeapi.Server, limit int, tieBreaker bool) *TimestampCursor {
-	c := &TimestampCursor{Source: HTTPSource{URL: srv.URL + "/items", Items: "data"}, Field: "updated_at",
+func timestampCursor(srv *fakeapi.Server, limit int, tieBreaker bool) *httppoll.TimestampCursor {
+	c := &httppoll.TimestampCursor{Source: httppoll.Source{URL: srv.URL + "/items", Items: "data"}, Field: "updated_at",
 		Param: "updated_since", LimitParam: "limit", Limit: limit, HasMore: "has_more"}
 	if tieBreaker {
 		c.TieBreaker = "after_id"
@@ -45,18 +47,18 @@ func timestampCursor(srv *fakeapi.Server, limit int, tieBreaker bool) *Timestamp
 	return c
 }
 
-func listCursor(srv *fakeapi.Server, size int) *PageCursor {
-	return &PageCursor{Source: HTTPSource{URL: srv.URL + "/list", Items: "data"}, Param: "page",
+func listCursor(srv *fakeapi.Server, size int) *httppoll.PageCursor {
+	return &httppoll.PageCursor{Source: httppoll.Source{URL: srv.URL + "/list", Items: "data"}, Param: "page",
 		SizeParam: "per_page", Size: size, HasMore: "has_more", CollectionETag: true}
 }
 
-func tokenCursor(srv *fakeapi.Server, limit int) *TokenCursor {
-	return &TokenCursor{Source: HTTPSource{URL: srv.URL + "/sync", Items: "data"}, Param: "cursor",
+func tokenCursor(srv *fakeapi.Server, limit int) *httppoll.TokenCursor {
+	return &httppoll.TokenCursor{Source: httppoll.Source{URL: srv.URL + "/sync", Items: "data"}, Param: "cursor",
 		Next: "next_cursor", HasMore: "has_more", LimitParam: "limit", Limit: limit}
 }
 
 // countPer counts delivered events per identity@version@type.
-func countPer(evs []Event) map[string]int {
+func countPer(evs []watukuytype.Event) map[string]int {
 	m := map[string]int{}
 	for _, ev := range evs {
 		m[ev.Identity+"@"+ev.Version+"@"+string(ev.Type)]++
@@ -80,7 +82,7 @@ func checkFinal(t interface{ Errorf(string, ...any) }, e *env) {
 	}
 	last := map[string]int{}
 	for _, ev := range e.rec.events() {
-		if ev.Type == Deleted {
+		if ev.Type == watukuytype.Deleted {
 			continue
 		}
 		v, _ := strconv.Atoi(ev.Version)
@@ -99,7 +101,7 @@ func TestG8Politeness(t *testing.T) {
 		e := newEnv(t, b)
 		srv, requestTimes := e.server(fakeapi.ServerOptions{})
 		e.api.PutMany(3, "o", nil)
-		eng := e.engine(e.poller(func(p *Poller) { p.Fetch = timestampCursor(srv, 50, false).Fetch; p.Failures = 2 }), nil)
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Fetch = timestampCursor(srv, 50, false).Fetch; p.Failures = 2 }), nil)
 		type window struct{ from, to time.Time }
 		var windows []window
 		throttledTick := func(want time.Duration) {
@@ -163,7 +165,7 @@ func TestG8RateLimitPacing(t *testing.T) {
 			e.api.Advance(time.Second) // distinct times, so pages advance without ties
 			e.api.Put(fmt.Sprintf("o%04d", i), nil)
 		}
-		eng := e.engine(e.poller(func(p *Poller) { p.Fetch = timestampCursor(srv, 2, true).Fetch }), nil)
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Fetch = timestampCursor(srv, 2, true).Fetch }), nil)
 		for i := 0; i < 120 && len(e.rec.final()) < 12; i++ {
 			e.clock.Advance(5 * time.Second)
 			e.api.Advance(5 * time.Second)
@@ -201,7 +203,7 @@ func TestTimestampTiesAtPageBoundary(t *testing.T) {
 				e.api.PutMany(4, "b", nil) // t1: 4 items straddling the first page (5) boundary
 				e.api.Advance(time.Second)
 				e.api.PutMany(2, "c", nil)
-				eng := e.engine(e.poller(func(p *Poller) { p.Fetch = timestampCursor(srv, 5, tb).Fetch }), nil)
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Fetch = timestampCursor(srv, 5, tb).Fetch }), nil)
 				e.settle(eng)
 				for k, n := range countPer(e.rec.events()) {
 					if n != 1 {
@@ -238,10 +240,10 @@ func TestChangesDuringPaging(t *testing.T) {
 						e.api.Put(fmt.Sprintf("new%d", n), nil)
 					}
 				})
-				p := e.poller(func(p *Poller) { p.Fetch = timestampCursor(srv, 5, true).Fetch })
+				p := e.poller(func(p *watukuytype.Poller) { p.Fetch = timestampCursor(srv, 5, true).Fetch })
 				if strategy == "token" {
 					p.Fetch = tokenCursor(srv, 5).Fetch
-					p.Tombstone = Flag("deleted")
+					p.Tombstone = watukuytype.Flag("deleted")
 				}
 				eng := e.engine(p, nil)
 				e.settle(eng)
@@ -263,7 +265,7 @@ func TestCursorStallDetected(t *testing.T) {
 		e := newEnv(t, b)
 		srv, _ := e.server(fakeapi.ServerOptions{})
 		e.api.PutMany(12, "tie", nil)
-		eng := e.engine(e.poller(func(p *Poller) { p.Fetch = timestampCursor(srv, 5, false).Fetch }), nil)
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Fetch = timestampCursor(srv, 5, false).Fetch }), nil)
 		e.tick(eng)
 		e.clock.Advance(time.Minute)
 		e.tick(eng)
@@ -281,7 +283,7 @@ func TestCursorStallDetected(t *testing.T) {
 		e2 := newEnv(t, b)
 		srv2, _ := e2.server(fakeapi.ServerOptions{TieBreaker: true})
 		e2.api.PutMany(12, "tie", nil)
-		eng2 := e2.engine(e2.poller(func(p *Poller) { p.Name = "tb"; p.Fetch = timestampCursor(srv2, 5, true).Fetch }), nil)
+		eng2 := e2.engine(e2.poller(func(p *watukuytype.Poller) { p.Name = "tb"; p.Fetch = timestampCursor(srv2, 5, true).Fetch }), nil)
 		e2.settle(eng2)
 		if n := len(e2.rec.events()); n != 12 {
 			t.Fatalf("with a tie-breaker: %d of 12", n)
@@ -297,11 +299,15 @@ func TestDeletesFromCompleteListingsOnly(t *testing.T) {
 		e := newEnv(t, b)
 		srv, _ := e.server(fakeapi.ServerOptions{TieBreaker: true})
 		e.api.PutMany(9, "o", nil)
-		snap := e.poller(func(p *Poller) { p.Name = "snap"; p.Strategy = SnapshotDiff; p.Fetch = listCursor(srv, 4).Fetch })
-		rec := e.poller(func(p *Poller) {
+		snap := e.poller(func(p *watukuytype.Poller) {
+			p.Name = "snap"
+			p.Strategy = watukuytype.SnapshotDiff
+			p.Fetch = listCursor(srv, 4).Fetch
+		})
+		rec := e.poller(func(p *watukuytype.Poller) {
 			p.Name = "rec"
 			p.Fetch = timestampCursor(srv, 4, true).Fetch
-			p.Reconcile = &Reconcile{Every: time.Hour, Fetch: listCursor(srv, 4).Fetch}
+			p.Reconcile = &watukuytype.Reconcile{Every: time.Hour, Fetch: listCursor(srv, 4).Fetch}
 		})
 		eng := e.engine(snap, nil)
 		if err := eng.Register(rec); err != nil {
@@ -328,14 +334,14 @@ func TestDeletesFromCompleteListingsOnly(t *testing.T) {
 		srv.Inject(fakeapi.Fault{Path: "/list", Status: 500, Times: 2})
 		e.tick(eng)
 		for _, ev := range e.rec.events()[18:] {
-			if ev.Type == Deleted {
+			if ev.Type == watukuytype.Deleted {
 				t.Fatalf("a delete from a failed listing: %+v", ev)
 			}
 		}
 		e.settle(eng)
 		deleted := map[string][]string{}
 		for _, ev := range e.rec.events()[18:] {
-			if ev.Type == Deleted {
+			if ev.Type == watukuytype.Deleted {
 				deleted[ev.Poller] = append(deleted[ev.Poller], ev.Identity+"/"+string(ev.Lane))
 			}
 		}
@@ -358,7 +364,7 @@ func TestMalformedResponses(t *testing.T) {
 		e := newEnv(t, b)
 		srv, _ := e.server(fakeapi.ServerOptions{})
 		e.api.PutMany(3, "o", nil)
-		eng := e.engine(e.poller(func(p *Poller) { p.Fetch = timestampCursor(srv, 50, true).Fetch }), nil)
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Fetch = timestampCursor(srv, 50, true).Fetch }), nil)
 		srv.Inject(fakeapi.Fault{Malformed: true})
 		e.tick(eng)
 		ki, _ := eng.Inspect(t.Context(), "orders", "")
@@ -385,7 +391,7 @@ func TestTimestampSameSecondWriteBehindTieBreaker(t *testing.T) {
 		e := newEnv(t, b)
 		srv, _ := e.server(fakeapi.ServerOptions{TieBreaker: true})
 		e.api.PutMany(3, "b", nil)
-		eng := e.engine(e.poller(func(p *Poller) { p.Fetch = timestampCursor(srv, 2, true).Fetch }), nil)
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Fetch = timestampCursor(srv, 2, true).Fetch }), nil)
 		e.settle(eng)
 		e.api.Put("a0", nil)    // same second as the cursor, sorts before "b0002"
 		e.api.Put("b0000", nil) // an update in the same second

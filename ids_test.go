@@ -44,7 +44,7 @@ func TestG2ContentThatComesBackGetsNewIDs(t *testing.T) {
 				continue
 			}
 			seen[ev.ID] = i
-			if ev.Type == Deleted {
+			if ev.Type == watukuytype.Deleted {
 				delete(applied, ev.Identity)
 				continue
 			}
@@ -73,7 +73,7 @@ func TestG2HistoryPassedAgain(t *testing.T) {
 				name := fmt.Sprintf("%s-opaque-%v", how, opaque)
 				e := newEnv(t, b)
 				log := &changeLog{}
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name, p.Fetch = name, log.fetch
 					p.History = true // a change log: a backfill places its entries by version
 					if opaque {
@@ -89,7 +89,7 @@ func TestG2HistoryPassedAgain(t *testing.T) {
 				}
 				first := len(e.rec.events())
 				if how == "backfill" {
-					if _, err := eng.Backfill(t.Context(), name, "", BackfillRequest{From: ""}); err != nil {
+					if _, err := eng.Backfill(t.Context(), name, "", watukuytype.BackfillRequest{From: ""}); err != nil {
 						t.Fatal(err)
 					}
 				} else if err := eng.ResetCursor(t.Context(), name, "", "", false); err != nil {
@@ -149,7 +149,7 @@ func snapshotRedis(t *testing.T, b redistest.Backend) (restore func()) {
 func TestG2WritesLostByAnAOFCrashComeBackWithNewIDs(t *testing.T) {
 	b := redistest.Real(t)
 	e := newEnv(t, b)
-	eng := e.engine(e.poller(func(p *Poller) { p.Fetch = e.api.ChangeFeed(1) }), nil)
+	eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Fetch = e.api.ChangeFeed(1) }), nil)
 	e.api.Put("o1", map[string]any{"n": 1})
 	e.settle(eng)
 	restore := snapshotRedis(t, b) // what reached the disk

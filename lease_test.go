@@ -36,7 +36,7 @@ func TestLeaseKeeperRenewsLongCycles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := eng.Register(e.poller(func(p *Poller) { p.LeaseTTL = 150 * time.Millisecond })); err != nil {
+		if err := eng.Register(e.poller(func(p *watukuytype.Poller) { p.LeaseTTL = 150 * time.Millisecond })); err != nil {
 			t.Fatal(err)
 		}
 		rep, err := eng.Tick(t.Context(), time.Second)
@@ -65,11 +65,11 @@ func TestLeaseKeeperCancelsOnLeaseLost(t *testing.T) {
 			<-ctx.Done()
 			return ctx.Err()
 		})
-		if err := eng.Register(e.poller(func(p *Poller) { p.LeaseTTL = 150 * time.Millisecond })); err != nil {
+		if err := eng.Register(e.poller(func(p *watukuytype.Poller) { p.LeaseTTL = 150 * time.Millisecond })); err != nil {
 			t.Fatal(err)
 		}
 		rep, err := eng.Tick(t.Context(), time.Second)
-		if err != nil || len(rep.Errors) != 1 || !errors.As(rep.Errors[0], new(*LeaseLostError)) {
+		if err != nil || len(rep.Errors) != 1 || !errors.As(rep.Errors[0], new(*watukuytype.LeaseLostError)) {
 			t.Fatalf("tick: %+v %v", rep, err)
 		}
 		if n := b.Client.XLen(t.Context(), eng.store.Key(watukuytype.Key{Poller: "orders"}, "outbox")).Val(); n != 0 || len(e.rec.events()) != 0 {
@@ -87,16 +87,16 @@ func TestDeliveryConcurrencyAcrossKeys(t *testing.T) {
 		const n = 4
 		arrived := make(chan string, 8)
 		release := make(chan struct{})
-		e.rec.setFail(func(ev Event) error {
+		e.rec.setFail(func(ev watukuytype.Event) error {
 			arrived <- ev.Identity
 			<-release
 			return nil
 		})
-		eng := e.engine(e.poller(func(p *Poller) {
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 			p.Delivery.Concurrency = n
-			p.Delivery.OrderingKey = func(ev Event) string { return ev.Identity[:2] + string(ev.Identity[2]%2+'0') } // two keys
+			p.Delivery.OrderingKey = func(ev watukuytype.Event) string { return ev.Identity[:2] + string(ev.Identity[2]%2+'0') } // two keys
 		}), nil)
-		done := make(chan TickReport)
+		done := make(chan watukuytype.TickReport)
 		go func() { done <- e.tick(eng) }()
 		// Two ordering keys: exactly two handlers run at once, never more.
 		first, second := <-arrived, <-arrived
@@ -122,18 +122,18 @@ func TestStop(t *testing.T) {
 		e := newEnv(t, b)
 		putN(e, 2)
 		inHandler := make(chan struct{}, 4)
-		var handler func(ctx context.Context, ev Event) error
-		p := e.poller(func(p *Poller) {
+		var handler func(ctx context.Context, ev watukuytype.Event) error
+		p := e.poller(func(p *watukuytype.Poller) {
 			p.Delivery.Concurrency = 1
-			p.Handler = func(ctx context.Context, ev Event) error { return handler(ctx, ev) }
+			p.Handler = func(ctx context.Context, ev watukuytype.Event) error { return handler(ctx, ev) }
 		})
-		handler = func(ctx context.Context, ev Event) error {
+		handler = func(ctx context.Context, ev watukuytype.Event) error {
 			inHandler <- struct{}{}
 			<-ctx.Done() // holds until the engine cancels it
 			return ctx.Err()
 		}
 		eng := e.engine(p, nil)
-		done := make(chan TickReport)
+		done := make(chan watukuytype.TickReport)
 		go func() { done <- e.tick(eng) }()
 		<-inHandler
 		if err := eng.Stop(false, 5*time.Second); err != nil {
@@ -156,7 +156,7 @@ func TestStop(t *testing.T) {
 		// Drain: a cycle blocked in its handler finishes before Stop returns.
 		e.api.Put("late", nil)
 		release := make(chan struct{})
-		handler = func(ctx context.Context, ev Event) error {
+		handler = func(ctx context.Context, ev watukuytype.Event) error {
 			inHandler <- struct{}{}
 			<-release
 			return e.rec.handle(ctx, ev)
@@ -201,12 +201,12 @@ func TestG5ValidityCountsFromBeginsRequest(t *testing.T) {
 		putN(e, 6)
 		// One delivery at a time: each starts after the check before it (concurrent handlers
 		// serialized by the recorder's lock would start later than their checks, an artifact).
-		short := func(p *Poller) { p.LeaseTTL, p.Delivery.Concurrency = 3*time.Second, 1 }
+		short := func(p *watukuytype.Poller) { p.LeaseTTL, p.Delivery.Concurrency = 3*time.Second, 1 }
 		e.tick(e.engine(e.poller(short), faulty(&faultyStore{dieCommit: 1}))) // 6 events wait in the outbox
 		var mu sync.Mutex
 		var late []string
 		var expires time.Time
-		e.rec.setFail(func(ev Event) error {
+		e.rec.setFail(func(ev watukuytype.Event) error {
 			mu.Lock()
 			defer mu.Unlock()
 			if now := e.clock.Now(); !now.Before(expires) {
@@ -261,9 +261,9 @@ func TestG5LeasesFollowTheServerClock(t *testing.T) {
 	hold := make(chan struct{})
 	var first atomic.Bool
 	began := make(chan struct{})
-	p := e.poller(func(p *Poller) {
+	p := e.poller(func(p *watukuytype.Poller) {
 		feed := e.api.ChangeFeed(10)
-		p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+		p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 			if first.CompareAndSwap(false, true) {
 				close(began)
 				<-hold // the first holder stays inside its lease
@@ -287,11 +287,11 @@ func TestG5LeasesFollowTheServerClock(t *testing.T) {
 	<-began
 	other := newEngine("b")
 	b.Mini.SetTime(start.Add(29 * time.Second)) // the lease (30 s) is live on the server
-	if rep := other.RunCycle(t.Context(), Key{Poller: "orders"}); rep.Outcome != watukuytype.SkippedLeased {
+	if rep := other.RunCycle(t.Context(), watukuytype.Key{Poller: "orders"}); rep.Outcome != watukuytype.SkippedLeased {
 		t.Fatalf("a live lease was taken over: %+v", rep)
 	}
 	b.Mini.SetTime(start.Add(31 * time.Second)) // expired on the server
-	if rep := other.RunCycle(t.Context(), Key{Poller: "orders"}); rep.Outcome != watukuytype.Ran {
+	if rep := other.RunCycle(t.Context(), watukuytype.Key{Poller: "orders"}); rep.Outcome != watukuytype.Ran {
 		t.Fatalf("an expired lease was not taken over: %+v", rep)
 	}
 	close(hold)
@@ -310,9 +310,9 @@ func TestG5CheckLeaseFailsOnceTheLeaseIsLost(t *testing.T) {
 		inHandler, proceed := make(chan struct{}), make(chan struct{})
 		var once sync.Once
 		var afterLoss error = errors.New("not called")
-		p := e.poller(func(p *Poller) {
+		p := e.poller(func(p *watukuytype.Poller) {
 			p.LeaseTTL = 3 * time.Second // keeper renews every second (real time)
-			p.Handler = func(ctx context.Context, ev Event) error {
+			p.Handler = func(ctx context.Context, ev watukuytype.Event) error {
 				mu.Lock()
 				kept = ctx
 				mu.Unlock()
@@ -320,17 +320,17 @@ func TestG5CheckLeaseFailsOnceTheLeaseIsLost(t *testing.T) {
 					close(inHandler)
 					<-proceed
 					<-ctx.Done() // the keeper found the lease lost and cancelled the cycle
-					afterLoss = CheckLease(ctx)
+					afterLoss = watukuytype.CheckLease(ctx)
 				})
 				return nil
 			}
 		})
 		eng := e.engine(p, nil)
 		done := make(chan struct{})
-		go func() { defer close(done); eng.RunCycle(context.Background(), Key{Poller: "orders"}) }()
+		go func() { defer close(done); eng.RunCycle(context.Background(), watukuytype.Key{Poller: "orders"}) }()
 		<-inHandler
 		// Another grant of the same key (as a lossy failover hands out): new token.
-		lease := eng.store.Key(Key{Poller: "orders"}, "state") // holds the lease
+		lease := eng.store.Key(watukuytype.Key{Poller: "orders"}, "state") // holds the lease
 		if err := b.Client.HSet(t.Context(), lease, "token", "someone-else").Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -348,15 +348,15 @@ func TestG5CheckLeaseFailsOnceTheLeaseIsLost(t *testing.T) {
 		if err := eng.Trigger(t.Context(), "orders", ""); err != nil {
 			t.Fatal(err)
 		}
-		if rep := eng.RunCycle(t.Context(), Key{Poller: "orders"}); rep.Delivered == 0 {
+		if rep := eng.RunCycle(t.Context(), watukuytype.Key{Poller: "orders"}); rep.Delivered == 0 {
 			t.Fatalf("second cycle: %+v", rep)
 		}
-		if live, _ := eng.store.LeaseLive(t.Context(), Key{Poller: "orders"}); live {
+		if live, _ := eng.store.LeaseLive(t.Context(), watukuytype.Key{Poller: "orders"}); live {
 			t.Fatal("the lease is still live after the cycle ended")
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if err := CheckLease(kept); err == nil {
+		if err := watukuytype.CheckLease(kept); err == nil {
 			t.Errorf("G5 (b): CheckLease answered nil for a cycle that had ended and released its lease")
 		}
 	})

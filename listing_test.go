@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // A complete listing longer than maxPagesPerCycle goes on over several cycles, with no
@@ -18,8 +19,8 @@ func TestLongListingSpansCycles(t *testing.T) {
 		for i := range n {
 			e.api.Put(fmt.Sprintf("o%05d", i), map[string]any{"total": i})
 		}
-		eng := e.engine(e.poller(func(p *Poller) {
-			p.Strategy, p.Fetch, p.MaxPagesPerCycle = SnapshotDiff, e.api.Listing(10), 50
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) {
+			p.Strategy, p.Fetch, p.MaxPagesPerCycle = watukuytype.SnapshotDiff, e.api.Listing(10), 50
 		}), nil)
 		// run ticks until the listing completed `listings` more times.
 		run := func(listings int) {
@@ -51,7 +52,7 @@ func TestLongListingSpansCycles(t *testing.T) {
 		run(1)
 		created := map[string]int{}
 		for _, ev := range e.rec.events() {
-			if ev.Type != Created {
+			if ev.Type != watukuytype.Created {
 				t.Fatalf("first listing: %s %s", ev.Type, ev.Identity)
 			}
 			created[ev.Identity]++
@@ -70,7 +71,7 @@ func TestLongListingSpansCycles(t *testing.T) {
 		run(1)
 		deleted := map[string]int{}
 		for _, ev := range e.rec.events()[n:] {
-			if ev.Type != Deleted {
+			if ev.Type != watukuytype.Deleted {
 				t.Fatalf("after the deletes: %s %s", ev.Type, ev.Identity)
 			}
 			deleted[ev.Identity]++

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watukuy/watukuy/httppoll"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Error messages name a key as the CLI flags do (poller "x", partition "y"; no partition for
@@ -21,14 +23,14 @@ func TestErrorMessagesNameKeysOnce(t *testing.T) {
 	defer srv.Close()
 	b := redistest.Miniredis(t)
 	e := newEnv(t, b)
-	failing := func(name string, partitions ...string) Poller {
-		return e.poller(func(p *Poller) {
+	failing := func(name string, partitions ...string) watukuytype.Poller {
+		return e.poller(func(p *watukuytype.Poller) {
 			p.Name, p.Partitions = name, partitions
-			p.Fetch = (&PageCursor{Source: HTTPSource{URL: srv.URL + "/items"}, Param: "page"}).Fetch
+			p.Fetch = (&httppoll.PageCursor{Source: httppoll.Source{URL: srv.URL + "/items"}, Param: "page"}).Fetch
 		})
 	}
 	eng := e.engine(failing("widgets"), nil)
-	for _, p := range []Poller{failing("orders", "eu", "us"), e.poller(func(p *Poller) { p.Name = "customers" })} {
+	for _, p := range []watukuytype.Poller{failing("orders", "eu", "us"), e.poller(func(p *watukuytype.Poller) { p.Name = "customers" })} {
 		if err := eng.Register(p); err != nil {
 			t.Fatal(err)
 		}
@@ -46,13 +48,13 @@ func TestErrorMessagesNameKeysOnce(t *testing.T) {
 			`watukuy: probe poller "widgets": HTTP 500 from ` + page1},
 		{"probe of a partition with HTTP 500", errOf(Probe(ctx, failing("orders", "eu"), "eu")),
 			`watukuy: probe poller "orders", partition "eu": HTTP 500 from ` + page1},
-		{"a cycle's HTTP 500", eng.RunCycle(ctx, Key{Poller: "orders", Partition: "us"}).Err,
+		{"a cycle's HTTP 500", eng.RunCycle(ctx, watukuytype.Key{Poller: "orders", Partition: "us"}).Err,
 			`live lane of poller "orders", partition "us" at cursor "": HTTP 500 from ` + page1},
 		{"replay unavailable", errOf(eng.Replay(ctx, "customers", "", time.Time{}, time.Time{})),
 			`watukuy: poller "customers": cannot replay: the poller keeps no event log; set log.retention (e.g. 168h) in its config and restart the workers: events committed from then on can be replayed`},
 		{"unknown partition", eng.Trigger(ctx, "orders", "asia"),
 			`watukuy: poller "orders" has no partition "asia"; known: "eu", "us"`},
-		{"lease lost", &LeaseLostError{Key: Key{Poller: "orders", Partition: "eu"}, Epoch: 3, Reason: "the lease expired"},
+		{"lease lost", &watukuytype.LeaseLostError{Key: watukuytype.Key{Poller: "orders", Partition: "eu"}, Epoch: 3, Reason: "the lease expired"},
 			`watukuy: poller "orders", partition "eu": lease lost (epoch 3): the lease expired`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -32,8 +32,8 @@ func reached(cursor string, target float64) bool {
 }
 
 // byLane splits delivered events by lane and counts distinct identities per lane.
-func byLane(evs []Event) map[string][]Event {
-	m := map[string][]Event{}
+func byLane(evs []watukuytype.Event) map[string][]watukuytype.Event {
+	m := map[string][]watukuytype.Event{}
 	for _, ev := range evs {
 		m[string(ev.Lane)] = append(m[string(ev.Lane)], ev)
 	}
@@ -67,7 +67,7 @@ func TestBackfillTenThousand(t *testing.T) {
 		ctx := context.Background()
 		e := newEnv(t, b)
 		e.api.PutMany(10_000, "o", map[string]any{"total": 1})
-		p := e.poller(func(p *Poller) {
+		p := e.poller(func(p *watukuytype.Poller) {
 			p.Fetch = e.api.ChangeFeed(100)
 			p.MaxPagesPerCycle = 20
 			p.CursorPosition = seqPosition
@@ -82,7 +82,7 @@ func TestBackfillTenThousand(t *testing.T) {
 			t.Fatalf("live lane from 5000 delivered %d events, want 5000", n)
 		}
 
-		bp, err := eng.Backfill(ctx, "orders", "", BackfillRequest{})
+		bp, err := eng.Backfill(ctx, "orders", "", watukuytype.BackfillRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +93,7 @@ func TestBackfillTenThousand(t *testing.T) {
 		// backfill page.
 		e.api.Put("o9000", map[string]any{"total": 2})
 		before := len(e.rec.events())
-		if rep := eng.RunCycle(ctx, Key{Poller: "orders"}); rep.Err != nil || rep.Outcome != watukuytype.Ran {
+		if rep := eng.RunCycle(ctx, watukuytype.Key{Poller: "orders"}); rep.Err != nil || rep.Outcome != watukuytype.Ran {
 			t.Fatalf("cycle: %+v", rep)
 		}
 		next := e.rec.events()[before:]
@@ -110,7 +110,7 @@ func TestBackfillTenThousand(t *testing.T) {
 		seen := map[string]bool{}
 		for _, ev := range lanes["backfill"] {
 			n, _ := strconv.Atoi(ev.Identity[1:])
-			if ev.Type != Created || n >= 5000 || seen[ev.Identity] {
+			if ev.Type != watukuytype.Created || n >= 5000 || seen[ev.Identity] {
 				t.Fatalf("backfill emitted %s %s (known, or twice)", ev.Type, ev.Identity)
 			}
 			seen[ev.Identity] = true
@@ -130,14 +130,14 @@ func TestBackfillTenThousand(t *testing.T) {
 		}
 		start := len(e.rec.events())
 		null := ""
-		if _, err := eng.Backfill(ctx, "orders", "", BackfillRequest{To: &null, Force: true}); err != nil {
+		if _, err := eng.Backfill(ctx, "orders", "", watukuytype.BackfillRequest{To: &null, Force: true}); err != nil {
 			t.Fatal(err)
 		}
 		e.backfillDone(eng)
 		forced := e.rec.events()[start:]
 		again := map[string]bool{}
 		for _, ev := range forced {
-			if ev.Lane != "backfill" || ev.Type != Updated || ids[ev.ID] {
+			if ev.Lane != "backfill" || ev.Type != watukuytype.Updated || ids[ev.ID] {
 				t.Fatalf("forced backfill event %+v (lane, type, or a reused id)", ev)
 			}
 			again[ev.Identity] = true
@@ -151,9 +151,9 @@ func TestBackfillTenThousand(t *testing.T) {
 // A snapshotDiff poller has no cursor to go back to: Backfill refuses with a ConfigError.
 func TestBackfillRefusesSnapshotDiff(t *testing.T) {
 	e := newEnv(t, redistest.Miniredis(t))
-	eng := e.engine(e.poller(func(p *Poller) { p.Strategy = SnapshotDiff; p.Fetch = e.api.Listing(10) }), nil)
-	var ce *ConfigError
-	if _, err := eng.Backfill(t.Context(), "orders", "", BackfillRequest{}); !errors.As(err, &ce) || ce.Field != "cursor.strategy" {
+	eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Strategy = watukuytype.SnapshotDiff; p.Fetch = e.api.Listing(10) }), nil)
+	var ce *watukuytype.ConfigError
+	if _, err := eng.Backfill(t.Context(), "orders", "", watukuytype.BackfillRequest{}); !errors.As(err, &ce) || ce.Field != "cursor.strategy" {
 		t.Fatalf("backfill of a snapshotDiff poller: %v", err)
 	}
 }
@@ -165,7 +165,7 @@ func TestReplayAfterDataLoss(t *testing.T) {
 		ctx := context.Background()
 		e := newEnv(t, b)
 		putN(e, 30)
-		eng := e.engine(e.poller(func(p *Poller) { p.LogRetention = time.Hour }), nil)
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.LogRetention = time.Hour }), nil)
 		from := time.Now().Add(-time.Minute)
 		e.settle(eng)
 		first := e.rec.events()
@@ -173,7 +173,7 @@ func TestReplayAfterDataLoss(t *testing.T) {
 			t.Fatalf("delivered %d events, want 30", len(first))
 		}
 		e.rec = &recorder{} // the consumer's database is gone
-		eng = e.engine(e.poller(func(p *Poller) { p.LogRetention = time.Hour; p.Handler = e.rec.handle }), nil)
+		eng = e.engine(e.poller(func(p *watukuytype.Poller) { p.LogRetention = time.Hour; p.Handler = e.rec.handle }), nil)
 		n, err := eng.Replay(ctx, "orders", "", from, time.Time{})
 		if err != nil || n != 30 {
 			t.Fatalf("replay: %d, %v", n, err)
@@ -183,7 +183,7 @@ func TestReplayAfterDataLoss(t *testing.T) {
 		if len(again) != 30 {
 			t.Fatalf("redelivered %d events, want 30", len(again))
 		}
-		byID := map[string]Event{}
+		byID := map[string]watukuytype.Event{}
 		for _, ev := range first {
 			byID[ev.ID] = ev
 		}
@@ -199,8 +199,8 @@ func TestReplayAfterDataLoss(t *testing.T) {
 			t.Fatalf("replay of an empty window: %d, %v", n, err)
 		}
 
-		plain := e.engine(e.poller(func(p *Poller) { p.Name = "plain" }), nil)
-		var ru *ReplayUnavailableError
+		plain := e.engine(e.poller(func(p *watukuytype.Poller) { p.Name = "plain" }), nil)
+		var ru *watukuytype.ReplayUnavailableError
 		if _, err := plain.Replay(ctx, "plain", "", from, time.Time{}); !errors.As(err, &ru) {
 			t.Fatalf("replay without a log: %v", err)
 		}
@@ -213,7 +213,7 @@ func TestReplayLogIsTrimmed(t *testing.T) {
 		ctx := context.Background()
 		e := newEnv(t, b)
 		putN(e, 3)
-		eng := e.engine(e.poller(func(p *Poller) { p.LogRetention = time.Hour }), nil)
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.LogRetention = time.Hour }), nil)
 		logKey := eng.store.Key(watukuytype.Key{Poller: "orders"}, "log")
 		old := strconv.FormatInt(time.Now().Add(-2*time.Hour).UnixMilli(), 10) + "-0"
 		if err := b.Client.XAdd(ctx, &redis.XAddArgs{Stream: logKey, ID: old, Values: []string{"id", "ev_old", "ok", "x", "ev", "{}"}}).Err(); err != nil {
@@ -234,8 +234,11 @@ func TestPauseStopsRequestsAndDelivery(t *testing.T) {
 		ctx := context.Background()
 		e := newEnv(t, b)
 		putN(e, 5)
-		e.rec.setFail(func(Event) error { return errors.New("consumer down") })
-		eng := e.engine(e.poller(func(p *Poller) { p.Delivery.Poison = PoisonHalt; p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 }), nil)
+		e.rec.setFail(func(watukuytype.Event) error { return errors.New("consumer down") })
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) {
+			p.Delivery.Poison = watukuytype.PoisonHalt
+			p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1
+		}), nil)
 		e.tick(eng)
 		ki, _ := eng.Inspect(ctx, "orders", "")
 		if ki.OutboxPending != 5 {
@@ -281,10 +284,10 @@ func TestPauseStopsARunningCycle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := e.poller(func(p *Poller) {
+		p := e.poller(func(p *watukuytype.Poller) {
 			feed := e.api.ChangeFeed(10)
 			p.Delivery.Concurrency = 1
-			p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+			p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 				mu.Lock()
 				if paused {
 					after = append(after, fmt.Sprintf("request page %d", req.Page))
@@ -292,7 +295,7 @@ func TestPauseStopsARunningCycle(t *testing.T) {
 				mu.Unlock()
 				return feed(ctx, req)
 			}
-			p.Handler = func(ctx context.Context, ev Event) error {
+			p.Handler = func(ctx context.Context, ev watukuytype.Event) error {
 				mu.Lock()
 				defer mu.Unlock()
 				if paused {
@@ -355,7 +358,7 @@ func TestResetCursor(t *testing.T) {
 			t.Fatalf("after reset: cursor %q, due %v (now %v)", ki.Cursor, ki.NextDueAt, e.clock.Now())
 		}
 		e.tick(eng) // due now: no clock advance needed
-		if evs := e.rec.events()[len(first):]; len(evs) != 1 || evs[0].Identity != "o03" || evs[0].Type != Updated {
+		if evs := e.rec.events()[len(first):]; len(evs) != 1 || evs[0].Identity != "o03" || evs[0].Type != watukuytype.Updated {
 			t.Fatalf("rewind without clearing emitted %+v", evs)
 		}
 		if err := eng.ResetCursor(ctx, "orders", "", "", true); err != nil {
@@ -374,7 +377,7 @@ func TestResetCursor(t *testing.T) {
 		// Created again, each with the id of the change that made its content (G2): the first
 		// one's, but o03's update since.
 		for _, ev := range again {
-			if ev.Type != Created || ev.Identity != "o03" && ev.ID != firstIDs[ev.Identity] {
+			if ev.Type != watukuytype.Created || ev.Identity != "o03" && ev.ID != firstIDs[ev.Identity] {
 				t.Fatalf("re-emitted %+v; first id %s", ev, firstIDs[ev.Identity])
 			}
 		}
@@ -389,7 +392,11 @@ func TestSchemaDrift(t *testing.T) {
 		ctx := context.Background()
 		e := newEnv(t, b)
 		putN(e, 10)
-		listing := func(p *Poller) { p.Strategy = SnapshotDiff; p.Fetch = e.api.Listing(100); p.Version = nil }
+		listing := func(p *watukuytype.Poller) {
+			p.Strategy = watukuytype.SnapshotDiff
+			p.Fetch = e.api.Listing(100)
+			p.Version = nil
+		}
 		eng := e.engine(e.poller(listing), nil)
 		e.settle(eng)
 		key := watukuytype.Key{Poller: "orders"}
@@ -402,7 +409,7 @@ func TestSchemaDrift(t *testing.T) {
 			return r.Schema
 		}
 		// v1, rebaseline: no event, every row rewritten under schema 1.
-		eng = e.engine(e.poller(listing, func(p *Poller) { p.SchemaVersion = 1 }), nil)
+		eng = e.engine(e.poller(listing, func(p *watukuytype.Poller) { p.SchemaVersion = 1 }), nil)
 		start := len(e.rec.events())
 		e.settle(eng)
 		if n := len(e.rec.events()) - start; n != 0 || rowSchema("o00") != 1 || rowSchema("o09") != 1 {
@@ -410,10 +417,10 @@ func TestSchemaDrift(t *testing.T) {
 		}
 		// v2, emit, with a fingerprint that now counts only the id for o05..o09: their hashes
 		// change and are emitted once; o00..o04 keep theirs and are rebaselined silently.
-		onlyID := func(p *Poller) {
+		onlyID := func(p *watukuytype.Poller) {
 			p.SchemaVersion, p.EmitOnSchemaChange = 2, true
 			p.Fingerprint = func(item json.RawMessage) ([]byte, error) {
-				id, err := Field("id")(item)
+				id, err := watukuytype.Field("id")(item)
 				if id >= "o05" {
 					return []byte(id), err
 				}
@@ -430,7 +437,7 @@ func TestSchemaDrift(t *testing.T) {
 			t.Fatalf("emit after a fingerprint change: %d events, want 5", len(evs))
 		}
 		for _, ev := range evs {
-			if ev.Type != Updated || ev.SchemaVersion != 2 || ev.Identity < "o05" {
+			if ev.Type != watukuytype.Updated || ev.SchemaVersion != 2 || ev.Identity < "o05" {
 				t.Fatalf("schema-change event %+v", ev)
 			}
 		}
@@ -459,7 +466,7 @@ func TestShadowDeliversNothing(t *testing.T) {
 		ctx := context.Background()
 		e := newEnv(t, b)
 		putN(e, 12)
-		eng := e.engine(e.poller(func(p *Poller) { p.Shadow = true; p.LogRetention = time.Hour }), nil)
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Shadow = true; p.LogRetention = time.Hour }), nil)
 		e.settle(eng)
 		e.api.Put("o02", map[string]any{"total": 5})
 		e.settle(eng)
@@ -468,13 +475,13 @@ func TestShadowDeliversNothing(t *testing.T) {
 			ki.ShadowEvents["created"] != 12 || ki.ShadowEvents["updated"] != 1 {
 			t.Fatalf("shadow: %d deliveries, inspect %+v", len(e.rec.events()), ki)
 		}
-		if n, _ := b.Client.XLen(ctx, eng.store.Key(Key{Poller: "orders"}, "log")).Result(); n != 0 {
+		if n, _ := b.Client.XLen(ctx, eng.store.Key(watukuytype.Key{Poller: "orders"}, "log")).Result(); n != 0 {
 			t.Fatalf("shadow events reached the replay log: %d", n)
 		}
 		eng = e.engine(e.poller(), nil) // the flag is removed
 		e.api.Put("o03", map[string]any{"total": 6})
 		e.settle(eng)
-		if evs := e.rec.events(); len(evs) != 1 || evs[0].Identity != "o03" || evs[0].Type != Updated {
+		if evs := e.rec.events(); len(evs) != 1 || evs[0].Identity != "o03" || evs[0].Type != watukuytype.Updated {
 			t.Fatalf("after shadow: %+v", evs)
 		}
 	})
@@ -488,13 +495,13 @@ func TestPartitionsAtRunTime(t *testing.T) {
 		ctx := context.Background()
 		e := newEnv(t, b)
 		putN(e, 4)
-		eng := e.engine(e.poller(func(p *Poller) { p.Partitions = []string{"a"} }), nil)
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Partitions = []string{"a"} }), nil)
 		e.settle(eng)
 		ops, err := New(Options{Redis: b.Client, clock: e.clock.Now}) // an operator's: the Redis URL only
 		if err != nil {
 			t.Fatal(err)
 		}
-		var nf *NotFoundError
+		var nf *watukuytype.NotFoundError
 		if err := ops.Partitions().Remove(ctx, "orders", "b"); !errors.As(err, &nf) || !nf.PartitionMissing {
 			t.Fatalf("remove of an unknown partition: %v", err)
 		}
@@ -538,7 +545,7 @@ func TestPartitionsAtRunTime(t *testing.T) {
 		if err := ops.Partitions().Delete(ctx, "orders", "b"); err != nil {
 			t.Fatal(err)
 		}
-		kb := Key{Poller: "orders", Partition: "b"}
+		kb := watukuytype.Key{Poller: "orders", Partition: "b"}
 		for _, s := range []string{"items", "outbox", "parked"} {
 			if n, _ := b.Client.Exists(ctx, eng.store.Key(kb, s)).Result(); n != 0 {
 				t.Fatalf("%s of a deleted partition is still there", s)
@@ -585,11 +592,11 @@ func TestLayoutAndMigrate(t *testing.T) {
 		if m, err := eng.Migrate(ctx); err != nil || m.From != 1 || m.To != 1 || len(m.Steps) != 0 {
 			t.Fatalf("migrate on the current layout: %+v, %v", m, err)
 		}
-		var le *LayoutError
+		var le *watukuytype.LayoutError
 		if err := b.Client.Set(ctx, "wk:{global}:layout", "99", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.engine(e.poller(func(p *Poller) { p.Name = "w3" }), nil).Setup(ctx); !errors.As(err, &le) || le.Found != 99 {
+		if err := e.engine(e.poller(func(p *watukuytype.Poller) { p.Name = "w3" }), nil).Setup(ctx); !errors.As(err, &le) || le.Found != 99 {
 			t.Fatalf("a worker on a newer layout: %v", err)
 		}
 		if _, err := eng.Migrate(ctx); !errors.As(err, &le) {
@@ -598,7 +605,7 @@ func TestLayoutAndMigrate(t *testing.T) {
 		if err := b.Client.Del(ctx, "wk:{global}:layout").Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.engine(e.poller(func(p *Poller) { p.Name = "w4" }), nil).Setup(ctx); !errors.As(err, &le) || le.Found != 0 {
+		if err := e.engine(e.poller(func(p *watukuytype.Poller) { p.Name = "w4" }), nil).Setup(ctx); !errors.As(err, &le) || le.Found != 0 {
 			t.Fatalf("a worker on data without a layout: %v", err)
 		}
 	})
@@ -612,8 +619,8 @@ func TestResetCursorDropsTheCommittedTag(t *testing.T) {
 		e := newEnv(t, b)
 		putN(e, 25)
 		srv, _ := e.server(fakeapi.ServerOptions{})
-		eng := e.engine(e.poller(func(p *Poller) {
-			p.Strategy = SnapshotDiff
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) {
+			p.Strategy = watukuytype.SnapshotDiff
 			p.Fetch = listCursor(srv, 10).Fetch
 		}), nil)
 		e.settleTo304(eng)
@@ -636,11 +643,11 @@ func TestBackfillIgnoresConditionalRequests(t *testing.T) {
 		e := newEnv(t, b)
 		putN(e, 25)
 		srv, _ := e.server(fakeapi.ServerOptions{})
-		eng := e.engine(e.poller(func(p *Poller) { p.Fetch = listCursor(srv, 10).Fetch }), nil) // page strategy, collection ETag
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Fetch = listCursor(srv, 10).Fetch }), nil) // page strategy, collection ETag
 		e.settleTo304(eng)
 		start := len(e.rec.events())
 		null := ""
-		if _, err := eng.Backfill(ctx, "orders", "", BackfillRequest{To: &null, Force: true}); err != nil {
+		if _, err := eng.Backfill(ctx, "orders", "", watukuytype.BackfillRequest{To: &null, Force: true}); err != nil {
 			t.Fatal(err)
 		}
 		e.backfillDone(eng)
@@ -660,12 +667,12 @@ func TestBackfillFailureSparesTheLiveLane(t *testing.T) {
 		putN(e, 30)
 		var mu sync.Mutex
 		failNext := false
-		e.api.OnFetch(func(ctx context.Context, req FetchRequest) error {
+		e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case req.Lane == "backfill" && req.Cursor == "garbage":
-				return &ConfigError{Poller: req.Key.Poller, Field: "cursor", Msg: "not a sequence number"}
+				return &watukuytype.ConfigError{Poller: req.Key.Poller, Field: "cursor", Msg: "not a sequence number"}
 			case req.Lane == "backfill" && failNext:
 				failNext = false
 				return errors.New("503 from the API")
@@ -674,7 +681,7 @@ func TestBackfillFailureSparesTheLiveLane(t *testing.T) {
 		})
 		eng := e.engine(e.poller(), nil)
 		e.settle(eng)
-		if _, err := eng.Backfill(ctx, "orders", "", BackfillRequest{}); err != nil {
+		if _, err := eng.Backfill(ctx, "orders", "", watukuytype.BackfillRequest{}); err != nil {
 			t.Fatal(err)
 		}
 		mu.Lock()
@@ -696,7 +703,7 @@ func TestBackfillFailureSparesTheLiveLane(t *testing.T) {
 			t.Fatalf("a finished backfill keeps the old error: %+v", ki.Backfill)
 		}
 
-		if _, err := eng.Backfill(ctx, "orders", "", BackfillRequest{From: "garbage"}); err != nil {
+		if _, err := eng.Backfill(ctx, "orders", "", watukuytype.BackfillRequest{From: "garbage"}); err != nil {
 			t.Fatal(err)
 		}
 		e.tick(eng)

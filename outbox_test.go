@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Every lease holder reads the outbox as one consumer of its group: 200 process lifetimes that
@@ -24,7 +25,7 @@ func TestBoundedMemoryOneOutboxConsumer(t *testing.T) {
 		}
 		// The last process died with its event in the outbox: the group is there, with the
 		// consumers 200 lifetimes left in it.
-		outbox := eng.store.Key(Key{Poller: "orders"}, "outbox")
+		outbox := eng.store.Key(watukuytype.Key{Poller: "orders"}, "outbox")
 		cs, err := b.Client.XInfoConsumers(t.Context(), outbox, "dispatch").Result()
 		if err != nil {
 			t.Fatal(err)

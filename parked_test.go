@@ -15,6 +15,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // o1 v2 is parked invalid, then v3 (valid) is committed: v3 supersedes the parked v2 in its
@@ -24,7 +25,7 @@ func TestG3ValidVersionSupersedesAParkedInvalidOne(t *testing.T) {
 		e := newEnv(t, b)
 		var strict atomic.Bool
 		strict.Store(true)
-		eng := e.engine(e.poller(func(p *Poller) {
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 			p.Validate = rejectBad(&strict)
 		}), nil)
 		ctx := t.Context()
@@ -51,7 +52,7 @@ func TestG3LaterInvalidVersionSupersedesTheParkedOne(t *testing.T) {
 		e := newEnv(t, b)
 		var strict atomic.Bool
 		strict.Store(true)
-		eng := e.engine(e.poller(func(p *Poller) {
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 			p.Validate = rejectBad(&strict)
 		}), nil)
 		ctx := t.Context()
@@ -86,8 +87,8 @@ func TestG3LaterInvalidVersionSupersedesTheParkedOne(t *testing.T) {
 func TestG3DeleteSupersedesAParkedInvalidItem(t *testing.T) {
 	eachLight(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
-		eng := e.engine(e.poller(func(p *Poller) {
-			p.Strategy = SnapshotDiff
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) {
+			p.Strategy = watukuytype.SnapshotDiff
 			p.Fetch = e.api.Listing(10)
 			p.Validate = rejectBad(nil)
 		}), nil)
@@ -115,7 +116,7 @@ func TestG3DeleteSupersedesAParkedInvalidItem(t *testing.T) {
 func TestG3EachParkedInvalidItemIsSupersededInTurn(t *testing.T) {
 	eachLight(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
-		eng := e.engine(e.poller(func(p *Poller) { p.Validate = rejectBad(nil) }), nil)
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Validate = rejectBad(nil) }), nil)
 		ctx := t.Context()
 		parked := func(want int) {
 			t.Helper()
@@ -149,7 +150,7 @@ func TestG3InvalidItemParkedAgainIsRetriedAsCurrent(t *testing.T) {
 				f := &changeLog{}
 				var mu sync.Mutex
 				strict := true
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Version = nil
 					p.Fingerprint = func(item json.RawMessage) ([]byte, error) { return item, nil }
@@ -228,7 +229,7 @@ func TestG3DeathBetweenChunksLeavesOneParkedRowPerIdentity(t *testing.T) {
 				d := &dieAfterParkStore{}
 				var mu sync.Mutex
 				strict := true
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Fetch = log.fetch
 					p.CommitMaxItems = 1
@@ -254,7 +255,7 @@ func TestG3DeathBetweenChunksLeavesOneParkedRowPerIdentity(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var o1 []ParkedInfo
+				var o1 []watukuytype.ParkedInfo
 				for _, r := range rows {
 					if r.Identity == "o1" {
 						o1 = append(o1, r)
@@ -290,7 +291,7 @@ func TestG3RetryOfAnItemParkedWithoutIdentityIsRefusedAfterALaterChange(t *testi
 				e := newEnv(t, b)
 				name := fmt.Sprintf("noid-%v", laterChange)
 				f := &changeLog{}
-				base := func(p *Poller) {
+				base := func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Fetch = f.fetch
 					p.Version = nil
@@ -300,12 +301,12 @@ func TestG3RetryOfAnItemParkedWithoutIdentityIsRefusedAfterALaterChange(t *testi
 				f.addRaw(`{"id":"o0","state":"x"}`)
 				f.addRaw(`{"ID":"o1","state":"a"}`) // no "id": parked without identity
 				e.settle(e.engine(e.poller(base), nil))
-				eng := e.engine(e.poller(base, func(p *Poller) {
+				eng := e.engine(e.poller(base, func(p *watukuytype.Poller) {
 					p.Identity = func(item json.RawMessage) (string, error) {
-						if id, err := Field("id")(item); err == nil {
+						if id, err := watukuytype.Field("id")(item); err == nil {
 							return id, nil
 						}
-						return Field("ID")(item)
+						return watukuytype.Field("ID")(item)
 					}
 				}), nil)
 				want := "a"
@@ -345,7 +346,7 @@ func TestG3InvalidObservationOlderThanTheParkedOneIsParked(t *testing.T) {
 				log := &changeLog{}
 				var strict atomic.Bool
 				strict.Store(true)
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Fetch = log.fetch
 					p.Validate = strictBadPrefix(&strict)
@@ -389,24 +390,24 @@ func TestG3IdentitylessRetryAfterTheTombstoneExpiredRecreatesNothing(t *testing.
 				e := newEnv(t, b)
 				name := fmt.Sprintf("noid-tomb-%v", expired)
 				f := &changeLog{}
-				base := func(p *Poller) {
+				base := func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Fetch = f.fetch
 					p.Version = nil
 					p.Fingerprint = stateFingerprint
-					p.Tombstone = Flag("deleted")
+					p.Tombstone = watukuytype.Flag("deleted")
 					p.TombstoneRetention = time.Hour
 				}
 				ctx := t.Context()
 				f.addRaw(`{"id":"o0","state":"x"}`)
 				f.addRaw(`{"ID":"o1","state":"a"}`) // no "id": parked without identity
 				e.settle(e.engine(e.poller(base), nil))
-				eng := e.engine(e.poller(base, func(p *Poller) {
+				eng := e.engine(e.poller(base, func(p *watukuytype.Poller) {
 					p.Identity = func(item json.RawMessage) (string, error) {
-						if id, err := Field("id")(item); err == nil {
+						if id, err := watukuytype.Field("id")(item); err == nil {
 							return id, nil
 						}
-						return Field("ID")(item)
+						return watukuytype.Field("ID")(item)
 					}
 				}), nil)
 				f.addRaw(`{"id":"o1","state":"b"}`)
@@ -446,7 +447,7 @@ func TestG3IdentitylessRetryKeepsTheLaterParkedObservation(t *testing.T) {
 				log := &changeLog{}
 				var strict atomic.Bool
 				strict.Store(true)
-				base := func(p *Poller) {
+				base := func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Fetch = log.fetch
 					p.Validate = strictBadPrefix(&strict)
@@ -454,12 +455,12 @@ func TestG3IdentitylessRetryKeepsTheLaterParkedObservation(t *testing.T) {
 				ctx := t.Context()
 				log.addRaw(`{"ID":"o1","version":"1","state":"a"}`) // no "id": parked without identity
 				e.settle(e.engine(e.poller(base), nil))
-				eng := e.engine(e.poller(base, func(p *Poller) {
+				eng := e.engine(e.poller(base, func(p *watukuytype.Poller) {
 					p.Identity = func(item json.RawMessage) (string, error) {
-						if id, err := Field("id")(item); err == nil {
+						if id, err := watukuytype.Field("id")(item); err == nil {
 							return id, nil
 						}
-						return Field("ID")(item)
+						return watukuytype.Field("ID")(item)
 					}
 				}), nil)
 				log.add("o1", 2, "bad b") // the API's current state, parked invalid

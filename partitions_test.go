@@ -12,6 +12,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // A partition deleted (rows and tombstones dropped) and added again while the API holds o1 at
@@ -24,10 +25,10 @@ func TestG2PartitionDeletedAndAddedAgainGetsNewIDs(t *testing.T) {
 				e := newEnv(t, b)
 				name := "readd-" + back
 				l := &rawListing{items: map[string]string{}}
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Partitions = []string{"t1"}
-					p.Strategy = SnapshotDiff
+					p.Strategy = watukuytype.SnapshotDiff
 					p.ConfirmDeletes = 1
 					p.Fetch = l.fetch
 					p.Version = nil
@@ -68,10 +69,10 @@ func TestG2PartitionAddedBackAfterItsDeletionWasForgotten(t *testing.T) {
 				e := newEnv(t, b)
 				name := fmt.Sprintf("readd-forgotten-%v", forgotten)
 				l := &rawListing{items: map[string]string{}}
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Partitions = []string{"t1"}
-					p.Strategy = SnapshotDiff
+					p.Strategy = watukuytype.SnapshotDiff
 					p.ConfirmDeletes = 1
 					p.Fetch = l.fetch
 					p.Version = nil
@@ -120,13 +121,15 @@ func TestG2PartitionAddedAgainStartsAboveTheDeletedLives(t *testing.T) {
 				first, second := &changeLog{}, &changeLog{}
 				var cur atomic.Pointer[changeLog]
 				cur.Store(first)
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Partitions = []string{"t1"}
 					p.Version = nil
 					p.Fingerprint = stateFingerprint
-					p.Tombstone = Flag("deleted")
-					p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) { return cur.Load().fetch(ctx, req) }
+					p.Tombstone = watukuytype.Flag("deleted")
+					p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+						return cur.Load().fetch(ctx, req)
+					}
 				}), nil)
 				for range 3 {
 					first.addRaw(`{"id":"x","state":"A"}`)
@@ -163,7 +166,7 @@ type pauseRace struct {
 	before func()
 }
 
-func (p *pauseRace) Pause(ctx context.Context, key Key) error {
+func (p *pauseRace) Pause(ctx context.Context, key watukuytype.Key) error {
 	if p.before != nil {
 		p.before()
 		p.before = nil

@@ -46,9 +46,9 @@ func TestG8LateBeginRequestStaysOutOfTheWindow(t *testing.T) {
 		var window time.Time
 		var inWindow []string
 		throttle := true
-		p := e.poller(func(p *Poller) {
+		p := e.poller(func(p *watukuytype.Poller) {
 			feed := e.api.ChangeFeed(10)
-			p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+			p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 				mu.Lock()
 				defer mu.Unlock()
 				now := e.clock.Now()
@@ -59,7 +59,7 @@ func TestG8LateBeginRequestStaysOutOfTheWindow(t *testing.T) {
 				if throttle {
 					throttle = false
 					window = now.Add(5 * time.Second)
-					return Page{}, &HTTPError{Key: req.Key, StatusCode: 429, RetryAfter: 5 * time.Second}
+					return watukuytype.Page{}, &watukuytype.HTTPError{Key: req.Key, StatusCode: 429, RetryAfter: 5 * time.Second}
 				}
 				return feed(ctx, req)
 			}
@@ -67,7 +67,7 @@ func TestG8LateBeginRequestStaysOutOfTheWindow(t *testing.T) {
 		d := &lateBeginStore{clock: e.clock, delay: 2400 * time.Millisecond}
 		eng := e.engine(p, func(s core.Store) core.Store { d.Store = s; return d })
 		ctx := t.Context()
-		key := Key{Poller: "orders"}
+		key := watukuytype.Key{Poller: "orders"}
 		if rep := eng.RunCycle(ctx, key); rep.Pages != 1 {
 			t.Fatalf("first cycle: %+v", rep)
 		}
@@ -101,19 +101,19 @@ func TestG8WindowOutlivesTheEndOfALateCycle(t *testing.T) {
 			watch := &windowWatch{clock: e.clock}
 			throttle := false
 			name := fmt.Sprintf("late-%v", late)
-			p := e.poller(func(p *Poller) {
+			p := e.poller(func(p *watukuytype.Poller) {
 				p.Name = name
 				p.LogRetention = time.Hour // so that an operator's replay can refill the outbox
-				p.Delivery.Poison = PoisonHalt
+				p.Delivery.Poison = watukuytype.PoisonHalt
 				p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1
 				feed := e.api.ChangeFeed(10)
-				p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+				p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 					mu.Lock()
 					defer mu.Unlock()
 					watch.note("request")
 					if throttle {
 						throttle = false
-						return Page{}, watch.throttle(req.Key, 10*time.Second)
+						return watukuytype.Page{}, watch.throttle(req.Key, 10*time.Second)
 					}
 					return feed(ctx, req)
 				}
@@ -121,7 +121,7 @@ func TestG8WindowOutlivesTheEndOfALateCycle(t *testing.T) {
 			d := &lateBeginStore{clock: e.clock, delay: 2400 * time.Millisecond}
 			eng := e.engine(p, func(s core.Store) core.Store { d.Store = s; return d })
 			ctx := t.Context()
-			key := Key{Poller: name}
+			key := watukuytype.Key{Poller: name}
 			if rep := eng.RunCycle(ctx, key); rep.Delivered != 2 {
 				t.Fatalf("first cycle: %+v", rep)
 			}
@@ -136,7 +136,7 @@ func TestG8WindowOutlivesTheEndOfALateCycle(t *testing.T) {
 			if n, err := eng.Replay(ctx, name, "", time.Now().Add(-time.Hour), time.Time{}); err != nil || n != 2 {
 				t.Fatalf("replay: %d, %v", n, err)
 			}
-			e.rec.setFail(func(Event) error { return fmt.Errorf("handler down") })
+			e.rec.setFail(func(watukuytype.Event) error { return fmt.Errorf("handler down") })
 			e.clock.Advance(7 * time.Second) // 3 s left in the window
 			if late {
 				d.armed.Store(true) // Begin's request 2.4 s in transit
@@ -166,32 +166,32 @@ func TestG8DetailRetryAfterOutlivesTheCycle(t *testing.T) {
 			watch := &windowWatch{clock: e.clock}
 			listing := []string{`{"id":"a"}`, `{"id":"b"}`}
 			throttleList := false
-			p := e.poller(func(p *Poller) {
+			p := e.poller(func(p *watukuytype.Poller) {
 				p.Name = fmt.Sprintf("detail%v", detail429)
-				p.Strategy = SnapshotDiff
+				p.Strategy = watukuytype.SnapshotDiff
 				p.Version = nil
-				p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+				p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 					mu.Lock()
 					defer mu.Unlock()
 					watch.note("listing request")
 					if throttleList {
 						throttleList = false
-						return Page{}, watch.throttle(req.Key, time.Minute)
+						return watukuytype.Page{}, watch.throttle(req.Key, time.Minute)
 					}
-					var pg Page
+					var pg watukuytype.Page
 					for _, it := range listing {
 						pg.Items = append(pg.Items, json.RawMessage(it))
 					}
 					return pg, nil
 				}
-				p.Detail = func(ctx context.Context, key Key, id string) (json.RawMessage, bool, error) {
+				p.Detail = func(ctx context.Context, key watukuytype.Key, id string) (json.RawMessage, bool, error) {
 					watch.note("detail request")
 					return nil, false, watch.throttle(key, time.Minute)
 				}
 			})
 			eng := e.engine(p, nil)
 			ctx := t.Context()
-			key := Key{Poller: p.Name}
+			key := watukuytype.Key{Poller: p.Name}
 			eng.RunCycle(ctx, key) // a and b created
 			mu.Lock()
 			if detail429 {
@@ -224,20 +224,20 @@ func TestG8FrozenInstanceStaysOutOfTheNewOwnersWindow(t *testing.T) {
 		var mu sync.Mutex
 		var requests []string
 		var window time.Time
-		fetchAs := func(instance string, status int) func(p *Poller) {
-			return func(p *Poller) {
+		fetchAs := func(instance string, status int) func(p *watukuytype.Poller) {
+			return func(p *watukuytype.Poller) {
 				feed := e.api.ChangeFeed(10)
-				p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+				p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 					mu.Lock()
 					defer mu.Unlock()
 					requests = append(requests, fmt.Sprintf("%s page %d at %s", instance, req.Page, e.clock.Now().Format("15:04:05")))
 					if status == 429 {
 						window = e.clock.Now().Add(time.Minute)
-						return Page{}, &HTTPError{Key: req.Key, StatusCode: 429, RetryAfter: time.Minute}
+						return watukuytype.Page{}, &watukuytype.HTTPError{Key: req.Key, StatusCode: 429, RetryAfter: time.Minute}
 					}
 					page, err := feed(ctx, req)
 					// One request left in a 900 ms window: the engine waits before page 2.
-					page.RateLimit = &RateLimit{Limit: 2, Remaining: 1, Reset: 900 * time.Millisecond}
+					page.RateLimit = &watukuytype.RateLimit{Limit: 2, Remaining: 1, Reset: 900 * time.Millisecond}
 					return page, err
 				}
 			}
@@ -258,7 +258,7 @@ func TestG8FrozenInstanceStaysOutOfTheNewOwnersWindow(t *testing.T) {
 		if err := a.Register(e.poller(fetchAs("A", 200))); err != nil {
 			t.Fatal(err)
 		}
-		done := make(chan TickReport)
+		done := make(chan watukuytype.TickReport)
 		go func() { done <- e.tick(a) }()
 		select {
 		case <-paged: // page 1 delivered and acked: A waits for the rate limit
@@ -317,7 +317,7 @@ func TestG8YieldKeepsARetryAfterWindow(t *testing.T) {
 					}
 					return w.throttle(req.Key, time.Hour) // ... as the API's 429 came back
 				})
-				p := e.poller(func(p *Poller) { p.Name = name })
+				p := e.poller(func(p *watukuytype.Poller) { p.Name = name })
 				a = e.engine(p, nil)
 				if mode == "tick-deadline" {
 					if _, err := a.Tick(t.Context(), 300*time.Millisecond); err != nil {
@@ -360,7 +360,7 @@ func TestG8TruncatedCycleDueAfterItsPace(t *testing.T) {
 				var notBefore time.Time
 				var early []string
 				slow := true
-				fetch := func(ctx context.Context, req FetchRequest) (Page, error) {
+				fetch := func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 					now := e.clock.Now()
 					mu.Lock()
 					if now.Before(notBefore) {
@@ -376,13 +376,13 @@ func TestG8TruncatedCycleDueAfterItsPace(t *testing.T) {
 					if err != nil {
 						return p, err
 					}
-					p.RateLimit = &RateLimit{Limit: 100, Remaining: 0, Reset: tc.pace}
+					p.RateLimit = &watukuytype.RateLimit{Limit: 100, Remaining: 0, Reset: tc.pace}
 					mu.Lock()
 					notBefore = e.clock.Now().Add(tc.pace)
 					mu.Unlock()
 					return p, nil
 				}
-				p := e.poller(func(p *Poller) { p.Name = name; p.Fetch = fetch })
+				p := e.poller(func(p *watukuytype.Poller) { p.Name = name; p.Fetch = fetch })
 				var a *Engine
 				wait := func(ctx context.Context, d time.Duration) error {
 					if !tc.stop {

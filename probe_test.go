@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/httppoll"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Probe looks at the page after the first when more follow: five items in one second with
@@ -29,13 +31,13 @@ func TestProbeSeesTheCursorStallAfterTheFirstPage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := fakeapi.NewServer(api, fakeapi.ServerOptions{TieBreaker: tc.tieBreaker})
 			defer srv.Close()
-			ts := &watukuy.TimestampCursor{Source: watukuy.HTTPSource{URL: srv.URL + "/items", Items: "data"},
+			ts := &httppoll.TimestampCursor{Source: httppoll.Source{URL: srv.URL + "/items", Items: "data"},
 				Field: "updated_at", Param: "updated_since", LimitParam: "limit", Limit: 3}
 			if tc.tieBreaker {
 				ts.TieBreaker = "after_id"
 			}
-			p := watukuy.Poller{Name: "widgets", Fetch: ts.Fetch, Identity: watukuy.Field("sku"), Version: watukuy.Field("version"),
-				Handler: func(context.Context, watukuy.Event) error { return nil }}
+			p := watukuytype.Poller{Name: "widgets", Fetch: ts.Fetch, Identity: watukuytype.Field("sku"), Version: watukuytype.Field("version"),
+				Handler: func(context.Context, watukuytype.Event) error { return nil }}
 			res, err := watukuy.Probe(t.Context(), p, "")
 			if err != nil {
 				t.Fatal(err)

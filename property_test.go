@@ -9,6 +9,7 @@ import (
 
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // For random mutation histories (creates, updates, deletes, re-creations, clock ties),
@@ -29,18 +30,18 @@ func TestPropertyDeliveriesReproduceTheAPI(t *testing.T) {
 				defer srv.Close()
 				strategy := rapid.SampledFrom([]string{"timestamp", "token", "snapshot"}).Draw(rt, "strategy")
 				size := rapid.IntRange(1, 7).Draw(rt, "pageSize")
-				p := e.poller(func(p *Poller) {
+				p := e.poller(func(p *watukuytype.Poller) {
 					p.Name = fmt.Sprintf("p%d", run) // fresh keys for every run on the shared Redis
-					p.Schedule = Schedule{Min: time.Second, Max: time.Minute}
+					p.Schedule = watukuytype.Schedule{Min: time.Second, Max: time.Minute}
 					switch strategy {
 					case "timestamp": // deletes are invisible to a timestamp feed: reconcile finds them
 						p.Fetch = timestampCursor(srv, size, true).Fetch
-						p.Reconcile = &Reconcile{Every: time.Minute, Fetch: listCursor(srv, size).Fetch}
+						p.Reconcile = &watukuytype.Reconcile{Every: time.Minute, Fetch: listCursor(srv, size).Fetch}
 					case "token":
 						p.Fetch = tokenCursor(srv, size).Fetch
-						p.Tombstone = Flag("deleted")
+						p.Tombstone = watukuytype.Flag("deleted")
 					default:
-						p.Strategy = SnapshotDiff
+						p.Strategy = watukuytype.SnapshotDiff
 						p.Fetch = listCursor(srv, size).Fetch
 						p.MaxPagesPerCycle = 1000
 					}

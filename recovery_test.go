@@ -41,11 +41,11 @@ func TestClaimFollowsLeaseOfDeadCycle(t *testing.T) {
 		e := newEnv(t, b)
 		putN(e, 3)
 		ttl := 30 * time.Second
-		a := e.engine(e.poller(func(p *Poller) { p.LeaseTTL = ttl }), faulty(&faultyStore{failCommt: 1}))
+		a := e.engine(e.poller(func(p *watukuytype.Poller) { p.LeaseTTL = ttl }), faulty(&faultyStore{failCommt: 1}))
 		if rep := e.tick(a); len(rep.Errors) != 1 {
 			t.Fatalf("the dying cycle: %+v", rep)
 		}
-		bb := e.engine(e.poller(func(p *Poller) { p.LeaseTTL = ttl }), nil)
+		bb := e.engine(e.poller(func(p *watukuytype.Poller) { p.LeaseTTL = ttl }), nil)
 		e.clock.Advance(ttl + core.ClaimGrace - time.Millisecond)
 		if keys, err := bb.store.ClaimDue(t.Context(), 10, 0, nil); err != nil || len(keys) != 0 {
 			t.Fatalf("claimed %v (%v) before the dead cycle's lease and the grace lapsed", keys, err)
@@ -102,7 +102,7 @@ func TestLongCycleNeverClaimedTwice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := e.poller(func(p *Poller) { p.LeaseTTL = 150 * time.Millisecond })
+		p := e.poller(func(p *watukuytype.Poller) { p.LeaseTTL = 150 * time.Millisecond })
 		if err := a.Register(p); err != nil {
 			t.Fatal(err)
 		}
@@ -207,7 +207,7 @@ func TestStopHandsKeyBackAtOnce(t *testing.T) {
 		started := make(chan struct{})
 		hangingFetch(e, started)
 		a := e.engine(e.poller(), nil)
-		done := make(chan TickReport, 1)
+		done := make(chan watukuytype.TickReport, 1)
 		go func() { done <- e.tick(a) }()
 		<-started
 		if err := a.Stop(true, 10*time.Second); err != nil {
@@ -300,7 +300,7 @@ func TestTriggerClearsRetryAfterWindow(t *testing.T) {
 		e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 			if throttle {
 				throttle = false
-				return &HTTPError{Key: req.Key, StatusCode: 429, RetryAfter: 24 * time.Hour}
+				return &watukuytype.HTTPError{Key: req.Key, StatusCode: 429, RetryAfter: 24 * time.Hour}
 			}
 			return nil
 		})
@@ -359,7 +359,7 @@ func TestStopBeforeAnyAnswerKeepsTheSchedule(t *testing.T) {
 		started := make(chan struct{})
 		e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 			if fail {
-				return &HTTPError{Key: req.Key, StatusCode: 500}
+				return &watukuytype.HTTPError{Key: req.Key, StatusCode: 500}
 			}
 			close(started)
 			<-ctx.Done()
@@ -373,7 +373,7 @@ func TestStopBeforeAnyAnswerKeepsTheSchedule(t *testing.T) {
 		}
 		e.clock.Advance(3 * time.Minute)
 		fail = false
-		done := make(chan TickReport, 1)
+		done := make(chan watukuytype.TickReport, 1)
 		go func() { done <- e.tick(a) }()
 		<-started
 		if err := a.Stop(true, 10*time.Second); err != nil {
@@ -440,10 +440,10 @@ func TestKeeperStopsBeforeEnd(t *testing.T) {
 			close(r.armed)
 			return nil
 		})
-		p := e.poller(func(p *Poller) {
+		p := e.poller(func(p *watukuytype.Poller) {
 			p.LeaseTTL = 1200 * time.Millisecond // renewed every 400 ms
-			p.Schedule = Schedule{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond}
-			p.Handler = func(ctx context.Context, ev Event) error {
+			p.Schedule = watukuytype.Schedule{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond}
+			p.Handler = func(ctx context.Context, ev watukuytype.Event) error {
 				<-r.holding // the keeper's next hold is under way when the cycle goes on to End
 				return e.rec.handle(ctx, ev)
 			}
@@ -484,7 +484,7 @@ func TestCancelledPastValidityIsLeaseLost(t *testing.T) {
 				return ctx.Err()
 			})
 			name := fmt.Sprintf("cancelled-%v", past)
-			a := e.engine(e.poller(func(p *Poller) { p.Name = name }), nil)
+			a := e.engine(e.poller(func(p *watukuytype.Poller) { p.Name = name }), nil)
 			if err := a.core.Setup(t.Context()); err != nil {
 				t.Fatal(err)
 			}
@@ -594,9 +594,9 @@ func TestYieldedProbeKeepsTheCircuitOpen(t *testing.T) {
 						<-ctx.Done()
 						return ctx.Err()
 					}
-					return &HTTPError{Key: req.Key, StatusCode: 500}
+					return &watukuytype.HTTPError{Key: req.Key, StatusCode: 500}
 				})
-				eng := e.engine(e.poller(func(p *Poller) { p.Name = name; p.Failures = 2 }), nil)
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Name = name; p.Failures = 2 }), nil)
 				tick := func() {
 					if _, err := eng.Tick(t.Context(), 300*time.Millisecond); err != nil {
 						t.Fatal(err)
@@ -658,7 +658,7 @@ func TestFrozenHoldLeavesTheNextOwnersDue(t *testing.T) {
 		e := newEnv(t, b)
 		putN(e, 3)
 		const ttl = 600 * time.Millisecond // the keeper renews every 200 ms (real time)
-		p := e.poller(func(p *Poller) { p.Name = "latehold"; p.LeaseTTL = ttl })
+		p := e.poller(func(p *watukuytype.Poller) { p.Name = "latehold"; p.LeaseTTL = ttl })
 		fetchFrozen := make(chan struct{})
 		var firstFetch sync.Once
 		e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Replace (a config reload) swaps the definitions at once: the cycle running when it lands
@@ -19,8 +20,8 @@ func TestReplaceAppliesFromNextCycle(t *testing.T) {
 	e.api.Put("a", map[string]any{"n": 1})
 	var mu sync.Mutex
 	var handled []string
-	handler := func(def string) Handler {
-		return func(_ context.Context, ev Event) error {
+	handler := func(def string) watukuytype.Handler {
+		return func(_ context.Context, ev watukuytype.Event) error {
 			mu.Lock()
 			defer mu.Unlock()
 			handled = append(handled, def+":"+ev.Identity)
@@ -30,9 +31,9 @@ func TestReplaceAppliesFromNextCycle(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	feed := e.api.ChangeFeed(10)
-	eng := e.engine(e.poller(func(p *Poller) {
+	eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 		p.Handler = handler("old")
-		p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+		p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 			once.Do(func() { close(started); <-release })
 			return feed(ctx, req)
 		}
@@ -41,14 +42,14 @@ func TestReplaceAppliesFromNextCycle(t *testing.T) {
 	if err := eng.Setup(ctx); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan CycleReport, 1)
-	go func() { done <- eng.RunCycle(ctx, Key{Poller: "orders"}) }()
+	done := make(chan watukuytype.CycleReport, 1)
+	go func() { done <- eng.RunCycle(ctx, watukuytype.Key{Poller: "orders"}) }()
 	<-started // the cycle is in its first request
-	if err := eng.Replace(nil, e.poller(func(p *Poller) { p.Handler = handler("new") })); err != nil {
+	if err := eng.Replace(nil, e.poller(func(p *watukuytype.Poller) { p.Handler = handler("new") })); err != nil {
 		t.Fatal(err)
 	}
-	err := eng.Replace(nil, e.poller(func(p *Poller) { p.Handler = handler("refused") }), e.poller(func(p *Poller) { p.Name, p.Fetch = "other", nil }))
-	var ce *ConfigError
+	err := eng.Replace(nil, e.poller(func(p *watukuytype.Poller) { p.Handler = handler("refused") }), e.poller(func(p *watukuytype.Poller) { p.Name, p.Fetch = "other", nil }))
+	var ce *watukuytype.ConfigError
 	if !errors.As(err, &ce) || ce.Poller != "other" || ce.Field != "fetch" {
 		t.Fatalf("an invalid set: %v, want a ConfigError on other's fetch", err)
 	}
@@ -60,7 +61,7 @@ func TestReplaceAppliesFromNextCycle(t *testing.T) {
 	if err := eng.Trigger(ctx, "orders", ""); err != nil {
 		t.Fatal(err)
 	}
-	if rep := eng.RunCycle(ctx, Key{Poller: "orders"}); rep.Err != nil || rep.Delivered != 1 {
+	if rep := eng.RunCycle(ctx, watukuytype.Key{Poller: "orders"}); rep.Err != nil || rep.Delivered != 1 {
 		t.Fatalf("the next cycle: %+v", rep)
 	}
 	mu.Lock()

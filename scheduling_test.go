@@ -69,12 +69,12 @@ func TestSchedulingNoStarvationBehindOtherPollers(t *testing.T) {
 		if err := eng.Setup(ctx); err != nil {
 			t.Fatal(err)
 		}
-		live := Key{Poller: "orders"}
+		live := watukuytype.Key{Poller: "orders"}
 		var rt redistest.Counter
 		rt.Attach(b.Client)
 		// claim claims for the live poller as Tick does; it returns what it took, its round trips
 		// and, on a real Redis, the commands it ran there.
-		claim := func() ([]Key, int64, int64) {
+		claim := func() ([]watukuytype.Key, int64, int64) {
 			t.Helper()
 			calls := int64(0)
 			if b.Mini == nil {
@@ -91,10 +91,10 @@ func TestSchedulingNoStarvationBehindOtherPollers(t *testing.T) {
 			}
 			return keys, n, calls
 		}
-		var keys []Key
+		var keys []watukuytype.Key
 		var rt0, calls0 int64
 		for i := 0; i < 2; i++ { // the first claim loads the script
-			if keys, rt0, calls0 = claim(); !slices.Equal(keys, []Key{live}) {
+			if keys, rt0, calls0 = claim(); !slices.Equal(keys, []watukuytype.Key{live}) {
 				t.Fatalf("claimed %v, want the live key", keys)
 			}
 			if err := eng.store.SetDue(ctx, live, e.clock.Now().Add(-time.Second)); err != nil {
@@ -103,9 +103,9 @@ func TestSchedulingNoStarvationBehindOtherPollers(t *testing.T) {
 		}
 
 		// The retired poller's keys were due an hour before the live one, and sort before it.
-		var retired []Key
+		var retired []watukuytype.Key
 		for i := 0; i < 20000; i++ {
-			retired = append(retired, Key{Poller: "archive", Partition: fmt.Sprintf("t%05d", i)})
+			retired = append(retired, watukuytype.Key{Poller: "archive", Partition: fmt.Sprintf("t%05d", i)})
 		}
 		e.clock.Advance(-time.Hour)
 		if err := eng.store.Register(ctx, map[string][]byte{"archive": []byte(`{"poller":"archive"}`)}, retired); err != nil {
@@ -120,7 +120,7 @@ func TestSchedulingNoStarvationBehindOtherPollers(t *testing.T) {
 			t.Fatal(err)
 		}
 		keys, rt1, calls1 := claim()
-		if !slices.Equal(keys, []Key{live}) {
+		if !slices.Equal(keys, []watukuytype.Key{live}) {
 			t.Fatalf("claimed %v behind the retired keys, want the live key", keys)
 		}
 		if rt1 != rt0 || calls1 != calls0 {
@@ -138,7 +138,7 @@ func TestSchedulingDeletedKeyReAddedStaysDue(t *testing.T) {
 		ctx := context.Background()
 		e := newEnv(t, b)
 		putN(e, 4)
-		p := e.poller(func(p *Poller) { p.Partitions = []string{"a"} })
+		p := e.poller(func(p *watukuytype.Poller) { p.Partitions = []string{"a"} })
 		eng := e.engine(p, nil)
 		e.settle(eng)
 		ops, err := New(Options{Redis: b.Client, clock: e.clock.Now}) // an operator's
@@ -160,7 +160,7 @@ func TestSchedulingDeletedKeyReAddedStaysDue(t *testing.T) {
 				addErr = ops.Partitions().Add(ctx, "orders", "b")
 			}
 		}))
-		kb := Key{Poller: "orders", Partition: "b"}
+		kb := watukuytype.Key{Poller: "orders", Partition: "b"}
 		if rep := stale.RunCycle(ctx, kb); rep.Outcome == watukuytype.Ran || rep.Err != nil || addErr != nil {
 			t.Fatalf("the stale task: %+v, add: %v", rep, addErr)
 		}
@@ -209,7 +209,7 @@ func TestSchedulingTriggerNotOverwritten(t *testing.T) {
 					}
 				}
 				e.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error { race(false); return nil })
-				e.rec.setFail(func(ev Event) error { race(true); return nil })
+				e.rec.setFail(func(ev watukuytype.Event) error { race(true); return nil })
 				e.api.Put("o01", map[string]any{"total": 100})
 				e.clock.Advance(3 * time.Minute)
 				armed.Store(true)
@@ -232,7 +232,7 @@ func TestSchedulingTriggerNotOverwritten(t *testing.T) {
 			eng := e.engine(e.poller(), nil)
 			e.settle(eng)
 			// A stale due entry: the key is claimed although its state is not due yet.
-			if err := eng.store.SetDue(ctx, Key{Poller: "orders"}, e.clock.Now().Add(-time.Second)); err != nil {
+			if err := eng.store.SetDue(ctx, watukuytype.Key{Poller: "orders"}, e.clock.Now().Add(-time.Second)); err != nil {
 				t.Fatal(err)
 			}
 			var trigErr error
@@ -260,16 +260,16 @@ func TestSchedulingRepairSweep(t *testing.T) {
 		ctx := context.Background()
 		e := newEnv(t, b)
 		putN(e, 2)
-		p := e.poller(func(p *Poller) { p.Partitions = []string{"a", "b", "c"} })
+		p := e.poller(func(p *watukuytype.Poller) { p.Partitions = []string{"a", "b", "c"} })
 		eng := e.engine(p, nil)
 		e.settle(eng)
-		var hooked []Key
-		ops, err := New(Options{Redis: b.Client, clock: e.clock.Now, Hooks: Hooks{OnDueRepaired: func(k Key) { hooked = append(hooked, k) }}})
+		var hooked []watukuytype.Key
+		ops, err := New(Options{Redis: b.Client, clock: e.clock.Now, Hooks: watukuytype.Hooks{OnDueRepaired: func(k watukuytype.Key) { hooked = append(hooked, k) }}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		due := eng.store.DueKey("orders")
-		ka, kb, kc := Key{Poller: "orders", Partition: "a"}, Key{Poller: "orders", Partition: "b"}, Key{Poller: "orders", Partition: "c"}
+		ka, kb, kc := watukuytype.Key{Poller: "orders", Partition: "a"}, watukuytype.Key{Poller: "orders", Partition: "b"}, watukuytype.Key{Poller: "orders", Partition: "c"}
 
 		// c is deleted; a worker whose config still lists it registers it again: it stays
 		// deleted, with no due entry, and no task runs it.
@@ -295,10 +295,10 @@ func TestSchedulingRepairSweep(t *testing.T) {
 			t.Fatal(err)
 		}
 		repaired, err := ops.RepairDue(ctx)
-		byPartition := func(x, y Key) int { return strings.Compare(x.Partition, y.Partition) }
+		byPartition := func(x, y watukuytype.Key) int { return strings.Compare(x.Partition, y.Partition) }
 		slices.SortFunc(repaired, byPartition)
 		slices.SortFunc(hooked, byPartition)
-		if err != nil || !slices.Equal(repaired, []Key{ka, kb}) || !slices.Equal(hooked, repaired) {
+		if err != nil || !slices.Equal(repaired, []watukuytype.Key{ka, kb}) || !slices.Equal(hooked, repaired) {
 			t.Fatalf("repaired %v (hooks saw %v), %v; want a and b", repaired, hooked, err)
 		}
 		if got := b.Client.ZScore(ctx, due, ka.String()).Val(); got != next {

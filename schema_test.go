@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // A deploy that changes what the version is (an epoch "updated" to a revision "rev") and bumps
@@ -22,16 +23,16 @@ func TestG3NewVersionFieldUnderASchemaBumpIsNotStale(t *testing.T) {
 				e := newEnv(t, b)
 				name := "rev-" + strings.Trim(rev, `"`)
 				l := &rawListing{items: map[string]string{"x": fmt.Sprintf(`{"id":"x","updated":1767225600,"rev":%s,"state":"a"}`, rev)}}
-				base := func(p *Poller) {
+				base := func(p *watukuytype.Poller) {
 					p.Name = name
-					p.Strategy = SnapshotDiff
+					p.Strategy = watukuytype.SnapshotDiff
 					p.ConfirmDeletes = 1
 					p.Fetch = l.fetch
-					p.Version = Field("updated")
+					p.Version = watukuytype.Field("updated")
 				}
 				e.settle(e.engine(e.poller(base), nil))
-				eng := e.engine(e.poller(base, func(p *Poller) {
-					p.Version = Field("rev")
+				eng := e.engine(e.poller(base, func(p *watukuytype.Poller) {
+					p.Version = watukuytype.Field("rev")
 					p.SchemaVersion, p.EmitOnSchemaChange = 2, true
 				}), nil)
 				e.settle(eng)
@@ -56,13 +57,13 @@ func TestG3RealChangeAfterASchemaBumpIsEmitted(t *testing.T) {
 				e := newEnv(t, b)
 				name := fmt.Sprintf("rebase-%v", bump)
 				api := &currentAPI{}
-				base := func(p *Poller) {
+				base := func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Fetch = api.fetch
 				}
 				api.put("o1", 1, "A")
 				e.settle(e.engine(e.poller(base), nil))
-				eng := e.engine(e.poller(base, func(p *Poller) {
+				eng := e.engine(e.poller(base, func(p *watukuytype.Poller) {
 					if bump {
 						p.SchemaVersion = 1
 					}
@@ -96,7 +97,7 @@ func TestG3BackfillEmitsSchemaDrift(t *testing.T) {
 				e := newEnv(t, b)
 				name := "drift-" + how
 				api := &currentAPI{}
-				base := func(p *Poller) {
+				base := func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Fetch = api.fetch
 					p.Fingerprint = stateFingerprint
@@ -104,7 +105,7 @@ func TestG3BackfillEmitsSchemaDrift(t *testing.T) {
 				api.putRaw("o1", 1, `{"id":"o1","version":"2026-01-01T10:00:01Z","state":"A","note":"n1"}`)
 				api.putRaw("x1", 2, `{"id":"x1","version":"2026-01-01T10:00:02Z","state":"x","note":""}`)
 				e.settle(e.engine(e.poller(base), nil))
-				eng := e.engine(e.poller(base, func(p *Poller) {
+				eng := e.engine(e.poller(base, func(p *watukuytype.Poller) {
 					p.SchemaVersion, p.EmitOnSchemaChange = 1, true
 					p.Fingerprint = noteFingerprint
 				}), nil)
@@ -112,7 +113,7 @@ func TestG3BackfillEmitsSchemaDrift(t *testing.T) {
 				ctx := t.Context()
 				var err error
 				if how != "control-reset-cursor" {
-					_, err = eng.Backfill(ctx, name, "", BackfillRequest{From: ""})
+					_, err = eng.Backfill(ctx, name, "", watukuytype.BackfillRequest{From: ""})
 				} else {
 					err = eng.ResetCursor(ctx, name, "", "", false)
 				}
@@ -122,7 +123,7 @@ func TestG3BackfillEmitsSchemaDrift(t *testing.T) {
 				e.settle(eng)
 				n := 0
 				for _, ev := range e.rec.events() {
-					if ev.Identity == "o1" && ev.SchemaVersion == 1 && ev.Type == Updated {
+					if ev.Identity == "o1" && ev.SchemaVersion == 1 && ev.Type == watukuytype.Updated {
 						n++
 					}
 				}
@@ -162,9 +163,9 @@ func TestG7SchemaBumpWithAVersionThatReadsDifferentlyEmitsNothing(t *testing.T) 
 				for _, id := range []string{"o1", "o2", "o3"} {
 					api.put(id, item(id, "A", ""))
 				}
-				base := func(p *Poller) {
+				base := func(p *watukuytype.Poller) {
 					p.Name = name
-					p.Strategy = SnapshotDiff
+					p.Strategy = watukuytype.SnapshotDiff
 					p.Fetch = api.fetch
 					if !tc.oldVersion {
 						p.Version = nil
@@ -176,9 +177,9 @@ func TestG7SchemaBumpWithAVersionThatReadsDifferentlyEmitsNothing(t *testing.T) 
 				for _, id := range []string{"o1", "o2", "o3"} {
 					api.put(id, item(id, "A", tc.newFormat))
 				}
-				eng := e.engine(e.poller(base, func(p *Poller) {
+				eng := e.engine(e.poller(base, func(p *watukuytype.Poller) {
 					p.SchemaVersion = 1
-					p.Version = Field("version")
+					p.Version = watukuytype.Field("version")
 				}), nil)
 				e.settle(eng)
 				var after []string
@@ -219,9 +220,9 @@ func TestG7SchemaBumpToMillisecondsEmitsNothing(t *testing.T) {
 				for _, id := range ids {
 					api.put(id, item(id, tc.old))
 				}
-				base := func(p *Poller) {
+				base := func(p *watukuytype.Poller) {
 					p.Name = name
-					p.Strategy = SnapshotDiff
+					p.Strategy = watukuytype.SnapshotDiff
 					p.Fetch = api.fetch
 				}
 				e.settle(e.engine(e.poller(base), nil))
@@ -234,7 +235,7 @@ func TestG7SchemaBumpToMillisecondsEmitsNothing(t *testing.T) {
 				for _, id := range ids {
 					api.put(id, item(id, tc.new))
 				}
-				e.settle(e.engine(e.poller(base, func(p *Poller) {
+				e.settle(e.engine(e.poller(base, func(p *watukuytype.Poller) {
 					p.SchemaVersion = 1
 					if tc.drop {
 						p.Version = nil
@@ -272,7 +273,7 @@ func TestG3HistoryBackfillAcrossASchemaBumpKeepsTheRow(t *testing.T) {
 				e := newEnv(t, b)
 				name := "histbump-" + tc.name
 				log := &changeLog{}
-				base := func(p *Poller) {
+				base := func(p *watukuytype.Poller) {
 					p.Name = name
 					p.History = true
 					p.Fetch = log.fetch
@@ -284,13 +285,13 @@ func TestG3HistoryBackfillAcrossASchemaBumpKeepsTheRow(t *testing.T) {
 				log.addRaw(`{"id":"y1","version":"2026-01-01T10:00:12Z","state":"y"}`)
 				e.settle(e.engine(e.poller(base), nil))
 				before := len(e.rec.events())
-				eng := e.engine(e.poller(base, func(p *Poller) {
+				eng := e.engine(e.poller(base, func(p *watukuytype.Poller) {
 					if tc.bump {
 						p.SchemaVersion, p.EmitOnSchemaChange = 1, tc.emit
 					}
 				}), nil)
 				e.settle(eng)
-				req := BackfillRequest{From: ""}
+				req := watukuytype.BackfillRequest{From: ""}
 				if tc.window {
 					to := "1" // [o1 A]
 					req.To = &to
@@ -352,11 +353,11 @@ func TestG3RestoreAcrossASchemaBumpIsEmitted(t *testing.T) {
 					api.put(id, pos, state)
 					list.put(id, fmt.Sprintf(`{"id":%q,"version":%q,"state":%q}`, id, ts(pos), state))
 				}
-				base := func(p *Poller) {
+				base := func(p *watukuytype.Poller) {
 					p.Name = name
 					p.Fetch = api.fetch
 					if tc.snapshot {
-						p.Strategy, p.Fetch = SnapshotDiff, list.fetch
+						p.Strategy, p.Fetch = watukuytype.SnapshotDiff, list.fetch
 					}
 				}
 				eng := e.engine(e.poller(base), nil)
@@ -369,7 +370,7 @@ func TestG3RestoreAcrossASchemaBumpIsEmitted(t *testing.T) {
 				}
 				// The deploy of schema 1 (default rebaseline). Nothing re-reads o1 under a
 				// timestamp cursor, so its row stays of schema 0.
-				eng = e.engine(e.poller(base, func(p *Poller) {
+				eng = e.engine(e.poller(base, func(p *watukuytype.Poller) {
 					if tc.bump {
 						p.SchemaVersion = 1
 					}
@@ -386,7 +387,7 @@ func TestG3RestoreAcrossASchemaBumpIsEmitted(t *testing.T) {
 					e.settle(eng)
 				}
 				if !tc.snapshot {
-					if _, err := eng.Backfill(t.Context(), name, "", BackfillRequest{From: ""}); err != nil {
+					if _, err := eng.Backfill(t.Context(), name, "", watukuytype.BackfillRequest{From: ""}); err != nil {
 						t.Fatal(err)
 					}
 					e.settle(eng)

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/watukuy/watukuy/httppoll"
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/internal/sink"
@@ -82,9 +83,9 @@ func TestTracedHTTPPollerAndWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	changes := &TokenCursor{Source: HTTPSource{URL: api.URL + "/changes?api_key=s3cret", Items: "data"}, Param: "token", Next: "next"}
-	if err := eng.Register(Poller{Name: "orders", Fetch: changes.Fetch, Version: Field("v"), Handler: wh.Handle,
-		Delivery: Delivery{Backoff: Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}); err != nil {
+	changes := &httppoll.TokenCursor{Source: httppoll.Source{URL: api.URL + "/changes?api_key=s3cret", Items: "data"}, Param: "token", Next: "next"}
+	if err := eng.Register(watukuytype.Poller{Name: "orders", Fetch: changes.Fetch, Version: watukuytype.Field("v"), Handler: wh.Handle,
+		Delivery: watukuytype.Delivery{Backoff: watukuytype.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}); err != nil {
 		t.Fatal(err)
 	}
 	key := watukuytype.Key{Poller: "orders"}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // A record deleted and created again under the same identity restarts its revision (rev 5, then
@@ -23,12 +24,12 @@ func TestG3RecreatedItemWithARevisionThatStartsOverIsEmitted(t *testing.T) {
 			t.Run(fmt.Sprintf("listing-between-%v", seenGone), func(t *testing.T) {
 				e := newEnv(t, b)
 				l := &rawListing{items: map[string]string{"sku-1": `{"id":"sku-1","rev":5,"state":"old record"}`}}
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = fmt.Sprintf("rev-%v", seenGone)
-					p.Strategy = SnapshotDiff
+					p.Strategy = watukuytype.SnapshotDiff
 					p.ConfirmDeletes = 1
 					p.Fetch = l.fetch
-					p.Version = Field("rev")
+					p.Version = watukuytype.Field("rev")
 				}), nil)
 				e.settle(eng)
 				l.set("sku-1", "")
@@ -54,13 +55,13 @@ func TestG2VersionThatRepeatsWithContentGetsNewIDs(t *testing.T) {
 		e := newEnv(t, b)
 		var mu sync.Mutex
 		state := ""
-		p := e.poller(func(p *Poller) {
-			p.Strategy = SnapshotDiff
-			p.Version = Field("updated_at")
-			p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+		p := e.poller(func(p *watukuytype.Poller) {
+			p.Strategy = watukuytype.SnapshotDiff
+			p.Version = watukuytype.Field("updated_at")
+			p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 				mu.Lock()
 				defer mu.Unlock()
-				return Page{Items: []json.RawMessage{json.RawMessage(fmt.Sprintf(
+				return watukuytype.Page{Items: []json.RawMessage{json.RawMessage(fmt.Sprintf(
 					`{"id":"o1","state":%q,"updated_at":"2026-11-30T10:00:00Z"}`, state))}}, nil
 			}
 		})
@@ -105,17 +106,17 @@ func TestG2VersionThatComesBackGetsANewID(t *testing.T) {
 				e := newEnv(t, b)
 				var mu sync.Mutex
 				state := ""
-				eng := e.engine(e.poller(func(p *Poller) {
+				eng := e.engine(e.poller(func(p *watukuytype.Poller) {
 					p.Name = fmt.Sprintf("versioned-%v", versioned)
-					p.Strategy = SnapshotDiff
+					p.Strategy = watukuytype.SnapshotDiff
 					p.Version = nil
 					if versioned {
-						p.Version = Field("md5")
+						p.Version = watukuytype.Field("md5")
 					}
-					p.Fetch = func(ctx context.Context, req FetchRequest) (Page, error) {
+					p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 						mu.Lock()
 						defer mu.Unlock()
-						return Page{Items: []json.RawMessage{json.RawMessage(fmt.Sprintf(
+						return watukuytype.Page{Items: []json.RawMessage{json.RawMessage(fmt.Sprintf(
 							`{"id":"o1","md5":"md5-of-%s","state":%q}`, state, state))}}, nil
 					}
 				}), nil)
@@ -147,11 +148,11 @@ func TestG2ForwardAgainAfterAnOpaqueVersionGetsANewID(t *testing.T) {
 	eachLight(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
 		l := &rawListing{items: map[string]string{}}
-		eng := e.engine(e.poller(func(p *Poller) {
-			p.Strategy = SnapshotDiff
+		eng := e.engine(e.poller(func(p *watukuytype.Poller) {
+			p.Strategy = watukuytype.SnapshotDiff
 			p.ConfirmDeletes = 1
 			p.Fetch = l.fetch
-			p.Version = Field("version")
+			p.Version = watukuytype.Field("version")
 		}), nil)
 		for _, s := range [][2]string{{`6`, "x"}, {`"draft"`, "y"}, {`5`, "z"}, {`6`, "x"}} {
 			l.set("o1", fmt.Sprintf(`{"id":"o1","version":%s,"state":%q}`, s[0], s[1]))

@@ -28,19 +28,19 @@ import (
 
 // observed is an engine of env e with the metrics package's hooks, and the metrics it feeds
 // (WatchKeys over InspectAll included).
-func (e *env) observed(p Poller) (*Engine, *prometheus.Registry) {
+func (e *env) observed(p watukuytype.Poller) (*Engine, *prometheus.Registry) {
 	e.t.Helper()
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	e.n++
-	eng, err := New(Options{Redis: e.b.Client, InstanceID: fmt.Sprintf("observed-%d", e.n), clock: e.clock.Now, Hooks: m.Hooks(Hooks{})})
+	eng, err := New(Options{Redis: e.b.Client, InstanceID: fmt.Sprintf("observed-%d", e.n), clock: e.clock.Now, Hooks: m.Hooks(watukuytype.Hooks{})})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	if err := eng.Register(p); err != nil {
 		e.t.Fatal(err)
 	}
-	m.WatchKeys(reg, func(ctx context.Context) ([]KeyInfo, error) { return eng.InspectAll(ctx, "") })
+	m.WatchKeys(reg, func(ctx context.Context) ([]watukuytype.KeyInfo, error) { return eng.InspectAll(ctx, "") })
 	return eng, reg
 }
 
@@ -97,18 +97,18 @@ func TestHandlerAttemptsCounted(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		result  string // label of the two failed attempts
-		handler func(calls *atomic.Int32) Handler
+		handler func(calls *atomic.Int32) watukuytype.Handler
 	}{
-		{"handler error", "error", func(calls *atomic.Int32) Handler {
-			return func(ctx context.Context, ev Event) error {
+		{"handler error", "error", func(calls *atomic.Int32) watukuytype.Handler {
+			return func(ctx context.Context, ev watukuytype.Event) error {
 				if calls.Add(1) <= 2 {
 					return errors.New("downstream said no")
 				}
 				return nil
 			}
 		}},
-		{"webhook 500", "error", func(calls *atomic.Int32) Handler {
-			return func(ctx context.Context, ev Event) error {
+		{"webhook 500", "error", func(calls *atomic.Int32) watukuytype.Handler {
+			return func(ctx context.Context, ev watukuytype.Event) error {
 				status.Store(http.StatusInternalServerError)
 				if calls.Add(1) > 2 {
 					status.Store(http.StatusOK)
@@ -116,16 +116,16 @@ func TestHandlerAttemptsCounted(t *testing.T) {
 				return wh.Handle(ctx, ev)
 			}
 		}},
-		{"panic", "panic", func(calls *atomic.Int32) Handler {
-			return func(ctx context.Context, ev Event) error {
+		{"panic", "panic", func(calls *atomic.Int32) watukuytype.Handler {
+			return func(ctx context.Context, ev watukuytype.Event) error {
 				if calls.Add(1) <= 2 {
 					panic("handler bug")
 				}
 				return nil
 			}
 		}},
-		{"timeout", "timeout", func(calls *atomic.Int32) Handler {
-			return func(ctx context.Context, ev Event) error {
+		{"timeout", "timeout", func(calls *atomic.Int32) watukuytype.Handler {
+			return func(ctx context.Context, ev watukuytype.Event) error {
 				if calls.Add(1) <= 2 {
 					return fmt.Errorf("sink: timed out: %w", context.DeadlineExceeded)
 				}
@@ -139,10 +139,10 @@ func TestHandlerAttemptsCounted(t *testing.T) {
 				putN(e, 1)
 				var calls atomic.Int32
 				name := strings.ReplaceAll(tc.name, " ", "_")
-				eng, reg := e.observed(e.poller(func(p *Poller) {
+				eng, reg := e.observed(e.poller(func(p *watukuytype.Poller) {
 					p.Name, p.Handler, p.Delivery.Attempts, p.Delivery.RetryHorizon = name, tc.handler(&calls), 3, -1
 				}))
-				rep := eng.RunCycle(t.Context(), Key{Poller: name})
+				rep := eng.RunCycle(t.Context(), watukuytype.Key{Poller: name})
 				if rep.Err != nil || rep.Delivered != 1 || rep.Parked != 0 {
 					t.Fatalf("%s: cycle: %+v", tc.name, rep)
 				}
@@ -173,17 +173,20 @@ func TestOutboxOldestAge(t *testing.T) {
 			b.Mini.SetTime(time.Now())
 		}
 		down := errors.New("handler down")
-		e.rec.setFail(func(Event) error { return down })
-		eng, reg := e.observed(e.poller(func(p *Poller) { p.Delivery.Poison = PoisonHalt; p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 }))
+		e.rec.setFail(func(watukuytype.Event) error { return down })
+		eng, reg := e.observed(e.poller(func(p *watukuytype.Poller) {
+			p.Delivery.Poison = watukuytype.PoisonHalt
+			p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1
+		}))
 		ctx := t.Context()
-		key := Key{Poller: "orders"}
+		key := watukuytype.Key{Poller: "orders"}
 		if rep := eng.RunCycle(ctx, key); rep.Events != 1 || rep.Delivered != 0 {
 			t.Fatalf("cycle with the handler down: %+v", rep)
 		}
 		if b.Mini != nil {
 			b.Mini.SetTime(time.Now().Add(90 * time.Second))
 		}
-		var ki KeyInfo
+		var ki watukuytype.KeyInfo
 		for deadline := time.Now().Add(5 * time.Second); ; {
 			var err error
 			if ki, err = eng.Inspect(ctx, "orders", ""); err != nil {
@@ -236,36 +239,38 @@ type scripted struct {
 	next atomic.Value // func(req FetchRequest) (Page, error)
 }
 
-func (s *scripted) fetch(ctx context.Context, req FetchRequest) (Page, error) {
-	return s.next.Load().(func(FetchRequest) (Page, error))(req)
+func (s *scripted) fetch(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+	return s.next.Load().(func(watukuytype.FetchRequest) (watukuytype.Page, error))(req)
 }
 
 // valid answers one new valid item, invalid n new items without an identity, quiet nothing
 // new, stall a cursor stall.
-func (s *scripted) valid(FetchRequest) (Page, error) {
+func (s *scripted) valid(watukuytype.FetchRequest) (watukuytype.Page, error) {
 	n := s.seq.Add(1)
-	return Page{Items: []json.RawMessage{json.RawMessage(fmt.Sprintf(`{"id":"o%d","version":"%d"}`, n, n))}, Next: fmt.Sprint(n)}, nil
+	return watukuytype.Page{Items: []json.RawMessage{json.RawMessage(fmt.Sprintf(`{"id":"o%d","version":"%d"}`, n, n))}, Next: fmt.Sprint(n)}, nil
 }
 
-func (s *scripted) invalid(n int) func(FetchRequest) (Page, error) {
-	return func(FetchRequest) (Page, error) {
+func (s *scripted) invalid(n int) func(watukuytype.FetchRequest) (watukuytype.Page, error) {
+	return func(watukuytype.FetchRequest) (watukuytype.Page, error) {
 		var items []json.RawMessage
 		for i := 0; i < n; i++ {
 			items = append(items, json.RawMessage(fmt.Sprintf(`{"name":"nameless %d","version":"1"}`, s.seq.Add(1))))
 		}
-		return Page{Items: items, Next: fmt.Sprint(s.seq.Load())}, nil
+		return watukuytype.Page{Items: items, Next: fmt.Sprint(s.seq.Load())}, nil
 	}
 }
 
-func (s *scripted) quiet(req FetchRequest) (Page, error) { return Page{Next: req.Cursor}, nil }
+func (s *scripted) quiet(req watukuytype.FetchRequest) (watukuytype.Page, error) {
+	return watukuytype.Page{Next: req.Cursor}, nil
+}
 
-func (s *scripted) stall(req FetchRequest) (Page, error) {
-	return Page{}, &CursorStallError{Key: req.Key, Cursor: req.Cursor, Msg: "a full page of one timestamp"}
+func (s *scripted) stall(req watukuytype.FetchRequest) (watukuytype.Page, error) {
+	return watukuytype.Page{}, &watukuytype.CursorStallError{Key: req.Key, Cursor: req.Cursor, Msg: "a full page of one timestamp"}
 }
 
 // lastErrorCode reads the code of ki's lastError ("" when none).
-func lastErrorCode(ki KeyInfo) string {
-	var le LastError
+func lastErrorCode(ki watukuytype.KeyInfo) string {
+	var le watukuytype.LastError
 	_ = json.Unmarshal(ki.LastError, &le)
 	return string(le.Code)
 }
@@ -279,19 +284,19 @@ func TestFreshnessAndDegraded(t *testing.T) {
 	eachLight(t, func(t *testing.T, b redistest.Backend) {
 		for _, tc := range []struct {
 			name   string
-			answer func(s *scripted) []func(FetchRequest) (Page, error) // the three cycles' answers
-			stale  bool                                                 // freshness grows a minute a cycle
-			status string                                               // after the three cycles
-			code   string                                               // lastError code after them
+			answer func(s *scripted) []func(watukuytype.FetchRequest) (watukuytype.Page, error) // the three cycles' answers
+			stale  bool                                                                         // freshness grows a minute a cycle
+			status string                                                                       // after the three cycles
+			code   string                                                                       // lastError code after them
 		}{
-			{"quiet", func(s *scripted) []func(FetchRequest) (Page, error) {
-				return []func(FetchRequest) (Page, error){s.quiet, s.quiet, s.quiet}
+			{"quiet", func(s *scripted) []func(watukuytype.FetchRequest) (watukuytype.Page, error) {
+				return []func(watukuytype.FetchRequest) (watukuytype.Page, error){s.quiet, s.quiet, s.quiet}
 			}, false, "idle", ""},
-			{"cursor stall", func(s *scripted) []func(FetchRequest) (Page, error) {
-				return []func(FetchRequest) (Page, error){s.stall, s.stall, s.stall}
+			{"cursor stall", func(s *scripted) []func(watukuytype.FetchRequest) (watukuytype.Page, error) {
+				return []func(watukuytype.FetchRequest) (watukuytype.Page, error){s.stall, s.stall, s.stall}
 			}, true, "failing", "CURSOR_STALL"},
-			{"all invalid", func(s *scripted) []func(FetchRequest) (Page, error) {
-				return []func(FetchRequest) (Page, error){s.invalid(71), s.invalid(3), s.quiet}
+			{"all invalid", func(s *scripted) []func(watukuytype.FetchRequest) (watukuytype.Page, error) {
+				return []func(watukuytype.FetchRequest) (watukuytype.Page, error){s.invalid(71), s.invalid(3), s.quiet}
 			}, true, "degraded", "INVALID_ITEMS"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -299,12 +304,12 @@ func TestFreshnessAndDegraded(t *testing.T) {
 				s := &scripted{}
 				s.next.Store(s.valid)
 				name := strings.ReplaceAll(tc.name, " ", "_")
-				eng, reg := e.observed(e.poller(func(p *Poller) {
+				eng, reg := e.observed(e.poller(func(p *watukuytype.Poller) {
 					p.Name, p.Fetch = name, s.fetch
 				}))
 				ctx := t.Context()
-				key := Key{Poller: name}
-				cycle := func(answer func(FetchRequest) (Page, error)) KeyInfo {
+				key := watukuytype.Key{Poller: name}
+				cycle := func(answer func(watukuytype.FetchRequest) (watukuytype.Page, error)) watukuytype.KeyInfo {
 					t.Helper()
 					s.next.Store(answer)
 					if err := eng.Trigger(ctx, name, ""); err != nil {
@@ -374,10 +379,10 @@ func TestDegradedClearedByOperator(t *testing.T) {
 	eachLight(t, func(t *testing.T, b redistest.Backend) {
 		e := newEnv(t, b)
 		s := &scripted{}
-		eng, _ := e.observed(e.poller(func(p *Poller) { p.Fetch = s.fetch }))
+		eng, _ := e.observed(e.poller(func(p *watukuytype.Poller) { p.Fetch = s.fetch }))
 		ctx := t.Context()
 		s.next.Store(s.invalid(2))
-		eng.RunCycle(ctx, Key{Poller: "orders"})
+		eng.RunCycle(ctx, watukuytype.Key{Poller: "orders"})
 		ki, _ := eng.Inspect(ctx, "orders", "")
 		if ki.Status != "degraded" || ki.FreshAt != nil || ki.FreshnessMs != -1 {
 			t.Fatalf("all invalid from the start: status %s, freshAt %v, freshness %d", ki.Status, ki.FreshAt, ki.FreshnessMs)
@@ -391,7 +396,7 @@ func TestDegradedClearedByOperator(t *testing.T) {
 			if _, err := eng.Parked().Discard(ctx, "orders", "", row.ID); err != nil {
 				t.Fatal(err)
 			}
-			eng.RunCycle(ctx, Key{Poller: "orders"}) // discard triggers the key
+			eng.RunCycle(ctx, watukuytype.Key{Poller: "orders"}) // discard triggers the key
 			ki, _ = eng.Inspect(ctx, "orders", "")
 			if last := i == len(rows)-1; last != (ki.Status == "idle") || last != (ki.FreshnessMs == 0) {
 				t.Fatalf("after %d of %d discards: status %s, lastError %s, freshness %d", i+1, len(rows), ki.Status, ki.LastError, ki.FreshnessMs)

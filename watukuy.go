@@ -7,19 +7,19 @@
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 //	eng, _ := watukuy.New(watukuy.Options{Redis: rdb})
-//	_ = eng.Register(watukuy.Poller{Name: "orders", Fetch: fetchOrders, Handler: onEvent})
+//	_ = eng.Register(watukuytype.Poller{Name: "orders", Fetch: fetchOrders, Handler: onEvent})
 //	report, _ := eng.Tick(ctx, 50*time.Second)
 //
 // Tick runs in one process; package pool runs the same pollers as a scheduler and any number
-// of workers. The types this package re-exports (Poller, Event, KeyInfo, …) are defined,
-// with their field docs, in package watukuytype. Design: docs/design.md in the repository.
+// of workers. The engine's vocabulary (Poller, Event, KeyInfo, the errors, …) lives in
+// package watukuytype, and package httppoll builds a Poller's Fetch for an HTTP API.
+// Design: docs/design.md in the repository.
 package watukuy
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"time"
@@ -29,198 +29,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/watukuy/watukuy/internal/core"
-	"github.com/watukuy/watukuy/internal/cursor"
-	"github.com/watukuy/watukuy/internal/httpx"
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/watukuytype"
 )
-
-// Poller is one configured API source; watukuytype.Poller documents its fields and defaults.
-type Poller = watukuytype.Poller
-
-// Delivery configures how a poller's events reach its handler.
-type Delivery = watukuytype.Delivery
-
-// Schedule is a poller's interval: min, max, jitter and Fixed (adaptive: false).
-type Schedule = watukuytype.Schedule
-
-// Backoff is exponential backoff with full jitter.
-type Backoff = watukuytype.Backoff
-
-// Page is one response of a poller's Fetch.
-type Page = watukuytype.Page
-
-// FetchRequest is what the engine passes to Fetch.
-type FetchRequest = watukuytype.FetchRequest
-
-// FetchFunc fetches one page for a cursor.
-type FetchFunc = watukuytype.FetchFunc
-
-// Event is the envelope handlers receive.
-type Event = watukuytype.Event
-
-// EventType is created, updated or deleted.
-type EventType = watukuytype.EventType
-
-// Handler receives events; an error or panic is a failed attempt.
-type Handler = watukuytype.Handler
-
-// Strategy is a poller's cursor strategy.
-type Strategy = watukuytype.Strategy
-
-// PoisonMode says what happens to an event whose handler keeps failing.
-type PoisonMode = watukuytype.PoisonMode
-
-// Hooks observe the engine; every field is optional and must not block.
-type Hooks = watukuytype.Hooks
-
-// CycleReport is what one cycle did.
-type CycleReport = watukuytype.CycleReport
-
-// Key names one partition of a poller.
-type Key = watukuytype.Key
-
-// Claim is one claim of due keys made to be confirmed (Claimer.ClaimForEnqueue).
-type Claim = watukuytype.Claim
-
-// TickReport sums what one Tick did.
-type TickReport = watukuytype.TickReport
-
-// KeyInfo is Inspect's report for one key.
-type KeyInfo = watukuytype.KeyInfo
-
-// LastError is the JSON of KeyInfo.LastError: code, phase, message, at.
-type LastError = watukuytype.LastError
-
-// PollSummary is the JSON of KeyInfo.LastPoll: what a key's last cycle did.
-type PollSummary = watukuytype.PollSummary
-
-// ParkedInfo is one parked row.
-type ParkedInfo = watukuytype.ParkedInfo
-
-// ConfigError is an invalid definition or setting; it names the poller and field.
-type ConfigError = watukuytype.ConfigError
-
-// LeaseLostError is a fenced write rejected because another instance holds the key.
-type LeaseLostError = watukuytype.LeaseLostError
-
-// SinkError marks a handler's failure as its sink's (any event would have failed): the key's
-// delivery is blocked and tried again later instead of the event counting towards poison.
-type SinkError = watukuytype.SinkError
-
-// SinkUnavailable marks err as the failure of a sink that cannot take any event now; a
-// handler returns it when its downstream is down.
-func SinkUnavailable(err error) error { return watukuytype.SinkUnavailable(err) }
-
-// HTTPError is a non-success answer of a third-party API.
-type HTTPError = watukuytype.HTTPError
-
-// NotFoundError names a poller or partition that neither the engine nor the registry knows.
-type NotFoundError = watukuytype.NotFoundError
-
-// KeyBusyError reports an operation that could not take the key's lease in time.
-type KeyBusyError = watukuytype.KeyBusyError
-
-// ConflictError reports an operation the key's present state refuses.
-type ConflictError = watukuytype.ConflictError
-
-// StoppedError is an operation over several keys (Each) that failed at one after others were
-// done.
-type StoppedError = watukuytype.StoppedError
-
-// ReplayUnavailableError is a replay of a poller without log.retention.
-type ReplayUnavailableError = watukuytype.ReplayUnavailableError
-
-// LayoutError is a Redis data layout this build cannot run on (newer, or older until
-// Migrate).
-type LayoutError = watukuytype.LayoutError
-
-// BackfillRequest asks for a backfill: from, to (nil: the live cursor now) and force.
-type BackfillRequest = watukuytype.BackfillRequest
-
-// BackfillProgress is a backfill's range, cursor, counters and whether it is done.
-type BackfillProgress = watukuytype.BackfillProgress
-
-// ProbeResult is what Probe saw on a poller's first page.
-type ProbeResult = watukuytype.ProbeResult
-
-// ProbeItem is one probed item: identity, version, fingerprint, or why it is invalid.
-type ProbeItem = watukuytype.ProbeItem
-
-// Layout is the Redis data layout: recorded version, this build's, and whether it is empty.
-type Layout = watukuytype.Layout
-
-// Migration is what Migrate did.
-type Migration = watukuytype.Migration
-
-// Budget is a request budget every worker shares (Options.Budgets, Poller.Budget).
-type Budget = watukuytype.Budget
-
-// BudgetInfo is one bucket of a budget as Budgets shows it.
-type BudgetInfo = watukuytype.BudgetInfo
-
-// Lane, Status, CircuitState, ErrorCode and HandlerResult are the typed values KeyInfo,
-// Event, LastError and Hooks carry; their constants are in watukuytype.
-type (
-	Lane          = watukuytype.Lane
-	Status        = watukuytype.Status
-	CircuitState  = watukuytype.CircuitState
-	ErrorCode     = watukuytype.ErrorCode
-	HandlerResult = watukuytype.HandlerResult
-)
-
-// Cursor strategies, poison modes and event types.
-const (
-	Custom       = watukuytype.Custom
-	SnapshotDiff = watukuytype.SnapshotDiff
-	PoisonPark   = watukuytype.PoisonPark
-	PoisonHalt   = watukuytype.PoisonHalt
-	Created      = watukuytype.Created
-	Updated      = watukuytype.Updated
-	Deleted      = watukuytype.Deleted
-)
-
-// Field returns an Identity or Version function reading a gjson path of the item.
-func Field(path string) func(item json.RawMessage) (string, error) { return watukuytype.Field(path) }
-
-// Flag returns a Tombstone function: true when the gjson path of the item is true.
-func Flag(path string) func(item json.RawMessage) bool { return watukuytype.Flag(path) }
-
-// Reconcile is a periodic full listing that detects deletes (G6).
-type Reconcile = watukuytype.Reconcile
-
-// RateLimit is a rate-limit window an API reported.
-type RateLimit = watukuytype.RateLimit
-
-// CursorStallError is a timestamp cursor that cannot advance (a full page of one time and
-// no tie-breaker).
-type CursorStallError = watukuytype.CursorStallError
-
-// HTTPClient sends a poller's requests: timeout, size limit, gzip, ETag, rate-limit and
-// Retry-After parsing, redacted logs.
-type HTTPClient = httpx.Client
-
-// HTTPSource is an HTTP endpoint returning a page of JSON items.
-type HTTPSource = cursor.Source
-
-// TimestampCursor pages by change time with an inclusive re-query; use its Fetch method.
-type TimestampCursor = cursor.Timestamp
-
-// TokenCursor follows an opaque next/sync token; use its Fetch method.
-type TokenCursor = cursor.Token
-
-// PageCursor walks a full listing by page number or offset; use its Fetch method.
-type PageCursor = cursor.Page
-
-// DetailRequest fetches one item by identity over HTTP ("{id}" in its URL), the request that
-// confirms a delete a listing suggests; use its Fetch method as Poller.Detail.
-type DetailRequest = cursor.Detail
-
-// DetailFunc fetches one item by identity; found is false when the API says it is gone.
-type DetailFunc = watukuytype.DetailFunc
-
-// ParseTime reads an API date: "rfc3339", "epoch_s", "epoch_ms", "epoch" or a Go layout.
-func ParseTime(v string, formats []string) (time.Time, error) { return cursor.Parse(v, formats) }
 
 // Options configures an Engine.
 type Options struct {
@@ -249,11 +60,11 @@ type Options struct {
 	WaitTimeout  time.Duration
 	// Hooks observe cycles, requests, deliveries, parking, circuits, throttles and lost
 	// leases (the metrics use them).
-	Hooks Hooks
+	Hooks watukuytype.Hooks
 	// Budgets are request budgets every worker shares (token buckets in Redis, on its
 	// clock), which pollers name in Poller.Budget: each request takes a token first, the
 	// live lane before reconcile and backfill, and a 429 on any key pauses the whole budget.
-	Budgets []Budget
+	Budgets []watukuytype.Budget
 	// TracerProvider, when set, traces every cycle with OpenTelemetry: a root span
 	// watukuy.cycle with children begin, fetch (and the HTTP client span of each request of
 	// the HTTP helpers), commit, drain (with a handler span per attempt) and end; docs/deployment.md
@@ -280,7 +91,7 @@ type Engine struct {
 // New returns an engine on opts.Redis.
 func New(opts Options) (*Engine, error) {
 	if opts.Redis == nil {
-		return nil, &ConfigError{Field: "redis", Msg: "a go-redis client is required"}
+		return nil, &watukuytype.ConfigError{Field: "redis", Msg: "a go-redis client is required"}
 	}
 	if opts.InstanceID == "" {
 		host, _ := os.Hostname()
@@ -320,24 +131,24 @@ type Claimer interface {
 	// none) whose due time has passed, earliest due first, and pushes their due time forward
 	// by claimTimeout (0: the key's lease TTL plus 2s), so no other claim takes them before
 	// their cycle holds the lease.
-	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]Key, error)
+	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]watukuytype.Key, error)
 	// ClaimForEnqueue claims like ClaimDue, but holds the keys for window only (whole
 	// milliseconds), marked for ConfirmClaims: a scheduler claims, enqueues the keys' cycles,
 	// then confirms, so that its death in between keeps the keys out only briefly.
-	ClaimForEnqueue(ctx context.Context, limit int, window time.Duration, pollers []string) (Claim, error)
+	ClaimForEnqueue(ctx context.Context, limit int, window time.Duration, pollers []string) (watukuytype.Claim, error)
 	// ConfirmClaims holds on to keys of claim c whose cycles are enqueued, for claimTimeout
 	// (0: each key's lease TTL plus 2s), as long as a key's due time is still the one c wrote
 	// (not a cycle's end, a trigger, or another claim since).
-	ConfirmClaims(ctx context.Context, c Claim, keys []Key, claimTimeout time.Duration) error
+	ConfirmClaims(ctx context.Context, c watukuytype.Claim, keys []watukuytype.Key, claimTimeout time.Duration) error
 	// DueIn returns how long until the earliest key of pollers (every registered poller's
 	// when none) is due by the server's clock, 0 when one is due now, and false when they
 	// have no keys: a scheduler whose claim took every due key sleeps until then.
 	DueIn(ctx context.Context, pollers []string) (time.Duration, bool, error)
 	// LeaseLive reports whether some instance holds key's lease now.
-	LeaseLive(ctx context.Context, key Key) (bool, error)
+	LeaseLive(ctx context.Context, key watukuytype.Key) (bool, error)
 	// HandBack makes a claimed key due again after d by the server's clock, unless it is due
 	// now (a trigger since the claim): a claim the scheduler could not enqueue.
-	HandBack(ctx context.Context, key Key, d time.Duration) error
+	HandBack(ctx context.Context, key watukuytype.Key, d time.Duration) error
 	// WakeChannel is the pub/sub channel Trigger and Resume publish on, so that schedulers
 	// claim at once instead of at their next poll of the due set.
 	WakeChannel() string
@@ -347,7 +158,7 @@ type Claimer interface {
 }
 
 // Register adds a poller. An invalid definition is a *ConfigError naming poller and field.
-func (e *Engine) Register(p Poller) error { return e.core.Register(p) }
+func (e *Engine) Register(p watukuytype.Poller) error { return e.core.Register(p) }
 
 // Replace swaps the shared budgets and every registered poller for budgets and pollers at once
 // (a config reload): everything is checked first, and an invalid definition, a name given
@@ -356,13 +167,13 @@ func (e *Engine) Register(p Poller) error { return e.core.Register(p) }
 // new one. New pollers' keys are written to the registry and due set at the next Setup or
 // Tick; keys of pollers left out stay registered (inspect shows them) and this engine no
 // longer runs or claims them.
-func (e *Engine) Replace(budgets []Budget, pollers ...Poller) error {
+func (e *Engine) Replace(budgets []watukuytype.Budget, pollers ...watukuytype.Poller) error {
 	return e.core.Replace(budgets, pollers...)
 }
 
 // Tick claims due keys and runs their cycles for at most maxDuration, then returns; at most
 // once a minute it also runs the due-set repair sweep (RepairDue).
-func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (TickReport, error) {
+func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (watukuytype.TickReport, error) {
 	return e.core.Tick(ctx, maxDuration)
 }
 
@@ -371,7 +182,9 @@ func (e *Engine) Tick(ctx context.Context, maxDuration time.Duration) (TickRepor
 func (e *Engine) Setup(ctx context.Context) error { return e.core.Setup(ctx) }
 
 // RunCycle runs one cycle of a key now (the worker's task handler); most programs use Tick.
-func (e *Engine) RunCycle(ctx context.Context, key Key) CycleReport { return e.core.RunCycle(ctx, key) }
+func (e *Engine) RunCycle(ctx context.Context, key watukuytype.Key) watukuytype.CycleReport {
+	return e.core.RunCycle(ctx, key)
+}
 
 // Trigger makes a key due now; an open circuit gets its probe.
 func (e *Engine) Trigger(ctx context.Context, poller, partition string) error {
@@ -391,10 +204,12 @@ func (e *Engine) Resume(ctx context.Context, poller, partition string) error {
 // RepairDue gives every registered key that is not deleted and lacks a due entry (it would
 // never run again) one, and returns those keys; each is logged at warn level and reported to
 // Hooks.OnDueRepaired. Schedulers run it every minute and Tick at most once a minute.
-func (e *Engine) RepairDue(ctx context.Context) ([]Key, error) { return e.core.RepairDue(ctx) }
+func (e *Engine) RepairDue(ctx context.Context) ([]watukuytype.Key, error) {
+	return e.core.RepairDue(ctx)
+}
 
 // Inspect reports a key's status, cursor, lease, schedule and counters.
-func (e *Engine) Inspect(ctx context.Context, poller, partition string) (KeyInfo, error) {
+func (e *Engine) Inspect(ctx context.Context, poller, partition string) (watukuytype.KeyInfo, error) {
 	return e.core.Inspect(ctx, watukuytype.Key{Poller: poller, Partition: partition})
 }
 
@@ -413,18 +228,18 @@ type Parked struct{ e *core.Engine }
 
 // List returns every parked row of a key in id order (poison events before invalid items);
 // kind is "poison", "invalid" or "" for all.
-func (p Parked) List(ctx context.Context, poller, partition, kind string) ([]ParkedInfo, error) {
+func (p Parked) List(ctx context.Context, poller, partition, kind string) ([]watukuytype.ParkedInfo, error) {
 	return p.e.ListParked(ctx, watukuytype.Key{Poller: poller, Partition: partition}, kind)
 }
 
 // Counts counts the parked rows of each key, in one round trip.
-func (p Parked) Counts(ctx context.Context, keys []Key) ([]int64, error) {
+func (p Parked) Counts(ctx context.Context, keys []watukuytype.Key) ([]int64, error) {
 	return p.e.ParkedCounts(ctx, keys)
 }
 
 // Page returns up to limit (at most 1,000) of a key's parked rows of kind in id order, after
 // the id after ("" from the first), and the id the next page starts after ("" at the end).
-func (p Parked) Page(ctx context.Context, poller, partition, kind, after string, limit int) ([]ParkedInfo, string, error) {
+func (p Parked) Page(ctx context.Context, poller, partition, kind, after string, limit int) ([]watukuytype.ParkedInfo, string, error) {
 	return p.e.ListParkedPage(ctx, watukuytype.Key{Poller: poller, Partition: partition}, kind, after, limit)
 }
 
@@ -440,23 +255,25 @@ func (p Parked) Discard(ctx context.Context, poller, partition string, ids ...st
 
 // InspectAll reports every known key of poller ("" for all pollers), reading the registry a
 // page at a time; at many keys, InspectPage reads one page.
-func (e *Engine) InspectAll(ctx context.Context, poller string) ([]KeyInfo, error) {
+func (e *Engine) InspectAll(ctx context.Context, poller string) ([]watukuytype.KeyInfo, error) {
 	return e.core.InspectAll(ctx, poller)
 }
 
 // InspectPage reports up to limit (at most 1,000) known keys of poller ("" for all pollers) in
 // poller then partition order, after the cursor after ("" from the first), and returns the
 // cursor of the next page ("" at the end). Its cost does not depend on the number of keys.
-func (e *Engine) InspectPage(ctx context.Context, poller, after string, limit int) ([]KeyInfo, string, error) {
+func (e *Engine) InspectPage(ctx context.Context, poller, after string, limit int) ([]watukuytype.KeyInfo, string, error) {
 	return e.core.InspectPage(ctx, poller, after, limit)
 }
 
 // Budgets shows every bucket of the known pollers' budgets: its keys, the tokens it holds
 // now and any pause in force.
-func (e *Engine) Budgets(ctx context.Context) ([]BudgetInfo, error) { return e.core.Budgets(ctx) }
+func (e *Engine) Budgets(ctx context.Context) ([]watukuytype.BudgetInfo, error) {
+	return e.core.Budgets(ctx)
+}
 
 // Keys lists the known keys of poller ("" for all), sorted.
-func (e *Engine) Keys(ctx context.Context, poller string) ([]Key, error) {
+func (e *Engine) Keys(ctx context.Context, poller string) ([]watukuytype.Key, error) {
 	return e.core.Keys(ctx, poller)
 }
 
@@ -467,7 +284,7 @@ func (e *Engine) PollerKeys(ctx context.Context) (map[string]int64, error) {
 
 // KeysPage lists up to limit (at most 1,000) known keys of poller ("" for all) after the
 // cursor after ("" from the first), sorted, and the cursor of the next page ("" at the end).
-func (e *Engine) KeysPage(ctx context.Context, poller, after string, limit int) ([]Key, string, error) {
+func (e *Engine) KeysPage(ctx context.Context, poller, after string, limit int) ([]watukuytype.Key, string, error) {
 	return e.core.KeysPage(ctx, poller, after, limit)
 }
 
@@ -476,12 +293,12 @@ func (e *Engine) KeysPage(ctx context.Context, poller, after string, limit int) 
 // the registry a page at a time. It returns how many keys fn did. It stops at fn's first
 // error; when keys before it were done, the error is a *StoppedError that says how many. The
 // operator commands and the admin API act on keys through it.
-func (e *Engine) Each(ctx context.Context, poller string, partitions []string, fn func(Key) error) (int, error) {
+func (e *Engine) Each(ctx context.Context, poller string, partitions []string, fn func(watukuytype.Key) error) (int, error) {
 	done := 0
-	do := func(k Key) error {
+	do := func(k watukuytype.Key) error {
 		if err := fn(k); err != nil {
 			if done > 0 {
-				return &StoppedError{Key: k, Done: done, Err: err}
+				return &watukuytype.StoppedError{Key: k, Done: done, Err: err}
 			}
 			return err
 		}
@@ -490,7 +307,7 @@ func (e *Engine) Each(ctx context.Context, poller string, partitions []string, f
 	}
 	if partitions != nil {
 		for _, p := range partitions {
-			if err := do(Key{Poller: poller, Partition: p}); err != nil {
+			if err := do(watukuytype.Key{Poller: poller, Partition: p}); err != nil {
 				return done, err
 			}
 		}
@@ -501,7 +318,7 @@ func (e *Engine) Each(ctx context.Context, poller string, partitions []string, f
 
 // Backfill runs the live lane's logic again from an older cursor, in a lane of its own with
 // lower priority than live; see BackfillRequest. snapshotDiff pollers refuse (*ConfigError).
-func (e *Engine) Backfill(ctx context.Context, poller, partition string, req BackfillRequest) (BackfillProgress, error) {
+func (e *Engine) Backfill(ctx context.Context, poller, partition string, req watukuytype.BackfillRequest) (watukuytype.BackfillProgress, error) {
 	return e.core.Backfill(ctx, watukuytype.Key{Poller: poller, Partition: partition}, req)
 }
 
@@ -526,9 +343,9 @@ func (e *Engine) Partitions() Partitions { return Partitions{e: e.core} }
 type Partitions struct{ e *core.Engine }
 
 // List reports every partition of poller.
-func (p Partitions) List(ctx context.Context, poller string) ([]KeyInfo, error) {
+func (p Partitions) List(ctx context.Context, poller string) ([]watukuytype.KeyInfo, error) {
 	if poller == "" {
-		return nil, &ConfigError{Field: "poller", Msg: "name the poller whose partitions to list"}
+		return nil, &watukuytype.ConfigError{Field: "poller", Msg: "name the poller whose partitions to list"}
 	}
 	return p.e.InspectAll(ctx, poller)
 }
@@ -549,26 +366,22 @@ func (p Partitions) Delete(ctx context.Context, poller, partition string) error 
 }
 
 // Layout reads the Redis data layout.
-func (e *Engine) Layout(ctx context.Context) (Layout, error) { return e.core.Layout(ctx) }
+func (e *Engine) Layout(ctx context.Context) (watukuytype.Layout, error) { return e.core.Layout(ctx) }
 
 // Migrate upgrades the Redis data layout in place and records it; it is idempotent.
-func (e *Engine) Migrate(ctx context.Context) (Migration, error) { return e.core.Migrate(ctx) }
-
-// CheckLease, called with the context a Handler or Fetch received, fails with a
-// *LeaseLostError when the cycle may have lost its lease to another instance (this process was
-// paused past its lease). The engine checks before every request and delivery; call it right
-// before a side effect that cannot be taken back to narrow the window further.
-func CheckLease(ctx context.Context) error { return watukuytype.CheckLease(ctx) }
+func (e *Engine) Migrate(ctx context.Context) (watukuytype.Migration, error) {
+	return e.core.Migrate(ctx)
+}
 
 // Probe fetches the first page of p for partition and reports what the engine would see:
 // identities, versions, fingerprints, invalid items and the next cursor. It writes nothing.
-func Probe(ctx context.Context, p Poller, partition string) (ProbeResult, error) {
+func Probe(ctx context.Context, p watukuytype.Poller, partition string) (watukuytype.ProbeResult, error) {
 	return core.Probe(ctx, p, partition)
 }
 
 // ProbeListing reads p's complete listings (a SnapshotDiff live lane, a Reconcile lane) for
 // partition, up to maxPages pages each, and estimates how many pages and cycles each takes. It
 // writes nothing; a poller with no listing gives nil.
-func ProbeListing(ctx context.Context, p Poller, partition string, maxPages int) ([]watukuytype.ListingEstimate, error) {
+func ProbeListing(ctx context.Context, p watukuytype.Poller, partition string, maxPages int) ([]watukuytype.ListingEstimate, error) {
 	return core.ProbeListing(ctx, p, partition, maxPages)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/pool"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // A worker process of the distributed pool: it registers its Go-defined pollers and runs
@@ -27,17 +28,17 @@ func ExampleProcess_Worker() {
 	log := zerolog.New(os.Stderr).With().Timestamp().Logger()
 	reg := prometheus.NewRegistry()
 	m := pool.NewMetrics(reg) // the watukuy_* series the alert rules and the dashboard read
-	eng, err := watukuy.New(watukuy.Options{Redis: rdb, Logger: log, Hooks: m.Hooks(watukuy.Hooks{})})
+	eng, err := watukuy.New(watukuy.Options{Redis: rdb, Logger: log, Hooks: m.Hooks(watukuytype.Hooks{})})
 	if err != nil {
 		panic(err)
 	}
-	err = eng.Register(watukuy.Poller{
+	err = eng.Register(watukuytype.Poller{
 		Name:       "orders",
 		Partitions: []string{"t_1", "t_2"},
-		Fetch: func(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
-			return watukuy.Page{Items: []json.RawMessage{}, Next: req.Cursor}, nil // call the API here
+		Fetch: func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+			return watukuytype.Page{Items: []json.RawMessage{}, Next: req.Cursor}, nil // call the API here
 		},
-		Handler: func(ctx context.Context, ev watukuy.Event) error {
+		Handler: func(ctx context.Context, ev watukuytype.Event) error {
 			fmt.Println(ev.Type, ev.Partition, ev.Identity)
 			return nil
 		},

@@ -7,6 +7,7 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/metrics"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Metrics are the engine's Prometheus metrics, the watukuy_* series the alert rules and the
@@ -32,16 +33,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // Hooks returns chain with the metrics' hooks: each hook records, then calls chain's. Pass
 // it as watukuy.Options.Hooks.
-func (m *Metrics) Hooks(chain watukuy.Hooks) watukuy.Hooks { return m.m.Hooks(chain) }
+func (m *Metrics) Hooks(chain watukuytype.Hooks) watukuytype.Hooks { return m.m.Hooks(chain) }
 
 // watchKeys registers the per-key gauges of eng's keys on the metrics' registerer, read on
 // each scrape; pollers names the pollers whose keys they export (nil: every registered one).
 func (m *Metrics) watchKeys(eng *watukuy.Engine, pollers func() []string) {
-	m.m.WatchKeys(m.reg, func(ctx context.Context) ([]watukuy.KeyInfo, error) {
+	m.m.WatchKeys(m.reg, func(ctx context.Context) ([]watukuytype.KeyInfo, error) {
 		if pollers == nil {
 			return eng.InspectAll(ctx, "")
 		}
-		var out []watukuy.KeyInfo
+		var out []watukuytype.KeyInfo
 		for _, name := range pollers() {
 			kis, err := eng.InspectAll(ctx, name)
 			out = append(out, kis...)

@@ -21,6 +21,7 @@ import (
 	"github.com/watukuy/watukuy/internal/buildinfo"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/pool"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // onBackends runs fn on miniredis and on a private redis-server.
@@ -39,7 +40,7 @@ func get(t *testing.T, h http.Handler, path string) (int, string) {
 }
 
 // engine returns an engine on rdb with p registered (when it has a name).
-func engine(t *testing.T, rdb redis.UniversalClient, name string, p watukuy.Poller) *watukuy.Engine {
+func engine(t *testing.T, rdb redis.UniversalClient, name string, p watukuytype.Poller) *watukuy.Engine {
 	t.Helper()
 	eng, err := watukuy.New(watukuy.Options{Redis: rdb, InstanceID: name, Logger: zerolog.New(os.Stderr).Level(zerolog.WarnLevel)})
 	if err != nil {
@@ -88,12 +89,12 @@ func TestWorkerAndSchedulerRunGoPoller(t *testing.T) {
 		var mu sync.Mutex
 		got := map[string][]string{} // partition: the workers that delivered its item
 		done := make(chan struct{})
-		poller := func(worker string) watukuy.Poller {
-			return watukuy.Poller{Name: "p", Partitions: partitions, Strategy: watukuy.SnapshotDiff,
-				Fetch: func(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
-					return watukuy.Page{Items: []json.RawMessage{json.RawMessage(`{"id":"` + req.Key.Partition + `"}`)}}, nil
+		poller := func(worker string) watukuytype.Poller {
+			return watukuytype.Poller{Name: "p", Partitions: partitions, Strategy: watukuytype.SnapshotDiff,
+				Fetch: func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+					return watukuytype.Page{Items: []json.RawMessage{json.RawMessage(`{"id":"` + req.Key.Partition + `"}`)}}, nil
 				},
-				Handler: func(ctx context.Context, ev watukuy.Event) error {
+				Handler: func(ctx context.Context, ev watukuytype.Event) error {
 					mu.Lock()
 					defer mu.Unlock()
 					got[ev.Partition] = append(got[ev.Partition], worker)
@@ -106,13 +107,13 @@ func TestWorkerAndSchedulerRunGoPoller(t *testing.T) {
 					}
 					return nil
 				},
-				Schedule: watukuy.Schedule{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond, Fixed: true}}
+				Schedule: watukuytype.Schedule{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond, Fixed: true}}
 		}
 		reg := prometheus.NewRegistry()
 		p1 := pool.New(engine(t, rdb, "w1", poller("w1")), pool.Options{Registry: reg})
 		w1 := p1.Worker(pool.WorkerOptions{Concurrency: 2})
 		w2 := pool.New(engine(t, rdb, "w2", poller("w2")), pool.Options{}).Worker(pool.WorkerOptions{Concurrency: 2})
-		ps := pool.New(engine(t, rdb, "s", watukuy.Poller{}), pool.Options{})
+		ps := pool.New(engine(t, rdb, "s", watukuytype.Poller{}), pool.Options{})
 		sch := ps.Scheduler(pool.SchedulerOptions{})
 		if code, body := get(t, p1.Handler(), "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not running") {
 			t.Fatalf("/readyz before Start: %d %q", code, body)
@@ -154,16 +155,16 @@ func TestWorkerAndSchedulerRunGoPoller(t *testing.T) {
 func TestWorkerShutdownDrainHandsKeyBack(t *testing.T) {
 	onBackends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		fetching := make(chan struct{}, 1)
-		eng := engine(t, rdb, "w", watukuy.Poller{Name: "slow",
-			Fetch: func(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
+		eng := engine(t, rdb, "w", watukuytype.Poller{Name: "slow",
+			Fetch: func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 				select {
 				case fetching <- struct{}{}:
 				default:
 				}
 				<-ctx.Done() // an API that does not answer
-				return watukuy.Page{}, ctx.Err()
+				return watukuytype.Page{}, ctx.Err()
 			},
-			Handler: func(ctx context.Context, ev watukuy.Event) error { return nil }})
+			Handler: func(ctx context.Context, ev watukuytype.Event) error { return nil }})
 		p := pool.New(eng, pool.Options{})
 		w := p.Worker(pool.WorkerOptions{DrainTimeout: time.Minute})
 		sch := p.Scheduler(pool.SchedulerOptions{})
@@ -218,13 +219,13 @@ func (l *lineSignal) Write(p []byte) (int, error) {
 func TestSchedulerThenWorkerRegisterAgainAfterDataLoss(t *testing.T) {
 	rdb := redistest.Miniredis(t).Client
 	fetched := make(chan struct{}, 100)
-	eng := engine(t, rdb, "w", watukuy.Poller{Name: "p",
-		Fetch: func(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
+	eng := engine(t, rdb, "w", watukuytype.Poller{Name: "p",
+		Fetch: func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 			fetched <- struct{}{}
-			return watukuy.Page{}, nil
+			return watukuytype.Page{}, nil
 		},
-		Handler:  func(ctx context.Context, ev watukuy.Event) error { return nil },
-		Schedule: watukuy.Schedule{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond, Fixed: true}})
+		Handler:  func(ctx context.Context, ev watukuytype.Event) error { return nil },
+		Schedule: watukuytype.Schedule{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond, Fixed: true}})
 	started := &lineSignal{want: "scheduler started", seen: make(chan struct{})}
 	p := pool.New(eng, pool.Options{Logger: zerolog.New(started)})
 	sch := p.Scheduler(pool.SchedulerOptions{})
@@ -272,7 +273,7 @@ func TestSchedulerThenWorkerRegisterAgainAfterDataLoss(t *testing.T) {
 // address fails at once.
 func TestProcessServe(t *testing.T) {
 	onBackends(t, func(t *testing.T, rdb redis.UniversalClient) {
-		p := pool.New(engine(t, rdb, "s", watukuy.Poller{}), pool.Options{})
+		p := pool.New(engine(t, rdb, "s", watukuytype.Poller{}), pool.Options{})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		addr, err := p.Serve(ctx, "127.0.0.1:0")
@@ -288,7 +289,7 @@ func TestProcessServe(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "ok" {
 			t.Errorf("/readyz of a scheduler's process: %d %q, want 200 ok", resp.StatusCode, body)
 		}
-		if _, err := pool.New(engine(t, rdb, "s2", watukuy.Poller{}), pool.Options{}).Serve(ctx, addr); err == nil || !strings.Contains(err.Error(), addr) {
+		if _, err := pool.New(engine(t, rdb, "s2", watukuytype.Poller{}), pool.Options{}).Serve(ctx, addr); err == nil || !strings.Contains(err.Error(), addr) {
 			t.Errorf("Serve on the busy %s: %v, want an error naming it", addr, err)
 		}
 	})
@@ -298,7 +299,7 @@ func TestProcessServe(t *testing.T) {
 // are off without one.
 func TestHandlerServesAdmin(t *testing.T) {
 	onBackends(t, func(t *testing.T, rdb redis.UniversalClient) {
-		eng := engine(t, rdb, "s", watukuy.Poller{})
+		eng := engine(t, rdb, "s", watukuytype.Poller{})
 		if code, body := get(t, pool.New(eng, pool.Options{}).Handler(), "/api/keys"); code != http.StatusNotFound || !strings.Contains(body, "api_off") {
 			t.Errorf("/api/keys without tokens: %d %s", code, body)
 		}
@@ -327,15 +328,15 @@ func TestMetricsExportTheEngineSeries(t *testing.T) {
 	onBackends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		reg := prometheus.NewRegistry()
 		m := pool.NewMetrics(reg)
-		eng, err := watukuy.New(watukuy.Options{Redis: rdb, InstanceID: "m", Hooks: m.Hooks(watukuy.Hooks{})})
+		eng, err := watukuy.New(watukuy.Options{Redis: rdb, InstanceID: "m", Hooks: m.Hooks(watukuytype.Hooks{})})
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = eng.Register(watukuy.Poller{Name: "orders", Identity: watukuy.Field("id"),
-			Fetch: func(_ context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
-				return watukuy.Page{Items: []json.RawMessage{[]byte(`{"id":"a"}`)}, Next: req.Cursor}, nil
+		err = eng.Register(watukuytype.Poller{Name: "orders", Identity: watukuytype.Field("id"),
+			Fetch: func(_ context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+				return watukuytype.Page{Items: []json.RawMessage{[]byte(`{"id":"a"}`)}, Next: req.Cursor}, nil
 			},
-			Handler: func(context.Context, watukuy.Event) error { return nil }})
+			Handler: func(context.Context, watukuytype.Event) error { return nil }})
 		if err != nil {
 			t.Fatal(err)
 		}

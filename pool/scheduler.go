@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/buildinfo"
+	"github.com/watukuy/watukuy/watukuytype"
 
 	"github.com/hibiken/asynq"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/queue"
 )
 
@@ -65,7 +65,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return fmt.Errorf("read the data layout: %w", err)
 	}
 	if l.Version > l.Current {
-		return &watukuy.LayoutError{Found: l.Version, Known: l.Current}
+		return &watukuytype.LayoutError{Found: l.Version, Known: l.Current}
 	}
 	s.p.watchData(ctx, false)
 	var pollers []string

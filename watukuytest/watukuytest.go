@@ -47,7 +47,7 @@ type Env struct {
 
 // New starts an engine on a fresh miniredis (closed when the test ends) and registers the
 // pollers; a bad definition fails the test.
-func New(tb testing.TB, pollers ...watukuy.Poller) *Env {
+func New(tb testing.TB, pollers ...watukuytype.Poller) *Env {
 	tb.Helper()
 	m := miniredis.RunT(tb)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
@@ -68,7 +68,7 @@ func New(tb testing.TB, pollers ...watukuy.Poller) *Env {
 
 // Tick runs every due cycle once and fails the test on an engine error (cycle errors are in
 // the report).
-func (e *Env) Tick() watukuy.TickReport {
+func (e *Env) Tick() watukuytype.TickReport {
 	e.tb.Helper()
 	rep, err := e.Engine.Tick(context.Background(), 30*time.Second)
 	if err != nil {
@@ -100,7 +100,7 @@ type ChaosOptions struct {
 	Between func(step int)
 	// Truth, when set, returns your fake API's ground truth per key, so the final state (G3)
 	// and deletes (G6) are checked too.
-	Truth func() map[watukuy.Key]Truth
+	Truth func() map[watukuytype.Key]Truth
 }
 
 // Truth is one key's ground truth, as your fake API knows it.
@@ -139,7 +139,7 @@ type Report struct {
 
 // Violation is one breach of a guarantee on one key.
 type Violation struct {
-	Key    watukuy.Key
+	Key    watukuytype.Key
 	Detail string
 }
 
@@ -181,7 +181,7 @@ func truthOf(t Truth) chaos.Truth {
 // killed at every kill point, frozen past their lease and whose handlers fail at random,
 // then lets everything settle and checks the guarantees. It fails the test when one is
 // violated and returns the report.
-func RunChaos(tb testing.TB, pollers []watukuy.Poller, o ChaosOptions) Report {
+func RunChaos(tb testing.TB, pollers []watukuytype.Poller, o ChaosOptions) Report {
 	tb.Helper()
 	m := miniredis.RunT(tb)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/watukuytest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // shop is a user's own in-memory fake: a listing with versions, changed between steps.
@@ -20,7 +20,7 @@ type shop struct {
 	items map[string]int
 }
 
-func (s *shop) fetch(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
+func (s *shop) fetch(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ids := make([]string, 0, len(s.items))
@@ -28,7 +28,7 @@ func (s *shop) fetch(ctx context.Context, req watukuy.FetchRequest) (watukuy.Pag
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	var p watukuy.Page
+	var p watukuytype.Page
 	for _, id := range ids {
 		raw, _ := json.Marshal(map[string]any{"id": id, "version": s.items[id]})
 		p.Items = append(p.Items, raw)
@@ -39,11 +39,11 @@ func (s *shop) fetch(ctx context.Context, req watukuy.FetchRequest) (watukuy.Pag
 func TestEnvTicksAPoller(t *testing.T) {
 	s := &shop{items: map[string]int{"a": 1, "b": 1}}
 	var got []string
-	env := watukuytest.New(t, watukuy.Poller{Name: "shop", Strategy: watukuy.SnapshotDiff, Fetch: s.fetch,
-		Version: watukuy.Field("version"), Handler: func(ctx context.Context, ev watukuy.Event) error {
+	env := watukuytest.New(t, watukuytype.Poller{Name: "shop", Strategy: watukuytype.SnapshotDiff, Fetch: s.fetch,
+		Version: watukuytype.Field("version"), Handler: func(ctx context.Context, ev watukuytype.Event) error {
 			got = append(got, string(ev.Type)+" "+ev.Identity)
 			return nil
-		}, Delivery: watukuy.Delivery{Concurrency: 1}})
+		}, Delivery: watukuytype.Delivery{Concurrency: 1}})
 	env.Settle(10)
 	s.mu.Lock()
 	delete(s.items, "a")
@@ -64,8 +64,8 @@ func TestRunChaosOnAUserPoller(t *testing.T) {
 		id := "i" + strconv.Itoa(rng.IntN(20))
 		s.items[id]++
 	}
-	rep := watukuytest.RunChaos(t, []watukuy.Poller{{Name: "shop", Strategy: watukuy.SnapshotDiff, Fetch: s.fetch,
-		Version: watukuy.Field("version"), Handler: func(context.Context, watukuy.Event) error { return nil }}},
+	rep := watukuytest.RunChaos(t, []watukuytype.Poller{{Name: "shop", Strategy: watukuytype.SnapshotDiff, Fetch: s.fetch,
+		Version: watukuytype.Field("version"), Handler: func(context.Context, watukuytype.Event) error { return nil }}},
 		watukuytest.ChaosOptions{Seed: 9, Steps: 150, Between: between})
 	// Without a Truth function the final state and deletes are not measured; the rest is.
 	if !rep.NotMeasured["G3"] || rep.NotMeasured["G1"] || rep.NotMeasured["G5"] {
@@ -97,17 +97,17 @@ func TestRunChaosChecksAUserTruth(t *testing.T) {
 		s.items[id]++
 		changes = append(changes, watukuytest.Change{ID: id, Version: s.items[id]})
 	}
-	truth := func() map[watukuy.Key]watukuytest.Truth {
+	truth := func() map[watukuytype.Key]watukuytest.Truth {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		final := map[string]int{}
 		for id, v := range s.items {
 			final[id] = v
 		}
-		return map[watukuy.Key]watukuytest.Truth{{Poller: "shop"}: {Changes: append([]watukuytest.Change(nil), changes...), Final: final}}
+		return map[watukuytype.Key]watukuytest.Truth{{Poller: "shop"}: {Changes: append([]watukuytest.Change(nil), changes...), Final: final}}
 	}
-	rep := watukuytest.RunChaos(t, []watukuy.Poller{{Name: "shop", Strategy: watukuy.SnapshotDiff, Fetch: s.fetch,
-		Version: watukuy.Field("version"), Handler: func(context.Context, watukuy.Event) error { return nil }}},
+	rep := watukuytest.RunChaos(t, []watukuytype.Poller{{Name: "shop", Strategy: watukuytype.SnapshotDiff, Fetch: s.fetch,
+		Version: watukuytype.Field("version"), Handler: func(context.Context, watukuytype.Event) error { return nil }}},
 		watukuytest.ChaosOptions{Seed: 11, Steps: 150, Between: between, Truth: truth})
 	if rep.NotMeasured["G3"] || rep.NotMeasured["G6"] || rep.Failed() || rep.Deliveries == 0 {
 		t.Fatalf("report: %+v", rep)

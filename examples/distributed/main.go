@@ -46,6 +46,7 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/pool"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // tenants are the poller's partitions: one key, and so one task per cycle, each.
@@ -183,7 +184,7 @@ func newWorker(rdb redis.UniversalClient, name, apiURL string, out io.Writer, lo
 	w := &worker{name: name}
 	log = log.With().Str("worker", name).Logger()
 	eng, err := watukuy.New(watukuy.Options{Redis: rdb, InstanceID: name, Logger: log,
-		Hooks: watukuy.Hooks{OnCycle: func(r watukuy.CycleReport, _ time.Duration) {
+		Hooks: watukuytype.Hooks{OnCycle: func(r watukuytype.CycleReport, _ time.Duration) {
 			if r.Pages > 0 {
 				w.cycles.Add(1)
 			}
@@ -201,11 +202,11 @@ func newWorker(rdb redis.UniversalClient, name, apiURL string, out io.Writer, lo
 
 // itemsPoller follows the demo API's change feed of every tenant: the cursor is the feed's
 // sequence number, committed with the events of the page it ends.
-func itemsPoller(apiURL string, h watukuy.Handler) watukuy.Poller {
-	return watukuy.Poller{
+func itemsPoller(apiURL string, h watukuytype.Handler) watukuytype.Poller {
+	return watukuytype.Poller{
 		Name:       "items",
 		Partitions: tenants,
-		Fetch: func(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
+		Fetch: func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 			after := req.Cursor
 			if after == "" {
 				after = "0"
@@ -213,33 +214,33 @@ func itemsPoller(apiURL string, h watukuy.Handler) watukuy.Poller {
 			u := fmt.Sprintf("%s/tenants/%s/changes?after=%s&limit=10", apiURL, url.PathEscape(req.Key.Partition), url.QueryEscape(after))
 			r, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 			if err != nil {
-				return watukuy.Page{}, err
+				return watukuytype.Page{}, err
 			}
 			resp, err := http.DefaultClient.Do(r)
 			if err != nil {
-				return watukuy.Page{}, err
+				return watukuytype.Page{}, err
 			}
 			defer resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
-				return watukuy.Page{}, fmt.Errorf("GET %s: %s", u, resp.Status)
+				return watukuytype.Page{}, fmt.Errorf("GET %s: %s", u, resp.Status)
 			}
 			var body feedPage
 			if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-				return watukuy.Page{}, fmt.Errorf("GET %s: %w", u, err)
+				return watukuytype.Page{}, fmt.Errorf("GET %s: %w", u, err)
 			}
-			return watukuy.Page{Items: body.Items, Next: body.Next, HasMore: body.HasMore}, nil
+			return watukuytype.Page{Items: body.Items, Next: body.Next, HasMore: body.HasMore}, nil
 		},
-		Version:  watukuy.Field("version"),
+		Version:  watukuytype.Field("version"),
 		Handler:  h,
-		Schedule: watukuy.Schedule{Min: 300 * time.Millisecond, Max: 300 * time.Millisecond, Fixed: true},
+		Schedule: watukuytype.Schedule{Min: 300 * time.Millisecond, Max: 300 * time.Millisecond, Fixed: true},
 	}
 }
 
 // printEvents is the poller's handler: one line per event, naming the worker that delivered
 // it.
-func printEvents(out io.Writer, worker string) watukuy.Handler {
+func printEvents(out io.Writer, worker string) watukuytype.Handler {
 	var mu sync.Mutex
-	return func(ctx context.Context, ev watukuy.Event) error {
+	return func(ctx context.Context, ev watukuytype.Event) error {
 		mu.Lock()
 		defer mu.Unlock()
 		_, err := fmt.Fprintf(out, "%s %s %s/%s v%s\n", worker, ev.Type, ev.Partition, ev.Identity, ev.Version)

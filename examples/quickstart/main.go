@@ -28,6 +28,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 func main() {
@@ -67,7 +68,7 @@ func run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	show := func(ctx context.Context, ev watukuy.Event) error {
+	show := func(ctx context.Context, ev watukuytype.Event) error {
 		version := "-"
 		if ev.Version != "" {
 			version = "v" + ev.Version
@@ -75,13 +76,13 @@ func run(ctx context.Context, out io.Writer) error {
 		fmt.Fprintf(out, "%s  %-9s %-8s %-8s %-4s %s\n", ev.ObservedAt.Format(time.TimeOnly), ev.Poller, ev.Type, ev.Identity, version, ev.ID)
 		return nil
 	}
-	every := watukuy.Schedule{Min: time.Second, Max: 4 * time.Second}
-	if err := eng.Register(watukuy.Poller{Name: "orders", Fetch: orders.changeFeed(50),
-		Version: watukuy.Field("version"), Handler: show, Schedule: every}); err != nil {
+	every := watukuytype.Schedule{Min: time.Second, Max: 4 * time.Second}
+	if err := eng.Register(watukuytype.Poller{Name: "orders", Fetch: orders.changeFeed(50),
+		Version: watukuytype.Field("version"), Handler: show, Schedule: every}); err != nil {
 		return err
 	}
-	if err := eng.Register(watukuy.Poller{Name: "customers", Strategy: watukuy.SnapshotDiff, Fetch: customers.listing(50),
-		Version: watukuy.Field("version"), Handler: show, Schedule: every}); err != nil {
+	if err := eng.Register(watukuytype.Poller{Name: "customers", Strategy: watukuytype.SnapshotDiff, Fetch: customers.listing(50),
+		Version: watukuytype.Field("version"), Handler: show, Schedule: every}); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "watukuy quickstart: polling a fake shop on an embedded miniredis; Ctrl-C stops")
@@ -153,16 +154,16 @@ func (c *collection) remove(id string) {
 }
 
 // changeFeed serves the items changed after the cursor (a change number), oldest first.
-func (c *collection) changeFeed(pageSize int) watukuy.FetchFunc {
-	return func(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
+func (c *collection) changeFeed(pageSize int) watukuytype.FetchFunc {
+	return func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 		after, err := offset(req.Cursor)
 		if err != nil {
-			return watukuy.Page{}, err
+			return watukuytype.Page{}, err
 		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		recs := slices.SortedFunc(maps.Values(c.items), func(a, b record) int { return a.seq - b.seq })
-		page := watukuy.Page{Next: req.Cursor}
+		page := watukuytype.Page{Next: req.Cursor}
 		for _, r := range recs {
 			if r.seq <= after {
 				continue
@@ -179,17 +180,17 @@ func (c *collection) changeFeed(pageSize int) watukuy.FetchFunc {
 }
 
 // listing serves every item ordered by id, pageSize per page; the cursor is the offset.
-func (c *collection) listing(pageSize int) watukuy.FetchFunc {
-	return func(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
+func (c *collection) listing(pageSize int) watukuytype.FetchFunc {
+	return func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 		off, err := offset(req.Cursor)
 		if err != nil {
-			return watukuy.Page{}, err
+			return watukuytype.Page{}, err
 		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		ids := slices.Sorted(maps.Keys(c.items))
 		end := min(off+pageSize, len(ids))
-		page := watukuy.Page{Next: strconv.Itoa(end), HasMore: end < len(ids)}
+		page := watukuytype.Page{Next: strconv.Itoa(end), HasMore: end < len(ids)}
 		for _, id := range ids[min(off, len(ids)):end] {
 			page.Items = append(page.Items, c.items[id].json)
 		}

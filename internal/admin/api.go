@@ -262,18 +262,18 @@ func badField(field, format string, args ...any) *Error {
 
 // classify turns an engine error into the API's.
 func classify(err error) *Error {
-	if se := (*watukuy.StoppedError)(nil); errors.As(err, &se) {
+	if se := (*watukuytype.StoppedError)(nil); errors.As(err, &se) {
 		e := *classify(se.Err)
 		e.Message += strings.TrimPrefix(se.Error(), se.Err.Error()) // " (stopped there: …)"
 		return &e
 	}
 	var (
 		ae  *Error
-		nf  *watukuy.NotFoundError
-		ce  *watukuy.ConfigError
-		ru  *watukuy.ReplayUnavailableError
-		kb  *watukuy.KeyBusyError
-		cf  *watukuy.ConflictError
+		nf  *watukuytype.NotFoundError
+		ce  *watukuytype.ConfigError
+		ru  *watukuytype.ReplayUnavailableError
+		kb  *watukuytype.KeyBusyError
+		cf  *watukuytype.ConflictError
 		mbe *http.MaxBytesError
 	)
 	switch {
@@ -351,18 +351,18 @@ func decode(c *call, v any) error {
 }
 
 // keyOf is the request's key: {poller} and {partition}, "-" naming the unpartitioned one.
-func keyOf(r *http.Request) watukuy.Key {
+func keyOf(r *http.Request) watukuytype.Key {
 	part := r.PathValue("partition")
 	if part == "-" {
 		part = ""
 	}
-	return watukuy.Key{Poller: r.PathValue("poller"), Partition: part}
+	return watukuytype.Key{Poller: r.PathValue("poller"), Partition: part}
 }
 
 // eachKey calls fn with each key an endpoint acts on (Engine.Each): the path's key, or with
 // all every partition of the path's poller that is not deleted. The engine refuses a path's
 // key that does not exist or is deleted (404).
-func (a *api) eachKey(ctx context.Context, r *http.Request, all bool, fn func(watukuy.Key) error) error {
+func (a *api) eachKey(ctx context.Context, r *http.Request, all bool, fn func(watukuytype.Key) error) error {
 	k := keyOf(r)
 	var named []string
 	if !all {
@@ -415,7 +415,7 @@ type keyStatus struct {
 }
 
 // status inspects a key after an action, for its answer.
-func (a *api) status(ctx context.Context, k watukuy.Key) (keyStatus, error) {
+func (a *api) status(ctx context.Context, k watukuytype.Key) (keyStatus, error) {
 	ki, err := a.o.Engine.Inspect(ctx, k.Poller, k.Partition)
 	return keyStatus{Poller: k.Poller, Partition: k.Partition, Status: string(ki.Status)}, err
 }
@@ -464,11 +464,11 @@ func (a *api) keys(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	if kis == nil {
-		kis = []watukuy.KeyInfo{}
+		kis = []watukuytype.KeyInfo{}
 	}
 	return struct {
-		Keys []watukuy.KeyInfo `json:"keys"`
-		Next string            `json:"next"`
+		Keys []watukuytype.KeyInfo `json:"keys"`
+		Next string                `json:"next"`
 	}{kis, next}, nil
 }
 
@@ -492,7 +492,7 @@ var keyOps = []keyOp{
 func (a *api) keyOp(op keyOp, all bool) handlerFunc {
 	return func(ctx context.Context, c *call) (any, error) {
 		out := []keyStatus{}
-		err := a.eachKey(ctx, c.r, all, func(k watukuy.Key) error {
+		err := a.eachKey(ctx, c.r, all, func(k watukuytype.Key) error {
 			if err := op.fn(a.o.Engine, ctx, k.Poller, k.Partition); err != nil {
 				return err
 			}
@@ -528,10 +528,10 @@ func (a *api) backfillProgress(ctx context.Context, c *call) (any, error) {
 
 // keyBackfill is one key's backfill in an answer.
 type keyBackfill struct {
-	Poller    string                    `json:"poller"`
-	Partition string                    `json:"partition"`
-	Backfill  *watukuy.BackfillProgress `json:"backfill"`
-	Note      string                    `json:"note,omitempty"`
+	Poller    string                        `json:"poller"`
+	Partition string                        `json:"partition"`
+	Backfill  *watukuytype.BackfillProgress `json:"backfill"`
+	Note      string                        `json:"note,omitempty"`
 }
 
 // nullable is a JSON string field that tells absent, null and a value apart.
@@ -575,13 +575,13 @@ func (a *api) backfill(all bool) handlerFunc {
 		if !body.From.set {
 			return nil, badField("from", `required: the cursor to start at, or null for the very beginning`)
 		}
-		req := watukuy.BackfillRequest{From: body.From.text(), Force: body.Force}
+		req := watukuytype.BackfillRequest{From: body.From.text(), Force: body.Force}
 		if body.To.set {
 			to := body.To.text()
 			req.To = &to
 		}
 		out := []keyBackfill{}
-		err := a.eachKey(ctx, c.r, all, func(k watukuy.Key) error {
+		err := a.eachKey(ctx, c.r, all, func(k watukuytype.Key) error {
 			bp, err := a.o.Engine.Backfill(ctx, k.Poller, k.Partition, req)
 			if err != nil {
 				return err
@@ -669,7 +669,7 @@ func (a *api) resetCursor(ctx context.Context, c *call) (any, error) {
 type parkedRow struct {
 	Poller    string `json:"poller"`
 	Partition string `json:"partition"`
-	watukuy.ParkedInfo
+	watukuytype.ParkedInfo
 }
 
 // kindParam reads ?kind=.
@@ -683,7 +683,7 @@ func kindParam(r *http.Request) (string, error) {
 
 // parkedPage reads up to n of k's parked rows of kind after the id after, and whether the key
 // has more after them.
-func (a *api) parkedPage(ctx context.Context, k watukuy.Key, kind, after string, n int) ([]watukuy.ParkedInfo, bool, error) {
+func (a *api) parkedPage(ctx context.Context, k watukuytype.Key, kind, after string, n int) ([]watukuytype.ParkedInfo, bool, error) {
 	ps, next, err := a.o.Engine.Parked().Page(ctx, k.Poller, k.Partition, kind, after, n)
 	return ps, next != "", err
 }
@@ -727,7 +727,7 @@ func (a *api) parkedOfKey(ctx context.Context, c *call) (any, error) {
 // ID "", after every row of Key. Its text is poller|partition|id: a poller's name and a
 // partition hold no '|'.
 type parkedCursor struct {
-	Key watukuy.Key
+	Key watukuytype.Key
 	ID  string
 }
 
@@ -747,13 +747,13 @@ func parkedAfter(r *http.Request, poller string) (*parkedCursor, error) {
 	if poller != "" && f[0] != poller {
 		return nil, badField("after", "%q is a cursor of poller %q, not of %q", after, f[0], poller)
 	}
-	return &parkedCursor{Key: watukuy.Key{Poller: f[0], Partition: f[1]}, ID: f[2]}, nil
+	return &parkedCursor{Key: watukuytype.Key{Poller: f[0], Partition: f[1]}, ID: f[2]}, nil
 }
 
 // gone reports whether err says the key left the registry (a partition deleted meanwhile): a
 // listing across keys skips it.
 func gone(err error) bool {
-	var nf *watukuy.NotFoundError
+	var nf *watukuytype.NotFoundError
 	return errors.As(err, &nf) && nf.PartitionMissing
 }
 
@@ -779,7 +779,7 @@ func (a *api) parkedAll(ctx context.Context, c *call) (any, error) {
 	res := answer{Rows: []parkedRow{}}
 	// take adds up to the page's room of k's rows after id, and reports whether the page is
 	// full; then res.Next is set when k has more.
-	take := func(k watukuy.Key, id string) (bool, error) {
+	take := func(k watukuytype.Key, id string) (bool, error) {
 		room := limit - len(res.Rows)
 		ps, more, err := a.parkedPage(ctx, k, kind, id, room)
 		if gone(err) {
@@ -812,7 +812,7 @@ func (a *api) parkedAll(ctx context.Context, c *call) (any, error) {
 	}
 	// doneAt ends a full page whose last key k has no rows left: the next page starts after k
 	// when a later key has rows, or may.
-	doneAt := func(k watukuy.Key, later []int64) answer {
+	doneAt := func(k watukuytype.Key, later []int64) answer {
 		if res.Next == "" && (next != "" || slices.ContainsFunc(later, func(n int64) bool { return n > 0 })) {
 			res.Next = parkedCursor{k, ""}.String()
 		}
@@ -917,7 +917,7 @@ func (a *api) release(action string, fn func(watukuy.Parked, context.Context, st
 // goneSince explains a release that failed (err) after the ids were checked: when one of
 // them is no longer parked, another request (or a cycle) released it in between, and that
 // is a 404 naming it, not the engine's plain "no parked row" (a 500).
-func (a *api) goneSince(ctx context.Context, k watukuy.Key, kind string, ids []string, err error) error {
+func (a *api) goneSince(ctx context.Context, k watukuytype.Key, kind string, ids []string, err error) error {
 	var gone *Error
 	if _, cerr := a.checkParked(ctx, k, kind, ids, ": another request released it meanwhile"); errors.As(cerr, &gone) {
 		return gone
@@ -927,7 +927,7 @@ func (a *api) goneSince(ctx context.Context, k watukuy.Key, kind string, ids []s
 
 // checkParked lists the ids of k's parked rows of kind, and fails with a 404 naming the first
 // of ids that is not among them (why says how it may have gone).
-func (a *api) checkParked(ctx context.Context, k watukuy.Key, kind string, ids []string, why string) ([]string, error) {
+func (a *api) checkParked(ctx context.Context, k watukuytype.Key, kind string, ids []string, why string) ([]string, error) {
 	rows, err := a.o.Engine.Parked().List(ctx, k.Poller, k.Partition, kind)
 	if err != nil {
 		return nil, err
@@ -954,8 +954,8 @@ func (a *api) partitions(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	return struct {
-		Poller     string            `json:"poller"`
-		Partitions []watukuy.KeyInfo `json:"partitions"`
+		Poller     string                `json:"poller"`
+		Partitions []watukuytype.KeyInfo `json:"partitions"`
 	}{poller, kis}, nil
 }
 
@@ -969,9 +969,9 @@ func (a *api) addPartition(ctx context.Context, c *call) (any, error) {
 	if body.Partition == nil || *body.Partition == "" {
 		return nil, badField("partition", "required: the name of the partition to add")
 	}
-	k := watukuy.Key{Poller: c.r.PathValue("poller"), Partition: *body.Partition}
+	k := watukuytype.Key{Poller: c.r.PathValue("poller"), Partition: *body.Partition}
 	if err := a.o.Engine.Partitions().Add(ctx, k.Poller, k.Partition); err != nil {
-		if ce := (*watukuy.ConfigError)(nil); errors.As(err, &ce) && ce.Field == "partitions" {
+		if ce := (*watukuytype.ConfigError)(nil); errors.As(err, &ce) && ce.Field == "partitions" {
 			return nil, badField("partition", "%s", ce.Msg)
 		}
 		return nil, err

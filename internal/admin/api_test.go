@@ -24,6 +24,7 @@ import (
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/internal/statehash"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 const (
@@ -72,14 +73,14 @@ func newSite(t *testing.T, tokens ...admin.Token) *site {
 	s.eng = eng
 	api := fakeapi.New()
 	api.PutMany(2, "o", nil)
-	base := func(name string) watukuy.Poller {
-		return watukuy.Poller{Name: name, Fetch: api.ChangeFeed(10), Version: watukuy.Field("version"),
-			Handler:  func(context.Context, watukuy.Event) error { return nil },
-			Schedule: watukuy.Schedule{Min: time.Second, Max: time.Minute},
-			Delivery: watukuy.Delivery{Attempts: 1, RetryHorizon: -1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
+	base := func(name string) watukuytype.Poller {
+		return watukuytype.Poller{Name: name, Fetch: api.ChangeFeed(10), Version: watukuytype.Field("version"),
+			Handler:  func(context.Context, watukuytype.Event) error { return nil },
+			Schedule: watukuytype.Schedule{Min: time.Second, Max: time.Minute},
+			Delivery: watukuytype.Delivery{Attempts: 1, RetryHorizon: -1, Backoff: watukuytype.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
 	}
 	orders := base("orders")
-	orders.Handler = func(context.Context, watukuy.Event) error {
+	orders.Handler = func(context.Context, watukuytype.Event) error {
 		if !s.healthy.Load() {
 			return errors.New("sink down")
 		}
@@ -88,7 +89,7 @@ func newSite(t *testing.T, tokens ...admin.Token) *site {
 	orders.SharedRequest = true // one feed for every partition: partitions add refuses it
 	shops := base("shops")
 	shops.Partitions = []string{"eu", "us"}
-	for _, p := range []watukuy.Poller{orders, shops} {
+	for _, p := range []watukuytype.Poller{orders, shops} {
 		if err := eng.Register(p); err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +174,7 @@ func (s *site) fails(method, path, secret, body string, status int, code string)
 	return e.Error
 }
 
-func (s *site) inspect(poller, partition string) watukuy.KeyInfo {
+func (s *site) inspect(poller, partition string) watukuytype.KeyInfo {
 	s.t.Helper()
 	ki, err := s.eng.Inspect(context.Background(), poller, partition)
 	if err != nil {
@@ -272,13 +273,13 @@ type keyStatus struct{ Poller, Partition, Status string }
 func TestKeyEndpoints(t *testing.T) {
 	s := newSite(t)
 	all := ok[struct {
-		Keys []watukuy.KeyInfo
+		Keys []watukuytype.KeyInfo
 		Next *string
 	}](s, "GET", "/api/keys", "")
 	if len(all.Keys) != 3 || all.Next == nil || *all.Next != "" {
 		t.Fatalf("keys: %+v, next %v", all.Keys, all.Next)
 	}
-	shops := ok[struct{ Keys []watukuy.KeyInfo }](s, "GET", "/api/keys?poller=shops", "")
+	shops := ok[struct{ Keys []watukuytype.KeyInfo }](s, "GET", "/api/keys?poller=shops", "")
 	if len(shops.Keys) != 2 || shops.Keys[0].Partition != "eu" || shops.Keys[1].Partition != "us" {
 		t.Fatalf("keys of shops: %+v", shops.Keys)
 	}
@@ -291,7 +292,7 @@ func TestKeyEndpoints(t *testing.T) {
 	if len(pollers.Pollers) != 2 || pollers.Pollers[0].Name != "orders" || pollers.Pollers[1].Keys != 2 {
 		t.Fatalf("pollers: %+v", pollers)
 	}
-	ki := ok[watukuy.KeyInfo](s, "GET", "/api/keys/orders/-", "")
+	ki := ok[watukuytype.KeyInfo](s, "GET", "/api/keys/orders/-", "")
 	if ki.Poller != "orders" || ki.Parked != 2 {
 		t.Fatalf("inspect orders: %+v", ki)
 	}
@@ -375,13 +376,13 @@ func TestCursorEndpoints(t *testing.T) {
 	started := ok[struct {
 		Keys []struct {
 			Poller, Partition string
-			Backfill          *watukuy.BackfillProgress
+			Backfill          *watukuytype.BackfillProgress
 		}
 	}](s, "POST", "/api/pollers/shops/backfill", `{"from": null, "force": true}`)
 	if len(started.Keys) != 2 || started.Keys[0].Backfill == nil || !started.Keys[0].Backfill.Force {
 		t.Fatalf("backfill: %+v", started)
 	}
-	prog := ok[struct{ Backfill *watukuy.BackfillProgress }](s, "GET", "/api/keys/shops/us/backfill", "")
+	prog := ok[struct{ Backfill *watukuytype.BackfillProgress }](s, "GET", "/api/keys/shops/us/backfill", "")
 	if prog.Backfill == nil || prog.Backfill.Generation != started.Keys[1].Backfill.Generation || s.inspect("shops", "us").Backfill == nil {
 		t.Fatalf("backfill progress: %+v", prog)
 	}
@@ -403,7 +404,7 @@ func TestCursorEndpoints(t *testing.T) {
 
 type parkedRow struct {
 	Poller, Partition string
-	watukuy.ParkedInfo
+	watukuytype.ParkedInfo
 }
 
 // parkedPage is the answer of the parked listings; Next is nil when the answer lacks it.
@@ -476,7 +477,7 @@ func TestPartitionEndpoints(t *testing.T) {
 	ctx := context.Background()
 	list := ok[struct {
 		Poller     string
-		Partitions []watukuy.KeyInfo
+		Partitions []watukuytype.KeyInfo
 	}](s, "GET", "/api/pollers/shops/partitions", "")
 	if list.Poller != "shops" || len(list.Partitions) != 2 {
 		t.Fatalf("partitions: %+v", list)
@@ -576,10 +577,10 @@ func (s *site) register(name string, partitions []string, items int, refuse erro
 	s.t.Helper()
 	api := fakeapi.New()
 	api.PutMany(items, name, nil)
-	p := watukuy.Poller{Name: name, Partitions: partitions, Fetch: api.ChangeFeed(10), Version: watukuy.Field("version"),
-		Handler:  func(context.Context, watukuy.Event) error { return refuse },
-		Schedule: watukuy.Schedule{Min: time.Minute, Max: time.Hour},
-		Delivery: watukuy.Delivery{Attempts: 1, RetryHorizon: -1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
+	p := watukuytype.Poller{Name: name, Partitions: partitions, Fetch: api.ChangeFeed(10), Version: watukuytype.Field("version"),
+		Handler:  func(context.Context, watukuytype.Event) error { return refuse },
+		Schedule: watukuytype.Schedule{Min: time.Minute, Max: time.Hour},
+		Delivery: watukuytype.Delivery{Attempts: 1, RetryHorizon: -1, Backoff: watukuytype.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
 	if err := s.eng.Register(p); err != nil {
 		s.t.Fatal(err)
 	}
@@ -632,7 +633,7 @@ func flat(pages [][]string) ([]string, []int) {
 }
 
 type keysPage struct {
-	Keys []watukuy.KeyInfo
+	Keys []watukuytype.KeyInfo
 	Next *string
 }
 
@@ -713,9 +714,9 @@ func TestParkedPaged(t *testing.T) {
 	ctx := context.Background()
 	bad := names("b", 5)
 	s.register("bad", bad, 3, errors.New("sink refuses"))
-	keys := []watukuy.Key{{Poller: "orders"}}
+	keys := []watukuytype.Key{{Poller: "orders"}}
 	for _, p := range bad {
-		keys = append(keys, watukuy.Key{Poller: "bad", Partition: p})
+		keys = append(keys, watukuytype.Key{Poller: "bad", Partition: p})
 	}
 	parked := func() []string {
 		var out []string

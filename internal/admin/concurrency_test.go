@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // An action that needs the key's lease while a cycle holds it (a slow API) gives up after 5 s
@@ -26,7 +26,7 @@ func TestActionWhileCycleHoldsLease(t *testing.T) {
 	var slow atomic.Bool
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
-	api.OnFetch(func(ctx context.Context, _ watukuy.FetchRequest) error {
+	api.OnFetch(func(ctx context.Context, _ watukuytype.FetchRequest) error {
 		if slow.Load() {
 			select {
 			case entered <- struct{}{}:
@@ -39,7 +39,7 @@ func TestActionWhileCycleHoldsLease(t *testing.T) {
 		}
 		return nil
 	})
-	s.addPoller(watukuy.Poller{Name: "slow"}, api)
+	s.addPoller(watukuytype.Poller{Name: "slow"}, api)
 	slow.Store(true)
 	ok[any](s, "POST", "/api/keys/slow/-/trigger", "")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -84,7 +84,7 @@ type raceSite struct {
 func newRaceSite(t *testing.T) *raceSite {
 	s := &raceSite{site: newSite(t), api: fakeapi.New(), got: map[string]map[string]int{}}
 	s.api.PutMany(20, "r", nil)
-	s.addPoller(watukuy.Poller{Name: "race", Partitions: []string{"p1", "p2"}, Handler: func(_ context.Context, ev watukuy.Event) error {
+	s.addPoller(watukuytype.Poller{Name: "race", Partitions: []string{"p1", "p2"}, Handler: func(_ context.Context, ev watukuytype.Event) error {
 		var v int
 		fmt.Sscan(ev.Version, &v)
 		s.mu.Lock()

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // actRoutes are every route that acts, with a body each accepts.
@@ -85,19 +85,19 @@ func codeOf(b []byte) string {
 
 // addPoller registers p on the site's engine (defaults as newSite's pollers) and runs a tick
 // so that its keys exist.
-func (s *site) addPoller(p watukuy.Poller, api *fakeapi.API) {
+func (s *site) addPoller(p watukuytype.Poller, api *fakeapi.API) {
 	s.t.Helper()
 	if p.Fetch == nil {
 		p.Fetch = api.ChangeFeed(10)
 	}
 	if p.Version == nil {
-		p.Version = watukuy.Field("version")
+		p.Version = watukuytype.Field("version")
 	}
 	if p.Handler == nil {
-		p.Handler = func(context.Context, watukuy.Event) error { return nil }
+		p.Handler = func(context.Context, watukuytype.Event) error { return nil }
 	}
-	p.Schedule = watukuy.Schedule{Min: time.Second, Max: time.Minute}
-	p.Delivery = watukuy.Delivery{Attempts: 1, RetryHorizon: -1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}
+	p.Schedule = watukuytype.Schedule{Min: time.Second, Max: time.Minute}
+	p.Delivery = watukuytype.Delivery{Attempts: 1, RetryHorizon: -1, Backoff: watukuytype.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}
 	if err := s.eng.Register(p); err != nil {
 		s.t.Fatal(err)
 	}

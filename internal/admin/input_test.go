@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Bodies: a huge chunked body, deep nesting, many ids are refused with a 4xx quickly.
@@ -110,7 +110,7 @@ func TestReplayAbsurdTimes(t *testing.T) {
 	s := newSite(t)
 	api := fakeapi.New()
 	api.PutMany(3, "l", nil)
-	s.addPoller(watukuy.Poller{Name: "logged", LogRetention: time.Hour}, api)
+	s.addPoller(watukuytype.Poller{Name: "logged", LogRetention: time.Hour}, api)
 	if n := s.b.Client.XLen(context.Background(), "wk:{logged|}:log").Val(); n != 3 {
 		t.Fatalf("log: %d entries", n)
 	}

@@ -14,9 +14,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // parked retry with one id three times: the row is released once and its event goes back to
@@ -92,7 +92,7 @@ func TestParkedRetryStillInvalid(t *testing.T) {
 	api.Put("bad", map[string]any{"bad": true})
 	var strict atomic.Bool
 	strict.Store(true)
-	s.addPoller(watukuy.Poller{Name: "strict", Validate: func(item json.RawMessage) error {
+	s.addPoller(watukuytype.Poller{Name: "strict", Validate: func(item json.RawMessage) error {
 		if strict.Load() && strings.Contains(string(item), `"bad":true`) {
 			return errors.New("bad is true")
 		}

@@ -16,10 +16,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/config"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // A poller built from the config file: its JSON Schema parks failing items as invalid, its
@@ -136,7 +136,7 @@ func TestBuildDeletesAndCommit(t *testing.T) {
 	if plain.ConfirmDeletes != 0 || plain.TombstoneRetention != 0 || plain.CommitMaxItems != 0 || plain.CommitMaxBytes != 0 || plain.Detail != nil {
 		t.Fatalf("a poller without deletes and commit must keep the engine's defaults (zero values): %+v", plain)
 	}
-	key := watukuy.Key{Poller: "customers", Partition: "t_1"}
+	key := watukuytype.Key{Poller: "customers", Partition: "t_1"}
 	item, found, err := p.Detail(context.Background(), key, "c 1")
 	if err != nil || !found || string(item) != `{"id": "c 1", "name": "Ann"}` {
 		t.Fatalf("found item: %s %v %v", item, found, err)

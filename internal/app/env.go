@@ -69,7 +69,7 @@ type Env struct {
 	Engine   *watukuy.Engine
 	Registry *prometheus.Registry
 	Metrics  *pool.Metrics
-	Pollers  []watukuy.Poller
+	Pollers  []watukuytype.Poller
 	Config   *config.Config
 	// Admin is the admin API's tokens (adminTokens); a reload replaces them.
 	Admin      *admin.Tokens
@@ -168,7 +168,7 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 	env.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	env.Metrics = pool.NewMetrics(env.Registry)
 	env.reload.init(s, env.Registry)
-	var budgets []watukuy.Budget
+	var budgets []watukuytype.Budget
 	if env.Config != nil {
 		budgets = env.Config.EngineBudgets()
 	}
@@ -209,15 +209,15 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 
 // only keeps the named pollers (all when names is empty); a name the config lacks is a
 // *watukuy.NotFoundError.
-func only(ps []watukuy.Poller, names []string) ([]watukuy.Poller, error) {
+func only(ps []watukuytype.Poller, names []string) ([]watukuytype.Poller, error) {
 	if len(names) == 0 {
 		return ps, nil
 	}
-	var kept []watukuy.Poller
+	var kept []watukuytype.Poller
 	for _, n := range names {
-		i := slices.IndexFunc(ps, func(p watukuy.Poller) bool { return p.Name == n })
+		i := slices.IndexFunc(ps, func(p watukuytype.Poller) bool { return p.Name == n })
 		if i < 0 {
-			nf := &watukuy.NotFoundError{Poller: n, Hint: "the config file has no such poller"}
+			nf := &watukuytype.NotFoundError{Poller: n, Hint: "the config file has no such poller"}
 			for _, p := range ps {
 				nf.Known = append(nf.Known, p.Name)
 			}
@@ -229,7 +229,7 @@ func only(ps []watukuy.Poller, names []string) ([]watukuy.Poller, error) {
 }
 
 // Register adds Go-defined pollers (the dev demo) to the engine.
-func (env *Env) Register(ps ...watukuy.Poller) error {
+func (env *Env) Register(ps ...watukuytype.Poller) error {
 	for _, p := range ps {
 		if err := env.Engine.Register(p); err != nil {
 			return err

@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 	"github.com/watukuy/watukuy/webhook"
 )
 
@@ -261,7 +261,7 @@ func TestReloadAddsAndRemovesPollers(t *testing.T) {
 		t.Fatalf("the removed poller's key was claimed after the reload (due %v, %v)", time.UnixMilli(int64(due)), err)
 	}
 	keys, err := env.Engine.Keys(ctx, "")
-	if err != nil || fmt.Sprint(keys) != fmt.Sprint([]watukuy.Key{{Poller: "customers"}, {Poller: "orders"}}) {
+	if err != nil || fmt.Sprint(keys) != fmt.Sprint([]watukuytype.Key{{Poller: "customers"}, {Poller: "orders"}}) {
 		t.Fatalf("registered keys %v %v: want customers' added and orders' kept", keys, err)
 	}
 	if names := env.PollerNames(); fmt.Sprint(names) != "[customers]" {

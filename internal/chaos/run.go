@@ -17,8 +17,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/watukuy/watukuy/httppoll"
 	"github.com/watukuy/watukuy/internal/core"
-	"github.com/watukuy/watukuy/internal/cursor"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/fakeclock"
 	"github.com/watukuy/watukuy/internal/redisstore"
@@ -408,8 +408,8 @@ func (s *scenario) builtinPollers(instance string) []watukuytype.Poller {
 	type fetcher interface {
 		Fetch(context.Context, watukuytype.FetchRequest) (watukuytype.Page, error)
 	}
-	src := func(k *runKey, path string) cursor.Source {
-		return cursor.Source{URL: k.srv.URL + path, Items: "data", Header: http.Header{instanceHeader: {instance}}}
+	src := func(k *runKey, path string) httppoll.Source {
+		return httppoll.Source{URL: k.srv.URL + path, Items: "data", Header: http.Header{instanceHeader: {instance}}}
 	}
 	route := func(make func(k *runKey) fetcher) watukuytype.FetchFunc {
 		fs := map[watukuytype.Key]fetcher{}
@@ -427,27 +427,27 @@ func (s *scenario) builtinPollers(instance string) []watukuytype.Poller {
 		}
 	}
 	ts := route(func(k *runKey) fetcher {
-		return &cursor.Timestamp{Source: src(k, "/items"), Field: "updated_at",
+		return &httppoll.TimestampCursor{Source: src(k, "/items"), Field: "updated_at",
 			Param: "updated_since", LimitParam: "limit", Limit: 1 + s.rng.IntN(6), HasMore: "has_more", TieBreaker: "after_id"}
 	})
 	big := route(func(k *runKey) fetcher {
-		return &cursor.Timestamp{Source: src(k, "/items"), Field: "updated_at",
+		return &httppoll.TimestampCursor{Source: src(k, "/items"), Field: "updated_at",
 			Param: "updated_since", LimitParam: "limit", Limit: 1000, HasMore: "has_more", TieBreaker: "after_id"}
 	})
 	list := route(func(k *runKey) fetcher {
-		return &cursor.Page{Source: src(k, "/list"), Param: "page", SizeParam: "per_page", Size: k.listSize, HasMore: "has_more"}
+		return &httppoll.PageCursor{Source: src(k, "/list"), Param: "page", SizeParam: "per_page", Size: k.listSize, HasMore: "has_more"}
 	})
 	offsets := route(func(k *runKey) fetcher {
-		return &cursor.Page{Source: src(k, "/list"), Param: "offset", Offset: true, SizeParam: "limit", Size: 2 + s.rng.IntN(6), HasMore: "has_more"}
+		return &httppoll.PageCursor{Source: src(k, "/list"), Param: "offset", Offset: true, SizeParam: "limit", Size: 2 + s.rng.IntN(6), HasMore: "has_more"}
 	})
 	tok := func(limit func() int) watukuytype.FetchFunc {
 		return route(func(k *runKey) fetcher {
-			return &cursor.Token{Source: src(k, "/sync"), Param: "cursor", Next: "next_cursor", HasMore: "has_more", LimitParam: "limit", Limit: limit()}
+			return &httppoll.TokenCursor{Source: src(k, "/sync"), Param: "cursor", Next: "next_cursor", HasMore: "has_more", LimitParam: "limit", Limit: limit()}
 		})
 	}
-	details := map[watukuytype.Key]*cursor.Detail{}
+	details := map[watukuytype.Key]*httppoll.DetailRequest{}
 	for _, k := range s.keys {
-		d := &cursor.Detail{Source: src(k, "/items/{id}")}
+		d := &httppoll.DetailRequest{Source: src(k, "/items/{id}")}
 		d.Items = "" // the body is the item
 		details[k.key] = d
 	}

@@ -13,11 +13,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/buildinfo"
 	"github.com/watukuy/watukuy/internal/command"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // run executes the command tree with args and returns stdout, stderr and the error.
@@ -193,8 +193,8 @@ func TestRunCommand(t *testing.T) {
 	lines, errc := startCLI(t, ctx, "run", "--config", cfg, "--redis", b.URL, "--listen", "off")
 	seen := map[string]bool{}
 	for len(seen) < 3 {
-		ev := jsonOf[watukuy.Event](t, next(t, lines))
-		if ev.Type != watukuy.Created || ev.Poller != "orders" {
+		ev := jsonOf[watukuytype.Event](t, next(t, lines))
+		if ev.Type != watukuytype.Created || ev.Poller != "orders" {
 			t.Fatalf("run delivered %+v", ev)
 		}
 		seen[ev.Identity] = true
@@ -228,8 +228,8 @@ func TestDevCommand(t *testing.T) {
 				case strings.HasPrefix(l, "version "):
 					version = strings.TrimSpace(strings.TrimPrefix(l, "version"))
 				case asJSON:
-					ev := jsonOf[watukuy.Event](t, l)
-					if ev.Type == watukuy.Created {
+					ev := jsonOf[watukuytype.Event](t, l)
+					if ev.Type == watukuytype.Created {
 						created[ev.Poller]++
 					}
 				case strings.HasPrefix(l, "redis "):

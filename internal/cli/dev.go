@@ -15,12 +15,13 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
-	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/httppoll"
 	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/app"
 	"github.com/watukuy/watukuy/internal/buildinfo"
 	"github.com/watukuy/watukuy/internal/command"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 func devCmd() *cobra.Command {
@@ -79,7 +80,7 @@ func dev(ctx context.Context, c *command.Flags, out io.Writer, log zerolog.Logge
 	if env.Config == nil {
 		shop := startDemoShop(ctx)
 		defer shop.srv.Close()
-		if err := env.Engine.Replace([]watukuy.Budget{demoBudget()}); err != nil { // the demo's budget, before the pollers that name it
+		if err := env.Engine.Replace([]watukuytype.Budget{demoBudget()}); err != nil { // the demo's budget, before the pollers that name it
 			return err
 		}
 		if err := env.Register(shop.pollers(printEvents(out, c.JSON))...); err != nil {
@@ -140,9 +141,9 @@ const eventLine = "%-8s  %-9s %-9s %-9s %-8s %-9s %-4s%s  %s\n"
 // printEvents is the demo's handler: one readable line per event (time observed, poller,
 // partition, lane, type, identity, version, a few fields, id), or with asJSON the event
 // envelope as one JSON line.
-func printEvents(w io.Writer, asJSON bool) watukuy.Handler {
+func printEvents(w io.Writer, asJSON bool) watukuytype.Handler {
 	var mu sync.Mutex
-	return func(ctx context.Context, ev watukuy.Event) error {
+	return func(ctx context.Context, ev watukuytype.Event) error {
 		if asJSON {
 			mu.Lock()
 			defer mu.Unlock()
@@ -216,23 +217,23 @@ func (d *demoShop) mutate(ctx context.Context) {
 
 // demoBudget is the demo shop's request budget, which both its pollers share (`inspect` shows
 // it below the keys).
-func demoBudget() watukuy.Budget {
-	return watukuy.Budget{Name: "demo-shop", Rate: 10, Per: time.Second, Burst: 5}
+func demoBudget() watukuytype.Budget {
+	return watukuytype.Budget{Name: "demo-shop", Rate: 10, Per: time.Second, Burst: 5}
 }
 
 // pollers are the demo's: orders through the timestamp feed, customers through a snapshot
 // listing (which also sees deletes), drawing from one budget.
-func (d *demoShop) pollers(h watukuy.Handler) []watukuy.Poller {
-	every := watukuy.Schedule{Min: time.Second, Max: 5 * time.Second}
-	orders := &watukuy.TimestampCursor{Source: watukuy.HTTPSource{URL: d.srv.URL + "/items", Items: "data"},
+func (d *demoShop) pollers(h watukuytype.Handler) []watukuytype.Poller {
+	every := watukuytype.Schedule{Min: time.Second, Max: 5 * time.Second}
+	orders := &httppoll.TimestampCursor{Source: httppoll.Source{URL: d.srv.URL + "/items", Items: "data"},
 		Field: "updated_at", Param: "updated_since", LimitParam: "limit", Limit: 50, HasMore: "has_more", TieBreaker: "after_id"}
-	customers := &watukuy.PageCursor{Source: watukuy.HTTPSource{URL: d.srv.URL + "/list", Items: "data"},
+	customers := &httppoll.PageCursor{Source: httppoll.Source{URL: d.srv.URL + "/list", Items: "data"},
 		Param: "page", SizeParam: "per_page", Size: 50, HasMore: "has_more", CollectionETag: true}
 	isOrder := func(item json.RawMessage) bool { return json.Valid(item) && !isCustomer(item) }
-	return []watukuy.Poller{
-		{Name: "orders", Fetch: filter(orders.Fetch, isOrder), Version: watukuy.Field("version"), Handler: h, Schedule: every,
+	return []watukuytype.Poller{
+		{Name: "orders", Fetch: filter(orders.Fetch, isOrder), Version: watukuytype.Field("version"), Handler: h, Schedule: every,
 			CursorPosition: orders.Position, LogRetention: time.Hour, Budget: demoBudget().Name}, // try backfill --wait and replay on it
-		{Name: "customers", Strategy: watukuy.SnapshotDiff, Fetch: filter(customers.Fetch, isCustomer), Version: watukuy.Field("version"), Handler: h, Schedule: every,
+		{Name: "customers", Strategy: watukuytype.SnapshotDiff, Fetch: filter(customers.Fetch, isCustomer), Version: watukuytype.Field("version"), Handler: h, Schedule: every,
 			Budget: demoBudget().Name},
 	}
 }
@@ -243,8 +244,8 @@ func isCustomer(item json.RawMessage) bool {
 }
 
 // filter keeps the items of one kind: the demo's two collections share one fake API.
-func filter(f watukuy.FetchFunc, keep func(json.RawMessage) bool) watukuy.FetchFunc {
-	return func(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
+func filter(f watukuytype.FetchFunc, keep func(json.RawMessage) bool) watukuytype.FetchFunc {
+	return func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 		p, err := f(ctx, req)
 		kept := p.Items[:0]
 		for _, it := range p.Items {

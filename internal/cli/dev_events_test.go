@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // dev's event lines show the partition and the lane: a replayed event (observed long ago) or
@@ -14,9 +14,9 @@ import (
 func TestDevEventLines(t *testing.T) {
 	var b strings.Builder
 	print := printEvents(&b, false)
-	for _, ev := range []watukuy.Event{
-		{ID: "e1", Poller: "orders", Lane: "live", Type: watukuy.Created, Identity: "o1", ObservedAt: time.Now()},
-		{ID: "e2", Poller: "orders", Partition: "eu", Lane: "replay", Type: watukuy.Updated, Identity: "o2", ObservedAt: time.Now()},
+	for _, ev := range []watukuytype.Event{
+		{ID: "e1", Poller: "orders", Lane: "live", Type: watukuytype.Created, Identity: "o1", ObservedAt: time.Now()},
+		{ID: "e2", Poller: "orders", Partition: "eu", Lane: "replay", Type: watukuytype.Updated, Identity: "o2", ObservedAt: time.Now()},
 	} {
 		if err := print(context.Background(), ev); err != nil {
 			t.Fatal(err)

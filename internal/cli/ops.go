@@ -13,9 +13,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/httppoll"
 	"github.com/watukuy/watukuy/internal/app"
 	"github.com/watukuy/watukuy/internal/command"
 	"github.com/watukuy/watukuy/internal/config"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // opsCmds returns the operator commands for Root. inspect, trigger, pause, resume, backfill,
@@ -166,9 +168,9 @@ func (o *op) checkKeys(cmd *cobra.Command, kf keyFlags) error {
 // deleted ones, which a config keeps listing and which take no operation. A named key that
 // does not exist, or is deleted, is reported by the operation itself
 // (*watukuy.NotFoundError).
-func (o *op) keys(ctx context.Context, eng *watukuy.Engine) ([]watukuy.Key, error) {
-	var keys []watukuy.Key
-	err := o.each(ctx, eng, func(k watukuy.Key) error {
+func (o *op) keys(ctx context.Context, eng *watukuy.Engine) ([]watukuytype.Key, error) {
+	var keys []watukuytype.Key
+	err := o.each(ctx, eng, func(k watukuytype.Key) error {
 		keys = append(keys, k)
 		return nil
 	})
@@ -189,7 +191,7 @@ var errFirstKey = errors.New("first key")
 // each calls fn with each key the command acts on (Engine.Each): --partition's, or every
 // partition of --poller that is not deleted. It stops at fn's first error, saying how many
 // keys before it were done.
-func (o *op) each(ctx context.Context, eng *watukuy.Engine, fn func(watukuy.Key) error) error {
+func (o *op) each(ctx context.Context, eng *watukuy.Engine, fn func(watukuytype.Key) error) error {
 	n, err := eng.Each(ctx, o.poller, o.named(), fn)
 	if err == nil && n == 0 && o.poller != "" {
 		return fmt.Errorf("poller %q has no partitions (all were deleted): add one with `watukuy partitions add --poller %s --partition NAME`", o.poller, o.poller)
@@ -236,7 +238,7 @@ type keyStatus struct {
 }
 
 // statuses inspects keys after an operation, for its report.
-func statuses(ctx context.Context, eng *watukuy.Engine, keys []watukuy.Key) ([]keyStatus, error) {
+func statuses(ctx context.Context, eng *watukuy.Engine, keys []watukuytype.Key) ([]keyStatus, error) {
 	out := make([]keyStatus, 0, len(keys))
 	for _, k := range keys {
 		ki, err := eng.Inspect(ctx, k.Poller, k.Partition)
@@ -273,8 +275,8 @@ func keyOpCmd(use, short, done, effect string, fn func(*watukuy.Engine, context.
 		long:  short + ". Without --partition it acts on every partition of the poller.",
 		keys:  pollerKeys,
 		run: func(ctx context.Context, eng *watukuy.Engine) error {
-			var keys []watukuy.Key
-			if err := o.each(ctx, eng, func(k watukuy.Key) error {
+			var keys []watukuytype.Key
+			if err := o.each(ctx, eng, func(k watukuytype.Key) error {
 				keys = append(keys, k)
 				return fn(eng, ctx, k.Poller, k.Partition)
 			}); err != nil {
@@ -297,7 +299,7 @@ const timeHelp = "an RFC 3339 time (2026-01-02T15:04:05Z), a date (2026-01-02, U
 
 // parseTime reads a time flag: RFC 3339, unix milliseconds, or what operatorTime reads.
 func parseTime(flag, v string, now time.Time) (time.Time, error) {
-	if t, err := watukuy.ParseTime(v, []string{"rfc3339", "epoch_ms"}); err == nil {
+	if t, err := httppoll.ParseTime(v, []string{"rfc3339", "epoch_ms"}); err == nil {
 		return t, nil
 	}
 	if t, ok := operatorTime(v, now); ok {

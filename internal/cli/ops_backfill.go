@@ -17,18 +17,20 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/httppoll"
 	"github.com/watukuy/watukuy/internal/command"
 	"github.com/watukuy/watukuy/internal/config"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // keyBackfill is one key's backfill in the output; Event tags the lines of --wait --json
 // (started, progress, done, replaced).
 type keyBackfill struct {
-	Event     string                    `json:"event,omitempty"`
-	Poller    string                    `json:"poller"`
-	Partition string                    `json:"partition"`
-	Backfill  *watukuy.BackfillProgress `json:"backfill"`
-	Note      string                    `json:"note,omitempty"`
+	Event     string                        `json:"event,omitempty"`
+	Poller    string                        `json:"poller"`
+	Partition string                        `json:"partition"`
+	Backfill  *watukuytype.BackfillProgress `json:"backfill"`
+	Note      string                        `json:"note,omitempty"`
 }
 
 func backfillCmd() *cobra.Command {
@@ -76,7 +78,7 @@ not the backfill.`,
 		run: func(ctx context.Context, eng *watukuy.Engine) error {
 			var reg []string // the registry's word on the cursor, for a process without the config
 			if o.configPoller() == nil {
-				_, _ = eng.Each(ctx, o.poller, o.named(), func(k watukuy.Key) error {
+				_, _ = eng.Each(ctx, o.poller, o.named(), func(k watukuytype.Key) error {
 					if ki, err := eng.Inspect(ctx, k.Poller, k.Partition); err == nil {
 						reg = ki.CursorFormats
 					}
@@ -88,7 +90,7 @@ not the backfill.`,
 			if err != nil {
 				return err
 			}
-			req := watukuy.BackfillRequest{From: fromCursor, Force: force}
+			req := watukuytype.BackfillRequest{From: fromCursor, Force: force}
 			if o.flagSet("to") {
 				t, err := o.backfillCursor("to", to, now, reg)
 				if err != nil {
@@ -97,9 +99,9 @@ not the backfill.`,
 				req.To = &t
 			}
 			started := []keyBackfill{}
-			if err := o.each(ctx, eng, func(k watukuy.Key) error {
+			if err := o.each(ctx, eng, func(k watukuytype.Key) error {
 				bp, err := eng.Backfill(ctx, k.Poller, k.Partition, req)
-				if ce := (*watukuy.ConfigError)(nil); errors.As(err, &ce) && strings.HasPrefix(ce.Field, "--") {
+				if ce := (*watukuytype.ConfigError)(nil); errors.As(err, &ce) && strings.HasPrefix(ce.Field, "--") {
 					typed := map[string]string{"--from": from, "--to": to}[ce.Field]
 					err = command.Usagef("%s %s (you typed %q; poller %s)", ce.Field, ce.Msg, typed, o.poller)
 				}
@@ -156,13 +158,13 @@ func (o *op) backfillCursor(flag, v string, now time.Time, reg []string) (string
 		}
 		return v, nil
 	}
-	if _, err := watukuy.ParseTime(v, formats); err == nil || strings.HasPrefix(v, "{") {
+	if _, err := httppoll.ParseTime(v, formats); err == nil || strings.HasPrefix(v, "{") {
 		return v, nil // as the API writes it, or a committed cursor copied from inspect
 	}
 	t, ok := operatorTime(v, now)
 	if !ok {
 		var err error
-		if t, err = watukuy.ParseTime(v, []string{"rfc3339", "epoch"}); err != nil {
+		if t, err = httppoll.ParseTime(v, []string{"rfc3339", "epoch"}); err != nil {
 			if o.configPoller() != nil {
 				return v, nil // the engine says why it is no cursor
 			}
@@ -354,7 +356,7 @@ func failedBackfills(cur []keyBackfill) error {
 }
 
 // progressChanged reports whether a backfill moved since the last look.
-func progressChanged(a, b *watukuy.BackfillProgress) bool {
+func progressChanged(a, b *watukuytype.BackfillProgress) bool {
 	fa, fb := -1.0, -1.0
 	if a.Fraction != nil {
 		fa = *a.Fraction

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/command"
 	"github.com/watukuy/watukuy/internal/config"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // backfill starts a backfill per key, --wait follows it to the end (bar or JSON lines), and
@@ -19,14 +19,14 @@ func TestBackfill(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	w.api.PutMany(25, "o", nil)
-	w.register(w.poller("orders", func(p *watukuy.Poller) {
+	w.register(w.poller("orders", func(p *watukuytype.Poller) {
 		p.MaxPagesPerCycle = 2 // the live lane's page leaves one backfill page per cycle
 		p.CursorPosition = func(c string) (float64, bool) {
 			n, err := strconv.Atoi(c)
 			return float64(n), err == nil
 		}
-	}), w.poller("listing", func(p *watukuy.Poller) {
-		p.Strategy, p.Fetch = watukuy.SnapshotDiff, w.api.Listing(10)
+	}), w.poller("listing", func(p *watukuytype.Poller) {
+		p.Strategy, p.Fetch = watukuytype.SnapshotDiff, w.api.Listing(10)
 	}))
 	w.tick()
 
@@ -91,7 +91,7 @@ func TestBackfill(t *testing.T) {
 	if first.Event != "started" || first.Backfill.Generation != 4 || !first.Backfill.Force {
 		t.Fatalf("first line: %+v", first)
 	}
-	key := watukuy.Key{Poller: "orders"}
+	key := watukuytype.Key{Poller: "orders"}
 	for i, want := range []struct {
 		event  string
 		pages  int
@@ -142,9 +142,9 @@ func TestBackfillWaitEndsOnFailure(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	w.api.PutMany(5, "o", nil)
-	w.api.OnFetch(func(ctx context.Context, req watukuy.FetchRequest) error {
+	w.api.OnFetch(func(ctx context.Context, req watukuytype.FetchRequest) error {
 		if req.Lane == "backfill" && req.Cursor == "garbage" {
-			return &watukuy.ConfigError{Poller: req.Key.Poller, Field: "cursor", Msg: `"garbage" is not a sequence number`}
+			return &watukuytype.ConfigError{Poller: req.Key.Poller, Field: "cursor", Msg: `"garbage" is not a sequence number`}
 		}
 		return nil
 	})
@@ -187,7 +187,7 @@ func TestBackfillBarOnTerminal(t *testing.T) {
 	var b strings.Builder
 	bar := newBackfillBar(&b, true)
 	one := 1.0
-	bar.update([]keyBackfill{{Poller: "orders", Backfill: &watukuy.BackfillProgress{Pages: 3, Cursor: "25", Fraction: &one}}}, []bool{true})
+	bar.update([]keyBackfill{{Poller: "orders", Backfill: &watukuytype.BackfillProgress{Pages: 3, Cursor: "25", Fraction: &one}}}, []bool{true})
 	bar.finish()
 	if !strings.Contains(b.String(), "100% |") || !strings.Contains(b.String(), "\r") {
 		t.Fatalf("terminal bar: %q", b.String())

@@ -85,7 +85,7 @@ object with --partition.`,
 			}
 			if o.asJSON {
 				if kis == nil {
-					kis = []watukuy.KeyInfo{}
+					kis = []watukuytype.KeyInfo{}
 				}
 				if err := writeJSON(o.out, kis); err != nil || more == "" {
 					return err
@@ -151,7 +151,7 @@ func shellQuote(s string) string {
 }
 
 // printBudgetTable shows the buckets that keys of poller (all when "") draw from.
-func printBudgetTable(w io.Writer, bs []watukuy.BudgetInfo, poller string, now time.Time) error {
+func printBudgetTable(w io.Writer, bs []watukuytype.BudgetInfo, poller string, now time.Time) error {
 	t := newTable(w, "BUDGET", "BUCKET", "RATE", "BURST", "TOKENS", "PAUSED-UNTIL", "KEYS")
 	for _, b := range bs {
 		keys := 0
@@ -173,20 +173,20 @@ func printBudgetTable(w io.Writer, bs []watukuy.BudgetInfo, poller string, now t
 	return t.flush()
 }
 
-func lastError(ki watukuy.KeyInfo) (watukuy.LastError, bool) {
-	var le watukuy.LastError
+func lastError(ki watukuytype.KeyInfo) (watukuytype.LastError, bool) {
+	var le watukuytype.LastError
 	return le, len(ki.LastError) > 0 && json.Unmarshal(ki.LastError, &le) == nil
 }
 
 // freshness renders the time since the key was last fresh ("" when it never was).
-func freshness(ki watukuy.KeyInfo) string {
+func freshness(ki watukuytype.KeyInfo) string {
 	if ki.FreshAt == nil || ki.FreshnessMs < 0 {
 		return ""
 	}
 	return humantime.Round(time.Duration(ki.FreshnessMs) * time.Millisecond).String()
 }
 
-func printKeyTable(w io.Writer, kis []watukuy.KeyInfo, now time.Time) error {
+func printKeyTable(w io.Writer, kis []watukuytype.KeyInfo, now time.Time) error {
 	t := newTable(w, "POLLER", "PARTITION", "STATUS", "CURSOR", "ITEMS", "OUTBOX", "PARKED", "LAG", "FRESH", "NEXT-DUE", "LAST-ERROR")
 	for _, ki := range kis {
 		next := ""
@@ -201,7 +201,7 @@ func printKeyTable(w io.Writer, kis []watukuy.KeyInfo, now time.Time) error {
 }
 
 // printKeyDetail prints every field of one key, named as in the --json output.
-func printKeyDetail(w io.Writer, ki watukuy.KeyInfo, now time.Time) error {
+func printKeyDetail(w io.Writer, ki watukuytype.KeyInfo, now time.Time) error {
 	t := newTable(w)
 	t.row("poller", ki.Poller)
 	t.row("partition", ki.Partition)
@@ -229,7 +229,7 @@ func printKeyDetail(w io.Writer, ki watukuy.KeyInfo, now time.Time) error {
 	for _, l := range ki.Listings {
 		t.row("listing."+string(l.Lane), fmt.Sprintf("under way: %s over %s since %s", plural(l.Pages, "page"), plural(l.Cycles, "cycle"), when(&l.Since, now)))
 	}
-	var lp watukuy.PollSummary
+	var lp watukuytype.PollSummary
 	if len(ki.LastPoll) > 0 && json.Unmarshal(ki.LastPoll, &lp) == nil {
 		flags := ""
 		for _, f := range []struct {
@@ -303,7 +303,7 @@ func printKeyDetail(w io.Writer, ki watukuy.KeyInfo, now time.Time) error {
 	return t.flush()
 }
 
-func backfillProgressText(bp *watukuy.BackfillProgress) string {
+func backfillProgressText(bp *watukuytype.BackfillProgress) string {
 	s := fmt.Sprintf("%s, %s, %s", plural(bp.Pages, "page"), plural(bp.Items, "item"), plural(bp.Events, "event"))
 	if bp.Fraction != nil {
 		s += fmt.Sprintf(", %.0f%%", *bp.Fraction*100)

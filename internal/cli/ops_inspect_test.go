@@ -11,6 +11,7 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/command"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // inspect: every key, one poller's keys, and every field of one key, as tables and JSON,
@@ -19,7 +20,7 @@ func TestInspect(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	w.api.PutMany(3, "o", map[string]any{"total": 1})
-	w.register(w.poller("orders"), w.poller("tenants", func(p *watukuy.Poller) { p.Partitions = []string{"a", "b"} }))
+	w.register(w.poller("orders"), w.poller("tenants", func(p *watukuytype.Poller) { p.Partitions = []string{"a", "b"} }))
 	w.tick()
 
 	rows := parseTable(t, w.ok("inspect"), "POLLER")
@@ -52,7 +53,7 @@ func TestInspect(t *testing.T) {
 	if !strings.HasPrefix(d["lastPoll"], "ok at ") || !strings.Contains(d["lastPoll"], "3 events, 3 delivered") || !strings.Contains(d["nextDueAt"], "(in ") {
 		t.Errorf("inspect detail: lastPoll %q nextDueAt %q", d["lastPoll"], d["nextDueAt"])
 	}
-	one := jsonOf[watukuy.KeyInfo](t, w.ok("inspect", "--poller", "orders", "--partition", "", "--json"))
+	one := jsonOf[watukuytype.KeyInfo](t, w.ok("inspect", "--poller", "orders", "--partition", "", "--json"))
 	if one.Poller != "orders" || one.Partition != "" || one.Cursor != "3" || one.Items != 3 || one.Status != "idle" {
 		t.Fatalf("inspect one --json: %+v", one)
 	}
@@ -69,7 +70,7 @@ func TestInspectDegraded(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	w.api.PutMany(3, "o", map[string]any{"total": 1})
-	w.register(w.poller("orders"), w.poller("nameless", func(p *watukuy.Poller) { p.Identity = watukuy.Field("uuid") }))
+	w.register(w.poller("orders"), w.poller("nameless", func(p *watukuytype.Poller) { p.Identity = watukuytype.Field("uuid") }))
 	w.tick()
 
 	rows := parseTable(t, w.ok("inspect"), "POLLER")
@@ -101,20 +102,20 @@ func TestInspectBudgets(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	eng, err := watukuy.New(watukuy.Options{Redis: w.b.Client, InstanceID: "test-worker",
-		Budgets: []watukuy.Budget{{Name: "shop-${partition}", Rate: 2000, Per: time.Minute, Burst: 5}}})
+		Budgets: []watukuytype.Budget{{Name: "shop-${partition}", Rate: 2000, Per: time.Minute, Burst: 5}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.eng = eng
 	w.api.PutMany(3, "o", map[string]any{"total": 1})
 	throttled := false
-	w.register(w.poller("tenants", func(p *watukuy.Poller) {
+	w.register(w.poller("tenants", func(p *watukuytype.Poller) {
 		p.Partitions, p.Budget = []string{"a", "b"}, "shop-${partition}"
 		fetch := p.Fetch
-		p.Fetch = func(ctx context.Context, req watukuy.FetchRequest) (watukuy.Page, error) {
+		p.Fetch = func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 			if req.Key.Partition == "b" {
 				throttled = true
-				return watukuy.Page{}, &watukuy.HTTPError{StatusCode: 429, RetryAfter: time.Hour}
+				return watukuytype.Page{}, &watukuytype.HTTPError{StatusCode: 429, RetryAfter: time.Hour}
 			}
 			return fetch(ctx, req)
 		}
@@ -158,7 +159,7 @@ func moreArgs(line string) []string {
 func TestInspectPages(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	w.register(w.poller("orders"), w.poller("tenants", func(p *watukuy.Poller) { p.Partitions = []string{"a", "b", "c", "d"} }))
+	w.register(w.poller("orders"), w.poller("tenants", func(p *watukuytype.Poller) { p.Partitions = []string{"a", "b", "c", "d"} }))
 	w.tick()
 
 	pages := func(args ...string) ([]string, []int, []string) {
@@ -202,12 +203,12 @@ func TestInspectPages(t *testing.T) {
 	}
 
 	out, errb, code := w.cli("inspect", "--json", "--limit", "3")
-	page := jsonOf[[]watukuy.KeyInfo](t, out)
+	page := jsonOf[[]watukuytype.KeyInfo](t, out)
 	if code != command.ExitOK || len(page) != 3 || page[2].Partition != "b" || strings.TrimSpace(errb) != "more: watukuy inspect --limit 3 --after 'tenants|b'" {
 		t.Fatalf("--json page: exit %d, %d keys, stderr %q", code, len(page), errb)
 	}
 	out, errb, _ = w.cli("inspect", "--json", "--after", "tenants|b")
-	if page := jsonOf[[]watukuy.KeyInfo](t, out); len(page) != 2 || page[0].Partition != "c" || errb != "" {
+	if page := jsonOf[[]watukuytype.KeyInfo](t, out); len(page) != 2 || page[0].Partition != "c" || errb != "" {
 		t.Fatalf("--json last page: %+v, stderr %q", page, errb)
 	}
 

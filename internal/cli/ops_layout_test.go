@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/command"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // migrate records the layout of a fresh database and does nothing the second time; a database
@@ -19,7 +19,7 @@ func TestMigrate(t *testing.T) {
 	if !strings.Contains(out, "none (empty database) → 1") || w.b.Client.Get(ctx, "wk:{global}:layout").Val() != "1" {
 		t.Fatalf("migrate of an empty database: %s", out)
 	}
-	if m := jsonOf[watukuy.Migration](t, w.ok("migrate", "--json")); m.From != 1 || m.To != 1 || len(m.Steps) != 0 {
+	if m := jsonOf[watukuytype.Migration](t, w.ok("migrate", "--json")); m.From != 1 || m.To != 1 || len(m.Steps) != 0 {
 		t.Fatalf("second migrate: %+v", m)
 	}
 	if out := w.ok("migrate"); !strings.Contains(out, "already at layout 1") {

@@ -15,13 +15,14 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/command"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // parkedRow is a parked row with its key, for listings across partitions.
 type parkedRow struct {
 	Poller    string `json:"poller"`
 	Partition string `json:"partition"`
-	watukuy.ParkedInfo
+	watukuytype.ParkedInfo
 }
 
 func parkedCmd() *cobra.Command {
@@ -147,8 +148,8 @@ func partLabel(partition string) string {
 
 // withParked keeps the keys that hold parked rows, counting them a page of keys per round
 // trip. It does not look the keys up: a key that does not exist has none.
-func withParked(ctx context.Context, eng *watukuy.Engine, keys []watukuy.Key) ([]watukuy.Key, error) {
-	var out []watukuy.Key
+func withParked(ctx context.Context, eng *watukuy.Engine, keys []watukuytype.Key) ([]watukuytype.Key, error) {
+	var out []watukuytype.Key
 	for chunk := range slices.Chunk(keys, maxPage) {
 		n, err := eng.Parked().Counts(ctx, chunk)
 		if err != nil {
@@ -253,9 +254,9 @@ func parkedReleaseCmd(use, short, done, effect string,
 			return nil
 		},
 		run: func(ctx context.Context, eng *watukuy.Engine) error {
-			locate := func() (map[watukuy.Key][]string, []watukuy.Key, error) { return o.locateParked(ctx, eng, ids) }
+			locate := func() (map[watukuytype.Key][]string, []watukuytype.Key, error) { return o.locateParked(ctx, eng, ids) }
 			if all {
-				locate = func() (map[watukuy.Key][]string, []watukuy.Key, error) { return o.allParked(ctx, eng, kind) }
+				locate = func() (map[watukuytype.Key][]string, []watukuytype.Key, error) { return o.allParked(ctx, eng, kind) }
 			}
 			byKey, order, err := locate()
 			if err != nil {
@@ -309,7 +310,7 @@ func kindPrefix(kind string) string {
 
 // allParked lists the ids of every parked row of kind ("" for both) in the command's keys,
 // by key, skipping keys that have none.
-func (o *op) allParked(ctx context.Context, eng *watukuy.Engine, kind string) (map[watukuy.Key][]string, []watukuy.Key, error) {
+func (o *op) allParked(ctx context.Context, eng *watukuy.Engine, kind string) (map[watukuytype.Key][]string, []watukuytype.Key, error) {
 	keys, err := o.keys(ctx, eng)
 	if err != nil {
 		return nil, nil, err
@@ -319,8 +320,8 @@ func (o *op) allParked(ctx context.Context, eng *watukuy.Engine, kind string) (m
 			return nil, nil, err
 		}
 	}
-	byKey := map[watukuy.Key][]string{}
-	var order []watukuy.Key
+	byKey := map[watukuytype.Key][]string{}
+	var order []watukuytype.Key
 	for _, k := range keys {
 		rows, err := eng.Parked().List(ctx, k.Poller, k.Partition, kind)
 		if err != nil {
@@ -338,18 +339,18 @@ func (o *op) allParked(ctx context.Context, eng *watukuy.Engine, kind string) (m
 
 // locateParked finds the key of every id: the named key, or the partition of the poller
 // whose parked rows hold it.
-func (o *op) locateParked(ctx context.Context, eng *watukuy.Engine, ids []string) (map[watukuy.Key][]string, []watukuy.Key, error) {
+func (o *op) locateParked(ctx context.Context, eng *watukuy.Engine, ids []string) (map[watukuytype.Key][]string, []watukuytype.Key, error) {
 	keys, err := o.keys(ctx, eng)
 	if err != nil {
 		return nil, nil, err
 	}
 	if len(keys) == 1 {
-		return map[watukuy.Key][]string{keys[0]: ids}, keys, nil
+		return map[watukuytype.Key][]string{keys[0]: ids}, keys, nil
 	}
 	if keys, err = withParked(ctx, eng, keys); err != nil {
 		return nil, nil, err
 	}
-	where := map[string]watukuy.Key{}
+	where := map[string]watukuytype.Key{}
 	for _, k := range keys {
 		rows, err := eng.Parked().List(ctx, k.Poller, k.Partition, "")
 		if err != nil {
@@ -359,8 +360,8 @@ func (o *op) locateParked(ctx context.Context, eng *watukuy.Engine, ids []string
 			where[r.ID] = k
 		}
 	}
-	byKey := map[watukuy.Key][]string{}
-	var order []watukuy.Key
+	byKey := map[watukuytype.Key][]string{}
+	var order []watukuytype.Key
 	for _, id := range ids {
 		k, ok := where[id]
 		if !ok {

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/command"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // parked ls shows poison rows with their details; retry returns one to delivery, discard
@@ -19,15 +19,15 @@ func TestParked(t *testing.T) {
 	w := newWorld(t)
 	w.api.PutMany(2, "o", nil)
 	var healthy atomic.Bool
-	w.register(w.poller("orders", func(p *watukuy.Poller) {
+	w.register(w.poller("orders", func(p *watukuytype.Poller) {
 		p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 // poison after one try
-		p.Handler = func(ctx context.Context, ev watukuy.Event) error {
+		p.Handler = func(ctx context.Context, ev watukuytype.Event) error {
 			if !healthy.Load() {
 				return errors.New("sink down")
 			}
 			return nil
 		}
-	}), w.poller("strict", func(p *watukuy.Poller) { p.Identity = watukuy.Field("sku") }))
+	}), w.poller("strict", func(p *watukuytype.Poller) { p.Identity = watukuytype.Field("sku") }))
 	w.tick()
 	ctx := context.Background()
 
@@ -95,10 +95,10 @@ func TestParkedAll(t *testing.T) {
 	w.api.Put("b", map[string]any{"sku": "B"})
 	w.api.Put("c", map[string]any{"name": "no sku"})
 	var healthy atomic.Bool
-	w.register(w.poller("mixed", func(p *watukuy.Poller) {
-		p.Identity = watukuy.Field("sku")
+	w.register(w.poller("mixed", func(p *watukuytype.Poller) {
+		p.Identity = watukuytype.Field("sku")
 		p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 // poison after one try
-		p.Handler = func(ctx context.Context, ev watukuy.Event) error {
+		p.Handler = func(ctx context.Context, ev watukuytype.Event) error {
 			if !healthy.Load() {
 				return errors.New("sink down")
 			}
@@ -149,13 +149,13 @@ func TestParkedPages(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	w.api.PutMany(3, "o", nil)
-	w.register(w.poller("tenants", func(p *watukuy.Poller) {
+	w.register(w.poller("tenants", func(p *watukuytype.Poller) {
 		p.Partitions = []string{"a", "b"}
 		p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 // poison after one try
-		p.Handler = func(context.Context, watukuy.Event) error { return errors.New("sink down") }
-	}), w.poller("orders", func(p *watukuy.Poller) {
+		p.Handler = func(context.Context, watukuytype.Event) error { return errors.New("sink down") }
+	}), w.poller("orders", func(p *watukuytype.Poller) {
 		p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 // poison after one try
-		p.Handler = func(context.Context, watukuy.Event) error { return errors.New("sink down") }
+		p.Handler = func(context.Context, watukuytype.Event) error { return errors.New("sink down") }
 	}))
 	w.tick()
 	ids := func(partition string) []string {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/command"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 func partitionsCmd() *cobra.Command {
@@ -56,7 +57,7 @@ func partitionOp(o *op, s opSpec, fn func(ctx context.Context, eng *watukuy.Engi
 		status := "deleted"
 		if ki, err := eng.Inspect(ctx, o.poller, o.partition); err == nil {
 			status = string(ki.Status)
-		} else if !errors.As(err, new(*watukuy.NotFoundError)) { // a deleted partition has left the registry
+		} else if !errors.As(err, new(*watukuytype.NotFoundError)) { // a deleted partition has left the registry
 			return err
 		}
 		if o.asJSON {

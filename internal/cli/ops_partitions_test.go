@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/command"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // partitions ls, add, remove and delete (which wants --yes) from the Redis URL alone.
@@ -14,7 +14,7 @@ func TestPartitions(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	w.api.PutMany(2, "o", nil)
-	w.register(w.poller("tenants", func(p *watukuy.Poller) { p.Partitions = []string{"a", "b"} }))
+	w.register(w.poller("tenants", func(p *watukuytype.Poller) { p.Partitions = []string{"a", "b"} }))
 	w.tick()
 	ctx := context.Background()
 
@@ -27,7 +27,7 @@ func TestPartitions(t *testing.T) {
 	if !strings.Contains(out, `added partition "c" to tenants`) || w.source("tenants", "c") != "cli" {
 		t.Fatalf("add: %s", out)
 	}
-	kis := jsonOf[[]watukuy.KeyInfo](t, w.ok("partitions", "ls", "--poller", "tenants", "--json"))
+	kis := jsonOf[[]watukuytype.KeyInfo](t, w.ok("partitions", "ls", "--poller", "tenants", "--json"))
 	if len(kis) != 3 || kis[2].Partition != "c" || kis[2].Source != "cli" {
 		t.Fatalf("partitions ls --json: %+v", kis)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/command"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 func replayCmd() *cobra.Command {
@@ -59,7 +60,7 @@ without it there is no log and replay fails.`,
 			}
 			done := []keyReplay{}
 			total := 0
-			if err := o.each(ctx, eng, func(k watukuy.Key) error {
+			if err := o.each(ctx, eng, func(k watukuytype.Key) error {
 				n, err := eng.Replay(ctx, k.Poller, k.Partition, from, to)
 				total += n
 				done = append(done, keyReplay{k.Poller, k.Partition, n})
@@ -127,7 +128,7 @@ that does not); an item the API no longer lists is still deleted.`,
 				Status        string `json:"status"`
 			}
 			rows := []keyReset{}
-			if err := o.each(ctx, eng, func(k watukuy.Key) error {
+			if err := o.each(ctx, eng, func(k watukuytype.Key) error {
 				if err := eng.ResetCursor(ctx, k.Poller, k.Partition, cursor, clearSnapshot); err != nil {
 					return err
 				}

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/command"
 	"github.com/watukuy/watukuy/internal/diff"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // replay copies logged events back into the outbox; a poller without log.retention fails
@@ -22,7 +22,7 @@ func TestReplay(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	w.api.PutMany(3, "o", nil)
-	w.register(w.poller("orders", func(p *watukuy.Poller) { p.LogRetention = time.Hour }), w.poller("plain"))
+	w.register(w.poller("orders", func(p *watukuytype.Poller) { p.LogRetention = time.Hour }), w.poller("plain"))
 	start := time.Now().Add(-time.Minute)
 	w.tick()
 	ctx := context.Background()
@@ -111,8 +111,8 @@ func TestResetCursorClaimsAboutIDsHold(t *testing.T) {
 	w.api.PutMany(3, "o", nil)
 	var mu sync.Mutex
 	ids := map[string][]string{}
-	w.register(w.poller("orders", func(p *watukuy.Poller) {
-		p.Handler = func(_ context.Context, ev watukuy.Event) error {
+	w.register(w.poller("orders", func(p *watukuytype.Poller) {
+		p.Handler = func(_ context.Context, ev watukuytype.Event) error {
 			mu.Lock()
 			defer mu.Unlock()
 			ids[ev.Identity] = append(ids[ev.Identity], ev.ID)

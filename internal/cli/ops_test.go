@@ -17,6 +17,7 @@ import (
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // world is one operator test: a private redis-server, a fake API, and an engine in the test
@@ -40,18 +41,18 @@ func newWorld(t *testing.T) *world {
 }
 
 // poller is a change-feed poller over the world's fake API, 10 items a page.
-func (w *world) poller(name string, mod ...func(*watukuy.Poller)) watukuy.Poller {
-	p := watukuy.Poller{Name: name, Fetch: w.api.ChangeFeed(10), Version: watukuy.Field("version"),
-		Handler:  func(context.Context, watukuy.Event) error { return nil },
-		Schedule: watukuy.Schedule{Min: time.Second, Max: time.Minute},
-		Delivery: watukuy.Delivery{Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
+func (w *world) poller(name string, mod ...func(*watukuytype.Poller)) watukuytype.Poller {
+	p := watukuytype.Poller{Name: name, Fetch: w.api.ChangeFeed(10), Version: watukuytype.Field("version"),
+		Handler:  func(context.Context, watukuytype.Event) error { return nil },
+		Schedule: watukuytype.Schedule{Min: time.Second, Max: time.Minute},
+		Delivery: watukuytype.Delivery{Backoff: watukuytype.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}
 	for _, m := range mod {
 		m(&p)
 	}
 	return p
 }
 
-func (w *world) register(ps ...watukuy.Poller) {
+func (w *world) register(ps ...watukuytype.Poller) {
 	w.t.Helper()
 	for _, p := range ps {
 		if err := w.eng.Register(p); err != nil {
@@ -61,7 +62,7 @@ func (w *world) register(ps ...watukuy.Poller) {
 }
 
 // tick runs the due cycles and fails the test on any error.
-func (w *world) tick() watukuy.TickReport {
+func (w *world) tick() watukuytype.TickReport {
 	w.t.Helper()
 	rep, err := w.eng.Tick(context.Background(), time.Second)
 	if err != nil || len(rep.Errors) > 0 {
@@ -153,7 +154,7 @@ func (w *world) source(poller, partition string) string {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	_, e, found, err := s.Lookup(context.Background(), watukuy.Key{Poller: poller, Partition: partition})
+	_, e, found, err := s.Lookup(context.Background(), watukuytype.Key{Poller: poller, Partition: partition})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -163,7 +164,7 @@ func (w *world) source(poller, partition string) string {
 	return e.Source
 }
 
-func (w *world) inspect(poller, partition string) watukuy.KeyInfo {
+func (w *world) inspect(poller, partition string) watukuytype.KeyInfo {
 	w.t.Helper()
 	ki, err := w.eng.Inspect(context.Background(), poller, partition)
 	if err != nil {
@@ -254,7 +255,7 @@ func TestTriggerPauseResume(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	w.api.PutMany(2, "o", nil)
-	w.register(w.poller("tenants", func(p *watukuy.Poller) { p.Partitions = []string{"a", "b"} }))
+	w.register(w.poller("tenants", func(p *watukuytype.Poller) { p.Partitions = []string{"a", "b"} }))
 	w.tick()
 	ctx := context.Background()
 
@@ -296,15 +297,15 @@ func TestTriggerPauseResume(t *testing.T) {
 // exitCode maps errors as Execute does: usage errors and unknown pollers or partitions are 2,
 // other failures 1.
 func TestExitCode(t *testing.T) {
-	nf := &watukuy.NotFoundError{Poller: "x"}
+	nf := &watukuytype.NotFoundError{Poller: "x"}
 	for _, c := range []struct {
 		err  error
 		want int
 	}{
 		{nil, command.ExitOK},
 		{errors.New("redis down"), command.ExitFailed},
-		{&watukuy.ReplayUnavailableError{}, command.ExitFailed},
-		{&watukuy.ConfigError{Poller: "x"}, command.ExitFailed},
+		{&watukuytype.ReplayUnavailableError{}, command.ExitFailed},
+		{&watukuytype.ConfigError{Poller: "x"}, command.ExitFailed},
 		{command.Usagef("--poller is required"), command.ExitUsage},
 		{nf, command.ExitUsage},
 		{fmt.Errorf("inspect: %w", nf), command.ExitUsage},
@@ -331,7 +332,7 @@ func TestOperatorFlagsIgnoreTheEnvironment(t *testing.T) {
 	b := redistest.Real(t)
 	eng, _ := watukuy.New(watukuy.Options{Redis: b.Client})
 	w := &world{t: t, b: b, api: fakeapi.New(), eng: eng}
-	w.register(w.poller("tenants", func(p *watukuy.Poller) { p.Partitions = []string{"a"} }))
+	w.register(w.poller("tenants", func(p *watukuytype.Poller) { p.Partitions = []string{"a"} }))
 	w.tick()
 	t.Setenv("WATUKUY_REDIS_URL", b.URL)
 	t.Setenv("WATUKUY_YES", "true")
@@ -351,11 +352,11 @@ func TestProcessJSON(t *testing.T) {
 		t.Fatalf("run --json --log-format console: %v", err)
 	}
 	var b strings.Builder
-	ev := watukuy.Event{ID: "e1", Poller: "orders", Type: watukuy.Created, Identity: "o1", Item: json.RawMessage(`{"id":"o1"}`)}
+	ev := watukuytype.Event{ID: "e1", Poller: "orders", Type: watukuytype.Created, Identity: "o1", Item: json.RawMessage(`{"id":"o1"}`)}
 	if err := printEvents(&b, true)(context.Background(), ev); err != nil {
 		t.Fatal(err)
 	}
-	got := jsonOf[watukuy.Event](t, b.String())
+	got := jsonOf[watukuytype.Event](t, b.String())
 	if got.ID != "e1" || got.Identity != "o1" || strings.Count(b.String(), "\n") != 1 {
 		t.Fatalf("dev --json event line: %q", b.String())
 	}

@@ -14,10 +14,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/httppoll"
 	"github.com/watukuy/watukuy/internal/app"
 	"github.com/watukuy/watukuy/internal/command"
 	"github.com/watukuy/watukuy/internal/config"
-	"github.com/watukuy/watukuy/internal/httpx"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -72,9 +72,9 @@ func summarize(pc config.Poller) pollerSummary {
 // request failed) or Problem (the page came back, but the poller would lose or stall on it);
 // Hint says what to do about either.
 type probeReport struct {
-	Poller    string               `json:"poller"`
-	Partition string               `json:"partition"`
-	Result    *watukuy.ProbeResult `json:"result,omitempty"`
+	Poller    string                   `json:"poller"`
+	Partition string                   `json:"partition"`
+	Result    *watukuytype.ProbeResult `json:"result,omitempty"`
 	// Listings estimates the pages and cycles of the poller's complete listings.
 	Listings []watukuytype.ListingEstimate `json:"listings,omitempty"`
 	Error    string                        `json:"error,omitempty"`
@@ -87,9 +87,9 @@ func (pr probeReport) failed() bool { return pr.Error != "" || pr.Problem != "" 
 
 // requestHint says what to do about a probe request that failed with err.
 func requestHint(err error) string {
-	var he *watukuy.HTTPError
-	var je *httpx.JSONError
-	var ce *watukuy.ConfigError
+	var he *watukuytype.HTTPError
+	var je *httppoll.JSONError
+	var ce *watukuytype.ConfigError
 	switch {
 	case errors.As(err, &he) && he.StatusCode == http.StatusTooManyRequests:
 		wait := he.RetryAfter
@@ -119,7 +119,7 @@ func requestHint(err error) string {
 // pageProblem says why a probed page that came back would still fail the poller: every item
 // would be parked as invalid (the cursor moves past them without an event), or the cursor
 // stalls after it. pc is the poller's config, for the keys to name.
-func pageProblem(res watukuy.ProbeResult, pc config.Poller) (problem, hint string) {
+func pageProblem(res watukuytype.ProbeResult, pc config.Poller) (problem, hint string) {
 	if res.Stall != "" {
 		hint = "set a tie-breaker (cursor.tieBreaker: the API's query parameter for the last identity at a time, e.g. after_id) or a page larger than the items that can share one time"
 		if pc.Cursor.Limit > 0 {
@@ -138,7 +138,7 @@ func pageProblem(res watukuy.ProbeResult, pc config.Poller) (problem, hint strin
 	if identity == "" {
 		identity = "id"
 	}
-	if !slices.ContainsFunc(res.Items, func(it watukuy.ProbeItem) bool { return it.Identity != "" }) {
+	if !slices.ContainsFunc(res.Items, func(it watukuytype.ProbeItem) bool { return it.Identity != "" }) {
 		hint = "set identity to the gjson path of the field that names an item"
 		if len(res.Fields) > 0 {
 			hint += fmt.Sprintf(" (the first item has: %s)", strings.Join(res.Fields, ", "))
@@ -257,7 +257,7 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool, probe
 	for _, pr := range probes {
 		fmt.Fprintf(o.out, "\nprobe %s:", keyName(pr.Poller, pr.Partition))
 		if pr.Error != "" {
-			fmt.Fprintf(o.out, " FAILED: %s\n  hint: %s\n", strings.TrimPrefix(pr.Error, "watukuy: probe "+watukuy.Key{Poller: pr.Poller, Partition: pr.Partition}.Describe()+": "), pr.Hint) // the line names the key
+			fmt.Fprintf(o.out, " FAILED: %s\n  hint: %s\n", strings.TrimPrefix(pr.Error, "watukuy: probe "+watukuytype.Key{Poller: pr.Poller, Partition: pr.Partition}.Describe()+": "), pr.Hint) // the line names the key
 			continue
 		}
 		res := pr.Result

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/command"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // run and dev exit at once, with the address in the error, when their listener cannot bind
@@ -62,7 +62,7 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 	defer cancel()
 	time.AfterFunc(30*time.Second, cancel) // then next fails instead of waiting for ever
 	lines, errc := startCLI(t, ctx, "run", "--config", cfg, "--redis", b.URL, "--listen", "off")
-	if ev := jsonOf[watukuy.Event](t, next(t, lines)); ev.Poller != "orders" {
+	if ev := jsonOf[watukuytype.Event](t, next(t, lines)); ev.Poller != "orders" {
 		t.Fatalf("run delivered %+v", ev)
 	} // an event came: the SIGHUP handler is installed (before the run starts)
 	if err := os.WriteFile(cfg, []byte("pollers:\n"+poller("orders")+poller("customers")), 0o600); err != nil {
@@ -72,7 +72,7 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 		t.Fatal(err)
 	}
 	for {
-		if ev := jsonOf[watukuy.Event](t, next(t, lines)); ev.Poller == "customers" {
+		if ev := jsonOf[watukuytype.Event](t, next(t, lines)); ev.Poller == "customers" {
 			break
 		}
 	}

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/command"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // unsetEnv makes name unset for the test (t.Setenv restores it afterwards).
@@ -50,7 +50,7 @@ pollers:
 		{"partitions", "ls", "--redis", b.URL, "--poller", "orders"},
 	} {
 		out, errb, err := run(t, args...)
-		if err != nil && !errors.As(err, new(*watukuy.NotFoundError)) { // no worker registered orders: partitions ls says so
+		if err != nil && !errors.As(err, new(*watukuytype.NotFoundError)) { // no worker registered orders: partitions ls says so
 			t.Fatalf("%v from a project directory: %v\nstdout:\n%s\nstderr:\n%s", args, err, out, errb)
 		}
 		if err != nil && strings.Contains(err.Error(), "WATUKUY_TEST_WORKER_TOKEN") {

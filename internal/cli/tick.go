@@ -11,9 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/app"
 	"github.com/watukuy/watukuy/internal/command"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 func tickCmd() *cobra.Command {
@@ -65,7 +65,7 @@ func tick(ctx context.Context, out io.Writer, env *app.Env, maxDuration time.Dur
 	// elsewhere, or one that died: its claim lapses with its lease) is not a silent "ran 0".
 	var next *nextDue
 	if rep.Ran == 0 {
-		if k, at, err := env.Store.NextDue(ctx, env.PollerNames()); err == nil && k != (watukuy.Key{}) {
+		if k, at, err := env.Store.NextDue(ctx, env.PollerNames()); err == nil && k != (watukuytype.Key{}) {
 			next = &nextDue{Poller: k.Poller, Partition: k.Partition, At: at.UTC()}
 		}
 	}
@@ -80,7 +80,7 @@ func tick(ctx context.Context, out io.Writer, env *app.Env, maxDuration time.Dur
 	}
 	if asJSON {
 		b, _ := json.Marshal(struct {
-			watukuy.TickReport
+			watukuytype.TickReport
 			Errors []string `json:"errors"`
 			Next   *nextDue `json:"nextDue,omitempty"`
 		}{rep, errs, next})
@@ -113,7 +113,7 @@ func tick(ctx context.Context, out io.Writer, env *app.Env, maxDuration time.Dur
 // delivered and some parked as poison). Those cycles ran without an error, so without this a
 // tick that parked everything would exit 0.
 // The commands name poller, or P when the tick ran several.
-func parkedReport(rep watukuy.TickReport, poller string) (lines, lost []string) {
+func parkedReport(rep watukuytype.TickReport, poller string) (lines, lost []string) {
 	if rep.Invalid > 0 {
 		what := plural(rep.Invalid, "item") + " parked as invalid"
 		if rep.Invalid == rep.Items {

@@ -22,8 +22,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-
-	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // Exit codes.
@@ -83,7 +82,7 @@ func ExitCode(err error) int {
 }
 
 func isNotFound(err error) bool {
-	var nf *watukuy.NotFoundError
+	var nf *watukuytype.NotFoundError
 	return errors.As(err, &nf)
 }
 

@@ -18,9 +18,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/tidwall/gjson"
 
+	"github.com/watukuy/watukuy/httppoll"
 	"github.com/watukuy/watukuy/internal/core"
-	"github.com/watukuy/watukuy/internal/cursor"
-	"github.com/watukuy/watukuy/internal/httpx"
 	"github.com/watukuy/watukuy/internal/jcs"
 	"github.com/watukuy/watukuy/internal/sink"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -74,15 +73,15 @@ type builder struct {
 	out io.Writer
 	log zerolog.Logger
 
-	client *httpx.Client // set by the request: every request of the poller goes through it
-	src    cursor.Source // the listing's source, set by the request
+	client *httppoll.Client // set by the request: every request of the poller goes through it
+	src    httppoll.Source  // the listing's source, set by the request
 }
 
 func buildRequest(b *builder) error {
 	r := b.pc.Request
 	b.p.SharedRequest = r.URL != "" && !r.usesPartition()
-	b.client = &httpx.Client{Timeout: r.Timeout, MaxBody: r.MaxBodyBytes, Logger: b.log}
-	b.src = cursor.Source{Client: b.client, URL: r.URL, Query: url.Values{}, Header: http.Header{}, Items: b.pc.Items}
+	b.client = &httppoll.Client{Timeout: r.Timeout, MaxBody: r.MaxBodyBytes, Logger: b.log}
+	b.src = httppoll.Source{Client: b.client, URL: r.URL, Query: url.Values{}, Header: http.Header{}, Items: b.pc.Items}
 	for k, v := range r.Query {
 		b.src.Query.Set(k, v)
 	}
@@ -135,20 +134,20 @@ func buildCursor(b *builder) error {
 	b.p.Revision = revision(b.pc)
 	switch c.Strategy {
 	case StrategyTimestamp:
-		ts := &cursor.Timestamp{Source: src, Field: c.Field, Formats: c.Formats, Param: c.Param, LimitParam: c.LimitParam,
+		ts := &httppoll.TimestampCursor{Source: src, Field: c.Field, Formats: c.Formats, Param: c.Param, LimitParam: c.LimitParam,
 			Limit: c.Limit, HasMore: c.HasMore, TieBreaker: c.TieBreaker, Identity: b.pc.Identity}
 		b.p.Fetch, b.p.CursorPosition = ts.Fetch, ts.Position
 		b.p.CursorFormats = c.Formats
 		if len(b.p.CursorFormats) == 0 {
-			b.p.CursorFormats = []string{cursor.RFC3339, cursor.Epoch} // cursor.Parse's default
+			b.p.CursorFormats = []string{httppoll.RFC3339, httppoll.Epoch} // httppoll.ParseTime's default
 		}
 	case StrategyToken:
-		b.p.Fetch = (&cursor.Token{Source: src, Param: c.Param, Next: c.Next, HasMore: c.HasMore, LimitParam: c.LimitParam, Limit: c.Limit}).Fetch
+		b.p.Fetch = (&httppoll.TokenCursor{Source: src, Param: c.Param, Next: c.Next, HasMore: c.HasMore, LimitParam: c.LimitParam, Limit: c.Limit}).Fetch
 	case StrategyPage, StrategySnapshotDiff:
 		if c.Strategy == StrategySnapshotDiff {
 			b.p.Strategy = watukuytype.SnapshotDiff
 		}
-		b.p.Fetch = (&cursor.Page{Source: src, Param: c.Param, Offset: c.Offset, Start: c.Start, SizeParam: c.SizeParam,
+		b.p.Fetch = (&httppoll.PageCursor{Source: src, Param: c.Param, Offset: c.Offset, Start: c.Start, SizeParam: c.SizeParam,
 			Size: c.Size, HasMore: c.HasMore, CollectionETag: c.ETag}).Fetch
 	default:
 		return fmt.Errorf("unknown strategy %q", c.Strategy)
@@ -214,7 +213,7 @@ func buildReconcile(b *builder) error {
 	if param == "" && !r.Offset {
 		param = "page"
 	}
-	b.p.Reconcile = &watukuytype.Reconcile{Every: r.Every, MaxPages: r.MaxPages, Fetch: (&cursor.Page{Source: rs, Param: param,
+	b.p.Reconcile = &watukuytype.Reconcile{Every: r.Every, MaxPages: r.MaxPages, Fetch: (&httppoll.PageCursor{Source: rs, Param: param,
 		Offset: r.Offset, SizeParam: r.SizeParam, Size: r.Size, HasMore: r.HasMore}).Fetch}
 	return nil
 }
@@ -233,11 +232,11 @@ func buildDetail(b *builder) error {
 	if dt == nil {
 		return nil
 	}
-	ds := cursor.Source{Client: b.client, URL: dt.URL, Query: url.Values{}, Header: b.src.Header, Items: dt.Items}
+	ds := httppoll.Source{Client: b.client, URL: dt.URL, Query: url.Values{}, Header: b.src.Header, Items: dt.Items}
 	for k, v := range dt.Query {
 		ds.Query.Set(k, v)
 	}
-	b.p.Detail = (&cursor.Detail{Source: ds}).Fetch
+	b.p.Detail = (&httppoll.DetailRequest{Source: ds}).Fetch
 	return nil
 }
 

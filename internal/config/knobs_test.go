@@ -15,8 +15,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/watukuy/watukuy/httppoll"
 	"github.com/watukuy/watukuy/internal/core"
-	"github.com/watukuy/watukuy/internal/httpx"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -133,7 +133,7 @@ func TestKnobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = core.Probe(context.Background(), ps[0], "")
-	var tl *httpx.BodyTooLargeError
+	var tl *httppoll.BodyTooLargeError
 	if !errors.As(err, &tl) || tl.Limit != 100 {
 		t.Errorf("probe: %v, want a body over the limit of 100 bytes", err)
 	}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/goccy/go-yaml/ast"
 
+	"github.com/watukuy/watukuy/httppoll"
 	"github.com/watukuy/watukuy/internal/core"
-	"github.com/watukuy/watukuy/internal/httpx"
 	"github.com/watukuy/watukuy/internal/schedule"
 	"github.com/watukuy/watukuy/internal/sink"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -113,9 +113,9 @@ var schema = []*field{
 		ptr: func(p *Poller) any { return &p.Request.Query }},
 	{path: "request.headers", kind: kindStrMap, partition: true, doc: "headers sent with every request (and the detail request)",
 		ptr: func(p *Poller) any { return &p.Request.Headers }},
-	{path: "request.timeout", kind: kindDuration, def: fmtDuration(httpx.DefaultTimeout), doc: "bounds one request, body included",
+	{path: "request.timeout", kind: kindDuration, def: fmtDuration(httppoll.DefaultTimeout), doc: "bounds one request, body included",
 		ptr: func(p *Poller) any { return &p.Request.Timeout }},
-	{path: "request.maxBodyBytes", kind: kindInt, min: 1, def: fmt.Sprintf("%d (%d MiB)", httpx.DefaultMaxBody, httpx.DefaultMaxBody>>20),
+	{path: "request.maxBodyBytes", kind: kindInt, min: 1, def: fmt.Sprintf("%d (%d MiB)", httppoll.DefaultMaxBody, httppoll.DefaultMaxBody>>20),
 		doc: "bounds a response body in bytes, on the wire and decompressed; a larger page fails the cycle (lower `cursor.limit` or `cursor.size`, or raise this)",
 		ptr: func(p *Poller) any { return &p.Request.MaxBodyBytes }},
 	{path: "items", kind: kindString, def: "the body is the array", sets: "Fetch", doc: "gjson path of the item array in the body",

@@ -17,7 +17,7 @@ const TracerName = "github.com/watukuy/watukuy"
 
 // The spans of a cycle. SpanCycle is a root span (a worker's task carries no parent); the
 // others are its children, SpanHandler a child of SpanDrain. The HTTP client span of a
-// request (internal/httpx) is a child of SpanFetch.
+// request (package httppoll) is a child of SpanFetch.
 const (
 	SpanCycle   = "watukuy.cycle" // one cycle of one key
 	SpanBegin   = "begin"         // begin.lua: the lease taken, or why not

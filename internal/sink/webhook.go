@@ -15,7 +15,7 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/watukuy/watukuy/internal/httpx"
+	"github.com/watukuy/watukuy/httppoll"
 	"github.com/watukuy/watukuy/watukuytype"
 	"github.com/watukuy/watukuy/webhook"
 )
@@ -73,13 +73,13 @@ func NewWebhook(w Webhook) (*Webhook, error) {
 	}
 	u, err := url.Parse(w.URL)
 	if err != nil {
-		return nil, fmt.Errorf("sink: webhook: url %s does not parse", httpx.RedactURL(w.URL))
+		return nil, fmt.Errorf("sink: webhook: url %s does not parse", httppoll.RedactURL(w.URL))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("sink: webhook: url %s: scheme must be http or https", httpx.RedactURL(w.URL))
+		return nil, fmt.Errorf("sink: webhook: url %s: scheme must be http or https", httppoll.RedactURL(w.URL))
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("sink: webhook: url %s has no host", httpx.RedactURL(w.URL))
+		return nil, fmt.Errorf("sink: webhook: url %s has no host", httppoll.RedactURL(w.URL))
 	}
 	signer, err := webhook.NewSigner(w.Secrets)
 	if err != nil {
@@ -95,7 +95,7 @@ func NewWebhook(w Webhook) (*Webhook, error) {
 		Client:   w.Client,
 		Now:      w.Now,
 		u:        u,
-		redacted: httpx.RedactURL(w.URL),
+		redacted: httppoll.RedactURL(w.URL),
 		signer:   signer,
 	}
 	if out.Timeout == 0 {

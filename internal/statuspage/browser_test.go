@@ -20,6 +20,7 @@ import (
 	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 const (
@@ -142,17 +143,17 @@ func newBrowserWorld(t *testing.T) *browserWorld {
 	customers.PutMany(3, "c", nil)
 	invoices := fakeapi.New()
 	invoices.Put("i1", nil)
-	invoices.OnFetch(func(context.Context, watukuy.FetchRequest) error {
+	invoices.OnFetch(func(context.Context, watukuytype.FetchRequest) error {
 		return errors.New("GET https://billing.example/v2/invoices: 502 Bad Gateway")
 	})
 	shipments := fakeapi.New()
 	shipments.Put("s1", nil)
-	shipments.OnFetch(func(context.Context, watukuy.FetchRequest) error {
-		return &watukuy.HTTPError{StatusCode: 429, URL: "https://carrier.example/shipments", RetryAfter: 15 * time.Minute}
+	shipments.OnFetch(func(context.Context, watukuytype.FetchRequest) error {
+		return &watukuytype.HTTPError{StatusCode: 429, URL: "https://carrier.example/shipments", RetryAfter: 15 * time.Minute}
 	})
 	payments := fakeapi.New()
 	payments.Put("p1", nil)
-	handler := func(ctx context.Context, ev watukuy.Event) error {
+	handler := func(ctx context.Context, ev watukuytype.Event) error {
 		switch {
 		case ev.Identity == "o6":
 			return errors.New("webhook answered 500: unknown field note")
@@ -161,16 +162,16 @@ func newBrowserWorld(t *testing.T) *browserWorld {
 		}
 		return nil
 	}
-	fast := watukuy.Delivery{Attempts: 2, RetryHorizon: -1, Backoff: watukuy.Backoff{Base: time.Millisecond, Factor: 1, Max: time.Millisecond}}
-	sched := watukuy.Schedule{Min: 30 * time.Second, Max: 5 * time.Minute}
-	for _, p := range []watukuy.Poller{
-		{Name: "orders", Fetch: orders.ChangeFeed(10), Version: watukuy.Field("version"), Handler: handler, Delivery: fast, Schedule: sched},
-		{Name: "customers", Partitions: []string{"acme", "globex", "initech"}, Fetch: customers.ChangeFeed(10), Version: watukuy.Field("version"),
+	fast := watukuytype.Delivery{Attempts: 2, RetryHorizon: -1, Backoff: watukuytype.Backoff{Base: time.Millisecond, Factor: 1, Max: time.Millisecond}}
+	sched := watukuytype.Schedule{Min: 30 * time.Second, Max: 5 * time.Minute}
+	for _, p := range []watukuytype.Poller{
+		{Name: "orders", Fetch: orders.ChangeFeed(10), Version: watukuytype.Field("version"), Handler: handler, Delivery: fast, Schedule: sched},
+		{Name: "customers", Partitions: []string{"acme", "globex", "initech"}, Fetch: customers.ChangeFeed(10), Version: watukuytype.Field("version"),
 			Handler: handler, Delivery: fast, Schedule: sched},
-		{Name: "invoices", Fetch: invoices.ChangeFeed(10), Version: watukuy.Field("version"), Handler: handler, Delivery: fast, Schedule: sched},
-		{Name: "shipments", Fetch: shipments.ChangeFeed(10), Version: watukuy.Field("version"), Handler: handler, Delivery: fast, Schedule: sched},
-		{Name: "payments", Fetch: payments.ChangeFeed(10), Version: watukuy.Field("version"), Handler: handler, Schedule: sched,
-			Delivery: watukuy.Delivery{Attempts: 2, RetryHorizon: -1, Poison: watukuy.PoisonHalt, Backoff: fast.Backoff}},
+		{Name: "invoices", Fetch: invoices.ChangeFeed(10), Version: watukuytype.Field("version"), Handler: handler, Delivery: fast, Schedule: sched},
+		{Name: "shipments", Fetch: shipments.ChangeFeed(10), Version: watukuytype.Field("version"), Handler: handler, Delivery: fast, Schedule: sched},
+		{Name: "payments", Fetch: payments.ChangeFeed(10), Version: watukuytype.Field("version"), Handler: handler, Schedule: sched,
+			Delivery: watukuytype.Delivery{Attempts: 2, RetryHorizon: -1, Poison: watukuytype.PoisonHalt, Backoff: fast.Backoff}},
 	} {
 		if err := eng.Register(p); err != nil {
 			t.Fatal(err)

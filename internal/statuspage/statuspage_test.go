@@ -17,10 +17,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/watukuytest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 const (
@@ -46,17 +46,17 @@ func newWorld(t *testing.T, tokens ...admin.Token) *world {
 	api.Put("o2", map[string]any{"name": poisonName})
 	customers := fakeapi.New()
 	customers.Put("c1", nil)
-	handler := func(ctx context.Context, ev watukuy.Event) error {
+	handler := func(ctx context.Context, ev watukuytype.Event) error {
 		if ev.Identity == "o2" {
 			return errors.New("the sink refuses o2")
 		}
 		return nil
 	}
-	fast := watukuy.Delivery{Attempts: 1, RetryHorizon: -1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}
+	fast := watukuytype.Delivery{Attempts: 1, RetryHorizon: -1, Backoff: watukuytype.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}
 	env := watukuytest.New(t,
-		watukuy.Poller{Name: "orders", Fetch: api.ChangeFeed(10), Version: watukuy.Field("version"), Handler: handler, Delivery: fast},
-		watukuy.Poller{Name: "customers", Partitions: []string{"acme", "eu:globex@1"}, Fetch: customers.ChangeFeed(10),
-			Version: watukuy.Field("version"), Handler: handler, Delivery: fast})
+		watukuytype.Poller{Name: "orders", Fetch: api.ChangeFeed(10), Version: watukuytype.Field("version"), Handler: handler, Delivery: fast},
+		watukuytype.Poller{Name: "customers", Partitions: []string{"acme", "eu:globex@1"}, Fetch: customers.ChangeFeed(10),
+			Version: watukuytype.Field("version"), Handler: handler, Delivery: fast})
 	env.Settle(10)
 	if tokens == nil {
 		tokens = []admin.Token{{ID: "ops", Secret: opsSecret}, {ID: "viewer", Secret: viewerSecret, ReadOnly: true}}
@@ -392,9 +392,9 @@ func TestDetailPageParkedPages(t *testing.T) {
 	w := newWorld(t)
 	api := fakeapi.New()
 	api.PutMany(5, "r", nil)
-	if err := w.env.Engine.Register(watukuy.Poller{Name: "rejects", Fetch: api.ChangeFeed(10), Version: watukuy.Field("version"),
-		Handler:  func(context.Context, watukuy.Event) error { return errors.New("refused") },
-		Delivery: watukuy.Delivery{Attempts: 1, RetryHorizon: -1, Backoff: watukuy.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}); err != nil {
+	if err := w.env.Engine.Register(watukuytype.Poller{Name: "rejects", Fetch: api.ChangeFeed(10), Version: watukuytype.Field("version"),
+		Handler:  func(context.Context, watukuytype.Event) error { return errors.New("refused") },
+		Delivery: watukuytype.Delivery{Attempts: 1, RetryHorizon: -1, Backoff: watukuytype.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}}}); err != nil {
 		t.Fatal(err)
 	}
 	w.env.Settle(3)
@@ -492,7 +492,7 @@ func TestItemJSONIsEscaped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := []watukuy.ParkedInfo{
+	rows := []watukuytype.ParkedInfo{
 		{ID: `<b>id</b>`, Kind: "poison", Error: `<img src=x onerror=alert(1)>`, Errors: []string{"<i>1</i>", "<i>2</i>"},
 			Identity: `"><script>alert(2)</script>`, Event: json.RawMessage(`{"name":"` + strings.ReplaceAll(poisonName, `"`, `\"`) + `"}`)},
 		{ID: "inv1", Kind: "invalid", Error: "no identity", Item: mustRaw(t, `{"name":"</pre><script>alert(3)</script>"}`)},

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/humantime"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -147,7 +146,7 @@ func statusClass(s watukuytype.Status) string {
 	return "ok"
 }
 
-func summarize(kis []watukuy.KeyInfo) []statusCount {
+func summarize(kis []watukuytype.KeyInfo) []statusCount {
 	n := map[watukuytype.Status]int{}
 	for _, ki := range kis {
 		n[ki.Status]++
@@ -209,8 +208,8 @@ func when(t *time.Time, now time.Time) (string, string) {
 	return humantime.Relative(*t, now), t.UTC().Format(time.RFC3339Nano)
 }
 
-func lastError(ki watukuy.KeyInfo) (watukuy.LastError, bool) {
-	var le watukuy.LastError
+func lastError(ki watukuytype.KeyInfo) (watukuytype.LastError, bool) {
+	var le watukuytype.LastError
 	return le, len(ki.LastError) > 0 && json.Unmarshal(ki.LastError, &le) == nil
 }
 
@@ -223,7 +222,7 @@ func clip(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-func newKeyRow(ki watukuy.KeyInfo, now time.Time) keyRow {
+func newKeyRow(ki watukuytype.KeyInfo, now time.Time) keyRow {
 	r := keyRow{Poller: ki.Poller, Partition: partLabel(ki.Partition),
 		PollerHref: pageURL(ki.Poller, ""), Href: keyPath(Root+"/keys", ki.Poller, ki.Partition), API: keyPath(APIRoot+"/keys", ki.Poller, ki.Partition),
 		Status: string(ki.Status), StatusCls: statusClass(ki.Status), Paused: ki.Paused,
@@ -317,7 +316,7 @@ func mustJSON(v any) string {
 	return string(b)
 }
 
-func newKeyDetail(ki watukuy.KeyInfo, parked []watukuy.ParkedInfo, now time.Time) *keyDetail {
+func newKeyDetail(ki watukuytype.KeyInfo, parked []watukuytype.ParkedInfo, now time.Time) *keyDetail {
 	d := &keyDetail{Row: newKeyRow(ki, now), ParkedTotal: max(ki.Parked, int64(len(parked))),
 		RetryAll: mustJSON(map[string]any{"all": true}), DiscardAll: mustJSON(map[string]any{"all": true})}
 
@@ -362,7 +361,7 @@ func newKeyDetail(ki watukuy.KeyInfo, parked []watukuy.ParkedInfo, now time.Time
 	d.Sections = append(d.Sections, dl)
 
 	last := section{Title: "Last poll and error"}
-	var lp watukuy.PollSummary
+	var lp watukuytype.PollSummary
 	if len(ki.LastPoll) > 0 && json.Unmarshal(ki.LastPoll, &lp) == nil {
 		var flags []string
 		for _, f := range []struct {

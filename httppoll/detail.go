@@ -1,4 +1,4 @@
-package cursor
+package httppoll
 
 import (
 	"context"
@@ -14,17 +14,17 @@ import (
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
-// Detail fetches one item by identity, the request that confirms a delete a listing suggests
+// DetailRequest fetches one item by identity, the request that confirms a delete a listing suggests
 // (watukuytype.Poller.Detail): URL holds "{id}", replaced by the path-escaped identity. 404 and 410
 // mean the item is gone; any other failure is an error, and the listings decide.
-type Detail struct {
+type DetailRequest struct {
 	// Source sends the request; its URL holds "{id}", and Items, when set, is the gjson path
 	// of the item in the body ("" means the body is the item).
 	Source
 }
 
 // Fetch is the poller's DetailFunc.
-func (d *Detail) Fetch(ctx context.Context, key watukuytype.Key, identity string) (json.RawMessage, bool, error) {
+func (d *DetailRequest) Fetch(ctx context.Context, key watukuytype.Key, identity string) (json.RawMessage, bool, error) {
 	u := strings.ReplaceAll(expand(d.URL, key), "{id}", url.PathEscape(identity))
 	resp, err := d.do(ctx, key, u, nil, "")
 	var he *watukuytype.HTTPError

@@ -1,4 +1,4 @@
-package httpx
+package httppoll
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 )
 
 // TracerName is the instrumentation scope of the HTTP client spans.
-const TracerName = "github.com/watukuy/watukuy/internal/httpx"
+const TracerName = "github.com/watukuy/watukuy/httppoll"
 
 // startSpan starts the client span of one request, named by its method as the HTTP semantic
 // conventions ask, when ctx carries a recording span (a traced cycle's fetch): a request is

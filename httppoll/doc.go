@@ -1,8 +1,22 @@
-// Package httpx is the HTTP helper every HTTP poller uses: one request per call of
-// Client.Do with a per-request timeout, gzip, a response size limit, ETag / If-None-Match,
-// Link rel="next", and the Retry-After and rate-limit headers the scheduler paces by
-// (docs/design.md, Scheduling). It never retries: retrying, throttling and backoff are the
-// scheduler's decisions, taken from the Response or the *watukuytype.HTTPError Do returns.
+// Package httppoll polls HTTP APIs for watukuy: the cursor strategies a poller's Fetch is
+// made of (TimestampCursor, TokenCursor, PageCursor, each over a Source, and DetailRequest,
+// which confirms a delete), and the Client they send with. The config file's pollers are
+// built from the same parts, so a Go poller reads an API exactly as a YAML one does:
+//
+//	orders := &httppoll.TimestampCursor{
+//		Source: httppoll.Source{URL: "https://api.example.com/orders", Items: "data"},
+//		Param:  "updated_since", Field: "updated_at",
+//	}
+//	err := eng.Register(watukuytype.Poller{Name: "orders", Fetch: orders.Fetch, Handler: onEvent})
+//
+// A Fetch of your own can use the Client (Do) and the header helpers (ParseRateLimit,
+// ParseRetryAfter, NextLink) for an API no strategy reads.
+//
+// The Client sends one request per call of Client.Do with a per-request timeout, gzip, a
+// response size limit, ETag / If-None-Match, Link rel="next", and the Retry-After and
+// rate-limit headers the scheduler paces by (docs/design.md, Scheduling). It never retries:
+// retrying, throttling and backoff are the scheduler's decisions, taken from the Response or
+// the *watukuytype.HTTPError Do returns.
 //
 // Decisions the design left open, written down here:
 //
@@ -34,4 +48,4 @@
 //     built. No traceparent goes to the API: a third party is not joined to our traces.
 //   - Reset values in every rate-limit header family go through the same magnitude rule as
 //     X-RateLimit-Reset (see ParseRateLimit): a delta of 31+ years is never meant, an epoch is.
-package httpx
+package httppoll

@@ -2,7 +2,7 @@
 // time with an inclusive re-query), token (an opaque next/sync token), page (page number or
 // offset, for full listings: snapshotDiff and reconcile). The custom strategy is any
 // watukuytype.FetchFunc written in Go.
-package cursor
+package httppoll
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/watukuy/watukuy/internal/httpx"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -22,7 +21,7 @@ import (
 // Query values and Header values is replaced by the key's partition.
 type Source struct {
 	// Client sends the requests (timeouts, size limit, logging).
-	Client *httpx.Client
+	Client *Client
 	// URL is the endpoint.
 	URL string
 	// Query is merged into every request.
@@ -35,7 +34,7 @@ type Source struct {
 
 // response is one decoded page.
 type response struct {
-	*httpx.Response
+	*Response
 	items []json.RawMessage
 	body  gjson.Result
 }
@@ -46,7 +45,7 @@ func expand(s string, key watukuytype.Key) string {
 
 // do sends a GET of rawURL with the Source's query (params added) and headers, ${partition}
 // expanded.
-func (s *Source) do(ctx context.Context, key watukuytype.Key, rawURL string, params url.Values, etag string) (*httpx.Response, error) {
+func (s *Source) do(ctx context.Context, key watukuytype.Key, rawURL string, params url.Values, etag string) (*Response, error) {
 	q := url.Values{}
 	for k, vs := range s.Query {
 		for _, v := range vs {
@@ -64,9 +63,9 @@ func (s *Source) do(ctx context.Context, key watukuytype.Key, rawURL string, par
 	}
 	client := s.Client
 	if client == nil {
-		client = &httpx.Client{}
+		client = &Client{}
 	}
-	return client.Do(ctx, httpx.Request{Key: key, URL: rawURL, Query: q, Header: h, ETag: etag})
+	return client.Do(ctx, Request{Key: key, URL: rawURL, Query: q, Header: h, ETag: etag})
 }
 
 // get requests rawURL (the Source URL when "") with params added, then decodes the items.

@@ -1,4 +1,4 @@
-package cursor
+package httppoll
 
 import (
 	"testing"
@@ -23,7 +23,7 @@ func TestParse(t *testing.T) {
 		{"29/11/2026 10:30", []string{RFC3339, "02/01/2006 15:04"}, want},
 	}
 	for _, tc := range tests {
-		got, err := Parse(tc.v, tc.formats)
+		got, err := ParseTime(tc.v, tc.formats)
 		if err != nil || !got.Equal(tc.want) {
 			t.Errorf("Parse(%q, %v) = %v, %v; want %v", tc.v, tc.formats, got, err, tc.want)
 		}
@@ -32,7 +32,7 @@ func TestParse(t *testing.T) {
 		v       string
 		formats []string
 	}{{"yesterday", nil}, {"", nil}, {"2026-13-01T00:00:00Z", nil}, {"2026-11-29", []string{RFC3339}}, {"NaN", []string{EpochS}}} {
-		if got, err := Parse(bad.v, bad.formats); err == nil {
+		if got, err := ParseTime(bad.v, bad.formats); err == nil {
 			t.Errorf("Parse(%q) = %v, want an error", bad.v, got)
 		}
 	}

@@ -1,4 +1,4 @@
-package cursor
+package httppoll
 
 import (
 	"encoding/json"
@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/httpx"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -58,7 +57,7 @@ func tsCursor(since, after string) string {
 func TestTimestampPaging(t *testing.T) {
 	const t0, t1, t2, t3 = "2026-01-01T10:00:00Z", "2026-01-01T10:00:01Z", "2026-01-01T10:00:02Z", "2026-01-01T10:00:03Z"
 	a := newAPI(t, tsAPI([]tsItem{{"a", t0}, {"b", t1}, {"c", t1}, {"d", t2}, {"e", t3}}, false))
-	ts := &Timestamp{Source: Source{URL: a.URL, Items: "data"}, Field: "updated_at", Param: "since",
+	ts := &TimestampCursor{Source: Source{URL: a.URL, Items: "data"}, Field: "updated_at", Param: "since",
 		LimitParam: "limit", Limit: 2, TieBreaker: "after_id"}
 	cursor := ""
 	for i, step := range []struct {
@@ -75,7 +74,7 @@ func TestTimestampPaging(t *testing.T) {
 		// the next cycle: its first page re-reads the cursor's second (inclusive, no tie-breaker)
 		{0, t3, "", []string{"e"}, tsCursor(t3, "e"), false},
 	} {
-		p, err := ts.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: cursor, Page: step.page})
+		p, err := ts.Fetch(t.Context(), watukuytype.FetchRequest{Key: listKey, Cursor: cursor, Page: step.page})
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
@@ -119,13 +118,13 @@ func TestTimestampStall(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newAPI(t, tsAPI(same, tc.ignoreAfter))
-			ts := &Timestamp{Source: Source{URL: a.URL, Items: "data"}, Field: "updated_at", Param: "since",
+			ts := &TimestampCursor{Source: Source{URL: a.URL, Items: "data"}, Field: "updated_at", Param: "since",
 				LimitParam: "limit", Limit: tc.limit, TieBreaker: tc.tieBreaker}
-			p, err := ts.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: tc.cursor, Page: tc.page})
+			p, err := ts.Fetch(t.Context(), watukuytype.FetchRequest{Key: listKey, Cursor: tc.cursor, Page: tc.page})
 			var se *watukuytype.CursorStallError
 			switch {
 			case tc.stall != "":
-				if !errors.As(err, &se) || se.Cursor != tc.cursor || se.Key != testKey || !strings.Contains(se.Msg, tc.stall) {
+				if !errors.As(err, &se) || se.Cursor != tc.cursor || se.Key != listKey || !strings.Contains(se.Msg, tc.stall) {
 					t.Fatalf("got %v (%T), want a stall saying %q", err, err, tc.stall)
 				}
 			case err != nil:
@@ -170,12 +169,12 @@ func TestTimestampCursorAndFields(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newAPI(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, tc.body) })
-			ts := &Timestamp{Source: Source{URL: a.URL, Items: "data"}, Field: "updated_at", Formats: tc.formats, Param: "since",
+			ts := &TimestampCursor{Source: Source{URL: a.URL, Items: "data"}, Field: "updated_at", Formats: tc.formats, Param: "since",
 				LimitParam: "limit", Limit: 10, HasMore: tc.hasMore}
-			p, err := ts.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: tc.cursor, Page: 1})
+			p, err := ts.Fetch(t.Context(), watukuytype.FetchRequest{Key: listKey, Cursor: tc.cursor, Page: 1})
 			if tc.errField != "" {
 				var ce *watukuytype.ConfigError
-				if !errors.As(err, &ce) || ce.Field != tc.errField || ce.Poller != testKey.Poller {
+				if !errors.As(err, &ce) || ce.Field != tc.errField || ce.Poller != listKey.Poller {
 					t.Fatalf("got %v, want a config error on %s", err, tc.errField)
 				}
 				return
@@ -203,13 +202,13 @@ func TestTimestampNotModified(t *testing.T) {
 		w.Header().Set("ETag", `"v7"`)
 		fmt.Fprint(w, `{"data":[]}`)
 	})
-	ts := &Timestamp{Source: Source{URL: a.URL, Items: "data"}, Field: "updated_at", Param: "since"}
+	ts := &TimestampCursor{Source: Source{URL: a.URL, Items: "data"}, Field: "updated_at", Param: "since"}
 	cur := tsCursor("2026-01-01T00:00:00Z", "")
-	p, err := ts.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: cur, ETag: `"v7"`})
+	p, err := ts.Fetch(t.Context(), watukuytype.FetchRequest{Key: listKey, Cursor: cur, ETag: `"v7"`})
 	if err != nil || !p.NotModified || p.Next != cur || p.HasMore || len(p.Items) != 0 {
 		t.Fatalf("304: %+v %v", p, err)
 	}
-	p, err = ts.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: cur})
+	p, err = ts.Fetch(t.Context(), watukuytype.FetchRequest{Key: listKey, Cursor: cur})
 	if err != nil || p.NotModified || p.ETag != `"v7"` {
 		t.Fatalf("200: %+v %v", p, err)
 	}
@@ -217,7 +216,7 @@ func TestTimestampNotModified(t *testing.T) {
 
 // Position places a cursor on the time line in Unix seconds.
 func TestTimestampPosition(t *testing.T) {
-	ts := &Timestamp{}
+	ts := &TimestampCursor{}
 	for _, tc := range []struct {
 		cursor string
 		want   float64
@@ -256,8 +255,8 @@ func TestTokenPaging(t *testing.T) {
 		{"t2", "", []string{}, "t2", false}, // caught up: resume from the same token
 		{"t3", "more", []string{"4"}, "t4", false},
 	} {
-		tok := &Token{Source: Source{URL: a.URL, Items: "items"}, Param: "cursor", Next: "next", HasMore: tc.hasMore, LimitParam: "n", Limit: 50}
-		p, err := tok.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: tc.cursor})
+		tok := &TokenCursor{Source: Source{URL: a.URL, Items: "items"}, Param: "cursor", Next: "next", HasMore: tc.hasMore, LimitParam: "n", Limit: 50}
+		p, err := tok.Fetch(t.Context(), watukuytype.FetchRequest{Key: listKey, Cursor: tc.cursor})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -284,12 +283,12 @@ func TestTokenLinkHeader(t *testing.T) {
 		}
 		fmt.Fprint(w, `[{"id":"2"}]`)
 	})
-	tok := &Token{Source: Source{URL: a.URL + "/feed"}, LimitParam: "limit", Limit: 10}
-	p, err := tok.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey})
+	tok := &TokenCursor{Source: Source{URL: a.URL + "/feed"}, LimitParam: "limit", Limit: 10}
+	p, err := tok.Fetch(t.Context(), watukuytype.FetchRequest{Key: listKey})
 	if err != nil || p.Next != a.URL+"/feed?page_token=abc" || !p.HasMore || !slices.Equal(ids(p), []string{"1"}) {
 		t.Fatalf("first page: %+v %v", p, err)
 	}
-	p, err = tok.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: p.Next})
+	p, err = tok.Fetch(t.Context(), watukuytype.FetchRequest{Key: listKey, Cursor: p.Next})
 	if err != nil || p.Next != a.URL+"/feed?page_token=abc" || p.HasMore || !slices.Equal(ids(p), []string{"2"}) {
 		t.Fatalf("last page: %+v %v", p, err)
 	}
@@ -323,19 +322,19 @@ func TestPagePaging(t *testing.T) {
 	})
 	for _, tc := range []struct {
 		name  string
-		pager Page
+		pager PageCursor
 		steps [][]string // per page: ids..., then the next cursor
 		more  []bool
 	}{
-		{"page numbers, short last page", Page{SizeParam: "size", Size: 2},
+		{"page numbers, short last page", PageCursor{SizeParam: "size", Size: 2},
 			[][]string{{"1", "2", "2"}, {"3", "4", "3"}, {"5", ""}}, []bool{true, true, false}},
-		{"page numbers, empty page after an exact fit", Page{SizeParam: "size", Size: 5},
+		{"page numbers, empty page after an exact fit", PageCursor{SizeParam: "size", Size: 5},
 			[][]string{{"1", "2", "3", "4", "5", "2"}, {""}}, []bool{true, false}},
-		{"a first page number of its own", Page{SizeParam: "size", Size: 2, Start: 2},
+		{"a first page number of its own", PageCursor{SizeParam: "size", Size: 2, Start: 2},
 			[][]string{{"3", "4", "3"}, {"5", ""}}, []bool{true, false}},
-		{"offsets", Page{Param: "offset", Offset: true, SizeParam: "size", Size: 2},
+		{"offsets", PageCursor{Param: "offset", Offset: true, SizeParam: "size", Size: 2},
 			[][]string{{"1", "2", "2"}, {"3", "4", "4"}, {"5", ""}}, []bool{true, true, false}},
-		{"the has-more path ends a full page", Page{SizeParam: "size", Size: 5, HasMore: "more"},
+		{"the has-more path ends a full page", PageCursor{SizeParam: "size", Size: 5, HasMore: "more"},
 			[][]string{{"1", "2", "3", "4", "5", ""}}, []bool{false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -343,7 +342,7 @@ func TestPagePaging(t *testing.T) {
 			pg.Source = Source{URL: a.URL, Items: "rows"}
 			cursor := ""
 			for i, step := range tc.steps {
-				p, err := pg.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: cursor, Page: i})
+				p, err := pg.Fetch(t.Context(), watukuytype.FetchRequest{Key: listKey, Cursor: cursor, Page: i})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -367,23 +366,23 @@ func TestPageCursorAndETag(t *testing.T) {
 		}
 		fmt.Fprint(w, `[{"id":"1"}]`)
 	})
-	pg := &Page{Source: Source{URL: a.URL}}
+	pg := &PageCursor{Source: Source{URL: a.URL}}
 	var ce *watukuytype.ConfigError
-	if _, err := pg.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: "two"}); !errors.As(err, &ce) || ce.Field != "cursor" {
+	if _, err := pg.Fetch(t.Context(), watukuytype.FetchRequest{Key: listKey, Cursor: "two"}); !errors.As(err, &ce) || ce.Field != "cursor" {
 		t.Fatalf("a non-numeric cursor: %v", err)
 	}
 	// Without CollectionETag a page's tag says nothing of the collection: none sent, none kept.
-	p, err := pg.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, ETag: `"c1"`})
+	p, err := pg.Fetch(t.Context(), watukuytype.FetchRequest{Key: listKey, ETag: `"c1"`})
 	if err != nil || p.NotModified || p.ETag != "" || a.request(t, 0).Header.Get("If-None-Match") != "" {
 		t.Fatalf("without CollectionETag: %+v %v", p, err)
 	}
 	pg.CollectionETag = true
-	p, err = pg.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, ETag: `"c1"`})
+	p, err = pg.Fetch(t.Context(), watukuytype.FetchRequest{Key: listKey, ETag: `"c1"`})
 	if err != nil || !p.NotModified || p.Next != "" || p.HasMore {
 		t.Fatalf("first page with the collection's tag: %+v %v", p, err)
 	}
 	// Only the first page is conditional.
-	p, err = pg.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey, Cursor: "2", ETag: `"c1"`})
+	p, err = pg.Fetch(t.Context(), watukuytype.FetchRequest{Key: listKey, Cursor: "2", ETag: `"c1"`})
 	if err != nil || p.NotModified || p.ETag != `"c1"` || a.request(t, 2).Header.Get("If-None-Match") != "" {
 		t.Fatalf("second page: %+v %v", p, err)
 	}
@@ -415,14 +414,14 @@ func TestSource(t *testing.T) {
 			}
 		}},
 		{name: "an HTML page is named by its content type", body: "<!DOCTYPE html><title>Sign in</title>", items: "data", check: func(t *testing.T, err error) {
-			var je *httpx.JSONError
+			var je *JSONError
 			if !errors.As(err, &je) || !strings.Contains(err.Error(), "response of") || !strings.Contains(err.Error(), "the response is text/html, not JSON") {
 				t.Fatalf("got %v, want the response named as text/html", err)
 			}
 		}},
 		{name: "an HTTP error", status: http.StatusInternalServerError, body: `oops`, check: func(t *testing.T, err error) {
 			var he *watukuytype.HTTPError
-			if !errors.As(err, &he) || he.StatusCode != 500 || he.Key != testKey {
+			if !errors.As(err, &he) || he.StatusCode != 500 || he.Key != listKey {
 				t.Fatalf("got %v, want an HTTP 500 error of the key", err)
 			}
 		}},
@@ -434,10 +433,10 @@ func TestSource(t *testing.T) {
 				}
 				fmt.Fprint(w, tc.body)
 			})
-			tok := &Token{Source: Source{URL: a.URL + "/t/${partition}/feed", Items: tc.items,
+			tok := &TokenCursor{Source: Source{URL: a.URL + "/t/${partition}/feed", Items: tc.items,
 				Query: map[string][]string{"tenant": {"${partition}"}, "fixed": {"x"}}, Header: http.Header{"X-Tenant": {"id-${partition}"}}},
 				Param: "cursor", Next: "next"}
-			p, err := tok.Fetch(t.Context(), watukuytype.FetchRequest{Key: testKey})
+			p, err := tok.Fetch(t.Context(), watukuytype.FetchRequest{Key: listKey})
 			if tc.check != nil {
 				tc.check(t, err)
 				return
@@ -486,8 +485,8 @@ func TestDetail(t *testing.T) {
 				}
 				fmt.Fprint(w, tc.body)
 			})
-			d := &Detail{Source: Source{URL: a.URL + "/items/{id}", Items: tc.items}}
-			item, found, err := d.Fetch(t.Context(), testKey, tc.identity)
+			d := &DetailRequest{Source: Source{URL: a.URL + "/items/{id}", Items: tc.items}}
+			item, found, err := d.Fetch(t.Context(), listKey, tc.identity)
 			if got := a.request(t, 0).URL.EscapedPath(); got != tc.wantPath {
 				t.Errorf("path %s, want %s", got, tc.wantPath)
 			}
@@ -522,7 +521,7 @@ func TestParseEdges(t *testing.T) {
 		{"2026-11-29 11:30:00 +0100", []string{"2006-01-02 15:04:05 -0700"}, time.Date(2026, 11, 29, 10, 30, 0, 0, time.UTC)},
 		{"2026-11-29T10:30:00.123456789Z", []string{}, time.Date(2026, 11, 29, 10, 30, 0, 123456789, time.UTC)},
 	} {
-		got, err := Parse(tc.v, tc.formats)
+		got, err := ParseTime(tc.v, tc.formats)
 		if err != nil || !got.Equal(tc.want) {
 			t.Errorf("Parse(%q, %v) = %v, %v; want %v", tc.v, tc.formats, got, err, tc.want)
 		}
@@ -538,7 +537,7 @@ func TestParseEdges(t *testing.T) {
 		{"1795948200", []string{RFC3339}},
 		{"2026-11-29T10:30:00Z", []string{EpochS, "2006-01-02"}},
 	} {
-		if got, err := Parse(bad.v, bad.formats); err == nil {
+		if got, err := ParseTime(bad.v, bad.formats); err == nil {
 			t.Errorf("Parse(%q, %v) = %v, want an error", bad.v, bad.formats, got)
 		}
 	}

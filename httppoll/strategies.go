@@ -1,4 +1,4 @@
-package cursor
+package httppoll
 
 import (
 	"context"
@@ -14,18 +14,18 @@ import (
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
-// Timestamp pages through items changed since a time. The cursor is the largest change time
+// TimestampCursor pages through items changed since a time. The cursor is the largest change time
 // seen; the query re-asks from that time inclusively (>=), so items sharing the time at a
 // page boundary are never lost, and the items seen again are suppressed by the diff (G7).
 // A full page in which every item has the cursor's own time cannot advance: with a
 // TieBreaker parameter the last identity is sent along (on every page but a cycle's first,
 // which re-reads the whole second so that items written in it later are not missed); without
 // one the cycle stops with a *watukuytype.CursorStallError instead of asking the same page forever.
-type Timestamp struct {
+type TimestampCursor struct {
 	Source
 	// Field is the gjson path of the item's change time.
 	Field string
-	// Formats parse Field (see Parse); default RFC 3339, then epoch.
+	// Formats parse Field (see ParseTime); default RFC 3339, then epoch.
 	Formats []string
 	// Param is the query parameter that carries the cursor time (sent as the API wrote it).
 	Param string
@@ -41,14 +41,14 @@ type Timestamp struct {
 	Identity string
 }
 
-// timestampCursor is the committed cursor of a Timestamp lane.
+// timestampCursor is the committed cursor of a TimestampCursor lane.
 type timestampCursor struct {
 	Since string `json:"since"`
 	After string `json:"after,omitempty"`
 }
 
 // Fetch is the lane's FetchFunc.
-func (t *Timestamp) Fetch(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+func (t *TimestampCursor) Fetch(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 	cur, err := parseTimestampCursor(req.Cursor, t.Formats)
 	if err != nil {
 		return watukuytype.Page{}, &watukuytype.ConfigError{Poller: req.Key.Poller, Field: "cursor", Msg: err.Error()}
@@ -75,7 +75,7 @@ func (t *Timestamp) Fetch(ctx context.Context, req watukuytype.FetchRequest) (wa
 	next := cur
 	var maxT time.Time
 	if next.Since != "" {
-		if maxT, err = Parse(next.Since, t.Formats); err != nil {
+		if maxT, err = ParseTime(next.Since, t.Formats); err != nil {
 			return watukuytype.Page{}, &watukuytype.ConfigError{Poller: req.Key.Poller, Field: "cursor.field", Msg: err.Error()}
 		}
 	}
@@ -90,7 +90,7 @@ func (t *Timestamp) Fetch(ctx context.Context, req watukuytype.FetchRequest) (wa
 			allAtCursor = false
 			continue // an item without a change time cannot move the cursor; the diff still sees it
 		}
-		ts, err := Parse(v.String(), t.Formats)
+		ts, err := ParseTime(v.String(), t.Formats)
 		if err != nil {
 			return watukuytype.Page{}, &watukuytype.ConfigError{Poller: req.Key.Poller, Field: "cursor.field",
 				Msg: fmt.Sprintf("item field %q: %v", t.Field, err)}
@@ -136,7 +136,7 @@ func parseTimestampCursor(s string, formats []string) (timestampCursor, error) {
 			return cur, fmt.Errorf("cursor %q is not a timestamp cursor: %v", s, err)
 		}
 	default:
-		if _, err := Parse(s, formats); err != nil {
+		if _, err := ParseTime(s, formats); err != nil {
 			return cur, fmt.Errorf("cursor %q is neither a timestamp cursor nor a time: %v", s, err)
 		}
 		cur.Since = s
@@ -146,12 +146,12 @@ func parseTimestampCursor(s string, formats []string) (timestampCursor, error) {
 
 // Position places a cursor on the time line (Unix seconds), so a backfill knows when it has
 // reached its target and how far it is (Poller.CursorPosition).
-func (t *Timestamp) Position(cursor string) (float64, bool) {
+func (t *TimestampCursor) Position(cursor string) (float64, bool) {
 	cur, err := parseTimestampCursor(cursor, t.Formats)
 	if err != nil || cur.Since == "" {
 		return 0, false
 	}
-	ts, err := Parse(cur.Since, t.Formats)
+	ts, err := ParseTime(cur.Since, t.Formats)
 	if err != nil {
 		return 0, false
 	}
@@ -166,10 +166,10 @@ func (c timestampCursor) encode() string {
 	return string(b)
 }
 
-// Token follows an opaque next token (sync/delta semantics): the committed cursor is the
+// TokenCursor follows an opaque next token (sync/delta semantics): the committed cursor is the
 // last token, and an empty page keeps it. The token comes from a response path, or from the
 // Link header's rel="next" (then the cursor is that URL).
-type Token struct {
+type TokenCursor struct {
 	Source
 	// Param is the query parameter that carries the token.
 	Param string
@@ -184,7 +184,7 @@ type Token struct {
 }
 
 // Fetch is the lane's FetchFunc.
-func (t *Token) Fetch(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+func (t *TokenCursor) Fetch(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 	params := url.Values{}
 	rawURL := ""
 	switch {
@@ -217,11 +217,11 @@ func (t *Token) Fetch(ctx context.Context, req watukuytype.FetchRequest) (watuku
 	return r.page(next, hasMore), nil
 }
 
-// Page walks a listing by page number or offset, from the start each time: the live lane of
+// PageCursor walks a listing by page number or offset, from the start each time: the live lane of
 // a snapshotDiff poller and the reconcile lane. It stops on an empty or short page, or when
 // the HasMore path says so. With CollectionETag the first page is asked with If-None-Match:
 // use it only when the API's ETag covers the whole collection, since a 304 ends the listing.
-type Page struct {
+type PageCursor struct {
 	Source
 	// Param carries the page number (default "page") or, with Offset, the item offset.
 	Param  string
@@ -239,7 +239,7 @@ type Page struct {
 }
 
 // Fetch is the lane's FetchFunc.
-func (p *Page) Fetch(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+func (p *PageCursor) Fetch(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
 	pos := p.Start
 	if p.Offset {
 		pos = 0

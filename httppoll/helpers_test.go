@@ -1,4 +1,4 @@
-package cursor
+package httppoll
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
-var testKey = watukuytype.Key{Poller: "orders", Partition: "t1"}
+var listKey = watukuytype.Key{Poller: "orders", Partition: "t1"}
 
 // api is an httptest server whose answers a test writes, and which records every request.
 type api struct {

@@ -1,4 +1,4 @@
-package httpx_test
+package httppoll_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/httpx"
+	"github.com/watukuy/watukuy/httppoll"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -21,19 +21,19 @@ func ExampleParseRateLimit() {
 	h := http.Header{}
 	h.Set("RateLimit", `"burst";r=40;t=1, "daily";r=3;t=7200`)
 	h.Set("RateLimit-Policy", `"burst";q=50;w=1, "daily";q=5000;w=86400`)
-	fmt.Printf("%+v\n", *httpx.ParseRateLimit(h, now))
+	fmt.Printf("%+v\n", *httppoll.ParseRateLimit(h, now))
 
 	// GitHub style: X-RateLimit-Reset is an epoch in seconds.
 	h = http.Header{}
 	h.Set("X-RateLimit-Limit", "5000")
 	h.Set("X-RateLimit-Remaining", "4999")
 	h.Set("X-RateLimit-Reset", "1700000900")
-	fmt.Printf("%+v\n", *httpx.ParseRateLimit(h, now))
+	fmt.Printf("%+v\n", *httppoll.ParseRateLimit(h, now))
 
 	// Nothing usable.
 	h = http.Header{}
 	h.Set("X-RateLimit-Remaining", "plenty")
-	fmt.Println(httpx.ParseRateLimit(h, now))
+	fmt.Println(httppoll.ParseRateLimit(h, now))
 	// Output:
 	// {Limit:5000 Remaining:3 Reset:2h0m0s}
 	// {Limit:5000 Remaining:4999 Reset:15m0s}
@@ -44,12 +44,12 @@ func ExampleNextLink() {
 	base, _ := url.Parse("https://api.example.com/v1/items?page=1")
 	h := http.Header{}
 	h.Add("Link", `</v1/items?page=2>; rel="next", </v1/items?page=9>; rel="last"`)
-	fmt.Println(httpx.NextLink(h, base))
+	fmt.Println(httppoll.NextLink(h, base))
 	// Output: https://api.example.com/v1/items?page=2
 }
 
 func ExampleRedactURL() {
-	fmt.Println(httpx.RedactURL("https://api.example.com/v1/items?api_key=s3cr3t&page=2"))
+	fmt.Println(httppoll.RedactURL("https://api.example.com/v1/items?api_key=s3cr3t&page=2"))
 	// Output: https://api.example.com/v1/items?api_key=[redacted]&page=2
 }
 
@@ -69,17 +69,17 @@ func ExampleClient_Do() {
 	}))
 	defer srv.Close()
 
-	c := &httpx.Client{Timeout: 10 * time.Second}
+	c := &httppoll.Client{Timeout: 10 * time.Second}
 	key := watukuytype.Key{Poller: "orders", Partition: "t_1"}
 	ctx := context.Background()
 
-	resp, err := c.Do(ctx, httpx.Request{Key: key, URL: srv.URL + "/items"})
+	resp, err := c.Do(ctx, httppoll.Request{Key: key, URL: srv.URL + "/items"})
 	fmt.Println(resp.StatusCode, string(resp.Body), resp.ETag, err)
 
-	resp, err = c.Do(ctx, httpx.Request{Key: key, URL: srv.URL + "/items", ETag: resp.ETag})
+	resp, err = c.Do(ctx, httppoll.Request{Key: key, URL: srv.URL + "/items", ETag: resp.ETag})
 	fmt.Println(resp.StatusCode, resp.NotModified, err)
 
-	_, err = c.Do(ctx, httpx.Request{Key: key, URL: srv.URL + "/items", Query: url.Values{"since": {"later"}}})
+	_, err = c.Do(ctx, httppoll.Request{Key: key, URL: srv.URL + "/items", Query: url.Values{"since": {"later"}}})
 	var he *watukuytype.HTTPError
 	if errors.As(err, &he) {
 		fmt.Println(he.StatusCode, he.RetryAfter)

@@ -1,4 +1,4 @@
-package cursor
+package httppoll
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Format names accepted by Parse besides Go layouts.
+// Format names accepted by ParseTime besides Go layouts.
 const (
 	RFC3339 = "rfc3339"  // RFC 3339 with optional fractional seconds
 	EpochS  = "epoch_s"  // seconds since 1970, integer or decimal
@@ -16,12 +16,12 @@ const (
 	Epoch   = "epoch"    // a number: seconds below 1e12, milliseconds above
 )
 
-// Parse reads an API's date in the first of formats that fits: "rfc3339", "epoch_s",
+// ParseTime reads an API's date in the first of formats that fits: "rfc3339", "epoch_s",
 // "epoch_ms", "epoch" (seconds or milliseconds by magnitude: below 1e12 is seconds), or a Go
 // layout such as "2006-01-02 15:04:05" (read as UTC unless it has a zone); no formats means
 // rfc3339 then epoch. A value that fits none is an error: the configuration does not match
 // the API, and no retry will fix it.
-func Parse(v string, formats []string) (time.Time, error) {
+func ParseTime(v string, formats []string) (time.Time, error) {
 	if len(formats) == 0 {
 		formats = []string{RFC3339, Epoch} // the default
 	}
