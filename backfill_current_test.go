@@ -46,11 +46,11 @@ func TestG3BackfillAppliesASameSecondWriteOfACurrentStateAPI(t *testing.T) {
 				if got, _ := dedupingConsumer(e.rec.events()); got["o1"] != "A" {
 					t.Fatalf("setup: the live lane delivered o1 %q before the backfill", got["o1"])
 				}
-				if _, err := eng.Backfill(t.Context(), name, "", watukuytype.BackfillRequest{From: "", Force: tc.force}); err != nil {
+				if _, err := eng.Backfill(t.Context(), watukuytype.Key{Poller: name, Partition: ""}, watukuytype.BackfillRequest{From: "", Force: tc.force}); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
-				ki, _ := eng.Inspect(t.Context(), name, "")
+				ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: name, Partition: ""})
 				var byBackfill []string
 				for _, ev := range e.rec.events() {
 					if ev.Lane == laneBackfillName {
@@ -91,9 +91,9 @@ func TestG3BackfillAppliesAnItemRestoredFromABackup(t *testing.T) {
 				ctx := t.Context()
 				var err error
 				if how == "control-reset-cursor" {
-					err = eng.ResetCursor(ctx, name, "", "", false)
+					err = eng.ResetCursor(ctx, watukuytype.Key{Poller: name, Partition: ""}, "", false)
 				} else {
-					_, err = eng.Backfill(ctx, name, "", watukuytype.BackfillRequest{From: "", Force: how == "backfill-force"})
+					_, err = eng.Backfill(ctx, watukuytype.Key{Poller: name, Partition: ""}, watukuytype.BackfillRequest{From: "", Force: how == "backfill-force"})
 				}
 				if err != nil {
 					t.Fatal(err)
@@ -137,7 +137,7 @@ func TestG3BackfillAppliesADeletionOfACurrentStateSyncAPI(t *testing.T) {
 				api.putRaw("o1", pos, tc.tomb)
 				api.put("y1", 12, "y")
 				e.settle(eng)
-				if _, err := eng.Backfill(t.Context(), name, "", watukuytype.BackfillRequest{From: ""}); err != nil {
+				if _, err := eng.Backfill(t.Context(), watukuytype.Key{Poller: name, Partition: ""}, watukuytype.BackfillRequest{From: ""}); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
@@ -181,14 +181,14 @@ func TestG3DefaultBackfillSupersedesAParkedItem(t *testing.T) {
 				e.settle(eng)
 				api.putRaw("o1", 12, `{"id":"o1","state":"B","bad":true}`)
 				e.settle(eng) // o1 "B" parked; live cursor 12
-				parked, err := eng.Parked().List(ctx, name, "", "invalid")
+				parked, err := eng.Parked().List(ctx, watukuytype.Key{Poller: name, Partition: ""}, "invalid")
 				if err != nil || len(parked) != 1 {
 					t.Fatalf("setup: parked %v, %v", parked, err)
 				}
 				api.putRaw("o1", tc.pos, `{"id":"o1","state":"C"}`)
 				api.putRaw("y1", 14, `{"id":"y1","state":"y"}`)
 				e.settle(eng)
-				if _, err := eng.Backfill(ctx, name, "", watukuytype.BackfillRequest{From: ""}); err != nil {
+				if _, err := eng.Backfill(ctx, watukuytype.Key{Poller: name, Partition: ""}, watukuytype.BackfillRequest{From: ""}); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
@@ -196,7 +196,7 @@ func TestG3DefaultBackfillSupersedesAParkedItem(t *testing.T) {
 					t.Fatalf("setup: after the backfill the consumer holds o1 %q, want C; %v", got["o1"], deliveriesOf(e.rec.events(), "o1"))
 				}
 				strict.Store(false) // the operator fixes the validation
-				n, err := eng.Parked().Retry(ctx, name, "", parked[0].ID)
+				n, err := eng.Parked().Retry(ctx, watukuytype.Key{Poller: name, Partition: ""}, parked[0].ID)
 				e.settle(eng)
 				got, _ := dedupingConsumer(e.rec.events())
 				if got["o1"] != "C" {

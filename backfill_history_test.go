@@ -44,7 +44,7 @@ func TestG3BackfillSpanningCyclesKeepsALiveChange(t *testing.T) {
 				}
 				log.add("x1", 1, "x")
 				e.settle(eng)
-				if _, err := eng.Backfill(t.Context(), name, "", watukuytype.BackfillRequest{From: ""}); err != nil {
+				if _, err := eng.Backfill(t.Context(), watukuytype.Key{Poller: name, Partition: ""}, watukuytype.BackfillRequest{From: ""}); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
@@ -95,11 +95,11 @@ func TestG3BackfillWindowKeepsEarlierLiveChanges(t *testing.T) {
 					to := "2" // the period of o1's first two changes
 					req.To = &to
 				}
-				if _, err := eng.Backfill(t.Context(), name, "", req); err != nil {
+				if _, err := eng.Backfill(t.Context(), watukuytype.Key{Poller: name, Partition: ""}, req); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
-				ki, _ := eng.Inspect(t.Context(), name, "")
+				ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: name, Partition: ""})
 				var order []string
 				for _, ev := range e.rec.events() {
 					if ev.Identity == "o1" {
@@ -150,11 +150,11 @@ func TestG3BackfillKeepsWhatReconcileReadAheadOfTheLiveCursor(t *testing.T) {
 				if armed.Load() {
 					t.Fatal("the reconcile listing never ran: the test proves nothing")
 				}
-				if _, err := eng.Backfill(t.Context(), name, "", watukuytype.BackfillRequest{From: ""}); err != nil {
+				if _, err := eng.Backfill(t.Context(), watukuytype.Key{Poller: name, Partition: ""}, watukuytype.BackfillRequest{From: ""}); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
-				ki, _ := eng.Inspect(t.Context(), name, "")
+				ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: name, Partition: ""})
 				var order []string
 				for _, ev := range e.rec.events() {
 					if ev.Identity == "o1" {
@@ -202,7 +202,7 @@ func TestG3BackfillStoppedHalfWayLeavesThePresent(t *testing.T) {
 				log.add("x1", 1, "x")
 				e.settle(eng)
 				ctx := t.Context()
-				if _, err := eng.Backfill(ctx, name, "", watukuytype.BackfillRequest{From: ""}); err != nil {
+				if _, err := eng.Backfill(ctx, watukuytype.Key{Poller: name, Partition: ""}, watukuytype.BackfillRequest{From: ""}); err != nil {
 					t.Fatal(err)
 				}
 				e.clock.Advance(time.Second)
@@ -216,12 +216,12 @@ func TestG3BackfillStoppedHalfWayLeavesThePresent(t *testing.T) {
 				case "fails":
 					refuse.Store(true)
 				case "restarted-later":
-					if _, err := eng.Backfill(ctx, name, "", watukuytype.BackfillRequest{From: "3"}); err != nil {
+					if _, err := eng.Backfill(ctx, watukuytype.Key{Poller: name, Partition: ""}, watukuytype.BackfillRequest{From: "3"}); err != nil {
 						t.Fatal(err)
 					}
 				}
 				e.settle(eng)
-				ki, _ := eng.Inspect(ctx, name, "")
+				ki, _ := eng.Inspect(ctx, watukuytype.Key{Poller: name, Partition: ""})
 				var order []string
 				for _, ev := range e.rec.events() {
 					if ev.Identity == "o1" {
@@ -270,11 +270,11 @@ func TestG3BackfillEqualTimestampKeepsTheRow(t *testing.T) {
 					to := "2"
 					req.To = &to
 				}
-				if _, err := eng.Backfill(t.Context(), name, "", req); err != nil {
+				if _, err := eng.Backfill(t.Context(), watukuytype.Key{Poller: name, Partition: ""}, req); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
-				ki, _ := eng.Inspect(t.Context(), name, "")
+				ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: name, Partition: ""})
 				var order []string
 				shippedIDs := map[string]bool{}
 				for _, ev := range e.rec.events() {
@@ -320,7 +320,7 @@ func TestG6BackfillVersionlessDeletionEntrySparesTheCurrentLife(t *testing.T) {
 				log.add("y1", 1, "y")
 				e.settle(eng)
 				to := "2"
-				if _, err := eng.Backfill(t.Context(), name, "", watukuytype.BackfillRequest{From: "", To: &to}); err != nil {
+				if _, err := eng.Backfill(t.Context(), watukuytype.Key{Poller: name, Partition: ""}, watukuytype.BackfillRequest{From: "", To: &to}); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
@@ -362,12 +362,12 @@ func TestG3BackfillWindowKeepsAForgottenRow(t *testing.T) {
 				e.settle(eng)
 				ctx := t.Context()
 				// The live lane re-reads from entry 4 (z1): o1's row stays forgotten.
-				if err := eng.ResetCursor(ctx, name, "", "4", clear); err != nil {
+				if err := eng.ResetCursor(ctx, watukuytype.Key{Poller: name, Partition: ""}, "4", clear); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
 				to := "2" // the window [o1 A, x1]
-				if _, err := eng.Backfill(ctx, name, "", watukuytype.BackfillRequest{From: "", To: &to}); err != nil {
+				if _, err := eng.Backfill(ctx, watukuytype.Key{Poller: name, Partition: ""}, watukuytype.BackfillRequest{From: "", To: &to}); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
@@ -413,12 +413,12 @@ func TestG3BackfillOfOlderHistoryKeepsTheParkedLatest(t *testing.T) {
 				e.settle(eng)
 				if backfill {
 					to := "2" // the first page of the log: v1, v2
-					if _, err := eng.Backfill(ctx, name, "", watukuytype.BackfillRequest{From: "", To: &to}); err != nil {
+					if _, err := eng.Backfill(ctx, watukuytype.Key{Poller: name, Partition: ""}, watukuytype.BackfillRequest{From: "", To: &to}); err != nil {
 						t.Fatal(err)
 					}
 					e.settle(eng)
 				}
-				rows, err := eng.Parked().List(ctx, name, "", "invalid")
+				rows, err := eng.Parked().List(ctx, watukuytype.Key{Poller: name, Partition: ""}, "invalid")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -426,7 +426,7 @@ func TestG3BackfillOfOlderHistoryKeepsTheParkedLatest(t *testing.T) {
 				strict = false
 				mu.Unlock()
 				for _, r := range rows {
-					if _, err := eng.Parked().Retry(ctx, name, "", r.ID); err != nil {
+					if _, err := eng.Parked().Retry(ctx, watukuytype.Key{Poller: name, Partition: ""}, r.ID); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -462,12 +462,12 @@ func TestG3BackfillParkedItemOfADeletedIdentityStaysDeleted(t *testing.T) {
 				log.addRaw(`{"id":"o1","deleted":true}`)
 				e.settle(eng)
 				if backfill {
-					if _, err := eng.Backfill(t.Context(), name, "", watukuytype.BackfillRequest{From: ""}); err != nil {
+					if _, err := eng.Backfill(t.Context(), watukuytype.Key{Poller: name, Partition: ""}, watukuytype.BackfillRequest{From: ""}); err != nil {
 						t.Fatal(err)
 					}
 					e.settle(eng)
 				}
-				rows, _ := eng.Parked().List(t.Context(), name, "", "invalid")
+				rows, _ := eng.Parked().List(t.Context(), watukuytype.Key{Poller: name, Partition: ""}, "invalid")
 				var parked []string
 				for _, r := range rows {
 					parked = append(parked, r.Identity+":"+stateOf(r.Item))

@@ -332,7 +332,7 @@ func BenchmarkReleaseHeldHotKey(b *testing.B) {
 			b.Fatal(err)
 		}
 		eng.core.RunCycle(ctx, key) // parked: X is held
-		rows, err := eng.Parked().List(ctx, "orders", "", "poison")
+		rows, err := eng.Parked().List(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, "poison")
 		if err != nil || len(rows) != 1 {
 			b.Fatalf("parked: %v %v", rows, err)
 		}
@@ -357,7 +357,7 @@ func BenchmarkReleaseHeldHotKey(b *testing.B) {
 		rb.Client.SlowLogReset(ctx)
 		fail = false
 		b.StartTimer()
-		if _, err := eng.Parked().Retry(ctx, "orders", "", rows[0].ID); err != nil {
+		if _, err := eng.Parked().Retry(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, rows[0].ID); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
@@ -609,7 +609,7 @@ func TestRedisCostsAtScale(t *testing.T) {
 		t.Fatalf("%+v", rep)
 	}
 	rec.setFail(nil)
-	rows, err := eng.Parked().List(ctx, "orders", parts[2], "poison")
+	rows, err := eng.Parked().List(ctx, watukuytype.Key{Poller: "orders", Partition: parts[2]}, "poison")
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("parked: %v %v", rows, err)
 	}
@@ -636,17 +636,19 @@ func TestRedisCostsAtScale(t *testing.T) {
 	}
 	claimer := eng.Claimer()
 	measure("noop (the measure's own overhead)", func() {})
-	measure("inspect the key with 1M identities", func() { _, _ = eng.Inspect(ctx, "orders", parts[0]) })
-	measure("inspect the key with the 100k outbox", func() { _, _ = eng.Inspect(ctx, "orders", parts[1]) })
-	measure("inspect the key with 100k held", func() { _, _ = eng.Inspect(ctx, "orders", parts[2]) })
-	measure("inspect an idle key", func() { _, _ = eng.Inspect(ctx, "orders", parts[n-1]) })
+	measure("inspect the key with 1M identities", func() { _, _ = eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: parts[0]}) })
+	measure("inspect the key with the 100k outbox", func() { _, _ = eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: parts[1]}) })
+	measure("inspect the key with 100k held", func() { _, _ = eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: parts[2]}) })
+	measure("inspect an idle key", func() { _, _ = eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: parts[n-1]}) })
 	measure("claim 10 due keys", func() { _, _ = claimer.ClaimDue(ctx, 10, 0, []string{"orders"}) })
 	measure("claim 10 due keys, no poller named", func() { _, _ = claimer.ClaimDue(ctx, 10, 0, nil) })
 	measure("GET /api/keys (InspectPage 100)", func() { _, _, _ = eng.InspectPage(ctx, "", "", 100) })
 	measure("GET /api/keys?limit=1000 (InspectPage 1000)", func() { _, _, _ = eng.InspectPage(ctx, "", "", 1000) })
 	measure("GET /api/keys page in the middle", func() { _, _, _ = eng.InspectPage(ctx, "orders", "orders|"+parts[n/2], 100) })
 	measure("GET /api/pollers (PollerKeys)", func() { _, _ = eng.PollerKeys(ctx) })
-	measure("parked page of the key (Parked.Page 100)", func() { _, _, _ = eng.Parked().Page(ctx, "orders", parts[2], "", "", 100) })
+	measure("parked page of the key (Parked.Page 100)", func() {
+		_, _, _ = eng.Parked().Page(ctx, watukuytype.Key{Poller: "orders", Partition: parts[2]}, "", "", 100)
+	})
 	measure("GET /api/parked, one request (emulated: 10 pages of 1,000 keys + ZCARDs, MaxScan)", func() {
 		after := ""
 		for range 10 {
@@ -672,20 +674,20 @@ func TestRedisCostsAtScale(t *testing.T) {
 	measure("Keys(orders) (CLI listing)", func() { _, _ = eng.Keys(ctx, "orders") })
 	measure("repair sweep (RepairDue)", func() { _, _ = eng.RepairDue(ctx) })
 	measure("parked retry (1 row, 100k held)", func() {
-		if _, err := eng.Parked().Retry(ctx, "orders", parts[2], rows[0].ID); err != nil {
+		if _, err := eng.Parked().Retry(ctx, watukuytype.Key{Poller: "orders", Partition: parts[2]}, rows[0].ID); err != nil {
 			t.Error(err)
 		}
 	})
 	measure("cycle draining the 100k held released", func() { eng.RunCycle(ctx, watukuytype.Key{Poller: "orders", Partition: parts[2]}) })
 	measure("cycle draining the 100k outbox", func() { eng.RunCycle(ctx, watukuytype.Key{Poller: "orders", Partition: parts[1]}) })
 	measure("partitions delete of the 1M-identity key", func() {
-		if err := eng.Partitions().Delete(ctx, "orders", parts[0]); err != nil {
+		if err := eng.Partitions().Delete(ctx, watukuytype.Key{Poller: "orders", Partition: parts[0]}); err != nil {
 			t.Error(err)
 		}
 	})
-	measure("pause one key (Engine.Pause)", func() { _ = eng.Pause(ctx, "orders", parts[5]) })
+	measure("pause one key (Engine.Pause)", func() { _ = eng.Pause(ctx, watukuytype.Key{Poller: "orders", Partition: parts[5]}) })
 	measure(fmt.Sprintf("poller-wide pause (%d keys)", n), func() {
-		if _, err := eng.Each(ctx, "orders", nil, func(k watukuytype.Key) error { return eng.Pause(ctx, k.Poller, k.Partition) }); err != nil {
+		if _, err := eng.Each(ctx, "orders", nil, func(k watukuytype.Key) error { return eng.Pause(ctx, k) }); err != nil {
 			t.Error(err)
 		}
 	})

@@ -35,7 +35,7 @@ func TestG2ClearSnapshotKeepsTheChangeCount(t *testing.T) {
 			e.api.Put("o1", map[string]any{"state": s})
 			e.settle(eng)
 		}
-		if err := eng.ResetCursor(t.Context(), "orders", "", "", true); err != nil {
+		if err := eng.ResetCursor(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, "", true); err != nil {
 			t.Fatal(err)
 		}
 		e.settle(eng) // o1 emitted again as created (C)
@@ -64,7 +64,7 @@ func TestG2ClearSnapshotKeepsALifeOlderThanTheRetention(t *testing.T) {
 		e.api.Put("o1", map[string]any{"state": "closed"}) // a second life
 		e.settle(eng)
 		e.clock.Advance(2 * time.Hour) // the second life is older than the retention
-		if err := eng.ResetCursor(t.Context(), "orders", "", "", true); err != nil {
+		if err := eng.ResetCursor(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, "", true); err != nil {
 			t.Fatal(err)
 		}
 		e.settle(eng)
@@ -93,7 +93,7 @@ func TestG2DeleteAfterClearSnapshotGetsANewID(t *testing.T) {
 		e.settle(eng)
 		e.api.Put("o1", map[string]any{"state": "closed"}) // a second life
 		e.settle(eng)
-		if err := eng.ResetCursor(t.Context(), "orders", "", "", true); err != nil {
+		if err := eng.ResetCursor(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, "", true); err != nil {
 			t.Fatal(err)
 		}
 		e.settle(eng) // o1 re-emitted as created (the runbook's "with its first id")
@@ -131,7 +131,7 @@ func TestG3DeleteRightAfterClearSnapshotIsEmitted(t *testing.T) {
 		e.api.Put("a", nil)
 		e.api.Put("x", nil)
 		e.settle(eng)
-		if err := eng.ResetCursor(t.Context(), "orders", "", "", true); err != nil {
+		if err := eng.ResetCursor(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, "", true); err != nil {
 			t.Fatal(err)
 		}
 		e.api.Delete("x") // before the next listing
@@ -167,7 +167,7 @@ func TestG3ClearSnapshotReemitsItemsOlderThanTheirRows(t *testing.T) {
 					e.settle(eng)
 				}
 				before := len(e.rec.events())
-				if err := eng.ResetCursor(t.Context(), name, "", "", true); err != nil {
+				if err := eng.ResetCursor(t.Context(), watukuytype.Key{Poller: name, Partition: ""}, "", true); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
@@ -219,19 +219,19 @@ func TestG3ParkedItemStaysRetriableAfterClearSnapshot(t *testing.T) {
 				log.add("o1", 2, "bad")
 				e.settle(eng)
 				if reset {
-					if err := eng.ResetCursor(ctx, name, "", "", true); err != nil {
+					if err := eng.ResetCursor(ctx, watukuytype.Key{Poller: name, Partition: ""}, "", true); err != nil {
 						t.Fatal(err)
 					}
 					e.settle(eng)
 				}
-				rows, err := eng.Parked().List(ctx, name, "", "invalid")
+				rows, err := eng.Parked().List(ctx, watukuytype.Key{Poller: name, Partition: ""}, "invalid")
 				if err != nil || len(rows) != 1 {
 					t.Fatalf("parked: %v, %v", rows, err)
 				}
 				mu.Lock()
 				strict = false
 				mu.Unlock()
-				if n, err := eng.Parked().Retry(ctx, name, "", rows[0].ID); err != nil || n != 1 {
+				if n, err := eng.Parked().Retry(ctx, watukuytype.Key{Poller: name, Partition: ""}, rows[0].ID); err != nil || n != 1 {
 					t.Fatalf("retry: %d, %v", n, err)
 				}
 				e.settle(eng)

@@ -32,7 +32,7 @@ func TestEndToEndChangeFeed(t *testing.T) {
 		if len(evs) != 26 || evs[25].Type != watukuytype.Updated || evs[25].Identity != "o03" || evs[25].Version != "2" {
 			t.Fatalf("got %d events, last %+v", len(evs), evs[len(evs)-1])
 		}
-		ki, err := eng.Inspect(t.Context(), "orders", "")
+		ki, err := eng.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,10 +142,10 @@ func TestRegisterConfigErrors(t *testing.T) {
 		t.Fatalf("duplicate poller: %v", err)
 	}
 	var nf *watukuytype.NotFoundError
-	if err := eng.Trigger(t.Context(), "nope", ""); !errors.As(err, &nf) || nf.PartitionMissing || !strings.Contains(err.Error(), `known: "orders"`) {
+	if err := eng.Trigger(t.Context(), watukuytype.Key{Poller: "nope", Partition: ""}); !errors.As(err, &nf) || nf.PartitionMissing || !strings.Contains(err.Error(), `known: "orders"`) {
 		t.Fatalf("unknown poller: %v", err)
 	}
-	if err := eng.Trigger(t.Context(), "orders", "t9"); !errors.As(err, &nf) || !nf.PartitionMissing {
+	if err := eng.Trigger(t.Context(), watukuytype.Key{Poller: "orders", Partition: "t9"}); !errors.As(err, &nf) || !nf.PartitionMissing {
 		t.Fatalf("unknown partition: %v", err)
 	}
 }
@@ -180,7 +180,7 @@ func TestInvalidItemsAreParked(t *testing.T) {
 		if n := len(e.rec.events()); n != 1 {
 			t.Fatalf("delivered %d events, want 1", n)
 		}
-		rows, err := eng.Parked().List(t.Context(), "orders", "", "invalid")
+		rows, err := eng.Parked().List(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, "invalid")
 		if err != nil || len(rows) != 3 {
 			t.Fatalf("invalid rows: %d %v", len(rows), err)
 		}
@@ -204,7 +204,7 @@ func TestInvalidItemsAreParked(t *testing.T) {
 				negID = r.ID
 			}
 		}
-		if n, err := eng2.Parked().Retry(t.Context(), "orders", "", negID); err != nil || n != 1 {
+		if n, err := eng2.Parked().Retry(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, negID); err != nil || n != 1 {
 			t.Fatalf("retry invalid: %d %v", n, err)
 		}
 		e.settle(eng2)
@@ -233,7 +233,7 @@ func TestHandlerPanicIsAFailure(t *testing.T) {
 		if calls.Load() != 3 || len(e.rec.events()) != 2 {
 			t.Fatalf("calls %d, delivered %d", calls.Load(), len(e.rec.events()))
 		}
-		rows, _ := eng.Parked().List(t.Context(), "orders", "", "poison")
+		rows, _ := eng.Parked().List(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, "poison")
 		if len(rows) != 1 || !strings.Contains(rows[0].Error, "handler panic: nil map write") || len(rows[0].Errors) != 3 {
 			t.Fatalf("parked: %+v", rows)
 		}
@@ -253,7 +253,7 @@ func TestPoisonHaltOpensCircuit(t *testing.T) {
 			p.Delivery.Concurrency = 1
 		}), nil)
 		e.tick(eng)
-		ki, _ := eng.Inspect(t.Context(), "orders", "")
+		ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 		if ki.Circuit != "open" || ki.OutboxPending != 2 || ki.Parked != 0 || !strings.Contains(string(ki.LastError), "POISON_HALT") {
 			t.Fatalf("after halt: %+v", ki)
 		}
@@ -263,11 +263,11 @@ func TestPoisonHaltOpensCircuit(t *testing.T) {
 			t.Fatalf("ran while the circuit is open: %+v", rep)
 		}
 		e.rec.setFail(nil)
-		if err := eng.Trigger(t.Context(), "orders", ""); err != nil { // forces the probe
+		if err := eng.Trigger(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}); err != nil { // forces the probe
 			t.Fatal(err)
 		}
 		e.tick(eng)
-		ki, _ = eng.Inspect(t.Context(), "orders", "")
+		ki, _ = eng.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 		if ki.Circuit != "closed" || ki.OutboxPending != 0 || len(e.rec.events()) != 2 {
 			t.Fatalf("after the probe: %+v, delivered %d", ki, len(e.rec.events()))
 		}
@@ -297,17 +297,17 @@ func TestPauseResume(t *testing.T) {
 		e := newEnv(t, b)
 		putN(e, 3)
 		eng := e.engine(e.poller(), nil)
-		if err := eng.Pause(t.Context(), "orders", ""); err != nil {
+		if err := eng.Pause(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 			t.Fatal(err)
 		}
 		e.clock.Advance(5 * time.Minute)
 		if rep := e.tick(eng); rep.SkippedPaused != 1 || e.api.Fetches() != 0 {
 			t.Fatalf("paused key ran: %+v, fetches %d", rep, e.api.Fetches())
 		}
-		if ki, _ := eng.Inspect(t.Context(), "orders", ""); ki.Status != "paused" {
+		if ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}); ki.Status != "paused" {
 			t.Fatalf("status %q", ki.Status)
 		}
-		if err := eng.Resume(t.Context(), "orders", ""); err != nil {
+		if err := eng.Resume(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 			t.Fatal(err)
 		}
 		if rep := e.tick(eng); rep.Ran != 1 || len(e.rec.events()) != 3 {

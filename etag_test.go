@@ -212,14 +212,14 @@ func TestG3ParkedRetryClearsTheCommittedTag(t *testing.T) {
 				e.settle(eng) // 0a created, 0y parked invalid
 				l.set("0y", "")
 				e.settle(eng) // {0a}: quiet, the tag is committed
-				rows, err := eng.Parked().List(ctx, name, "", "invalid")
+				rows, err := eng.Parked().List(ctx, watukuytype.Key{Poller: name, Partition: ""}, "invalid")
 				if err != nil || len(rows) != 1 {
 					t.Fatalf("parked: %v, %v", rows, err)
 				}
 				mu.Lock()
 				strict = false
 				mu.Unlock()
-				if n, err := eng.Parked().Retry(ctx, name, "", rows[0].ID); err != nil || n != 1 {
+				if n, err := eng.Parked().Retry(ctx, watukuytype.Key{Poller: name, Partition: ""}, rows[0].ID); err != nil || n != 1 {
 					t.Fatalf("retry: %d, %v", n, err)
 				}
 				e.settle(eng)
@@ -227,7 +227,7 @@ func TestG3ParkedRetryClearsTheCommittedTag(t *testing.T) {
 					e.clock.Advance(3 * time.Minute)
 					e.tick(eng)
 				}
-				ki, _ := eng.Inspect(ctx, name, "")
+				ki, _ := eng.Inspect(ctx, watukuytype.Key{Poller: name, Partition: ""})
 				t.Logf("last poll: %s", ki.LastPoll)
 				got := e.rec.final()
 				l.mu.Lock()
@@ -288,7 +288,7 @@ func TestG3DeathBetweenChunksLeavesNoStaleTag(t *testing.T) {
 					e.clock.Advance(3 * time.Minute)
 					e.tick(eng)
 				}
-				ki, _ := eng.Inspect(t.Context(), name, "")
+				ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: name, Partition: ""})
 				t.Logf("last poll: %s", ki.LastPoll)
 				got := e.rec.final()
 				l.mu.Lock()
@@ -351,7 +351,7 @@ func TestG3ThrottledDeletePassLeavesNoStaleTag(t *testing.T) {
 					e.clock.Advance(3 * time.Minute)
 					e.tick(eng)
 				}
-				ki, _ := eng.Inspect(t.Context(), name, "")
+				ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: name, Partition: ""})
 				t.Logf("last poll: %s", ki.LastPoll)
 				got := e.rec.final()
 				l.mu.Lock()
@@ -395,7 +395,7 @@ func TestG3SchemaChangeIsNotHiddenByTheCommittedTag(t *testing.T) {
 					}
 				}), nil)
 				e.settle(eng)
-				ki, _ := eng.Inspect(t.Context(), name, "")
+				ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: name, Partition: ""})
 				t.Logf("last poll after the deploy: %s", ki.LastPoll)
 				if n := len(e.rec.events()) - start; n != 10 {
 					t.Errorf("G3: the schema change emitted %d updated events, want 10 (every hash changed)", n)

@@ -105,7 +105,7 @@ func ExampleEngine_Replay() {
 	if _, err := eng.Tick(ctx, time.Second); err != nil {
 		panic(err)
 	}
-	n, err := eng.Replay(ctx, "orders", "", since, time.Time{})
+	n, err := eng.Replay(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, since, time.Time{})
 	if err != nil {
 		panic(err)
 	}
@@ -132,7 +132,7 @@ func ExampleEngine_Backfill() {
 	if _, err := eng.Tick(ctx, time.Second); err != nil {
 		panic(err)
 	}
-	bp, err := eng.Backfill(ctx, "orders", "", watukuytype.BackfillRequest{From: "", Force: true})
+	bp, err := eng.Backfill(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, watukuytype.BackfillRequest{From: "", Force: true})
 	if err != nil {
 		panic(err)
 	}
@@ -140,7 +140,7 @@ func ExampleEngine_Backfill() {
 	if _, err := eng.Tick(ctx, time.Second); err != nil {
 		panic(err)
 	}
-	ki, err := eng.Inspect(ctx, "orders", "")
+	ki, err := eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: ""})
 	if err != nil {
 		panic(err)
 	}

@@ -92,7 +92,7 @@ func TestG5FailoverThatLostTheGrant(t *testing.T) {
 	r.CutLink()
 	api.Put("o1", nil)
 	a := instance("A")
-	if err := a.Trigger(ctx, "orders", ""); err != nil {
+	if err := a.Trigger(ctx, watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 		t.Fatal(err)
 	}
 	aDone := make(chan watukuytype.CycleReport)
@@ -102,7 +102,7 @@ func TestG5FailoverThatLostTheGrant(t *testing.T) {
 	r.Promote(t)
 	clients.Retarget(tcpAddr(t, r.Replica))
 	bb := instance("B")
-	if err := bb.Trigger(ctx, "orders", ""); err != nil {
+	if err := bb.Trigger(ctx, watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 		t.Fatal(err)
 	}
 	bDone := make(chan watukuytype.CycleReport)
@@ -167,7 +167,7 @@ func TestG3FailoverNeverLosesADeliveredCommit(t *testing.T) {
 	key := watukuytype.Key{Poller: "orders"}
 	cycle := func() watukuytype.CycleReport {
 		t.Helper()
-		if err := eng.Trigger(ctx, "orders", ""); err != nil {
+		if err := eng.Trigger(ctx, watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 			t.Fatal(err)
 		}
 		return eng.RunCycle(ctx, key)
@@ -184,7 +184,7 @@ func TestG3FailoverNeverLosesADeliveredCommit(t *testing.T) {
 	if rep.Delivered != 0 || rep.Events != 1 {
 		t.Fatalf("a commit no replica has was delivered: %+v", rep)
 	}
-	if ki, _ := eng.Inspect(ctx, "orders", ""); !strings.Contains(string(ki.LastError), "REPLICATION") {
+	if ki, _ := eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: ""}); !strings.Contains(string(ki.LastError), "REPLICATION") {
 		t.Fatalf("lastError after an unreplicated commit: %s", ki.LastError)
 	}
 	r.KillPrimary()

@@ -170,12 +170,12 @@ func strictBadPrefix(strict *atomic.Bool) func(json.RawMessage) error {
 // retryAllParked retries every parked invalid row of a key, oldest first (parked ls order).
 func retryAllParked(t *testing.T, eng *Engine, poller string) {
 	t.Helper()
-	rows, err := eng.Parked().List(t.Context(), poller, "", "invalid")
+	rows, err := eng.Parked().List(t.Context(), watukuytype.Key{Poller: poller, Partition: ""}, "invalid")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range rows {
-		if _, err := eng.Parked().Retry(t.Context(), poller, "", r.ID); err != nil {
+		if _, err := eng.Parked().Retry(t.Context(), watukuytype.Key{Poller: poller, Partition: ""}, r.ID); err != nil {
 			t.Logf("retry %s (%s): %v", r.ID, r.Identity, err)
 		}
 	}

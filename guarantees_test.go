@@ -63,7 +63,7 @@ func TestG1NoLoss(t *testing.T) {
 				t.Errorf("change %s v%d was never delivered", ch.ID, ch.Version)
 			}
 		}
-		ki, _ := c.Inspect(t.Context(), "orders", "")
+		ki, _ := c.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 		if ki.OutboxPending != 0 {
 			t.Errorf("outbox still holds %d entries", ki.OutboxPending)
 		}
@@ -188,19 +188,19 @@ func TestG4PerKeyOrder(t *testing.T) {
 				if got := len(e.rec.events()); got != 2 {
 					t.Fatalf("key b should flow: %d events", got)
 				}
-				parked, err := eng.Parked().List(t.Context(), "orders", "", "poison")
+				parked, err := eng.Parked().List(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, "poison")
 				if err != nil || len(parked) != 1 || parked[0].OrderingKey != "a" || parked[0].Attempts != 2 {
 					t.Fatalf("parked: %+v %v", parked, err)
 				}
-				if ki, _ := eng.Inspect(t.Context(), "orders", ""); ki.Held != 2 || ki.Parked != 1 {
+				if ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}); ki.Held != 2 || ki.Parked != 1 {
 					t.Fatalf("inspect: held %d parked %d", ki.Held, ki.Parked)
 				}
 				e.rec.setFail(nil)
 				var n int
 				if action == "retry" {
-					n, err = eng.Parked().Retry(t.Context(), "orders", "", parked[0].ID)
+					n, err = eng.Parked().Retry(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, parked[0].ID)
 				} else {
-					n, err = eng.Parked().Discard(t.Context(), "orders", "", parked[0].ID)
+					n, err = eng.Parked().Discard(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, parked[0].ID)
 				}
 				if err != nil || n != 1 {
 					t.Fatalf("%s: n=%d err=%v", action, n, err)
@@ -219,7 +219,7 @@ func TestG4PerKeyOrder(t *testing.T) {
 				if !slices.Equal(versions, want) {
 					t.Fatalf("a delivered in order %v, want %v", versions, want)
 				}
-				if ki, _ := eng.Inspect(t.Context(), "orders", ""); ki.Held != 0 || ki.Parked != 0 || ki.OutboxPending != 0 {
+				if ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}); ki.Held != 0 || ki.Parked != 0 || ki.OutboxPending != 0 {
 					t.Fatalf("after %s: %+v", action, ki)
 				}
 			})
@@ -334,7 +334,7 @@ func TestG6NoFalseDeletes(t *testing.T) {
 		// The failed page ended the listing: none goes on from it (the next starts over). A
 		// listing longer than a cycle goes on from where it stopped, and completes.
 		listings := func(eng *Engine) []watukuytype.ListingProgress {
-			ki, err := eng.Inspect(t.Context(), "orders", "")
+			ki, err := eng.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -484,11 +484,11 @@ func TestG4RetryAfterCrashKeepsOrder(t *testing.T) {
 		e.rec.setFail(nil)
 		next := e.engine(p, nil)
 		e.clock.Advance(3 * time.Minute) // past the dead instance's lease
-		parked, err := next.Parked().List(t.Context(), "orders", "", "poison")
+		parked, err := next.Parked().List(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, "poison")
 		if err != nil || len(parked) != 1 {
 			t.Fatalf("parked: %v %v", parked, err)
 		}
-		if _, err := next.Parked().Retry(t.Context(), "orders", "", parked[0].ID); err != nil {
+		if _, err := next.Parked().Retry(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, parked[0].ID); err != nil {
 			t.Fatal(err)
 		}
 		e.settle(next)

@@ -109,11 +109,11 @@ func TestG4RetryAfterDeathBetweenParkAndAck(t *testing.T) {
 		e.clock.Advance(3 * time.Minute)
 		e.tick(eng) // the drain moves the unacked a1 aside: A is held
 		e.rec.setFail(nil)
-		rows, err := eng.Parked().List(t.Context(), "orders", "", "poison")
+		rows, err := eng.Parked().List(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, "poison")
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("parked: %v %v", rows, err)
 		}
-		if _, err := eng.Parked().Retry(t.Context(), "orders", "", rows[0].ID); err != nil {
+		if _, err := eng.Parked().Retry(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, rows[0].ID); err != nil {
 			t.Fatal(err)
 		}
 		e.settle(eng)
@@ -159,11 +159,11 @@ func TestG4RetryBeforeAnyCycleAfterDeathBetweenParkAndAck(t *testing.T) {
 		eng := e.engine(e.poller(sameKey), nil)
 		e.clock.Advance(3 * time.Minute) // the dead process's lease lapses; no cycle runs
 		e.rec.setFail(nil)
-		rows, err := eng.Parked().List(t.Context(), "orders", "", "poison")
+		rows, err := eng.Parked().List(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, "poison")
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("parked: %v %v", rows, err)
 		}
-		if _, err := eng.Parked().Retry(t.Context(), "orders", "", rows[0].ID); err != nil {
+		if _, err := eng.Parked().Retry(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, rows[0].ID); err != nil {
 			t.Fatal(err)
 		}
 		e.settle(eng)
@@ -201,11 +201,11 @@ func TestG4HeldHotKeyReleasedTwiceWithNewEvents(t *testing.T) {
 		eng := e.engine(e.poller(hot), nil)
 		e.settle(eng)
 		retry := func() {
-			rows, err := eng.Parked().List(t.Context(), "orders", "", "poison")
+			rows, err := eng.Parked().List(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, "poison")
 			if err != nil || len(rows) != 1 {
 				t.Fatalf("parked: %v %v", rows, err)
 			}
-			if _, err := eng.Parked().Retry(t.Context(), "orders", "", rows[0].ID); err != nil {
+			if _, err := eng.Parked().Retry(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, rows[0].ID); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -254,11 +254,11 @@ func TestG1NewlineInAnOrderingKeyDoesNotWedgeTheDrain(t *testing.T) {
 		e.clock.Advance(3 * time.Minute)
 		e.tick(eng) // updated x\ny is committed into :held
 		e.rec.setFail(nil)
-		rows, err := eng.Parked().List(t.Context(), "orders", "", "poison")
+		rows, err := eng.Parked().List(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, "poison")
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("parked: %v %v", rows, err)
 		}
-		if _, err := eng.Parked().Retry(t.Context(), "orders", "", rows[0].ID); err != nil {
+		if _, err := eng.Parked().Retry(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, rows[0].ID); err != nil {
 			t.Fatal(err)
 		}
 		e.api.Put("z", nil) // an unrelated change

@@ -138,7 +138,7 @@ func (e *env) settleTo304(eng *Engine) {
 	e.settle(eng)
 	e.clock.Advance(3 * time.Minute)
 	e.tick(eng)
-	if ki, _ := eng.Inspect(context.Background(), "orders", ""); ki.LastPoll == nil || !strings.Contains(string(ki.LastPoll), `"notModified":true`) {
+	if ki, _ := eng.Inspect(context.Background(), watukuytype.Key{Poller: "orders", Partition: ""}); ki.LastPoll == nil || !strings.Contains(string(ki.LastPoll), `"notModified":true`) {
 		e.t.Fatalf("the live lane does not get 304s, the test proves nothing: %s", ki.LastPoll)
 	}
 }

@@ -108,7 +108,7 @@ func TestG8Politeness(t *testing.T) {
 			t.Helper()
 			from := e.clock.Now()
 			e.tick(eng)
-			ki, _ := eng.Inspect(t.Context(), "orders", "")
+			ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 			if ki.ThrottledUntil == nil || ki.Circuit != "closed" || ki.Failures != 0 || ki.LastError != nil || ki.Status != "throttled" {
 				t.Fatalf("after a throttle: %+v", ki)
 			}
@@ -269,7 +269,7 @@ func TestCursorStallDetected(t *testing.T) {
 		e.tick(eng)
 		e.clock.Advance(time.Minute)
 		e.tick(eng)
-		ki, _ := eng.Inspect(t.Context(), "orders", "")
+		ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 		if !strings.Contains(string(ki.LastError), "CURSOR_STALL") || !strings.Contains(string(ki.LastError), "tie-breaker") {
 			t.Fatalf("lastError %s", ki.LastError)
 		}
@@ -318,10 +318,10 @@ func TestDeletesFromCompleteListingsOnly(t *testing.T) {
 			t.Fatalf("initial: %d events", n)
 		}
 		// 304: idle, the interval grows, nothing emitted.
-		ki, _ := eng.Inspect(t.Context(), "snap", "")
+		ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: "snap", Partition: ""})
 		e.clock.Advance(3 * time.Minute)
 		e.tick(eng)
-		ki2, _ := eng.Inspect(t.Context(), "snap", "")
+		ki2, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: "snap", Partition: ""})
 		if !strings.Contains(string(ki2.LastPoll), `"notModified":true`) || ki2.Interval < ki.Interval {
 			t.Fatalf("304 must be idle: %s, interval %v -> %v", ki2.LastPoll, ki.Interval, ki2.Interval)
 		}
@@ -367,14 +367,14 @@ func TestMalformedResponses(t *testing.T) {
 		eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Fetch = timestampCursor(srv, 50, true).Fetch }), nil)
 		srv.Inject(fakeapi.Fault{Malformed: true})
 		e.tick(eng)
-		ki, _ := eng.Inspect(t.Context(), "orders", "")
+		ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 		if !strings.Contains(string(ki.LastError), "byte offset") || ki.Cursor != "" {
 			t.Fatalf("malformed JSON: %s, cursor %q", ki.LastError, ki.Cursor)
 		}
 		srv.Inject(fakeapi.Fault{NoIdentity: true})
 		e.clock.Advance(time.Hour)
 		e.tick(eng)
-		rows, _ := eng.Parked().List(context.Background(), "orders", "", "invalid")
+		rows, _ := eng.Parked().List(context.Background(), watukuytype.Key{Poller: "orders", Partition: ""}, "invalid")
 		if len(rows) != 1 || !strings.Contains(rows[0].Error, "no identity") {
 			t.Fatalf("parked: %+v", rows)
 		}

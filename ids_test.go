@@ -89,10 +89,10 @@ func TestG2HistoryPassedAgain(t *testing.T) {
 				}
 				first := len(e.rec.events())
 				if how == "backfill" {
-					if _, err := eng.Backfill(t.Context(), name, "", watukuytype.BackfillRequest{From: ""}); err != nil {
+					if _, err := eng.Backfill(t.Context(), watukuytype.Key{Poller: name, Partition: ""}, watukuytype.BackfillRequest{From: ""}); err != nil {
 						t.Fatal(err)
 					}
-				} else if err := eng.ResetCursor(t.Context(), name, "", "", false); err != nil {
+				} else if err := eng.ResetCursor(t.Context(), watukuytype.Key{Poller: name, Partition: ""}, "", false); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)

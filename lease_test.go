@@ -143,7 +143,7 @@ func TestStop(t *testing.T) {
 		if rep, err := eng.Tick(t.Context(), time.Second); err != nil || rep.Ran != 0 {
 			t.Fatalf("a stopped engine ran: %+v %v", rep, err)
 		}
-		if ki, _ := eng.Inspect(t.Context(), "orders", ""); ki.OutboxPending != 2 {
+		if ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}); ki.OutboxPending != 2 {
 			t.Fatalf("cancelled deliveries must stay in the outbox: %d", ki.OutboxPending)
 		}
 		handler = e.rec.handle
@@ -345,7 +345,7 @@ func TestG5CheckLeaseFailsOnceTheLeaseIsLost(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.api.Put("o99", nil)
-		if err := eng.Trigger(t.Context(), "orders", ""); err != nil {
+		if err := eng.Trigger(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 			t.Fatal(err)
 		}
 		if rep := eng.RunCycle(t.Context(), watukuytype.Key{Poller: "orders"}); rep.Delivered == 0 {

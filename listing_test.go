@@ -34,7 +34,7 @@ func TestLongListingSpansCycles(t *testing.T) {
 				if len(rep.Errors) > 0 {
 					t.Fatalf("tick %d: %v", i, rep.Errors)
 				}
-				ki, err := eng.Inspect(t.Context(), "orders", "")
+				ki, err := eng.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 				if err != nil {
 					t.Fatal(err)
 				}

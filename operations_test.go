@@ -45,7 +45,7 @@ func byLane(evs []watukuytype.Event) map[string][]watukuytype.Event {
 func (e *env) backfillDone(eng *Engine) {
 	e.t.Helper()
 	for i := 0; i < 50; i++ {
-		ki, err := eng.Inspect(context.Background(), "orders", "")
+		ki, err := eng.Inspect(context.Background(), watukuytype.Key{Poller: "orders", Partition: ""})
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -74,7 +74,7 @@ func TestBackfillTenThousand(t *testing.T) {
 			p.Delivery.Concurrency = 16
 		})
 		eng := e.engine(p, nil)
-		if err := eng.ResetCursor(ctx, "orders", "", "5000", false); err != nil {
+		if err := eng.ResetCursor(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, "5000", false); err != nil {
 			t.Fatal(err)
 		}
 		e.settle(eng)
@@ -82,7 +82,7 @@ func TestBackfillTenThousand(t *testing.T) {
 			t.Fatalf("live lane from 5000 delivered %d events, want 5000", n)
 		}
 
-		bp, err := eng.Backfill(ctx, "orders", "", watukuytype.BackfillRequest{})
+		bp, err := eng.Backfill(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, watukuytype.BackfillRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +100,7 @@ func TestBackfillTenThousand(t *testing.T) {
 		if len(next) < 2 || next[0].Lane != "live" || next[0].Identity != "o9000" || next[1].Lane != "backfill" {
 			t.Fatalf("first events of the cycle: %+v", next[:min(len(next), 2)])
 		}
-		ki, _ := eng.Inspect(ctx, "orders", "")
+		ki, _ := eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: ""})
 		if ki.Backfill == nil || ki.Backfill.Done || ki.Backfill.Pages == 0 || ki.Backfill.Fraction == nil || *ki.Backfill.Fraction >= 1 {
 			t.Fatalf("backfill progress after one cycle: %+v", ki.Backfill)
 		}
@@ -118,7 +118,7 @@ func TestBackfillTenThousand(t *testing.T) {
 		if len(seen) != 5000 || len(lanes["live"]) != 5001 {
 			t.Fatalf("backfill emitted %d identities (want 5000), live %d events (want 5001)", len(seen), len(lanes["live"]))
 		}
-		ki, _ = eng.Inspect(ctx, "orders", "")
+		ki, _ = eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: ""})
 		if bf := ki.Backfill; bf == nil || !bf.Done || bf.Items < 9_999 || bf.Events != 5000 || *bf.Fraction != 1 || ki.Cursors["backfill"] != bf.Cursor || !reached(bf.Cursor, 10_000) {
 			t.Fatalf("finished backfill: %+v cursors %v", bf, ki.Cursors)
 		}
@@ -130,7 +130,7 @@ func TestBackfillTenThousand(t *testing.T) {
 		}
 		start := len(e.rec.events())
 		null := ""
-		if _, err := eng.Backfill(ctx, "orders", "", watukuytype.BackfillRequest{To: &null, Force: true}); err != nil {
+		if _, err := eng.Backfill(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, watukuytype.BackfillRequest{To: &null, Force: true}); err != nil {
 			t.Fatal(err)
 		}
 		e.backfillDone(eng)
@@ -153,7 +153,7 @@ func TestBackfillRefusesSnapshotDiff(t *testing.T) {
 	e := newEnv(t, redistest.Miniredis(t))
 	eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Strategy = watukuytype.SnapshotDiff; p.Fetch = e.api.Listing(10) }), nil)
 	var ce *watukuytype.ConfigError
-	if _, err := eng.Backfill(t.Context(), "orders", "", watukuytype.BackfillRequest{}); !errors.As(err, &ce) || ce.Field != "cursor.strategy" {
+	if _, err := eng.Backfill(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, watukuytype.BackfillRequest{}); !errors.As(err, &ce) || ce.Field != "cursor.strategy" {
 		t.Fatalf("backfill of a snapshotDiff poller: %v", err)
 	}
 }
@@ -174,7 +174,7 @@ func TestReplayAfterDataLoss(t *testing.T) {
 		}
 		e.rec = &recorder{} // the consumer's database is gone
 		eng = e.engine(e.poller(func(p *watukuytype.Poller) { p.LogRetention = time.Hour; p.Handler = e.rec.handle }), nil)
-		n, err := eng.Replay(ctx, "orders", "", from, time.Time{})
+		n, err := eng.Replay(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, from, time.Time{})
 		if err != nil || n != 30 {
 			t.Fatalf("replay: %d, %v", n, err)
 		}
@@ -195,13 +195,13 @@ func TestReplayAfterDataLoss(t *testing.T) {
 			delete(byID, ev.ID)
 		}
 		// A window before the events holds nothing.
-		if n, err := eng.Replay(ctx, "orders", "", from.Add(-time.Hour), from); err != nil || n != 0 {
+		if n, err := eng.Replay(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, from.Add(-time.Hour), from); err != nil || n != 0 {
 			t.Fatalf("replay of an empty window: %d, %v", n, err)
 		}
 
 		plain := e.engine(e.poller(func(p *watukuytype.Poller) { p.Name = "plain" }), nil)
 		var ru *watukuytype.ReplayUnavailableError
-		if _, err := plain.Replay(ctx, "plain", "", from, time.Time{}); !errors.As(err, &ru) {
+		if _, err := plain.Replay(ctx, watukuytype.Key{Poller: "plain", Partition: ""}, from, time.Time{}); !errors.As(err, &ru) {
 			t.Fatalf("replay without a log: %v", err)
 		}
 	})
@@ -240,11 +240,11 @@ func TestPauseStopsRequestsAndDelivery(t *testing.T) {
 			p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1
 		}), nil)
 		e.tick(eng)
-		ki, _ := eng.Inspect(ctx, "orders", "")
+		ki, _ := eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: ""})
 		if ki.OutboxPending != 5 {
 			t.Fatalf("outbox holds %d events, want 5", ki.OutboxPending)
 		}
-		if err := eng.Pause(ctx, "orders", ""); err != nil {
+		if err := eng.Pause(ctx, watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 			t.Fatal(err)
 		}
 		e.rec.setFail(nil)
@@ -256,12 +256,12 @@ func TestPauseStopsRequestsAndDelivery(t *testing.T) {
 				t.Fatalf("a paused key ran: %+v", rep)
 			}
 		}
-		ki, _ = eng.Inspect(ctx, "orders", "")
+		ki, _ = eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: ""})
 		if e.api.Fetches() != fetches || len(e.rec.events()) != 0 || ki.OutboxPending != 5 || ki.Status != "paused" {
 			t.Fatalf("while paused: %d requests, %d deliveries, outbox %d, status %s",
 				e.api.Fetches()-fetches, len(e.rec.events()), ki.OutboxPending, ki.Status)
 		}
-		if err := eng.Resume(ctx, "orders", ""); err != nil {
+		if err := eng.Resume(ctx, watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 			t.Fatal(err)
 		}
 		e.settle(eng)
@@ -302,7 +302,7 @@ func TestPauseStopsARunningCycle(t *testing.T) {
 					after = append(after, "deliver "+ev.Identity)
 				}
 				if ev.Identity == "o12" && !paused && !resumed { // page 2 is being delivered
-					if err := ops.Pause(ctx, "orders", ""); err != nil {
+					if err := ops.Pause(ctx, watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 						return err
 					}
 					paused = true
@@ -322,13 +322,13 @@ func TestPauseStopsARunningCycle(t *testing.T) {
 		if len(after) > 9 { // at most the rest of page 2's batch
 			t.Fatalf("after the pause returned, %d more deliveries: %v", len(after), after)
 		}
-		ki, _ := eng.Inspect(t.Context(), "orders", "")
+		ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 		if ki.Status != "paused" || ki.Cursor != "20" {
 			t.Fatalf("after the cycle: status %s, cursor %q (want paused at page 2's end)", ki.Status, ki.Cursor)
 		}
 		paused, resumed = false, true
 		mu.Unlock()
-		if err := ops.Resume(t.Context(), "orders", ""); err != nil {
+		if err := ops.Resume(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 			t.Fatal(err)
 		}
 		e.settle(eng)
@@ -350,10 +350,10 @@ func TestResetCursor(t *testing.T) {
 		e.settle(eng)
 		first := e.rec.events()
 		e.api.Put("o03", map[string]any{"total": 3})
-		if err := eng.ResetCursor(ctx, "orders", "", "", false); err != nil {
+		if err := eng.ResetCursor(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, "", false); err != nil {
 			t.Fatal(err)
 		}
-		ki, _ := eng.Inspect(ctx, "orders", "")
+		ki, _ := eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: ""})
 		if ki.Cursor != "" || ki.NextDueAt == nil || ki.NextDueAt.After(e.clock.Now()) {
 			t.Fatalf("after reset: cursor %q, due %v (now %v)", ki.Cursor, ki.NextDueAt, e.clock.Now())
 		}
@@ -361,7 +361,7 @@ func TestResetCursor(t *testing.T) {
 		if evs := e.rec.events()[len(first):]; len(evs) != 1 || evs[0].Identity != "o03" || evs[0].Type != watukuytype.Updated {
 			t.Fatalf("rewind without clearing emitted %+v", evs)
 		}
-		if err := eng.ResetCursor(ctx, "orders", "", "", true); err != nil {
+		if err := eng.ResetCursor(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, "", true); err != nil {
 			t.Fatal(err)
 		}
 		start := len(e.rec.events())
@@ -470,7 +470,7 @@ func TestShadowDeliversNothing(t *testing.T) {
 		e.settle(eng)
 		e.api.Put("o02", map[string]any{"total": 5})
 		e.settle(eng)
-		ki, _ := eng.Inspect(ctx, "orders", "")
+		ki, _ := eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: ""})
 		if len(e.rec.events()) != 0 || ki.OutboxPending != 0 || ki.Items != 12 || ki.Cursor == "" || !ki.Shadow ||
 			ki.ShadowEvents["created"] != 12 || ki.ShadowEvents["updated"] != 1 {
 			t.Fatalf("shadow: %d deliveries, inspect %+v", len(e.rec.events()), ki)
@@ -502,13 +502,13 @@ func TestPartitionsAtRunTime(t *testing.T) {
 			t.Fatal(err)
 		}
 		var nf *watukuytype.NotFoundError
-		if err := ops.Partitions().Remove(ctx, "orders", "b"); !errors.As(err, &nf) || !nf.PartitionMissing {
+		if err := ops.Partitions().Remove(ctx, watukuytype.Key{Poller: "orders", Partition: "b"}); !errors.As(err, &nf) || !nf.PartitionMissing {
 			t.Fatalf("remove of an unknown partition: %v", err)
 		}
-		if err := ops.Partitions().Add(ctx, "orders", "b"); err != nil {
+		if err := ops.Partitions().Add(ctx, watukuytype.Key{Poller: "orders", Partition: "b"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := ops.Partitions().Add(ctx, "orders", "b"); err == nil {
+		if err := ops.Partitions().Add(ctx, watukuytype.Key{Poller: "orders", Partition: "b"}); err == nil {
 			t.Fatal("adding an existing partition succeeded")
 		}
 		e.settle(eng)
@@ -524,16 +524,16 @@ func TestPartitionsAtRunTime(t *testing.T) {
 			t.Fatalf("partitions: %d, %v", len(list), err)
 		}
 
-		if err := ops.Partitions().Remove(ctx, "orders", "b"); err != nil {
+		if err := ops.Partitions().Remove(ctx, watukuytype.Key{Poller: "orders", Partition: "b"}); err != nil {
 			t.Fatal(err)
 		}
 		e.api.Put("o01", map[string]any{"total": 9})
 		e.settle(eng)
-		ki, _ := eng.Inspect(ctx, "orders", "b")
+		ki, _ := eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: "b"})
 		if ki.Status != "removed" || ki.Items != 4 || ki.Cursor == "" {
 			t.Fatalf("removed partition: %+v", ki)
 		}
-		if err := ops.Resume(ctx, "orders", "b"); err != nil {
+		if err := ops.Resume(ctx, watukuytype.Key{Poller: "orders", Partition: "b"}); err != nil {
 			t.Fatal(err)
 		}
 		start := len(e.rec.events())
@@ -542,7 +542,7 @@ func TestPartitionsAtRunTime(t *testing.T) {
 			t.Fatalf("resume from the last cursor: %+v", evs)
 		}
 
-		if err := ops.Partitions().Delete(ctx, "orders", "b"); err != nil {
+		if err := ops.Partitions().Delete(ctx, watukuytype.Key{Poller: "orders", Partition: "b"}); err != nil {
 			t.Fatal(err)
 		}
 		kb := watukuytype.Key{Poller: "orders", Partition: "b"}
@@ -551,7 +551,7 @@ func TestPartitionsAtRunTime(t *testing.T) {
 				t.Fatalf("%s of a deleted partition is still there", s)
 			}
 		}
-		if _, err := ops.Inspect(ctx, "orders", "b"); !errors.As(err, &nf) {
+		if _, err := ops.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: "b"}); !errors.As(err, &nf) {
 			t.Fatalf("inspect of a deleted partition: %v", err)
 		}
 		if rep := eng.RunCycle(ctx, kb); rep.Outcome == watukuytype.Ran || rep.Err != nil {
@@ -564,7 +564,7 @@ func TestPartitionsAtRunTime(t *testing.T) {
 			t.Fatal("the deleted partition is still in the due set")
 		}
 		// Added again, it starts afresh.
-		if err := ops.Partitions().Add(ctx, "orders", "b"); err != nil {
+		if err := ops.Partitions().Add(ctx, watukuytype.Key{Poller: "orders", Partition: "b"}); err != nil {
 			t.Fatal(err)
 		}
 		start = len(e.rec.events())
@@ -625,7 +625,7 @@ func TestResetCursorDropsTheCommittedTag(t *testing.T) {
 		}), nil)
 		e.settleTo304(eng)
 		start := len(e.rec.events())
-		if err := eng.ResetCursor(ctx, "orders", "", "", true); err != nil {
+		if err := eng.ResetCursor(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, "", true); err != nil {
 			t.Fatal(err)
 		}
 		e.settle(eng)
@@ -647,7 +647,7 @@ func TestBackfillIgnoresConditionalRequests(t *testing.T) {
 		e.settleTo304(eng)
 		start := len(e.rec.events())
 		null := ""
-		if _, err := eng.Backfill(ctx, "orders", "", watukuytype.BackfillRequest{To: &null, Force: true}); err != nil {
+		if _, err := eng.Backfill(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, watukuytype.BackfillRequest{To: &null, Force: true}); err != nil {
 			t.Fatal(err)
 		}
 		e.backfillDone(eng)
@@ -681,7 +681,7 @@ func TestBackfillFailureSparesTheLiveLane(t *testing.T) {
 		})
 		eng := e.engine(e.poller(), nil)
 		e.settle(eng)
-		if _, err := eng.Backfill(ctx, "orders", "", watukuytype.BackfillRequest{}); err != nil {
+		if _, err := eng.Backfill(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, watukuytype.BackfillRequest{}); err != nil {
 			t.Fatal(err)
 		}
 		mu.Lock()
@@ -690,7 +690,7 @@ func TestBackfillFailureSparesTheLiveLane(t *testing.T) {
 		e.api.Put("o01", map[string]any{"total": 100})
 		start := len(e.rec.events())
 		e.tick(eng)
-		ki, _ := eng.Inspect(ctx, "orders", "")
+		ki, _ := eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: ""})
 		if evs := e.rec.events()[start:]; len(evs) != 1 || evs[0].Identity != "o01" || evs[0].Lane != "live" {
 			t.Fatalf("the live lane beside a failing backfill delivered %+v", evs)
 		}
@@ -699,17 +699,17 @@ func TestBackfillFailureSparesTheLiveLane(t *testing.T) {
 			t.Fatalf("after a transient backfill failure: backfill %+v, lastError %s, failures %d, circuit %s", bf, ki.LastError, ki.Failures, ki.Circuit)
 		}
 		e.backfillDone(eng)
-		if ki, _ = eng.Inspect(ctx, "orders", ""); ki.Backfill.LastError != "" {
+		if ki, _ = eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: ""}); ki.Backfill.LastError != "" {
 			t.Fatalf("a finished backfill keeps the old error: %+v", ki.Backfill)
 		}
 
-		if _, err := eng.Backfill(ctx, "orders", "", watukuytype.BackfillRequest{From: "garbage"}); err != nil {
+		if _, err := eng.Backfill(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, watukuytype.BackfillRequest{From: "garbage"}); err != nil {
 			t.Fatal(err)
 		}
 		e.tick(eng)
 		fetches := e.api.Fetches()
 		e.settle(eng)
-		ki, _ = eng.Inspect(ctx, "orders", "")
+		ki, _ = eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: ""})
 		if bf := ki.Backfill; bf == nil || !bf.Failed || bf.Done || !strings.Contains(bf.LastError, "CONFIG") || ki.LastError != nil || ki.Status != "idle" {
 			t.Fatalf("a refused cursor: backfill %+v, lastError %s, status %s", bf, ki.LastError, ki.Status)
 		}

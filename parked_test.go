@@ -35,7 +35,7 @@ func TestG3ValidVersionSupersedesAParkedInvalidOne(t *testing.T) {
 		e.settle(eng)
 		e.api.Put("o1", map[string]any{"n": 3}) // v3: valid, committed, delivered
 		e.settle(eng)
-		rows, err := eng.Parked().List(ctx, "orders", "", "invalid")
+		rows, err := eng.Parked().List(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, "invalid")
 		if err != nil || len(rows) != 0 {
 			t.Fatalf("parked: want v2 superseded by v3, got %v, %v", rows, err)
 		}
@@ -62,7 +62,7 @@ func TestG3LaterInvalidVersionSupersedesTheParkedOne(t *testing.T) {
 		e.settle(eng)
 		e.api.Put("o1", map[string]any{"n": 3, "bad": true}) // v3: parked invalid, supersedes v2
 		e.settle(eng)
-		rows, err := eng.Parked().List(ctx, "orders", "", "invalid")
+		rows, err := eng.Parked().List(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, "invalid")
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("parked: want only the latest invalid observation, got %v, %v", rows, err)
 		}
@@ -73,7 +73,7 @@ func TestG3LaterInvalidVersionSupersedesTheParkedOne(t *testing.T) {
 			t.Fatalf("parked item: want v3 (n=3), got %s (%v)", rows[0].Item, err)
 		}
 		strict.Store(false) // the validation was too strict
-		if n, err := eng.Parked().Retry(ctx, "orders", "", rows[0].ID); err != nil || n != 1 {
+		if n, err := eng.Parked().Retry(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, rows[0].ID); err != nil || n != 1 {
 			t.Fatalf("retry: %d, %v", n, err)
 		}
 		e.settle(eng)
@@ -98,13 +98,13 @@ func TestG3DeleteSupersedesAParkedInvalidItem(t *testing.T) {
 		e.settle(eng)
 		e.api.Put("o1", map[string]any{"n": 2, "bad": true})
 		e.settle(eng)
-		if rows, err := eng.Parked().List(ctx, "orders", "", "invalid"); err != nil || len(rows) != 1 {
+		if rows, err := eng.Parked().List(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, "invalid"); err != nil || len(rows) != 1 {
 			t.Fatalf("parked: want o1 v2, got %v, %v", rows, err)
 		}
 		e.api.Delete("o1")
 		e.settle(eng)
 		checkFinal(t, e)
-		if rows, err := eng.Parked().List(ctx, "orders", "", "invalid"); err != nil || len(rows) != 0 {
+		if rows, err := eng.Parked().List(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, "invalid"); err != nil || len(rows) != 0 {
 			t.Fatalf("parked after the delete: want none, got %v, %v", rows, err)
 		}
 		checkFinal(t, e)
@@ -120,7 +120,7 @@ func TestG3EachParkedInvalidItemIsSupersededInTurn(t *testing.T) {
 		ctx := t.Context()
 		parked := func(want int) {
 			t.Helper()
-			if rows, err := eng.Parked().List(ctx, "orders", "", "invalid"); err != nil || len(rows) != want {
+			if rows, err := eng.Parked().List(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, "invalid"); err != nil || len(rows) != want {
 				t.Fatalf("parked: want %d, got %v, %v", want, rows, err)
 			}
 		}
@@ -178,14 +178,14 @@ func TestG3InvalidItemParkedAgainIsRetriedAsCurrent(t *testing.T) {
 					f.addRaw(raw)
 					e.settle(eng)
 				}
-				rows, err := eng.Parked().List(ctx, name, "", "invalid")
+				rows, err := eng.Parked().List(ctx, watukuytype.Key{Poller: name, Partition: ""}, "invalid")
 				if err != nil || len(rows) != 1 {
 					t.Fatalf("parked: %v, %v", rows, err)
 				}
 				mu.Lock()
 				strict = false // a suspended account has no plan: that is fine
 				mu.Unlock()
-				if n, err := eng.Parked().Retry(ctx, name, "", rows[0].ID); err != nil || n != 1 {
+				if n, err := eng.Parked().Retry(ctx, watukuytype.Key{Poller: name, Partition: ""}, rows[0].ID); err != nil || n != 1 {
 					t.Fatalf("retry: %d, %v", n, err)
 				}
 				e.settle(eng)
@@ -251,7 +251,7 @@ func TestG3DeathBetweenChunksLeavesOneParkedRowPerIdentity(t *testing.T) {
 				log.add("o9", 1, "bad-o9")
 				d.armed.Store(die)
 				e.settle(eng)
-				rows, err := eng.Parked().List(ctx, name, "", "invalid")
+				rows, err := eng.Parked().List(ctx, watukuytype.Key{Poller: name, Partition: ""}, "invalid")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -267,13 +267,13 @@ func TestG3DeathBetweenChunksLeavesOneParkedRowPerIdentity(t *testing.T) {
 				mu.Lock()
 				strict = false // the validation was too strict
 				mu.Unlock()
-				if n, err := eng.Parked().Retry(ctx, name, "", o1[0].ID); err != nil || n != 1 {
+				if n, err := eng.Parked().Retry(ctx, watukuytype.Key{Poller: name, Partition: ""}, o1[0].ID); err != nil || n != 1 {
 					t.Fatalf("retry: %d, %v", n, err)
 				}
 				e.settle(eng)
 				got, _ := dedupingConsumer(e.rec.events())
 				if got["o1"] != "bad-v3" {
-					rows, _ := eng.Parked().List(ctx, name, "", "invalid")
+					rows, _ := eng.Parked().List(ctx, watukuytype.Key{Poller: name, Partition: ""}, "invalid")
 					t.Errorf("G3: after retrying o1's oldest parked row the consumer holds o1 %q, the API %q; %d rows still parked", got["o1"], "bad-v3", len(rows))
 				}
 			})
@@ -315,13 +315,13 @@ func TestG3RetryOfAnItemParkedWithoutIdentityIsRefusedAfterALaterChange(t *testi
 					want = "b"
 					e.settle(eng)
 				}
-				rows, err := eng.Parked().List(ctx, name, "", "invalid")
+				rows, err := eng.Parked().List(ctx, watukuytype.Key{Poller: name, Partition: ""}, "invalid")
 				if err != nil || len(rows) != 1 {
 					t.Fatalf("parked: %v, %v", rows, err)
 				}
 				// With a later change of o1 committed, the retry is refused (the row
 				// may be older than o1's), and the row stays for a discard.
-				if _, err := eng.Parked().Retry(ctx, name, "", rows[0].ID); laterChange != (err != nil) {
+				if _, err := eng.Parked().Retry(ctx, watukuytype.Key{Poller: name, Partition: ""}, rows[0].ID); laterChange != (err != nil) {
 					t.Fatalf("retry: %v; want it refused only after the later change", err)
 				}
 				e.settle(eng)
@@ -363,7 +363,7 @@ func TestG3InvalidObservationOlderThanTheParkedOneIsParked(t *testing.T) {
 				e.settle(eng)
 				log.add("o1", next+1, "bad new record") // the API's current state
 				e.settle(eng)
-				rows, _ := eng.Parked().List(t.Context(), name, "", "invalid")
+				rows, _ := eng.Parked().List(t.Context(), watukuytype.Key{Poller: name, Partition: ""}, "invalid")
 				var parked []string
 				for _, r := range rows {
 					parked = append(parked, stateOf(r.Item))
@@ -419,11 +419,11 @@ func TestG3IdentitylessRetryAfterTheTombstoneExpiredRecreatesNothing(t *testing.
 					f.addRaw(`{"id":"o2","deleted":true}`) // its tombstone trims o1's
 					e.settle(eng)
 				}
-				rows, err := eng.Parked().List(ctx, name, "", "invalid")
+				rows, err := eng.Parked().List(ctx, watukuytype.Key{Poller: name, Partition: ""}, "invalid")
 				if err != nil || len(rows) != 1 {
 					t.Fatalf("parked: %v, %v", rows, err)
 				}
-				_, rerr := eng.Parked().Retry(ctx, name, "", rows[0].ID)
+				_, rerr := eng.Parked().Retry(ctx, watukuytype.Key{Poller: name, Partition: ""}, rows[0].ID)
 				t.Logf("retry: %v", rerr)
 				e.settle(eng)
 				got, _ := dedupingConsumer(e.rec.events())
@@ -465,7 +465,7 @@ func TestG3IdentitylessRetryKeepsTheLaterParkedObservation(t *testing.T) {
 				}), nil)
 				log.add("o1", 2, "bad b") // the API's current state, parked invalid
 				e.settle(eng)
-				rows, err := eng.Parked().List(ctx, name, "", "invalid")
+				rows, err := eng.Parked().List(ctx, watukuytype.Key{Poller: name, Partition: ""}, "invalid")
 				if err != nil || len(rows) != 2 {
 					t.Fatalf("parked: %v, %v", rows, err)
 				}
@@ -474,11 +474,11 @@ func TestG3IdentitylessRetryKeepsTheLaterParkedObservation(t *testing.T) {
 				}
 				strict.Store(false) // the validation was too strict
 				for _, r := range rows {
-					_, rerr := eng.Parked().Retry(ctx, name, "", r.ID)
+					_, rerr := eng.Parked().Retry(ctx, watukuytype.Key{Poller: name, Partition: ""}, r.ID)
 					t.Logf("retry %q (%s): %v", r.Identity, stateOf(r.Item), rerr)
 				}
 				e.settle(eng)
-				left, _ := eng.Parked().List(ctx, name, "", "invalid")
+				left, _ := eng.Parked().List(ctx, watukuytype.Key{Poller: name, Partition: ""}, "invalid")
 				got, _ := dedupingConsumer(e.rec.events())
 				if got["o1"] != "bad b" {
 					t.Errorf("G3: the consumer holds o1 %q, the API %q; %d rows left parked", got["o1"], "bad b", len(left))

@@ -38,11 +38,11 @@ func TestG2PartitionDeletedAndAddedAgainGetsNewIDs(t *testing.T) {
 					l.set("o1", fmt.Sprintf(`{"id":"o1","state":%q}`, s))
 					e.settle(eng)
 				}
-				if err := eng.Partitions().Delete(t.Context(), name, "t1"); err != nil {
+				if err := eng.Partitions().Delete(t.Context(), watukuytype.Key{Poller: name, Partition: "t1"}); err != nil {
 					t.Fatal(err)
 				}
 				l.set("o1", fmt.Sprintf(`{"id":"o1","state":%q}`, back))
-				if err := eng.Partitions().Add(t.Context(), name, "t1"); err != nil {
+				if err := eng.Partitions().Add(t.Context(), watukuytype.Key{Poller: name, Partition: "t1"}); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
@@ -83,7 +83,7 @@ func TestG2PartitionAddedBackAfterItsDeletionWasForgotten(t *testing.T) {
 					l.set("o1", fmt.Sprintf(`{"id":"o1","state":%q}`, s))
 					e.settle(eng)
 				}
-				if err := eng.Partitions().Delete(ctx, name, "t1"); err != nil {
+				if err := eng.Partitions().Delete(ctx, watukuytype.Key{Poller: name, Partition: "t1"}); err != nil {
 					t.Fatal(err)
 				}
 				if forgotten {
@@ -96,7 +96,7 @@ func TestG2PartitionAddedBackAfterItsDeletionWasForgotten(t *testing.T) {
 					}
 				}
 				l.set("o1", `{"id":"o1","state":"A"}`)
-				if err := eng.Partitions().Add(ctx, name, "t1"); err != nil {
+				if err := eng.Partitions().Add(ctx, watukuytype.Key{Poller: name, Partition: "t1"}); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
@@ -141,12 +141,12 @@ func TestG2PartitionAddedAgainStartsAboveTheDeletedLives(t *testing.T) {
 				}
 				ctx := t.Context()
 				e.clock.Advance(gap)
-				if err := eng.Partitions().Delete(ctx, name, "t1"); err != nil {
+				if err := eng.Partitions().Delete(ctx, watukuytype.Key{Poller: name, Partition: "t1"}); err != nil {
 					t.Fatal(err)
 				}
 				second.addRaw(`{"id":"x","state":"A"}`)
 				cur.Store(second)
-				if err := eng.Partitions().Add(ctx, name, "t1"); err != nil {
+				if err := eng.Partitions().Add(ctx, watukuytype.Key{Poller: name, Partition: "t1"}); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
@@ -182,21 +182,21 @@ func TestPauseRacingADeleteDoesNotComeBackWithTheAdd(t *testing.T) {
 	e := newEnv(t, b)
 	ops := e.engine(e.poller(), nil)
 	ctx := t.Context()
-	if err := ops.Partitions().Add(ctx, "orders", "t1"); err != nil {
+	if err := ops.Partitions().Add(ctx, watukuytype.Key{Poller: "orders", Partition: "t1"}); err != nil {
 		t.Fatal(err)
 	}
 	race := &pauseRace{before: func() {
-		if err := ops.Partitions().Delete(ctx, "orders", "t1"); err != nil {
+		if err := ops.Partitions().Delete(ctx, watukuytype.Key{Poller: "orders", Partition: "t1"}); err != nil {
 			t.Fatal(err)
 		}
 		b.Mini.FastForward(16 * time.Second) // the deletion mark expires
 	}}
 	slow := e.engine(e.poller(), func(s core.Store) core.Store { race.Store = s; return race })
-	perr := slow.Pause(ctx, "orders", "t1")
-	if err := ops.Partitions().Add(ctx, "orders", "t1"); err != nil {
+	perr := slow.Pause(ctx, watukuytype.Key{Poller: "orders", Partition: "t1"})
+	if err := ops.Partitions().Add(ctx, watukuytype.Key{Poller: "orders", Partition: "t1"}); err != nil {
 		t.Fatal(err)
 	}
-	ki, err := ops.Inspect(ctx, "orders", "t1")
+	ki, err := ops.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: "t1"})
 	if err != nil || ki.Paused {
 		t.Fatalf("the partition deleted and added back: paused=%v status %s %v (the pause racing the delete answered %v)", ki.Paused, ki.Status, err, perr)
 	}

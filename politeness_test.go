@@ -133,7 +133,7 @@ func TestG8WindowOutlivesTheEndOfALateCycle(t *testing.T) {
 			makeDue(t, eng, name, "")
 			eng.RunCycle(ctx, key)
 			// An operator replays the logged events; the handler is down for now.
-			if n, err := eng.Replay(ctx, name, "", time.Now().Add(-time.Hour), time.Time{}); err != nil || n != 2 {
+			if n, err := eng.Replay(ctx, watukuytype.Key{Poller: name, Partition: ""}, time.Now().Add(-time.Hour), time.Time{}); err != nil || n != 2 {
 				t.Fatalf("replay: %d, %v", n, err)
 			}
 			e.rec.setFail(func(watukuytype.Event) error { return fmt.Errorf("handler down") })
@@ -144,7 +144,7 @@ func TestG8WindowOutlivesTheEndOfALateCycle(t *testing.T) {
 				e.clock.Advance(2400 * time.Millisecond) // control: the same server time, Begin on time
 			}
 			rep := eng.RunCycle(ctx, key) // drain: POISON_HALT, no request
-			ki, _ := eng.Inspect(ctx, name, "")
+			ki, _ := eng.Inspect(ctx, watukuytype.Key{Poller: name, Partition: ""})
 			t.Logf("late=%v: cycle with the failed drain: %v; throttled until %v", late, rep.Err, ki.ThrottledUntil)
 			// The handler is back; the key is due again (a resume), 0.6 s before the window ends.
 			e.rec.setFail(nil)
@@ -204,7 +204,7 @@ func TestG8DetailRetryAfterOutlivesTheCycle(t *testing.T) {
 			if rep := eng.RunCycle(ctx, key); rep.Outcome != watukuytype.Ran {
 				t.Fatalf("second cycle: %+v", rep)
 			}
-			ki, _ := eng.Inspect(ctx, p.Name, "")
+			ki, _ := eng.Inspect(ctx, watukuytype.Key{Poller: p.Name, Partition: ""})
 			t.Logf("detail429=%v: after the 429, throttled until %v", detail429, ki.ThrottledUntil)
 			e.clock.Advance(5 * time.Second)
 			makeDue(t, eng, p.Name, "")
@@ -269,7 +269,7 @@ func TestG8FrozenInstanceStaysOutOfTheNewOwnersWindow(t *testing.T) {
 		}
 		e.clock.Advance(31 * time.Second) // A is frozen past its 30 s lease
 		bb := e.engine(e.poller(fetchAs("B", 429)), nil)
-		if err := bb.Trigger(t.Context(), "orders", ""); err != nil {
+		if err := bb.Trigger(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 			t.Fatal(err)
 		}
 		e.tick(bb)
@@ -326,7 +326,7 @@ func TestG8YieldKeepsARetryAfterWindow(t *testing.T) {
 				} else {
 					e.tick(a)
 				}
-				ki, _ := a.Inspect(t.Context(), name, "")
+				ki, _ := a.Inspect(t.Context(), watukuytype.Key{Poller: name, Partition: ""})
 				// The next instance, at once (the fake clock has not moved: the API's window
 				// of an hour is in force).
 				bb := e.engine(p, nil)

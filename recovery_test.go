@@ -217,7 +217,7 @@ func TestStopHandsKeyBackAtOnce(t *testing.T) {
 		if rep.Ran != 1 || len(rep.Errors) != 0 || rep.Events != 10 {
 			t.Fatalf("the stopped cycle: %+v (want ran 1, the first page's 10 events, no error)", rep)
 		}
-		ki, err := a.Inspect(t.Context(), "orders", "")
+		ki, err := a.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,7 +278,7 @@ func TestTickMaxDurationBoundsRunningCycles(t *testing.T) {
 		if err != nil || rep.Ran != 1 || rep.Events != 10 || len(rep.Errors) != 0 {
 			t.Fatalf("tick: %+v %v", rep, err)
 		}
-		ki, _ := eng.Inspect(t.Context(), "orders", "")
+		ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 		if ki.LeaseOwner != "" || ki.LastError != nil {
 			t.Fatalf("after the deadline: owner %q lastError %s", ki.LeaseOwner, ki.LastError)
 		}
@@ -312,7 +312,7 @@ func TestTriggerClearsRetryAfterWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.tick(eng)
-		ki, _ := eng.Inspect(t.Context(), "orders", "")
+		ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 		if ki.ThrottledUntil == nil || ki.Status != "throttled" {
 			t.Fatalf("the 429 set no window: %+v", ki)
 		}
@@ -323,7 +323,7 @@ func TestTriggerClearsRetryAfterWindow(t *testing.T) {
 		race := e.engine(e.poller(), racing(func(b core.BeginResult) {
 			if b.Status == core.BeginOK {
 				once.Do(func() {
-					if err := eng.Trigger(context.Background(), "orders", ""); err != nil {
+					if err := eng.Trigger(context.Background(), watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 						t.Error(err)
 					}
 				})
@@ -338,7 +338,7 @@ func TestTriggerClearsRetryAfterWindow(t *testing.T) {
 		if rep := e.tick(race); rep.Ran != 2 || rep.Events != 3 || e.api.Fetches() == fetches {
 			t.Fatalf("after the trigger: %+v, want the cycle inside the window, then the key polled at once", rep)
 		}
-		ki, _ = eng.Inspect(t.Context(), "orders", "")
+		ki, _ = eng.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 		if ki.ThrottledUntil != nil {
 			t.Fatalf("the window is back after the trigger: until %v", ki.ThrottledUntil)
 		}
@@ -367,7 +367,7 @@ func TestStopBeforeAnyAnswerKeepsTheSchedule(t *testing.T) {
 		})
 		a := e.engine(e.poller(), nil)
 		e.tick(a)
-		before, _ := a.Inspect(t.Context(), "orders", "")
+		before, _ := a.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 		if before.Failures != 1 || before.LastError == nil {
 			t.Fatalf("setup: failures %d lastError %s", before.Failures, before.LastError)
 		}
@@ -380,7 +380,7 @@ func TestStopBeforeAnyAnswerKeepsTheSchedule(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-done
-		ki, _ := a.Inspect(t.Context(), "orders", "")
+		ki, _ := a.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 		if ki.Failures != 1 || ki.Circuit != "closed" || string(ki.LastError) != string(before.LastError) || ki.LeaseOwner != "" {
 			t.Fatalf("after a stop with no answer: failures %d circuit %s lastError %s owner %q; want them as before",
 				ki.Failures, ki.Circuit, ki.LastError, ki.LeaseOwner)
@@ -524,7 +524,7 @@ func TestPausedKeyRecheckedLater(t *testing.T) {
 		if err := a.core.Setup(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := a.Pause(ctx, "orders", ""); err != nil {
+		if err := a.Pause(ctx, watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 			t.Fatal(err)
 		}
 		claim := func() {
@@ -541,7 +541,7 @@ func TestPausedKeyRecheckedLater(t *testing.T) {
 			t.Fatalf("a paused key is due at %v, want 5 minutes on (%v)", at, e.clock.Now().Add(5*time.Minute))
 		}
 		resume = func() {
-			if err := a.Resume(context.Background(), "orders", ""); err != nil {
+			if err := a.Resume(context.Background(), watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 				t.Error(err)
 			}
 		}
@@ -563,7 +563,7 @@ func TestLeasedSkipDueWhenTheLeaseLapses(t *testing.T) {
 		putN(e, 3)
 		a := e.engine(e.poller(), faulty(&faultyStore{failCommt: 1})) // dies holding its lease
 		e.tick(a)
-		ki, _ := a.Inspect(t.Context(), "orders", "")
+		ki, _ := a.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 		if ki.LeaseExpires == nil {
 			t.Fatal("setup: the dead cycle holds no lease")
 		}
@@ -605,14 +605,14 @@ func TestYieldedProbeKeepsTheCircuitOpen(t *testing.T) {
 				tick()
 				e.clock.Advance(3 * time.Minute)
 				tick()
-				ki, _ := eng.Inspect(t.Context(), name, "")
+				ki, _ := eng.Inspect(t.Context(), watukuytype.Key{Poller: name, Partition: ""})
 				if ki.Circuit != "open" {
 					t.Fatalf("setup: two failures, circuit %q (failures %d)", ki.Circuit, ki.Failures)
 				}
 				e.clock.Advance(3 * time.Minute) // past probeEvery (Schedule.Max, 1 min)
 				hang = mode != "control-probe-fails"
 				tick() // the half-open probe
-				ki, _ = eng.Inspect(t.Context(), name, "")
+				ki, _ = eng.Inspect(t.Context(), watukuytype.Key{Poller: name, Partition: ""})
 				before := e.api.Fetches()
 				for i := 0; i < 5; i++ { // five more ticks, the clock standing still
 					tick()

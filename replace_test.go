@@ -58,7 +58,7 @@ func TestReplaceAppliesFromNextCycle(t *testing.T) {
 		t.Fatalf("the running cycle: %+v", rep)
 	}
 	e.api.Put("a", map[string]any{"n": 2})
-	if err := eng.Trigger(ctx, "orders", ""); err != nil {
+	if err := eng.Trigger(ctx, watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 		t.Fatal(err)
 	}
 	if rep := eng.RunCycle(ctx, watukuytype.Key{Poller: "orders"}); rep.Err != nil || rep.Delivered != 1 {

@@ -145,11 +145,11 @@ func TestSchedulingDeletedKeyReAddedStaysDue(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := ops.Partitions().Add(ctx, "orders", "b"); err != nil {
+		if err := ops.Partitions().Add(ctx, watukuytype.Key{Poller: "orders", Partition: "b"}); err != nil {
 			t.Fatal(err)
 		}
 		e.settle(eng)
-		if err := ops.Partitions().Delete(ctx, "orders", "b"); err != nil {
+		if err := ops.Partitions().Delete(ctx, watukuytype.Key{Poller: "orders", Partition: "b"}); err != nil {
 			t.Fatal(err)
 		}
 		// The stale task's Begin sees the deletion mark; the operator adds b again before the
@@ -157,7 +157,7 @@ func TestSchedulingDeletedKeyReAddedStaysDue(t *testing.T) {
 		var addErr error
 		stale := e.engine(p, racing(func(br core.BeginResult) {
 			if br.Status == core.BeginDeleted {
-				addErr = ops.Partitions().Add(ctx, "orders", "b")
+				addErr = ops.Partitions().Add(ctx, watukuytype.Key{Poller: "orders", Partition: "b"})
 			}
 		}))
 		kb := watukuytype.Key{Poller: "orders", Partition: "b"}
@@ -203,7 +203,7 @@ func TestSchedulingTriggerNotOverwritten(t *testing.T) {
 					if inHandler != tc.inHandler || !armed.CompareAndSwap(true, false) {
 						return
 					}
-					raceErr = eng.Trigger(ctx, "orders", "")
+					raceErr = eng.Trigger(ctx, watukuytype.Key{Poller: "orders", Partition: ""})
 					if rep, err := other.Tick(ctx, 10*time.Second); tc.claimed && (err != nil || rep.SkippedLeased != 1) {
 						raceErr = errors.Join(raceErr, fmt.Errorf("the other instance's tick: %+v, %v", rep, err))
 					}
@@ -238,7 +238,7 @@ func TestSchedulingTriggerNotOverwritten(t *testing.T) {
 			var trigErr error
 			racer := e.engine(e.poller(), racing(func(br core.BeginResult) {
 				if br.Status == core.BeginNotDue {
-					trigErr = eng.Trigger(ctx, "orders", "")
+					trigErr = eng.Trigger(ctx, watukuytype.Key{Poller: "orders", Partition: ""})
 				}
 			}))
 			// The tick claims until nothing is due: the triggered cycle runs after the skip.
@@ -273,7 +273,7 @@ func TestSchedulingRepairSweep(t *testing.T) {
 
 		// c is deleted; a worker whose config still lists it registers it again: it stays
 		// deleted, with no due entry, and no task runs it.
-		if err := ops.Partitions().Delete(ctx, "orders", "c"); err != nil {
+		if err := ops.Partitions().Delete(ctx, watukuytype.Key{Poller: "orders", Partition: "c"}); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.engine(p, nil).Setup(ctx); err != nil {

@@ -113,9 +113,9 @@ func TestG3BackfillEmitsSchemaDrift(t *testing.T) {
 				ctx := t.Context()
 				var err error
 				if how != "control-reset-cursor" {
-					_, err = eng.Backfill(ctx, name, "", watukuytype.BackfillRequest{From: ""})
+					_, err = eng.Backfill(ctx, watukuytype.Key{Poller: name, Partition: ""}, watukuytype.BackfillRequest{From: ""})
 				} else {
-					err = eng.ResetCursor(ctx, name, "", "", false)
+					err = eng.ResetCursor(ctx, watukuytype.Key{Poller: name, Partition: ""}, "", false)
 				}
 				if err != nil {
 					t.Fatal(err)
@@ -296,7 +296,7 @@ func TestG3HistoryBackfillAcrossASchemaBumpKeepsTheRow(t *testing.T) {
 					to := "1" // [o1 A]
 					req.To = &to
 				}
-				if _, err := eng.Backfill(t.Context(), name, "", req); err != nil {
+				if _, err := eng.Backfill(t.Context(), watukuytype.Key{Poller: name, Partition: ""}, req); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
@@ -311,7 +311,7 @@ func TestG3HistoryBackfillAcrossASchemaBumpKeepsTheRow(t *testing.T) {
 				// The rows, through the next live read of o1's current content: a row taken
 				// back to "A" makes an unchanged "B" an update.
 				mark := len(e.rec.events())
-				if err := eng.ResetCursor(t.Context(), name, "", "1", false); err != nil {
+				if err := eng.ResetCursor(t.Context(), watukuytype.Key{Poller: name, Partition: ""}, "1", false); err != nil {
 					t.Fatal(err)
 				}
 				e.settle(eng)
@@ -387,7 +387,7 @@ func TestG3RestoreAcrossASchemaBumpIsEmitted(t *testing.T) {
 					e.settle(eng)
 				}
 				if !tc.snapshot {
-					if _, err := eng.Backfill(t.Context(), name, "", watukuytype.BackfillRequest{From: ""}); err != nil {
+					if _, err := eng.Backfill(t.Context(), watukuytype.Key{Poller: name, Partition: ""}, watukuytype.BackfillRequest{From: ""}); err != nil {
 						t.Fatal(err)
 					}
 					e.settle(eng)

@@ -189,7 +189,7 @@ func TestOutboxOldestAge(t *testing.T) {
 		var ki watukuytype.KeyInfo
 		for deadline := time.Now().Add(5 * time.Second); ; {
 			var err error
-			if ki, err = eng.Inspect(ctx, "orders", ""); err != nil {
+			if ki, err = eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 				t.Fatal(err)
 			}
 			if ki.OutboxOldestAgeMs > 0 || time.Now().After(deadline) {
@@ -212,13 +212,13 @@ func TestOutboxOldestAge(t *testing.T) {
 		}
 
 		e.rec.setFail(nil)
-		if err := eng.Trigger(ctx, "orders", ""); err != nil {
+		if err := eng.Trigger(ctx, watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 			t.Fatal(err)
 		}
 		if rep := eng.RunCycle(ctx, key); rep.Delivered != 1 {
 			t.Fatalf("cycle with the handler back: %+v", rep)
 		}
-		ki, _ = eng.Inspect(ctx, "orders", "")
+		ki, _ = eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: ""})
 		if ki.OutboxPending != 0 || ki.OutboxOldestAt != nil || ki.OutboxOldestAgeMs != 0 {
 			t.Fatalf("after the ack: outbox %d, oldest at %v, age %dms", ki.OutboxPending, ki.OutboxOldestAt, ki.OutboxOldestAgeMs)
 		}
@@ -312,13 +312,13 @@ func TestFreshnessAndDegraded(t *testing.T) {
 				cycle := func(answer func(watukuytype.FetchRequest) (watukuytype.Page, error)) watukuytype.KeyInfo {
 					t.Helper()
 					s.next.Store(answer)
-					if err := eng.Trigger(ctx, name, ""); err != nil {
+					if err := eng.Trigger(ctx, watukuytype.Key{Poller: name, Partition: ""}); err != nil {
 						t.Fatal(err)
 					}
 					if rep := eng.RunCycle(ctx, key); rep.Outcome != watukuytype.Ran {
 						t.Fatalf("cycle: %+v", rep)
 					}
-					ki, err := eng.Inspect(ctx, name, "")
+					ki, err := eng.Inspect(ctx, watukuytype.Key{Poller: name, Partition: ""})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -383,21 +383,21 @@ func TestDegradedClearedByOperator(t *testing.T) {
 		ctx := t.Context()
 		s.next.Store(s.invalid(2))
 		eng.RunCycle(ctx, watukuytype.Key{Poller: "orders"})
-		ki, _ := eng.Inspect(ctx, "orders", "")
+		ki, _ := eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: ""})
 		if ki.Status != "degraded" || ki.FreshAt != nil || ki.FreshnessMs != -1 {
 			t.Fatalf("all invalid from the start: status %s, freshAt %v, freshness %d", ki.Status, ki.FreshAt, ki.FreshnessMs)
 		}
-		rows, err := eng.Parked().List(ctx, "orders", "", "invalid")
+		rows, err := eng.Parked().List(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, "invalid")
 		if err != nil || len(rows) != 2 {
 			t.Fatalf("parked: %v %v", rows, err)
 		}
 		s.next.Store(s.quiet)
 		for i, row := range rows {
-			if _, err := eng.Parked().Discard(ctx, "orders", "", row.ID); err != nil {
+			if _, err := eng.Parked().Discard(ctx, watukuytype.Key{Poller: "orders", Partition: ""}, row.ID); err != nil {
 				t.Fatal(err)
 			}
 			eng.RunCycle(ctx, watukuytype.Key{Poller: "orders"}) // discard triggers the key
-			ki, _ = eng.Inspect(ctx, "orders", "")
+			ki, _ = eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: ""})
 			if last := i == len(rows)-1; last != (ki.Status == "idle") || last != (ki.FreshnessMs == 0) {
 				t.Fatalf("after %d of %d discards: status %s, lastError %s, freshness %d", i+1, len(rows), ki.Status, ki.LastError, ki.FreshnessMs)
 			}

@@ -187,18 +187,18 @@ func (e *Engine) RunCycle(ctx context.Context, key watukuytype.Key) watukuytype.
 }
 
 // Trigger makes a key due now; an open circuit gets its probe.
-func (e *Engine) Trigger(ctx context.Context, poller, partition string) error {
-	return e.core.Trigger(ctx, watukuytype.Key{Poller: poller, Partition: partition})
+func (e *Engine) Trigger(ctx context.Context, key watukuytype.Key) error {
+	return e.core.Trigger(ctx, key)
 }
 
 // Pause stops a key's requests and deliveries until Resume.
-func (e *Engine) Pause(ctx context.Context, poller, partition string) error {
-	return e.core.Pause(ctx, watukuytype.Key{Poller: poller, Partition: partition})
+func (e *Engine) Pause(ctx context.Context, key watukuytype.Key) error {
+	return e.core.Pause(ctx, key)
 }
 
 // Resume lifts a pause; the key is due at once.
-func (e *Engine) Resume(ctx context.Context, poller, partition string) error {
-	return e.core.Resume(ctx, watukuytype.Key{Poller: poller, Partition: partition})
+func (e *Engine) Resume(ctx context.Context, key watukuytype.Key) error {
+	return e.core.Resume(ctx, key)
 }
 
 // RepairDue gives every registered key that is not deleted and lacks a due entry (it would
@@ -209,8 +209,8 @@ func (e *Engine) RepairDue(ctx context.Context) ([]watukuytype.Key, error) {
 }
 
 // Inspect reports a key's status, cursor, lease, schedule and counters.
-func (e *Engine) Inspect(ctx context.Context, poller, partition string) (watukuytype.KeyInfo, error) {
-	return e.core.Inspect(ctx, watukuytype.Key{Poller: poller, Partition: partition})
+func (e *Engine) Inspect(ctx context.Context, key watukuytype.Key) (watukuytype.KeyInfo, error) {
+	return e.core.Inspect(ctx, key)
 }
 
 // Stop refuses new cycles and waits for running ones. With drain each stops at its next step
@@ -228,8 +228,8 @@ type Parked struct{ e *core.Engine }
 
 // List returns every parked row of a key in id order (poison events before invalid items);
 // kind is "poison", "invalid" or "" for all.
-func (p Parked) List(ctx context.Context, poller, partition, kind string) ([]watukuytype.ParkedInfo, error) {
-	return p.e.ListParked(ctx, watukuytype.Key{Poller: poller, Partition: partition}, kind)
+func (p Parked) List(ctx context.Context, key watukuytype.Key, kind string) ([]watukuytype.ParkedInfo, error) {
+	return p.e.ListParked(ctx, key, kind)
 }
 
 // Counts counts the parked rows of each key, in one round trip.
@@ -239,18 +239,18 @@ func (p Parked) Counts(ctx context.Context, keys []watukuytype.Key) ([]int64, er
 
 // Page returns up to limit (at most 1,000) of a key's parked rows of kind in id order, after
 // the id after ("" from the first), and the id the next page starts after ("" at the end).
-func (p Parked) Page(ctx context.Context, poller, partition, kind, after string, limit int) ([]watukuytype.ParkedInfo, string, error) {
-	return p.e.ListParkedPage(ctx, watukuytype.Key{Poller: poller, Partition: partition}, kind, after, limit)
+func (p Parked) Page(ctx context.Context, key watukuytype.Key, kind, after string, limit int) ([]watukuytype.ParkedInfo, string, error) {
+	return p.e.ListParkedPage(ctx, key, kind, after, limit)
 }
 
 // Retry returns parked rows to work, keeping the original order of held events.
-func (p Parked) Retry(ctx context.Context, poller, partition string, ids ...string) (int, error) {
-	return p.e.RetryParked(ctx, watukuytype.Key{Poller: poller, Partition: partition}, ids)
+func (p Parked) Retry(ctx context.Context, key watukuytype.Key, ids ...string) (int, error) {
+	return p.e.RetryParked(ctx, key, ids)
 }
 
 // Discard drops parked rows; events their ordering keys held go back to delivery.
-func (p Parked) Discard(ctx context.Context, poller, partition string, ids ...string) (int, error) {
-	return p.e.DiscardParked(ctx, watukuytype.Key{Poller: poller, Partition: partition}, ids)
+func (p Parked) Discard(ctx context.Context, key watukuytype.Key, ids ...string) (int, error) {
+	return p.e.DiscardParked(ctx, key, ids)
 }
 
 // InspectAll reports every known key of poller ("" for all pollers), reading the registry a
@@ -318,22 +318,22 @@ func (e *Engine) Each(ctx context.Context, poller string, partitions []string, f
 
 // Backfill runs the live lane's logic again from an older cursor, in a lane of its own with
 // lower priority than live; see BackfillRequest. snapshotDiff pollers refuse (*ConfigError).
-func (e *Engine) Backfill(ctx context.Context, poller, partition string, req watukuytype.BackfillRequest) (watukuytype.BackfillProgress, error) {
-	return e.core.Backfill(ctx, watukuytype.Key{Poller: poller, Partition: partition}, req)
+func (e *Engine) Backfill(ctx context.Context, key watukuytype.Key, req watukuytype.BackfillRequest) (watukuytype.BackfillProgress, error) {
+	return e.core.Backfill(ctx, key, req)
 }
 
 // Replay copies logged events committed in [from, to] (to zero: up to now) back into the
 // outbox with their original ids and lane "replay"; it returns how many. Without
 // log.retention it fails with *ReplayUnavailableError.
-func (e *Engine) Replay(ctx context.Context, poller, partition string, from, to time.Time) (int, error) {
-	return e.core.Replay(ctx, watukuytype.Key{Poller: poller, Partition: partition}, from, to)
+func (e *Engine) Replay(ctx context.Context, key watukuytype.Key, from, to time.Time) (int, error) {
+	return e.core.Replay(ctx, key, from, to)
 }
 
 // ResetCursor rewinds the live lane to cursor ("" for the beginning); clearSnapshot makes
 // every item count as new again: re-emitted as created, each with the same id as when its
 // content was first emitted (G2), so a consumer that dedupes by id drops them.
-func (e *Engine) ResetCursor(ctx context.Context, poller, partition, cursor string, clearSnapshot bool) error {
-	return e.core.ResetCursor(ctx, watukuytype.Key{Poller: poller, Partition: partition}, cursor, clearSnapshot)
+func (e *Engine) ResetCursor(ctx context.Context, key watukuytype.Key, cursor string, clearSnapshot bool) error {
+	return e.core.ResetCursor(ctx, key, cursor, clearSnapshot)
 }
 
 // Partitions adds, removes and deletes partitions at run time.
@@ -351,18 +351,18 @@ func (p Partitions) List(ctx context.Context, poller string) ([]watukuytype.KeyI
 }
 
 // Add registers a new partition; workers running the poller pick it up at once.
-func (p Partitions) Add(ctx context.Context, poller, partition string) error {
-	return p.e.AddPartition(ctx, watukuytype.Key{Poller: poller, Partition: partition})
+func (p Partitions) Add(ctx context.Context, key watukuytype.Key) error {
+	return p.e.AddPartition(ctx, key)
 }
 
 // Remove pauses a partition and keeps its state; Resume brings it back from its last cursor.
-func (p Partitions) Remove(ctx context.Context, poller, partition string) error {
-	return p.e.RemovePartition(ctx, watukuytype.Key{Poller: poller, Partition: partition})
+func (p Partitions) Remove(ctx context.Context, key watukuytype.Key) error {
+	return p.e.RemovePartition(ctx, key)
 }
 
 // Delete removes a partition with its state and snapshot.
-func (p Partitions) Delete(ctx context.Context, poller, partition string) error {
-	return p.e.DeletePartition(ctx, watukuytype.Key{Poller: poller, Partition: partition})
+func (p Partitions) Delete(ctx context.Context, key watukuytype.Key) error {
+	return p.e.DeletePartition(ctx, key)
 }
 
 // Layout reads the Redis data layout.

@@ -185,7 +185,7 @@ func TestWorkerShutdownDrainHandsKeyBack(t *testing.T) {
 		if d := time.Since(start); d > 10*time.Second {
 			t.Errorf("Shutdown(true) took %v: a request in flight must be given up at once", d)
 		}
-		ki, err := eng.Inspect(context.Background(), "slow", "")
+		ki, err := eng.Inspect(context.Background(), watukuytype.Key{Poller: "slow", Partition: ""})
 		if err != nil {
 			t.Fatal(err)
 		}

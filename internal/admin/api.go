@@ -416,7 +416,7 @@ type keyStatus struct {
 
 // status inspects a key after an action, for its answer.
 func (a *api) status(ctx context.Context, k watukuytype.Key) (keyStatus, error) {
-	ki, err := a.o.Engine.Inspect(ctx, k.Poller, k.Partition)
+	ki, err := a.o.Engine.Inspect(ctx, k)
 	return keyStatus{Poller: k.Poller, Partition: k.Partition, Status: string(ki.Status)}, err
 }
 
@@ -474,13 +474,13 @@ func (a *api) keys(ctx context.Context, c *call) (any, error) {
 
 func (a *api) key(ctx context.Context, c *call) (any, error) {
 	k := keyOf(c.r)
-	return a.o.Engine.Inspect(ctx, k.Poller, k.Partition)
+	return a.o.Engine.Inspect(ctx, k)
 }
 
 // keyOp is trigger, pause or resume.
 type keyOp struct {
 	name string
-	fn   func(*watukuy.Engine, context.Context, string, string) error
+	fn   func(*watukuy.Engine, context.Context, watukuytype.Key) error
 }
 
 var keyOps = []keyOp{
@@ -493,7 +493,7 @@ func (a *api) keyOp(op keyOp, all bool) handlerFunc {
 	return func(ctx context.Context, c *call) (any, error) {
 		out := []keyStatus{}
 		err := a.eachKey(ctx, c.r, all, func(k watukuytype.Key) error {
-			if err := op.fn(a.o.Engine, ctx, k.Poller, k.Partition); err != nil {
+			if err := op.fn(a.o.Engine, ctx, k); err != nil {
 				return err
 			}
 			st, err := a.status(ctx, k)
@@ -519,7 +519,7 @@ func (a *api) keyOp(op keyOp, all bool) handlerFunc {
 
 func (a *api) backfillProgress(ctx context.Context, c *call) (any, error) {
 	k := keyOf(c.r)
-	ki, err := a.o.Engine.Inspect(ctx, k.Poller, k.Partition)
+	ki, err := a.o.Engine.Inspect(ctx, k)
 	if err != nil {
 		return nil, err
 	}
@@ -582,12 +582,12 @@ func (a *api) backfill(all bool) handlerFunc {
 		}
 		out := []keyBackfill{}
 		err := a.eachKey(ctx, c.r, all, func(k watukuytype.Key) error {
-			bp, err := a.o.Engine.Backfill(ctx, k.Poller, k.Partition, req)
+			bp, err := a.o.Engine.Backfill(ctx, k, req)
 			if err != nil {
 				return err
 			}
 			kb := keyBackfill{Poller: k.Poller, Partition: k.Partition, Backfill: &bp}
-			if ki, err := a.o.Engine.Inspect(ctx, k.Poller, k.Partition); err == nil && ki.Paused {
+			if ki, err := a.o.Engine.Inspect(ctx, k); err == nil && ki.Paused {
 				kb.Note = "the key is " + string(ki.Status) + ": its backfill runs after it is resumed"
 			}
 			out = append(out, kb)
@@ -634,7 +634,7 @@ func (a *api) replay(ctx context.Context, c *call) (any, error) {
 		return nil, badField("from", "%s is in the future: nothing was logged after now", *body.From)
 	}
 	k := keyOf(c.r)
-	n, err := a.o.Engine.Replay(ctx, k.Poller, k.Partition, from, to)
+	n, err := a.o.Engine.Replay(ctx, k, from, to)
 	if err != nil {
 		return nil, err
 	}
@@ -658,7 +658,7 @@ func (a *api) resetCursor(ctx context.Context, c *call) (any, error) {
 		return nil, badField("cursor", "required: the cursor to rewind the live lane to, or null for the very beginning")
 	}
 	k := keyOf(c.r)
-	if err := a.o.Engine.ResetCursor(ctx, k.Poller, k.Partition, body.Cursor.text(), body.ClearSnapshot); err != nil {
+	if err := a.o.Engine.ResetCursor(ctx, k, body.Cursor.text(), body.ClearSnapshot); err != nil {
 		return nil, err
 	}
 	c.log.Str("action", "reset-cursor").Str("poller", k.Poller).Str("partition", k.Partition).Str("cursor", body.Cursor.text()).Bool("clearSnapshot", body.ClearSnapshot)
@@ -684,7 +684,7 @@ func kindParam(r *http.Request) (string, error) {
 // parkedPage reads up to n of k's parked rows of kind after the id after, and whether the key
 // has more after them.
 func (a *api) parkedPage(ctx context.Context, k watukuytype.Key, kind, after string, n int) ([]watukuytype.ParkedInfo, bool, error) {
-	ps, next, err := a.o.Engine.Parked().Page(ctx, k.Poller, k.Partition, kind, after, n)
+	ps, next, err := a.o.Engine.Parked().Page(ctx, k, kind, after, n)
 	return ps, next != "", err
 }
 
@@ -858,7 +858,7 @@ func (a *api) parkedAll(ctx context.Context, c *call) (any, error) {
 }
 
 // release is parked retry or discard of the path's key.
-func (a *api) release(action string, fn func(watukuy.Parked, context.Context, string, string, ...string) (int, error)) handlerFunc {
+func (a *api) release(action string, fn func(watukuy.Parked, context.Context, watukuytype.Key, ...string) (int, error)) handlerFunc {
 	return func(ctx context.Context, c *call) (any, error) {
 		var body struct {
 			IDs  []string `json:"ids"`
@@ -888,14 +888,14 @@ func (a *api) release(action string, fn func(watukuy.Parked, context.Context, st
 			ids = have
 		}
 		if len(ids) == 0 { // nothing to release: the engine is not asked, so say what it would
-			if ki, err := a.o.Engine.Inspect(ctx, k.Poller, k.Partition); err == nil && ki.Status == watukuytype.StatusDeleted {
+			if ki, err := a.o.Engine.Inspect(ctx, k); err == nil && ki.Status == watukuytype.StatusDeleted {
 				return nil, &watukuytype.NotFoundError{Poller: k.Poller, Partition: k.Partition, PartitionMissing: true, Deleted: true,
 					Hint: "the partition is deleted: `partitions add` brings it back, empty"}
 			}
 		}
 		n := 0
 		if len(ids) > 0 {
-			if n, err = fn(a.o.Engine.Parked(), ctx, k.Poller, k.Partition, ids...); err != nil {
+			if n, err = fn(a.o.Engine.Parked(), ctx, k, ids...); err != nil {
 				return nil, a.goneSince(ctx, k, body.Kind, ids, err)
 			}
 		}
@@ -928,7 +928,7 @@ func (a *api) goneSince(ctx context.Context, k watukuytype.Key, kind string, ids
 // checkParked lists the ids of k's parked rows of kind, and fails with a 404 naming the first
 // of ids that is not among them (why says how it may have gone).
 func (a *api) checkParked(ctx context.Context, k watukuytype.Key, kind string, ids []string, why string) ([]string, error) {
-	rows, err := a.o.Engine.Parked().List(ctx, k.Poller, k.Partition, kind)
+	rows, err := a.o.Engine.Parked().List(ctx, k, kind)
 	if err != nil {
 		return nil, err
 	}
@@ -970,7 +970,7 @@ func (a *api) addPartition(ctx context.Context, c *call) (any, error) {
 		return nil, badField("partition", "required: the name of the partition to add")
 	}
 	k := watukuytype.Key{Poller: c.r.PathValue("poller"), Partition: *body.Partition}
-	if err := a.o.Engine.Partitions().Add(ctx, k.Poller, k.Partition); err != nil {
+	if err := a.o.Engine.Partitions().Add(ctx, k); err != nil {
 		if ce := (*watukuytype.ConfigError)(nil); errors.As(err, &ce) && ce.Field == "partitions" {
 			return nil, badField("partition", "%s", ce.Msg)
 		}
@@ -994,7 +994,7 @@ func (a *api) removePartition(ctx context.Context, c *call) (any, error) {
 	if purge {
 		action, fn = "partitions delete", a.o.Engine.Partitions().Delete
 	}
-	if err := fn(ctx, k.Poller, k.Partition); err != nil {
+	if err := fn(ctx, k); err != nil {
 		return nil, err
 	}
 	c.log.Str("action", action).Str("poller", k.Poller).Str("partition", k.Partition)

@@ -176,7 +176,7 @@ func (s *site) fails(method, path, secret, body string, status int, code string)
 
 func (s *site) inspect(poller, partition string) watukuytype.KeyInfo {
 	s.t.Helper()
-	ki, err := s.eng.Inspect(context.Background(), poller, partition)
+	ki, err := s.eng.Inspect(context.Background(), watukuytype.Key{Poller: poller, Partition: partition})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -721,7 +721,7 @@ func TestParkedPaged(t *testing.T) {
 	parked := func() []string {
 		var out []string
 		for _, k := range keys {
-			rows, err := s.eng.Parked().List(ctx, k.Poller, k.Partition, "")
+			rows, err := s.eng.Parked().List(ctx, k, "")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -153,7 +153,7 @@ func (s *raceSite) settle(parts ...string) {
 	final := s.api.Final()
 	for range 30 {
 		for _, p := range parts {
-			if err := s.eng.Trigger(context.Background(), "race", p); err != nil {
+			if err := s.eng.Trigger(context.Background(), watukuytype.Key{Poller: "race", Partition: p}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -55,7 +55,7 @@ func TestBuildFromConfig(t *testing.T) {
 	}
 	tick := func() {
 		t.Helper()
-		if err := env.Engine.Trigger(context.Background(), "orders", ""); err != nil {
+		if err := env.Engine.Trigger(context.Background(), watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := env.Engine.Tick(context.Background(), 10*time.Second); err != nil {
@@ -66,7 +66,7 @@ func TestBuildFromConfig(t *testing.T) {
 	if lines := strings.Count(out.String(), "\n"); lines != 1 || !strings.Contains(out.String(), `"identity":"a"`) {
 		t.Fatalf("delivered:\n%s", out.String())
 	}
-	rows, err := env.Engine.Parked().List(context.Background(), "orders", "", "invalid")
+	rows, err := env.Engine.Parked().List(context.Background(), watukuytype.Key{Poller: "orders", Partition: ""}, "invalid")
 	if err != nil || len(rows) != 1 || rows[0].Identity != "b" || !strings.Contains(rows[0].Error, "minimum") {
 		t.Fatalf("schema failures must be parked invalid: %+v %v", rows, err)
 	}

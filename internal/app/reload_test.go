@@ -130,7 +130,7 @@ func TestReloadAppliesFromNextCycle(t *testing.T) {
 	defer env.RDB.Close()
 	cycle := func(wantReq, wantSigner, when string) {
 		t.Helper()
-		if err := env.Engine.Trigger(ctx, "orders", ""); err != nil {
+		if err := env.Engine.Trigger(ctx, watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 			t.Fatal(err)
 		}
 		rep, err := env.Engine.Tick(ctx, 10*time.Second)
@@ -249,10 +249,10 @@ func TestReloadAddsAndRemovesPollers(t *testing.T) {
 	waitFor(t, out, `"poller":"customers"`)
 	// Make orders due and customers due again: the claim that runs customers' second cycle
 	// comes after both triggers, and would have taken orders too, had it still been claimed.
-	if err := env.Engine.Trigger(ctx, "orders", ""); err != nil {
+	if err := env.Engine.Trigger(ctx, watukuytype.Key{Poller: "orders", Partition: ""}); err != nil {
 		t.Fatalf("the removed poller's key must stay known: %v", err)
 	}
-	if err := env.Engine.Trigger(ctx, "customers", ""); err != nil {
+	if err := env.Engine.Trigger(ctx, watukuytype.Key{Poller: "customers", Partition: ""}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, out, `"poller":"customers"`)

@@ -195,14 +195,14 @@ func registryCostsAt(ctx context.Context, o Options, n int) (registryCosts, erro
 	}
 	defer rdb.Close()
 	// One untimed look first: the engine's connection, its layout check and its scripts.
-	if _, err := wk.Inspect(ctx, pollerName, p.Partitions[0]); err != nil {
+	if _, err := wk.Inspect(ctx, watukuytype.Key{Poller: pollerName, Partition: p.Partitions[0]}); err != nil {
 		return c, fmt.Errorf("inspect: %w", err)
 	}
 	var inspect []int64
 	for _, i := range []int{n / 4, n / 2, 3 * n / 4} {
 		part := p.Partitions[i]
 		b, err := e.netBytes(ctx, func() error {
-			_, err := wk.Inspect(ctx, pollerName, part)
+			_, err := wk.Inspect(ctx, watukuytype.Key{Poller: pollerName, Partition: part})
 			return err
 		})
 		if err != nil {
@@ -225,10 +225,12 @@ func registryCostsAt(ctx context.Context, o Options, n int) (registryCosts, erro
 		return c, err
 	}
 
-	if err := wk.Partitions().Add(ctx, pollerName, "added-0"); err != nil {
+	if err := wk.Partitions().Add(ctx, watukuytype.Key{Poller: pollerName, Partition: "added-0"}); err != nil {
 		return c, fmt.Errorf("partitions add: %w", err)
 	}
-	c.addBytes, err = e.netBytes(ctx, func() error { return wk.Partitions().Add(ctx, pollerName, "added-1") })
+	c.addBytes, err = e.netBytes(ctx, func() error {
+		return wk.Partitions().Add(ctx, watukuytype.Key{Poller: pollerName, Partition: "added-1"})
+	})
 	if err != nil {
 		return c, fmt.Errorf("partitions add: %w", err)
 	}
@@ -447,7 +449,7 @@ func parkPoison(ctx context.Context, st core.Store, l core.Lease, ok string) (st
 // retryOp is Parked().Retry of id from the engine without the poller's definition.
 func (s *scriptRun) retryOp(ctx context.Context, key watukuytype.Key, id string) func() error {
 	return func() error {
-		n, err := s.wk.Parked().Retry(ctx, key.Poller, key.Partition, id)
+		n, err := s.wk.Parked().Retry(ctx, key, id)
 		if err == nil && n != 1 {
 			err = fmt.Errorf("retried %d rows of 1", n)
 		}
@@ -562,7 +564,7 @@ func prepareDelete(ctx context.Context, s *scriptRun, key watukuytype.Key, n int
 	} else if snap.Items != int64(n) {
 		return nil, fmt.Errorf("the key tracks %d items of %d", snap.Items, n)
 	}
-	return func() error { return s.wk.Partitions().Delete(ctx, key.Poller, key.Partition) }, nil
+	return func() error { return s.wk.Partitions().Delete(ctx, key) }, nil
 }
 
 // tombstoneRetention is how long the tombstones of LongestScripts are kept.

@@ -14,6 +14,7 @@ import (
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/app"
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // The admin API on a running process's listener: tokens from WATUKUY_ADMIN_TOKEN and from
@@ -67,7 +68,7 @@ func TestAdminAPIOnTheListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ki, err := eng.Inspect(ctx, "orders", ""); err != nil || !ki.Paused {
+	if ki, err := eng.Inspect(ctx, watukuytype.Key{Poller: "orders", Partition: ""}); err != nil || !ki.Paused {
 		t.Fatalf("after the API's pause: %+v %v", ki, err)
 	}
 

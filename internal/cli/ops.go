@@ -241,7 +241,7 @@ type keyStatus struct {
 func statuses(ctx context.Context, eng *watukuy.Engine, keys []watukuytype.Key) ([]keyStatus, error) {
 	out := make([]keyStatus, 0, len(keys))
 	for _, k := range keys {
-		ki, err := eng.Inspect(ctx, k.Poller, k.Partition)
+		ki, err := eng.Inspect(ctx, k)
 		if err != nil {
 			return out, err
 		}
@@ -267,7 +267,7 @@ func (o *op) printStatuses(sts []keyStatus, summary string) error {
 }
 
 // keyOpCmd is trigger, pause or resume: the operation on every named key, then their status.
-func keyOpCmd(use, short, done, effect string, fn func(*watukuy.Engine, context.Context, string, string) error) *cobra.Command {
+func keyOpCmd(use, short, done, effect string, fn func(*watukuy.Engine, context.Context, watukuytype.Key) error) *cobra.Command {
 	o := &op{}
 	return o.command(opSpec{
 		use:   use + " --poller P [--partition X]",
@@ -278,7 +278,7 @@ func keyOpCmd(use, short, done, effect string, fn func(*watukuy.Engine, context.
 			var keys []watukuytype.Key
 			if err := o.each(ctx, eng, func(k watukuytype.Key) error {
 				keys = append(keys, k)
-				return fn(eng, ctx, k.Poller, k.Partition)
+				return fn(eng, ctx, k)
 			}); err != nil {
 				return err
 			}

@@ -79,7 +79,7 @@ not the backfill.`,
 			var reg []string // the registry's word on the cursor, for a process without the config
 			if o.configPoller() == nil {
 				_, _ = eng.Each(ctx, o.poller, o.named(), func(k watukuytype.Key) error {
-					if ki, err := eng.Inspect(ctx, k.Poller, k.Partition); err == nil {
+					if ki, err := eng.Inspect(ctx, k); err == nil {
 						reg = ki.CursorFormats
 					}
 					return errFirstKey // one key says it for the poller
@@ -100,7 +100,7 @@ not the backfill.`,
 			}
 			started := []keyBackfill{}
 			if err := o.each(ctx, eng, func(k watukuytype.Key) error {
-				bp, err := eng.Backfill(ctx, k.Poller, k.Partition, req)
+				bp, err := eng.Backfill(ctx, k, req)
 				if ce := (*watukuytype.ConfigError)(nil); errors.As(err, &ce) && strings.HasPrefix(ce.Field, "--") {
 					typed := map[string]string{"--from": from, "--to": to}[ce.Field]
 					err = command.Usagef("%s %s (you typed %q; poller %s)", ce.Field, ce.Msg, typed, o.poller)
@@ -109,7 +109,7 @@ not the backfill.`,
 					return err
 				}
 				kb := keyBackfill{Event: "started", Poller: k.Poller, Partition: k.Partition, Backfill: &bp}
-				if ki, err := eng.Inspect(ctx, k.Poller, k.Partition); err == nil && ki.Paused {
+				if ki, err := eng.Inspect(ctx, k); err == nil && ki.Paused {
 					kb.Note = "the key is " + string(ki.Status) + ": its backfill runs after `watukuy resume`"
 				}
 				started = append(started, kb)
@@ -258,7 +258,7 @@ func (o *op) waitBackfills(ctx context.Context, eng *watukuy.Engine, started []k
 			if finished[i] {
 				continue
 			}
-			ki, err := eng.Inspect(ctx, kb.Poller, kb.Partition)
+			ki, err := eng.Inspect(ctx, watukuytype.Key{Poller: kb.Poller, Partition: kb.Partition})
 			if err != nil {
 				if ctx.Err() != nil {
 					return stopped()

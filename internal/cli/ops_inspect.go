@@ -66,7 +66,7 @@ object with --partition.`,
 		},
 		run: func(ctx context.Context, eng *watukuy.Engine) error {
 			if o.partitionGiven {
-				ki, err := eng.Inspect(ctx, o.poller, o.partition)
+				ki, err := eng.Inspect(ctx, watukuytype.Key{Poller: o.poller, Partition: o.partition})
 				if err != nil {
 					return err
 				}

@@ -86,7 +86,7 @@ says how to get them (more: watukuy parked ls ... --after ID; with --json it goe
 			}
 			rows := []parkedRow{}
 			for _, k := range keys {
-				ps, err := eng.Parked().List(ctx, k.Poller, k.Partition, kind)
+				ps, err := eng.Parked().List(ctx, k, kind)
 				if err != nil {
 					return err
 				}
@@ -114,7 +114,7 @@ func (o *op) parkedPage(ctx context.Context, eng *watukuy.Engine, kind, after st
 		limit = maxPage
 	}
 	// One row more than the page says whether another page has any.
-	ps, _, err := eng.Parked().Page(ctx, o.poller, o.partition, kind, after, min(limit+1, maxPage))
+	ps, _, err := eng.Parked().Page(ctx, watukuytype.Key{Poller: o.poller, Partition: o.partition}, kind, after, min(limit+1, maxPage))
 	if err != nil {
 		return err
 	}
@@ -225,7 +225,7 @@ func indentJSON(raw json.RawMessage) string {
 // up in every partition of the poller, as `parked ls` lists them; --all takes every parked row
 // there (of one --kind), so a poller that parked every item needs no list of ids.
 func parkedReleaseCmd(use, short, done, effect string,
-	release func(watukuy.Parked, context.Context, string, string, ...string) (int, error)) *cobra.Command {
+	release func(watukuy.Parked, context.Context, watukuytype.Key, ...string) (int, error)) *cobra.Command {
 	o := &op{}
 	var ids []string
 	var all bool
@@ -271,7 +271,7 @@ func parkedReleaseCmd(use, short, done, effect string,
 			res := []keyRelease{}
 			total := 0
 			for _, k := range order {
-				n, err := release(eng.Parked(), ctx, k.Poller, k.Partition, byKey[k]...)
+				n, err := release(eng.Parked(), ctx, k, byKey[k]...)
 				total += n
 				if err != nil {
 					if total > 0 {
@@ -323,7 +323,7 @@ func (o *op) allParked(ctx context.Context, eng *watukuy.Engine, kind string) (m
 	byKey := map[watukuytype.Key][]string{}
 	var order []watukuytype.Key
 	for _, k := range keys {
-		rows, err := eng.Parked().List(ctx, k.Poller, k.Partition, kind)
+		rows, err := eng.Parked().List(ctx, k, kind)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -352,7 +352,7 @@ func (o *op) locateParked(ctx context.Context, eng *watukuy.Engine, ids []string
 	}
 	where := map[string]watukuytype.Key{}
 	for _, k := range keys {
-		rows, err := eng.Parked().List(ctx, k.Poller, k.Partition, "")
+		rows, err := eng.Parked().List(ctx, k, "")
 		if err != nil {
 			return nil, nil, err
 		}

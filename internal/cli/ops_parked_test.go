@@ -159,7 +159,7 @@ func TestParkedPages(t *testing.T) {
 	}))
 	w.tick()
 	ids := func(partition string) []string {
-		rows, err := w.eng.Parked().List(t.Context(), "tenants", partition, "")
+		rows, err := w.eng.Parked().List(t.Context(), watukuytype.Key{Poller: "tenants", Partition: partition}, "")
 		if err != nil || len(rows) != 3 {
 			t.Fatalf("parked rows of tenants|%s: %v %v", partition, rows, err)
 		}

@@ -55,7 +55,7 @@ func partitionOp(o *op, s opSpec, fn func(ctx context.Context, eng *watukuy.Engi
 			return err
 		}
 		status := "deleted"
-		if ki, err := eng.Inspect(ctx, o.poller, o.partition); err == nil {
+		if ki, err := eng.Inspect(ctx, watukuytype.Key{Poller: o.poller, Partition: o.partition}); err == nil {
 			status = string(ki.Status)
 		} else if !errors.As(err, new(*watukuytype.NotFoundError)) { // a deleted partition has left the registry
 			return err
@@ -78,7 +78,7 @@ func partitionsAddCmd() *cobra.Command {
 		if o.partition == "" {
 			return command.Usagef("--partition: name the new partition (- and \"\" are the key of an unpartitioned poller, which it has already)")
 		}
-		return eng.Partitions().Add(ctx, o.poller, o.partition)
+		return eng.Partitions().Add(ctx, watukuytype.Key{Poller: o.poller, Partition: o.partition})
 	}, func(status string) string {
 		return fmt.Sprintf("added partition %q to %s (status %s, due now): workers running %s pick it up", o.partition, o.poller, status, o.poller)
 	})
@@ -90,7 +90,7 @@ func partitionsRemoveCmd() *cobra.Command {
 		use:   "remove --poller P --partition X",
 		short: "Take a partition out of service: it is paused and keeps its state",
 	}, func(ctx context.Context, eng *watukuy.Engine) error {
-		return eng.Partitions().Remove(ctx, o.poller, o.partition)
+		return eng.Partitions().Remove(ctx, watukuytype.Key{Poller: o.poller, Partition: o.partition})
 	}, func(status string) string {
 		return fmt.Sprintf("removed partition %q of %s (status %s): paused, state kept; `watukuy resume --poller %s --partition %s` brings it back from its last cursor",
 			o.partition, o.poller, status, o.poller, o.partition)
@@ -112,14 +112,14 @@ and keep its state, use partitions remove.`,
 	}, func(ctx context.Context, eng *watukuy.Engine) error {
 		if !yes {
 			// Say what would go, so the operator decides knowing it.
-			ki, err := eng.Inspect(ctx, o.poller, o.partition)
+			ki, err := eng.Inspect(ctx, watukuytype.Key{Poller: o.poller, Partition: o.partition})
 			if err != nil {
 				return err
 			}
 			return command.Usagef("partitions delete removes partition %q of %s for good: its state (live cursor %q), %d known items, %d undelivered outbox events, %d parked rows and its replay log; pass --yes to delete it, or use `watukuy partitions remove` to pause it and keep its state",
 				o.partition, o.poller, ki.Cursor, ki.Items, ki.OutboxPending, ki.Parked)
 		}
-		return eng.Partitions().Delete(ctx, o.poller, o.partition)
+		return eng.Partitions().Delete(ctx, watukuytype.Key{Poller: o.poller, Partition: o.partition})
 	}, func(string) string {
 		return fmt.Sprintf("deleted partition %q of %s with its state, snapshot, outbox, parked rows and replay log", o.partition, o.poller)
 	})

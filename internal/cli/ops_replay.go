@@ -61,7 +61,7 @@ without it there is no log and replay fails.`,
 			done := []keyReplay{}
 			total := 0
 			if err := o.each(ctx, eng, func(k watukuytype.Key) error {
-				n, err := eng.Replay(ctx, k.Poller, k.Partition, from, to)
+				n, err := eng.Replay(ctx, k, from, to)
 				total += n
 				done = append(done, keyReplay{k.Poller, k.Partition, n})
 				return err
@@ -129,10 +129,10 @@ that does not); an item the API no longer lists is still deleted.`,
 			}
 			rows := []keyReset{}
 			if err := o.each(ctx, eng, func(k watukuytype.Key) error {
-				if err := eng.ResetCursor(ctx, k.Poller, k.Partition, cursor, clearSnapshot); err != nil {
+				if err := eng.ResetCursor(ctx, k, cursor, clearSnapshot); err != nil {
 					return err
 				}
-				ki, err := eng.Inspect(ctx, k.Poller, k.Partition)
+				ki, err := eng.Inspect(ctx, k)
 				if err != nil {
 					return err
 				}

@@ -166,7 +166,7 @@ func (w *world) source(poller, partition string) string {
 
 func (w *world) inspect(poller, partition string) watukuytype.KeyInfo {
 	w.t.Helper()
-	ki, err := w.eng.Inspect(context.Background(), poller, partition)
+	ki, err := w.eng.Inspect(context.Background(), watukuytype.Key{Poller: poller, Partition: partition})
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -180,7 +180,7 @@ func newBrowserWorld(t *testing.T) *browserWorld {
 	if _, err := eng.Tick(t.Context(), 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := eng.Pause(t.Context(), "customers", "initech"); err != nil {
+	if err := eng.Pause(t.Context(), watukuytype.Key{Poller: "customers", Partition: "initech"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -290,13 +290,13 @@ func TestBrowser(t *testing.T) {
 	if msg := flash(t, ctx); msg != "pause: customers/acme: paused" {
 		t.Errorf("after Pause the page says %q", msg)
 	}
-	if ki, err := w.eng.Inspect(t.Context(), "customers", "acme"); err != nil || !ki.Paused {
+	if ki, err := w.eng.Inspect(t.Context(), watukuytype.Key{Poller: "customers", Partition: "acme"}); err != nil || !ki.Paused {
 		t.Fatalf("customers/acme after Pause on the page: paused %v, %v", ki.Paused, err)
 	}
 	noErrors("Pause")
 
 	// A key's page from its link; its parked row's Retry returns the row to work.
-	parked, err := w.eng.Parked().List(t.Context(), "orders", "", "")
+	parked, err := w.eng.Parked().List(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, "")
 	if err != nil || len(parked) != 1 {
 		t.Fatalf("orders' parked rows: %v %v", parked, err)
 	}
@@ -324,7 +324,7 @@ func TestBrowser(t *testing.T) {
 	if msg := flash(t, ctx); msg != "retry "+parked[0].ID+": released 1 row" {
 		t.Errorf("after Retry the page says %q", msg)
 	}
-	if rows, err := w.eng.Parked().List(t.Context(), "orders", "", ""); err != nil || len(rows) != 0 {
+	if rows, err := w.eng.Parked().List(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, ""); err != nil || len(rows) != 0 {
 		t.Fatalf("orders' parked rows after Retry on the page: %v %v", rows, err)
 	}
 	noErrors("Retry")

@@ -391,7 +391,7 @@ func (h *handler) key(w http.ResponseWriter, r *http.Request, rest string) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), inspectTimeout)
 	defer cancel()
-	ki, err := h.o.Engine.Inspect(ctx, poller, partition)
+	ki, err := h.o.Engine.Inspect(ctx, watukuytype.Key{Poller: poller, Partition: partition})
 	if err != nil {
 		p.Title = poller + " / " + partLabel(partition)
 		h.engineError(w, r, p, err)
@@ -399,7 +399,7 @@ func (h *handler) key(w http.ResponseWriter, r *http.Request, rest string) {
 	}
 	// One row more than the page shows says whether a next page has any.
 	after := r.URL.Query().Get("after")
-	rows, _, err := h.o.Engine.Parked().Page(ctx, poller, partition, "", after, h.maxParked+1)
+	rows, _, err := h.o.Engine.Parked().Page(ctx, watukuytype.Key{Poller: poller, Partition: partition}, "", after, h.maxParked+1)
 	if err != nil {
 		h.engineError(w, r, p, err)
 		return

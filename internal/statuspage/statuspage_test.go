@@ -283,7 +283,7 @@ func TestTableShowsKeys(t *testing.T) {
 		t.Fatalf("poller filter:\n%s", body)
 	}
 	// A paused key shows Resume instead of Pause.
-	if err := w.env.Engine.Pause(t.Context(), "customers", "acme"); err != nil {
+	if err := w.env.Engine.Pause(t.Context(), watukuytype.Key{Poller: "customers", Partition: "acme"}); err != nil {
 		t.Fatal(err)
 	}
 	_, body = w.do(t, "GET", "/status", opsSecret, nil)
@@ -355,7 +355,7 @@ func TestTablePages(t *testing.T) {
 
 func TestDetailPage(t *testing.T) {
 	w := newWorld(t)
-	rows, err := w.env.Engine.Parked().List(t.Context(), "orders", "", "")
+	rows, err := w.env.Engine.Parked().List(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""}, "")
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("parked: %v %v", rows, err)
 	}
@@ -398,7 +398,7 @@ func TestDetailPageParkedPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.env.Settle(3)
-	all, err := w.env.Engine.Parked().List(t.Context(), "rejects", "", "")
+	all, err := w.env.Engine.Parked().List(t.Context(), watukuytype.Key{Poller: "rejects", Partition: ""}, "")
 	if err != nil || len(all) != 5 {
 		t.Fatalf("parked: %d %v", len(all), err)
 	}
@@ -488,7 +488,7 @@ func TestItemJSONIsEscaped(t *testing.T) {
 		t.Fatalf("the parked event's item:\n%s", body)
 	}
 	// Straight into the template: rows whose JSON and fields hold markup as it is.
-	ki, err := w.env.Engine.Inspect(t.Context(), "orders", "")
+	ki, err := w.env.Engine.Inspect(t.Context(), watukuytype.Key{Poller: "orders", Partition: ""})
 	if err != nil {
 		t.Fatal(err)
 	}
