@@ -523,11 +523,11 @@ func (a *api) backfillProgress(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return keyBackfill{Poller: k.Poller, Partition: k.Partition, Backfill: ki.Backfill}, nil
+	return KeyBackfill{Poller: k.Poller, Partition: k.Partition, Backfill: ki.Backfill}, nil
 }
 
-// keyBackfill is one key's backfill in an answer.
-type keyBackfill struct {
+// KeyBackfill is one key's backfill in an answer of the API, and in the CLI's backfill output.
+type KeyBackfill struct {
 	Poller    string                        `json:"poller"`
 	Partition string                        `json:"partition"`
 	Backfill  *watukuytype.BackfillProgress `json:"backfill"`
@@ -580,13 +580,13 @@ func (a *api) backfill(all bool) handlerFunc {
 			to := body.To.text()
 			req.To = &to
 		}
-		out := []keyBackfill{}
+		out := []KeyBackfill{}
 		err := a.eachKey(ctx, c.r, all, func(k watukuytype.Key) error {
 			bp, err := a.o.Engine.Backfill(ctx, k, req)
 			if err != nil {
 				return err
 			}
-			kb := keyBackfill{Poller: k.Poller, Partition: k.Partition, Backfill: &bp}
+			kb := KeyBackfill{Poller: k.Poller, Partition: k.Partition, Backfill: &bp}
 			if ki, err := a.o.Engine.Inspect(ctx, k); err == nil && ki.Paused {
 				kb.Note = "the key is " + string(ki.Status) + ": its backfill runs after it is resumed"
 			}
@@ -602,7 +602,7 @@ func (a *api) backfill(all bool) handlerFunc {
 			c.log.Str("to", *req.To)
 		}
 		return struct {
-			Keys []keyBackfill `json:"keys"`
+			Keys []KeyBackfill `json:"keys"`
 		}{out}, nil
 	}
 }

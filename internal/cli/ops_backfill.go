@@ -18,19 +18,17 @@ import (
 
 	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/httppoll"
+	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/command"
 	"github.com/watukuy/watukuy/internal/config"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
-// keyBackfill is one key's backfill in the output; Event tags the lines of --wait --json
-// (started, progress, done, replaced).
+// keyBackfill is one key's backfill in the output (the admin API's shape); Event tags the
+// lines of --wait --json (started, progress, done, replaced).
 type keyBackfill struct {
-	Event     string                        `json:"event,omitempty"`
-	Poller    string                        `json:"poller"`
-	Partition string                        `json:"partition"`
-	Backfill  *watukuytype.BackfillProgress `json:"backfill"`
-	Note      string                        `json:"note,omitempty"`
+	Event string `json:"event,omitempty"`
+	admin.KeyBackfill
 }
 
 func backfillCmd() *cobra.Command {
@@ -108,7 +106,7 @@ not the backfill.`,
 				if err != nil {
 					return err
 				}
-				kb := keyBackfill{Event: "started", Poller: k.Poller, Partition: k.Partition, Backfill: &bp}
+				kb := keyBackfill{Event: "started", KeyBackfill: admin.KeyBackfill{Poller: k.Poller, Partition: k.Partition, Backfill: &bp}}
 				if ki, err := eng.Inspect(ctx, k); err == nil && ki.Paused {
 					kb.Note = "the key is " + string(ki.Status) + ": its backfill runs after `watukuy resume`"
 				}
@@ -269,7 +267,7 @@ func (o *op) waitBackfills(ctx context.Context, eng *watukuy.Engine, started []k
 			if bp == nil {
 				return fmt.Errorf("the backfill of %s is gone (was the partition deleted?)", keyName(kb.Poller, kb.Partition))
 			}
-			next := keyBackfill{Event: "progress", Poller: kb.Poller, Partition: kb.Partition, Backfill: bp}
+			next := keyBackfill{Event: "progress", KeyBackfill: admin.KeyBackfill{Poller: kb.Poller, Partition: kb.Partition, Backfill: bp}}
 			switch {
 			case bp.Generation != started[i].Backfill.Generation:
 				finished[i] = true

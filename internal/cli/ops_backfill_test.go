@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/command"
 	"github.com/watukuy/watukuy/internal/config"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -187,7 +188,7 @@ func TestBackfillBarOnTerminal(t *testing.T) {
 	var b strings.Builder
 	bar := newBackfillBar(&b, true)
 	one := 1.0
-	bar.update([]keyBackfill{{Poller: "orders", Backfill: &watukuytype.BackfillProgress{Pages: 3, Cursor: "25", Fraction: &one}}}, []bool{true})
+	bar.update([]keyBackfill{{KeyBackfill: admin.KeyBackfill{Poller: "orders", Backfill: &watukuytype.BackfillProgress{Pages: 3, Cursor: "25", Fraction: &one}}}}, []bool{true})
 	bar.finish()
 	if !strings.Contains(b.String(), "100% |") || !strings.Contains(b.String(), "\r") {
 		t.Fatalf("terminal bar: %q", b.String())
