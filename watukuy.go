@@ -116,46 +116,13 @@ func New(opts Options) (*Engine, error) {
 	return &Engine{core: ce, store: st, rdb: opts.Redis}, nil
 }
 
-// Redis returns the go-redis client the engine runs on (Options.Redis): the distributed pool
-// (package pool) runs asynq, its health checks and its monitoring on it.
+// Redis returns the go-redis client the engine runs on (Options.Redis), for what shares it:
+// the distributed pool runs asynq, its health checks and its monitoring on it.
 func (e *Engine) Redis() redis.UniversalClient { return e.rdb }
 
-// Claimer returns the engine's due set, where schedulers claim due keys: Tick claims there to
-// run the cycles itself, the schedulers of the distributed pool (package pool) to hand them
-// to their workers.
-func (e *Engine) Claimer() Claimer { return e.store }
-
-// Claimer is the part of the engine's Redis store a scheduler claims keys with.
-type Claimer interface {
-	// ClaimDue atomically takes up to limit keys of pollers (every registered poller when
-	// none) whose due time has passed, earliest due first, and pushes their due time forward
-	// by claimTimeout (0: the key's lease TTL plus 2s), so no other claim takes them before
-	// their cycle holds the lease.
-	ClaimDue(ctx context.Context, limit int, claimTimeout time.Duration, pollers []string) ([]watukuytype.Key, error)
-	// ClaimForEnqueue claims like ClaimDue, but holds the keys for window only (whole
-	// milliseconds), marked for ConfirmClaims: a scheduler claims, enqueues the keys' cycles,
-	// then confirms, so that its death in between keeps the keys out only briefly.
-	ClaimForEnqueue(ctx context.Context, limit int, window time.Duration, pollers []string) (watukuytype.Claim, error)
-	// ConfirmClaims holds on to keys of claim c whose cycles are enqueued, for claimTimeout
-	// (0: each key's lease TTL plus 2s), as long as a key's due time is still the one c wrote
-	// (not a cycle's end, a trigger, or another claim since).
-	ConfirmClaims(ctx context.Context, c watukuytype.Claim, keys []watukuytype.Key, claimTimeout time.Duration) error
-	// DueIn returns how long until the earliest key of pollers (every registered poller's
-	// when none) is due by the server's clock, 0 when one is due now, and false when they
-	// have no keys: a scheduler whose claim took every due key sleeps until then.
-	DueIn(ctx context.Context, pollers []string) (time.Duration, bool, error)
-	// LeaseLive reports whether some instance holds key's lease now.
-	LeaseLive(ctx context.Context, key watukuytype.Key) (bool, error)
-	// HandBack makes a claimed key due again after d by the server's clock, unless it is due
-	// now (a trigger since the claim): a claim the scheduler could not enqueue.
-	HandBack(ctx context.Context, key watukuytype.Key, d time.Duration) error
-	// WakeChannel is the pub/sub channel Trigger and Resume publish on, so that schedulers
-	// claim at once instead of at their next poll of the due set.
-	WakeChannel() string
-	// Prefix is the prefix of the engine's Redis keys (Options.Prefix, default "wk"): it names
-	// the deployment, in the task IDs of the pool for one.
-	Prefix() string
-}
+// Prefix is the prefix of the engine's Redis keys (Options.Prefix, default "wk"): it names
+// the deployment, e.g. in the asynq task IDs of its pool, and in a Redis ACL's key patterns.
+func (e *Engine) Prefix() string { return e.store.Prefix() }
 
 // Register adds a poller. An invalid definition is a *ConfigError naming poller and field.
 func (e *Engine) Register(p watukuytype.Poller) error { return e.core.Register(p) }

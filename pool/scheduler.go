@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/watukuy/watukuy/internal/buildinfo"
+	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/watukuytype"
 
 	"github.com/hibiken/asynq"
@@ -38,9 +39,10 @@ type SchedulerOptions struct {
 // Several schedulers may run at once (the claim is atomic): run one or two, in their own
 // processes or next to a Worker. A scheduler runs no cycle, so its engine needs no pollers.
 type Scheduler struct {
-	p *Process
-	o SchedulerOptions
-	q *queue.Scheduler
+	p   *Process
+	o   SchedulerOptions
+	q   *queue.Enqueuer
+	err error // from building it, returned by Run
 }
 
 // Scheduler returns a scheduler of the keys registered in the process engine's Redis.
@@ -48,8 +50,13 @@ func (p *Process) Scheduler(o SchedulerOptions) *Scheduler {
 	if o.Queue == "" {
 		o.Queue = DefaultQueue
 	}
-	eng, rdb, c := p.eng, p.eng.Redis(), p.eng.Claimer()
-	q := &queue.Scheduler{Store: c, Client: asynq.NewClientFromRedisClient(rdb),
+	eng, rdb := p.eng, p.eng.Redis()
+	// The claims run on a store of the engine's keys of their own: its due set, on its Redis.
+	c, err := redisstore.New(rdb, redisstore.Options{Prefix: eng.Prefix()})
+	if err != nil {
+		return &Scheduler{p: p, o: o, err: err} // Run returns it; the engine's prefix passed this check already
+	}
+	q := &queue.Enqueuer{Store: c, Client: asynq.NewClientFromRedisClient(rdb),
 		Inspector: asynq.NewInspectorFromRedisClient(rdb), Redis: rdb, Prefix: c.Prefix(),
 		Queue: o.Queue, PollerNames: o.Pollers, Logger: p.o.Logger, ClaimTimeout: o.ClaimTimeout,
 		Repair: eng.RepairDue, Outage: p.tracker}
@@ -60,6 +67,9 @@ func (p *Process) Scheduler(o SchedulerOptions) *Scheduler {
 // layout newer than this build knows (*watukuy.LayoutError), and watches the Redis data
 // (Engine.WatchData, reporting a loss: a scheduler registers no pollers).
 func (s *Scheduler) Run(ctx context.Context) error {
+	if s.err != nil {
+		return s.err
+	}
 	l, err := s.p.eng.Layout(ctx)
 	if err != nil {
 		return fmt.Errorf("read the data layout: %w", err)

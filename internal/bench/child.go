@@ -68,7 +68,7 @@ func Child(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	switch a.role {
 	case "scheduler":
-		sch := &queue.Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(rdb), Inspector: asynq.NewInspectorFromRedisClient(rdb),
+		sch := &queue.Enqueuer{Store: st, Client: asynq.NewClientFromRedisClient(rdb), Inspector: asynq.NewInspectorFromRedisClient(rdb),
 			Redis: rdb, Prefix: a.prefix, Queue: a.queue, Pollers: []string{pollerName}, Logger: log}
 		if err := rdb.Incr(ctx, a.counter+":ready").Err(); err != nil {
 			return fmt.Errorf("ready %s: %w", a.counter, err)

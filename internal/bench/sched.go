@@ -41,7 +41,7 @@ func ClaimRate(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return r, err
 	}
-	sch := &queue.Scheduler{Store: st, Client: client, Prefix: e.prefix, Queue: e.queue, Pollers: []string{pollerName}}
+	sch := &queue.Enqueuer{Store: st, Client: client, Prefix: e.prefix, Queue: e.queue, Pollers: []string{pollerName}}
 	t := time.Now()
 	// A claim holds a key for its lease TTL + grace (32 s): a pass slower than that meets the
 	// first keys due again, so the loop stops at n claimed, not at an empty claim.
@@ -137,7 +137,7 @@ func NoopCycles(ctx context.Context, o Options, perTask int) (Result, error) {
 		return r, fmt.Errorf("asynq server: %w", err)
 	}
 	defer srv.Shutdown()
-	sch := &queue.Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(e.rdb), Prefix: e.prefix, Queue: e.queue,
+	sch := &queue.Enqueuer{Store: st, Client: asynq.NewClientFromRedisClient(e.rdb), Prefix: e.prefix, Queue: e.queue,
 		Pollers: []string{pollerName}, Batch: 200, PerTask: perTask}
 	const rounds = 3
 	var busy time.Duration

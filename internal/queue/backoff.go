@@ -44,7 +44,7 @@ func (b *backoff) reset() { b.prev = 0 }
 // (ending an outage, which the tracker logs once), the backoff after a failure. A failure
 // because Redis is unreachable is logged once per outage (by the tracker); any other failure
 // is logged each time.
-func (s *Scheduler) settle(err error) time.Duration {
+func (s *Enqueuer) settle(err error) time.Duration {
 	if err == nil {
 		s.retry.reset()
 		s.Outage.OK()

@@ -94,7 +94,7 @@ func TestSchedulerBacksOffAndLogsOncePerOutage(t *testing.T) {
 	log := zerolog.New(&logs)
 	cc := &countingClaimer{Claimer: st}
 	client := asynq.NewClientFromRedisClient(rdb)
-	sch := &Scheduler{Store: cc, Client: client, Prefix: "o", Idle: 50 * time.Millisecond, Logger: log,
+	sch := &Enqueuer{Store: cc, Client: client, Prefix: "o", Idle: 50 * time.Millisecond, Logger: log,
 		RetryMin: 20 * time.Millisecond, RetryMax: 300 * time.Millisecond, Outage: outage.New(log, outage.Options{})}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = sch.Run(ctx) }()
@@ -142,7 +142,7 @@ func TestSchedulerBacksOffAndLogsOncePerOutage(t *testing.T) {
 func TestSchedulerLogsOtherFailures(t *testing.T) {
 	var logs syncBuffer
 	log := zerolog.New(&logs)
-	s := &Scheduler{Logger: log, Outage: outage.New(log, outage.Options{})}
+	s := &Enqueuer{Logger: log, Outage: outage.New(log, outage.Options{})}
 	s.defaults()
 	for range 3 {
 		if d := s.settle(errors.New("ERR Error running script (call to f_x): bad")); d < DefaultRetryMin || d > DefaultRetryMax {
@@ -250,7 +250,7 @@ func TestUntilDueShortensTheIdleWait(t *testing.T) {
 		{"no pollers to claim for", dueInClaimer{d: time.Millisecond, ok: true}, func() []string { return nil }, time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &Scheduler{Store: tc.c, PollerNames: tc.names}
+			s := &Enqueuer{Store: tc.c, PollerNames: tc.names}
 			if got := s.untilDue(context.Background(), time.Second); got != tc.want {
 				t.Errorf("wait %s, want %s", got, tc.want)
 			}

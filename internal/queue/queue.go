@@ -1,4 +1,4 @@
-// Package queue runs cycles across processes on asynq: a Scheduler claims due keys from the
+// Package queue runs cycles across processes on asynq: an Enqueuer claims due keys from the
 // pollers' due sets (the atomic claim script) and enqueues one task per key, whose task ID is
 // derived from the key so a key is never queued twice, and runs the due-set repair sweep;
 // workers are asynq servers whose Handler runs the key's cycle. The public pool.Scheduler
@@ -51,7 +51,7 @@ type Claimer interface {
 	WakeChannel() string
 }
 
-// DefaultClaimWindow is Scheduler.ClaimWindow's default: an enqueue takes milliseconds, and a
+// DefaultClaimWindow is Enqueuer.ClaimWindow's default: an enqueue takes milliseconds, and a
 // window that lapses first costs at most a second task for the same keys, which the lease
 // fences (its Begin finds the key leased or not due).
 const DefaultClaimWindow = time.Second
@@ -60,9 +60,9 @@ const DefaultClaimWindow = time.Second
 // be enqueued, are claimed again.
 const RequeueAfter = 500 * time.Millisecond
 
-// Scheduler moves due keys into asynq tasks. Several schedulers may run at once: the claim
+// Enqueuer moves due keys into asynq tasks. Several schedulers may run at once: the claim
 // is atomic, and task IDs are per key.
-type Scheduler struct {
+type Enqueuer struct {
 	Store  Claimer
 	Client *asynq.Client
 	// Inspector, when set, lets a claim replace a key's task that asynq archived (its worker
@@ -121,7 +121,7 @@ type Scheduler struct {
 }
 
 // Run claims and enqueues until ctx ends.
-func (s *Scheduler) Run(ctx context.Context) error {
+func (s *Enqueuer) Run(ctx context.Context) error {
 	s.defaults()
 	wake := make(chan struct{}, 1)
 	if s.Redis != nil {
@@ -170,7 +170,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // untilDue shortens an idle wait to the time until the earliest key is due, so keys are
 // claimed when due rather than up to Idle later (a key due every minute would otherwise run
 // up to a second late, and often). A failed read keeps the wait.
-func (s *Scheduler) untilDue(ctx context.Context, wait time.Duration) time.Duration {
+func (s *Enqueuer) untilDue(ctx context.Context, wait time.Duration) time.Duration {
 	pollers := s.pollers()
 	if s.PollerNames != nil && len(pollers) == 0 {
 		return wait
@@ -188,14 +188,14 @@ func (s *Scheduler) untilDue(ctx context.Context, wait time.Duration) time.Durat
 const minWait = 2 * time.Millisecond
 
 // pollers is the list of pollers to claim for: PollerNames' when set, else Pollers.
-func (s *Scheduler) pollers() []string {
+func (s *Enqueuer) pollers() []string {
 	if s.PollerNames != nil {
 		return s.PollerNames()
 	}
 	return s.Pollers
 }
 
-func (s *Scheduler) defaults() {
+func (s *Enqueuer) defaults() {
 	if s.Queue == "" {
 		s.Queue = DefaultQueue
 	}
@@ -231,7 +231,7 @@ func (s *Scheduler) defaults() {
 
 // repairLoop runs the repair sweep now and then every RepairEvery until ctx ends, apart from
 // the claims, so a long sweep never delays them.
-func (s *Scheduler) repairLoop(ctx context.Context) {
+func (s *Enqueuer) repairLoop(ctx context.Context) {
 	t := time.NewTicker(s.RepairEvery)
 	defer t.Stop()
 	for {
@@ -252,7 +252,7 @@ func (s *Scheduler) repairLoop(ctx context.Context) {
 
 // Once claims one batch of due keys and enqueues their cycles; it returns how many keys it
 // claimed.
-func (s *Scheduler) Once(ctx context.Context) (int, error) {
+func (s *Enqueuer) Once(ctx context.Context) (int, error) {
 	s.defaults()
 	pollers := s.pollers()
 	if s.PollerNames != nil && len(pollers) == 0 {
@@ -351,7 +351,7 @@ func chunkTaskID(prefix string, keys []watukuytype.Key, payload string) string {
 
 // handBack makes claimed keys that got no task due again after RequeueAfter. It stops at the
 // first failure: the rest would fail alike (Redis unreachable) and their claims lapse anyway.
-func (s *Scheduler) handBack(ctx context.Context, keys []watukuytype.Key) []error {
+func (s *Enqueuer) handBack(ctx context.Context, keys []watukuytype.Key) []error {
 	for i, k := range keys {
 		if err := s.Store.HandBack(ctx, k, RequeueAfter); err != nil {
 			return []error{fmt.Errorf("hand back the claim of %s (%d keys left claimed): %w", k.Describe(), len(keys)-i, err)}
@@ -369,7 +369,7 @@ func conflict(err error) bool {
 // queued anew (deleted); one waiting for a retry or its schedule (asynq gave back the task
 // of a worker that died, with a backoff of a minute or more) is run now, which queues the
 // key (ran).
-func (s *Scheduler) unblock(id string) (deleted, ran bool) {
+func (s *Enqueuer) unblock(id string) (deleted, ran bool) {
 	if s.Inspector == nil {
 		return false, false
 	}
@@ -397,7 +397,7 @@ func (s *Scheduler) unblock(id string) (deleted, ran bool) {
 }
 
 // active reports whether the task of ID id is running.
-func (s *Scheduler) active(id string) bool {
+func (s *Enqueuer) active(id string) bool {
 	if s.Inspector == nil {
 		return false
 	}
@@ -406,7 +406,7 @@ func (s *Scheduler) active(id string) bool {
 }
 
 // orphaned reports whether the key's task is active while nobody holds the key's lease.
-func (s *Scheduler) orphaned(ctx context.Context, key watukuytype.Key, id string) bool {
+func (s *Enqueuer) orphaned(ctx context.Context, key watukuytype.Key, id string) bool {
 	if s.Inspector == nil {
 		return false
 	}

@@ -67,7 +67,7 @@ func TestSchedulersEnqueueEachKeyOnce(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s := &Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "q", Batch: 4, PerTask: 1,
+				s := &Enqueuer{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "q", Batch: 4, PerTask: 1,
 					OnEnqueued: func(n int) { mu.Lock(); total += n; mu.Unlock() }}
 				for {
 					n, err := s.Once(ctx)
@@ -94,7 +94,7 @@ func TestSchedulersEnqueueEachKeyOnce(t *testing.T) {
 		for _, k := range keys(30) {
 			_ = st.SetDue(ctx, k, time.UnixMilli(0))
 		}
-		s := &Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "q", Batch: 100, PerTask: 1}
+		s := &Enqueuer{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "q", Batch: 100, PerTask: 1}
 		if _, err := s.Once(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +121,7 @@ func TestWorkerRunsTasksAndTriggerWakesScheduler(t *testing.T) {
 		if err := st.Register(ctx, pollerP, entries(ks)); err != nil {
 			t.Fatal(err)
 		}
-		sch := &Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Redis: b.Client, Prefix: "w",
+		sch := &Enqueuer{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Redis: b.Client, Prefix: "w",
 			Batch: 16, PerTask: 2, Idle: time.Hour}
 		go sch.Run(ctx)
 		for range ks {
@@ -158,7 +158,7 @@ func TestArchivedTaskIsReplaced(t *testing.T) {
 			t.Fatal(err)
 		}
 		insp := asynq.NewInspectorFromRedisClient(b.Client)
-		s := &Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Inspector: insp, Prefix: "a", PerTask: 1}
+		s := &Enqueuer{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Inspector: insp, Prefix: "a", PerTask: 1}
 		if _, err := s.Once(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +194,7 @@ func TestWaitingTaskRunsAtClaim(t *testing.T) {
 		if _, err := client.Enqueue(asynq.NewTask(TaskType, []byte(k[0].String())), asynq.TaskID(id), asynq.Queue(DefaultQueue), asynq.ProcessIn(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
-		s := &Scheduler{Store: st, Client: client, Inspector: insp, Prefix: "a", PerTask: 1}
+		s := &Enqueuer{Store: st, Client: client, Inspector: insp, Prefix: "a", PerTask: 1}
 		if _, err := s.Once(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -226,7 +226,7 @@ func TestSchedulerRunsRepair(t *testing.T) {
 		}
 		lose(ks[1])
 		sweeps := make(chan []watukuytype.Key)
-		sch := &Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "r", Idle: time.Hour,
+		sch := &Enqueuer{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "r", Idle: time.Hour,
 			RepairEvery: 10 * time.Millisecond, Repair: func(ctx context.Context) ([]watukuytype.Key, error) {
 				repaired, err := st.RepairDue(ctx)
 				select {
@@ -296,7 +296,7 @@ func TestRunningTaskHandsTheClaimBack(t *testing.T) {
 		if err := st.SetDue(ctx, k[0], time.UnixMilli(0)); err != nil {
 			t.Fatal(err)
 		}
-		s := &Scheduler{Store: st, Client: client, Inspector: insp, Prefix: "a", PerTask: 1}
+		s := &Enqueuer{Store: st, Client: client, Inspector: insp, Prefix: "a", PerTask: 1}
 		if n, err := s.Once(ctx); err != nil || n != 1 {
 			t.Fatalf("claim: %d, %v", n, err)
 		}
@@ -347,7 +347,7 @@ func TestRunningTaskHandsTheClaimBackOnTheServerClock(t *testing.T) {
 		if err := st.SetDue(ctx, k[0], time.UnixMilli(0)); err != nil {
 			t.Fatal(err)
 		}
-		s := &Scheduler{Store: st, Client: client, Inspector: insp, Prefix: "a", PerTask: 1}
+		s := &Enqueuer{Store: st, Client: client, Inspector: insp, Prefix: "a", PerTask: 1}
 		if n, err := s.Once(ctx); err != nil || n != 1 {
 			t.Fatalf("claim: %d, %v", n, err)
 		}
@@ -376,7 +376,7 @@ func TestFailedEnqueueHandsTheClaimBack(t *testing.T) {
 		defer rdb.Close()
 		client := asynq.NewClientFromRedisClient(rdb)
 		down.Close()
-		s := &Scheduler{Store: st, Client: client, Prefix: "f", PerTask: 1, ClaimTimeout: time.Hour}
+		s := &Enqueuer{Store: st, Client: client, Prefix: "f", PerTask: 1, ClaimTimeout: time.Hour}
 		if n, err := s.Once(ctx); n != 3 || err == nil || !strings.Contains(err.Error(), "enqueue") {
 			t.Fatalf("claim with asynq's Redis down: %d, %v; want 3 claimed and an enqueue error", n, err)
 		}
@@ -451,7 +451,7 @@ func TestClaimWindowUntilTheEnqueue(t *testing.T) {
 		if err := st.Register(ctx, pollerP, entries(k)); err != nil {
 			t.Fatal(err)
 		}
-		dying := &Scheduler{Store: st, Client: hungAsynqClient(t), Prefix: "w", PerTask: 1}
+		dying := &Enqueuer{Store: st, Client: hungAsynqClient(t), Prefix: "w", PerTask: 1}
 		dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
 		if n, err := dying.Once(dctx); n != 3 || err == nil {
@@ -467,7 +467,7 @@ func TestClaimWindowUntilTheEnqueue(t *testing.T) {
 		for _, key := range k {
 			b.Client.ZAdd(ctx, st.DueKey("p"), redis.Z{Score: 1, Member: key.String()})
 		}
-		live := &Scheduler{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "w", PerTask: 1}
+		live := &Enqueuer{Store: st, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "w", PerTask: 1}
 		if n, err := live.Once(ctx); n != 3 || err != nil {
 			t.Fatalf("a live scheduler: %d claimed, %v", n, err)
 		}
@@ -537,7 +537,7 @@ func TestLateConfirmLeavesAnotherSchedulersClaim(t *testing.T) {
 	b, st, k := oneKey(t)
 	ctx := context.Background()
 	gate := &pausedConfirm{Store: st, reached: make(chan struct{}), release: make(chan struct{})}
-	a := &Scheduler{Store: gate, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "w", PerTask: 1}
+	a := &Enqueuer{Store: gate, Client: asynq.NewClientFromRedisClient(b.Client), Prefix: "w", PerTask: 1}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -554,7 +554,7 @@ func TestLateConfirmLeavesAnotherSchedulersClaim(t *testing.T) {
 	if err := st.Trigger(ctx, k[0]); err != nil {
 		t.Fatal(err)
 	}
-	dying := &Scheduler{Store: st, Client: hungAsynqClient(t), Prefix: "w", PerTask: 1}
+	dying := &Enqueuer{Store: st, Client: hungAsynqClient(t), Prefix: "w", PerTask: 1}
 	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	if n, err := dying.Once(dctx); n != 1 || err == nil {
@@ -603,7 +603,7 @@ func TestResentConfirmLeavesANewerClaim(t *testing.T) {
 func TestSubMillisecondClaimWindowStaysShort(t *testing.T) {
 	b, st, k := oneKey(t)
 	ctx := context.Background()
-	dying := &Scheduler{Store: st, Client: hungAsynqClient(t), Prefix: "w", PerTask: 1, ClaimWindow: 500 * time.Microsecond}
+	dying := &Enqueuer{Store: st, Client: hungAsynqClient(t), Prefix: "w", PerTask: 1, ClaimWindow: 500 * time.Microsecond}
 	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	if n, err := dying.Once(dctx); n != 1 || err == nil {
