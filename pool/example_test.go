@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/admintoken"
 	"github.com/watukuy/watukuy/pool"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -72,9 +73,9 @@ func ExampleProcess_Scheduler() {
 	}
 	// The admin API (/api/) and the status page (/status) take these tokens; a read-only one
 	// can look but not act.
-	admin, err := pool.NewAdminTokens(
-		pool.AdminToken{ID: "ops", Secret: os.Getenv("OPS_TOKEN")},
-		pool.AdminToken{ID: "dashboards", Secret: os.Getenv("DASHBOARD_TOKEN"), ReadOnly: true})
+	admin, err := admintoken.NewSet(
+		admintoken.Token{ID: "ops", Secret: os.Getenv("OPS_TOKEN")},
+		admintoken.Token{ID: "dashboards", Secret: os.Getenv("DASHBOARD_TOKEN"), ReadOnly: true})
 	if err != nil {
 		panic(err)
 	}

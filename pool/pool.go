@@ -35,6 +35,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/admintoken"
 	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/health"
 	"github.com/watukuy/watukuy/internal/metrics"
@@ -71,20 +72,8 @@ type Options struct {
 	// Admin holds the tokens of the admin API, served at /api/ by Handler (the operator
 	// commands as JSON endpoints), and of the status page at /status. Without a token (nil or
 	// an empty set) both say they are off. Replace on the set rotates tokens while it runs.
-	Admin *AdminTokens
+	Admin *admintoken.Set
 }
-
-// AdminToken is one bearer token of the admin API: an ID for the action log, the secret
-// clients send as "Authorization: Bearer <secret>" (at least 16 characters), and whether it
-// may only read.
-type AdminToken = admin.Token
-
-// AdminTokens is the set of tokens the admin API accepts (Options.Admin).
-type AdminTokens = admin.Tokens
-
-// NewAdminTokens checks ts (no two with one ID or secret, secrets long enough) and returns
-// the set.
-func NewAdminTokens(ts ...AdminToken) (*AdminTokens, error) { return admin.NewTokens(ts) }
 
 // Process is the part of the pool one process runs on one engine: see the package doc.
 type Process struct {
@@ -131,7 +120,7 @@ func New(eng *watukuy.Engine, o Options) *Process {
 	}
 	tokens := o.Admin
 	if tokens == nil {
-		tokens = &AdminTokens{}
+		tokens = &admintoken.Set{}
 	}
 	p.admin.API = admin.NewAPI(admin.Options{Engine: eng, Tokens: tokens, Logger: o.Logger})
 	sp := statuspage.Options{Engine: eng, Tokens: tokens, Logger: o.Logger}

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/admintoken"
 	"github.com/watukuy/watukuy/internal/buildinfo"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/pool"
@@ -303,7 +304,7 @@ func TestHandlerServesAdmin(t *testing.T) {
 		if code, body := get(t, pool.New(eng, pool.Options{}).Handler(), "/api/keys"); code != http.StatusNotFound || !strings.Contains(body, "api_off") {
 			t.Errorf("/api/keys without tokens: %d %s", code, body)
 		}
-		tokens, err := pool.NewAdminTokens(pool.AdminToken{ID: "ops", Secret: "ops-secret-0123456789"})
+		tokens, err := admintoken.NewSet(admintoken.Token{ID: "ops", Secret: "ops-secret-0123456789"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,5 +1,5 @@
 // Package admin serves the admin HTTP API: the operator commands of the CLI as JSON endpoints
-// under /api/, on the same engine methods, behind bearer tokens (see Tokens). Its routes are
+// under /api/, on the same engine methods, behind bearer tokens (package admintoken). Its routes are
 // listed in NewAPI; docs/operations.md's "Admin API" section documents them.
 package admin
 
@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/admintoken"
 	"github.com/watukuy/watukuy/internal/outage"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -45,7 +46,7 @@ type Options struct {
 	Engine *watukuy.Engine
 	// Tokens are the bearer tokens accepted; with none the API answers every request with 404
 	// "the admin API is off".
-	Tokens *Tokens
+	Tokens *admintoken.Set
 	// Logger gets one line per action, naming the token by its id.
 	Logger zerolog.Logger
 	// MaxBody bounds a request body (default DefaultMaxBody); a larger one is refused with 413.
@@ -127,7 +128,7 @@ type handlerFunc func(ctx context.Context, c *call) (any, error)
 // call is one request on its way through an endpoint.
 type call struct {
 	r     *http.Request
-	token Token
+	token admintoken.Token
 	// log is the action's log line, filled by the endpoint with what it did.
 	log *zerolog.Event
 }
@@ -178,7 +179,7 @@ const pingTimeout = 2 * time.Second
 // what it did.
 func (a *api) route(acts, usesRedis bool, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t, cred, ok := a.o.Tokens.Authenticate(r)
+		t, cred, ok := Authenticate(a.o.Tokens, r)
 		if !ok {
 			e := &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "send Authorization: Bearer <token>"}
 			if cred != NoCredential {

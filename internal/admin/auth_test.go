@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watukuy/watukuy/admintoken"
 	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/health"
 )
@@ -77,12 +78,12 @@ func TestAuthHeaderTricks(t *testing.T) {
 	// comma list trims it; a config or a Go caller's token with it is refused at load, not
 	// silently never matched.
 	env := admin.ParseEnv(opsSecret+"\n, "+readSecret+"\r\n", "env", false)
-	if set, err := admin.NewTokens(env); err != nil || set.Len() != 2 {
+	if set, err := admintoken.NewSet(env...); err != nil || set.Len() != 2 {
 		t.Errorf("env with newlines: %v", err)
 	} else if tok, ok := set.Lookup(opsSecret); !ok || tok.ID != "env#1" {
 		t.Errorf("env with newlines: lookup %+v %v", tok, ok)
 	}
-	if _, err := admin.NewTokens([]admin.Token{{ID: "nl", Secret: opsSecret + "\n"}}); err == nil {
+	if _, err := admintoken.NewSet([]admintoken.Token{{ID: "nl", Secret: opsSecret + "\n"}}...); err == nil {
 		t.Error("a secret ending in a newline was taken")
 	}
 	// Accepted forms of the one good token: the scheme is case-insensitive (RFC 9110 11.1)

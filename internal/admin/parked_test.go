@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/watukuy/watukuy/admintoken"
 	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -120,7 +121,7 @@ func TestParkedRetryStillInvalid(t *testing.T) {
 // limit (64 KiB) lets through about 1,500 ids.
 func TestParkedForeignAndManyIDs(t *testing.T) {
 	s := newSite(t)
-	set, _ := admin.NewTokens([]admin.Token{{ID: "ops", Secret: opsSecret}})
+	set, _ := admintoken.NewSet([]admintoken.Token{{ID: "ops", Secret: opsSecret}}...)
 	big := httptest.NewServer(admin.NewAPI(admin.Options{Engine: s.eng, Tokens: set, Logger: zerolog.New(s.log)}))
 	defer big.Close()
 	bs := &site{t: t, srv: big, b: s.b, eng: s.eng, log: s.log}

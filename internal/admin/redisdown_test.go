@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/admintoken"
 	"github.com/watukuy/watukuy/internal/admin"
 )
 
@@ -79,7 +80,7 @@ func TestRedisClosedPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, _ := admin.NewTokens([]admin.Token{{ID: "ops", Secret: opsSecret}})
+	set, _ := admintoken.NewSet([]admintoken.Token{{ID: "ops", Secret: opsSecret}}...)
 	log := &syncBuffer{}
 	srv := httptest.NewServer(admin.NewAPI(admin.Options{Engine: eng, Tokens: set, Logger: zerolog.New(log)}))
 	defer srv.Close()

@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy"
-	"github.com/watukuy/watukuy/internal/admin"
+	"github.com/watukuy/watukuy/admintoken"
 	"github.com/watukuy/watukuy/internal/config"
 	"github.com/watukuy/watukuy/internal/redisstore"
 	"github.com/watukuy/watukuy/pool"
@@ -72,8 +72,8 @@ type Env struct {
 	Pollers  []watukuytype.Poller
 	Config   *config.Config
 	// Admin is the admin API's tokens (adminTokens); a reload replaces them.
-	Admin      *admin.Tokens
-	adminExtra []admin.Token // AddAdminToken's
+	Admin      *admintoken.Set
+	adminExtra []admintoken.Token // AddAdminToken's
 
 	mu     sync.Mutex  // guards Pollers and Config, which a reload replaces (reload.go)
 	reload reloadState // what Reload needs: the settings, the lock, the metric
@@ -161,7 +161,7 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 	if err != nil {
 		return err
 	}
-	if env.Admin, err = admin.NewTokens(ts); err != nil {
+	if env.Admin, err = admintoken.NewSet(ts...); err != nil {
 		return err
 	}
 	env.Registry = prometheus.NewRegistry()

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/admintoken"
 	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redisstore"
@@ -212,7 +213,7 @@ func registryCostsAt(ctx context.Context, o Options, n int) (registryCosts, erro
 	}
 	c.inspectBytes = median(inspect)
 
-	tokens, err := admin.NewTokens([]admin.Token{{ID: "bench", Secret: benchSecret, ReadOnly: true}})
+	tokens, err := admintoken.NewSet([]admintoken.Token{{ID: "bench", Secret: benchSecret, ReadOnly: true}}...)
 	if err != nil {
 		return c, fmt.Errorf("bench: admin token: %w", err)
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/watukuy/watukuy/admintoken"
 	"github.com/watukuy/watukuy/httppoll"
-	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/app"
 	"github.com/watukuy/watukuy/internal/buildinfo"
 	"github.com/watukuy/watukuy/internal/command"
@@ -132,7 +132,7 @@ func devAdminToken(env *app.Env) (string, error) {
 		return "", fmt.Errorf("generate the admin token: %w", err)
 	}
 	secret := base64.RawURLEncoding.EncodeToString(b)
-	return "Authorization: Bearer " + secret, env.AddAdminToken(admin.Token{ID: "dev", Secret: secret})
+	return "Authorization: Bearer " + secret, env.AddAdminToken(admintoken.Token{ID: "dev", Secret: secret})
 }
 
 // eventLine is the layout of dev's readable event lines and of their header.

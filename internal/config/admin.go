@@ -2,8 +2,7 @@ package config
 
 import (
 	"github.com/goccy/go-yaml/ast"
-
-	"github.com/watukuy/watukuy/internal/admin"
+	"github.com/watukuy/watukuy/admintoken"
 )
 
 // Admin is the top-level admin: block: the tokens of the admin API and the status page.
@@ -25,10 +24,10 @@ var (
 )
 
 // AdminTokens is the block's tokens as the admin API takes them.
-func (a Admin) AdminTokens() []admin.Token {
-	out := make([]admin.Token, len(a.Tokens))
+func (a Admin) AdminTokens() []admintoken.Token {
+	out := make([]admintoken.Token, len(a.Tokens))
 	for i, t := range a.Tokens {
-		out[i] = admin.Token{ID: t.ID, Secret: t.Secret, ReadOnly: t.ReadOnly}
+		out[i] = admintoken.Token{ID: t.ID, Secret: t.Secret, ReadOnly: t.ReadOnly}
 	}
 	return out
 }
@@ -46,7 +45,7 @@ func (d *decoder) admin(n ast.Node, field string, cfg *Config) {
 					}
 				case "token":
 					if s, ok := d.str(v, kp); ok {
-						if err := admin.CheckSecret(s); err != nil {
+						if err := admintoken.CheckSecret(s); err != nil {
 							d.errAt(posOf(v), kp, "%v", err)
 						}
 						t.Secret = s

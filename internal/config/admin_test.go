@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/watukuy/watukuy/internal/admin"
+	"github.com/watukuy/watukuy/admintoken"
 )
 
 // admin.tokens: several tokens (rotation), read-only ones, secrets from the environment; each
@@ -16,11 +16,11 @@ func TestAdminTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := cfg.Admin.AdminTokens()
-	want := []admin.Token{{ID: "ops", Secret: "ops-token-0123456789"}, {ID: "admin.tokens[1]", Secret: "dashboards-token-0123", ReadOnly: true}}
+	want := []admintoken.Token{{ID: "ops", Secret: "ops-token-0123456789"}, {ID: "admin.tokens[1]", Secret: "dashboards-token-0123", ReadOnly: true}}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("tokens %+v, want %+v", got, want)
 	}
-	if _, err := admin.NewTokens(got); err != nil {
+	if _, err := admintoken.NewSet(got...); err != nil {
 		t.Fatal(err)
 	}
 

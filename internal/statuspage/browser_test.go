@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/admintoken"
 	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
@@ -184,7 +185,7 @@ func newBrowserWorld(t *testing.T) *browserWorld {
 		t.Fatal(err)
 	}
 
-	tokens, err := admin.NewTokens([]admin.Token{{ID: "ops", Secret: opsSecret}})
+	tokens, err := admintoken.NewSet([]admintoken.Token{{ID: "ops", Secret: opsSecret}}...)
 	if err != nil {
 		t.Fatal(err)
 	}

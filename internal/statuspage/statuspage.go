@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/admintoken"
 	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -62,7 +63,7 @@ type Options struct {
 	Engine *watukuy.Engine
 	// Tokens are the admin API's tokens; a valid one logs in. With none the page shows that it
 	// is off.
-	Tokens *admin.Tokens
+	Tokens *admintoken.Set
 	// Logger logs logins, failed logins and logouts (token id and remote address, never the
 	// secret) and the engine's errors.
 	Logger zerolog.Logger
@@ -189,8 +190,8 @@ func pageHeaders(w http.ResponseWriter) {
 }
 
 // who is the token r authenticates with, nil when none.
-func (h *handler) who(r *http.Request) *admin.Token {
-	t, _, ok := h.o.Tokens.Authenticate(r)
+func (h *handler) who(r *http.Request) *admintoken.Token {
+	t, _, ok := admin.Authenticate(h.o.Tokens, r)
 	if !ok {
 		return nil
 	}
@@ -199,8 +200,8 @@ func (h *handler) who(r *http.Request) *admin.Token {
 
 // authenticated returns r's token, or renders the login form (with next, the page to come
 // back to) and returns nil.
-func (h *handler) authenticated(w http.ResponseWriter, r *http.Request) *admin.Token {
-	t, cred, ok := h.o.Tokens.Authenticate(r)
+func (h *handler) authenticated(w http.ResponseWriter, r *http.Request) *admintoken.Token {
+	t, cred, ok := admin.Authenticate(h.o.Tokens, r)
 	if ok {
 		return &t
 	}
@@ -433,7 +434,7 @@ func (h *handler) engineError(w http.ResponseWriter, r *http.Request, p *page, e
 }
 
 // newPage is a page for the logged-in token t.
-func (h *handler) newPage(t *admin.Token, title string) *page {
+func (h *handler) newPage(t *admintoken.Token, title string) *page {
 	return &page{Title: title, Who: t, ReadOnly: t.ReadOnly, MonitoringPath: h.o.MonitoringPath, Generated: h.o.Now().UTC().Format(time.RFC3339)}
 }
 

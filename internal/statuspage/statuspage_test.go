@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/watukuy/watukuy/admintoken"
 	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/watukuytest"
@@ -39,7 +40,7 @@ type world struct {
 	log *bytes.Buffer
 }
 
-func newWorld(t *testing.T, tokens ...admin.Token) *world {
+func newWorld(t *testing.T, tokens ...admintoken.Token) *world {
 	t.Helper()
 	api := fakeapi.New()
 	api.Put("o1", map[string]any{"name": "fine"})
@@ -59,9 +60,9 @@ func newWorld(t *testing.T, tokens ...admin.Token) *world {
 			Version: watukuytype.Field("version"), Handler: handler, Delivery: fast})
 	env.Settle(10)
 	if tokens == nil {
-		tokens = []admin.Token{{ID: "ops", Secret: opsSecret}, {ID: "viewer", Secret: viewerSecret, ReadOnly: true}}
+		tokens = []admintoken.Token{{ID: "ops", Secret: opsSecret}, {ID: "viewer", Secret: viewerSecret, ReadOnly: true}}
 	}
-	ts, err := admin.NewTokens(tokens)
+	ts, err := admintoken.NewSet(tokens...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,7 +498,7 @@ func TestItemJSONIsEscaped(t *testing.T) {
 			Identity: `"><script>alert(2)</script>`, Event: json.RawMessage(`{"name":"` + strings.ReplaceAll(poisonName, `"`, `\"`) + `"}`)},
 		{ID: "inv1", Kind: "invalid", Error: "no identity", Item: mustRaw(t, `{"name":"</pre><script>alert(3)</script>"}`)},
 	}
-	p := &page{Title: "orders / -", Who: &admin.Token{ID: "<u>ops</u>"}, Key: newKeyDetail(ki, rows, w.env.Clock.Now())}
+	p := &page{Title: "orders / -", Who: &admintoken.Token{ID: "<u>ops</u>"}, Key: newKeyDetail(ki, rows, w.env.Clock.Now())}
 	rec := httptest.NewRecorder()
 	w.h.(*handler).render(rec, httptest.NewRequest("GET", "/status/keys/orders/-", nil), http.StatusOK, "key", p)
 	out := rec.Body.String()
@@ -528,7 +529,7 @@ func mustRaw(t *testing.T, s string) json.RawMessage {
 }
 
 func TestNoTokensConfigured(t *testing.T) {
-	w := newWorld(t, []admin.Token{}...) // a set of no tokens: nobody can log in
+	w := newWorld(t, []admintoken.Token{}...) // a set of no tokens: nobody can log in
 	res, body := w.do(t, "GET", "/status", "", nil)
 	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "No admin token is configured") || strings.Contains(body, `name="token"`) {
 		t.Fatalf("%d\n%s", res.StatusCode, body)

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/watukuy/watukuy/internal/admin"
+	"github.com/watukuy/watukuy/admintoken"
 	"github.com/watukuy/watukuy/internal/humantime"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -19,7 +19,7 @@ import (
 // here rather than in the templates, so the templates only place them.
 type page struct {
 	Title          string
-	Who            *admin.Token
+	Who            *admintoken.Token
 	ReadOnly       bool
 	MonitoringPath string
 	Generated      string
