@@ -1,6 +1,11 @@
 package watukuy_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/watukuy/watukuy/internal/depcheck"
@@ -16,5 +21,41 @@ func TestEngineDependenciesStayLight(t *testing.T) {
 		"go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters", "google.golang.org/grpc"}
 	for _, b := range depcheck.Entries(t, "github.com/watukuy/watukuy", heavy, nil) {
 		t.Errorf("the engine's dependencies: %s", b)
+	}
+}
+
+// TestPublicTypesHaveOneHome fails on a type alias in a public package: each public type is
+// declared where go doc shows its fields and methods, not re-exported under a second name.
+func TestPublicTypesHaveOneHome(t *testing.T) {
+	public := []string{".", "pool", "webhook", "watukuytest", "watukuytype", "httppoll", "admintoken"}
+	fset := token.NewFileSet()
+	files := 0
+	for _, dir := range public {
+		paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range paths {
+			if strings.HasSuffix(p, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files++
+			for _, d := range f.Decls {
+				if gd, ok := d.(*ast.GenDecl); ok && gd.Tok == token.TYPE {
+					for _, s := range gd.Specs {
+						if ts := s.(*ast.TypeSpec); ts.Assign.IsValid() && ts.Name.IsExported() {
+							t.Errorf("%s: type %s is an alias: declare it in one home", fset.Position(ts.Pos()), ts.Name.Name)
+						}
+					}
+				}
+			}
+		}
+	}
+	if files < 10 {
+		t.Fatalf("read %d files of the public packages", files)
 	}
 }
