@@ -519,7 +519,7 @@ func TestPartitionsAtRunTime(t *testing.T) {
 		if got["a"] != 4 || got["b"] != 4 {
 			t.Fatalf("events per partition: %v", got)
 		}
-		list, err := ops.Partitions().List(ctx, "orders")
+		list, err := ops.InspectAll(ctx, "orders")
 		if err != nil || len(list) != 2 || list[1].Partition != "b" || list[1].Source != "cli" || list[0].Source != "config" {
 			t.Fatalf("partitions: %d, %v", len(list), err)
 		}

@@ -239,11 +239,6 @@ func (e *Engine) Budgets(ctx context.Context) ([]watukuytype.BudgetInfo, error) 
 	return e.core.Budgets(ctx)
 }
 
-// Keys lists the known keys of poller ("" for all), sorted.
-func (e *Engine) Keys(ctx context.Context, poller string) ([]watukuytype.Key, error) {
-	return e.core.Keys(ctx, poller)
-}
-
 // PollerKeys counts each known poller's scheduled keys (registered and not deleted), by name.
 func (e *Engine) PollerKeys(ctx context.Context) (map[string]int64, error) {
 	return e.core.PollerKeys(ctx)
@@ -308,14 +303,6 @@ func (e *Engine) Partitions() Partitions { return Partitions{e: e.core} }
 
 // Partitions manages a poller's partitions.
 type Partitions struct{ e *core.Engine }
-
-// List reports every partition of poller.
-func (p Partitions) List(ctx context.Context, poller string) ([]watukuytype.KeyInfo, error) {
-	if poller == "" {
-		return nil, &watukuytype.ConfigError{Field: "poller", Msg: "name the poller whose partitions to list"}
-	}
-	return p.e.InspectAll(ctx, poller)
-}
 
 // Add registers a new partition; workers running the poller pick it up at once.
 func (p Partitions) Add(ctx context.Context, key watukuytype.Key) error {

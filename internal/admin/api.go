@@ -950,7 +950,7 @@ func (a *api) checkParked(ctx context.Context, k watukuytype.Key, kind string, i
 
 func (a *api) partitions(ctx context.Context, c *call) (any, error) {
 	poller := c.r.PathValue("poller")
-	kis, err := a.o.Engine.Partitions().List(ctx, poller)
+	kis, err := a.o.Engine.InspectAll(ctx, poller)
 	if err != nil {
 		return nil, err
 	}

@@ -491,7 +491,7 @@ func TestPartitionEndpoints(t *testing.T) {
 	if st := ok[keyStatus](s, "POST", "/api/pollers/shops/partitions", `{"partition": "ap"}`); st.Partition != "ap" {
 		t.Fatalf("add: %+v", st)
 	}
-	if keys, _ := s.eng.Keys(ctx, "shops"); len(keys) != 3 {
+	if keys, _, _ := s.eng.KeysPage(ctx, "shops", "", 1000); len(keys) != 3 {
 		t.Fatalf("keys after add: %v", keys)
 	}
 	s.fails("POST", "/api/pollers/shops/partitions", opsSecret, `{"partition": "ap"}`, 409, "conflict")
@@ -510,7 +510,7 @@ func TestPartitionEndpoints(t *testing.T) {
 	if state[statehash.Deleted] != "1" || state[statehash.CursorLive] != "" || state[statehash.NextDue] != "" {
 		t.Fatalf("the deleted partition's state: %v", state)
 	}
-	if keys, _ := s.eng.Keys(ctx, "shops"); len(keys) != 2 {
+	if keys, _, _ := s.eng.KeysPage(ctx, "shops", "", 1000); len(keys) != 2 {
 		t.Fatalf("keys after delete: %v", keys)
 	}
 }

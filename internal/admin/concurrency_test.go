@@ -199,7 +199,7 @@ func (s *site) noOrphans(poller string) {
 	if rep, err := s.eng.RepairDue(ctx); err != nil || len(rep) > 0 {
 		t.Errorf("RepairDue after the storm: %v %v (a key was left without a due entry)", rep, err)
 	}
-	keys, err := s.eng.Keys(ctx, poller)
+	keys, _, err := s.eng.KeysPage(ctx, poller, "", 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

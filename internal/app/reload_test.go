@@ -260,7 +260,7 @@ func TestReloadAddsAndRemovesPollers(t *testing.T) {
 	if err != nil || due > float64(time.Now().UnixMilli()) {
 		t.Fatalf("the removed poller's key was claimed after the reload (due %v, %v)", time.UnixMilli(int64(due)), err)
 	}
-	keys, err := env.Engine.Keys(ctx, "")
+	keys, _, err := env.Engine.KeysPage(ctx, "", "", 1000)
 	if err != nil || fmt.Sprint(keys) != fmt.Sprint([]watukuytype.Key{{Poller: "customers"}, {Poller: "orders"}}) {
 		t.Fatalf("registered keys %v %v: want customers' added and orders' kept", keys, err)
 	}

@@ -31,7 +31,7 @@ func partitionsLsCmd() *cobra.Command {
 		short: "List a poller's partitions with where they come from (config or cli) and their state",
 		keys:  pollerOnly,
 		run: func(ctx context.Context, eng *watukuy.Engine) error {
-			kis, err := eng.Partitions().List(ctx, o.poller)
+			kis, err := eng.InspectAll(ctx, o.poller)
 			if err != nil {
 				return err
 			}
