@@ -420,8 +420,8 @@ func (dropSpans) ForceFlush(context.Context) error                { return nil }
 // with opts (Redis, InstanceID and the clock are set here).
 func benchIdleCycles(b *testing.B, fetch watukuytype.FetchFunc, opts Options) {
 	clock := newClock()
-	opts.Redis, opts.InstanceID, opts.clock = redistest.Miniredis(b).Client, "bench", clock.Now
-	eng, err := New(opts)
+	opts.Redis, opts.InstanceID = redistest.Miniredis(b).Client, "bench"
+	eng, err := newEngine(opts, seams{clock: clock.Now})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -100,7 +100,7 @@ func TestG7ResentCommitAppliedOnce(t *testing.T) {
 			proxy.StallReplies(300 * time.Millisecond) // the commit runs; its reply comes after the client gave up
 		}
 	}}
-	eng, err := New(Options{Redis: rdb, InstanceID: "resend", clock: e.clock.Now, wrapStore: hooked(h)})
+	eng, err := newEngine(Options{Redis: rdb, InstanceID: "resend"}, seams{clock: e.clock.Now, wrapStore: hooked(h)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestG7DelayedChunkAppliedOnce(t *testing.T) {
 			}
 		},
 	}
-	eng, err := New(Options{Redis: rdb, InstanceID: "late", clock: e.clock.Now, wrapStore: hooked(h)})
+	eng, err := newEngine(Options{Redis: rdb, InstanceID: "late"}, seams{clock: e.clock.Now, wrapStore: hooked(h)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +354,7 @@ func TestG3DelayedCommitDoesNotRewindCursorOrRows(t *testing.T) {
 			}
 		},
 	}
-	eng, err := New(Options{Redis: rdb, InstanceID: "late", clock: e.clock.Now, wrapStore: hooked(h)})
+	eng, err := newEngine(Options{Redis: rdb, InstanceID: "late"}, seams{clock: e.clock.Now, wrapStore: hooked(h)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,11 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/watukuy/watukuy"
 	"github.com/watukuy/watukuy/internal/depcheck"
 )
 
@@ -57,5 +59,16 @@ func TestPublicTypesHaveOneHome(t *testing.T) {
 	}
 	if files < 10 {
 		t.Fatalf("read %d files of the public packages", files)
+	}
+}
+
+// TestOptionsHaveNoHiddenFields fails when watukuy.Options grows an unexported field: what
+// configures an engine is all in go doc, and the tests' seams stay out of the public type.
+func TestOptionsHaveNoHiddenFields(t *testing.T) {
+	typ := reflect.TypeOf(watukuy.Options{})
+	for i := range typ.NumField() {
+		if f := typ.Field(i); !f.IsExported() {
+			t.Errorf("watukuy.Options.%s is unexported", f.Name)
+		}
 	}
 }

@@ -54,7 +54,7 @@ func TestG5FailoverThatLostTheGrant(t *testing.T) {
 				mu.Unlock()
 			}
 		}}
-		eng, err := New(Options{Redis: rdb, InstanceID: name, wrapStore: hooked(h)})
+		eng, err := newEngine(Options{Redis: rdb, InstanceID: name}, seams{wrapStore: hooked(h)})
 		if err != nil {
 			t.Fatal(err)
 		}

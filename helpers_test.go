@@ -97,7 +97,7 @@ func (e *env) poller(mod ...func(*watukuytype.Poller)) watukuytype.Poller {
 func (e *env) engine(p watukuytype.Poller, wrap func(core.Store) core.Store) *Engine {
 	e.t.Helper()
 	e.n++
-	eng, err := New(Options{Redis: e.b.Client, InstanceID: "instance-" + string(rune('a'-1+e.n)), clock: e.clock.Now, wrapStore: wrap})
+	eng, err := newEngine(Options{Redis: e.b.Client, InstanceID: "instance-" + string(rune('a'-1+e.n))}, seams{clock: e.clock.Now, wrapStore: wrap})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func TestLeaseKeeperRenewsLongCycles(t *testing.T) {
 			}
 			return nil
 		})
-		eng, err := New(Options{Redis: b.Client, InstanceID: "long", wrapStore: func(s core.Store) core.Store { rs.Store = s; return rs }})
+		eng, err := newEngine(Options{Redis: b.Client, InstanceID: "long"}, seams{wrapStore: func(s core.Store) core.Store { rs.Store = s; return rs }})
 		if err != nil {
 			t.Fatal(err)
 		}

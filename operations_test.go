@@ -280,7 +280,7 @@ func TestPauseStopsARunningCycle(t *testing.T) {
 		var mu sync.Mutex
 		paused, resumed := false, false
 		var after []string
-		ops, err := New(Options{Redis: b.Client, clock: e.clock.Now}) // an operator: the Redis URL only
+		ops, err := newEngine(Options{Redis: b.Client}, seams{clock: e.clock.Now}) // an operator: the Redis URL only
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -497,7 +497,7 @@ func TestPartitionsAtRunTime(t *testing.T) {
 		putN(e, 4)
 		eng := e.engine(e.poller(func(p *watukuytype.Poller) { p.Partitions = []string{"a"} }), nil)
 		e.settle(eng)
-		ops, err := New(Options{Redis: b.Client, clock: e.clock.Now}) // an operator's: the Redis URL only
+		ops, err := newEngine(Options{Redis: b.Client}, seams{clock: e.clock.Now}) // an operator's: the Redis URL only
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -244,14 +244,13 @@ func TestG8FrozenInstanceStaysOutOfTheNewOwnersWindow(t *testing.T) {
 		}
 		paged, resume := make(chan struct{}), make(chan struct{})
 		var once sync.Once
-		a, err := New(Options{Redis: b.Client, InstanceID: "instance-a", clock: e.clock.Now,
-			wait: func(ctx context.Context, d time.Duration) error {
-				once.Do(func() {
-					close(paged)
-					<-resume // A is frozen in its wait before page 2
-				})
-				return nil
-			}})
+		a, err := newEngine(Options{Redis: b.Client, InstanceID: "instance-a"}, seams{clock: e.clock.Now, wait: func(ctx context.Context, d time.Duration) error {
+			once.Do(func() {
+				close(paged)
+				<-resume // A is frozen in its wait before page 2
+			})
+			return nil
+		}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -393,7 +392,7 @@ func TestG8TruncatedCycleDueAfterItsPace(t *testing.T) {
 					<-ctx.Done()
 					return context.Cause(ctx)
 				}
-				a, err := New(Options{Redis: b.Client, InstanceID: "pace-a", clock: e.clock.Now, wait: wait})
+				a, err := newEngine(Options{Redis: b.Client, InstanceID: "pace-a"}, seams{clock: e.clock.Now, wait: wait})
 				if err != nil {
 					t.Fatal(err)
 				}

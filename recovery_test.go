@@ -93,8 +93,7 @@ func TestLongCycleNeverClaimedTwice(t *testing.T) {
 		e := newEnv(t, b)
 		putN(e, 3)
 		cw := &claimWatch{renews: make(chan struct{}, 1)}
-		a, err := New(Options{Redis: b.Client, InstanceID: "long", ClaimTimeout: 200 * time.Millisecond,
-			wrapStore: func(s core.Store) core.Store { cw.Store = s; return cw }})
+		a, err := newEngine(Options{Redis: b.Client, InstanceID: "long", ClaimTimeout: 200 * time.Millisecond}, seams{wrapStore: func(s core.Store) core.Store { cw.Store = s; return cw }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -304,7 +303,7 @@ func TestTriggerClearsRetryAfterWindow(t *testing.T) {
 			}
 			return nil
 		})
-		eng, err := New(Options{Redis: b.Client, InstanceID: "op", clock: e.clock.Now, Logger: zerolog.New(&logs)})
+		eng, err := newEngine(Options{Redis: b.Client, InstanceID: "op", Logger: zerolog.New(&logs)}, seams{clock: e.clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -432,7 +431,7 @@ func TestKeeperStopsBeforeEnd(t *testing.T) {
 		e := newEnv(t, b)
 		putN(e, 3)
 		r := &endRace{armed: make(chan struct{}), holding: make(chan struct{}), ended: make(chan struct{})}
-		a, err := New(Options{Redis: b.Client, InstanceID: "ender", wrapStore: func(s core.Store) core.Store { r.Store = s; return r }})
+		a, err := newEngine(Options{Redis: b.Client, InstanceID: "ender"}, seams{wrapStore: func(s core.Store) core.Store { r.Store = s; return r }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -141,7 +141,7 @@ func TestSchedulingDeletedKeyReAddedStaysDue(t *testing.T) {
 		p := e.poller(func(p *watukuytype.Poller) { p.Partitions = []string{"a"} })
 		eng := e.engine(p, nil)
 		e.settle(eng)
-		ops, err := New(Options{Redis: b.Client, clock: e.clock.Now}) // an operator's
+		ops, err := newEngine(Options{Redis: b.Client}, seams{clock: e.clock.Now}) // an operator's
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,7 +264,7 @@ func TestSchedulingRepairSweep(t *testing.T) {
 		eng := e.engine(p, nil)
 		e.settle(eng)
 		var hooked []watukuytype.Key
-		ops, err := New(Options{Redis: b.Client, clock: e.clock.Now, Hooks: watukuytype.Hooks{OnDueRepaired: func(k watukuytype.Key) { hooked = append(hooked, k) }}})
+		ops, err := newEngine(Options{Redis: b.Client, Hooks: watukuytype.Hooks{OnDueRepaired: func(k watukuytype.Key) { hooked = append(hooked, k) }}}, seams{clock: e.clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}

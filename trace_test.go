@@ -78,8 +78,8 @@ func TestTracedHTTPPollerAndWebhook(t *testing.T) {
 
 	rec := tracetest.NewSpanRecorder()
 	clock := newClock()
-	eng, err := New(Options{Redis: redistest.Miniredis(t).Client, InstanceID: "traced", clock: clock.Now,
-		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))})
+	eng, err := newEngine(Options{Redis: redistest.Miniredis(t).Client, InstanceID: "traced",
+		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))}, seams{clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func (e *env) observed(p watukuytype.Poller) (*Engine, *prometheus.Registry) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	e.n++
-	eng, err := New(Options{Redis: e.b.Client, InstanceID: fmt.Sprintf("observed-%d", e.n), clock: e.clock.Now, Hooks: m.Hooks(watukuytype.Hooks{})})
+	eng, err := newEngine(Options{Redis: e.b.Client, InstanceID: fmt.Sprintf("observed-%d", e.n), Hooks: m.Hooks(watukuytype.Hooks{})}, seams{clock: e.clock.Now})
 	if err != nil {
 		e.t.Fatal(err)
 	}

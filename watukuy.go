@@ -72,13 +72,6 @@ type Options struct {
 	// attempt's span, so the webhook sink sends it as traceparent. nil (the default): no
 	// spans and no cost. Only the OpenTelemetry API is linked; the program brings the SDK.
 	TracerProvider trace.TracerProvider
-
-	// Leases and throttle windows run on the Redis server's clock (TIME), never on one of the
-	// caller's: the tests of this package alone replace it (and the local clock leases are
-	// kept by) with a fake one; watukuytest moves miniredis' own clock instead.
-	clock     func() time.Time
-	wrapStore func(core.Store) core.Store                      // tests inject faults here
-	wait      func(ctx context.Context, d time.Duration) error // tests freeze an instance between pages here
 }
 
 // Engine runs pollers against Redis.
@@ -89,7 +82,20 @@ type Engine struct {
 }
 
 // New returns an engine on opts.Redis.
-func New(opts Options) (*Engine, error) {
+func New(opts Options) (*Engine, error) { return newEngine(opts, seams{}) }
+
+// seams are what this package's tests replace: leases and throttle windows run on the Redis
+// server's clock (TIME), never on one of the caller's, except under a test's clock (which the
+// local clock leases are kept by follows too); wrapStore injects faults into the store, wait
+// freezes an instance between pages. watukuytest moves miniredis' own clock instead.
+type seams struct {
+	clock     func() time.Time
+	wrapStore func(core.Store) core.Store
+	wait      func(ctx context.Context, d time.Duration) error
+}
+
+// newEngine is New with the tests' seams.
+func newEngine(opts Options, sm seams) (*Engine, error) {
 	if opts.Redis == nil {
 		return nil, &watukuytype.ConfigError{Field: "redis", Msg: "a go-redis client is required"}
 	}
@@ -99,16 +105,16 @@ func New(opts Options) (*Engine, error) {
 		_, _ = rand.Read(b[:])
 		opts.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
-	st, err := redisstore.New(opts.Redis, redisstore.Options{Prefix: opts.Prefix, Clock: opts.clock, WaitReplicas: opts.WaitReplicas, WaitTimeout: opts.WaitTimeout})
+	st, err := redisstore.New(opts.Redis, redisstore.Options{Prefix: opts.Prefix, Clock: sm.clock, WaitReplicas: opts.WaitReplicas, WaitTimeout: opts.WaitTimeout})
 	if err != nil {
 		return nil, err
 	}
 	var s core.Store = st
-	if opts.wrapStore != nil {
-		s = opts.wrapStore(s)
+	if sm.wrapStore != nil {
+		s = sm.wrapStore(s)
 	}
 	ce, err := core.NewEngine(core.Options{Store: s, InstanceID: opts.InstanceID, Logger: opts.Logger,
-		TickConcurrency: opts.TickConcurrency, ClaimTimeout: opts.ClaimTimeout, Hooks: opts.Hooks, Clock: opts.clock, Wait: opts.wait, Budgets: opts.Budgets,
+		TickConcurrency: opts.TickConcurrency, ClaimTimeout: opts.ClaimTimeout, Hooks: opts.Hooks, Clock: sm.clock, Wait: sm.wait, Budgets: opts.Budgets,
 		TracerProvider: opts.TracerProvider})
 	if err != nil {
 		return nil, err
