@@ -19,6 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/watukuy/watukuy/internal/leasectx"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -742,7 +743,7 @@ func TestRequestCheckStopsTheWrite(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls atomic.Int64
-			ctx := watukuytype.WithLeaseCheck(context.Background(), func() error {
+			ctx := leasectx.With(context.Background(), func() error {
 				if calls.Add(1) > int64(tc.passes) {
 					return lost
 				}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/leasectx"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -33,7 +34,7 @@ func TestG8GuardNotDisarmedByAnotherRequest(t *testing.T) {
 	// B: its lease is gone from the moment it holds a connection (a freeze after Do's check).
 	var frozen atomic.Bool
 	bGot, aDone := make(chan struct{}), make(chan struct{})
-	bCtx := watukuytype.WithLeaseCheck(context.Background(), func() error {
+	bCtx := leasectx.With(context.Background(), func() error {
 		if frozen.Load() {
 			return lost
 		}
@@ -52,7 +53,7 @@ func TestG8GuardNotDisarmedByAnotherRequest(t *testing.T) {
 
 	// A: a 304 on a keep-alive connection; B starts as A's connection goes back to the pool.
 	var started atomic.Bool
-	aCtx := watukuytype.WithLeaseCheck(context.Background(), func() error { return nil })
+	aCtx := leasectx.With(context.Background(), func() error { return nil })
 	aCtx = httptrace.WithClientTrace(aCtx, &httptrace.ClientTrace{PutIdleConn: func(err error) {
 		if err != nil || !started.CompareAndSwap(false, true) {
 			return

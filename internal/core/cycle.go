@@ -522,7 +522,7 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		Events: c.rep.Events, Delivered: c.rep.Delivered, Parked: c.rep.Parked, Invalid: c.rep.Invalid, DeleteCandidates: c.rep.DeleteCandidates,
 		Truncated: c.rep.Truncated, NotModified: c.rep.NotModified, Reconciled: reconciled, BackfillPending: backfillPending, Fresh: fresh}
 	// Compact, not JSON: it keeps an idle key's state hash a small listpack.
-	st[statehash.LastPoll] = summary.Compact()
+	st[statehash.LastPoll] = compactPoll(summary)
 	if c.tagPending {
 		st[statehash.LiveTag] = c.state.get(statehash.LiveTag)
 	}

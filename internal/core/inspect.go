@@ -165,7 +165,7 @@ func (e *Engine) InspectAll(ctx context.Context, poller string) ([]watukuytype.K
 // lastPollJSON is a state hash's lastPoll as the JSON KeyInfo.LastPoll carries; a value that
 // does not read as one becomes a JSON string, shown as is.
 func lastPollJSON(v string) json.RawMessage {
-	p, err := watukuytype.ParsePollSummary(v)
+	p, err := parsePoll(v)
 	if err == nil {
 		if b, err := json.Marshal(p); err == nil {
 			return b

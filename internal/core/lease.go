@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/leasectx"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -153,7 +154,7 @@ func (k *leaseKeeper) close() {
 // withLeaseCheck returns ctx carrying the keeper's check, for the requests and handler calls
 // made with it.
 func (k *leaseKeeper) withLeaseCheck(ctx context.Context) context.Context {
-	return watukuytype.WithLeaseCheck(ctx, func() error {
+	return leasectx.With(ctx, func() error {
 		if !k.valid() {
 			return &watukuytype.LeaseLostError{Key: k.lease.Key, Epoch: k.lease.Epoch, Reason: "the lease may have expired (a pause past its validity)"}
 		}

@@ -47,7 +47,7 @@ func (s state) backfill() *watukuytype.BackfillProgress {
 // freshAt is when a cycle last found the key current: the last poll's time when that poll was
 // fresh, else the freshAt field (zero when neither).
 func (s state) freshAt() time.Time {
-	if p, err := watukuytype.ParsePollSummary(s[statehash.LastPoll]); err == nil && p.Fresh {
+	if p, err := parsePoll(s[statehash.LastPoll]); err == nil && p.Fresh {
 		if t, err := time.Parse(time.RFC3339Nano, p.At); err == nil {
 			return t
 		}

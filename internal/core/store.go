@@ -482,3 +482,19 @@ type Snapshot struct {
 	NextDue   time.Time
 	Now       time.Time
 }
+
+// Claim is one claim of due keys made to be confirmed (a scheduler's, by the store's ClaimForEnqueue):
+// its keys are held for a short window, and ConfirmClaims holds on to those whose
+// cycles are enqueued. A confirmation holds a key only while its due time is still the one
+// this claim wrote.
+type Claim struct {
+	// Keys are the claimed keys, earliest due first.
+	Keys []watukuytype.Key
+	// At is the Redis server's time of the claim, in ms; Window is how long it holds its keys
+	// unconfirmed; Mark (1..1023) is the claim's own fraction of a millisecond, Mark/1024,
+	// added to the due times it wrote, which no other writer of a due time adds. Together they
+	// name the due time the claim wrote.
+	At     int64
+	Window time.Duration
+	Mark   int
+}

@@ -15,9 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/outage"
 	"github.com/watukuy/watukuy/internal/redisstore"
-	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // The waits grow from min towards max, never leave [min, max], are jittered (not one fixed
@@ -59,7 +59,7 @@ type countingClaimer struct {
 	claims atomic.Int64
 }
 
-func (c *countingClaimer) ClaimForEnqueue(ctx context.Context, limit int, window time.Duration, pollers []string) (watukuytype.Claim, error) {
+func (c *countingClaimer) ClaimForEnqueue(ctx context.Context, limit int, window time.Duration, pollers []string) (core.Claim, error) {
 	c.claims.Add(1)
 	return c.Claimer.ClaimForEnqueue(ctx, limit, window, pollers)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/outage"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -36,10 +37,10 @@ type Claimer interface {
 	// ClaimForEnqueue atomically takes up to limit due keys of pollers (every registered
 	// poller's when none), earliest due first, and holds them for window, marked for
 	// ConfirmClaims.
-	ClaimForEnqueue(ctx context.Context, limit int, window time.Duration, pollers []string) (watukuytype.Claim, error)
+	ClaimForEnqueue(ctx context.Context, limit int, window time.Duration, pollers []string) (core.Claim, error)
 	// ConfirmClaims holds on to keys of claim c whose tasks are enqueued, for claimTimeout
 	// (0: each key's lease TTL plus core.ClaimGrace), while their due time is still c's.
-	ConfirmClaims(ctx context.Context, c watukuytype.Claim, keys []watukuytype.Key, claimTimeout time.Duration) error
+	ConfirmClaims(ctx context.Context, c core.Claim, keys []watukuytype.Key, claimTimeout time.Duration) error
 	// DueIn returns how long until the earliest key of pollers is due by the server's clock
 	// (0: now), and false when they have no keys.
 	DueIn(ctx context.Context, pollers []string) (time.Duration, bool, error)

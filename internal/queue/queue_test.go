@@ -524,7 +524,7 @@ type pausedConfirm struct {
 	release chan struct{}
 }
 
-func (p *pausedConfirm) ConfirmClaims(ctx context.Context, c watukuytype.Claim, keys []watukuytype.Key, claimTimeout time.Duration) error {
+func (p *pausedConfirm) ConfirmClaims(ctx context.Context, c core.Claim, keys []watukuytype.Key, claimTimeout time.Duration) error {
 	close(p.reached)
 	<-p.release
 	return p.Store.ConfirmClaims(ctx, c, keys, claimTimeout)

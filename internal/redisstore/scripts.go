@@ -519,9 +519,9 @@ func (a claimDueArgs) decode(v any) (claimDueReply, error) {
 // confirmClaimsArgs call confirm_claims.lua.
 type confirmClaimsArgs struct {
 	Now          string
-	Claim        watukuytype.Claim // the claim being confirmed
-	ClaimTimeout time.Duration     // a fixed claim for every key when not 0
-	Grace        time.Duration     // added to a poller's lease TTL
+	Claim        core.Claim    // the claim being confirmed
+	ClaimTimeout time.Duration // a fixed claim for every key when not 0
+	Grace        time.Duration // added to a poller's lease TTL
 	// DefaultClaim is the claim of a poller whose entry records no lease TTL.
 	DefaultClaim time.Duration
 	Keys         []watukuytype.Key

@@ -199,22 +199,22 @@ func (s *Store) pollerNames(ctx context.Context, pollers []string) ([]string, er
 // ClaimForEnqueue claims like ClaimDue, for window only (whole milliseconds, at least one),
 // with scores marked for ConfirmClaims: a scheduler's claim, held on once its tasks are
 // enqueued.
-func (s *Store) ClaimForEnqueue(ctx context.Context, limit int, window time.Duration, pollers []string) (watukuytype.Claim, error) {
+func (s *Store) ClaimForEnqueue(ctx context.Context, limit int, window time.Duration, pollers []string) (core.Claim, error) {
 	if window < time.Millisecond || window%time.Millisecond != 0 {
-		return watukuytype.Claim{}, fmt.Errorf("redisstore: a claim window of %s: want whole milliseconds, at least one", window)
+		return core.Claim{}, fmt.Errorf("redisstore: a claim window of %s: want whole milliseconds, at least one", window)
 	}
 	// A mark of the claim's own: another claim of the same key in the same millisecond (after
 	// a trigger) has another but once in 1023, so a late confirmation of this one leaves it.
 	mark := 1 + mrand.IntN(1023)
 	r, err := s.claim(ctx, limit, window, mark, pollers)
-	return watukuytype.Claim{Keys: r.Keys, At: r.At, Window: window, Mark: mark}, err
+	return core.Claim{Keys: r.Keys, At: r.At, Window: window, Mark: mark}, err
 }
 
 // ConfirmClaims holds on to keys of claim c whose tasks are enqueued: for claimTimeout, or (0)
 // each key's lease TTL plus core.ClaimGrace, as long as a key's due time is still the one c
 // wrote (one round trip). A scheduler claims with a short window and confirms after its
 // enqueue, so a scheduler that dies in between leaves its keys claimed for the window only.
-func (s *Store) ConfirmClaims(ctx context.Context, c watukuytype.Claim, keys []watukuytype.Key, claimTimeout time.Duration) error {
+func (s *Store) ConfirmClaims(ctx context.Context, c core.Claim, keys []watukuytype.Key, claimTimeout time.Duration) error {
 	if len(keys) == 0 {
 		return nil
 	}
