@@ -375,7 +375,7 @@ func BenchmarkReleaseHeldHotKey(b *testing.B) {
 // on miniredis, whose clock the benchmark moves past the key's interval between cycles so the
 // key is always due: the per-cycle cost of the engine itself, the figure tracing must not
 // raise when it is off (docs/deployment.md, "Traces (OpenTelemetry)"). fetch=go is a Go Fetch returning an
-// empty page; fetch=http asks a local HTTP server through the token cursor (httpx), which
+// empty page; fetch=http asks a local HTTP server through the token cursor (httppoll), which
 // answers an empty page; traced/ runs them with tracing on. Compare with benchstat.
 func BenchmarkIdleCycle(b *testing.B) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

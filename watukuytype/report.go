@@ -59,7 +59,7 @@ type LastError struct {
 }
 
 // PollSummary is the JSON of KeyInfo.LastPoll: what a key's last cycle did. The state hash
-// keeps it in its compact form (Compact, ParsePollSummary), which stays under Redis's
+// keeps it in a compact form of its own, which stays under Redis's
 // listpack value limit so that an idle key's state stays a small listpack.
 type PollSummary struct {
 	At         string `json:"at"`

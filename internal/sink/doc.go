@@ -29,7 +29,7 @@
 //   - Webhook.Timeout (default 10s) bounds one attempt from dialing to the response headers
 //     and the start of the body; a timeout wraps context.DeadlineExceeded. The caller's
 //     context still applies.
-//   - Errors name the event id and the URL after httpx.RedactURL (userinfo, fragment and
+//   - Errors name the event id and the URL after httppoll.RedactURL (userinfo, fragment and
 //     sensitive query values hidden); *url.Error is unwrapped because its message repeats the
 //     raw URL. A secret in the URL path (Slack-style hook URLs) cannot be told apart from a
 //     path and is shown.
