@@ -11,5 +11,5 @@ local cur = tonumber(redis.call('HGET', KEYS[1], 'pausedUntil')) or 0
 if cur >= untl then return cur end
 redis.call('HSET', KEYS[1], 'pausedUntil', untl)
 local tat = tonumber(redis.call('HGET', KEYS[1], 'tat')) or 0
-redis.call('PEXPIRE', KEYS[1], math.max(untl - now, math.ceil(tat / 1000) - now) + 1000)
+redis.call('PEXPIRE', KEYS[1], math.max(untl - now, math.ceil(tat / 1000) - now) + expiry_slack(ARGV[1]))
 return untl

@@ -63,9 +63,9 @@ local keep = math.max(tat - now, paused * 1000 - now)
 if wait > sitout then
   redis.call('ZADD', KEYS[2], string.format('%.0f', math.ceil(slot)), member)
   local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-  redis.call('PEXPIRE', KEYS[2], math.ceil((tonumber(last[2]) - now + stale) / 1000) + 1000)
+  redis.call('PEXPIRE', KEYS[2], math.ceil((tonumber(last[2]) - now + stale) / 1000) + expiry_slack(ARGV[1]))
   keep = math.max(keep, tonumber(last[2]) - now + stale)
 end
 -- Once tat has passed the bucket is full again: the hash says nothing a missing one does not.
-redis.call('PEXPIRE', KEYS[1], math.ceil(keep / 1000) + 1000)
+redis.call('PEXPIRE', KEYS[1], math.ceil(keep / 1000) + expiry_slack(ARGV[1]))
 return {1, math.max(0, math.ceil(wait)), 0, now, 0}

@@ -14,6 +14,15 @@ local function now_us(override)
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- expiry_slack: what a key that expires once its state says nothing more (a full budget
+-- bucket) keeps past that, in ms. Redis expires keys on its own clock, which a test's clock
+-- (the override) does not move: under one the key keeps an hour more, so it never goes early in
+-- the test's time.
+local function expiry_slack(override)
+  if override ~= nil and override ~= '' then return 3600000 end
+  return 1000
+end
+
 -- fence: the first check of every mutating script. The lease (its fields in the state hash)
 -- must carry our epoch and our grant's token (an epoch alone can repeat after a failover lost
 -- the grant that raised it) and must not have expired; otherwise the script fails with

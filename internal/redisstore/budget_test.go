@@ -57,8 +57,30 @@ func TestBudgetTake(t *testing.T) {
 				t.Fatalf("live take %d from the reserve: %+v", i, g)
 			}
 		}
+		// Redis expires on its own clock, which the test's does not move: the bucket keeps an hour
+		// more than the 300ms until it is full again.
 		pttl := b.Client.PTTL(ctx, s.bucketKey("shop")).Val()
-		if pttl <= time.Second || pttl > 1400*time.Millisecond {
+		if pttl <= time.Hour || pttl > time.Hour+400*time.Millisecond {
+			t.Errorf("under a test clock the bucket expires in %v; want once it is full again (300ms) plus an hour", pttl)
+		}
+	})
+}
+
+// On the server's own clock a bucket expires once it is full again, plus a second: an idle
+// budget leaves nothing behind.
+func TestBudgetBucketExpiresOnceFull(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		s, err := New(b.Client, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		for range 3 {
+			if _, err := s.TakeToken(ctx, core.BudgetTake{Bucket: "shop", Interval: 100 * time.Millisecond, Burst: 3}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if pttl := b.Client.PTTL(ctx, s.bucketKey("shop")).Val(); pttl <= time.Second || pttl > 1400*time.Millisecond {
 			t.Errorf("the bucket expires in %v; want once it is full again (300ms) plus a second", pttl)
 		}
 	})
