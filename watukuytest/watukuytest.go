@@ -117,7 +117,8 @@ type Truth struct {
 	Content map[string]string
 }
 
-// Change is one change of an item.
+// Change is one change of an item. The checks tell changes apart by identity and version, so
+// an item created again after a delete goes on from its last version rather than starting over.
 type Change struct {
 	ID      string // the item's identity
 	Version int    // its version after the change
