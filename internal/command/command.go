@@ -32,19 +32,19 @@ const (
 	ExitUsage  = 2
 )
 
-// UsageError marks a command-line mistake (exit code 2).
-type UsageError struct{ error }
+// usageError marks a command-line mistake (exit code 2).
+type usageError struct{ error }
 
-func (e UsageError) Unwrap() error { return e.error }
+func (e usageError) Unwrap() error { return e.error }
 
 // Usage marks err as a command-line mistake.
-func Usage(err error) error { return UsageError{err} }
+func Usage(err error) error { return usageError{err} }
 
 // Usagef is a usage error with a message.
-func Usagef(format string, a ...any) error { return UsageError{fmt.Errorf(format, a...)} }
+func Usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
 
 // flagError turns cobra's flag parsing errors into usage errors.
-func flagError(_ *cobra.Command, err error) error { return UsageError{err} }
+func flagError(_ *cobra.Command, err error) error { return usageError{err} }
 
 // Execute runs cmd with the process arguments and exits with ExitCode. Errors go to stderr.
 func Execute(cmd *cobra.Command) {
@@ -68,7 +68,7 @@ func ExitCode(err error) int {
 	if err == nil {
 		return ExitOK
 	}
-	var ue UsageError
+	var ue usageError
 	if errors.As(err, &ue) || isNotFound(err) {
 		return ExitUsage
 	}

@@ -108,7 +108,7 @@ func FromEnv(cmd *cobra.Command) error {
 		for _, n := range envNames(f) {
 			if v, ok := os.LookupEnv(n); ok {
 				if e := f.Value.Set(v); e != nil {
-					err = UsageError{fmt.Errorf("%s=%q: %w", n, v, e)}
+					err = usageError{fmt.Errorf("%s=%q: %w", n, v, e)}
 				}
 				if f.Name == "config" {
 					f.Changed = true
@@ -160,7 +160,7 @@ func (c *Flags) Run(cmd *cobra.Command, fn func(ctx context.Context, log zerolog
 	}
 	log, err := app.Logger(c.S.LogFormat, c.S.LogLevel, cmd.ErrOrStderr())
 	if err != nil {
-		return UsageError{err}
+		return usageError{err}
 	}
 	app.RouteRedisLogs(log)
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)

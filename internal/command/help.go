@@ -9,21 +9,23 @@ import (
 )
 
 // processExamples are the Examples sections of the process commands' --help.
-var processExamples = map[string]string{
-	"run": `  watukuy run --redis redis://127.0.0.1:6379/0 --config watukuy.yaml
+func processExamples() map[string]string {
+	return map[string]string{
+		"run": `  watukuy run --redis redis://127.0.0.1:6379/0 --config watukuy.yaml
   WATUKUY_REDIS_URL=redis://… watukuy run --poller orders --ui`,
-	"worker": `  watukuy-worker --redis redis://127.0.0.1:6379/0 --config watukuy.yaml --concurrency 20
+		"worker": `  watukuy-worker --redis redis://127.0.0.1:6379/0 --config watukuy.yaml --concurrency 20
   kill -TERM <pid>                         # stops at the next step and hands its keys back`,
-	"scheduler": `  watukuy-scheduler --redis redis://127.0.0.1:6379/0 --config watukuy.yaml`,
-	"version": `  watukuy version
+		"scheduler": `  watukuy-scheduler --redis redis://127.0.0.1:6379/0 --config watukuy.yaml`,
+		"version": `  watukuy version
   watukuy version --json`,
+	}
 }
 
 // WithHelp gives every command of the tree under root its Examples section (examples, by
 // command path after the root's name, beside the process commands' own) and, for the
 // commands with setting flags, an Environment section naming the variables they read.
 func WithHelp(root *cobra.Command, examples map[string]string) *cobra.Command {
-	ex := maps.Clone(processExamples)
+	ex := processExamples()
 	maps.Copy(ex, examples)
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
