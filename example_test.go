@@ -155,3 +155,33 @@ func ExampleEngine_Backfill() {
 	// backfill updated A-3 ev_bc46230758f85300c9edc3679d5faf77
 	// done true: 2 pages, 3 items, 3 events
 }
+
+// A process of your own, for a program that runs cycles from its own job system instead of
+// pool's asynq worker: Setup registers the keys once, WatchData re-registers them if Redis
+// loses its data, RunCycle runs the cycle of one key (what a job does), and RepairDue, run
+// now and then, gives a due entry back to a key that lost it.
+func ExampleEngine_RunCycle() {
+	eng, stop := exampleEngine(watukuytype.Poller{Name: "orders"})
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := eng.Setup(ctx); err != nil {
+		panic(err)
+	}
+	go eng.WatchData(ctx, watukuy.WatchOptions{})
+
+	key := watukuytype.Key{Poller: "orders"}
+	for range 2 { // a job per run of the key
+		rep := eng.RunCycle(ctx, key)
+		fmt.Printf("cycle: %d events, %d delivered, err %v\n", rep.Events, rep.Delivered, rep.Err)
+	}
+	repaired, err := eng.RepairDue(ctx)
+	fmt.Println("keys without a due entry:", len(repaired), err)
+	// Output:
+	// live created A-1 ev_9c46c3dd8d0dc2162024a795e62c74ec
+	// live created A-2 ev_dcdd8e9e57ec6561840218fd2d72af30
+	// live created A-3 ev_ac1bdc7cacbe33e12e7ace505e63c173
+	// cycle: 3 events, 3 delivered, err <nil>
+	// cycle: 0 events, 0 delivered, err <nil>
+	// keys without a due entry: 0 <nil>
+}

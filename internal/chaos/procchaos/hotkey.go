@@ -45,6 +45,8 @@ const (
 	// hotAimWait bounds the waits of a hot-key fault for what it aims at (the poison event's
 	// attempts and park, a burst's commit).
 	hotAimWait = 10 * time.Second
+	// hotHeldTries bounds the bursts a held-burst fault puts to land its kill.
+	hotHeldTries = 3
 	// rewindGap is how soon after a delivery of an ordering key an older event of that key may
 	// not follow: within one cycle a key's events go out in commit order, and a new cycle
 	// after a death starts when the dead cycle's claim ends, a lease TTL and core.ClaimGrace
@@ -262,9 +264,26 @@ func (r *processRun) hotPoisonBurst(ctx context.Context) error {
 
 // hotHeldBurst: a burst while the key is held; its committer is killed as Redis answers the
 // commit, so the burst's events wait in the outbox: hotBurst held ones, then the hot-y ones.
+// A commit whose cycle ended before the kill (no worker holds the key by then) leaves
+// nothing to aim at: another burst is tried, up to hotHeldTries.
 func (r *processRun) hotHeldBurst(ctx context.Context) error {
+	for try := 1; try <= hotHeldTries; try++ {
+		who, n, fired, err := r.hotHeldBurstOnce(ctx)
+		if who != "" {
+			return r.afterHotKill(ctx, who, fmt.Sprintf("as Redis answered its commit of burst %d (before it delivered or held anything)", n), &r.hot.commitKills)
+		}
+		if err != nil || !fired {
+			return err
+		}
+	}
+	return nil
+}
+
+// hotHeldBurstOnce puts one burst and waits for its commit's kill: the killed worker ("" when
+// none was), the burst's number, and whether its commit was seen.
+func (r *processRun) hotHeldBurstOnce(ctx context.Context) (who string, n int, fired bool, err error) {
 	r.recv.mu.Lock()
-	n := len(r.hot.bursts) + 1
+	n = len(r.hot.bursts) + 1
 	r.recv.mu.Unlock()
 	r.loadScript(ctx, "commit_poll")
 	mon, err := monitorScripts(r.db.primary.addr(), filepath.Join(r.files.dir, "logs", fmt.Sprintf("monitor-hot-%d.log", n)))
@@ -272,23 +291,28 @@ func (r *processRun) hotHeldBurst(ctx context.Context) error {
 		r.logf("hot: MONITOR on %s: %v (the commit is not aimed at)", r.db.primary.name, err)
 	}
 	killed := make(chan string, 1)
+	var seen atomic.Bool
 	if mon != nil {
 		mark := hotBurstMark(n)
 		mon.arm(func(cmd string) bool {
 			return isScript(cmd, "commit_poll") && strings.Contains(cmd, hotTag) && strings.Contains(cmd, mark)
-		}, func() { killed <- r.killHolder(hotKey) })
+		}, func() {
+			seen.Store(true)
+			who := r.killHolder(hotKey)
+			if who == "" {
+				r.logf("hot: burst %d: no worker held the key when its commit was answered; nothing killed", n)
+			}
+			killed <- who
+		})
 	}
 	r.hotBurstPut()
 	r.logf("hot: burst %d while %s is held (%d parked), %d changes then %d others", n, hotGroup, r.parkedCount(ctx), hotBurst, hotYs)
 	if mon == nil {
-		return nil
+		return "", n, false, nil
 	}
 	defer mon.stop(0)
-	who, err := r.awaitAimedKill(ctx, mon, killed, fmt.Sprintf("no commit of burst %d", n))
-	if who == "" {
-		return err
-	}
-	return r.afterHotKill(ctx, who, fmt.Sprintf("as Redis answered its commit of burst %d (before it delivered or held anything)", n), &r.hot.commitKills)
+	who, err = r.awaitAimedKill(ctx, mon, killed, fmt.Sprintf("no commit of burst %d", n))
+	return who, n, seen.Load(), err
 }
 
 // awaitAimedKill waits up to hotAimWait for the kill mon fires; "" when the aimed script did not
