@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -395,15 +396,20 @@ func BenchmarkIdleCycle(b *testing.B) {
 	}
 	for _, f := range fetches {
 		b.Run("fetch="+f.name, func(b *testing.B) {
-			benchIdleCycles(b, f.fetch, Options{})
+			benchIdleCycles(b, f.fetch, Options{Redis: redistest.Miniredis(b).Client})
 		})
 	}
+	// On a redis-server of its own: the engine's CPU per idle cycle with real round trips
+	// (processCpuUs/cycle, this process's), the figure the no-op throughput rests on.
+	b.Run("redis-server/fetch=go", func(b *testing.B) {
+		benchIdleCycles(b, fetches[0].fetch, Options{Redis: redistest.Real(b).Client})
+	})
 	// The same cycles traced, every span recorded and dropped at its end: what tracing on
 	// costs, exporter aside.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(dropSpans{}))
 	for _, f := range fetches {
 		b.Run("traced/fetch="+f.name, func(b *testing.B) {
-			benchIdleCycles(b, f.fetch, Options{TracerProvider: tp})
+			benchIdleCycles(b, f.fetch, Options{Redis: redistest.Miniredis(b).Client, TracerProvider: tp})
 		})
 	}
 }
@@ -417,10 +423,10 @@ func (dropSpans) Shutdown(context.Context) error                  { return nil }
 func (dropSpans) ForceFlush(context.Context) error                { return nil }
 
 // benchIdleCycles runs b.N idle cycles of one key whose Fetch is fetch, on an engine built
-// with opts (Redis, InstanceID and the clock are set here).
+// with opts (InstanceID and the clock are set here).
 func benchIdleCycles(b *testing.B, fetch watukuytype.FetchFunc, opts Options) {
 	clock := newClock()
-	opts.Redis, opts.InstanceID = redistest.Miniredis(b).Client, "bench"
+	opts.InstanceID = "bench"
 	eng, err := newEngine(opts, seams{clock: clock.Now})
 	if err != nil {
 		b.Fatal(err)
@@ -438,12 +444,21 @@ func benchIdleCycles(b *testing.B, fetch watukuytype.FetchFunc, opts Options) {
 	}
 	run() // the key's first cycle writes its state
 	b.ReportAllocs()
+	cpu0 := processCPU()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		run()
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "processCpuUs/cycle")
+}
+
+// processCPU is this process's user + system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // costCall is what one call cost Redis: round trips, commands the server ran (SLOWLOG at 0 µs),

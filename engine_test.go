@@ -315,3 +315,94 @@ func TestPauseResume(t *testing.T) {
 		}
 	})
 }
+
+// RunCycles, a worker's task of n idle keys, costs n+1 round trips of the engine: each key's
+// Begin goes out with the previous key's End. Every key still runs its own cycle under its
+// own lease, and each ends with its lease released and its next due time written.
+func TestRunCyclesSendsEachBeginWithThePreviousEnd(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		parts := []string{"a", "b", "c", "d", "e"}
+		p := e.poller(func(p *watukuytype.Poller) {
+			p.Partitions = parts
+			p.Fetch = func(_ context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+				return watukuytype.Page{Next: req.Cursor}, nil
+			}
+		})
+		eng := e.engine(p, nil)
+		keys := make([]watukuytype.Key, len(parts))
+		for i, part := range parts {
+			keys[i] = watukuytype.Key{Poller: p.Name, Partition: part}
+		}
+		for _, r := range eng.RunCycles(t.Context(), keys) { // first cycles: the keys get their epochs
+			if r.Outcome != watukuytype.Ran || r.Err != nil {
+				t.Fatalf("first cycles: %+v", r)
+			}
+		}
+		var counter redistest.Counter
+		counter.Attach(b.Client)
+		e.clock.Advance(3 * time.Minute)
+		counter.Reset()
+		reps := eng.RunCycles(t.Context(), keys)
+		if n := counter.Count(); n != int64(len(keys)+1) {
+			t.Fatalf("%d idle cycles took %d round trips, want %d", len(keys), n, len(keys)+1)
+		}
+		for i, r := range reps {
+			if r.Key != keys[i] || r.Outcome != watukuytype.Ran || r.Err != nil {
+				t.Fatalf("cycle %d: %+v", i, r)
+			}
+			ki, err := eng.Inspect(t.Context(), keys[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ki.LeaseOwner != "" || ki.NextDueAt == nil || !ki.NextDueAt.After(e.clock.Now()) {
+				t.Fatalf("%s after its cycle: lease owner %q, next due %v (now %v)", keys[i].Describe(), ki.LeaseOwner, ki.NextDueAt, e.clock.Now())
+			}
+		}
+	})
+}
+
+// A task cut short after a cycle that sent the next key's Begin hands that key back: its
+// lease is released and it is due at once, not when the lease lapses.
+func TestRunCyclesHandsBackTheNextKeyWhenCutShort(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		p := e.poller(func(p *watukuytype.Poller) {
+			p.Partitions = []string{"a", "b"}
+			p.Fetch = func(_ context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+				return watukuytype.Page{Next: req.Cursor}, nil
+			}
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		var ran []watukuytype.Key
+		armed := false
+		eng, err := newEngine(Options{Redis: b.Client, InstanceID: "worker", Hooks: watukuytype.Hooks{OnCycle: func(r watukuytype.CycleReport, _ time.Duration) {
+			ran = append(ran, r.Key)
+			if armed {
+				cancel() // the worker shuts down after the first cycle of its task
+			}
+		}}}, seams{clock: e.clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := eng.Register(p); err != nil {
+			t.Fatal(err)
+		}
+		a, bk := watukuytype.Key{Poller: p.Name, Partition: "a"}, watukuytype.Key{Poller: p.Name, Partition: "b"}
+		eng.RunCycles(ctx, []watukuytype.Key{a, bk}) // both keys begun once
+		e.clock.Advance(3 * time.Minute)
+		ran, armed = nil, true
+		eng.RunCycles(ctx, []watukuytype.Key{a, bk})
+		if len(ran) != 1 || ran[0] != a {
+			t.Fatalf("cycles run: %v, want only %s", ran, a.Describe())
+		}
+		ki, err := eng.Inspect(t.Context(), bk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ki.LeaseOwner != "" || ki.NextDueAt == nil || ki.NextDueAt.After(e.clock.Now()) {
+			t.Fatalf("%s not handed back: lease owner %q, next due %v (now %v)", bk.Describe(), ki.LeaseOwner, ki.NextDueAt, e.clock.Now())
+		}
+	})
+}

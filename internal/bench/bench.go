@@ -196,23 +196,29 @@ func measurements() []measurement {
 		}},
 		{"item-bytes", one(ItemBytes)},
 		{"claim-rate", one(ClaimRate)},
-		{"noop", func(ctx context.Context, o Options) ([]Result, error) {
-			var out []Result
-			for _, per := range []int{10, 1} {
-				r, err := NoopCycles(ctx, o, per)
-				if err != nil {
-					return out, err
-				}
-				out = append(out, r)
-			}
-			return out, nil
-		}},
+		{"noop", perTask(NoopCycles)},
+		{"idle-costs", perTask(IdleCycleCosts)},
 		{"lateness", one(Lateness)},
 		{"scale-out", ScaleOut},
 		{"two-schedulers", one(TwoSchedulers)},
 		{"registry-costs", RegistryCosts},
 		{"longest-script", LongestScripts},
 		{"churn", one(Churn)},
+	}
+}
+
+// perTask runs f at 10 keys a task, then at 1.
+func perTask(f func(ctx context.Context, o Options, perTask int) (Result, error)) func(ctx context.Context, o Options) ([]Result, error) {
+	return func(ctx context.Context, o Options) ([]Result, error) {
+		var out []Result
+		for _, per := range []int{10, 1} {
+			r, err := f(ctx, o, per)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, r)
+		}
+		return out, nil
 	}
 }
 

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -109,10 +110,13 @@ func NoopCycles(ctx context.Context, o Options, perTask int) (Result, error) {
 		return r, err
 	}
 	defer e.close()
+	rawRedis0, rawGo0 := redisCPU(ctx, e.rdb), cpuSeconds(os.Getpid())
 	raw, err := rawAsynq(ctx, e.rdb, e.queue+"-raw", n, o.Concurrency)
 	if err != nil {
 		return r, err
 	}
+	rawTasks := float64(3 * n) // rawAsynq runs three rounds
+	rawRedisUs, rawGoUs := (redisCPU(ctx, e.rdb)-rawRedis0)*1e6/rawTasks, (cpuSeconds(os.Getpid())-rawGo0)*1e6/rawTasks
 	st, err := e.store()
 	if err != nil {
 		return r, err
@@ -140,8 +144,13 @@ func NoopCycles(ctx context.Context, o Options, perTask int) (Result, error) {
 	sch := &queue.Enqueuer{Store: st, Client: asynq.NewClientFromRedisClient(e.rdb), Prefix: e.prefix, Queue: e.queue,
 		Pollers: []string{pollerName}, Batch: 200, PerTask: perTask}
 	const rounds = 3
-	var busy time.Duration
+	var busy, idleBusy time.Duration
+	redis0, go0 := redisCPU(ctx, e.rdb), cpuSeconds(os.Getpid())
+	var idleRedis0, idleGo0 float64
 	for round := range rounds {
+		if round == 1 { // from here on every cycle is an idle key's
+			idleRedis0, idleGo0 = redisCPU(ctx, e.rdb), cpuSeconds(os.Getpid())
+		}
 		if round > 0 {
 			if err := makeAllDue(ctx, e.rdb, st, p.Partitions); err != nil {
 				return r, err
@@ -165,11 +174,21 @@ func NoopCycles(ctx context.Context, o Options, perTask int) (Result, error) {
 			return r, ctx.Err()
 		}
 		busy += time.Since(t)
+		if round > 0 {
+			idleBusy += time.Since(t)
+		}
 	}
-	r.Value = float64(rounds*n) / busy.Seconds()
+	cycles, idle := float64(rounds*n), float64((rounds-1)*n)
+	redisNow, goNow := redisCPU(ctx, e.rdb), cpuSeconds(os.Getpid())
+	redisUs, goUs := (redisNow-redis0)*1e6/cycles, (goNow-go0)*1e6/cycles
+	r.Value = cycles / busy.Seconds()
 	r.Baseline = raw
 	r.meet(r.Value >= 0.8*raw)
-	r.Details = map[string]float64{"keys": float64(n), "rounds": rounds, "concurrency": float64(o.Concurrency), "perTask": float64(perTask)}
+	r.Details = map[string]float64{"keys": float64(n), "rounds": rounds, "concurrency": float64(o.Concurrency), "perTask": float64(perTask),
+		"redisCpuUs/cycle": redisUs, "processCpuUs/cycle": goUs, "wallUs/cycle": float64(busy.Microseconds()) / cycles,
+		"raw:redisCpuUs/task": rawRedisUs, "raw:processCpuUs/task": rawGoUs,
+		"idle:cycles/s": idle / idleBusy.Seconds(), "idle:redisCpuUs/cycle": (redisNow - idleRedis0) * 1e6 / idle,
+		"idle:processCpuUs/cycle": (goNow - idleGo0) * 1e6 / idle}
 	r.Notes = fmt.Sprintf("%d keys x %d rounds, all due at once, scheduler (batches of 200, %d keys a task) + asynq server (concurrency %d) in one process; "+
 		"the first round includes each key's first cycle", n, rounds, perTask, o.Concurrency)
 	r.Duration = time.Since(t0)

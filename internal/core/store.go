@@ -73,7 +73,8 @@ type Store interface {
 	Park(ctx context.Context, l Lease, p Parking) error
 	// End saves the schedule, releases the lease and writes the key's next due time (as
 	// SetDue does). A trigger that landed since Begin (the generation moved) keeps the key
-	// due now.
+	// due now. With e.Next set it may send that key's Begin in the same round trip and
+	// answer it there (Next.Sent), whatever End's own outcome.
 	End(ctx context.Context, l Lease, e EndRequest) error
 	// ReleaseParked retries or discards parked rows under the lease.
 	ReleaseParked(ctx context.Context, l Lease, retry bool, ids []string) (released, returned int, err error)
@@ -456,6 +457,24 @@ type EndRequest struct {
 	// Trigger is the trigger generation (state field statehash.Trigger) seen at Begin: when a
 	// trigger moved it since, End keeps the key due now instead of NextDue.
 	Trigger string
+	// Next, when set, is the cycle the worker runs next (the following key of its task):
+	// its Begin may go out with this End, saving a round trip per key.
+	Next *NextBegin
+}
+
+// NextBegin is the Begin (BeginForCycle) of a key's cycle sent along with another key's End.
+// The engine fills the request and At; the store that sends the Begin sets Sent, Result and
+// Err. A store that leaves Sent false sent nothing: the cycle calls Begin itself.
+type NextBegin struct {
+	Key   watukuytype.Key
+	Owner string
+	TTL   time.Duration
+	// At is the local time before End was sent: the lease's validity counts from it.
+	At time.Time
+
+	Sent   bool
+	Result BeginResult
+	Err    error
 }
 
 // Snapshot is a key's stored picture, as Inspect reads it.

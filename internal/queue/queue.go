@@ -418,27 +418,28 @@ func (s *Enqueuer) orphaned(ctx context.Context, key watukuytype.Key, id string)
 	return err == nil && !live
 }
 
-// CycleRunner runs one key's cycle (the engine).
+// CycleRunner runs the cycles of a task's keys (the engine).
 type CycleRunner interface {
-	RunCycle(ctx context.Context, key watukuytype.Key) watukuytype.CycleReport
+	RunCycles(ctx context.Context, keys []watukuytype.Key) []watukuytype.CycleReport
 }
 
-// Handler is the worker's asynq handler: it runs the cycle of each key of the task, one
-// after another. A cycle never fails the task: its outcome lives in the key's state, and the
-// due set brings the key back.
+// Handler is the worker's asynq handler: it runs the cycles of the task's keys, one after
+// another. A cycle never fails the task: its outcome lives in the key's state, and the due
+// set brings the key back; keys left when the worker shuts down come back when their claims
+// lapse.
 func Handler(eng CycleRunner, log zerolog.Logger) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		for _, member := range strings.Split(string(t.Payload()), "\n") {
+		members := strings.Split(string(t.Payload()), "\n")
+		keys := make([]watukuytype.Key, 0, len(members))
+		for _, member := range members {
 			key, err := watukuytype.ParseKey(member)
 			if err != nil {
 				log.Error().Err(err).Msg("worker: skipping a malformed task key")
 				continue
 			}
-			if ctx.Err() != nil {
-				return nil // shutting down: the claim timeout brings the remaining keys back
-			}
-			eng.RunCycle(ctx, key)
+			keys = append(keys, key)
 		}
+		eng.RunCycles(ctx, keys)
 		return nil
 	})
 }

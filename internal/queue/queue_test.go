@@ -28,12 +28,16 @@ type recordingRunner struct {
 	ran  chan struct{}
 }
 
-func (r *recordingRunner) RunCycle(ctx context.Context, key watukuytype.Key) watukuytype.CycleReport {
-	r.mu.Lock()
-	r.keys = append(r.keys, key)
-	r.mu.Unlock()
-	r.ran <- struct{}{}
-	return watukuytype.CycleReport{Key: key, Outcome: watukuytype.Ran}
+func (r *recordingRunner) RunCycles(ctx context.Context, keys []watukuytype.Key) []watukuytype.CycleReport {
+	var reps []watukuytype.CycleReport
+	for _, key := range keys {
+		r.mu.Lock()
+		r.keys = append(r.keys, key)
+		r.mu.Unlock()
+		r.ran <- struct{}{}
+		reps = append(reps, watukuytype.CycleReport{Key: key, Outcome: watukuytype.Ran})
+	}
+	return reps
 }
 
 func keys(n int) []watukuytype.Key {

@@ -44,12 +44,34 @@ const duplicate = "DUPLICATE"
 // LEASE_LOST error becomes *watukuytype.LeaseLostError for l (nil for the unfenced scripts).
 func run[R any](ctx context.Context, s *Store, l *core.Lease, sc script[R]) (R, error) {
 	keys, argv := sc.encode(s)
-	v, err := s.scripts[sc.name()].Run(ctx, s.rdb, keys, argv...).Result()
+	var v any
+	var err error
+	if lua := s.scripts[sc.name()]; batched[sc.name()] {
+		v, err = s.batchRun(ctx, &batchCall{lua: lua, keys: keys, argv: argv})
+	} else {
+		v, err = lua.Run(ctx, s.rdb, keys, argv...).Result()
+	}
 	if err != nil {
 		var zero R
 		return zero, s.mapErr(sc.name(), l, err)
 	}
 	return sc.decode(v)
+}
+
+// batched names the short scripts of a cycle that go out with others' (batcher).
+var batched = map[string]bool{"begin": true, "read_registry": true, "end": true, "set_due": true, "renew": true, "hold_claim": true}
+
+// batchRun sends calls through the store's batcher and returns the first's reply; a call a
+// server without the script refused (NOSCRIPT: restarted, failed over) is run again on its
+// own with the script's source.
+func (s *Store) batchRun(ctx context.Context, calls ...*batchCall) (any, error) {
+	s.batch.run(ctx, calls...)
+	for _, c := range calls {
+		if redis.HasErrorPrefix(c.cmd.Err(), codeNoScript) {
+			c.cmd = c.lua.Eval(ctx, s.rdb, c.keys, c.argv...) // EVAL caches the script too
+		}
+	}
+	return calls[0].cmd.Result()
 }
 
 // runReplicated executes sc and, with WaitReplicas set, WAIT right after it on the same

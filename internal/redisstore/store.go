@@ -51,6 +51,7 @@ type Store struct {
 	waitFor time.Duration
 	steps   []Step        // the layout's migration steps (layoutSteps; tests plug one in)
 	markTTL time.Duration // how long a deletion mark lives (MarkTTL)
+	batch   *batcher      // the cycles' short scripts, sent together
 }
 
 var _ core.Store = (*Store)(nil)
@@ -58,7 +59,7 @@ var _ core.Store = (*Store)(nil)
 // New returns a store on rdb (a single-node or cluster client).
 func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	s := &Store{rdb: rdb, prefix: opts.Prefix, clock: opts.Clock, scripts: map[string]*redis.Script{}, waitN: opts.WaitReplicas, waitFor: opts.WaitTimeout,
-		steps: layoutSteps(), markTTL: MarkTTL}
+		steps: layoutSteps(), markTTL: MarkTTL, batch: &batcher{rdb: rdb}}
 	if s.waitFor <= 0 {
 		s.waitFor = time.Second
 	}
@@ -305,24 +306,33 @@ func (s *Store) Begin(ctx context.Context, key watukuytype.Key, owner string, tt
 		return core.BeginResult{}, err
 	}
 	a := beginArgs{Key: key, Owner: owner, TTL: ttl, Now: s.nowArg(), Mode: mode, Token: token}
-	for range 3 {
-		r, err := run(ctx, s, nil, a)
+	r, err := run(ctx, s, nil, a)
+	return s.seeded(ctx, a, r, err)
+}
+
+// seeded finishes a Begin whose reply r (or error) came back: a key without an epoch (Fresh)
+// is begun again with its seed, read from the registry, up to twice more.
+func (s *Store) seeded(ctx context.Context, a beginArgs, r beginReply, err error) (core.BeginResult, error) {
+	for tries := 1; ; tries++ {
 		if err != nil || !r.Fresh {
 			return r.BeginResult, err
 		}
-		reg, err := run(ctx, s, nil, readRegistryArgs{Key: key})
+		if tries == 3 {
+			return core.BeginResult{}, fmt.Errorf("redisstore: begin %s: its seed kept coming too late (%v each)", a.Key.Describe(), seedMaxAge)
+		}
+		reg, err := run(ctx, s, nil, readRegistryArgs{Key: a.Key})
 		if err != nil {
-			return core.BeginResult{}, fmt.Errorf("redisstore: begin %s: read the registry: %w", key.Describe(), err)
+			return core.BeginResult{}, fmt.Errorf("redisstore: begin %s: read the registry: %w", a.Key.Describe(), err)
 		}
 		live := reg.Entry != "" && !strings.HasPrefix(reg.Entry, "-")
-		if !live && (mode == core.BeginForCycle || mode == core.BeginForOp) {
+		if !live && (a.Mode == core.BeginForCycle || a.Mode == core.BeginForOp) {
 			a.Seed = "gone"
 		} else {
 			a.Seed = fmt.Sprintf("%d %d %d %d", reg.Epoch, reg.Floor, r.Now.UnixMilli(), seedMaxAge.Milliseconds())
 		}
 		a.Now = s.nowArg()
+		r, err = run(ctx, s, nil, a)
 	}
-	return core.BeginResult{}, fmt.Errorf("redisstore: begin %s: its seed kept coming too late (%v each)", key.Describe(), seedMaxAge)
 }
 
 // Renew implements core.Store.
@@ -475,21 +485,25 @@ func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error 
 	endLua, dueLua := s.scripts[end.name()], s.scripts[due.name()]
 	keys, argv := end.encode(s)
 	dueKeys, dueArgv := due.encode(s)
-	var endCmd, dueCmd *redis.Cmd
-	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		endCmd = endLua.EvalSha(ctx, p, keys, argv...)
-		dueCmd = dueLua.EvalSha(ctx, p, dueKeys, dueArgv...)
-		return nil
-	})
-	// A server that lost its script cache (restart, failover) answers NOSCRIPT: load and run.
-	result := func(c *redis.Cmd, lua *redis.Script, keys []string, argv []any) (any, error) {
-		v, err := c.Result()
-		if redis.HasErrorPrefix(err, codeNoScript) {
-			return lua.Run(ctx, s.rdb, keys, argv...).Result()
+	endCall := &batchCall{lua: endLua, keys: keys, argv: argv}
+	dueCall := &batchCall{lua: dueLua, keys: dueKeys, argv: dueArgv}
+	calls := []*batchCall{endCall, dueCall}
+	var begin beginArgs
+	if n := e.Next; n != nil {
+		// The next cycle's Begin, on another key: independent of this End's outcome.
+		token, err := newToken()
+		if err != nil {
+			return err
 		}
-		return v, err
+		begin = beginArgs{Key: n.Key, Owner: n.Owner, TTL: n.TTL, Now: s.nowArg(), Mode: core.BeginForCycle, Token: token}
+		bk, bargv := begin.encode(s)
+		calls = append(calls, &batchCall{lua: s.scripts[begin.name()], keys: bk, argv: bargv})
 	}
-	v, err := result(endCmd, endLua, keys, argv)
+	_, _ = s.batchRun(ctx, calls...)
+	if e.Next != nil {
+		s.answerNext(ctx, e.Next, begin, calls[2].cmd)
+	}
+	v, err := endCall.cmd.Result()
 	if err != nil {
 		err = s.mapErr(end.name(), &l, err)
 		if watukuytype.IsLeaseLost(err) {
@@ -499,7 +513,7 @@ func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error 
 		}
 		return err
 	}
-	dv, derr := result(dueCmd, dueLua, dueKeys, dueArgv)
+	dv, derr := dueCall.cmd.Result()
 	if derr == nil {
 		_, derr = due.decode(dv)
 	}
@@ -514,6 +528,24 @@ func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error 
 		return s.setDue(ctx, l.Key, "0") // triggered during the cycle: due now
 	}
 	return nil
+}
+
+// answerNext records in n the reply of its Begin sent with an End; a key without an epoch
+// gets its seed now (seeded), as its own Begin would. A server without the script leaves n
+// unsent, for the cycle's own Begin.
+func (s *Store) answerNext(ctx context.Context, n *core.NextBegin, a beginArgs, c *redis.Cmd) {
+	v, err := c.Result()
+	if redis.HasErrorPrefix(err, codeNoScript) {
+		return
+	}
+	n.Sent = true
+	var r beginReply
+	if err != nil {
+		err = s.mapErr(a.name(), nil, err)
+	} else {
+		r, err = a.decode(v)
+	}
+	n.Result, n.Err = s.seeded(ctx, a, r, err)
 }
 
 // ReleaseParked implements core.Store.
