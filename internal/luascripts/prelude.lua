@@ -1,4 +1,4 @@
--- prelude.lua: prepended to every script by luascripts.Source (never run alone).
+-- prelude.lua: prepended to each script by luascripts.Source, as far as the script uses it (never run alone).
 -- now_ms: the test clock override when ARGV carries one (only tests inside the module can set
 -- it), else the Redis server clock, so leases never depend on an instance's own clock.
 local function now_ms(override)
