@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
+	"unicode"
 )
 
 //go:embed *.lua
@@ -30,22 +32,36 @@ func Names() []string {
 // it names, and those they name): Redis runs a script's prelude at every call, so a script
 // pays only for what it uses.
 func Source(name string) (string, error) {
-	prelude, err := files.ReadFile("prelude.lua")
-	if err != nil {
-		return "", fmt.Errorf("luascripts: prelude: %w", err)
+	src, ok := sources()[name]
+	if !ok {
+		return "", fmt.Errorf("luascripts: no script %q", name)
 	}
-	body, err := files.ReadFile(name + ".lua")
-	if err != nil {
-		return "", fmt.Errorf("luascripts: %s: %w", name, err)
-	}
-	return used(definitions(string(prelude)), string(body)) + "\n" + string(body), nil
+	return src, nil
 }
 
+// sources builds every script's source once.
+var sources = sync.OnceValue(func() map[string]string {
+	prelude, err := files.ReadFile("prelude.lua")
+	if err != nil {
+		panic(fmt.Sprintf("luascripts: prelude: %v", err)) // embedded: present in every build
+	}
+	defs := definitions(string(prelude))
+	out := map[string]string{}
+	for _, name := range Names() {
+		body, err := files.ReadFile(name + ".lua")
+		if err != nil {
+			panic(fmt.Sprintf("luascripts: %s: %v", name, err))
+		}
+		out[name] = used(defs, string(body)) + "\n" + string(body)
+	}
+	return out
+})
+
 // definition is one top-level local of the prelude (a function or a value) with the comment
-// above it.
+// above it, and the names its text uses.
 type definition struct {
 	name, text string
-	named      *regexp.Regexp // the name as a word
+	names      map[string]bool
 }
 
 var localName = regexp.MustCompile(`^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)`)
@@ -70,28 +86,40 @@ func definitions(prelude string) []definition {
 		} else if from > 0 {
 			from = 0 // the file's own header goes with the first definition
 		}
-		defs = append(defs, definition{name: m[1], named: regexp.MustCompile(`\b` + m[1] + `\b`)})
+		defs = append(defs, definition{name: m[1]})
 		start = from
 	}
 	if len(defs) > 0 {
 		defs[len(defs)-1].text = strings.Join(lines[start:], "")
 	}
+	for i := range defs {
+		defs[i].names = identifiers(defs[i].text)
+	}
 	return defs
+}
+
+// identifiers is the set of words (letters, digits, _) in text.
+func identifiers(text string) map[string]bool {
+	out := map[string]bool{}
+	for _, w := range strings.FieldsFunc(text, func(r rune) bool { return r != '_' && !unicode.IsLetter(r) && !unicode.IsDigit(r) }) {
+		out[w] = true
+	}
+	return out
 }
 
 // used returns, in prelude order, the definitions body names and those they name in turn.
 func used(defs []definition, body string) string {
 	need := make([]bool, len(defs))
-	var mark func(text string)
-	mark = func(text string) {
+	var mark func(names map[string]bool)
+	mark = func(names map[string]bool) {
 		for i, d := range defs {
-			if !need[i] && d.named.MatchString(text) {
+			if !need[i] && names[d.name] {
 				need[i] = true
-				mark(d.text)
+				mark(d.names)
 			}
 		}
 	}
-	mark(body)
+	mark(identifiers(body))
 	var b strings.Builder
 	for i, d := range defs {
 		if need[i] {
