@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -403,6 +404,89 @@ func TestRunCyclesHandsBackTheNextKeyWhenCutShort(t *testing.T) {
 		}
 		if ki.LeaseOwner != "" || ki.NextDueAt == nil || ki.NextDueAt.After(e.clock.Now()) {
 			t.Fatalf("%s not handed back: lease owner %q, next due %v (now %v)", bk.Describe(), ki.LeaseOwner, ki.NextDueAt, e.clock.Now())
+		}
+	})
+}
+
+// endObserver runs after each End that carried a Next (the prefetched Begin answered).
+type endObserver struct {
+	core.Store
+	after func(req core.EndRequest)
+}
+
+func (h *endObserver) End(ctx context.Context, l core.Lease, req core.EndRequest) error {
+	err := h.Store.End(ctx, l, req)
+	if req.Next != nil && h.after != nil {
+		h.after(req)
+	}
+	return err
+}
+
+// cycleFetchLog records which instance fetched which partition.
+type cycleFetchLog struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (f *cycleFetchLog) add(s string) { f.mu.Lock(); f.log = append(f.log, s); f.mu.Unlock() }
+func (f *cycleFetchLog) all() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.log...)
+}
+
+// G8 (and G5) with a Begin sent along with an End: instance A's End of key a brings back the
+// lease of key b; A then freezes past b's lease TTL; B takes b and gets a 429 with a
+// Retry-After. When A resumes it sends no request for b: its lease is stale.
+func TestG8FrozenAfterAPrefetchedBeginSendsNothing(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		var fl cycleFetchLog
+		mk := func(inst string, status429 bool) watukuytype.Poller {
+			return e.poller(func(p *watukuytype.Poller) {
+				p.Partitions = []string{"a", "b"}
+				p.Fetch = func(_ context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+					fl.add(fmt.Sprintf("%s %s at %s", inst, req.Key.Partition, e.clock.Now().Format("15:04:05")))
+					if status429 {
+						return watukuytype.Page{}, &watukuytype.HTTPError{Key: req.Key, StatusCode: 429, RetryAfter: 10 * time.Minute}
+					}
+					return watukuytype.Page{Next: req.Cursor}, nil
+				}
+			})
+		}
+		armed := false
+		var bb *Engine
+		ka, kb := watukuytype.Key{Poller: "orders", Partition: "a"}, watukuytype.Key{Poller: "orders", Partition: "b"}
+		a := e.engine(mk("A", false), func(s core.Store) core.Store {
+			return &endObserver{Store: s, after: func(req core.EndRequest) {
+				if !armed || req.Next.Key != kb {
+					return
+				}
+				armed = false
+				if req.Next.Result.Status != core.BeginOK {
+					t.Errorf("prefetched begin of b: %+v %v", req.Next.Result.Status, req.Next.Err)
+				}
+				e.clock.Advance(31 * time.Second) // A frozen past b's lease
+				rep := bb.RunCycle(context.Background(), kb)
+				t.Logf("B's cycle of b: outcome %v err %v", rep.Outcome, rep.Err)
+			}}
+		})
+		bb = e.engine(mk("B", true), nil)
+		for _, r := range a.RunCycles(t.Context(), []watukuytype.Key{ka, kb}) {
+			if r.Err != nil {
+				t.Fatalf("first cycles: %+v", r)
+			}
+		}
+		e.clock.Advance(3 * time.Minute)
+		armed = true
+		reps := a.RunCycles(t.Context(), []watukuytype.Key{ka, kb})
+		if len(reps) != 2 || !watukuytype.IsLeaseLost(reps[1].Err) {
+			t.Fatalf("A's reports: %+v, want b's lease lost", reps)
+		}
+		log := fl.all()
+		t.Logf("fetches: %v", log)
+		if last := log[len(log)-1]; last[0] != 'B' {
+			t.Fatalf("after B's 429 on b, A sent %q (fetches %v)", last, log)
 		}
 	})
 }

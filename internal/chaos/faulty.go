@@ -182,9 +182,18 @@ func (f *FaultyStore) Ack(ctx context.Context, l core.Lease, acked []core.Entry)
 	return paused, err
 }
 
-// End implements core.Store.
+// End implements core.Store. The next key's Begin sent along with End (a worker's task) meets
+// the kill point before acquiring, and its grant is recorded, as a Begin of its own would.
 func (f *FaultyStore) End(ctx context.Context, l core.Lease, e core.EndRequest) error {
-	return f.write("end", l, K6BeforeEnd, K7DuringRelease, func() (time.Time, error) { return time.Time{}, f.Store.End(ctx, l, e) })
+	if n := e.Next; n != nil && f.at(K1BeforeAcquire, n.Key) {
+		e.Next = nil
+	}
+	err := f.write("end", l, K6BeforeEnd, K7DuringRelease, func() (time.Time, error) { return time.Time{}, f.Store.End(ctx, l, e) })
+	if n := e.Next; n != nil && n.Sent && n.Err == nil && n.Result.Status == core.BeginOK {
+		b := n.Result
+		f.Rec.Granted(Grant{Instance: f.Instance, Key: n.Key, Epoch: b.Lease.Epoch, Token: b.Lease.Token, At: f.now(), Expires: b.Now.Add(n.TTL)})
+	}
+	return err
 }
 
 // Renew implements core.Store.

@@ -77,7 +77,7 @@ Measurements (--only): ` + fmt.Sprint(bench.Names()) + `.`,
 	fs.IntVar(&o.DueKeys, "due-keys", o.DueKeys, "keys of the claim-rate and lateness runs")
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "how often each key of the lateness run is due")
 	fs.DurationVar(&o.LatenessFor, "lateness-for", o.LatenessFor, "how long the lateness run lasts")
-	fs.IntVar(&o.NoopKeys, "noop-keys", o.NoopKeys, "keys of the no-op and scale-out runs")
+	fs.IntVar(&o.NoopKeys, "noop-keys", o.NoopKeys, "keys of the no-op, idle-costs and scale-out runs")
 	fs.IntSliceVar(&o.Workers, "workers", o.Workers, "worker process counts of the scale-out run")
 	fs.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "asynq concurrency of each worker")
 	fs.IntVar(&o.FailoverKeys, "failover-keys", o.FailoverKeys, "keys of the two-scheduler run")

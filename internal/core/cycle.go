@@ -193,6 +193,11 @@ func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key, span trace.S
 		return rep
 	}
 	defer e.inflight.Done()
+	if pre != nil && ctx.Err() != nil { // cut short between the loop's look and here
+		e.handBack(ctx, pre)
+		rep.Err = keyErr("watukuy: begin", key, ctx.Err())
+		return rep
+	}
 	ctx, stopWithRoot := mergeCancel(ctx, e.root)
 	defer stopWithRoot()
 	yield, stopYield := mergeCancel(e.yield, yieldOf(ctx))

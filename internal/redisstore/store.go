@@ -59,7 +59,7 @@ var _ core.Store = (*Store)(nil)
 // New returns a store on rdb (a single-node or cluster client).
 func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	s := &Store{rdb: rdb, prefix: opts.Prefix, clock: opts.Clock, scripts: map[string]*redis.Script{}, waitN: opts.WaitReplicas, waitFor: opts.WaitTimeout,
-		steps: layoutSteps(), markTTL: MarkTTL, batch: &batcher{rdb: rdb}}
+		steps: layoutSteps(), markTTL: MarkTTL, batch: newBatcher(rdb)}
 	if s.waitFor <= 0 {
 		s.waitFor = time.Second
 	}
@@ -531,11 +531,11 @@ func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error 
 }
 
 // answerNext records in n the reply of its Begin sent with an End; a key without an epoch
-// gets its seed now (seeded), as its own Begin would. A server without the script leaves n
-// unsent, for the cycle's own Begin.
+// gets its seed now (seeded), as its own Begin would. An End whose context ended before it
+// was sent leaves n unsent.
 func (s *Store) answerNext(ctx context.Context, n *core.NextBegin, a beginArgs, c *redis.Cmd) {
 	v, err := c.Result()
-	if redis.HasErrorPrefix(err, codeNoScript) {
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return
 	}
 	n.Sent = true
