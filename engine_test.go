@@ -363,49 +363,63 @@ func TestRunCyclesSendsEachBeginWithThePreviousEnd(t *testing.T) {
 	})
 }
 
-// A task cut short after a cycle that sent the next key's Begin hands that key back: its
-// lease is released and it is due at once, not when the lease lapses.
+// A task cut short after a cycle that sent the next key's Begin (its worker's context ends, or
+// its engine stops) runs no more cycles and hands that key back: its lease is released and it
+// is due at once, not when the lease lapses.
 func TestRunCyclesHandsBackTheNextKeyWhenCutShort(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
-		e := newEnv(t, b)
-		p := e.poller(func(p *watukuytype.Poller) {
-			p.Partitions = []string{"a", "b"}
-			p.Fetch = func(_ context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
-				return watukuytype.Page{Next: req.Cursor}, nil
-			}
+	for _, how := range []string{"context ends", "engine stops"} {
+		t.Run(how, func(t *testing.T) {
+			redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+				e := newEnv(t, b)
+				p := e.poller(func(p *watukuytype.Poller) {
+					p.Partitions = []string{"a", "b"}
+					p.Fetch = func(_ context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+						return watukuytype.Page{Next: req.Cursor}, nil
+					}
+				})
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				var eng *Engine
+				var ran []watukuytype.Key
+				armed := false
+				eng, err := newEngine(Options{Redis: b.Client, InstanceID: "worker", Hooks: watukuytype.Hooks{OnCycle: func(r watukuytype.CycleReport, _ time.Duration) {
+					if r.Outcome == watukuytype.Ran {
+						ran = append(ran, r.Key)
+					}
+					if !armed {
+						return
+					}
+					armed = false // the worker shuts down after the first cycle of its task
+					if how == "context ends" {
+						cancel()
+					} else if err := eng.Stop(false, time.Second); err != nil {
+						t.Error(err)
+					}
+				}}}, seams{clock: e.clock.Now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := eng.Register(p); err != nil {
+					t.Fatal(err)
+				}
+				a, bk := watukuytype.Key{Poller: p.Name, Partition: "a"}, watukuytype.Key{Poller: p.Name, Partition: "b"}
+				eng.RunCycles(ctx, []watukuytype.Key{a, bk}) // both keys begun once
+				e.clock.Advance(3 * time.Minute)
+				ran, armed = nil, true
+				eng.RunCycles(ctx, []watukuytype.Key{a, bk})
+				if len(ran) != 1 || ran[0] != a {
+					t.Fatalf("cycles run: %v, want only %s", ran, a.Describe())
+				}
+				ki, err := e.engine(p, nil).Inspect(t.Context(), bk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ki.LeaseOwner != "" || ki.NextDueAt == nil || ki.NextDueAt.After(e.clock.Now()) {
+					t.Fatalf("%s not handed back: lease owner %q, next due %v (now %v)", bk.Describe(), ki.LeaseOwner, ki.NextDueAt, e.clock.Now())
+				}
+			})
 		})
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		var ran []watukuytype.Key
-		armed := false
-		eng, err := newEngine(Options{Redis: b.Client, InstanceID: "worker", Hooks: watukuytype.Hooks{OnCycle: func(r watukuytype.CycleReport, _ time.Duration) {
-			ran = append(ran, r.Key)
-			if armed {
-				cancel() // the worker shuts down after the first cycle of its task
-			}
-		}}}, seams{clock: e.clock.Now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := eng.Register(p); err != nil {
-			t.Fatal(err)
-		}
-		a, bk := watukuytype.Key{Poller: p.Name, Partition: "a"}, watukuytype.Key{Poller: p.Name, Partition: "b"}
-		eng.RunCycles(ctx, []watukuytype.Key{a, bk}) // both keys begun once
-		e.clock.Advance(3 * time.Minute)
-		ran, armed = nil, true
-		eng.RunCycles(ctx, []watukuytype.Key{a, bk})
-		if len(ran) != 1 || ran[0] != a {
-			t.Fatalf("cycles run: %v, want only %s", ran, a.Describe())
-		}
-		ki, err := eng.Inspect(t.Context(), bk)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ki.LeaseOwner != "" || ki.NextDueAt == nil || ki.NextDueAt.After(e.clock.Now()) {
-			t.Fatalf("%s not handed back: lease owner %q, next due %v (now %v)", bk.Describe(), ki.LeaseOwner, ki.NextDueAt, e.clock.Now())
-		}
-	})
+	}
 }
 
 // endObserver runs after each End that carried a Next (the prefetched Begin answered).

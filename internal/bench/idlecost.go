@@ -12,13 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
-	"github.com/watukuy/watukuy/internal/queue"
 	"github.com/watukuy/watukuy/internal/redisproc"
-	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // The roles an idle cycle's Redis work is split into: the scheduler (claims and enqueues),
@@ -101,50 +97,15 @@ func IdleCycleCosts(ctx context.Context, o Options, perTask int) (Result, error)
 	if _, err := rawAsynq(ctx, raw, e.queue+"-raw", n, o.Concurrency); err != nil {
 		return r, err
 	}
-	var done atomic.Int64
-	all := make(chan struct{}, 1)
-	p := noopPoller(n, 0)
-	eng, err := newEngine(engStore, "bench", p, watukuytype.Hooks{OnCycle: func(rep watukuytype.CycleReport, _ time.Duration) {
-		if rep.Outcome == watukuytype.Ran && done.Add(1)%int64(n) == 0 {
-			all <- struct{}{}
-		}
-	}})
+	rig, err := startNoopRig(ctx, o, perTask, e.queue, engStore, clients["asynq"], schedStore, clients["scheduler"])
 	if err != nil {
 		return r, err
 	}
-	if err := eng.Setup(ctx); err != nil {
-		return r, fmt.Errorf("register %d keys: %w", n, err)
-	}
-	asrv := asynq.NewServerFromRedisClient(clients["asynq"], queue.ServerConfig(o.Concurrency, time.Second, e.queue, zerolog.Nop()))
-	if err := asrv.Start(queue.Handler(eng, zerolog.Nop())); err != nil {
-		return r, fmt.Errorf("asynq server: %w", err)
-	}
-	defer asrv.Shutdown()
-	sch := &queue.Enqueuer{Store: schedStore, Client: asynq.NewClientFromRedisClient(clients["scheduler"]), Prefix: e.prefix, Queue: e.queue,
-		Pollers: []string{pollerName}, Batch: 200, PerTask: perTask}
-	round := func() error {
-		for {
-			got, err := sch.Once(ctx)
-			if err != nil {
-				return err
-			}
-			if got == 0 {
-				break
-			}
-		}
-		select {
-		case <-all:
-			return nil
-		case <-time.After(5 * time.Minute):
-			return fmt.Errorf("%d of %d cycles ran", done.Load()%int64(n), n)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	if err := round(); err != nil { // the keys' first cycles
+	defer rig.stop()
+	if err := rig.round(ctx); err != nil { // the keys' first cycles
 		return r, fmt.Errorf("first round: %w", err)
 	}
-	if err := makeAllDue(ctx, admin, engStore, p.Partitions); err != nil {
+	if err := makeAllDue(ctx, admin, engStore, rig.poller.Partitions); err != nil {
 		return r, err
 	}
 	e.stopLog()
@@ -160,7 +121,7 @@ func IdleCycleCosts(ctx context.Context, o Options, perTask int) (Result, error)
 	if err != nil {
 		return r, err
 	}
-	roundErr := round()
+	roundErr := rig.round(ctx)
 	// The last acks and asynq's upkeep of the round: counted while MONITOR still reads.
 	time.Sleep(100 * time.Millisecond) // no signal marks the end of asynq's bookkeeping
 	names, err := clientNames(ctx, admin)

@@ -121,28 +121,11 @@ func NoopCycles(ctx context.Context, o Options, perTask int) (Result, error) {
 	if err != nil {
 		return r, err
 	}
-	var done atomic.Int64
-	all := make(chan struct{}, 1)
-	target := int64(n)
-	p := noopPoller(n, 0)
-	eng, err := newEngine(st, "bench", p, watukuytype.Hooks{OnCycle: func(rep watukuytype.CycleReport, _ time.Duration) {
-		if rep.Outcome == watukuytype.Ran && done.Add(1)%target == 0 {
-			all <- struct{}{}
-		}
-	}})
+	rig, err := startNoopRig(ctx, o, perTask, e.queue, st, e.rdb, st, e.rdb)
 	if err != nil {
 		return r, err
 	}
-	if err := eng.Setup(ctx); err != nil {
-		return r, fmt.Errorf("register %d keys: %w", n, err)
-	}
-	srv := asynq.NewServerFromRedisClient(e.rdb, queue.ServerConfig(o.Concurrency, time.Second, e.queue, zerolog.Nop()))
-	if err := srv.Start(queue.Handler(eng, zerolog.Nop())); err != nil {
-		return r, fmt.Errorf("asynq server: %w", err)
-	}
-	defer srv.Shutdown()
-	sch := &queue.Enqueuer{Store: st, Client: asynq.NewClientFromRedisClient(e.rdb), Prefix: e.prefix, Queue: e.queue,
-		Pollers: []string{pollerName}, Batch: 200, PerTask: perTask}
+	defer rig.stop()
 	const rounds = 3
 	var busy, idleBusy time.Duration
 	redis0, go0 := redisCPU(ctx, e.rdb), cpuSeconds(os.Getpid())
@@ -152,26 +135,13 @@ func NoopCycles(ctx context.Context, o Options, perTask int) (Result, error) {
 			idleRedis0, idleGo0 = redisCPU(ctx, e.rdb), cpuSeconds(os.Getpid())
 		}
 		if round > 0 {
-			if err := makeAllDue(ctx, e.rdb, st, p.Partitions); err != nil {
+			if err := makeAllDue(ctx, e.rdb, st, rig.poller.Partitions); err != nil {
 				return r, err
 			}
 		}
 		t := time.Now()
-		for {
-			got, err := sch.Once(ctx)
-			if err != nil {
-				return r, fmt.Errorf("round %d: %w", round, err)
-			}
-			if got == 0 {
-				break
-			}
-		}
-		select {
-		case <-all:
-		case <-time.After(5 * time.Minute):
-			return r, fmt.Errorf("round %d: %d of %d cycles ran", round, done.Load()%target, n)
-		case <-ctx.Done():
-			return r, ctx.Err()
+		if err := rig.round(ctx); err != nil {
+			return r, fmt.Errorf("round %d: %w", round, err)
 		}
 		busy += time.Since(t)
 		if round > 0 {
@@ -194,6 +164,65 @@ func NoopCycles(ctx context.Context, o Options, perTask int) (Result, error) {
 	r.Duration = time.Since(t0)
 	return r, nil
 }
+
+// noopRig is the no-op pipeline in one process: o.NoopKeys keys of a poller whose fetch
+// returns an empty page, registered; an asynq server of o.Concurrency on workerRdb running
+// their cycles with an engine on engStore; a scheduler on schedStore and schedRdb putting
+// perTask keys in a task.
+type noopRig struct {
+	n      int
+	poller watukuytype.Poller
+	sch    *queue.Enqueuer
+	srv    *asynq.Server
+	done   atomic.Int64
+	all    chan struct{} // every n-th cycle run
+}
+
+func startNoopRig(ctx context.Context, o Options, perTask int, q string, engStore *redisstore.Store, workerRdb redis.UniversalClient,
+	schedStore *redisstore.Store, schedRdb redis.UniversalClient) (*noopRig, error) {
+	g := &noopRig{n: o.NoopKeys, poller: noopPoller(o.NoopKeys, 0), all: make(chan struct{}, 1)}
+	eng, err := newEngine(engStore, "bench", g.poller, watukuytype.Hooks{OnCycle: func(rep watukuytype.CycleReport, _ time.Duration) {
+		if rep.Outcome == watukuytype.Ran && g.done.Add(1)%int64(g.n) == 0 {
+			g.all <- struct{}{}
+		}
+	}})
+	if err != nil {
+		return nil, err
+	}
+	if err := eng.Setup(ctx); err != nil {
+		return nil, fmt.Errorf("register %d keys: %w", g.n, err)
+	}
+	g.srv = asynq.NewServerFromRedisClient(workerRdb, queue.ServerConfig(o.Concurrency, time.Second, q, zerolog.Nop()))
+	if err := g.srv.Start(queue.Handler(eng, zerolog.Nop())); err != nil {
+		return nil, fmt.Errorf("asynq server: %w", err)
+	}
+	g.sch = &queue.Enqueuer{Store: schedStore, Client: asynq.NewClientFromRedisClient(schedRdb), Prefix: schedStore.Prefix(), Queue: q,
+		Pollers: []string{pollerName}, Batch: 200, PerTask: perTask}
+	return g, nil
+}
+
+// round claims and enqueues every due key, then waits until n more cycles ran.
+func (g *noopRig) round(ctx context.Context) error {
+	for {
+		got, err := g.sch.Once(ctx)
+		if err != nil {
+			return err
+		}
+		if got == 0 {
+			break
+		}
+	}
+	select {
+	case <-g.all:
+		return nil
+	case <-time.After(5 * time.Minute):
+		return fmt.Errorf("%d of %d cycles ran", g.done.Load()%int64(g.n), g.n)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *noopRig) stop() { g.srv.Shutdown() }
 
 // makeAllDue makes every key due at once (untimed): nextDue 0 and score 0.
 func makeAllDue(ctx context.Context, rdb redis.UniversalClient, st *redisstore.Store, parts []string) error {

@@ -189,7 +189,7 @@ func (f *FaultyStore) End(ctx context.Context, l core.Lease, e core.EndRequest) 
 		e.Next = nil
 	}
 	err := f.write("end", l, K6BeforeEnd, K7DuringRelease, func() (time.Time, error) { return time.Time{}, f.Store.End(ctx, l, e) })
-	if n := e.Next; n != nil && n.Sent && n.Err == nil && n.Result.Status == core.BeginOK {
+	if n := e.Next; n.Granted() {
 		b := n.Result
 		f.Rec.Granted(Grant{Instance: f.Instance, Key: n.Key, Epoch: b.Lease.Epoch, Token: b.Lease.Token, At: f.now(), Expires: b.Now.Add(n.TTL)})
 	}

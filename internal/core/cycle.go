@@ -168,7 +168,7 @@ func (e *Engine) runOne(ctx context.Context, key watukuytype.Key, pre, next *Nex
 
 // handBack releases a lease pre granted to a cycle that will not run, with its key due now.
 func (e *Engine) handBack(ctx context.Context, pre *NextBegin) {
-	if pre == nil || !pre.Sent || pre.Err != nil || pre.Result.Status != BeginOK {
+	if !pre.Granted() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -183,9 +183,14 @@ func (e *Engine) handBack(ctx context.Context, pre *NextBegin) {
 // runCycle is runOne under span, the cycle's span.
 func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key, span trace.Span, pre, next *NextBegin) watukuytype.CycleReport {
 	rep := watukuytype.CycleReport{Key: key, Outcome: watukuytype.Failed}
+	// A lease pre took for this cycle goes back, the key due now, unless the cycle runs under it.
+	unused, outer := pre, ctx
+	defer func() { e.handBack(outer, unused) }()
 	if !e.enter() {
 		rep.Err = errors.New("watukuy: engine is stopping")
-		e.handBack(ctx, pre)
+		if pre.Granted() {
+			return rep // handed back, due now
+		}
 		// The key was claimed for this cycle: hand it back due now, not when the claim lapses.
 		if err := e.store.SetDue(ctx, key, e.now()); err != nil {
 			rep.Err = fmt.Errorf("%w (and its claim was not handed back: %w)", rep.Err, err)
@@ -194,7 +199,6 @@ func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key, span trace.S
 	}
 	defer e.inflight.Done()
 	if pre != nil && ctx.Err() != nil { // cut short between the loop's look and here
-		e.handBack(ctx, pre)
 		rep.Err = keyErr("watukuy: begin", key, ctx.Err())
 		return rep
 	}
@@ -205,14 +209,12 @@ func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key, span trace.S
 
 	p, err := e.poller(key)
 	if err != nil {
-		e.handBack(ctx, pre)
 		rep.Err = err
 		return rep
 	}
 	// A cycle begins only a registered key (a key the registry does not hold is a deleted
 	// one): the engine's own keys are registered before its first cycle.
 	if err := e.ensureRegistered(ctx); err != nil {
-		e.handBack(ctx, pre)
 		rep.Err = err
 		return rep
 	}
@@ -220,7 +222,7 @@ func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key, span trace.S
 	bctx, bspan := e.startSpan(ctx, SpanBegin)
 	var b BeginResult
 	if pre != nil { // sent with the previous cycle's End
-		sent, b, err = pre.At, pre.Result, pre.Err
+		sent, b, err, unused = pre.At, pre.Result, pre.Err, nil
 	} else {
 		b, err = e.store.Begin(bctx, key, e.owner, p.LeaseTTL, BeginForCycle)
 	}

@@ -477,6 +477,11 @@ type NextBegin struct {
 	Err    error
 }
 
+// Granted reports whether n's Begin was sent and took the lease.
+func (n *NextBegin) Granted() bool {
+	return n != nil && n.Sent && n.Err == nil && n.Result.Status == BeginOK
+}
+
 // Snapshot is a key's stored picture, as Inspect reads it.
 type Snapshot struct {
 	State        map[string]string
