@@ -317,6 +317,46 @@ func TestPauseResume(t *testing.T) {
 	})
 }
 
+// A stopped engine says so (Stopped) and runs nothing more: a cycle and every operation
+// that acts return ErrEngineStopped, and nothing is written; a read still answers.
+func TestStoppedEngineRefusesCyclesAndOperations(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		e := newEnv(t, b)
+		putN(e, 3)
+		eng := e.engine(e.poller(), nil)
+		key := watukuytype.Key{Poller: "orders", Partition: ""}
+		if eng.Stopped() {
+			t.Fatal("a new engine says it is stopped")
+		}
+		if err := eng.Stop(true, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if !eng.Stopped() {
+			t.Fatal("Stopped is false after Stop")
+		}
+		if rep := eng.RunCycle(t.Context(), key); !errors.Is(rep.Err, watukuytype.ErrEngineStopped) || e.api.Fetches() != 0 {
+			t.Fatalf("a cycle of a stopped engine: %+v, fetches %d", rep, e.api.Fetches())
+		}
+		ops := map[string]func() error{
+			"pause":    func() error { return eng.Pause(t.Context(), key) },
+			"resume":   func() error { return eng.Resume(t.Context(), key) },
+			"trigger":  func() error { return eng.Trigger(t.Context(), key) },
+			"backfill": func() error { _, err := eng.Backfill(t.Context(), key, watukuytype.BackfillRequest{}); return err },
+		}
+		for name, op := range ops {
+			if err := op(); !errors.Is(err, watukuytype.ErrEngineStopped) {
+				t.Errorf("%s on a stopped engine: %v, want ErrEngineStopped", name, err)
+			}
+		}
+		if paused := b.Client.HGet(t.Context(), eng.store.Key(key, "state"), "paused").Val(); paused != "" {
+			t.Errorf("a refused pause wrote paused=%q", paused)
+		}
+		if ki, err := eng.Inspect(t.Context(), key); err != nil || ki.Poller != "orders" {
+			t.Errorf("a read of a stopped engine: %+v, %v", ki, err)
+		}
+	})
+}
+
 // RunCycles, a worker's task of n idle keys, costs n+1 round trips of the engine: each key's
 // Begin goes out with the previous key's End. Every key still runs its own cycle under its
 // own lease, and each ends with its lease released and its next due time written.

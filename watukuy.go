@@ -200,6 +200,11 @@ func (e *Engine) Inspect(ctx context.Context, key watukuytype.Key) (watukuytype.
 // leases lapse by themselves. Undelivered events stay in the outbox (G1).
 func (e *Engine) Stop(drain bool, timeout time.Duration) error { return e.core.Stop(drain, timeout) }
 
+// Stopped reports whether Stop was called. A stopped engine runs no cycle, and the operations
+// that act (Pause, Trigger, Backfill, partitions add, a parked retry, ...) return
+// watukuytype.ErrEngineStopped; reads (Inspect, ...) still answer.
+func (e *Engine) Stopped() bool { return e.core.Stopped() }
+
 // Parked gives access to a key's parked rows.
 func (e *Engine) Parked() Parked { return Parked{e: e.core} }
 
@@ -344,6 +349,19 @@ func (e *Engine) Migrate(ctx context.Context) (watukuytype.Migration, error) {
 // identities, versions, fingerprints, invalid items and the next cursor. It writes nothing.
 func Probe(ctx context.Context, p watukuytype.Poller, partition string) (watukuytype.ProbeResult, error) {
 	return core.Probe(ctx, p, partition)
+}
+
+// Probe is the package's Probe whose requests take their tokens from the budget p names,
+// shared with the workers, waiting for each: a probe does not push a shared API over its
+// limit. A poller without a budget is probed as the package's Probe does.
+func (e *Engine) Probe(ctx context.Context, p watukuytype.Poller, partition string) (watukuytype.ProbeResult, error) {
+	return e.core.Probe(ctx, p, partition)
+}
+
+// ProbeListing is the package's ProbeListing whose requests take their tokens from the
+// budget p names, as Engine.Probe.
+func (e *Engine) ProbeListing(ctx context.Context, p watukuytype.Poller, partition string, maxPages int) ([]watukuytype.ListingEstimate, error) {
+	return e.core.ProbeListing(ctx, p, partition, maxPages)
 }
 
 // ProbeListing reads p's complete listings (a SnapshotDiff live lane, a Reconcile lane) for

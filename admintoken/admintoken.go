@@ -5,8 +5,10 @@
 package admintoken
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -36,6 +38,21 @@ type Set struct {
 type hashed struct {
 	Token
 	sum [sha256.Size]byte
+	fp  [FingerprintSize]byte
+}
+
+// FingerprintSize is the length of a Fingerprint.
+const FingerprintSize = 8
+
+// Fingerprint names a secret without revealing it: the first FingerprintSize bytes of an
+// HMAC-SHA256 of the secret under a fixed label. A status page session carries its token's
+// fingerprint, so that the session ends when that token leaves the set.
+func Fingerprint(secret string) [FingerprintSize]byte {
+	m := hmac.New(sha256.New, []byte("watukuy admin token fingerprint"))
+	m.Write([]byte(secret))
+	var fp [FingerprintSize]byte
+	copy(fp[:], m.Sum(nil))
+	return fp
 }
 
 // NewSet checks ts (a secret of at least MinLength characters, no two tokens with one
@@ -46,7 +63,7 @@ func NewSet(ts ...Token) (*Set, error) {
 	return set, set.Replace(ts)
 }
 
-// Replace checks ts as NewTokens does and, when they pass, makes them the set; otherwise the
+// Replace checks ts as NewSet does and, when they pass, makes them the set; otherwise the
 // set is unchanged.
 func (s *Set) Replace(ts []Token) error {
 	var list []hashed
@@ -68,7 +85,13 @@ func (s *Set) Replace(ts []Token) error {
 			return fmt.Errorf("admin token %q: the same secret as token %q", t.ID, other)
 		}
 		secrets[sum] = t.ID
-		list = append(list, hashed{Token: t, sum: sum})
+		fp := Fingerprint(t.Secret)
+		for _, o := range list {
+			if o.fp == fp { // 2^-64 by chance; refused so that a fingerprint names one token
+				return fmt.Errorf("admin token %q: its fingerprint is token %q's: make another secret", t.ID, o.ID)
+			}
+		}
+		list = append(list, hashed{Token: t, sum: sum, fp: fp})
 	}
 	s.list.Store(&list)
 	return nil
@@ -85,14 +108,21 @@ func (s *Set) tokens() []hashed {
 	return nil
 }
 
-// CheckSecret says what is wrong with a secret: too short, or a character that would not
-// survive a header, a cookie or a comma-separated variable.
+// Errors of CheckSecret. They say what is wrong and never quote the secret: not a character,
+// not its length, not where the fault is (the message reaches logs and terminals).
+var (
+	ErrSecretShort = fmt.Errorf("the secret is too short: want at least %d characters (e.g. `openssl rand -hex 24`)", MinLength)
+	ErrSecretChars = errors.New("the secret holds a character that is not allowed: use printable ASCII without spaces, commas, semicolons, quotes or backslashes")
+)
+
+// CheckSecret says what is wrong with a secret: too short (ErrSecretShort), or a character
+// that would not survive a header, a cookie or a comma-separated variable (ErrSecretChars).
 func CheckSecret(secret string) error {
 	if len(secret) < MinLength {
-		return fmt.Errorf("the secret has %d characters, want at least %d (e.g. `openssl rand -hex 24`)", len(secret), MinLength)
+		return ErrSecretShort
 	}
-	if i := strings.IndexFunc(secret, badSecretRune); i >= 0 {
-		return fmt.Errorf("the secret holds %q at byte %d: use printable ASCII without spaces, commas, semicolons, quotes or backslashes", secret[i], i)
+	if strings.IndexFunc(secret, badSecretRune) >= 0 {
+		return ErrSecretChars
 	}
 	return nil
 }
@@ -117,6 +147,22 @@ func (s *Set) Lookup(secret string) (Token, bool) {
 	found := -1
 	for i := range list {
 		if subtle.ConstantTimeCompare(sum[:], list[i].sum[:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return Token{}, false
+	}
+	return list[found].Token, true
+}
+
+// LookupFingerprint returns the token whose secret has the fingerprint fp (Fingerprint). Like
+// Lookup it compares every token in constant time.
+func (s *Set) LookupFingerprint(fp [FingerprintSize]byte) (Token, bool) {
+	list := s.tokens()
+	found := -1
+	for i := range list {
+		if subtle.ConstantTimeCompare(fp[:], list[i].fp[:]) == 1 {
 			found = i
 		}
 	}

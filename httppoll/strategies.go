@@ -151,7 +151,23 @@ func (t *TimestampCursor) Position(cursor string) (float64, bool) {
 	if err != nil || cur.Since == "" {
 		return 0, false
 	}
-	ts, err := ParseTime(cur.Since, t.Formats)
+	return t.place(cur.Since)
+}
+
+// ItemPosition places an item on Position's line by its change time (Field), so a backfill
+// stops inside a page at its target and skips the items an inclusive query lists again
+// (Poller.ItemPosition).
+func (t *TimestampCursor) ItemPosition(item json.RawMessage) (float64, bool) {
+	v := gjson.GetBytes(item, t.Field)
+	if !v.Exists() {
+		return 0, false
+	}
+	return t.place(v.String())
+}
+
+// place is a time as the API wrote it, in Unix seconds.
+func (t *TimestampCursor) place(s string) (float64, bool) {
+	ts, err := ParseTime(s, t.Formats)
 	if err != nil {
 		return 0, false
 	}

@@ -234,6 +234,36 @@ func TestTimestampPosition(t *testing.T) {
 	}
 }
 
+// ItemPosition places an item by its change time on Position's line: an item at a cursor's
+// time is at the cursor's position, so a backfill can tell the items at its boundary.
+func TestTimestampItemPosition(t *testing.T) {
+	ts := &TimestampCursor{Field: "meta.updated", Formats: []string{"rfc3339", "epoch_ms"}}
+	for _, tc := range []struct {
+		item string
+		want float64
+		ok   bool
+	}{
+		{`{"meta":{"updated":"2026-12-03T20:38:10Z"}}`, mustPosition(t, ts, tsCursor("2026-12-03T20:38:10Z", "a")), true},
+		{`{"meta":{"updated":1796330290000}}`, mustPosition(t, ts, "2026-12-03T20:38:10Z"), true},
+		{`{"meta":{"updated":"1970-01-01T00:01:40.5Z"}}`, 100.5, true},
+		{`{"meta":{}}`, 0, false},
+		{`{"meta":{"updated":"soon"}}`, 0, false},
+	} {
+		if got, ok := ts.ItemPosition(json.RawMessage(tc.item)); got != tc.want || ok != tc.ok {
+			t.Errorf("ItemPosition(%s) = %v, %v; want %v, %v", tc.item, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func mustPosition(t *testing.T, ts *TimestampCursor, cursor string) float64 {
+	t.Helper()
+	p, ok := ts.Position(cursor)
+	if !ok {
+		t.Fatalf("Position(%q) failed", cursor)
+	}
+	return p
+}
+
 // A token lane follows the body's next token until the API gives none (the cursor stays),
 // or the has-more path says it is done.
 func TestTokenPaging(t *testing.T) {

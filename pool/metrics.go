@@ -35,6 +35,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // it as watukuy.Options.Hooks.
 func (m *Metrics) Hooks(chain watukuytype.Hooks) watukuytype.Hooks { return m.m.Hooks(chain) }
 
+// SetPollers exports the settings the alert rules hold each poller's keys to
+// (watukuy_poller_probe_every_seconds, watukuy_poller_schedule_max_seconds) for the pollers
+// the process runs, and drops those of pollers it no longer runs. Call it with every poller
+// registered on the engine, after registering them and after each change.
+func (m *Metrics) SetPollers(ps ...watukuytype.Poller) { m.m.SetPollers(ps...) }
+
 // watchKeys registers the per-key gauges of eng's keys on the metrics' registerer, read on
 // each scrape; pollers names the pollers whose keys they export (nil: every registered one).
 func (m *Metrics) watchKeys(eng *watukuy.Engine, pollers func() []string) {

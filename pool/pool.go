@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,7 @@ import (
 	"github.com/watukuy/watukuy/internal/outage"
 	"github.com/watukuy/watukuy/internal/queue"
 	"github.com/watukuy/watukuy/internal/statuspage"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // DefaultQueue is the asynq queue a Scheduler puts cycles in and a Worker takes them from,
@@ -73,6 +75,13 @@ type Options struct {
 	// commands as JSON endpoints), and of the status page at /status. Without a token (nil or
 	// an empty set) both say they are off. Replace on the set rotates tokens while it runs.
 	Admin *admintoken.Set
+	// SecureCookies marks the status page's login cookie Secure on every request: the page is
+	// reached over HTTPS through a proxy that speaks plain HTTP to the listener.
+	SecureCookies bool
+	// TrustedProxies are the proxies whose X-Forwarded-Proto (https: a Secure cookie) and
+	// X-Forwarded-For (the client whose failed logins slow it down) the status page believes,
+	// matched against a request's remote address.
+	TrustedProxies []netip.Prefix
 }
 
 // Process is the part of the pool one process runs on one engine: see the package doc.
@@ -82,6 +91,7 @@ type Process struct {
 	tracker *outage.Tracker
 	metrics *metrics.Redis
 	admin   *health.Server
+	login   *admin.Login // the status page's sessions and failed logins, shared with the API
 
 	mu         sync.Mutex
 	workers    []*Worker // their readiness is the process's
@@ -122,8 +132,9 @@ func New(eng *watukuy.Engine, o Options) *Process {
 	if tokens == nil {
 		tokens = &admintoken.Set{}
 	}
-	p.admin.API = admin.NewAPI(admin.Options{Engine: eng, Tokens: tokens, Logger: o.Logger})
-	sp := statuspage.Options{Engine: eng, Tokens: tokens, Logger: o.Logger}
+	p.login = admin.NewLogin(admin.LoginOptions{Tokens: tokens, Policy: admin.LoginPolicy{SecureCookies: o.SecureCookies, TrustedProxies: o.TrustedProxies}})
+	p.admin.API = admin.NewAPI(admin.Options{Engine: eng, Tokens: tokens, Login: p.login, Logger: o.Logger})
+	sp := statuspage.Options{Engine: eng, Tokens: tokens, Login: p.login, Logger: o.Logger}
 	if o.UI {
 		sp.MonitoringPath = health.UIPath + "/"
 	}
@@ -131,9 +142,18 @@ func New(eng *watukuy.Engine, o Options) *Process {
 	return p
 }
 
+// SetLoginPolicy replaces Options.SecureCookies and Options.TrustedProxies while the process
+// runs (a config reload).
+func (p *Process) SetLoginPolicy(secureCookies bool, trustedProxies []netip.Prefix) {
+	p.login.SetPolicy(admin.LoginPolicy{SecureCookies: secureCookies, TrustedProxies: trustedProxies})
+}
+
 // Ready reports whether Redis answers and every Worker of the process takes tasks (a
 // Worker takes none before Start and after Shutdown): Handler's /readyz.
 func (p *Process) Ready(ctx context.Context) error {
+	if p.eng.Stopped() {
+		return watukuytype.ErrEngineStopped
+	}
 	p.mu.Lock()
 	workers := p.workers
 	p.mu.Unlock()

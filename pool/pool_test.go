@@ -80,6 +80,19 @@ func runAll(t *testing.T, fns ...func(context.Context) error) (stop func() []err
 	return stop
 }
 
+// A process whose engine was stopped is not ready: /readyz answers 503 and says so.
+func TestStoppedEngineIsNotReady(t *testing.T) {
+	rdb := redistest.Miniredis(t).Client
+	eng := engine(t, rdb, "w", watukuytype.Poller{})
+	p := pool.New(eng, pool.Options{})
+	if err := eng.Stop(true, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get(t, p.Handler(), "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "engine is stopped") {
+		t.Fatalf("/readyz of a stopped engine: %d %q, want 503 saying it is stopped", code, body)
+	}
+}
+
 // A Scheduler and two Workers, each on an engine of its own (as in processes of their own),
 // run a Go-defined poller: every partition's item is delivered once; the handler of a
 // worker's process answers /healthz, /readyz (503 until the worker runs and after it
@@ -236,6 +249,9 @@ func TestSchedulerThenWorkerRegisterAgainAfterDataLoss(t *testing.T) {
 	<-started.seen // its report-only watcher runs
 	if v := fmt.Sprintf("%q:%q", "version", buildinfo.Read().String()); !strings.Contains(started.line, v) {
 		t.Errorf("the scheduler's start line does not name the build (%s): %s", v, started.line)
+	}
+	if !strings.Contains(started.line, `"pollers":["p"],"everyRegistered":true`) {
+		t.Errorf("the scheduler's start line does not name the registered poller it claims for: %s", started.line)
 	}
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package pool
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/watukuy/watukuy/internal/buildinfo"
@@ -78,10 +80,14 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return &watukuytype.LayoutError{Found: l.Version, Known: l.Current}
 	}
 	s.p.watchData(ctx, false)
+	// The pollers it claims for: those it was given, or every registered one.
 	var pollers []string
 	if s.o.Pollers != nil {
 		pollers = s.o.Pollers()
+	} else if n, err := s.p.eng.PollerKeys(ctx); err == nil {
+		pollers = slices.Sorted(maps.Keys(n))
 	}
-	s.p.o.Logger.Info().Str("version", buildinfo.Read().String()).Strs("pollers", pollers).Msg("scheduler started")
+	s.p.o.Logger.Info().Str("version", buildinfo.Read().String()).Strs("pollers", pollers).Bool("everyRegistered", s.o.Pollers == nil).
+		Msg("scheduler started")
 	return s.q.Run(ctx)
 }

@@ -22,8 +22,15 @@ type BackfillProgress struct {
 	// key's next cycle.
 	LastError string `json:"lastError,omitempty"`
 	// Fraction is how far the cursor is between From and To, when the poller can place
-	// cursors (CursorPosition).
-	Fraction  *float64   `json:"fraction,omitempty"`
+	// cursors (CursorPosition); from the very beginning (no From) it counts from Origin.
+	Fraction *float64 `json:"fraction,omitempty"`
+	// Origin is where a backfill from the very beginning began on the cursor's line: its
+	// first item's position (Poller.ItemPosition); without one, 0.
+	Origin *float64 `json:"origin,omitempty"`
+	// Tie holds the identities the last page ended with at its cursor's position (at most
+	// 100; Poller.ItemPosition): the next page, which lists them again when its query is
+	// inclusive, skips them.
+	Tie       []string   `json:"tie,omitempty"`
 	StartedAt time.Time  `json:"startedAt"`
 	UpdatedAt time.Time  `json:"updatedAt"`
 	DoneAt    *time.Time `json:"doneAt,omitempty"`

@@ -171,6 +171,10 @@ func (e *SinkError) Unwrap() error { return e.Err }
 // SinkError); a handler returns it when its downstream is down.
 func SinkUnavailable(err error) error { return &SinkError{Err: err, Unreachable: true} }
 
+// ErrEngineStopped is what an engine's cycles and the operations that act return once Stop
+// was called: a stopped engine runs nothing more (its reads still answer).
+var ErrEngineStopped = errors.New("watukuy: the engine is stopped (Stop was called): it runs no cycle or operation")
+
 // StoppedError is an operation over several keys (Engine.Each) that failed at Key after Done
 // keys before it were done: it stopped there, and running it again is safe.
 type StoppedError struct {

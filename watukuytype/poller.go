@@ -89,6 +89,12 @@ type Poller struct {
 	// stop at its target and report how far it is; optional (then a backfill runs until its
 	// cursor equals the target or the API has no more).
 	CursorPosition func(cursor string) (float64, bool)
+	// ItemPosition places an item on CursorPosition's line (e.g. its change time), so that a
+	// backfill with a target emits nothing past it (the page that crosses the target is cut
+	// there; what lies beyond is the live lane's), does not emit twice the items a page
+	// re-lists where the last one ended (an inclusive "since" query), and reports how far it
+	// is when it runs from the very beginning; optional, used with CursorPosition.
+	ItemPosition func(item json.RawMessage) (float64, bool)
 	// CursorFormats, for a cursor that is a time (the timestamp strategy), are the formats the
 	// API writes it in (ParseTime's: "rfc3339", "epoch_ms", a Go layout, …). The registry
 	// records them, so operator tools (watukuy backfill) read and check a time an operator
@@ -126,6 +132,10 @@ type Reconcile struct {
 type Delivery struct {
 	// Concurrency is the number of ordering keys delivered at once; default 4.
 	Concurrency int
+	// Batch is how many outbox events one read takes, delivered and acked together; default
+	// 512. A larger batch costs fewer round trips per event; a smaller one acks sooner, so a
+	// worker that dies mid-batch delivers fewer events a second time.
+	Batch int
 	// OrderingKey maps an event to its ordering key; default the identity.
 	OrderingKey func(ev Event) string
 	// Attempts is how often an event is tried in one try, within a cycle; default 5.

@@ -193,10 +193,13 @@ type ListingProgress struct {
 
 // ParkedInfo is one parked row.
 type ParkedInfo struct {
-	ID          string          `json:"id"`
-	Kind        string          `json:"kind"`
-	Error       string          `json:"error"`
-	Errors      []string        `json:"errors,omitempty"`
+	ID     string   `json:"id"`
+	Kind   string   `json:"kind"`
+	Error  string   `json:"error"`
+	Errors []string `json:"errors,omitempty"`
+	// Stack is the stack of the last failure that carried one (a handler's panic, an error
+	// that formats one with %+v), at most 8 KiB.
+	Stack       string          `json:"stack,omitempty"`
 	Attempts    int             `json:"attempts,omitempty"`
 	OrderingKey string          `json:"orderingKey,omitempty"`
 	Identity    string          `json:"identity,omitempty"`

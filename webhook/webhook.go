@@ -303,7 +303,7 @@ func decodeSecret(secret string) ([]byte, error) {
 		return nil, fmt.Errorf("the part after %q is not standard base64", SecretPrefix)
 	}
 	if len(k) < MinSecretBytes {
-		return nil, fmt.Errorf("key is %d bytes, want at least %d (Standard Webhooks: 24 to 64 random bytes)", len(k), MinSecretBytes)
+		return nil, fmt.Errorf("key is too short: want at least %d bytes (Standard Webhooks: 24 to 64 random bytes)", MinSecretBytes)
 	}
 	return k, nil
 }

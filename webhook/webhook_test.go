@@ -152,8 +152,8 @@ func TestBadSecrets(t *testing.T) {
 		{"none", nil, "no secret"},
 		{"no prefix", []string{"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, `secret 1 of 1: must start with "whsec_"`},
 		{"not base64", []string{vecSecret, "whsec_not*base64!"}, `secret 2 of 2: the part after "whsec_" is not standard base64`},
-		{"too short", []string{"whsec_c2hvcnQta2V5"}, "key is 9 bytes, want at least 24"},
-		{"empty key", []string{"whsec_"}, "key is 0 bytes"},
+		{"too short", []string{"whsec_c2hvcnQta2V5"}, "key is too short: want at least 24 bytes"},
+		{"empty key", []string{"whsec_"}, "key is too short"},
 	}
 	for _, c := range cases {
 		_, verr := NewVerifier(c.secrets, Options{})
@@ -179,7 +179,7 @@ func TestCheckSecret(t *testing.T) {
 	cases := []struct{ secret, want string }{
 		{"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", `must start with "whsec_"`},
 		{"whsec_not*base64!", `the part after "whsec_" is not standard base64`},
-		{"whsec_c2hvcnQta2V5", "key is 9 bytes, want at least 24"},
+		{"whsec_c2hvcnQta2V5", "key is too short: want at least 24 bytes"},
 	}
 	for _, c := range cases {
 		err := CheckSecret(c.secret)

@@ -35,11 +35,13 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/mattn/go-isatty"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -61,7 +63,7 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Logger().Level(zerolog.InfoLevel)
+	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly, NoColor: plain(os.Stderr)}).With().Timestamp().Logger().Level(zerolog.InfoLevel)
 	if err := run(ctx, *role, *redisURL, *api, *name, *adminAddr, os.Stdout, log); err != nil {
 		fmt.Fprintln(os.Stderr, "distributed:", err)
 		os.Exit(1)
@@ -121,7 +123,7 @@ func runAll(ctx context.Context, rdb redis.UniversalClient, out io.Writer, log z
 	defer srv.Close()
 	go api.changeEvery(ctx, time.Second)
 	apiURL := "http://" + ln.Addr().String()
-	fmt.Fprintf(out, "demo API at %s/tenants/{%v}/changes; events (Ctrl-C stops):\n", apiURL, tenants)
+	fmt.Fprint(out, banner(apiURL))
 
 	s, err := newScheduler(rdb, log)
 	if err != nil {
@@ -151,6 +153,22 @@ func runAll(ctx context.Context, rdb redis.UniversalClient, out io.Writer, log z
 		fmt.Fprintf(out, "%s ran %d cycles\n", w.name, w.cycles.Load())
 	}
 	return errors.Join(errs...)
+}
+
+// banner says where the demo API's change feeds are, one line per tenant.
+func banner(apiURL string) string {
+	var b strings.Builder
+	b.WriteString("demo API change feeds:\n")
+	for _, t := range tenants {
+		fmt.Fprintf(&b, "  %s\n", feedURL(apiURL, t))
+	}
+	b.WriteString("events (Ctrl-C stops):\n")
+	return b.String()
+}
+
+// feedURL is the change feed of tenant on the demo API at apiURL.
+func feedURL(apiURL, tenant string) string {
+	return apiURL + "/tenants/" + url.PathEscape(tenant) + "/changes"
 }
 
 // scheduler is the pool's scheduler with the process it runs in (its endpoints).
@@ -211,7 +229,7 @@ func itemsPoller(apiURL string, h watukuytype.Handler) watukuytype.Poller {
 			if after == "" {
 				after = "0"
 			}
-			u := fmt.Sprintf("%s/tenants/%s/changes?after=%s&limit=10", apiURL, url.PathEscape(req.Key.Partition), url.QueryEscape(after))
+			u := fmt.Sprintf("%s?after=%s&limit=10", feedURL(apiURL, req.Key.Partition), url.QueryEscape(after))
 			r, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 			if err != nil {
 				return watukuytype.Page{}, err
@@ -393,4 +411,10 @@ func serveDemoAPI(ctx context.Context, addr string, log zerolog.Logger) error {
 		return err
 	}
 	return nil
+}
+
+// plain says whether logs to f go without ANSI colours: f is no terminal (a file, a pipe), or
+// NO_COLOR is set (no-color.org).
+func plain(f *os.File) bool {
+	return os.Getenv("NO_COLOR") != "" || !isatty.IsTerminal(f.Fd()) && !isatty.IsCygwinTerminal(f.Fd())
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -155,4 +157,49 @@ func TestDistributedPool(t *testing.T) {
 		t.Errorf("events for %d items, want %d: %v", len(out.versions), len(want), out.versions)
 	}
 	t.Logf("cycles: w1 %d, w2 %d; events delivered: %v", workers[0].cycles.Load(), workers[1].cycles.Load(), out.by)
+}
+
+// The banner lists each tenant's change feed as a real path the demo API answers.
+func TestBannerListsTheFeeds(t *testing.T) {
+	srv := httptest.NewServer(newDemoAPI().handler())
+	defer srv.Close()
+	lines := strings.Split(strings.TrimSpace(banner(srv.URL)), "\n")
+	var feeds []string
+	for _, l := range lines {
+		if u, ok := strings.CutPrefix(strings.TrimSpace(l), srv.URL); ok {
+			feeds = append(feeds, u)
+		}
+	}
+	want := []string{"/tenants/eu/changes", "/tenants/us/changes", "/tenants/apac/changes"}
+	if !slices.Equal(feeds, want) {
+		t.Fatalf("the banner's feeds: %q, want %q in:\n%s", feeds, want, banner(srv.URL))
+	}
+	for _, f := range feeds {
+		resp, err := http.Get(srv.URL + f + "?after=0&limit=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %s", f, resp.Status)
+		}
+	}
+}
+
+// Logs to a pipe carry no colour codes, nor with NO_COLOR set.
+func TestLogsPlainOffTerminal(t *testing.T) {
+	t.Setenv("NO_COLOR", "")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if !plain(w) {
+		t.Error("colours on a pipe")
+	}
+	t.Setenv("NO_COLOR", "1")
+	if !plain(os.Stdin) || !plain(w) {
+		t.Error("colours with NO_COLOR set")
+	}
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/mattn/go-isatty"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -63,7 +64,7 @@ func run(ctx context.Context, out io.Writer) error {
 		customers.put(fmt.Sprintf("cus-%03d", i), map[string]any{"name": fmt.Sprintf("Customer %d", i)})
 	}
 
-	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}).Level(zerolog.WarnLevel)
+	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly, NoColor: plain(os.Stderr)}).Level(zerolog.WarnLevel)
 	eng, err := watukuy.New(watukuy.Options{Redis: rdb, Logger: log})
 	if err != nil {
 		return err
@@ -208,4 +209,10 @@ func offset(cursor string) (int, error) {
 		return 0, fmt.Errorf("fake shop: bad cursor %q", cursor)
 	}
 	return n, nil
+}
+
+// plain says whether logs to f go without ANSI colours: f is no terminal (a file, a pipe), or
+// NO_COLOR is set (no-color.org).
+func plain(f *os.File) bool {
+	return os.Getenv("NO_COLOR") != "" || !isatty.IsTerminal(f.Fd()) && !isatty.IsCygwinTerminal(f.Fd())
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -56,5 +57,23 @@ func TestQuickstartPrintsEvents(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("run after cancel = %v", err)
+	}
+}
+
+// Logs to a pipe carry no colour codes, nor with NO_COLOR set.
+func TestLogsPlainOffTerminal(t *testing.T) {
+	t.Setenv("NO_COLOR", "")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if !plain(w) {
+		t.Error("colours on a pipe")
+	}
+	t.Setenv("NO_COLOR", "1")
+	if !plain(os.Stdin) || !plain(w) {
+		t.Error("colours with NO_COLOR set")
 	}
 }

@@ -47,6 +47,9 @@ type Options struct {
 	// Tokens are the bearer tokens accepted; with none the API answers every request with 404
 	// "the admin API is off".
 	Tokens *admintoken.Set
+	// Login checks the status page's login cookie (share the page's, over the same Tokens);
+	// default: NewLogin over Tokens.
+	Login *Login
 	// Logger gets one line per action, naming the token by its id.
 	Logger zerolog.Logger
 	// MaxBody bounds a request body (default DefaultMaxBody); a larger one is refused with 413.
@@ -86,6 +89,9 @@ type api struct {
 func NewAPI(o Options) http.Handler {
 	if o.MaxBody <= 0 {
 		o.MaxBody = DefaultMaxBody
+	}
+	if o.Login == nil {
+		o.Login = NewLogin(LoginOptions{Tokens: o.Tokens})
 	}
 	a := &api{o: o, mux: http.NewServeMux()}
 	read := func(pattern string, h handlerFunc) {
@@ -179,7 +185,7 @@ const pingTimeout = 2 * time.Second
 // what it did.
 func (a *api) route(acts, usesRedis bool, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t, cred, ok := Authenticate(a.o.Tokens, r)
+		t, cred, ok := a.o.Login.Authenticate(r)
 		if !ok {
 			e := &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "send Authorization: Bearer <token>"}
 			if cred != NoCredential {
@@ -298,6 +304,8 @@ func classify(err error) *Error {
 		return &Error{Status: http.StatusBadRequest, Code: "bad_request", Field: strings.TrimPrefix(ce.Field, "--"), Message: ce.Error()}
 	case outage.Unreachable(err):
 		return &Error{Status: http.StatusServiceUnavailable, Code: "redis_unavailable", Message: err.Error(), RetryAfter: 1}
+	case errors.Is(err, watukuytype.ErrEngineStopped):
+		return &Error{Status: http.StatusServiceUnavailable, Code: "engine_stopped", Message: err.Error()}
 	}
 	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: err.Error()}
 }
@@ -666,8 +674,8 @@ func (a *api) resetCursor(ctx context.Context, c *call) (any, error) {
 	return a.status(ctx, k)
 }
 
-// parkedRow is a parked row with its key.
-type parkedRow struct {
+// ParkedRow is a parked row with its key.
+type ParkedRow struct {
 	Poller    string `json:"poller"`
 	Partition string `json:"partition"`
 	watukuytype.ParkedInfo
@@ -684,8 +692,8 @@ func kindParam(r *http.Request) (string, error) {
 
 // parkedPage reads up to n of k's parked rows of kind after the id after, and whether the key
 // has more after them.
-func (a *api) parkedPage(ctx context.Context, k watukuytype.Key, kind, after string, n int) ([]watukuytype.ParkedInfo, bool, error) {
-	ps, next, err := a.o.Engine.Parked().Page(ctx, k, kind, after, n)
+func parkedPage(ctx context.Context, eng *watukuy.Engine, k watukuytype.Key, kind, after string, n int) ([]watukuytype.ParkedInfo, bool, error) {
+	ps, next, err := eng.Parked().Page(ctx, k, kind, after, n)
 	return ps, next != "", err
 }
 
@@ -706,49 +714,58 @@ func (a *api) parkedOfKey(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	k := keyOf(c.r)
-	ps, more, err := a.parkedPage(ctx, k, kind, c.r.URL.Query().Get("after"), limit)
+	ps, more, err := parkedPage(ctx, a.o.Engine, k, kind, c.r.URL.Query().Get("after"), limit)
 	if err != nil {
 		return nil, err
 	}
-	rows := make([]parkedRow, len(ps))
+	rows := make([]ParkedRow, len(ps))
 	for i, p := range ps {
-		rows[i] = parkedRow{k.Poller, k.Partition, p}
+		rows[i] = ParkedRow{k.Poller, k.Partition, p}
 	}
 	next := ""
 	if more {
 		next = ps[len(ps)-1].ID
 	}
 	return struct {
-		Rows []parkedRow `json:"rows"`
+		Rows []ParkedRow `json:"rows"`
 		Next string      `json:"next"`
 	}{rows, next}, nil
 }
 
-// parkedCursor is where a page of GET /api/parked starts: after the row ID of Key, or, with
+// ParkedCursor is where a page of ParkedAcross starts: after the row ID of Key, or, with
 // ID "", after every row of Key. Its text is poller|partition|id: a poller's name and a
 // partition hold no '|'.
-type parkedCursor struct {
+type ParkedCursor struct {
 	Key watukuytype.Key
 	ID  string
 }
 
-func (pc parkedCursor) String() string { return pc.Key.Poller + "|" + pc.Key.Partition + "|" + pc.ID }
+func (pc ParkedCursor) String() string { return pc.Key.Poller + "|" + pc.Key.Partition + "|" + pc.ID }
 
-// parkedAfter reads the ?after= of GET /api/parked (nil when absent); a cursor of another
-// poller than ?poller= is refused.
-func parkedAfter(r *http.Request, poller string) (*parkedCursor, error) {
-	after := r.URL.Query().Get("after")
+// ParseParkedCursor reads a cursor of ParkedAcross, as its next gives it ("" is nil: from the
+// first row); with poller set, a cursor of another poller is refused.
+func ParseParkedCursor(after, poller string) (*ParkedCursor, error) {
 	if after == "" {
 		return nil, nil
 	}
 	f := strings.SplitN(after, "|", 3)
 	if len(f) != 3 || f[0] == "" {
-		return nil, badField("after", "%q is not a cursor of this listing: pass the next of the previous answer", after)
+		return nil, fmt.Errorf("%q is not a cursor of this listing: pass the next of the previous page", after)
 	}
 	if poller != "" && f[0] != poller {
-		return nil, badField("after", "%q is a cursor of poller %q, not of %q", after, f[0], poller)
+		return nil, fmt.Errorf("%q is a cursor of poller %q, not of %q", after, f[0], poller)
 	}
-	return &parkedCursor{Key: watukuytype.Key{Poller: f[0], Partition: f[1]}, ID: f[2]}, nil
+	return &ParkedCursor{Key: watukuytype.Key{Poller: f[0], Partition: f[1]}, ID: f[2]}, nil
+}
+
+// parkedAfter reads the ?after= of GET /api/parked (nil when absent); a cursor of another
+// poller than ?poller= is refused.
+func parkedAfter(r *http.Request, poller string) (*ParkedCursor, error) {
+	pc, err := ParseParkedCursor(r.URL.Query().Get("after"), poller)
+	if err != nil {
+		return nil, badField("after", "%v", err)
+	}
+	return pc, nil
 }
 
 // gone reports whether err says the key left the registry (a partition deleted meanwhile): a
@@ -759,10 +776,7 @@ func gone(err error) bool {
 }
 
 // parkedAll lists a page of the parked rows of every key of ?poller= (of every poller when
-// not given), ordered by key (poller, then partition) and then by id. It walks the keys a
-// registry page at a time and counts their parked rows in one round trip per page, reading
-// rows only from keys that have some; past MaxScan keys it answers what it found, with the
-// cursor to go on from.
+// not given): ParkedAcross.
 func (a *api) parkedAll(ctx context.Context, c *call) (any, error) {
 	kind, limit, err := pageParams(c.r)
 	if err != nil {
@@ -773,16 +787,30 @@ func (a *api) parkedAll(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	type answer struct {
-		Rows []parkedRow `json:"rows"`
-		Next string      `json:"next"`
+	rows, next, err := ParkedAcross(ctx, a.o.Engine, poller, kind, from, limit)
+	if err != nil {
+		return nil, err
 	}
-	res := answer{Rows: []parkedRow{}}
+	return struct {
+		Rows []ParkedRow `json:"rows"`
+		Next string      `json:"next"`
+	}{rows, next}, nil
+}
+
+// ParkedAcross lists a page of up to limit parked rows of kind ("" for both) of every key of
+// poller (of every poller when ""), after from (nil: from the first), ordered by key (poller,
+// then partition) and then by id, and the cursor of the next page ("" at the end). It walks
+// the keys a registry page at a time and counts their parked rows in one round trip per page,
+// reading rows only from keys that have some; past MaxScan keys it answers what it found
+// (maybe nothing) with the cursor to go on from, so that a page costs the same however many
+// keys there are. GET /api/parked and `watukuy parked ls` list with it.
+func ParkedAcross(ctx context.Context, eng *watukuy.Engine, poller, kind string, from *ParkedCursor, limit int) ([]ParkedRow, string, error) {
+	rows, next := []ParkedRow{}, ""
 	// take adds up to the page's room of k's rows after id, and reports whether the page is
-	// full; then res.Next is set when k has more.
+	// full; then next is set when k has more.
 	take := func(k watukuytype.Key, id string) (bool, error) {
-		room := limit - len(res.Rows)
-		ps, more, err := a.parkedPage(ctx, k, kind, id, room)
+		room := limit - len(rows)
+		ps, more, err := parkedPage(ctx, eng, k, kind, id, room)
 		if gone(err) {
 			return false, nil
 		}
@@ -790,42 +818,42 @@ func (a *api) parkedAll(ctx context.Context, c *call) (any, error) {
 			return false, err
 		}
 		for _, p := range ps {
-			res.Rows = append(res.Rows, parkedRow{k.Poller, k.Partition, p})
+			rows = append(rows, ParkedRow{k.Poller, k.Partition, p})
 		}
 		if more {
-			res.Next = parkedCursor{k, ps[len(ps)-1].ID}.String()
+			next = ParkedCursor{k, ps[len(ps)-1].ID}.String()
 		}
 		return len(ps) == room, nil
 	}
 	// The first page of keys is read even when the cursor's key fills the page: it checks that
-	// ?poller= exists, and says whether rows may follow.
+	// poller exists, and says whether rows may follow.
 	keysAfter := ""
 	if from != nil {
 		keysAfter = from.Key.String()
 	}
-	keys, next, err := a.o.Engine.KeysPage(ctx, poller, keysAfter, MaxLimit)
+	keys, nextKeys, err := eng.KeysPage(ctx, poller, keysAfter, MaxLimit)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	counts, err := a.o.Engine.Parked().Counts(ctx, keys)
+	counts, err := eng.Parked().Counts(ctx, keys)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	// doneAt ends a full page whose last key k has no rows left: the next page starts after k
 	// when a later key has rows, or may.
-	doneAt := func(k watukuytype.Key, later []int64) answer {
-		if res.Next == "" && (next != "" || slices.ContainsFunc(later, func(n int64) bool { return n > 0 })) {
-			res.Next = parkedCursor{k, ""}.String()
+	doneAt := func(k watukuytype.Key, later []int64) ([]ParkedRow, string, error) {
+		if next == "" && (nextKeys != "" || slices.ContainsFunc(later, func(n int64) bool { return n > 0 })) {
+			next = ParkedCursor{k, ""}.String()
 		}
-		return res
+		return rows, next, nil
 	}
 	if from != nil && from.ID != "" {
 		full, err := take(from.Key, from.ID)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if full {
-			return doneAt(from.Key, counts), nil
+			return doneAt(from.Key, counts)
 		}
 	}
 	for scanned := 0; ; {
@@ -836,24 +864,23 @@ func (a *api) parkedAll(ctx context.Context, c *call) (any, error) {
 			}
 			full, err := take(k, "")
 			if err != nil {
-				return nil, err
+				return nil, "", err
 			}
 			if full {
-				return doneAt(k, counts[i+1:]), nil
+				return doneAt(k, counts[i+1:])
 			}
 		}
-		if next == "" {
-			return res, nil
+		if nextKeys == "" {
+			return rows, next, nil
 		}
 		if scanned >= MaxScan {
-			res.Next = parkedCursor{keys[len(keys)-1], ""}.String()
-			return res, nil
+			return rows, ParkedCursor{keys[len(keys)-1], ""}.String(), nil
 		}
-		if keys, next, err = a.o.Engine.KeysPage(ctx, poller, next, min(MaxLimit, MaxScan-scanned)); err != nil {
-			return nil, err
+		if keys, nextKeys, err = eng.KeysPage(ctx, poller, nextKeys, min(MaxLimit, MaxScan-scanned)); err != nil {
+			return nil, "", err
 		}
-		if counts, err = a.o.Engine.Parked().Counts(ctx, keys); err != nil {
-			return nil, err
+		if counts, err = eng.Parked().Counts(ctx, keys); err != nil {
+			return nil, "", err
 		}
 	}
 }

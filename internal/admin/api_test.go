@@ -42,6 +42,8 @@ type site struct {
 	srv     *httptest.Server
 	healthy atomic.Bool // the orders handler's sink works
 	log     *syncBuffer
+	tokens  *admintoken.Set
+	login   *admin.Login // the API's: the status page's sessions
 }
 
 type syncBuffer struct {
@@ -105,7 +107,8 @@ func newSite(t *testing.T, tokens ...admintoken.Token) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.srv = httptest.NewServer(admin.NewAPI(admin.Options{Engine: eng, Tokens: set, Logger: zerolog.New(s.log), MaxBody: 1024}))
+	s.tokens, s.login = set, admin.NewLogin(admin.LoginOptions{Tokens: set})
+	s.srv = httptest.NewServer(admin.NewAPI(admin.Options{Engine: eng, Tokens: set, Login: s.login, Logger: zerolog.New(s.log), MaxBody: 1024}))
 	t.Cleanup(s.srv.Close)
 	return s
 }
@@ -210,7 +213,11 @@ func TestAuth(t *testing.T) {
 		{"a prefix of a token", func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+opsSecret[:10]) }, 401, "unauthorized"},
 		{"basic auth", func(r *http.Request) { r.SetBasicAuth("ops", opsSecret) }, 401, "unauthorized"},
 		{"read-only token", func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+readSecret) }, 403, "read_only"},
-		{"cookie without the request header", func(r *http.Request) { r.AddCookie(&http.Cookie{Name: admin.CookieName, Value: opsSecret}) }, 403, "csrf"},
+		{"cookie without the request header", func(r *http.Request) { r.AddCookie(&http.Cookie{Name: admin.CookieName, Value: s.session(opsSecret)}) }, 403, "csrf"},
+		{"the secret as the cookie", func(r *http.Request) {
+			r.AddCookie(&http.Cookie{Name: admin.CookieName, Value: opsSecret})
+			r.Header.Set(admin.RequestHeader, "1")
+		}, 401, "unauthorized"},
 		{"wrong cookie", func(r *http.Request) {
 			r.AddCookie(&http.Cookie{Name: admin.CookieName, Value: "nope-nope-nope-nope"})
 			r.Header.Set(admin.RequestHeader, "1")
@@ -241,7 +248,7 @@ func TestAuth(t *testing.T) {
 	}
 	// The cookie with the header acts (the status page's buttons).
 	code, b := s.send("POST", pause, "", func(r *http.Request) {
-		r.AddCookie(&http.Cookie{Name: admin.CookieName, Value: opsSecret})
+		r.AddCookie(&http.Cookie{Name: admin.CookieName, Value: s.session(opsSecret)})
 		r.Header.Set(admin.RequestHeader, "1")
 	})
 	if code != 200 || !s.pausedInRedis("orders", "") {
@@ -772,4 +779,23 @@ func TestParkedScanBound(t *testing.T) {
 	if len(p.Rows) != 2 || p.Rows[0].Poller != "orders" || p.Next == nil || *p.Next != "" {
 		t.Fatalf("second page: %+v", p)
 	}
+}
+
+// An engine that was stopped answers the routes that act 503 engine_stopped and writes
+// nothing; it still reads.
+func TestStoppedEngineAnswers503(t *testing.T) {
+	s := newSite(t)
+	if err := s.eng.Stop(true, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	before := s.dump()
+	if code, b := s.do("GET", "/api/keys/orders/-", opsSecret, ""); code != http.StatusOK {
+		t.Errorf("a read of a stopped engine: %d %s", code, b)
+	}
+	for _, r := range actRoutes {
+		if code, b := s.do(r.method, r.path, opsSecret, r.body); code != http.StatusServiceUnavailable || codeOf(b) != "engine_stopped" {
+			t.Errorf("%s %s on a stopped engine: %d %s", r.method, r.path, code, b)
+		}
+	}
+	sameDump(t, before, s.dump(), "requests to a stopped engine")
 }

@@ -2,14 +2,13 @@ package admin
 
 import (
 	"fmt"
-	"net/http"
 	"strings"
 
 	"github.com/watukuy/watukuy/admintoken"
 )
 
-// CookieName is the cookie the status page's login form sets: it holds the token itself, so
-// it is HttpOnly, SameSite=Strict and Secure when the request came over TLS.
+// CookieName is the cookie the status page's login form sets (Login.Cookie): HttpOnly,
+// SameSite=Strict, Secure over HTTPS.
 const CookieName = "watukuy_admin"
 
 // RequestHeader must accompany every request that acts (any method but GET and HEAD) and is
@@ -41,32 +40,12 @@ const (
 	Cookie
 )
 
-// Authenticate finds the request's token in s: the Authorization header's bearer token, else the
-// login cookie. ok is false when a token was sent but matches none (cred says which was sent),
-// or when none was sent (cred NoCredential).
-func Authenticate(s *admintoken.Set, r *http.Request) (t admintoken.Token, cred Credential, ok bool) {
-	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, secret, _ := strings.Cut(h, " ")
-		if !strings.EqualFold(scheme, "Bearer") {
-			return admintoken.Token{}, Bearer, false
-		}
-		t, ok = s.Lookup(strings.TrimSpace(secret))
-		return t, Bearer, ok
+// bearer is the token of an Authorization header's value: "Bearer <secret>", the scheme in any
+// case, spaces around the secret ignored.
+func bearer(s *admintoken.Set, h string) (admintoken.Token, bool) {
+	scheme, secret, _ := strings.Cut(h, " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return admintoken.Token{}, false
 	}
-	if c, err := r.Cookie(CookieName); err == nil && c.Value != "" {
-		t, ok = s.Lookup(c.Value)
-		return t, Cookie, ok
-	}
-	return admintoken.Token{}, NoCredential, false
-}
-
-// LoginCookie is the cookie that keeps secret for the status page (Secure when r came over
-// TLS); LogoutCookie clears it.
-func LoginCookie(r *http.Request, secret string) *http.Cookie {
-	return &http.Cookie{Name: CookieName, Value: secret, Path: "/", HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode}
-}
-
-// LogoutCookie clears the login cookie.
-func LogoutCookie(r *http.Request) *http.Cookie {
-	return &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode}
+	return s.Lookup(strings.TrimSpace(secret))
 }

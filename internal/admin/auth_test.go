@@ -26,6 +26,7 @@ func TestAuthHeaderTricks(t *testing.T) {
 	s := newSite(t)
 	pause := "/api/keys/orders/-/pause"
 	cookie := func(v string) func(*http.Request) {
+		v = s.session(v)
 		return func(r *http.Request) { r.AddCookie(&http.Cookie{Name: admin.CookieName, Value: v}) }
 	}
 	hdr := func(vs ...string) func(*http.Request) {
@@ -135,7 +136,7 @@ func TestCSRFEveryRoute(t *testing.T) {
 		for _, hv := range []string{"", "absent"} {
 			before := s.dump()
 			code, _, b := s.raw(r.method, r.path, r.body, func(q *http.Request) {
-				q.AddCookie(&http.Cookie{Name: admin.CookieName, Value: opsSecret})
+				q.AddCookie(&http.Cookie{Name: admin.CookieName, Value: s.session(opsSecret)})
 				q.Header.Set("Content-Type", "text/plain") // a cross-site form's
 				if hv == "" {
 					q.Header[admin.RequestHeader] = []string{""}

@@ -105,3 +105,18 @@ func (s *site) addPoller(p watukuytype.Poller, api *fakeapi.API) {
 		s.t.Fatal(err)
 	}
 }
+
+// session is the login cookie's value for the token whose secret is secret: a session of it
+// when a token has it, else secret itself (which no cookie accepts).
+func (s *site) session(secret string) string {
+	s.t.Helper()
+	tok, ok := s.tokens.Lookup(secret)
+	if !ok {
+		return secret
+	}
+	v, err := s.login.NewSession(tok)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return v
+}

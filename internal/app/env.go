@@ -75,7 +75,9 @@ type Env struct {
 	Admin      *admintoken.Set
 	adminExtra []admintoken.Token // AddAdminToken's
 
-	mu     sync.Mutex  // guards Pollers and Config, which a reload replaces (reload.go)
+	procs []*pool.Process // the processes serving the status page: a reload sets their login policy
+
+	mu     sync.Mutex  // guards Pollers, Config and procs, which a reload replaces (reload.go)
 	reload reloadState // what Reload needs: the settings, the lock, the metric
 	traces traces      // the tracer provider's shutdown (tracing.go)
 }
@@ -204,6 +206,7 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 			return err
 		}
 	}
+	env.Metrics.SetPollers(env.Pollers...)
 	return nil
 }
 
@@ -236,6 +239,7 @@ func (env *Env) Register(ps ...watukuytype.Poller) error {
 		}
 		env.mu.Lock()
 		env.Pollers = append(env.Pollers, p)
+		env.Metrics.SetPollers(env.Pollers...)
 		env.mu.Unlock()
 	}
 	return nil

@@ -124,7 +124,11 @@ func (env *Env) reloadLocked(ctx context.Context) error {
 	}
 	env.mu.Lock()
 	env.Config, env.Pollers = cfg, pollers
+	for _, p := range env.procs {
+		p.SetLoginPolicy(cfg.Admin.SecureCookies, cfg.Admin.TrustedProxies)
+	}
 	env.mu.Unlock()
+	env.Metrics.SetPollers(pollers...)
 	_ = env.Admin.Replace(tokens) // checked above
 	added, removed, changed := diffPollers(old, cfg)
 	env.Log.Info().Str("config", cfg.File).Strs("added", added).Strs("removed", removed).Strs("changed", changed).

@@ -21,6 +21,7 @@ import (
 	"github.com/watukuy/watukuy/internal/buildinfo"
 	"github.com/watukuy/watukuy/internal/command"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/health"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -89,17 +90,29 @@ func dev(ctx context.Context, c *command.Flags, out io.Writer, log zerolog.Logge
 		banner = append(banner, line{"demoShop", "demo shop API", fmt.Sprintf("%s/items  %s/list", shop.srv.URL, shop.srv.URL)})
 	}
 	banner = append(banner, line{"redis", "redis", c.S.Redis}, line{"version", "version", buildinfo.Read().String()})
-	if c.S.Listen != "off" {
-		banner = append(banner, line{"metrics", "metrics", fmt.Sprintf("http://%s/metrics  (health: /healthz, /readyz)", c.S.Listen)})
-		if c.S.UI {
-			banner = append(banner, line{"asynqmon", "asynqmon", fmt.Sprintf("http://%s/monitoring/", c.S.Listen)})
-		}
-		auth, err := devAdminToken(env)
-		if err != nil {
+	auth := ""
+	if c.S.Listen != health.Off {
+		// The token is in place before the endpoints serve; it is shown only once they listen.
+		if auth, err = devAdminToken(env); err != nil {
 			return err
 		}
-		banner = append(banner, line{"status", "status page", fmt.Sprintf("http://%s/status", c.S.Listen)},
-			line{"adminAPI", "admin API", fmt.Sprintf("http://%s/api/  (%s)", c.S.Listen, auth)})
+	}
+	// The endpoints listen before the banner says where they are: an address another process
+	// holds fails here, with nothing printed for it (no URL, no token).
+	defer env.FlushTraces() // the last cycles' spans
+	ctx, stop := context.WithCancel(ctx)
+	defer stop() // the endpoints end with the run
+	st, err := app.StartAll(ctx, env, c.S)
+	if err != nil {
+		return err
+	}
+	if st.Addr != "" {
+		banner = append(banner, line{"metrics", "metrics", fmt.Sprintf("http://%s/metrics  (health: /healthz, /readyz)", st.Addr)})
+		if c.S.UI {
+			banner = append(banner, line{"asynqmon", "asynqmon", fmt.Sprintf("http://%s/monitoring/", st.Addr)})
+		}
+		banner = append(banner, line{"status", "status page", fmt.Sprintf("http://%s/status", st.Addr)},
+			line{"adminAPI", "admin API", fmt.Sprintf("http://%s/api/  (%s)", st.Addr, auth)})
 	}
 	if c.JSON {
 		// stdout carries only events: the banner goes to the (JSON) log
@@ -117,7 +130,7 @@ func dev(ctx context.Context, c *command.Flags, out io.Writer, log zerolog.Logge
 			fmt.Fprintf(out, eventLine, "OBSERVED", "POLLER", "PARTITION", "LANE", "TYPE", "IDENTITY", "VER", " FIELDS", "ID")
 		}
 	}
-	return app.RunAll(ctx, env, c.S)
+	return st.Run(ctx)
 }
 
 // devAdminToken says, for the banner, which token dev's admin API takes: with none
@@ -232,7 +245,7 @@ func (d *demoShop) pollers(h watukuytype.Handler) []watukuytype.Poller {
 	isOrder := func(item json.RawMessage) bool { return json.Valid(item) && !isCustomer(item) }
 	return []watukuytype.Poller{
 		{Name: "orders", Fetch: filter(orders.Fetch, isOrder), Version: watukuytype.Field("version"), Handler: h, Schedule: every,
-			CursorPosition: orders.Position, LogRetention: time.Hour, Budget: demoBudget().Name}, // try backfill --wait and replay on it
+			CursorPosition: orders.Position, ItemPosition: orders.ItemPosition, LogRetention: time.Hour, Budget: demoBudget().Name}, // try backfill --wait and replay on it
 		{Name: "customers", Strategy: watukuytype.SnapshotDiff, Fetch: filter(customers.Fetch, isCustomer), Version: watukuytype.Field("version"), Handler: h, Schedule: every,
 			Budget: demoBudget().Name},
 	}

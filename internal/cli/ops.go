@@ -43,7 +43,7 @@ type keyFlags int
 
 const (
 	noKeys     keyFlags = iota // migrate, validate
-	anyKeys                    // inspect: both optional; --partition needs --poller
+	anyKeys                    // inspect, parked ls: both optional; --partition needs --poller
 	pollerKeys                 // --poller required; --partition optional (default: every partition)
 	pollerOnly                 // --poller required; no --partition
 	oneKey                     // --poller and --partition required
@@ -114,7 +114,7 @@ func (o *op) command(s opSpec) *cobra.Command {
 	o.bindJSON(fs)
 	switch s.keys {
 	case anyKeys:
-		fs.StringVar(&o.poller, "poller", "", "poller to inspect (default: every poller)")
+		fs.StringVar(&o.poller, "poller", "", "one poller (default: every poller)")
 		fs.StringVar(&o.partition, "partition", "", `one partition of --poller ("" or - for an unpartitioned poller; default: every partition)`)
 	case pollerKeys:
 		fs.StringVar(&o.poller, "poller", "", "poller to act on (required)")

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/watukuy/watukuy"
+	"github.com/watukuy/watukuy/internal/admin"
 	"github.com/watukuy/watukuy/internal/command"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -48,32 +49,38 @@ func parkedLsCmd() *cobra.Command {
 	var kind, after string
 	var limit int
 	return o.command(opSpec{
-		use:   "ls --poller P [--partition X [--after ID]] [--kind poison|invalid] [--limit N]",
+		use:   "ls [--poller P [--partition X]] [--kind poison|invalid] [--limit N] [--after CURSOR]",
 		short: "List parked rows: a table, then each row's error history, event or item, and held ordering key",
-		long: `ls lists the parked rows of every partition of --poller, oldest first (--limit N shows the
-first N). With --partition it lists one key's rows by id (poison events, then invalid items), a
-page of at most --limit rows (default and most 1000) at a time: when more follow, the last line
-says how to get them (more: watukuy parked ls ... --after ID; with --json it goes to stderr).`,
-		keys: pollerKeys,
+		long: `ls lists the parked rows of every poller, by poller, partition and id, a page of at most
+--limit rows (default and most 1000) at a time, as GET /api/parked pages them: when more follow,
+the last line says how to get them (more: watukuy parked ls ... --after CURSOR; with --json it
+goes to stderr). With --poller it lists the rows of every partition of that poller, oldest
+first (--limit N shows the first N). With --partition too it lists one key's rows by id (poison
+events, then invalid items), a page at a time as above.`,
+		keys: anyKeys,
 		flags: func(fs *pflag.FlagSet) {
 			fs.StringVar(&kind, "kind", "", "only rows of this kind: poison or invalid")
-			fs.IntVar(&limit, "limit", 0, "show at most N rows (0: all; with --partition, a page of 1 to 1000 rows, default 1000)")
-			fs.StringVar(&after, "after", "", "with --partition: the rows after this id, as the more: line of the page before gives it")
+			fs.IntVar(&limit, "limit", 0, "show at most N rows (0: all; without --poller or with --partition, a page of 1 to 1000 rows, default 1000)")
+			fs.StringVar(&after, "after", "", "without --poller or with --partition: the rows after this cursor, as the more: line of the page before gives it")
 		},
 		check: func(cmd *cobra.Command) error {
+			paged := o.partitionGiven || o.poller == ""
 			switch {
 			case kind != "" && kind != "poison" && kind != "invalid":
 				return command.Usagef("--kind %q: want poison or invalid", kind)
 			case limit < 0:
 				return command.Usagef("--limit %d must not be negative", limit)
-			case o.partitionGiven && limit > maxPage:
-				return command.Usagef("--limit %d: a page of one partition's rows holds at most %d", limit, maxPage)
-			case after != "" && !o.partitionGiven:
-				return command.Usagef("--after pages one partition's rows: pass --partition too")
+			case paged && limit > maxPage:
+				return command.Usagef("--limit %d: a page of parked rows holds at most %d", limit, maxPage)
+			case after != "" && !paged:
+				return command.Usagef("--after pages one partition's rows, or every poller's: pass --partition too, or drop --poller")
 			}
 			return nil
 		},
 		run: func(ctx context.Context, eng *watukuy.Engine) error {
+			if o.poller == "" {
+				return o.parkedAcross(ctx, eng, kind, after, limit)
+			}
 			if o.partitionGiven {
 				return o.parkedPage(ctx, eng, kind, after, limit)
 			}
@@ -107,6 +114,32 @@ says how to get them (more: watukuy parked ls ... --after ID; with --json it goe
 	})
 }
 
+// parkedAcross lists one page of every poller's parked rows of kind after the cursor after,
+// as GET /api/parked does (admin.ParkedAcross): at most limit (maxPage when 0), and when more
+// follow the command line of the next page.
+func (o *op) parkedAcross(ctx context.Context, eng *watukuy.Engine, kind, after string, limit int) error {
+	if limit == 0 {
+		limit = maxPage
+	}
+	from, err := admin.ParseParkedCursor(after, "")
+	if err != nil {
+		return command.Usagef("--after %v", err)
+	}
+	found, next, err := admin.ParkedAcross(ctx, eng, "", kind, from, limit)
+	if err != nil {
+		return err
+	}
+	more := ""
+	if next != "" {
+		more = "more: " + moreCommand("parked ls", next, [2]string{"kind", kind}, [2]string{"limit", limitFlag(limit, maxPage)})
+	}
+	rows := make([]parkedRow, len(found))
+	for i, r := range found {
+		rows[i] = parkedRow{r.Poller, r.Partition, r.ParkedInfo}
+	}
+	return o.showPage(rows, more)
+}
+
 // parkedPage lists one page of --partition's parked rows of kind after the id after: at most
 // limit (maxPage when 0), and when more follow the command line of the next page.
 func (o *op) parkedPage(ctx context.Context, eng *watukuy.Engine, kind, after string, limit int) error {
@@ -128,14 +161,7 @@ func (o *op) parkedPage(ctx context.Context, eng *watukuy.Engine, kind, after st
 	for i, p := range ps {
 		rows[i] = parkedRow{o.poller, o.partition, p}
 	}
-	if o.asJSON {
-		if err := writeJSON(o.out, rows); err != nil || more == "" {
-			return err
-		}
-		_, err := fmt.Fprintln(o.errOut, more)
-		return err
-	}
-	return o.printParked(rows, len(rows), more)
+	return o.showPage(rows, more)
 }
 
 // partLabel is a partition as the flags take it: "-" for an unpartitioned poller's key.
@@ -164,20 +190,50 @@ func withParked(ctx context.Context, eng *watukuy.Engine, keys []watukuytype.Key
 	return out, nil
 }
 
-// printParked prints the parked rows as a table, then one detail block per row; all is the
-// number of rows --limit cut them from, more the line that lists the next page ("" none).
-func (o *op) printParked(rows []parkedRow, all int, more string) error {
-	if len(rows) == 0 {
-		where := o.poller
-		if o.partitionGiven {
-			where = keyName(o.poller, o.partition)
+// showPage shows one page of parked rows: JSON (the line of the next page, more, on stderr)
+// or the table and details.
+func (o *op) showPage(rows []parkedRow, more string) error {
+	if o.asJSON {
+		if err := writeJSON(o.out, rows); err != nil || more == "" {
+			return err
 		}
-		_, err := fmt.Fprintf(o.out, "no parked rows in %s\n", where)
+		_, err := fmt.Fprintln(o.errOut, more)
 		return err
 	}
-	t := newTable(o.out, "PARTITION", "ID", "KIND", "ATTEMPTS", "ORDERING-KEY", "IDENTITY", "PARKED-AT", "ERROR")
+	return o.printParked(rows, len(rows), more)
+}
+
+// printParked prints the parked rows as a table, then one detail block per row; all is the
+// number of rows --limit cut them from, more the line that lists the next page ("" none).
+// Without --poller the table has a POLLER column.
+func (o *op) printParked(rows []parkedRow, all int, more string) error {
+	if len(rows) == 0 {
+		where := "any poller"
+		switch {
+		case o.partitionGiven:
+			where = keyName(o.poller, o.partition)
+		case o.poller != "":
+			where = o.poller
+		case more != "":
+			where = "the keys this page looked at"
+		}
+		_, err := fmt.Fprintf(o.out, "no parked rows in %s\n", where)
+		if err == nil && more != "" {
+			_, err = fmt.Fprintf(o.out, "\n%s\n", more)
+		}
+		return err
+	}
+	cols := []string{"PARTITION", "ID", "KIND", "ATTEMPTS", "ORDERING-KEY", "IDENTITY", "PARKED-AT", "ERROR"}
+	if o.poller == "" {
+		cols = append([]string{"POLLER"}, cols...)
+	}
+	t := newTable(o.out, cols...)
 	for _, r := range rows {
-		t.row(r.Partition, r.ID, r.Kind, itoa(r.Attempts), r.OrderingKey, r.Identity, r.ParkedAt.UTC().Format(time.RFC3339), clip(r.Error, 60))
+		cells := []string{r.Partition, r.ID, r.Kind, itoa(r.Attempts), r.OrderingKey, r.Identity, r.ParkedAt.UTC().Format(time.RFC3339), clip(r.Error, 60)}
+		if o.poller == "" {
+			cells = append([]string{r.Poller}, cells...)
+		}
+		t.row(cells...)
 	}
 	if err := t.flush(); err != nil {
 		return err
@@ -192,6 +248,9 @@ func (o *op) printParked(rows []parkedRow, all int, more string) error {
 		for i, e := range errs {
 			fmt.Fprintf(o.out, "    %d. %s\n", i+1, strings.ReplaceAll(e, "\n", "\n       "))
 		}
+		if r.Stack != "" {
+			fmt.Fprintf(o.out, "  stack:\n    %s\n", strings.ReplaceAll(strings.TrimRight(r.Stack, "\n"), "\n", "\n    "))
+		}
 		if r.OrderingKey != "" {
 			fmt.Fprintf(o.out, "  holds ordering key %q: its later events wait until this row is retried or discarded\n", r.OrderingKey)
 		}
@@ -205,7 +264,11 @@ func (o *op) printParked(rows []parkedRow, all int, more string) error {
 	if all > len(rows) {
 		fmt.Fprintf(o.out, "\nshowing %d of %d parked rows (--limit)\n", len(rows), all)
 	}
-	_, err := fmt.Fprintf(o.out, "\nretry: watukuy parked retry --poller %s --ids ID[,ID...]   discard: watukuy parked discard --poller %[1]s --ids ID[,ID...]   (every row: --all [--kind poison|invalid])\n", o.poller)
+	poller := o.poller
+	if poller == "" {
+		poller = "P"
+	}
+	_, err := fmt.Fprintf(o.out, "\nretry: watukuy parked retry --poller %s --ids ID[,ID...]   discard: watukuy parked discard --poller %[1]s --ids ID[,ID...]   (every row: --all [--kind poison|invalid])\n", poller)
 	if err == nil && more != "" {
 		_, err = fmt.Fprintf(o.out, "\n%s\n", more)
 	}

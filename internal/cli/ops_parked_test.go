@@ -86,6 +86,29 @@ func TestParked(t *testing.T) {
 	w.fails(command.ExitUsage, `--kind "sick"`, "parked", "ls", "--poller", "orders", "--kind", "sick")
 }
 
+// A row parked by a handler's panic shows the panic's stack: under the row's errors, and as
+// stack in --json.
+func TestParkedShowsThePanicStack(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.api.PutMany(1, "o", nil)
+	w.register(w.poller("orders", func(p *watukuytype.Poller) {
+		p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1
+		p.Handler = func(ctx context.Context, ev watukuytype.Event) error { panic("nil map in the sink") }
+	}))
+	w.tick()
+	out := w.ok("parked", "ls", "--poller", "orders")
+	for _, want := range []string{"  errors:\n    1. handler panic: nil map in the sink\n", "  stack:\n    goroutine ", "TestParkedShowsThePanicStack"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("parked ls does not show %q:\n%s", want, out)
+		}
+	}
+	rows := jsonOf[[]parkedRow](t, w.ok("parked", "ls", "--poller", "orders", "--json"))
+	if len(rows) != 1 || !strings.Contains(rows[0].Stack, "TestParkedShowsThePanicStack") {
+		t.Fatalf("parked ls --json: %+v", rows)
+	}
+}
+
 // parked retry|discard --all [--kind] take every parked row of the poller (of one kind)
 // without a list of ids; --kind needs --all, and --all excludes --ids.
 func TestParkedAll(t *testing.T) {
@@ -210,4 +233,74 @@ func TestParkedPages(t *testing.T) {
 	}
 	w.fails(command.ExitUsage, "--after pages one partition's rows", "parked", "ls", "--poller", "tenants", "--after", b[0])
 	w.fails(command.ExitUsage, "at most 1000", "parked", "ls", "--poller", "tenants", "--partition", "a", "--limit", "1001")
+}
+
+// parked ls without --poller lists every poller's parked rows, by poller, partition and id,
+// a page at a time as GET /api/parked does: following the more: lines reaches every row once,
+// in that order. --poller stays a filter; --partition needs it.
+func TestParkedAcrossPollers(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.api.PutMany(3, "o", nil)
+	sick := func(p *watukuytype.Poller) {
+		p.Delivery.Attempts, p.Delivery.RetryHorizon = 1, -1 // poison after one try
+		p.Handler = func(context.Context, watukuytype.Event) error { return errors.New("sink down") }
+	}
+	w.register(w.poller("tenants", sick, func(p *watukuytype.Poller) { p.Partitions = []string{"a", "b"} }), w.poller("orders", sick),
+		w.poller("healthy"))
+	w.tick()
+	var want []string // every row, by poller, partition and id
+	for _, k := range []watukuytype.Key{{Poller: "orders"}, {Poller: "tenants", Partition: "a"}, {Poller: "tenants", Partition: "b"}} {
+		rows, err := w.eng.Parked().List(t.Context(), k, "")
+		if err != nil || len(rows) != 3 {
+			t.Fatalf("parked rows of %v: %v %v", k, rows, err)
+		}
+		for _, r := range rows {
+			want = append(want, k.Poller+"|"+k.Partition+"|"+r.ID)
+		}
+	}
+
+	out := w.ok("parked", "ls")
+	rows := parseTable(t, out, "POLLER")
+	if len(rows) != len(want) || moreRE.MatchString(out) || !strings.Contains(out, "parked retry --poller P --ids") {
+		t.Fatalf("parked ls, every poller's %d rows in one page:\n%s", len(want), out)
+	}
+	var seen []string
+	args := []string{"parked", "ls", "--limit", "2"}
+	for page := 0; ; page++ {
+		if page > len(want) {
+			t.Fatalf("no end after %v", seen)
+		}
+		out := w.ok(args...)
+		for _, r := range parseTable(t, out, "POLLER") {
+			seen = append(seen, r["POLLER"]+"|"+strings.TrimPrefix(r["PARTITION"], "-")+"|"+r["ID"])
+		}
+		m := moreRE.FindStringSubmatch(out)
+		if m == nil {
+			break
+		}
+		if page == 0 && !strings.HasPrefix(m[0], "more: watukuy parked ls --limit 2 --after ") {
+			t.Fatalf("more line %q", m[0])
+		}
+		args = moreArgs(m[1])
+	}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Fatalf("pages of every poller's rows:\n%v\nwant\n%v", seen, want)
+	}
+
+	// --json: the page's array; the more: line on stderr.
+	jsonOut, errb, code := w.cli("parked", "ls", "--limit", "4", "--json")
+	page := jsonOf[[]parkedRow](t, jsonOut)
+	if code != command.ExitOK || len(page) != 4 || page[0].Poller != "orders" || page[3].Poller != "tenants" || !strings.HasPrefix(errb, "more: watukuy parked ls --limit 4 --after ") {
+		t.Fatalf("--json page: exit %d, %+v, stderr %q", code, page, errb)
+	}
+	if rows := jsonOf[[]parkedRow](t, w.ok("parked", "ls", "--poller", "orders", "--json")); len(rows) != 3 || rows[0].Poller != "orders" {
+		t.Fatalf("--poller orders: %+v", rows)
+	}
+	if out := w.ok("parked", "ls", "--kind", "invalid"); !strings.Contains(out, "no parked rows in any poller") {
+		t.Fatalf("--kind invalid:\n%s", out)
+	}
+	w.fails(command.ExitUsage, "--partition needs --poller", "parked", "ls", "--partition", "a")
+	w.fails(command.ExitUsage, "is not a cursor of this listing", "parked", "ls", "--after", "nope")
+	w.fails(command.ExitUsage, "at most 1000", "parked", "ls", "--limit", "1001")
 }

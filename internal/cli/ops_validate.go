@@ -80,6 +80,10 @@ type probeReport struct {
 	Error    string                        `json:"error,omitempty"`
 	Problem  string                        `json:"problem,omitempty"`
 	Hint     string                        `json:"hint,omitempty"`
+	// Budget names the budget whose tokens the probe's requests took, or, with Untaken, the
+	// one they did not (no Redis to take them from).
+	Budget  string `json:"budget,omitempty"`
+	Untaken bool   `json:"untaken,omitempty"`
 }
 
 // failed reports whether the probe failed.
@@ -161,7 +165,9 @@ then lists the pollers. With --probe it fetches the first page of each poller's 
 and prints every item's identity, version and fingerprint, or why it would be parked as invalid,
 with the next cursor; when more pages follow it asks for the next one too, to see whether the
 cursor stalls there (a full page of items that share one change time). It writes nothing and
-needs no Redis. It exits 1 when the config is invalid, a probe request fails, the cursor
+needs no Redis; with a Redis URL (--redis, WATUKUY_REDIS_URL) a poller's probe requests take
+their tokens from its shared budget, as the workers' requests do (without one they take none,
+and the probe says so). It exits 1 when the config is invalid, a probe request fails, the cursor
 stalls, or every item of a page would be parked as invalid (a wrong identity path); some
 invalid items are reported, not fatal.`,
 		Args: cobra.NoArgs,
@@ -197,14 +203,25 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool, probe
 	}
 	var probes []probeReport
 	failed, invalid, items := 0, 0, 0
+	// With a Redis URL the probe's requests take their tokens from the budgets the workers
+	// share; without one they take none, and the report says so.
+	probeOne, probeListing := watukuy.Probe, watukuy.ProbeListing
+	if probe && o.S.Redis != "" {
+		env, err := app.Open(ctx, o.S, log)
+		if err != nil {
+			return fmt.Errorf("connect to take the probe's budget tokens: %w", err)
+		}
+		defer env.RDB.Close()
+		probeOne, probeListing = env.Engine.Probe, env.Engine.ProbeListing
+	}
 	if probe {
 		for i, p := range pollers {
 			part := ""
 			if len(p.Partitions) > 0 {
 				part = p.Partitions[0]
 			}
-			pr := probeReport{Poller: p.Name, Partition: part}
-			res, err := watukuy.Probe(ctx, p, part)
+			pr := probeReport{Poller: p.Name, Partition: part, Budget: p.Budget, Untaken: p.Budget != "" && o.S.Redis == ""}
+			res, err := probeOne(ctx, p, part)
 			if err != nil {
 				pr.Error, pr.Hint = err.Error(), requestHint(err)
 			} else {
@@ -213,7 +230,7 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool, probe
 				invalid += res.Invalid
 				items += len(res.Items)
 				if pr.Problem == "" && probePages > 0 {
-					if pr.Listings, err = watukuy.ProbeListing(ctx, p, part, probePages); err != nil {
+					if pr.Listings, err = probeListing(ctx, p, part, probePages); err != nil {
 						pr.Error, pr.Hint = err.Error(), requestHint(err)
 					}
 				}
@@ -279,6 +296,12 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool, probe
 		}
 		for _, l := range pr.Listings {
 			fmt.Fprintf(o.out, "%s listing: %s\n", l.Lane, listingEstimateText(l))
+		}
+		switch {
+		case pr.Untaken:
+			fmt.Fprintf(o.out, "note: its requests took no token of budget %q (no Redis URL): pass --redis or set WATUKUY_REDIS_URL to take them from the workers' shared budget\n", pr.Budget)
+		case pr.Budget != "":
+			fmt.Fprintf(o.out, "its requests took their tokens from budget %q, shared with the workers\n", pr.Budget)
 		}
 		if pr.Problem != "" {
 			fmt.Fprintf(o.out, "FAILED: %s\n  hint: %s\n", pr.Problem, pr.Hint)

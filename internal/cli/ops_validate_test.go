@@ -5,11 +5,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/watukuy/watukuy/internal/command"
 	"github.com/watukuy/watukuy/internal/fakeapi"
+	"github.com/watukuy/watukuy/internal/redistest"
 )
 
 // validate checks a config without Redis; --probe fetches each poller's first page.
@@ -197,5 +199,40 @@ func TestValidateProbeEstimatesAListing(t *testing.T) {
 	}
 	if l := v.Probes[0].Listings[0]; l.Complete || l.Pages != 20 || l.Items != 60 || l.Cycles != 1 || l.PagesPerCycle != 100 {
 		t.Fatalf("a listing read in part: %+v", l)
+	}
+}
+
+// validate --probe takes its requests' tokens from the poller's shared budget when it has a
+// Redis URL (the bucket the workers draw from moves); without one it takes none and says so.
+func TestValidateProbeTakesBudgetTokens(t *testing.T) {
+	t.Parallel()
+	api := fakeapi.New()
+	api.Put("x1", map[string]any{"sku": "S-1"})
+	srv := fakeapi.NewServer(api, fakeapi.ServerOptions{})
+	defer srv.Close()
+	cfg := writeConfig(t, fmt.Sprintf(`budgets:
+  - {name: shop, rate: 1/h, burst: 4}
+pollers:
+  - name: orders
+    request: {url: %s/list}
+    items: data
+    identity: sku
+    cursor: {strategy: snapshotDiff, param: page, sizeParam: per_page, size: 3, hasMore: has_more}
+    budget: shop
+    delivery: {stdout: {}}
+`, srv.URL))
+	out, _, err := run(t, "validate", "--config", cfg, "--probe")
+	if err != nil || !strings.Contains(out, `took no token of budget "shop"`) {
+		t.Fatalf("a probe without Redis: %v\n%s", err, out)
+	}
+	b := redistest.Miniredis(t)
+	out, _, err = run(t, "validate", "--config", cfg, "--probe", "--redis", b.URL, "--json")
+	v := jsonOf[struct{ Probes []probeReport }](t, out)
+	if err != nil || len(v.Probes) != 1 || v.Probes[0].Untaken || v.Probes[0].Budget != "shop" {
+		t.Fatalf("a probe with Redis: %v\n%s", err, out)
+	}
+	keys := b.Mini.Keys()
+	if !slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(k, "shop") }) {
+		t.Fatalf("no bucket of budget shop in Redis after the probe took its tokens: %v", keys)
 	}
 }

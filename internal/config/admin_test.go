@@ -25,7 +25,7 @@ func TestAdminTokens(t *testing.T) {
 	}
 
 	for _, c := range []struct{ name, block, want string }{
-		{"short", "admin:\n  tokens:\n    - {token: short}\n", `w.yaml:3:15: admin.tokens[0].token: the secret has 5 characters, want at least 16`},
+		{"short", "admin:\n  tokens:\n    - {token: short}\n", `w.yaml:3:15: admin.tokens[0].token: the secret is too short: want at least 16 characters`},
 		{"unset variable", "admin:\n  tokens:\n    - {token: \"${NOPE}\"}\n", `admin.tokens[0].token: environment variable "NOPE" is not set`},
 		{"no token", "admin:\n  tokens:\n    - {id: ops}\n", `w.yaml:3:7: admin.tokens[0].token: required`},
 		{"duplicate id", "admin:\n  tokens:\n    - {id: a, token: aaaaaaaaaaaaaaaaaaaa}\n    - {id: a, token: bbbbbbbbbbbbbbbbbbbb}\n", `w.yaml:4:7: admin.tokens[1].id: duplicate token id "a" (first at line 3`},

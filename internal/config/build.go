@@ -43,7 +43,8 @@ func Build(cfg *Config, rdb redis.UniversalClient, out io.Writer, log zerolog.Lo
 				continue
 			}
 			if err := f.build(b); err != nil {
-				errs = append(errs, &Error{File: cfg.File, Line: b.pc.Line, Field: join(index("pollers", i), f.path), Msg: err.Error(), Err: err})
+				fp := join(index("pollers", i), f.path)
+				errs = append(errs, &Error{File: cfg.File, Line: b.pc.Line, Field: fp, Msg: cfg.red.redact(fp, err.Error()), Err: err})
 			}
 		}
 		if len(errs) == built { // the engine's own checks, on a poller that built
@@ -51,7 +52,7 @@ func Build(cfg *Config, rdb redis.UniversalClient, out io.Writer, log zerolog.Lo
 				if le, ok := cfg.Locate(err).(*Error); ok {
 					errs = append(errs, le)
 				} else {
-					errs = append(errs, &Error{File: cfg.File, Line: b.pc.Line, Field: index("pollers", i), Msg: err.Error(), Err: err})
+					errs = append(errs, &Error{File: cfg.File, Line: b.pc.Line, Field: index("pollers", i), Msg: cfg.red.redact(index("pollers", i), err.Error()), Err: err})
 				}
 			}
 		}
@@ -136,7 +137,7 @@ func buildCursor(b *builder) error {
 	case StrategyTimestamp:
 		ts := &httppoll.TimestampCursor{Source: src, Field: c.Field, Formats: c.Formats, Param: c.Param, LimitParam: c.LimitParam,
 			Limit: c.Limit, HasMore: c.HasMore, TieBreaker: c.TieBreaker, Identity: b.pc.Identity}
-		b.p.Fetch, b.p.CursorPosition = ts.Fetch, ts.Position
+		b.p.Fetch, b.p.CursorPosition, b.p.ItemPosition = ts.Fetch, ts.Position, ts.ItemPosition
 		b.p.CursorFormats = c.Formats
 		if len(b.p.CursorFormats) == 0 {
 			b.p.CursorFormats = []string{httppoll.RFC3339, httppoll.Epoch} // httppoll.ParseTime's default

@@ -50,6 +50,12 @@ func checkFormat(d *decoder, _ *pollerState, s string, at pos, fp string) {
 	if slices.Contains(namedFormats, s) {
 		return
 	}
+	if vars := d.fromVars(fp); vars != "" { // no suggestion: it would tell what the value is like
+		if ref := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC); ref.Format(s) == s {
+			d.errAt(at, fp, "unknown format: %s is none of %s, nor a Go layout (the value is not shown)", vars, orList(namedFormats))
+		}
+		return
+	}
 	msg := fmt.Sprintf("unknown format %q (want %s, or a Go layout such as %q)", s, orList(namedFormats), time.RFC3339)
 	if sug := suggest(s, namedFormats); sug != "" {
 		d.errAt(at, fp, "%s; did you mean %q?", msg, sug)
@@ -190,7 +196,15 @@ func checkCursor(d *decoder, ps *pollerState, b blockRead) {
 			d.errAt(b.at, join(b.field, k.name()), "required for the %s strategy", c.Strategy)
 		}
 	}
+	if at, ok := b.present["offset"]; ok && c.Offset && c.Param == "" && slices.Contains(listings, c.Strategy) {
+		d.errAt(at, join(b.field, "param"), "%s", offsetParamMsg)
+	}
 }
+
+// offsetParamMsg says why a listing paged by item offset needs its param: without it the
+// offset would go out as ?page=, the page number's default parameter.
+const offsetParamMsg = "required when offset is true: name the query parameter of the item offset (e.g. offset); " +
+	"without it the offset would be sent as ?page=, a page number"
 
 func checkSchedule(d *decoder, ps *pollerState, b blockRead) {
 	if s := ps.p.Schedule; s.Min > 0 && s.Max > 0 {
@@ -222,11 +236,15 @@ func checkDelivery(d *decoder, ps *pollerState, b blockRead) {
 }
 
 // checkEntry fills the identity default and checks what spans blocks: keys only complete
-// listings use, ${partition} without partitions.
-func checkEntry(d *decoder, ps *pollerState, _ blockRead) {
+// listings use, ${partition} without partitions, a reconcile paged by offset without its
+// param (found at the reconcile key: the reconcile block has no check of its own).
+func checkEntry(d *decoder, ps *pollerState, b blockRead) {
 	p := ps.p
 	if p.Identity == "" {
 		p.Identity = "id"
+	}
+	if r := p.Reconcile; r != nil && r.Offset && r.Param == "" {
+		d.errAt(b.present["reconcile"], join(b.field, "reconcile.param"), "%s", offsetParamMsg)
 	}
 	// An unknown strategy is reported by the cursor decoder.
 	if p.Cursor.Strategy != "" && p.Cursor.Strategy != StrategySnapshotDiff && p.Reconcile == nil {
@@ -291,7 +309,11 @@ func (d *decoder) secret(n ast.Node, field string) (string, bool) {
 	}
 	s = strings.TrimSpace(s)
 	if err := webhook.CheckSecret(s); err != nil {
-		d.errAt(posOf(r), field, "a webhook secret: %v (value not shown); %s", err, secretHint)
+		what := "a webhook secret"
+		if vars := d.fromVars(field); vars != "" {
+			what += " from " + vars
+		}
+		d.errAt(posOf(r), field, "%s: %v (value not shown); %s", what, err, secretHint)
 		return "", false
 	}
 	return s, true

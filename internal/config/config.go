@@ -41,6 +41,8 @@ type Config struct {
 	// Unset are the delivery and admin fields whose environment variables are not set, read
 	// by LoadOperator (which leaves them out instead of failing); Load fails on them.
 	Unset []*Error
+	// red keeps the values of the file's ${VAR}s out of Build's and Locate's messages.
+	red *redactor
 }
 
 // unsetOf names the unset delivery fields of poller i.
@@ -233,6 +235,7 @@ type Delivery struct {
 	Stream       *Stream
 	Stdout       *Stdout
 	Concurrency  int
+	Batch        int
 	OrderingKey  string
 	Attempts     int
 	Retry        Backoff       // zero values are the defaults
@@ -308,7 +311,7 @@ func parseWith(d *decoder, data []byte, getenv func(string) string) (*Config, er
 			return v, v != ""
 		}
 	}
-	d.lookup, d.anchors = lookup, map[string]ast.Node{}
+	d.lookup, d.anchors, d.red = lookup, map[string]ast.Node{}, &redactor{}
 	f, err := parser.ParseBytes(data, 0)
 	if err != nil {
 		e := &Error{File: file, Msg: err.Error(), Err: err}
@@ -337,7 +340,7 @@ func parseWith(d *decoder, data []byte, getenv func(string) string) (*Config, er
 	if err := joinErrors(d.errs); err != nil {
 		return nil, err
 	}
-	cfg.Unset = d.unset
+	cfg.Unset, cfg.red = d.unset, d.red
 	return cfg, nil
 }
 

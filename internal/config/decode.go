@@ -25,11 +25,29 @@ type decoder struct {
 	// an error (the operator commands read neither).
 	deferSecrets bool
 	unset        []*Error
+	// red keeps what ${VAR}s expanded to, which no message may quote.
+	red *redactor
 }
 
+// errAt reports an error at p in field. The message never quotes the value of a ${VAR}: a
+// secret put in the wrong field would otherwise be printed (and logged by a failed reload).
 func (d *decoder) errAt(p pos, field, format string, a ...any) {
-	d.errs = append(d.errs, &Error{File: d.file, Line: p.line, Column: p.col, Field: field, Msg: fmt.Sprintf(format, a...)})
+	d.errs = append(d.errs, &Error{File: d.file, Line: p.line, Column: p.col, Field: field, Msg: d.red.redact(field, fmt.Sprintf(format, a...))})
 }
+
+// notA reports a string that held a ${...} reference but is not want once expanded: it names
+// the variables, never their values.
+func (d *decoder) notA(p pos, field, want, expanded string) {
+	if vars := d.fromVars(field); vars != "" {
+		d.errAt(p, field, "want %s, but the value from %s is not (the value is not shown)", want, vars)
+		return
+	}
+	d.errAt(p, field, "want %s, got %q", want, expanded) // only ${partition}: nothing from the environment
+}
+
+// fromVars is the ${VAR}s expanded into field, as an "${A}" or "${A} or ${B}" to name in a
+// message instead of the value; "" when the field's value came from the file alone.
+func (d *decoder) fromVars(field string) string { return orList(d.red.vars(field)) }
 
 func join(field, key string) string {
 	if field == "" {
@@ -269,7 +287,13 @@ func (d *decoder) list(n ast.Node, field string, f func(i int, v ast.Node, fp st
 
 // expand applies ${VAR} expansion to a string value and reports problems at p.
 func (d *decoder) expand(s string, p pos, field string) (string, bool) {
-	out, missing, err := expandEnv(s, d.lookup)
+	out, missing, err := expandEnv(s, func(name string) (string, bool) {
+		v, ok := d.lookup(name)
+		if ok {
+			d.red.note(field, name, v)
+		}
+		return v, ok
+	})
 	if err != nil {
 		d.errAt(p, field, "%v", err)
 		return "", false
@@ -344,7 +368,7 @@ func (d *decoder) int64(n ast.Node, field string) (int64, bool) {
 			}
 			i, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 			if err != nil {
-				d.errAt(posOf(n), field, "want an integer, got %q after expanding %s", s, v.Value)
+				d.notA(posOf(n), field, "an integer", s)
 				return 0, false
 			}
 			return i, true
@@ -384,7 +408,7 @@ func (d *decoder) float(n ast.Node, field string) (float64, bool) {
 			}
 			f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-				d.errAt(posOf(n), field, "want a number, got %q after expanding %s", s, v.Value)
+				d.notA(posOf(n), field, "a number", s)
 				return 0, false
 			}
 			return f, true
@@ -414,7 +438,7 @@ func (d *decoder) bool(n ast.Node, field string) (bool, bool) {
 			case "false":
 				return false, true
 			}
-			d.errAt(posOf(n), field, "want true or false, got %q after expanding %s", s, v.Value)
+			d.notA(posOf(n), field, "true or false", s)
 			return false, false
 		}
 	}
@@ -442,11 +466,19 @@ func (d *decoder) duration(n ast.Node, field string) (time.Duration, bool) {
 	}
 	dur, err := ParseDuration(text)
 	if err != nil {
-		d.errAt(posOf(r), field, "%v", err)
+		if vars := d.fromVars(field); vars != "" {
+			d.errAt(posOf(r), field, "want a duration like 10s, 5m or 7d, but the value from %s is not (the value is not shown)", vars)
+		} else {
+			d.errAt(posOf(r), field, "%v", err)
+		}
 		return 0, false
 	}
 	if dur <= 0 {
-		d.errAt(posOf(r), field, "duration %q must be positive", text)
+		if vars := d.fromVars(field); vars != "" {
+			d.errAt(posOf(r), field, "the duration from %s must be positive (the value is not shown)", vars)
+		} else {
+			d.errAt(posOf(r), field, "duration %q must be positive", text)
+		}
 		return 0, false
 	}
 	return dur, true
@@ -488,6 +520,10 @@ func (d *decoder) enum(n ast.Node, field, what string, allowed []string) (string
 	}
 	if slices.Contains(allowed, s) {
 		return s, true
+	}
+	if vars := d.fromVars(field); vars != "" { // no suggestion either: it would tell what the value is like
+		d.errAt(posOf(n), field, "unknown %s: %s is none of %s (the value is not shown)", what, vars, orList(allowed))
+		return "", false
 	}
 	msg := fmt.Sprintf("unknown %s %q (want %s)", what, s, orList(allowed))
 	if sug := suggest(s, allowed); sug != "" {

@@ -46,7 +46,7 @@ func TestAllErrorsInOneRun(t *testing.T) {
 	want := []string{
 		path + `:3:13: pollers[0].schema: open ` + filepath.Join(dir, "missing.json") + `: no such file or directory`,
 		path + `:6:7: pollers[0].request.tiemout: unknown key "tiemout" (did you mean "timeout"?)`,
-		path + `:10:40: pollers[0].delivery.webhook.secret: a webhook secret: key is 9 bytes, want at least 24`,
+		path + `:10:40: pollers[0].delivery.webhook.secret: a webhook secret: key is too short: want at least 24 bytes`,
 	}
 	lines := strings.Split(err.Error(), "\n")
 	if len(lines) != len(want) {

@@ -135,7 +135,7 @@ var schema = []*field{
 		ptr: func(p *Poller) any { return &p.Cursor.Strategy }},
 	{path: "cursor.field", kind: kindString, strategies: timestampOnly, requiredFor: timestampOnly,
 		doc: "gjson path of the item's change time", ptr: func(p *Poller) any { return &p.Cursor.Field }},
-	{path: "cursor.param", kind: kindString, requiredFor: incremental, def: "page (page, snapshotDiff)",
+	{path: "cursor.param", kind: kindString, requiredFor: incremental, def: "page (page, snapshotDiff; with offset: none, required)",
 		doc: "query parameter that carries the cursor (page: the page number or offset)", ptr: func(p *Poller) any { return &p.Cursor.Param }},
 	{path: "cursor.hasMore", kind: kindString, doc: "gjson path of the response's has-more flag",
 		ptr: func(p *Poller) any { return &p.Cursor.HasMore }},
@@ -192,7 +192,7 @@ var schema = []*field{
 		ptr: func(p *Poller) any { return &p.Reconcile.Strategy }},
 	{path: "reconcile.url", kind: kindString, partition: true, check: checkOptionalHTTPURL, allowed: "http(s) URL", def: "request.url",
 		doc: "another listing endpoint", ptr: func(p *Poller) any { return &p.Reconcile.URL }},
-	{path: "reconcile.param", kind: kindString, def: "page (offset: none)", doc: "query parameter of the page number or offset",
+	{path: "reconcile.param", kind: kindString, def: "page (with offset: none, required)", doc: "query parameter of the page number or offset",
 		ptr: func(p *Poller) any { return &p.Reconcile.Param }},
 	{path: "reconcile.sizeParam", kind: kindString, doc: "query parameter that carries `size`",
 		ptr: func(p *Poller) any { return &p.Reconcile.SizeParam }},
@@ -287,6 +287,10 @@ var schema = []*field{
 	{path: "delivery.concurrency", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultConcurrency), sets: "Delivery.Concurrency",
 		doc: "ordering keys delivered at once", ptr: func(p *Poller) any { return &p.Delivery.Concurrency },
 		build: func(b *builder) error { b.p.Delivery.Concurrency = b.pc.Delivery.Concurrency; return nil }},
+	{path: "delivery.batch", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultBatch), sets: "Delivery.Batch",
+		doc:   "outbox events one read takes, delivered and acked together: larger costs fewer round trips per event, smaller acks sooner (fewer events delivered again after a worker dies mid-batch)",
+		ptr:   func(p *Poller) any { return &p.Delivery.Batch },
+		build: func(b *builder) error { b.p.Delivery.Batch = b.pc.Delivery.Batch; return nil }},
 	{path: "delivery.orderingKey", kind: kindString, def: "identity", sets: "Delivery.OrderingKey",
 		doc: "`identity` or a gjson path of the item: events with the same key are delivered in order", ptr: func(p *Poller) any { return &p.Delivery.OrderingKey },
 		build: buildOrderingKey},
@@ -366,7 +370,8 @@ func (c *Config) Locate(err error) error {
 	if i < 0 {
 		return err
 	}
-	return &Error{File: c.File, Line: c.Pollers[i].Line, Field: join(index("pollers", i), keyOf(ce.Field)), Msg: ce.Msg, Err: err}
+	field := join(index("pollers", i), keyOf(ce.Field))
+	return &Error{File: c.File, Line: c.Pollers[i].Line, Field: field, Msg: c.red.redact(field, ce.Msg), Err: err}
 }
 
 // keyOf is the file's key for an engine field: the key of that path, or the key that sets

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"slices"
 
 	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -46,7 +48,7 @@ func (e *Engine) Backfill(ctx context.Context, key watukuytype.Key, req watukuyt
 	if err != nil {
 		return bp, keyErr("watukuy: backfill", key, err)
 	}
-	return bp, e.store.Trigger(ctx, key)
+	return bp, e.dueNow(ctx, key, "backfill")
 }
 
 // checkBackfill refuses, before anything is written, a range the poller's CursorPosition
@@ -90,6 +92,9 @@ func (c *cycle) backfillLane(bp *watukuytype.BackfillProgress, live laneResult, 
 	}
 	pos := c.p.CursorPosition
 	ln := lane{name: watukuytype.LaneBackfill, fetch: c.p.Fetch, cursor: bp.Cursor, maxPages: budget, yield: true}
+	if pos != nil && c.p.ItemPosition != nil {
+		ln.trim = func(page *watukuytype.Page) { c.trimBackfillPage(bp, page) }
+	}
 	ln.save = func(page watukuytype.Page, events int) (map[string]string, bool) {
 		now := c.now()
 		bp.Cursor = page.Next
@@ -104,6 +109,9 @@ func (c *cycle) backfillLane(bp *watukuytype.BackfillProgress, live laneResult, 
 			start, ok3 := pos(bp.From)
 			if bp.From == "" {
 				start, ok3 = 0, true
+				if bp.Origin != nil {
+					start = *bp.Origin
+				}
 			}
 			if ok1 && ok2 {
 				reached = reached || at >= end
@@ -127,6 +135,57 @@ func (c *cycle) backfillLane(bp *watukuytype.BackfillProgress, live laneResult, 
 	}
 	c.backfilling = bp
 	return ln, true
+}
+
+// maxTie bounds BackfillProgress.Tie: a longer tie at a page's end may be emitted twice (the
+// same ids), never lost.
+const maxTie = 100
+
+// trimBackfillPage cuts a backfill's page to what the backfill emits (Poller.ItemPosition):
+// items past its target are the live lane's, and the page then ends at the target (its
+// cursor, and the backfill is done); items the page lists again at the position it resumed
+// from, which the last page emitted (Tie), are not emitted twice. Items without a position
+// stay. It records the page's own tie, and the origin of a backfill from the very beginning.
+func (c *cycle) trimBackfillPage(bp *watukuytype.BackfillProgress, page *watukuytype.Page) {
+	end, bounded := c.p.CursorPosition(bp.To)
+	bounded = bounded && bp.To != ""
+	from, resumed := c.p.CursorPosition(bp.Cursor)
+	resumed = resumed && bp.Cursor != "" && len(bp.Tie) > 0
+	kept := make([]json.RawMessage, 0, len(page.Items))
+	at := make([]float64, 0, len(page.Items))
+	cut := false
+	for _, it := range page.Items {
+		p, ok := c.p.ItemPosition(it)
+		switch {
+		case !ok:
+			p = math.NaN()
+		case bounded && p > end:
+			cut = true
+			continue
+		case resumed && p == from:
+			if id, err := c.p.Identity(it); err == nil && slices.Contains(bp.Tie, id) {
+				continue
+			}
+		}
+		if bp.From == "" && bp.Origin == nil && !math.IsNaN(p) {
+			bp.Origin = &p
+		}
+		kept, at = append(kept, it), append(at, p)
+	}
+	page.Items = kept
+	if cut {
+		page.Next, page.HasMore = bp.To, false
+	}
+	bp.Tie = nil
+	if last, ok := c.p.CursorPosition(page.Next); ok {
+		for i, it := range kept {
+			if at[i] == last && len(bp.Tie) < maxTie {
+				if id, err := c.p.Identity(it); err == nil {
+					bp.Tie = append(bp.Tie, id)
+				}
+			}
+		}
+	}
 }
 
 // active reports whether a backfill is waiting to run.

@@ -2,7 +2,9 @@ package core_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -180,5 +182,125 @@ func TestBackfillChecksRange(t *testing.T) {
 		if _, err := eng.Backfill(ctx, key, req); err != nil {
 			t.Fatalf("backfill %+v: %v", req, err)
 		}
+	}
+}
+
+// itemAt places a test item by its identity's number (i03 at 3): the feed's offsets.
+func itemAt(raw json.RawMessage) (float64, bool) {
+	var m map[string]string
+	if json.Unmarshal(raw, &m) != nil || !strings.HasPrefix(m["id"], "i") {
+		return 0, false
+	}
+	n, err := strconv.ParseFloat(m["id"][1:], 64)
+	return n, err == nil
+}
+
+// cursorAt places a numeric cursor.
+func cursorAt(c string) (float64, bool) {
+	n, err := strconv.ParseFloat(c, 64)
+	return n, err == nil
+}
+
+// A backfill whose target falls inside a page emits nothing past it: the page is cut at
+// the target, where its cursor ends, and the items beyond are left to the live lane.
+func TestBackfillStopsAtATargetInsideAPage(t *testing.T) {
+	w := newWorld(t)
+	f := newFeed(2)
+	f.putN(6)
+	eng := w.engine(w.poller(f.fetch, func(p *watukuytype.Poller) {
+		p.CursorPosition, p.ItemPosition = cursorAt, itemAt
+	}))
+	w.run(eng)
+	w.rec.take()
+	to := "3"
+	if _, err := eng.Backfill(context.Background(), key, watukuytype.BackfillRequest{To: &to, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	w.run(eng)
+	ki := w.inspect(eng)
+	if b := ki.Backfill; b == nil || !b.Done || b.Cursor != "3" || b.Fraction == nil || *b.Fraction != 1 {
+		t.Fatalf("progress %+v: want done with its cursor at the target 3", b)
+	}
+	if got := summary(w.rec.take()); !slices.Equal(got, []string{"updated:i01", "updated:i02", "updated:i03"}) {
+		t.Fatalf("events %v, want i01..i03: nothing past the target", got)
+	}
+	if ki.Cursor != "6" {
+		t.Fatalf("the backfill moved the live cursor to %q", ki.Cursor)
+	}
+}
+
+// inclusiveFeed lists items {"id", "t"} by t from the cursor on, the cursor's own t included
+// (an API's "updated since"), size a page; Next is the page's last t.
+func inclusiveFeed(size int, ts ...int) watukuytype.FetchFunc {
+	return func(_ context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+		from := -1
+		if req.Cursor != "" {
+			n, err := strconv.Atoi(req.Cursor)
+			if err != nil {
+				return watukuytype.Page{}, err
+			}
+			from = n
+		}
+		var page watukuytype.Page
+		page.Next = req.Cursor
+		for i, at := range ts {
+			if at < from {
+				continue
+			}
+			if len(page.Items) == size {
+				page.HasMore = true
+				break
+			}
+			raw, _ := json.Marshal(map[string]string{"id": fmt.Sprintf("i%02d", i+1), "v": "1", "t": strconv.Itoa(at)})
+			page.Items, page.Next = append(page.Items, raw), strconv.Itoa(at)
+		}
+		return page, nil
+	}
+}
+
+// timeOf places an inclusiveFeed item by its t.
+func timeOf(raw json.RawMessage) (float64, bool) {
+	var m map[string]string
+	if json.Unmarshal(raw, &m) != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseFloat(m["t"], 64)
+	return n, err == nil
+}
+
+// A forced backfill over an inclusive "since" query sees each page's last item again at the
+// start of the next page: it is emitted once, and an item of the same time that the last page
+// did not hold is emitted. From the very beginning, how far the backfill is counts from its
+// first item, not from 0.
+func TestForcedBackfillEmitsAPageBoundaryOnce(t *testing.T) {
+	w := newWorld(t)
+	fetch := inclusiveFeed(3, 1001, 1002, 1003, 1003, 1005, 1006)
+	eng := w.engine(w.poller(fetch, func(p *watukuytype.Poller) {
+		p.CursorPosition, p.ItemPosition = cursorAt, timeOf
+		p.MaxPagesPerCycle = 2
+	}))
+	for i := 0; i < 8; i++ { // the live lane catches up
+		w.run(eng)
+	}
+	w.rec.take()
+	bp, err := eng.Backfill(context.Background(), key, watukuytype.BackfillRequest{Force: true})
+	if err != nil || bp.To != "1006" {
+		t.Fatalf("backfill: %+v %v", bp, err)
+	}
+	var evs []string
+	for i := 0; i < 20; i++ {
+		w.run(eng)
+		evs = append(evs, summary(w.rec.take())...)
+		b := w.inspect(eng).Backfill
+		if b.Done {
+			break
+		}
+		if b.Fraction == nil || *b.Fraction > 0.9 || *b.Fraction < 0 { // at most 4 of 5 seconds in
+			t.Fatalf("a running backfill at cursor %s reports fraction %v", b.Cursor, b.Fraction)
+		}
+	}
+	want := []string{"updated:i01", "updated:i02", "updated:i03", "updated:i04", "updated:i05", "updated:i06"}
+	if !slices.Equal(evs, want) {
+		t.Fatalf("events %v, want each item once: %v", evs, want)
 	}
 }

@@ -713,3 +713,72 @@ func TestBudgetBackfillWaitDelaysItsOwnLiveLane(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The circuit's probe (the cycle that runs while the circuit is open) takes its request's
+// token from the budget, as every request does.
+func TestBudgetTakenByTheCircuitProbe(t *testing.T) {
+	w := newBudgetWorld(t)
+	down := true
+	fail := func(watukuytype.FetchRequest) error {
+		if down {
+			return errors.New("connection refused")
+		}
+		return nil
+	}
+	p := budgetPoller("orders", w.pages(1, fail))
+	p.Failures, p.ProbeEvery = 1, 10*time.Second
+	eng := w.engine([]watukuytype.Budget{shop}, p)
+	ctx := context.Background()
+	k := watukuytype.Key{Poller: "orders"}
+	if rep := eng.RunCycle(ctx, k); rep.Err == nil {
+		t.Fatalf("the failing cycle: %+v", rep)
+	}
+	if ki, err := eng.Inspect(ctx, k); err != nil || ki.Circuit != watukuytype.CircuitOpen {
+		t.Fatalf("after the failure: circuit %s, %v", ki.Circuit, err)
+	}
+	w.clock.Advance(10 * time.Second)
+	down = false
+	w.mu.Lock()
+	w.decisions = nil
+	w.mu.Unlock()
+	if rep := eng.RunCycle(ctx, k); rep.Err != nil || rep.Pages != 1 {
+		t.Fatalf("the probe: %+v", rep)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.decisions) != 1 || !w.decisions[0].taken {
+		t.Fatalf("the probe's budget decisions: %+v, want its one request's token taken", w.decisions)
+	}
+}
+
+// Engine.Probe's requests (the first page and the one after it) take their tokens from the
+// poller's budget, as the workers' do, and leave the live lane its reserve as a backfill does
+// (the second waits for a token to come back); the package's Probe, which has no Redis, takes
+// none.
+func TestProbeTakesItsTokensFromTheBudget(t *testing.T) {
+	w := newBudgetWorld(t)
+	p := budgetPoller("orders", w.pages(2, nil))
+	eng := w.engine([]watukuytype.Budget{shop}, p)
+	ctx := context.Background()
+	tokens := func() float64 {
+		infos, err := eng.Budgets(ctx)
+		if err != nil || len(infos) != 1 {
+			t.Fatalf("Budgets: %+v, %v", infos, err)
+		}
+		return infos[0].Tokens
+	}
+	if _, err := core.Probe(ctx, p, ""); err != nil {
+		t.Fatal(err)
+	}
+	if n := tokens(); n != float64(shop.Burst) {
+		t.Fatalf("after the package's Probe: %v tokens, want %d (it takes none)", n, shop.Burst)
+	}
+	start := w.clock.Now()
+	if _, err := eng.Probe(ctx, p, ""); err != nil {
+		t.Fatal(err)
+	}
+	waited := w.clock.Now().Sub(start)
+	if n := tokens(); n > float64(shop.Burst)/2+0.01 || len(w.requests(watukuytype.Key{Poller: "orders"})) != 4 || waited < budget.Interval(shop) {
+		t.Fatalf("after Engine.Probe: %v tokens, waited %v; want half the burst left (the live lane's reserve) after a wait of %v", n, waited, budget.Interval(shop))
+	}
+}

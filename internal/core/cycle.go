@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -187,7 +186,7 @@ func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key, span trace.S
 	unused, outer := pre, ctx
 	defer func() { e.handBack(outer, unused) }()
 	if !e.enter() {
-		rep.Err = errors.New("watukuy: engine is stopping")
+		rep.Err = watukuytype.ErrEngineStopped
 		if pre.Granted() {
 			return rep // handed back, due now
 		}
@@ -430,7 +429,7 @@ func storeErr(err error) *cycleError {
 // entries behind it (G9, G4). A pause stops it.
 func (c *cycle) drain(ctx context.Context) *cycleError {
 	for !c.halted() && !c.dlv.off {
-		b, err := c.e.store.ReadOutbox(ctx, c.lease, drainBatch)
+		b, err := c.e.store.ReadOutbox(ctx, c.lease, c.p.Delivery.Batch)
 		if err != nil {
 			return storeErr(c.keeper.check(err))
 		}
@@ -457,9 +456,6 @@ func (c *cycle) drain(ctx context.Context) *cycleError {
 	}
 	return nil
 }
-
-// drainBatch is how many outbox entries one read takes.
-const drainBatch = 512
 
 // finish runs the schedule state machine (pure functions), saves its state and releases
 // the lease.

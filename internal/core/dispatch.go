@@ -206,6 +206,9 @@ func (d *dispatch) failedTry(f failedTry, batch []delivery) {
 	b := batch[f.i]
 	now := c.now()
 	rec := retried(b.entry, f.errs, now)
+	if s := stackOf(f.err); s != "" {
+		rec.Stack = s
+	}
 	h := c.p.Delivery.RetryHorizon
 	switch {
 	case d.blockErr == nil && h >= 0 && now.Sub(time.UnixMilli(rec.First)) < h:
@@ -305,7 +308,7 @@ func (d *dispatch) park(b delivery, rec RetryRecord) {
 	c := d.c
 	errs := rec.Errors
 	row, _ := json.Marshal(parkedRow{Kind: parkedPoison, ID: b.entry.ID, Error: errs[len(errs)-1], Errors: errs,
-		Attempts: rec.Attempts, Event: d.entryOf(b), ParkedAt: c.now().UnixMilli()})
+		Stack: rec.Stack, Attempts: rec.Attempts, Event: d.entryOf(b), ParkedAt: c.now().UnixMilli()})
 	d.mu.Lock()
 	d.poison = append(d.poison, Poison{Entry: b.entry, ParkedID: b.entry.ID, Row: row})
 	c.holds[b.entry.OrderingKey] = true

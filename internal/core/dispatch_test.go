@@ -3,12 +3,17 @@ package core_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/tidwall/gjson"
 
+	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -145,5 +150,114 @@ func TestDispatchPoisonHalt(t *testing.T) {
 	}
 	if ki := w.inspect(eng); ki.Circuit != watukuytype.CircuitClosed || ki.OutboxPending != 0 || f.requestCount() != requests+1 {
 		t.Fatalf("after the probe: circuit %s, pending %d, requests %d", ki.Circuit, ki.OutboxPending, f.requestCount()-requests)
+	}
+}
+
+// outboxReads is a store that records how many events each outbox read asks for.
+type outboxReads struct {
+	core.Store
+	asked []int
+}
+
+func (s *outboxReads) ReadOutbox(ctx context.Context, l core.Lease, n int) (core.Batch, error) {
+	s.asked = append(s.asked, n)
+	return s.Store.ReadOutbox(ctx, l, n)
+}
+
+// Delivery.Batch is how many events one outbox read takes (default 512): five replayed
+// events with a batch of 2 are read 2, 2 and 1 at a time, and delivered in order.
+func TestDeliveryBatchBoundsAnOutboxRead(t *testing.T) {
+	for _, tc := range []struct {
+		batch, asked, reads int
+	}{
+		{0, core.DefaultBatch, 2}, // all five, then nothing
+		{2, 2, 4},                 // 2, 2, 1, then nothing
+	} {
+		t.Run(strconv.Itoa(tc.batch), func(t *testing.T) {
+			w := newWorld(t)
+			reads := &outboxReads{Store: w.store}
+			w.store = reads
+			f := newFeed(10)
+			f.putN(5)
+			eng := w.engine(w.poller(f.fetch, func(p *watukuytype.Poller) {
+				p.Delivery.Batch, p.LogRetention = tc.batch, time.Hour
+			}))
+			if rep := w.run(eng); rep.Err != nil || rep.Events != 5 { // delivered as committed, and logged
+				t.Fatalf("first cycle: %+v", rep)
+			}
+			w.rec.take()
+			if n, err := eng.Replay(context.Background(), key, time.Unix(0, 0), w.clock.Now().Add(time.Hour)); err != nil || n != 5 {
+				t.Fatalf("replay: %d, %v", n, err)
+			}
+			reads.asked = nil
+			if rep := w.run(eng); rep.Err != nil {
+				t.Fatalf("cycle: %+v", rep)
+			}
+			if got := summary(w.rec.take()); !slices.Equal(got, []string{"created:i01", "created:i02", "created:i03", "created:i04", "created:i05"}) {
+				t.Fatalf("delivered %v", got)
+			}
+			if len(reads.asked) != tc.reads || slices.ContainsFunc(reads.asked, func(n int) bool { return n != tc.asked }) {
+				t.Fatalf("outbox reads asked for %v, want %d reads of %d", reads.asked, tc.reads, tc.asked)
+			}
+		})
+	}
+}
+
+// stackErr is an error that formats a stack with %+v, as github.com/pkg/errors does.
+type stackErr struct{}
+
+func (stackErr) Error() string { return "refused" }
+
+func (e stackErr) Format(s fmt.State, verb rune) {
+	_, _ = io.WriteString(s, e.Error())
+	if verb == 'v' && s.Flag('+') {
+		_, _ = io.WriteString(s, "\nexample.com/sink.send\n\tsink.go:42")
+	}
+}
+
+// A parked row keeps the stack of the failure that parked it: a handler's panic (the stack
+// where it panicked), an error that formats one (also wrapped), none for a plain error; a
+// deep stack is cut at 8 KiB.
+func TestParkedRowKeepsTheStack(t *testing.T) {
+	var deep func(n int)
+	deep = func(n int) {
+		if n == 0 {
+			panic("deep down")
+		}
+		deep(n - 1)
+	}
+	for _, tc := range []struct {
+		name  string
+		fail  func() error
+		want  string // in the stack; "" for none
+		error string
+	}{
+		{"panic", func() error { panic("boom") }, "TestParkedRowKeepsTheStack", "handler panic: boom"},
+		{"deep panic", func() error { deep(2000); return nil }, "(cut at 8 KiB)", "handler panic: deep down"},
+		{"error with a stack", func() error { return stackErr{} }, "sink.go:42", "refused"},
+		{"wrapped", func() error { return fmt.Errorf("post: %w", stackErr{}) }, "sink.go:42", "post: refused"},
+		{"plain error", func() error { return errors.New("refused") }, "", "refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			f := newFeed(10)
+			f.putN(1)
+			w.rec.setFail(func(watukuytype.Event) error { return tc.fail() })
+			eng := w.engine(w.poller(f.fetch, func(p *watukuytype.Poller) { p.Delivery.RetryHorizon = -1 }))
+			if rep := w.run(eng); rep.Parked != 1 {
+				t.Fatalf("cycle: %+v", rep)
+			}
+			parked, err := eng.ListParked(context.Background(), key, "poison")
+			if err != nil || len(parked) != 1 {
+				t.Fatalf("parked: %+v %v", parked, err)
+			}
+			p := parked[0]
+			if p.Error != tc.error || len(p.Stack) > 8<<10+32 {
+				t.Fatalf("row error %q (want %q), stack of %d bytes", p.Error, tc.error, len(p.Stack))
+			}
+			if tc.want == "" && p.Stack != "" || !strings.Contains(p.Stack, tc.want) {
+				t.Fatalf("stack %q, want one with %q", p.Stack, tc.want)
+			}
+		})
 	}
 }

@@ -352,6 +352,13 @@ func (e *Engine) pollerNames() []string {
 	return names
 }
 
+// Stopped reports whether Stop was called: the engine runs no cycle or operation since.
+func (e *Engine) Stopped() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stopping
+}
+
 // enter counts an in-flight call unless the engine is stopping.
 func (e *Engine) enter() bool {
 	e.mu.Lock()

@@ -24,6 +24,9 @@ type lane struct {
 	// save returns the state to commit with a page (the lane's cursor) and whether the lane
 	// is done although the API has more (a backfill at its target); nil commits nothing.
 	save func(page watukuytype.Page, events int) (state map[string]string, done bool)
+	// trim, when set, cuts a page to what the lane emits before it is processed (a
+	// backfill's range).
+	trim func(page *watukuytype.Page)
 	// yield ends the lane, unfinished, whenever the API asks to slow down (backfill: the
 	// live lane gets the remaining budget).
 	yield bool
@@ -293,6 +296,9 @@ func (c *cycle) lanePages(ctx context.Context, ln lane, lr *listingRun) (laneRes
 			res.complete = true
 			return res, nil // idle, and never a source of deletes (G6)
 		}
+		if ln.trim != nil {
+			ln.trim(&page)
+		}
 		w := pageWrites{history: ln.name == watukuytype.LaneBackfill}
 		valid := c.valid
 		var pageSeen map[string]bool
@@ -461,9 +467,12 @@ func (c *cycle) pace() time.Duration {
 	return schedule.Pace(c.rateLimit.Remaining, c.rateLimit.Reset) - c.now().Sub(c.rateLimitAt)
 }
 
-func (c *cycle) wait(ctx context.Context, d time.Duration) error {
-	if c.e.wait != nil {
-		return c.e.wait(ctx, d)
+func (c *cycle) wait(ctx context.Context, d time.Duration) error { return c.e.sleep(ctx, d) }
+
+// sleep waits d, or less when ctx ends (its cause); Options.Wait replaces it in tests.
+func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
+	if e.wait != nil {
+		return e.wait(ctx, d)
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -20,6 +20,9 @@ const replayBatch = 500
 // seconds for a running cycle). The next cycle delivers them. A poller without log.retention
 // fails with *ReplayUnavailableError.
 func (e *Engine) Replay(ctx context.Context, key watukuytype.Key, from, to time.Time) (int, error) {
+	if e.Stopped() {
+		return 0, watukuytype.ErrEngineStopped
+	}
 	t, err := e.resolve(ctx, key)
 	if err != nil {
 		return 0, err
@@ -69,7 +72,7 @@ func (e *Engine) Replay(ctx context.Context, key watukuytype.Key, from, to time.
 	if err != nil {
 		return n, keyErr("watukuy: replay", key, err)
 	}
-	return n, e.store.Trigger(ctx, key)
+	return n, e.dueNow(ctx, key, "replay")
 }
 
 // withLane rewrites an envelope's lane, keeping everything else byte for byte.
@@ -110,7 +113,7 @@ func (e *Engine) ResetCursor(ctx context.Context, key watukuytype.Key, cursor st
 	if err != nil {
 		return keyErr("watukuy: reset-cursor", key, err)
 	}
-	return e.store.Trigger(ctx, key)
+	return e.dueNow(ctx, key, "reset-cursor")
 }
 
 // forgetRows marks every row forgotten (clear-snapshot): the next observation of an identity
@@ -250,6 +253,9 @@ func (e *Engine) Resume(ctx context.Context, key watukuytype.Key) error {
 }
 
 func (e *Engine) keyOp(ctx context.Context, key watukuytype.Key, name string, op func(context.Context, watukuytype.Key) error) error {
+	if e.Stopped() {
+		return watukuytype.ErrEngineStopped
+	}
 	if t, err := e.resolve(ctx, key); err != nil {
 		return err
 	} else if t.deleted {
@@ -262,6 +268,17 @@ func (e *Engine) keyOp(ctx context.Context, key watukuytype.Key, name string, op
 	}
 	if err := op(ctx, key); errors.Is(err, ErrKeyDeleted) {
 		return deletedKey(key) // deleted since the look above
+	} else if err != nil {
+		return keyErr("watukuy: "+name, key, err)
+	}
+	return nil
+}
+
+// dueNow makes key due now after an operation (Store.Trigger); a partitions delete that
+// completed since is a *NotFoundError (Deleted), and nothing is written.
+func (e *Engine) dueNow(ctx context.Context, key watukuytype.Key, name string) error {
+	if err := e.store.Trigger(ctx, key); errors.Is(err, ErrKeyDeleted) {
+		return deletedKey(key)
 	} else if err != nil {
 		return keyErr("watukuy: "+name, key, err)
 	}
@@ -290,6 +307,9 @@ func (e *Engine) withOpLease(ctx context.Context, t target, fn func(c *cycle) er
 // opLease is withOpLease in a mode: BeginForDelete and BeginForAdd run fn on a deleted key,
 // BeginForOp fails with deletedKey before it takes the lease.
 func (e *Engine) opLease(ctx context.Context, t target, mode BeginMode, fn func(c *cycle) error) error {
+	if e.Stopped() {
+		return watukuytype.ErrEngineStopped
+	}
 	deadline := time.Now().Add(opLeaseWait)
 	ttl := t.info.leaseTTL()
 	if t.p != nil {

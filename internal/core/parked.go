@@ -17,6 +17,7 @@ type parkedRow struct {
 	ID       string           `json:"id"`
 	Error    string           `json:"error"`
 	Errors   []string         `json:"errors,omitempty"`
+	Stack    string           `json:"stack,omitempty"`
 	Attempts int              `json:"attempts,omitempty"`
 	Event    *heldEntry       `json:"event,omitempty"`
 	Identity string           `json:"identity,omitempty"`
@@ -101,7 +102,7 @@ func parkedInfo(row ParkedJSON) watukuytype.ParkedInfo {
 	if err := json.Unmarshal(row.Row, &r); err != nil {
 		return watukuytype.ParkedInfo{ID: id, Kind: "corrupt", Error: err.Error()}
 	}
-	pi := watukuytype.ParkedInfo{ID: id, Kind: r.Kind, Error: r.Error, Errors: r.Errors, Attempts: r.Attempts,
+	pi := watukuytype.ParkedInfo{ID: id, Kind: r.Kind, Error: r.Error, Errors: r.Errors, Stack: r.Stack, Attempts: r.Attempts,
 		Identity: r.Identity, ParkedAt: time.UnixMilli(r.ParkedAt).UTC()}
 	if r.Event != nil {
 		pi.OrderingKey = r.Event.OK
@@ -196,7 +197,7 @@ func (e *Engine) releaseParked(ctx context.Context, key watukuytype.Key, ids []s
 	if err != nil {
 		return released, keyErr("watukuy: parked "+map[bool]string{true: "retry", false: "discard"}[retry], key, err)
 	}
-	return released, e.store.Trigger(ctx, key)
+	return released, e.dueNow(ctx, key, "parked "+map[bool]string{true: "retry", false: "discard"}[retry])
 }
 
 // invalidLeft reports whether the key has a parked invalid row that ids do not name (it

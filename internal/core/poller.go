@@ -2,7 +2,9 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/watukuy/watukuy/internal/schedule"
@@ -135,8 +137,11 @@ func withDefaults(p watukuytype.Poller) (watukuytype.Poller, error) {
 	if d.Attempts == 0 {
 		d.Attempts = DefaultAttempts
 	}
-	if d.Concurrency < 0 || d.Attempts < 0 {
-		return bad("delivery", "concurrency and attempts must be positive")
+	if d.Batch == 0 {
+		d.Batch = DefaultBatch
+	}
+	if d.Concurrency < 0 || d.Attempts < 0 || d.Batch < 0 {
+		return bad("delivery", "concurrency, attempts and batch must be positive")
 	}
 	if d.Backoff == (watukuytype.Backoff{}) {
 		d.Backoff = watukuytype.Backoff{Base: 100 * time.Millisecond, Factor: 2, Max: 5 * time.Second}
@@ -199,18 +204,48 @@ func orderingKey(p *watukuytype.Poller, ev watukuytype.Event) string {
 	return ev.Identity
 }
 
-// callHandler runs the handler, turning a panic into a *handlerPanic error so it never
-// crashes a worker.
+// callHandler runs the handler, turning a panic into a *handlerPanic error (with the panic's
+// stack) so it never crashes a worker.
 func callHandler(p *watukuytype.Poller, ctx context.Context, ev watukuytype.Event) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = &handlerPanic{value: r}
+			err = &handlerPanic{value: r, stack: debug.Stack()}
 		}
 	}()
 	return p.Handler(ctx, ev)
 }
 
 // handlerPanic is a handler's panic, recovered.
-type handlerPanic struct{ value any }
+type handlerPanic struct {
+	value any
+	stack []byte
+}
 
 func (h *handlerPanic) Error() string { return fmt.Sprintf("handler panic: %v", h.value) }
+
+// maxStack bounds the stack a parked row keeps.
+const maxStack = 8 << 10
+
+// stackOf is the stack a handler's error carries, at most maxStack bytes: a recovered
+// panic's, or what an error that formats itself with %+v (as github.com/pkg/errors and its
+// likes do) adds to its message; "" when none.
+func stackOf(err error) string {
+	var hp *handlerPanic
+	var f fmt.Formatter
+	s := ""
+	switch {
+	case err == nil:
+	case errors.As(err, &hp):
+		s = string(hp.stack)
+	case errors.As(err, &f):
+		if e, ok := f.(error); ok {
+			if v := fmt.Sprintf("%+v", f); v != e.Error() {
+				s = v
+			}
+		}
+	}
+	if len(s) > maxStack {
+		s = s[:maxStack] + "\n… (cut at 8 KiB)"
+	}
+	return s
+}

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/watukuy/watukuy/internal/budget"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -108,4 +109,58 @@ func ProbeListing(ctx context.Context, p watukuytype.Poller, partition string, m
 		out = append(out, est)
 	}
 	return out, nil
+}
+
+// Probe is the package's Probe whose requests take their tokens from the budget p names
+// (Poller.Budget), as the workers' requests do: a probe of an API the workers poll through a
+// shared budget does not push it over its limit. It waits for each token (ctx bounds it).
+func (e *Engine) Probe(ctx context.Context, p watukuytype.Poller, partition string) (watukuytype.ProbeResult, error) {
+	return Probe(ctx, e.budgeted(p, partition), partition)
+}
+
+// ProbeListing is the package's ProbeListing whose requests take their tokens from the
+// budget p names, as Engine.Probe.
+func (e *Engine) ProbeListing(ctx context.Context, p watukuytype.Poller, partition string, maxPages int) ([]watukuytype.ListingEstimate, error) {
+	return ProbeListing(ctx, e.budgeted(p, partition), partition, maxPages)
+}
+
+// budgeted is p with every fetch (live and reconcile) taking a token of p's budget first.
+func (e *Engine) budgeted(p watukuytype.Poller, partition string) watukuytype.Poller {
+	e.mu.Lock()
+	b := e.budgetOf(&p)
+	e.mu.Unlock()
+	if b == nil {
+		return p
+	}
+	take := BudgetTake{Bucket: budget.Bucket(b.Name, partition), Key: watukuytype.Key{Poller: p.Name, Partition: partition},
+		Interval: budget.Interval(b.budget()), Burst: b.Burst}
+	wrap := func(fetch watukuytype.FetchFunc) watukuytype.FetchFunc {
+		if fetch == nil {
+			return nil
+		}
+		return func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
+			// A probe goes after the workers' live and reconcile requests, as a backfill does.
+			t := take
+			t.Reserve = budget.Reserve(watukuytype.LaneBackfill, t.Burst)
+			for {
+				g, err := e.store.TakeToken(ctx, t)
+				if err != nil {
+					return watukuytype.Page{}, keyErr("watukuy: probe: take a token of budget "+t.Bucket, t.Key, err)
+				}
+				if err := e.sleep(ctx, g.Wait); err != nil {
+					return watukuytype.Page{}, err
+				}
+				if g.Taken {
+					return fetch(ctx, req)
+				}
+			}
+		}
+	}
+	p.Fetch = wrap(p.Fetch)
+	if p.Reconcile != nil {
+		r := *p.Reconcile
+		r.Fetch = wrap(r.Fetch)
+		p.Reconcile = &r
+	}
+	return p
 }

@@ -41,6 +41,8 @@ const (
 	DefaultReconcileMaxPages = 10_000
 	// DefaultConcurrency is how many ordering keys are delivered at once.
 	DefaultConcurrency = 4
+	// DefaultBatch is how many outbox events one read takes.
+	DefaultBatch = 512
 	// DefaultAttempts is how often an event is tried in one try, within a cycle.
 	DefaultAttempts = 5
 	// DefaultRetryBase and DefaultRetryMax bound the waits between the tries of a failed

@@ -24,7 +24,8 @@ const (
 	BeginForAdd
 )
 
-// ErrKeyDeleted is what Store.Pause returns for a key partitions delete has deleted.
+// ErrKeyDeleted is what Store.Pause, Resume and Trigger return for a key partitions delete
+// has deleted.
 var ErrKeyDeleted = errors.New("the key is deleted")
 
 // Store is the narrow interface between the engine and its database. Every method that takes
@@ -125,9 +126,11 @@ type Store interface {
 	// Pause stops cycles of key until Resume; a deleted key (partitions delete) is
 	// ErrKeyDeleted, and nothing is written.
 	Pause(ctx context.Context, key watukuytype.Key) error
-	// Resume lifts a pause and makes the key due now.
+	// Resume lifts a pause and makes the key due now; a deleted key is ErrKeyDeleted, and
+	// nothing is written into its deletion mark or due set.
 	Resume(ctx context.Context, key watukuytype.Key) error
-	// Trigger makes the key due now (a circuit-open key gets its probe).
+	// Trigger makes the key due now (a circuit-open key gets its probe); a deleted key is
+	// ErrKeyDeleted, as for Resume.
 	Trigger(ctx context.Context, key watukuytype.Key) error
 	// ClearThrottle removes the key's Retry-After window (state field statehash.Throttled) and
 	// returns the end it had, zero when there was none.
@@ -396,6 +399,8 @@ type RetryRecord struct {
 	Attempts int      `json:"a"` // attempts so far
 	First    int64    `json:"f"` // ms of its first failed try
 	Errors   []string `json:"e"` // the last errors, oldest first; never empty
+	// Stack is the last stack a failure carried (a handler's panic, an error with one).
+	Stack string `json:"s,omitempty"`
 }
 
 // Parking is one Park call.

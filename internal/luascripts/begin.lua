@@ -12,7 +12,9 @@
 -- 'epoch floor at maxAge': the poller's high-water marks, read from the registry after this
 -- key's clock said 'at' (ms), good for maxAge ms; or 'gone': the registry has no such key (or
 -- it is deleted), and a state without an epoch is what a trigger or pause racing a deletion
--- left: it goes
+-- left: it goes; or 'registry': on one server (not a cluster, where the registry lives in
+-- another slot), this script reads the seed itself from KEYS[6] the poller's registry index
+-- and KEYS[7] the high-water marks hash, for ARGV[7] the poller and ARGV[8] the partition
 -- Returns {'fresh', now} (no epoch, and no seed or one older than its maxAge: the caller reads
 --       the registry and sends one) | {'deleted'} | {'paused'} | {'notDue', nextDue, now}
 --       | {'leased', expiresAt, now}
@@ -31,47 +33,79 @@
 local now = now_ms(ARGV[3])
 local mode = ARGV[4]
 local token = ARGV[5]
-local l = redis.call('HMGET', KEYS[1], 'epoch', 'token', 'expiresAt')
+-- The whole state in one read: the lease, the checks and the reply all come from it.
+local all = redis.call('HGETALL', KEYS[1])
+local h = {}
+for i = 1, #all, 2 do h[all[i]] = all[i + 1] end
 local seed = nil
-if not l[1] then
-  if ARGV[6] == 'gone' then
+if not h.epoch then
+  local s = ARGV[6]
+  if s == 'registry' then
+    local e, f = string.match(redis.call('HGET', KEYS[7], ARGV[7]) or '', '^(%d+) (%d+)$')
+    local entry = reg_get(KEYS[6], ARGV[8])
+    if (mode == 'cycle' or mode == 'op') and (not entry or string.sub(entry, 1, 1) == '-') then
+      s = 'gone'
+    else
+      seed = {epoch = e or '0', floor = tonumber(f or '0')}
+    end
+  end
+  if s == 'gone' then
     redis.call('DEL', KEYS[1])
     return {'deleted'}
   end
-  local e, f, at, age = string.match(ARGV[6], '^(%d+) (%d+) (%d+) (%d+)$')
-  if not e or now - tonumber(at) > tonumber(age) then return {'fresh', now} end
-  seed = {epoch = e, floor = tonumber(f)}
+  if not seed then
+    local e, f, at, age = string.match(s, '^(%d+) (%d+) (%d+) (%d+)$')
+    if not e or now - tonumber(at) > tonumber(age) then return {'fresh', now} end
+    seed = {epoch = e, floor = tonumber(f)}
+  end
 end
 local outbox_len = redis.call('XLEN', KEYS[2])
 local ready = redis.call('ZCOUNT', KEYS[3], '-inf', now)
 local function granted(epoch)
-  return {'ok', epoch, now, outbox_len, state_fields(KEYS[1]), ready, redis.call('HLEN', KEYS[4]), redis.call('HLEN', KEYS[5])}
+  local fields = {}
+  for k, v in pairs(h) do
+    if not LEASE_FIELDS[k] then
+      fields[#fields + 1] = k
+      fields[#fields + 1] = v
+    end
+  end
+  return {'ok', epoch, now, outbox_len, fields, ready, redis.call('HLEN', KEYS[4]), redis.call('HLEN', KEYS[5])}
 end
-if l[3] and tonumber(l[3]) > now and l[2] == token then return granted(tonumber(l[1])) end
+local expires = tonumber(h.expiresAt or '0')
+if expires > now and h.token == token then return granted(tonumber(h.epoch)) end
 if mode == 'op' then
-  if redis.call('HGET', KEYS[1], 'deleted') == '1' then return {'deleted'} end
+  if h.deleted == '1' then return {'deleted'} end
 elseif mode == 'cycle' then
-  local s = redis.call('HMGET', KEYS[1], 'paused', 'nextDue', 'deleted', 'blocked')
-  if s[3] == '1' then return {'deleted'} end
-  if s[1] == '1' then return {'paused'} end
-  local next_due = tonumber(s[2] or '0')
-  if next_due > now and (outbox_len == 0 or s[4]) and ready == 0 then return {'notDue', next_due, now} end
+  if h.deleted == '1' then return {'deleted'} end
+  if h.paused == '1' then return {'paused'} end
+  local next_due = tonumber(h.nextDue or '0')
+  if next_due > now and (outbox_len == 0 or h.blocked) and ready == 0 then return {'notDue', next_due, now} end
 end
-if l[3] and tonumber(l[3]) > now then return {'leased', tonumber(l[3]), now} end
+if expires > now then return {'leased', expires, now} end
 
 if seed then
   -- The key's first grant (or its first since a deletion was forgotten): its epochs start
   -- above every epoch a deleted key of the poller had, and when the poller ever deleted one,
   -- its identities' lives and outbox ids start above the deleted keys' (G2). partitions add
   -- starts from nothing: what a pause racing a deletion left there does not come back.
-  if mode == 'add' then redis.call('DEL', KEYS[1]) end
+  if mode == 'add' then
+    redis.call('DEL', KEYS[1])
+    h = {}
+  end
   redis.call('HSET', KEYS[1], 'epoch', seed.epoch)
-  if seed.floor > 0 then redis.call('HSET', KEYS[1], 'incarnation', string.format('%d', math.max(now, seed.floor))) end
+  if seed.floor > 0 then
+    h.incarnation = string.format('%d', math.max(now, seed.floor))
+    redis.call('HSET', KEYS[1], 'incarnation', h.incarnation)
+  end
 end
+-- HINCRBY, not Lua arithmetic: an epoch stays exact past 2^53.
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, 'expiresAt', now + tonumber(ARGV[2]))
-redis.call('HDEL', KEYS[1], 'write')
-if mode == 'delete' then redis.call('HSET', KEYS[1], 'deleted', '1') end
+if h.write then redis.call('HDEL', KEYS[1], 'write') end
+if mode == 'delete' then
+  h.deleted = '1'
+  redis.call('HSET', KEYS[1], 'deleted', '1')
+end
 -- A grant on a deletion mark (a delete again, an add) keeps the mark until it ends: expiring
 -- under the grant, it would take the grant's epoch, which no high-water mark holds yet.
 if mode == 'delete' or mode == 'add' then redis.call('PERSIST', KEYS[1]) end

@@ -19,10 +19,10 @@ local n = tonumber(ARGV[5])
 if n > 0 then chunked('HSET', KEYS[1], ARGV, 6, 5 + n * 2, 1000) end
 local d = 6 + n * 2
 local m = tonumber(ARGV[d])
-if m > 0 then redis.call('HDEL', KEYS[1], unpack(ARGV, d + 1, d + m)) end
-local triggered = (redis.call('HGET', KEYS[1], 'trig') or '') ~= ARGV[d + m + 1]
-if triggered then redis.call('HSET', KEYS[1], 'nextDue', '0') end
-redis.call('HDEL', KEYS[1], 'owner', 'expiresAt')
+redis.call('HDEL', KEYS[1], 'owner', 'expiresAt', unpack(ARGV, d + 1, d + m))
+if (redis.call('HGET', KEYS[1], 'trig') or '') ~= ARGV[d + m + 1] then
+  redis.call('HSET', KEYS[1], 'write', ARGV[4], 'nextDue', '0')
+  return 2
+end
 redis.call('HSET', KEYS[1], 'write', ARGV[4])
-if triggered then return 2 end
 return 1

@@ -45,6 +45,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	m := New(reg)
 	NewRedis(reg)
 	NewReloads(reg)
+	m.SetPollers(watukuytype.Poller{Name: "p"})
 	m.WatchKeys(reg, func(ctx context.Context) ([]watukuytype.KeyInfo, error) {
 		now := time.Now()
 		return []watukuytype.KeyInfo{{Poller: "p", Partition: "x", Circuit: "open", LeaseOwner: "w",
@@ -98,6 +99,7 @@ func TestExportedNames(t *testing.T) {
 		"watukuy_consecutive_failures", "watukuy_key_source_up", "watukuy_key_source_duration_seconds", "watukuy_build_info",
 		"watukuy_budget_wait_seconds", "watukuy_budget_tokens_total", "watukuy_config_reloads_total",
 		"watukuy_redis_up", "watukuy_redis_outages_total", "watukuy_redis_outage_seconds_total", "watukuy_redis_data_loss_total",
+		"watukuy_circuit_open_since_seconds", "watukuy_poller_probe_every_seconds", "watukuy_poller_schedule_max_seconds",
 	} {
 		if !names[n] {
 			t.Errorf("%s is not exported", n)
@@ -168,7 +170,7 @@ func TestAlertRules(t *testing.T) {
 		t.Fatalf("%s holds no rules", alertsFile)
 	}
 	// The rules the operations surface promises.
-	for _, n := range []string{"watukuy_circuit_open", "watukuy_lag_seconds", "watukuy_parked", "watukuy_outbox_pending",
+	for _, n := range []string{"watukuy_circuit_open_since_seconds", "watukuy_poller_probe_every_seconds", "watukuy_poller_schedule_max_seconds", "watukuy_lag_seconds", "watukuy_parked", "watukuy_outbox_pending",
 		"watukuy_last_error", "watukuy_throttled_until_seconds", "watukuy_lease_stale",
 		"watukuy_handler_attempts_total", "watukuy_key_freshness_seconds", "watukuy_budget_wait_seconds_bucket"} {
 		if !used[n] {

@@ -76,6 +76,7 @@ type Metrics struct {
 	dueRepaired     *prometheus.CounterVec   // poller
 	budgetWait      *prometheus.HistogramVec // budget, lane
 	budgetTokens    *prometheus.CounterVec   // budget, lane, result
+	settings        *pollerSettings          // poller: SetPollers
 
 	seen sync.Map // poller name -> struct{}: pollers whose series were initialised at zero
 }
@@ -124,6 +125,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			"How long a request waited for its shared budget's token (0: at once), by budget (its declared name) and lane; a key the budget refused counts the wait it yielded for.", budgetBuckets, "budget", "lane"),
 		budgetTokens: counter("budget_tokens_total",
 			"Tokens of shared budgets asked for, by budget, lane and result: taken, or refused (the key yielded).", "budget", "lane", "result"),
+		settings: newPollerSettings(),
 	}
 	if reg != nil {
 		reg.MustRegister(m.collectors()...)
@@ -143,7 +145,8 @@ func buildInfo(in buildinfo.Info) prometheus.Collector {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.cycles, m.cycleDuration, m.eventsEmitted, m.delivered, m.deliveryLatency,
-		m.handlerAttempts, m.handlerDuration, m.parked, m.fetchDuration, m.fetchErrors, m.errors, m.leaseLost, m.circuitOpened, m.throttled, m.dueRepaired, m.budgetWait, m.budgetTokens}
+		m.handlerAttempts, m.handlerDuration, m.parked, m.fetchDuration, m.fetchErrors, m.errors, m.leaseLost, m.circuitOpened, m.throttled, m.dueRepaired, m.budgetWait, m.budgetTokens,
+		m.settings.probeEvery, m.settings.scheduleMax}
 }
 
 // Init creates every labelled series of the given pollers at zero, so dashboards and alerts

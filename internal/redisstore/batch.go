@@ -30,9 +30,8 @@ type batcher struct {
 	inFlight int
 }
 
-// newBatcher is the batcher of rdb.
-func newBatcher(rdb redis.UniversalClient) *batcher {
-	_, cluster := rdb.(*redis.ClusterClient)
+// newBatcher is the batcher of rdb; on a cluster every call goes alone.
+func newBatcher(rdb redis.UniversalClient, cluster bool) *batcher {
 	return &batcher{rdb: rdb, alone: cluster}
 }
 

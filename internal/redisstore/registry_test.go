@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -345,7 +346,7 @@ func TestRegisterConfigKeys(t *testing.T) {
 // partitions delete leaves bounded state: an added key is forgotten (no registry entry, no due
 // entry), and once its deletion mark expires nothing of it is left in Redis; a config key
 // stays registered, deleted. A stale Begin within the mark finds it deleted; after it, the
-// registry refuses it and the state a stale trigger left goes.
+// registry refuses it, and a trigger writes nothing.
 func TestDeleteLeavesBoundedState(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
@@ -365,8 +366,8 @@ func TestDeleteLeavesBoundedState(t *testing.T) {
 		if n := b.Client.Exists(ctx, s.Key(added, "state")).Val(); n != 0 {
 			t.Fatal("the mark did not expire")
 		}
-		if err := s.Trigger(ctx, added); err != nil { // a trigger racing the delete writes into nothing
-			t.Fatal(err)
+		if err := s.Trigger(ctx, added); !errors.Is(err, core.ErrKeyDeleted) { // a trigger racing the delete writes nothing
+			t.Fatalf("a trigger of the forgotten key: %v, want ErrKeyDeleted", err)
 		}
 		if r, err := s.Begin(ctx, added, "stale", time.Minute, core.BeginForCycle); err != nil || r.Status != core.BeginDeleted {
 			t.Fatalf("a stale cycle after the mark: %+v %v", r, err)
@@ -624,4 +625,59 @@ func TestG5MarkLastsUntilTheAddEnds(t *testing.T) {
 			t.Fatalf("epoch %d after the add's %d", c.Lease.Epoch, add.Lease.Epoch)
 		}
 	})
+}
+
+// A key's first Begin reads its seed (its poller's high-water marks and its registry entry)
+// in the same script on one server: one script call, and a key the registry does not hold is
+// answered deleted by that one. On a cluster the registry lives in another slot: the Begin is
+// answered fresh, the registry read, and the key begun again, three calls.
+func TestFirstBeginReadsItsSeedInItsOwnScript(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		s, _ := newStore(t, b)
+		registerListing(t, s, "a", "b")
+		calls := &scriptCalls{}
+		b.Client.AddHook(calls)
+		want := int64(1)
+		if _, cluster := b.Client.(*redis.ClusterClient); cluster {
+			want = 3
+		}
+		r := beginOK(t, s, watukuytype.Key{Poller: "orders", Partition: "b"}, core.BeginForCycle)
+		if got := calls.n.Load(); got != want || r.Lease.Epoch != 1 {
+			t.Fatalf("first Begin of a registered key: %d script calls, epoch %d; want %d, epoch 1", got, r.Lease.Epoch, want)
+		}
+		calls.n.Store(0)
+		r, err := s.Begin(context.Background(), watukuytype.Key{Poller: "orders", Partition: "nobody"}, "w", time.Minute, core.BeginForCycle)
+		if err != nil || r.Status != core.BeginDeleted {
+			t.Fatalf("first Begin of a key the registry does not hold: %s %v, want deleted", statusName(r.Status), err)
+		}
+		if got := calls.n.Load(); got != want {
+			t.Fatalf("first Begin of an unregistered key: %d script calls, want %d", got, want)
+		}
+	})
+}
+
+// scriptCalls is a go-redis hook that counts the scripts run (EVALSHA, and EVAL after a
+// NOSCRIPT: one call each), alone or in a pipeline.
+type scriptCalls struct{ n atomic.Int64 }
+
+func (*scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "evalsha" {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (c *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if cmd.Name() == "evalsha" {
+				c.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
 }

@@ -419,7 +419,8 @@ type beginArgs struct {
 	Mode  core.BeginMode
 	Token string
 	// Seed is "" or, for a key without an epoch, "epoch floor at maxAge" (its poller's
-	// high-water marks, read after the key's clock said at) or "gone" (no live key).
+	// high-water marks, read after the key's clock said at) or "gone" (no live key); or
+	// "registry" on one server, where the script reads the seed itself.
 	Seed string
 }
 
@@ -434,9 +435,18 @@ func (beginArgs) name() string { return "begin" }
 var beginModes = map[core.BeginMode]string{core.BeginForCycle: "cycle", core.BeginForOp: "op", core.BeginForDelete: "delete", core.BeginForAdd: "add"}
 
 func (a beginArgs) encode(s *Store) ([]string, []any) {
-	return s.keysOf(a.Key, "state", "outbox", "released", "items", "invalid"),
-		[]any{a.Owner, a.TTL.Milliseconds(), a.Now, beginModes[a.Mode], a.Token, a.Seed}
+	keys := s.keysOf(a.Key, "state", "outbox", "released", "items", "invalid")
+	argv := []any{a.Owner, a.TTL.Milliseconds(), a.Now, beginModes[a.Mode], a.Token, a.Seed}
+	if a.Seed == seedFromRegistry {
+		keys = append(keys, s.keysKey(a.Key.Poller), s.retiredKey())
+		argv = append(argv, a.Key.Poller, a.Key.Partition)
+	}
+	return keys, argv
 }
+
+// seedFromRegistry is the seed of a Begin on one server: a key without an epoch is seeded
+// from the registry in the same script, with no reply "fresh" and no second Begin.
+const seedFromRegistry = "registry"
 
 func (a beginArgs) decode(v any) (beginReply, error) {
 	r := reply{script: a.name(), on: a.Key.Describe()}
@@ -909,6 +919,48 @@ func (a pauseArgs) decode(v any) (bool, error) {
 	r := reply{script: a.name(), on: a.Key.Describe()}
 	paused := r.flag(v, "reply")
 	return paused, r.err
+}
+
+// triggerArgs call trigger.lua.
+type triggerArgs struct {
+	Key    watukuytype.Key
+	Resume bool
+}
+
+func (triggerArgs) name() string { return "trigger" }
+
+func (a triggerArgs) encode(s *Store) ([]string, []any) {
+	mode := "trigger"
+	if a.Resume {
+		mode = "resume"
+	}
+	return []string{s.k(a.Key, "state")}, []any{mode}
+}
+
+// decode reports whether the trigger was written (false: the key is deleted, nothing was).
+func (a triggerArgs) decode(v any) (bool, error) {
+	r := reply{script: a.name(), on: a.Key.Describe()}
+	written := r.flag(v, "reply")
+	return written, r.err
+}
+
+// triggerDueArgs call trigger_due.lua.
+type triggerDueArgs struct {
+	Now string
+	Key watukuytype.Key
+}
+
+func (triggerDueArgs) name() string { return "trigger_due" }
+
+func (a triggerDueArgs) encode(s *Store) ([]string, []any) {
+	return []string{s.keysKey(a.Key.Poller), s.dueKey(a.Key.Poller)}, []any{a.Now, a.Key.Poller, a.Key.Partition}
+}
+
+// decode reports whether the due entry was written (false: the registry holds no live key).
+func (a triggerDueArgs) decode(v any) (bool, error) {
+	r := reply{script: a.name(), on: a.Key.Describe()}
+	written := r.flag(v, "reply")
+	return written, r.err
 }
 
 // readOutboxArgs call read_outbox.lua.

@@ -67,6 +67,8 @@ func samples(l core.Lease) []encoder {
 		repairDueArgs{Now: sampleNow, Poller: k.Poller, Entries: []repairEntry{{Partition: "t1"}, {Partition: "t2"}}},
 		retireKeyArgs{Key: k, Epoch: 3, Floor: 4},
 		setDueArgs{Now: sampleNow, Key: k, Due: "remove"},
+		triggerArgs{Key: k, Resume: true},
+		triggerDueArgs{Now: sampleNow, Key: k},
 	}
 }
 
@@ -278,6 +280,8 @@ func TestScriptRepliesDecode(t *testing.T) {
 		"repair_due":     decoderOf(repairDueArgs{Poller: "orders", Entries: []repairEntry{{Partition: "t1"}}}),
 		"retire_key":     decoderOf(retireKeyArgs{Key: key}),
 		"set_due":        decoderOf(setDueArgs{Key: key}),
+		"trigger":        decoderOf(triggerArgs{Key: key}),
+		"trigger_due":    decoderOf(triggerDueArgs{Key: key}),
 	}
 	type list = []any
 	at := time.UnixMilli
@@ -366,6 +370,13 @@ func TestScriptRepliesDecode(t *testing.T) {
 		{script: "pause", reply: int64(1), want: true},
 		{script: "pause", reply: int64(0), want: false},
 		{script: "pause", reply: "OK", field: "reply"},
+
+		{script: "trigger", reply: int64(1), want: true},
+		{script: "trigger", reply: int64(0), want: false},
+		{script: "trigger", reply: "OK", field: "reply"},
+		{script: "trigger_due", reply: int64(1), want: true},
+		{script: "trigger_due", reply: int64(0), want: false},
+		{script: "trigger_due", reply: list{}, field: "reply"},
 		{script: "list_parked", reply: list{"ev_1", "{}"}, want: []core.ParkedJSON{{ID: "ev_1", Row: []byte("{}")}}},
 		{script: "list_parked", reply: list{"ev_1"}, field: "rows"},
 		{script: "list_parked", reply: list{"ev_1", int64(1)}, field: "rows[1]"},

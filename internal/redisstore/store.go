@@ -52,14 +52,21 @@ type Store struct {
 	steps   []Step        // the layout's migration steps (layoutSteps; tests plug one in)
 	markTTL time.Duration // how long a deletion mark lives (MarkTTL)
 	batch   *batcher      // the cycles' short scripts, sent together
+	// oneServer: rdb is a *redis.Client, and no server refused a script across slots (a
+	// cluster-mode node behind a plain client does): a key's first Begin reads its seed from
+	// the registry in its own script. Otherwise the registry is read first (seeded).
+	oneServer atomic.Bool
 }
 
 var _ core.Store = (*Store)(nil)
 
 // New returns a store on rdb (a single-node or cluster client).
 func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
+	_, cluster := rdb.(*redis.ClusterClient)
 	s := &Store{rdb: rdb, prefix: opts.Prefix, clock: opts.Clock, scripts: map[string]*redis.Script{}, waitN: opts.WaitReplicas, waitFor: opts.WaitTimeout,
-		steps: layoutSteps(), markTTL: MarkTTL, batch: newBatcher(rdb)}
+		steps: layoutSteps(), markTTL: MarkTTL, batch: newBatcher(rdb, cluster)}
+	_, plain := rdb.(*redis.Client) // a Ring or a cluster spreads the registry and the keys
+	s.oneServer.Store(plain)
 	if s.waitFor <= 0 {
 		s.waitFor = time.Second
 	}
@@ -296,8 +303,9 @@ func (s *Store) HoldClaim(ctx context.Context, key watukuytype.Key, until time.T
 const seedMaxAge = 5 * time.Second
 
 // Begin implements core.Store. A key without an epoch (never begun, or deleted and forgotten)
-// is answered fresh: its poller's high-water marks and its registry entry are read, and it is
-// begun again with them as its seed, so that its epochs, lives and outbox ids start above
+// is seeded from its poller's high-water marks and its registry entry: in the same script on
+// one server (firstSeed); elsewhere it is answered fresh, they are read, and it is begun again
+// with them as its seed, so that its epochs, lives and outbox ids start above
 // every deleted key's; in a cycle or an operation, a key the registry does not hold live is
 // deleted (and a state a trigger or pause left it goes).
 func (s *Store) Begin(ctx context.Context, key watukuytype.Key, owner string, ttl time.Duration, mode core.BeginMode) (core.BeginResult, error) {
@@ -305,15 +313,32 @@ func (s *Store) Begin(ctx context.Context, key watukuytype.Key, owner string, tt
 	if err != nil {
 		return core.BeginResult{}, err
 	}
-	a := beginArgs{Key: key, Owner: owner, TTL: ttl, Now: s.nowArg(), Mode: mode, Token: token}
+	a := beginArgs{Key: key, Owner: owner, TTL: ttl, Now: s.nowArg(), Mode: mode, Token: token, Seed: s.firstSeed()}
 	r, err := run(ctx, s, nil, a)
 	return s.seeded(ctx, a, r, err)
+}
+
+// firstSeed is the seed a Begin is first sent with: on one server the script reads it from
+// the registry when the key has no epoch; elsewhere (the registry in another slot or on
+// another shard) none, and a key without an epoch is answered fresh (seeded).
+func (s *Store) firstSeed() string {
+	if s.oneServer.Load() {
+		return seedFromRegistry
+	}
+	return ""
 }
 
 // seeded finishes a Begin whose reply r (or error) came back: a key without an epoch (Fresh)
 // is begun again with its seed, read from the registry, up to twice more.
 func (s *Store) seeded(ctx context.Context, a beginArgs, r beginReply, err error) (core.BeginResult, error) {
 	for tries := 1; ; tries++ {
+		if err != nil && a.Seed == seedFromRegistry && strings.Contains(err.Error(), "CROSSSLOT") {
+			// A cluster-mode server behind a plain client: from now on the registry is read
+			// first, as on a cluster.
+			s.oneServer.Store(false)
+			a.Seed, a.Now = "", s.nowArg()
+			r, err = run(ctx, s, nil, a)
+		}
 		if err != nil || !r.Fresh {
 			return r.BeginResult, err
 		}
@@ -495,7 +520,7 @@ func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error 
 		if err != nil {
 			return err
 		}
-		begin = beginArgs{Key: n.Key, Owner: n.Owner, TTL: n.TTL, Now: s.nowArg(), Mode: core.BeginForCycle, Token: token}
+		begin = beginArgs{Key: n.Key, Owner: n.Owner, TTL: n.TTL, Now: s.nowArg(), Mode: core.BeginForCycle, Token: token, Seed: s.firstSeed()}
 		bk, bargv := begin.encode(s)
 		calls = append(calls, &batchCall{lua: s.scripts[begin.name()], keys: bk, argv: bargv})
 	}
@@ -624,29 +649,26 @@ func (s *Store) Pause(ctx context.Context, key watukuytype.Key) error {
 
 // Resume implements core.Store.
 func (s *Store) Resume(ctx context.Context, key watukuytype.Key) error {
-	if err := s.rdb.HDel(ctx, s.k(key, "state"), statehash.Paused, statehash.Removed).Err(); err != nil {
-		return err
-	}
-	return s.Trigger(ctx, key)
+	return s.trigger(ctx, key, true)
 }
 
 // Trigger implements core.Store.
 func (s *Store) Trigger(ctx context.Context, key watukuytype.Key) error {
-	now, err := s.now(ctx)
-	if err != nil {
-		return err
+	return s.trigger(ctx, key, false)
+}
+
+// trigger makes key due now (and, to resume, lifts its pause): the state first, then the due
+// entry, each refused (core.ErrKeyDeleted) when a partitions delete got there first.
+func (s *Store) trigger(ctx context.Context, key watukuytype.Key, resume bool) error {
+	written, err := run(ctx, s, nil, triggerArgs{Key: key, Resume: resume})
+	if err == nil && written {
+		written, err = run(ctx, s, nil, triggerDueArgs{Now: s.nowArg(), Key: key})
 	}
-	// The generation tells a cycle running now to end due now (end.lua), and the due entry is
-	// written unconditionally: a trigger always wins over an older due time.
-	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, s.k(key, "state"), statehash.NextDue, "0")
-		p.HIncrBy(ctx, s.k(key, "state"), statehash.Trigger, 1)
-		return nil
-	}); err != nil {
+	if err != nil {
 		return fmt.Errorf("redisstore: trigger %s: %w", key.Describe(), err)
 	}
-	if err := s.rdb.ZAdd(ctx, s.dueKey(key.Poller), redis.Z{Score: float64(ms(now)), Member: key.String()}).Err(); err != nil {
-		return fmt.Errorf("redisstore: trigger %s: due entry: %w", key.Describe(), err)
+	if !written {
+		return core.ErrKeyDeleted
 	}
 	return s.rdb.Publish(ctx, s.WakeChannel(), key.String()).Err()
 }

@@ -289,8 +289,8 @@ func TestNewWebhookValidation(t *testing.T) {
 		{"no secrets", Webhook{URL: "https://example.com"}, "no secret"},
 		{"no prefix", Webhook{URL: "https://example.com", Secrets: []string{"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}}, `secret 1 of 1: must start with "whsec_"`},
 		{"not base64", Webhook{URL: "https://example.com", Secrets: []string{vecSecret, "whsec_not*base64!"}}, "secret 2 of 2: the part after \"whsec_\" is not standard base64"},
-		{"too short", Webhook{URL: "https://example.com", Secrets: []string{short}}, "key is 9 bytes, want at least 24"},
-		{"empty key", Webhook{URL: "https://example.com", Secrets: []string{"whsec_"}}, "key is 0 bytes"},
+		{"too short", Webhook{URL: "https://example.com", Secrets: []string{short}}, "key is too short: want at least 24 bytes"},
+		{"empty key", Webhook{URL: "https://example.com", Secrets: []string{"whsec_"}}, "key is too short"},
 		{"negative timeout", Webhook{URL: "https://example.com", Secrets: []string{vecSecret}, Timeout: -time.Second}, "negative timeout"},
 	}
 	for _, c := range cases {

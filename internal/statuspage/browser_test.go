@@ -190,12 +190,13 @@ func newBrowserWorld(t *testing.T) *browserWorld {
 		t.Fatal(err)
 	}
 	logger := zerolog.New(zerolog.NewTestWriter(t))
-	page := New(Options{Engine: eng, Tokens: tokens, Logger: logger, MonitoringPath: "/monitoring/"})
+	login := admin.NewLogin(admin.LoginOptions{Tokens: tokens}) // the page's and the API's, as on a process's listener
+	page := New(Options{Engine: eng, Tokens: tokens, Login: login, Logger: logger, MonitoringPath: "/monitoring/"})
 	// Mounted as internal/health mounts them on a process's listener.
 	mux := http.NewServeMux()
 	mux.Handle(Root, page)
 	mux.Handle(Root+"/", page)
-	mux.Handle(APIRoot+"/", admin.NewAPI(admin.Options{Engine: eng, Tokens: tokens, Logger: logger}))
+	mux.Handle(APIRoot+"/", admin.NewAPI(admin.Options{Engine: eng, Tokens: tokens, Login: login, Logger: logger}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

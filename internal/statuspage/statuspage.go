@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -64,6 +65,9 @@ type Options struct {
 	// Tokens are the admin API's tokens; a valid one logs in. With none the page shows that it
 	// is off.
 	Tokens *admintoken.Set
+	// Login makes and checks the login cookie's sessions and slows down failed logins; share
+	// it with the admin API (admin.Options.Login). Default: admin.NewLogin over Tokens.
+	Login *admin.Login
 	// Logger logs logins, failed logins and logouts (token id and remote address, never the
 	// secret) and the engine's errors.
 	Logger zerolog.Logger
@@ -101,6 +105,9 @@ func New(o Options) http.Handler {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Login == nil {
+		o.Login = admin.NewLogin(admin.LoginOptions{Tokens: o.Tokens})
 	}
 	h := &handler{o: o, pages: map[string]*template.Template{}, assets: map[string]asset{}, maxRows: maxRows, maxParked: maxParkedRows}
 	funcs := template.FuncMap{"root": func() string { return Root }, "inc": func(n int) int { return n + 1 }}
@@ -191,7 +198,7 @@ func pageHeaders(w http.ResponseWriter) {
 
 // who is the token r authenticates with, nil when none.
 func (h *handler) who(r *http.Request) *admintoken.Token {
-	t, _, ok := admin.Authenticate(h.o.Tokens, r)
+	t, _, ok := h.o.Login.Authenticate(r)
 	if !ok {
 		return nil
 	}
@@ -201,7 +208,7 @@ func (h *handler) who(r *http.Request) *admintoken.Token {
 // authenticated returns r's token, or renders the login form (with next, the page to come
 // back to) and returns nil.
 func (h *handler) authenticated(w http.ResponseWriter, r *http.Request) *admintoken.Token {
-	t, cred, ok := admin.Authenticate(h.o.Tokens, r)
+	t, cred, ok := h.o.Login.Authenticate(r)
 	if ok {
 		return &t
 	}
@@ -212,9 +219,9 @@ func (h *handler) authenticated(w http.ResponseWriter, r *http.Request) *adminto
 		p.Off = true
 		status = http.StatusForbidden
 	case cred == admin.Cookie:
-		// The cookie's token was removed or rotated: say so and drop the cookie.
-		http.SetCookie(w, admin.LogoutCookie(r))
-		p.Error = "Your login's token is no longer accepted (rotated or removed): log in again."
+		// The session expired, or its token was removed or rotated: say so and drop the cookie.
+		http.SetCookie(w, h.o.Login.LogoutCookie(r))
+		p.Error = "Your login has expired, or its token is no longer accepted (rotated or removed): log in again."
 	case cred == admin.Bearer:
 		p.Error = "The Authorization header's token is not accepted."
 	}
@@ -255,14 +262,32 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		h.render(w, r, http.StatusForbidden, "login", &page{Title: "Log in", Off: true, Next: next})
 		return
 	}
+	client := h.o.Login.Client(r).String()
+	// A client that failed too often waits; its token is not even checked meanwhile.
+	if wait := h.o.Login.Wait(r); wait > 0 {
+		secs := int((wait + time.Second - 1) / time.Second)
+		h.o.Logger.Warn().Str("remote", r.RemoteAddr).Str("client", client).Int("retryAfter", secs).Msg("status page: login refused, too many failed logins")
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		h.render(w, r, http.StatusTooManyRequests, "login", &page{Title: "Log in", Next: next,
+			Error: "Too many failed logins from your address: try again in " + strconv.Itoa(secs) + " s."})
+		return
+	}
 	t, ok := h.o.Tokens.Lookup(secret)
 	if !ok {
-		h.o.Logger.Warn().Str("remote", r.RemoteAddr).Bool("empty", secret == "").Msg("status page: failed login (no token has this secret)")
+		wait := h.o.Login.Failed(r)
+		h.o.Logger.Warn().Str("remote", r.RemoteAddr).Str("client", client).Bool("empty", secret == "").Dur("wait", wait).Msg("status page: failed login (no token has this secret)")
 		h.render(w, r, http.StatusUnauthorized, "login", &page{Title: "Log in", Next: next, Error: "That token is not accepted."})
 		return
 	}
-	h.o.Logger.Info().Str("token", t.ID).Bool("readOnly", t.ReadOnly).Str("remote", r.RemoteAddr).Msg("status page: login")
-	http.SetCookie(w, admin.LoginCookie(r, secret))
+	c, err := h.o.Login.Cookie(r, t)
+	if err != nil {
+		h.o.Logger.Error().Err(err).Msg("status page: making a session failed")
+		h.render(w, r, http.StatusInternalServerError, "message", &page{Title: "Login failed", Message: "The login could not be made; see the process's log."})
+		return
+	}
+	h.o.Login.Succeeded(r)
+	h.o.Logger.Info().Str("token", t.ID).Bool("readOnly", t.ReadOnly).Str("remote", r.RemoteAddr).Str("client", client).Msg("status page: login")
+	http.SetCookie(w, c)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
@@ -292,7 +317,7 @@ func (h *handler) logout(w http.ResponseWriter, r *http.Request) {
 		ev = ev.Str("token", t.ID)
 	}
 	ev.Msg("status page: logout")
-	http.SetCookie(w, admin.LogoutCookie(r))
+	http.SetCookie(w, h.o.Login.LogoutCookie(r))
 	http.Redirect(w, r, Root, http.StatusSeeOther)
 }
 
@@ -442,6 +467,7 @@ func (h *handler) newPage(t *admintoken.Token, title string) *page {
 // becomes a 500 rather than half a page.
 func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name string, p *page) {
 	var buf bytes.Buffer
+	p.Stopped = h.o.Engine.Stopped()
 	if err := h.pages[name].ExecuteTemplate(&buf, "layout", p); err != nil {
 		h.o.Logger.Error().Err(err).Str("template", name).Msg("status page: rendering failed")
 		http.Error(w, "the status page failed to render; see the process's log", http.StatusInternalServerError)

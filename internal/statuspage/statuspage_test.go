@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -35,9 +36,11 @@ const (
 // whose item holds a <script>; customers: two partitions, one of them with characters a path
 // must escape), the status page on it and the log it writes.
 type world struct {
-	env *watukuytest.Env
-	h   http.Handler
-	log *bytes.Buffer
+	env    *watukuytest.Env
+	h      http.Handler
+	log    *bytes.Buffer
+	tokens *admintoken.Set
+	login  *admin.Login
 }
 
 func newWorld(t *testing.T, tokens ...admintoken.Token) *world {
@@ -67,11 +70,13 @@ func newWorld(t *testing.T, tokens ...admintoken.Token) *world {
 		t.Fatal(err)
 	}
 	log := &bytes.Buffer{}
-	h := New(Options{Engine: env.Engine, Tokens: ts, Logger: zerolog.New(log), MonitoringPath: "/monitoring/", Now: env.Clock.Now})
-	return &world{env: env, h: h, log: log}
+	login := admin.NewLogin(admin.LoginOptions{Tokens: ts, Now: env.Clock.Now, Policy: admin.LoginPolicy{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}})
+	h := New(Options{Engine: env.Engine, Tokens: ts, Login: login, Logger: zerolog.New(log), MonitoringPath: "/monitoring/", Now: env.Clock.Now})
+	return &world{env: env, h: h, log: log, tokens: ts, login: login}
 }
 
-// do sends one request to the page; secret, when set, is the login cookie.
+// do sends one request to the page; secret, when set, logs in: the cookie holds a session of
+// the token with that secret, or secret itself when no token has it (a session, a stale value).
 func (w *world) do(t *testing.T, method, target, secret string, form url.Values, hdr ...string) (*http.Response, string) {
 	t.Helper()
 	var body io.Reader
@@ -84,7 +89,14 @@ func (w *world) do(t *testing.T, method, target, secret string, form url.Values,
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
 	if secret != "" {
-		r.AddCookie(&http.Cookie{Name: admin.CookieName, Value: secret})
+		v := secret
+		if tok, ok := w.tokens.Lookup(secret); ok {
+			var err error
+			if v, err = w.login.NewSession(tok); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.AddCookie(&http.Cookie{Name: admin.CookieName, Value: v})
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		r.Header.Set(hdr[i], hdr[i+1])
@@ -142,8 +154,12 @@ func TestLoginFlow(t *testing.T) {
 			cookie = c
 		}
 	}
-	if cookie == nil || cookie.Value != opsSecret || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode || cookie.Path != "/" {
+	if cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode || cookie.Path != "/" || cookie.Secure ||
+		cookie.MaxAge != int(admin.DefaultSessionTTL/time.Second) {
 		t.Fatalf("login cookie %+v", cookie)
+	}
+	if strings.Contains(cookie.Value, opsSecret) {
+		t.Fatal("the cookie holds the secret")
 	}
 	logged := w.log.String()
 	if !strings.Contains(logged, `"token":"ops"`) || !strings.Contains(logged, "192.0.2.7:4242") || !strings.Contains(logged, `"level":"info"`) {
@@ -214,6 +230,107 @@ func TestWrongToken(t *testing.T) {
 	if cs := res.Cookies(); len(cs) != 1 || cs[0].MaxAge >= 0 {
 		t.Fatalf("stale cookie not cleared: %v", cs)
 	}
+	// The secret itself is no cookie.
+	r := httptest.NewRequest("GET", "/status", nil)
+	r.AddCookie(&http.Cookie{Name: admin.CookieName, Value: opsSecret})
+	rec := httptest.NewRecorder()
+	w.h.ServeHTTP(rec, r)
+	if rec.Code != http.StatusUnauthorized {
+		t.Fatalf("the secret as the cookie: %d", rec.Code)
+	}
+}
+
+// A session ends at its expiry and when its token is removed: the page asks for a login again
+// and drops the cookie.
+func TestSessionEnds(t *testing.T) {
+	w := newWorld(t)
+	tok, _ := w.tokens.Lookup(opsSecret)
+	v, err := w.login.NewSession(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := w.do(t, "GET", "/status", v, nil); res.StatusCode != http.StatusOK {
+		t.Fatalf("a fresh session: %d", res.StatusCode)
+	}
+	w.env.Clock.Advance(admin.DefaultSessionTTL)
+	res, body := w.do(t, "GET", "/status", v, nil)
+	if res.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "has expired") || len(res.Cookies()) != 1 || res.Cookies()[0].MaxAge >= 0 {
+		t.Fatalf("an expired session: %d %v\n%s", res.StatusCode, res.Cookies(), body)
+	}
+	if v, err = w.login.NewSession(tok); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.tokens.Replace([]admintoken.Token{{ID: "viewer", Secret: viewerSecret, ReadOnly: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := w.do(t, "GET", "/status", v, nil); res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("the session of a removed token: %d", res.StatusCode)
+	}
+}
+
+// Failed logins slow the client down: past the free ones it gets 429 with Retry-After, even
+// with the right token, until the wait is over; a login then clears the count. Behind a
+// trusted proxy the client is X-Forwarded-For's, and the cookie is Secure under
+// X-Forwarded-Proto: https.
+func TestLoginSlowdown(t *testing.T) {
+	w := newWorld(t)
+	login := func(secret string, hdr ...string) *http.Response {
+		t.Helper()
+		res, _ := w.do(t, "POST", "/status/login", "", url.Values{"token": {secret}}, hdr...)
+		return res
+	}
+	for i := range admin.DefaultFreeFailures {
+		if res := login("not-the-secret-at-all-0000"); res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("failure %d: %d", i+1, res.StatusCode)
+		}
+	}
+	res := login(opsSecret)
+	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") != "1" || len(res.Cookies()) != 0 {
+		t.Fatalf("while it waits: %d Retry-After %q %v", res.StatusCode, res.Header.Get("Retry-After"), res.Cookies())
+	}
+	if !strings.Contains(w.log.String(), "too many failed logins") {
+		t.Fatalf("log: %s", w.log.String())
+	}
+	w.env.Clock.Advance(time.Second)
+	if res := login("not-the-secret-at-all-0000"); res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("after the wait: %d", res.StatusCode)
+	}
+	if res := login(opsSecret); res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") != "2" {
+		t.Fatalf("the second wait: %d %q", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	w.env.Clock.Advance(2 * time.Second)
+	if res := login(opsSecret); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("the right token after the wait: %d", res.StatusCode)
+	}
+	if res := login("not-the-secret-at-all-0000"); res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a login did not clear the count: %d", res.StatusCode)
+	}
+	if res := login(opsSecret); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("a login did not clear the count: %d", res.StatusCode)
+	}
+	// Behind the trusted proxy 10.0.0.0/8 (newWorld's): another client is not slowed down by
+	// this one, and the cookie is Secure when the proxy says https.
+	proxied := func(client, secret string) *http.Response {
+		t.Helper()
+		r := httptest.NewRequest("POST", "/status/login", strings.NewReader(url.Values{"token": {secret}}.Encode()))
+		r.RemoteAddr = "10.0.0.2:4242"
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.Header.Set("X-Forwarded-For", client)
+		r.Header.Set("X-Forwarded-Proto", "https")
+		rec := httptest.NewRecorder()
+		w.h.ServeHTTP(rec, r)
+		return rec.Result()
+	}
+	for range admin.DefaultFreeFailures {
+		proxied("203.0.113.9", "not-the-secret-at-all-0000")
+	}
+	if res := proxied("203.0.113.9", opsSecret); res.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("the failing client behind the proxy: %d", res.StatusCode)
+	}
+	res = proxied("203.0.113.10", opsSecret)
+	if res.StatusCode != http.StatusSeeOther || len(res.Cookies()) != 1 || !res.Cookies()[0].Secure {
+		t.Fatalf("behind the proxy: %d %v", res.StatusCode, res.Cookies())
+	}
 }
 
 func TestOriginChecked(t *testing.T) {
@@ -253,6 +370,27 @@ func TestReadOnlyView(t *testing.T) {
 	res, body = w.do(t, "GET", "/status/keys/orders/-", viewerSecret, nil)
 	if res.StatusCode != http.StatusOK || strings.Contains(body, "data-api") || !strings.Contains(body, "the sink refuses o2") {
 		t.Fatalf("read-only detail: %d\n%s", res.StatusCode, body)
+	}
+}
+
+// The page of a process whose engine was stopped says so on every page, above the keys it
+// still reads.
+func TestStoppedEngineShown(t *testing.T) {
+	w := newWorld(t)
+	if _, body := w.do(t, "GET", "/status", opsSecret, nil); strings.Contains(body, "data-stopped") {
+		t.Fatal("a running engine's page says it is stopped")
+	}
+	if err := w.env.Engine.Stop(true, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	res, body := w.do(t, "GET", "/status", opsSecret, nil)
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, "data-stopped") {
+		t.Fatalf("index of a stopped engine: %d\n%s", res.StatusCode, body)
+	}
+	checkPage(t, res, body)
+	res, body = w.do(t, "GET", "/status/keys/orders/-", opsSecret, nil)
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, "data-stopped") || !strings.Contains(body, "the sink refuses o2") {
+		t.Fatalf("key page of a stopped engine: %d\n%s", res.StatusCode, body)
 	}
 }
 
@@ -494,7 +632,7 @@ func TestItemJSONIsEscaped(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := []watukuytype.ParkedInfo{
-		{ID: `<b>id</b>`, Kind: "poison", Error: `<img src=x onerror=alert(1)>`, Errors: []string{"<i>1</i>", "<i>2</i>"},
+		{ID: `<b>id</b>`, Kind: "poison", Error: `<img src=x onerror=alert(1)>`, Errors: []string{"<i>1</i>", "<i>2</i>"}, Stack: "main.send\n</pre><script>alert(4)</script>",
 			Identity: `"><script>alert(2)</script>`, Event: json.RawMessage(`{"name":"` + strings.ReplaceAll(poisonName, `"`, `\"`) + `"}`)},
 		{ID: "inv1", Kind: "invalid", Error: "no identity", Item: mustRaw(t, `{"name":"</pre><script>alert(3)</script>"}`)},
 	}
@@ -502,13 +640,13 @@ func TestItemJSONIsEscaped(t *testing.T) {
 	rec := httptest.NewRecorder()
 	w.h.(*handler).render(rec, httptest.NewRequest("GET", "/status/keys/orders/-", nil), http.StatusOK, "key", p)
 	out := rec.Body.String()
-	for _, raw := range []string{"<script>alert", "<img", "<b>id", "<i>1", "<u>ops", `"><script`, "</pre><script"} {
+	for _, raw := range []string{"<script>alert", "<img", "<b>id", "<i>1", "<u>ops", `"><script`, "</pre><script", "alert(4)</script>"} {
 		if strings.Contains(out, raw) {
 			t.Errorf("%s reached the page unescaped", raw)
 		}
 	}
 	for _, esc := range []string{`&lt;script&gt;alert(\&#34;x\&#34;)&lt;/script&gt;`, "&lt;img src=x onerror=alert(1)&gt;", "&lt;/pre&gt;&lt;script&gt;alert(3)",
-		`data-row="&lt;b&gt;id&lt;/b&gt;"`, "&lt;u&gt;ops&lt;/u&gt;"} {
+		`data-row="&lt;b&gt;id&lt;/b&gt;"`, "&lt;u&gt;ops&lt;/u&gt;", "<details data-stack><summary>stack</summary><pre>main.send\n&lt;/pre&gt;&lt;script&gt;alert(4)"} {
 		if !strings.Contains(out, esc) {
 			t.Errorf("the page lacks %s", esc)
 		}

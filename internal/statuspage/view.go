@@ -23,6 +23,8 @@ type page struct {
 	ReadOnly       bool
 	MonitoringPath string
 	Generated      string
+	// Stopped: the engine of the process that serves the page was stopped; it runs nothing.
+	Stopped bool
 
 	// The login form.
 	Off   bool // no token is configured: nobody can log in
@@ -106,6 +108,7 @@ type keyDetail struct {
 type parkedRow struct {
 	ID, Kind, Error       string
 	Errors                []string
+	Stack                 string // of the failure that parked it, if it carried one
 	Attempts              int
 	ParkedAt, ParkedAtT   string
 	OrderingKey, Identity string
@@ -440,7 +443,7 @@ func newKeyDetail(ki watukuytype.KeyInfo, parked []watukuytype.ParkedInfo, now t
 	d.Sections = append(d.Sections, bf)
 
 	for _, p := range parked {
-		row := parkedRow{ID: p.ID, Kind: p.Kind, Error: p.Error, Errors: p.Errors, Attempts: p.Attempts,
+		row := parkedRow{ID: p.ID, Kind: p.Kind, Error: p.Error, Errors: p.Errors, Stack: p.Stack, Attempts: p.Attempts,
 			OrderingKey: p.OrderingKey, Identity: p.Identity,
 			RetryBody: mustJSON(map[string][]string{"ids": {p.ID}}), DiscardBody: mustJSON(map[string][]string{"ids": {p.ID}})}
 		row.ParkedAt, row.ParkedAtT = when(&p.ParkedAt, now)

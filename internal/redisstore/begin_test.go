@@ -1,0 +1,301 @@
+package redisstore
+
+// begin.lua: the reply it builds from its one read of the state, epochs above the poller's
+// high-water marks, and the first Begin that reads its seed from the registry in its own
+// script on one server (and where the registry is elsewhere).
+
+import (
+	"context"
+	"maps"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/internal/statehash"
+	"github.com/watukuy/watukuy/watukuytype"
+)
+
+// replyMirrorsState checks that a granted Begin's reply state is exactly the state hash after
+// the Begin without the lease's fields, and that the grant left no write id behind.
+func replyMirrorsState(t *testing.T, b redistest.Backend, s *Store, r core.BeginResult, what string) {
+	t.Helper()
+	ctx := context.Background()
+	all := b.Client.HGetAll(ctx, s.Key(r.Lease.Key, "state")).Val()
+	want := map[string]string{}
+	for k, v := range all {
+		if !statehash.IsLeaseField(k) {
+			want[k] = v
+		}
+	}
+	if !maps.Equal(r.State, want) {
+		t.Errorf("%s: reply state %v, the hash without its lease %v", what, r.State, want)
+	}
+	for k := range r.State {
+		if statehash.IsLeaseField(k) {
+			t.Errorf("%s: reply state carries lease field %q", what, k)
+		}
+	}
+	if _, ok := all["write"]; ok {
+		t.Errorf("%s: the grant kept a write id %q", what, all["write"])
+	}
+	if all["epoch"] != strconv.FormatInt(r.Lease.Epoch, 10) || all["token"] != r.Lease.Token {
+		t.Errorf("%s: the hash holds epoch %q token %q, the reply %d %q", what, all["epoch"], all["token"], r.Lease.Epoch, r.Lease.Token)
+	}
+}
+
+// The reply's state fields, built from the script's in-memory table, are the state hash
+// after the grant without the lease: a first Begin over leftovers (a trigger, a stale write
+// id and reply), a re-sent Begin, a delete (deleted mirrored), an add over a forgotten
+// deletion (DEL and incarnation mirrored), an op.
+func TestBeginReplyStateIsTheHashWithoutTheLease(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, _ := newStore(t, b)
+		s.markTTL = 50 * time.Millisecond
+		registerListing(t, s, "a", "b")
+		a := watukuytype.Key{Poller: "orders", Partition: "a"}
+		if err := s.Trigger(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		b.Client.HSet(ctx, s.Key(a, "state"), "foo", "bar", "write", "7", "reply", "9 9")
+		r := beginOK(t, s, a, core.BeginForCycle)
+		replyMirrorsState(t, b, s, r, "first cycle over leftovers")
+		if err := s.End(ctx, r.Lease, core.EndRequest{NextDue: r.Now, Trigger: r.State["trig"]}); err != nil {
+			t.Fatal(err)
+		}
+
+		op := beginOK(t, s, a, core.BeginForOp)
+		replyMirrorsState(t, b, s, op, "op")
+		if err := s.End(ctx, op.Lease, core.EndRequest{NextDue: op.Now, Trigger: op.State["trig"]}); err != nil {
+			t.Fatal(err)
+		}
+
+		del := beginOK(t, s, a, core.BeginForDelete)
+		replyMirrorsState(t, b, s, del, "delete")
+		if del.State["deleted"] != "1" {
+			t.Errorf("delete: reply state %v without deleted=1", del.State)
+		}
+		if err := s.DeleteKey(ctx, del.Lease); err != nil {
+			t.Fatal(err)
+		}
+		expire(t, b, s.Key(a, "state"), s.markTTL)
+		// A stale pause racing the deletion leaves a state without an epoch; the add drops it.
+		b.Client.HSet(ctx, s.Key(a, "state"), "paused", "1", "foo", "bar", "write", "3")
+		add := beginOK(t, s, a, core.BeginForAdd)
+		replyMirrorsState(t, b, s, add, "add over a forgotten deletion")
+		if add.State["paused"] != "" || add.State["foo"] != "" || add.State["incarnation"] == "" {
+			t.Errorf("add over a forgotten deletion: reply state %v, want the leftovers gone and an incarnation", add.State)
+		}
+		if add.Lease.Epoch <= del.Lease.Epoch {
+			t.Errorf("add: epoch %d, the deleted key reached %d", add.Lease.Epoch, del.Lease.Epoch)
+		}
+
+		b.Client.AddHook(resend{})
+		k := watukuytype.Key{Poller: "orders", Partition: "b"}
+		rs := beginOK(t, s, k, core.BeginForCycle)
+		replyMirrorsState(t, b, s, rs, "re-sent first Begin")
+		// b was never begun: one above the mark a's deletion raised (a's delete epoch), taken once.
+		if rs.Lease.Epoch != del.Lease.Epoch+1 {
+			t.Errorf("re-sent first Begin: epoch %d, want %d (above the mark, taken once)", rs.Lease.Epoch, del.Lease.Epoch+1)
+		}
+	})
+}
+
+// G2: a never-begun key of a poller whose deleted keys reached a 15-digit epoch (above Lua
+// 5.1's tostring precision, %.14g) starts exactly one above it; the epoch is written as
+// digits, and the lease's fenced writes pass.
+func TestG2FirstBeginAboveA15DigitMark(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, clk := newStore(t, b)
+		registerListing(t, s, "a")
+		const mark = 123456789012345
+		if err := b.Client.HSet(ctx, s.retiredKey(), "orders", strconv.FormatInt(mark, 10)+" 0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		key := watukuytype.Key{Poller: "orders", Partition: "a"}
+		for i := int64(1); i <= 3; i++ {
+			r := beginOK(t, s, key, core.BeginForCycle)
+			if got := b.Client.HGet(ctx, s.Key(key, "state"), "epoch").Val(); r.Lease.Epoch != mark+i || got != strconv.FormatInt(mark+i, 10) {
+				t.Fatalf("grant %d: epoch %d, stored %q; want %d", i, r.Lease.Epoch, got, mark+i)
+			}
+			if _, err := s.CommitPoll(ctx, r.Lease, core.Commit{Events: []core.OutboxEvent{{ID: "e" + strconv.FormatInt(i, 10), OrderingKey: "o", Envelope: []byte(`{}`)}}}); err != nil {
+				t.Fatalf("grant %d: commit: %v", i, err)
+			}
+			if err := s.End(ctx, r.Lease, core.EndRequest{NextDue: clk.Now(), Trigger: r.State["trig"]}); err != nil {
+				t.Fatalf("grant %d: end: %v", i, err)
+			}
+		}
+	})
+}
+
+// G2/G5: an epoch past 2^53 still grows (HINCRBY is exact where a Lua double is not).
+func TestG2EpochPast2To53StillGrows(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, _ := newStore(t, b)
+		registerListing(t, s, "a")
+		key := watukuytype.Key{Poller: "orders", Partition: "a"}
+		const big = "9007199254740993" // 2^53 + 1
+		if err := b.Client.HSet(ctx, s.Key(key, "state"), "epoch", big).Err(); err != nil {
+			t.Fatal(err)
+		}
+		r := beginOK(t, s, key, core.BeginForCycle)
+		stored := b.Client.HGet(ctx, s.Key(key, "state"), "epoch").Val()
+		if n, _ := strconv.ParseInt(stored, 10, 64); n <= 9007199254740993 || r.Lease.Epoch != n {
+			t.Fatalf("epoch %s before the grant, %s after it (reply %d): it must grow", big, stored, r.Lease.Epoch)
+		}
+	})
+}
+
+// G2 with the client re-sending every script: partitions add of a forgotten deleted key and
+// its first cycle each take one grant above the poller's high-water mark, and a re-sent
+// commit of that grant is recognised by its write id (fence after the grant's HDEL write).
+func TestG2ResentBeginsAfterAForgottenDeletion(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, clk := newStore(t, b)
+		s.markTTL = 50 * time.Millisecond
+		registerListing(t, s, "cfg")
+		key := watukuytype.Key{Poller: "orders", Partition: "x"}
+		addKey(t, s, key)
+		var reached int64
+		for range 3 {
+			r := beginOK(t, s, key, core.BeginForCycle)
+			reached = r.Lease.Epoch
+			if err := s.End(ctx, r.Lease, core.EndRequest{NextDue: clk.Now(), Trigger: r.State["trig"]}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		deleteKey(t, s, key)
+		expire(t, b, s.Key(key, "state"), s.markTTL)
+		var markEpoch int64
+		if f := strings.Fields(b.Client.HGet(ctx, s.retiredKey(), "orders").Val()); len(f) == 2 {
+			markEpoch, _ = strconv.ParseInt(f[0], 10, 64)
+		}
+		if markEpoch <= reached {
+			t.Fatalf("high-water mark %d, the key reached %d", markEpoch, reached)
+		}
+		b.Client.AddHook(resend{})
+		add, err := s.Begin(ctx, key, "op", 30*time.Second, core.BeginForAdd)
+		if err != nil || add.Status != core.BeginOK || add.Lease.Epoch != markEpoch+1 {
+			t.Fatalf("re-sent add Begin: %s epoch %d %v; want ok, epoch %d", statusName(add.Status), add.Lease.Epoch, err, markEpoch+1)
+		}
+		if _, err := s.AddKey(ctx, add.Lease, add.State["deleted"] == "1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.End(ctx, add.Lease, core.EndRequest{NextDue: add.Now, Trigger: add.State["trig"]}); err != nil {
+			t.Fatal(err)
+		}
+		c := beginOK(t, s, key, core.BeginForCycle)
+		if c.Lease.Epoch != markEpoch+2 {
+			t.Fatalf("re-sent cycle Begin: epoch %d, want %d", c.Lease.Epoch, markEpoch+2)
+		}
+		res, err := s.CommitPoll(ctx, c.Lease, core.Commit{Events: []core.OutboxEvent{{ID: "e", OrderingKey: "o", Envelope: []byte(`{}`)}}})
+		if err != nil {
+			t.Fatalf("re-sent commit after the grant: %v", err)
+		}
+		if n := b.Client.XLen(ctx, s.Key(key, "outbox")).Val(); n != 1 || len(res.StreamIDs) != 1 {
+			t.Fatalf("re-sent commit: outbox holds %d entries, ids %v; want the one event once", n, res.StreamIDs)
+		}
+	})
+}
+
+// A cycle's End carrying the next key's first Begin: on one server that Begin reads its seed
+// itself; a key the registry does not hold is answered deleted and what a racing trigger left
+// of it goes; a registered one starts above the poller's high-water mark.
+func TestEndCarriesFirstBeginsThatReadTheirSeed(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, clk := newStore(t, b)
+		registerListing(t, s, "a", "b")
+		if err := b.Client.HSet(ctx, s.retiredKey(), "orders", "41 0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		a := watukuytype.Key{Poller: "orders", Partition: "a"}
+		gone := watukuytype.Key{Poller: "orders", Partition: "gone"}
+		// What a trigger racing its deletion could leave (an older trigger wrote it there).
+		if err := b.Client.HSet(ctx, s.Key(gone, "state"), "nextDue", "0", "trig", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		r := beginOK(t, s, a, core.BeginForCycle)
+		if r.Lease.Epoch != 42 {
+			t.Fatalf("first Begin: epoch %d, want 42 (above the mark 41)", r.Lease.Epoch)
+		}
+		n := &core.NextBegin{Key: gone, Owner: "w", TTL: time.Minute, At: clk.Now()}
+		if err := s.End(ctx, r.Lease, core.EndRequest{NextDue: clk.Now(), Trigger: r.State["trig"], Next: n}); err != nil {
+			t.Fatal(err)
+		}
+		if !n.Sent || n.Err != nil || n.Result.Status != core.BeginDeleted {
+			t.Fatalf("next Begin of an unregistered key: sent %v %s %v, want deleted", n.Sent, statusName(n.Result.Status), n.Err)
+		}
+		if x := b.Client.Exists(ctx, s.Key(gone, "state")).Val(); x != 0 {
+			t.Fatal("the trigger's leftovers of an unregistered key stayed")
+		}
+		r = beginOK(t, s, a, core.BeginForCycle)
+		n = &core.NextBegin{Key: watukuytype.Key{Poller: "orders", Partition: "b"}, Owner: "w", TTL: time.Minute, At: clk.Now()}
+		if err := s.End(ctx, r.Lease, core.EndRequest{NextDue: clk.Now(), Trigger: r.State["trig"], Next: n}); err != nil {
+			t.Fatal(err)
+		}
+		if !n.Granted() || n.Result.Lease.Epoch != 42 {
+			t.Fatalf("next Begin of a registered key: %s epoch %d %v, want ok, epoch 42", statusName(n.Result.Status), n.Result.Lease.Epoch, n.Err)
+		}
+	})
+}
+
+// A single-shard Redis Cluster (cluster-enabled, one node owning every slot) reached through
+// a plain *redis.Client, as a redis:// URL to a managed cluster-mode endpoint is: the first
+// Begin that reads its seed in its own script is refused across slots, and the store reads
+// the registry first from then on; a whole cycle and a partitions delete run.
+func TestFirstBeginOnAClusterModeNodeThroughAPlainClient(t *testing.T) {
+	b := redistest.RealTCP(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	ctx := context.Background()
+	if err := b.Client.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(b.Client.ClusterInfo(ctx).Val(), "cluster_state:ok") {
+		if time.Now().After(deadline) {
+			t.Fatal("the one-node cluster never became ok")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s, clk := newStore(t, b)
+	registerListing(t, s, "a", "b")
+	for _, p := range []string{"a", "b"} {
+		r, err := s.Begin(ctx, watukuytype.Key{Poller: "orders", Partition: p}, "w", time.Minute, core.BeginForCycle)
+		if err != nil || r.Status != core.BeginOK {
+			t.Fatalf("first Begin of %s: %s, %v", p, statusName(r.Status), err)
+		}
+	}
+	if s.oneServer.Load() {
+		t.Fatal("the store still sends seeds read in the Begin's own script to a cluster-mode node")
+	}
+	cycleSteps(t, b, s, clk, func() {}) // a whole cycle, then partitions delete
+}
+
+// A go-redis Ring shards keys by hash tag over several servers: the registry (under
+// {global}) is on one of them, so a first Begin reads it first; every registered key begins.
+func TestFirstBeginOnARing(t *testing.T) {
+	ctx := context.Background()
+	m1, m2 := redistest.Miniredis(t), redistest.Miniredis(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"s1": m1.Mini.Addr(), "s2": m2.Mini.Addr()}})
+	t.Cleanup(func() { _ = ring.Close() })
+	parts := []string{"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"}
+	s, err := New(ring, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	registerListing(t, s, parts...)
+	for _, p := range parts {
+		r, err := s.Begin(ctx, watukuytype.Key{Poller: "orders", Partition: p}, "w", time.Minute, core.BeginForCycle)
+		if err != nil || r.Status != core.BeginOK {
+			t.Errorf("first Begin of registered %s: %s %v", p, statusName(r.Status), err)
+		}
+	}
+}
