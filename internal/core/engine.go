@@ -110,7 +110,7 @@ func (e *Engine) now() time.Time { return e.clock() }
 
 // Register adds a poller; an invalid definition is a *ConfigError naming the field.
 func (e *Engine) Register(p watukuytype.Poller) error {
-	p, err := withDefaults(p)
+	p, err := WithDefaults(p)
 	if err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func (e *Engine) Replace(bs []watukuytype.Budget, ps ...watukuytype.Poller) erro
 	}
 	next := make(map[string]*watukuytype.Poller, len(ps))
 	for _, p := range ps {
-		p, err := withDefaults(p)
+		p, err := WithDefaults(p)
 		if err != nil {
 			return err
 		}

@@ -11,8 +11,8 @@ import (
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
-// withDefaults validates p and fills its defaults; errors are *ConfigError.
-func withDefaults(p watukuytype.Poller) (watukuytype.Poller, error) {
+// WithDefaults validates p and fills its defaults, as Register does; errors are *ConfigError.
+func WithDefaults(p watukuytype.Poller) (watukuytype.Poller, error) {
 	bad := func(field, format string, a ...any) (watukuytype.Poller, error) {
 		return p, &watukuytype.ConfigError{Poller: p.Name, Field: field, Msg: fmt.Sprintf(format, a...)}
 	}

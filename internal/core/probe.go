@@ -19,7 +19,7 @@ import (
 // cursor stalls there (ProbeResult.Stall). It writes nothing anywhere: for checking a new API
 // before it goes live.
 func Probe(ctx context.Context, p watukuytype.Poller, partition string) (watukuytype.ProbeResult, error) {
-	p, err := withDefaults(p)
+	p, err := WithDefaults(p)
 	if err != nil {
 		return watukuytype.ProbeResult{}, err
 	}
@@ -74,7 +74,7 @@ func probeNext(ctx context.Context, p watukuytype.Poller, key watukuytype.Key, p
 // for partition, up to maxPages pages each, and estimates the pages and cycles each takes. It
 // writes nothing. A poller with neither has no listing: nil.
 func ProbeListing(ctx context.Context, p watukuytype.Poller, partition string, maxPages int) ([]watukuytype.ListingEstimate, error) {
-	p, err := withDefaults(p)
+	p, err := WithDefaults(p)
 	if err != nil {
 		return nil, err
 	}

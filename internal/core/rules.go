@@ -127,6 +127,6 @@ func CycleBackoff(b watukuytype.Backoff) (watukuytype.Backoff, error) {
 // *watukuytype.ConfigError naming the field; it changes nothing. The config file's build runs
 // it, so an invalid poller fails `validate` as it would fail at start.
 func Check(p watukuytype.Poller) error {
-	_, err := withDefaults(p)
+	_, err := WithDefaults(p)
 	return err
 }

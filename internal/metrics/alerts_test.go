@@ -45,7 +45,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	m := New(reg)
 	NewRedis(reg)
 	NewReloads(reg)
-	m.SetPollers(watukuytype.Poller{Name: "p"})
+	m.SetPollers(valid(watukuytype.Poller{Name: "p"}))
 	m.WatchKeys(reg, func(ctx context.Context) ([]watukuytype.KeyInfo, error) {
 		now := time.Now()
 		return []watukuytype.KeyInfo{{Poller: "p", Partition: "x", Circuit: "open", LeaseOwner: "w",

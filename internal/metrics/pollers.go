@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -37,7 +36,7 @@ func newPollerSettings() *pollerSettings {
 }
 
 // SetPollers exports the settings of the pollers this process runs (their probeEvery and
-// schedule.max, defaults filled as Engine.Register fills them) and deletes the series of the
+// schedule.max, defaults filled as Engine.Register fills them; an invalid poller is left out) and deletes the series of the
 // pollers it no longer runs. Call it with every poller each time the set changes: at start,
 // after registering, and after a config reload. Until a process calls it, the alert rules use
 // the defaults (probeEvery and schedule.max of 5 minutes) for every poller.
@@ -47,9 +46,12 @@ func (m *Metrics) SetPollers(ps ...watukuytype.Poller) {
 	defer s.mu.Unlock()
 	now := map[string]bool{}
 	for _, p := range ps {
-		probeEvery, scheduleMax := effectiveSettings(p)
-		s.probeEvery.WithLabelValues(p.Name).Set(probeEvery.Seconds())
-		s.scheduleMax.WithLabelValues(p.Name).Set(scheduleMax.Seconds())
+		d, err := core.WithDefaults(p) // the settings as the engine runs them
+		if err != nil {
+			continue // not a poller the engine would run
+		}
+		s.probeEvery.WithLabelValues(p.Name).Set(d.ProbeEvery.Seconds())
+		s.scheduleMax.WithLabelValues(p.Name).Set(d.Schedule.Max.Seconds())
 		now[p.Name] = true
 	}
 	for name := range s.set {
@@ -59,23 +61,4 @@ func (m *Metrics) SetPollers(ps ...watukuytype.Poller) {
 		}
 	}
 	s.set = now
-}
-
-// effectiveSettings are p's probeEvery and schedule.max as the engine runs them: an unset
-// schedule.max is the default (not less than schedule.min), an unset probeEvery is
-// schedule.max.
-func effectiveSettings(p watukuytype.Poller) (probeEvery, scheduleMax time.Duration) {
-	scheduleMax = p.Schedule.Max
-	if scheduleMax <= 0 {
-		minimum := p.Schedule.Min
-		if minimum <= 0 {
-			minimum = core.DefaultScheduleMin
-		}
-		scheduleMax = max(core.DefaultScheduleMax, minimum)
-	}
-	probeEvery = p.ProbeEvery
-	if probeEvery <= 0 {
-		probeEvery = scheduleMax
-	}
-	return probeEvery, scheduleMax
 }

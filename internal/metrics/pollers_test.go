@@ -40,9 +40,9 @@ func TestSetPollers(t *testing.T) {
 	compare("before SetPollers", "")
 
 	m.SetPollers(
-		watukuytype.Poller{Name: "orders", Schedule: watukuytype.Schedule{Min: time.Second, Max: 10 * time.Minute}, ProbeEvery: 2 * time.Minute},
-		watukuytype.Poller{Name: "users"}, // every default: schedule.max 5m, probeEvery = schedule.max
-		watukuytype.Poller{Name: "slow", Schedule: watukuytype.Schedule{Min: 20 * time.Minute}}, // schedule.max defaults to no less than min
+		valid(watukuytype.Poller{Name: "orders", Schedule: watukuytype.Schedule{Min: time.Second, Max: 10 * time.Minute}, ProbeEvery: 2 * time.Minute}),
+		valid(watukuytype.Poller{Name: "users"}),                                                       // every default: schedule.max 5m, probeEvery = schedule.max
+		valid(watukuytype.Poller{Name: "slow", Schedule: watukuytype.Schedule{Min: 20 * time.Minute}}), // schedule.max defaults to no less than min
 	)
 	compare("three pollers", help+`
 watukuy_poller_probe_every_seconds{poller="orders"} 120
@@ -56,9 +56,9 @@ watukuy_poller_schedule_max_seconds{poller="users"} 300
 
 	// A reload: orders changed, users removed, slow kept, billing added.
 	m.SetPollers(
-		watukuytype.Poller{Name: "orders", Schedule: watukuytype.Schedule{Max: 10 * time.Minute}, ProbeEvery: 30 * time.Minute},
-		watukuytype.Poller{Name: "slow", Schedule: watukuytype.Schedule{Min: 20 * time.Minute}},
-		watukuytype.Poller{Name: "billing", Schedule: watukuytype.Schedule{Max: time.Hour}},
+		valid(watukuytype.Poller{Name: "orders", Schedule: watukuytype.Schedule{Max: 10 * time.Minute}, ProbeEvery: 30 * time.Minute}),
+		valid(watukuytype.Poller{Name: "slow", Schedule: watukuytype.Schedule{Min: 20 * time.Minute}}),
+		valid(watukuytype.Poller{Name: "billing", Schedule: watukuytype.Schedule{Max: time.Hour}}),
 	)
 	compare("after a reload", help+`
 watukuy_poller_probe_every_seconds{poller="billing"} 3600
@@ -70,8 +70,17 @@ watukuy_poller_schedule_max_seconds{poller="orders"} 600
 watukuy_poller_schedule_max_seconds{poller="slow"} 1200
 `)
 
-	m.SetPollers()
-	compare("no pollers", "")
+	m.SetPollers(watukuytype.Poller{Name: "nofetch"}) // not a poller the engine would run
+	compare("an invalid poller", "")
+}
+
+// valid is p with what a poller needs besides its settings (Register would refuse it).
+func valid(p watukuytype.Poller) watukuytype.Poller {
+	p.Fetch = func(context.Context, watukuytype.FetchRequest) (watukuytype.Page, error) {
+		return watukuytype.Page{}, nil
+	}
+	p.Handler = func(context.Context, watukuytype.Event) error { return nil }
+	return p
 }
 
 // openKeys is a KeySource whose keys and error a test changes between scrapes.
