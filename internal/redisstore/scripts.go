@@ -162,13 +162,19 @@ func (e *replyError) Error() string {
 // reply reads one script reply. The first shape error sticks (err); reads after it return
 // zero values, so a decoder reads every field and checks err once at the end.
 type reply struct {
-	script, on string
-	err        error
+	script string
+	on     string          // what the call was on, when not one key
+	key    watukuytype.Key // the key it was on (on ""): described only for an error
+	err    error
 }
 
 func (r *reply) fail(field string, got any, want string) {
 	if r.err == nil {
-		r.err = &replyError{Script: r.script, On: r.on, Field: field, Got: got, Want: want}
+		on := r.on
+		if on == "" {
+			on = r.key.Describe()
+		}
+		r.err = &replyError{Script: r.script, On: on, Field: field, Got: got, Want: want}
 	}
 }
 
@@ -336,7 +342,7 @@ func (a ackArgs) encode(s *Store) ([]string, []any) {
 }
 
 func (a ackArgs) decode(v any) (ackReply, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	t := r.tuple(v, "reply", 2)
 	out := ackReply{Acked: r.int(t[0], "acked"), Paused: r.flag(t[1], "paused")}
 	return out, r.err
@@ -357,7 +363,7 @@ func (a addKeyArgs) encode(s *Store) ([]string, []any) {
 
 // decode reads the entry the key had ("" when none).
 func (a addKeyArgs) decode(v any) (string, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	prev := r.str(v, "entry")
 	return prev, r.err
 }
@@ -449,7 +455,7 @@ func (a beginArgs) encode(s *Store) ([]string, []any) {
 const seedFromRegistry = "registry"
 
 func (a beginArgs) decode(v any) (beginReply, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	var res beginReply
 	status := ""
 	if l := r.list(v, "reply"); len(l) > 0 {
@@ -665,7 +671,7 @@ func (a commitPollArgs) encode(s *Store) ([]string, []any) {
 // decode reads {expiresAt, paused, firstId, duplicate, diverted}; the events' stream ids
 // follow from the first (Unreplicated is the caller's).
 func (a commitPollArgs) decode(v any) (core.CommitResult, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	t := r.tuple(v, "reply", 5)
 	res := core.CommitResult{LeaseExpires: r.time(t[0], "expiresAt"), Paused: r.flag(t[1], "paused"), Duplicate: r.flag(t[3], "duplicate")}
 	first := r.str(t[2], "firstId")
@@ -731,7 +737,7 @@ func (a deleteKeyArgs) encode(s *Store) ([]string, []any) {
 }
 
 func (a deleteKeyArgs) decode(v any) (deleteKeyReply, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	t := r.tuple(v, "reply", 2)
 	out := deleteKeyReply{Epoch: r.int(t[0], "epoch"), Floor: r.int(t[1], "floor")}
 	return out, r.err
@@ -762,7 +768,7 @@ func (a endArgs) encode(s *Store) ([]string, []any) {
 }
 
 func (a endArgs) decode(v any) (endReply, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	switch v {
 	case int64(1):
 		return endReply{}, nil
@@ -790,7 +796,7 @@ func (a endDeleteArgs) encode(s *Store) ([]string, []any) {
 
 // decode reports whether the script ran (false: DUPLICATE, the first attempt did).
 func (a endDeleteArgs) decode(v any) (bool, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	switch v {
 	case int64(1):
 		return true, nil
@@ -816,7 +822,7 @@ func (a holdClaimArgs) encode(s *Store) ([]string, []any) {
 
 // decode reports whether the claim was pushed forward.
 func (a holdClaimArgs) decode(v any) (bool, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	held := r.flag(v, "reply")
 	return held, r.err
 }
@@ -836,7 +842,7 @@ func (a listParkedArgs) encode(s *Store) ([]string, []any) {
 }
 
 func (a listParkedArgs) decode(v any) ([]core.ParkedJSON, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	flat := r.strings(v, "rows")
 	if len(flat)%2 != 0 {
 		r.fail("rows", v, "id, row pairs")
@@ -902,7 +908,7 @@ func (a parkArgs) encode(s *Store) ([]string, []any) {
 
 // decode reads the number of entries moved out of the outbox.
 func (a parkArgs) decode(v any) (int64, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	moved := r.int(v, "moved")
 	return moved, r.err
 }
@@ -916,7 +922,7 @@ func (a pauseArgs) encode(s *Store) ([]string, []any) { return []string{s.k(a.Ke
 
 // decode reports whether the key was paused (false: it is deleted, nothing was written).
 func (a pauseArgs) decode(v any) (bool, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	paused := r.flag(v, "reply")
 	return paused, r.err
 }
@@ -939,7 +945,7 @@ func (a triggerArgs) encode(s *Store) ([]string, []any) {
 
 // decode reports whether the trigger was written (false: the key is deleted, nothing was).
 func (a triggerArgs) decode(v any) (bool, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	written := r.flag(v, "reply")
 	return written, r.err
 }
@@ -958,7 +964,7 @@ func (a triggerDueArgs) encode(s *Store) ([]string, []any) {
 
 // decode reports whether the due entry was written (false: the registry holds no live key).
 func (a triggerDueArgs) decode(v any) (bool, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	written := r.flag(v, "reply")
 	return written, r.err
 }
@@ -978,7 +984,7 @@ func (a readOutboxArgs) encode(s *Store) ([]string, []any) {
 
 // decode reads {read, paused, entries} (Unreplicated is the caller's).
 func (a readOutboxArgs) decode(v any) (core.Batch, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	t := r.tuple(v, "reply", 3)
 	b := core.Batch{Read: int(r.int(t[0], "read")), Paused: r.flag(t[1], "paused")}
 	rows := r.list(t[2], "entries")
@@ -1021,7 +1027,7 @@ func (a readRegistryArgs) encode(s *Store) ([]string, []any) {
 }
 
 func (a readRegistryArgs) decode(v any) (readRegistryReply, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	t := r.tuple(v, "reply", 4)
 	out := readRegistryReply{Entry: r.str(t[1], "entry"), Epoch: r.int(t[2], "epoch"), Floor: r.int(t[3], "floor")}
 	if p := r.str(t[0], "poller"); p != "" {
@@ -1081,7 +1087,7 @@ func (a releaseParkedArgs) encode(s *Store) ([]string, []any) {
 }
 
 func (a releaseParkedArgs) decode(v any) (releaseParkedReply, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	t := r.tuple(v, "reply", 2)
 	out := releaseParkedReply{Released: r.int(t[0], "released"), Returned: r.int(t[1], "returned")}
 	return out, r.err
@@ -1101,7 +1107,7 @@ func (a renewArgs) encode(s *Store) ([]string, []any) {
 }
 
 func (a renewArgs) decode(v any) (core.Confirm, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	t := r.tuple(v, "reply", 2)
 	c := core.Confirm{Expires: r.time(t[0], "expiresAt"), Paused: r.flag(t[1], "paused")}
 	return c, r.err
@@ -1151,7 +1157,7 @@ func (a retireKeyArgs) encode(s *Store) ([]string, []any) {
 
 // decode reads the entry the key had ("" when none).
 func (a retireKeyArgs) decode(v any) (string, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	prev := r.str(v, "entry")
 	return prev, r.err
 }
@@ -1171,7 +1177,7 @@ func (a setDueArgs) encode(s *Store) ([]string, []any) {
 
 // decode reports whether the entry was written (false: a due-now entry was kept).
 func (a setDueArgs) decode(v any) (bool, error) {
-	r := reply{script: a.name(), on: a.Key.Describe()}
+	r := reply{script: a.name(), key: a.Key}
 	written := r.flag(v, "reply")
 	return written, r.err
 }
