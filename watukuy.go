@@ -346,7 +346,8 @@ func (e *Engine) Migrate(ctx context.Context) (watukuytype.Migration, error) {
 }
 
 // Probe fetches the first page of p for partition and reports what the engine would see:
-// identities, versions, fingerprints, invalid items and the next cursor. It writes nothing.
+// identities, versions, fingerprints, invalid items and the next cursor. It writes nothing,
+// and its requests take no budget tokens (Engine.Probe takes them).
 func Probe(ctx context.Context, p watukuytype.Poller, partition string) (watukuytype.ProbeResult, error) {
 	return core.Probe(ctx, p, partition)
 }
