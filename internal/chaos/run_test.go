@@ -92,19 +92,32 @@ func TestRunHasNoViolations(t *testing.T) {
 func TestRunHotOrderingKey(t *testing.T) {
 	for _, b := range []redistest.Backend{redistest.Miniredis(t), redistest.Real(t)} {
 		t.Run(b.Name, func(t *testing.T) {
-			res, err := Run(t.Context(), Options{Seed: 7, Steps: 400, Redis: b.Client, Keys: []string{"hot"}, OpRate: 0.3})
-			if err != nil {
-				t.Fatal(err)
+			// Where the kills land depends on timing: a loaded machine may give a run without
+			// one of them, so up to three runs (seeds 7, 8, 9) count together; every run must
+			// keep every guarantee.
+			kills, ops := map[KillPoint]int{}, map[string]int{}
+			exercised := func() bool { return kills[K3AfterCommit] > 0 && kills[K4AfterPark] > 0 && ops["parked retry"] > 0 }
+			for seed := uint64(7); seed < 10 && !exercised(); seed++ {
+				res, err := Run(t.Context(), Options{Seed: seed, Steps: 400, Redis: b.Client, Keys: []string{"hot"}, OpRate: 0.3})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, l := range res.Lines() {
+					t.Log(l)
+				}
+				t.Logf("seed %d: cycles %d, kills %v, operator actions %v, deliveries %d", seed, res.Cycles, res.Kills, res.Ops, res.Deliveries)
+				if res.Failed() {
+					t.Fatal("guarantees violated")
+				}
+				for k, n := range res.Kills {
+					kills[k] += n
+				}
+				for o, n := range res.Ops {
+					ops[o] += n
+				}
 			}
-			for _, l := range res.Lines() {
-				t.Log(l)
-			}
-			t.Logf("cycles %d, kills %v, operator actions %v, deliveries %d", res.Cycles, res.Kills, res.Ops, res.Deliveries)
-			if res.Failed() {
-				t.Fatal("guarantees violated")
-			}
-			if res.Kills[K3AfterCommit] == 0 || res.Kills[K4AfterPark] == 0 || res.Ops["parked retry"] == 0 {
-				t.Fatalf("the run did not exercise the hot key: kills %v, operator actions %v", res.Kills, res.Ops)
+			if !exercised() {
+				t.Fatalf("the runs did not exercise the hot key: kills %v, operator actions %v", kills, ops)
 			}
 		})
 	}

@@ -266,23 +266,25 @@ func (e *Engine) keyOp(ctx context.Context, key watukuytype.Key, name string, op
 	} else if snap.State[statehash.Deleted] == "1" {
 		return deletedKey(key) // a deleted config partition stays listed; a pause would outlive it
 	}
-	if err := op(ctx, key); errors.Is(err, ErrKeyDeleted) {
-		return deletedKey(key) // deleted since the look above
-	} else if err != nil {
-		return keyErr("watukuy: "+name, key, err)
-	}
-	return nil
+	return writeErr(name, key, op(ctx, key))
 }
 
 // dueNow makes key due now after an operation (Store.Trigger); a partitions delete that
 // completed since is a *NotFoundError (Deleted), and nothing is written.
 func (e *Engine) dueNow(ctx context.Context, key watukuytype.Key, name string) error {
-	if err := e.store.Trigger(ctx, key); errors.Is(err, ErrKeyDeleted) {
+	return writeErr(name, key, e.store.Trigger(ctx, key))
+}
+
+// writeErr is the error of operation name's unleased write on key: ErrKeyDeleted (a
+// partitions delete completed since the caller looked) is the deleted partition's.
+func writeErr(name string, key watukuytype.Key, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrKeyDeleted):
 		return deletedKey(key)
-	} else if err != nil {
-		return keyErr("watukuy: "+name, key, err)
 	}
-	return nil
+	return keyErr("watukuy: "+name, key, err)
 }
 
 // opLeaseWait is how long an operation waits for another holder of the key's lease.

@@ -132,16 +132,14 @@ func (e *Engine) budgeted(p watukuytype.Poller, partition string) watukuytype.Po
 	if b == nil {
 		return p
 	}
-	take := BudgetTake{Bucket: budget.Bucket(b.Name, partition), Key: watukuytype.Key{Poller: p.Name, Partition: partition},
-		Interval: budget.Interval(b.budget()), Burst: b.Burst}
+	// A probe goes after the workers' live and reconcile requests, as a backfill does.
+	t := BudgetTake{Bucket: budget.Bucket(b.Name, partition), Key: watukuytype.Key{Poller: p.Name, Partition: partition},
+		Interval: budget.Interval(b.budget()), Burst: b.Burst, Reserve: budget.Reserve(watukuytype.LaneBackfill, b.Burst)}
 	wrap := func(fetch watukuytype.FetchFunc) watukuytype.FetchFunc {
 		if fetch == nil {
 			return nil
 		}
 		return func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
-			// A probe goes after the workers' live and reconcile requests, as a backfill does.
-			t := take
-			t.Reserve = budget.Reserve(watukuytype.LaneBackfill, t.Burst)
 			for {
 				g, err := e.store.TakeToken(ctx, t)
 				if err != nil {
