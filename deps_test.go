@@ -16,11 +16,13 @@ import (
 // TestEngineDependenciesStayLight fails when the engine package's import graph reaches the
 // distributed pool's queue and monitoring, the HTTP test servers, or the OpenTelemetry SDK and
 // exporters (the engine takes a TracerProvider of the API; the binaries bring the SDK, in
-// internal/tracing): every program that embeds the engine, and watukuytest, would link them.
-// The pool lives in package pool for that reason.
+// internal/tracing), or a broker's client (each lives in its sink's package under sinks/):
+// every program that embeds the engine, and watukuytest, would link them. The pool lives in
+// package pool for that reason.
 func TestEngineDependenciesStayLight(t *testing.T) {
 	heavy := []string{"github.com/hibiken/asynq", "github.com/hibiken/asynqmon", "github.com/prometheus", "net/http/httptest",
-		"go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters", "google.golang.org/grpc"}
+		"go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters", "google.golang.org/grpc",
+		"github.com/nats-io", "github.com/rabbitmq", "github.com/jackc"}
 	for _, b := range depcheck.Entries(t, "github.com/watukuy/watukuy", heavy, nil) {
 		t.Errorf("the engine's dependencies: %s", b)
 	}
@@ -29,7 +31,7 @@ func TestEngineDependenciesStayLight(t *testing.T) {
 // TestPublicTypesHaveOneHome fails on a type alias in a public package: each public type is
 // declared where go doc shows its fields and methods, not re-exported under a second name.
 func TestPublicTypesHaveOneHome(t *testing.T) {
-	public := []string{".", "pool", "webhook", "watukuytest", "watukuytype", "httppoll", "admintoken"}
+	public := []string{".", "pool", "webhook", "watukuytest", "watukuytype", "httppoll", "admintoken", "sinks/natssink", "sinks/amqpsink", "sinks/pgsink"}
 	fset := token.NewFileSet()
 	files := 0
 	for _, dir := range public {

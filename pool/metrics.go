@@ -41,6 +41,11 @@ func (m *Metrics) Hooks(chain watukuytype.Hooks) watukuytype.Hooks { return m.m.
 // registered on the engine, after registering them and after each change.
 func (m *Metrics) SetPollers(ps ...watukuytype.Poller) { m.m.SetPollers(ps...) }
 
+// SetSinks names pollers' sinks for the sink label of watukuy_handler_attempts_total and
+// watukuy_handler_duration_seconds (e.g. {"orders": "nats"}); a poller left out is
+// "handler". Call it before the pollers' first cycle.
+func (m *Metrics) SetSinks(kinds map[string]string) { m.m.SetSinks(kinds) }
+
 // watchKeys registers the per-key gauges of eng's keys on the metrics' registerer, read on
 // each scrape; pollers names the pollers whose keys they export (nil: every registered one).
 func (m *Metrics) watchKeys(eng *watukuy.Engine, pollers func() []string) {

@@ -124,7 +124,7 @@ func TestBuildDeletesAndCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := Build(cfg, nil, &bytes.Buffer{}, zerolog.Nop())
+	ps, err := Build(cfg, nil, &bytes.Buffer{}, nil, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestBadSchemaIsAConfigError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Build(cfg, nil, &bytes.Buffer{}, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "schema") {
+	if _, err := Build(cfg, nil, &bytes.Buffer{}, nil, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "schema") {
 		t.Fatalf("err = %v", err)
 	}
 }

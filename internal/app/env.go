@@ -19,6 +19,7 @@ import (
 	"github.com/watukuy/watukuy/admintoken"
 	"github.com/watukuy/watukuy/internal/config"
 	"github.com/watukuy/watukuy/internal/redisstore"
+	"github.com/watukuy/watukuy/internal/sink"
 	"github.com/watukuy/watukuy/pool"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -71,6 +72,9 @@ type Env struct {
 	Metrics  *pool.Metrics
 	Pollers  []watukuytype.Poller
 	Config   *config.Config
+	// Brokers keeps the broker sinks (NATS, AMQP, PostgreSQL) the pollers share; Close
+	// closes their connections.
+	Brokers sink.Brokers
 	// Admin is the admin API's tokens (adminTokens); a reload replaces them.
 	Admin      *admintoken.Set
 	adminExtra []admintoken.Token // AddAdminToken's
@@ -189,7 +193,7 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 		if out == nil {
 			out = os.Stdout
 		}
-		pollers, err := Build(env.Config, rdb, out, env.Log)
+		pollers, err := Build(env.Config, rdb, out, &env.Brokers, env.Log)
 		if err != nil {
 			return err
 		}
@@ -207,7 +211,16 @@ func (env *Env) finish(ctx context.Context, s Settings, rdb redis.UniversalClien
 		}
 	}
 	env.Metrics.SetPollers(env.Pollers...)
+	if env.Config != nil {
+		env.Metrics.SetSinks(env.Config.SinkKinds())
+	}
 	return nil
+}
+
+// Close closes the broker sinks' connections and the Redis client: after the process's last
+// cycle and delivery ended.
+func (env *Env) Close() error {
+	return errors.Join(env.Brokers.Close(), env.RDB.Close())
 }
 
 // only keeps the named pollers (all when names is empty); a name the config lacks is a

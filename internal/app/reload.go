@@ -96,7 +96,8 @@ func (env *Env) reloadLocked(ctx context.Context) error {
 	if out == nil {
 		out = os.Stdout
 	}
-	pollers, err := Build(cfg, env.RDB, out, env.Log)
+	env.Brokers.Mark()
+	pollers, err := Build(cfg, env.RDB, out, &env.Brokers, env.Log)
 	if err == nil {
 		pollers, err = only(pollers, r.s.Pollers)
 	}
@@ -129,6 +130,10 @@ func (env *Env) reloadLocked(ctx context.Context) error {
 	}
 	env.mu.Unlock()
 	env.Metrics.SetPollers(pollers...)
+	env.Metrics.SetSinks(cfg.SinkKinds())
+	if err := env.Brokers.CloseUnused(); err != nil {
+		env.Log.Warn().Err(err).Msg("config reload: closing a sink no poller names any more failed")
+	}
 	_ = env.Admin.Replace(tokens) // checked above
 	added, removed, changed := diffPollers(old, cfg)
 	env.Log.Info().Str("config", cfg.File).Strs("added", added).Strs("removed", removed).Strs("changed", changed).

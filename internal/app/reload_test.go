@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/internal/sink"
 	"github.com/watukuy/watukuy/watukuytype"
 	"github.com/watukuy/watukuy/webhook"
 )
@@ -266,5 +267,65 @@ func TestReloadAddsAndRemovesPollers(t *testing.T) {
 	}
 	if names := env.PollerNames(); fmt.Sprint(names) != "[customers]" {
 		t.Fatalf("the process runs %v after the reload", names)
+	}
+}
+
+// The broker sinks of a process are one per setting: a reload keeps the one whose setting a
+// poller still names (its connection stays), and closes the one no poller names any more. The
+// process's Close closes the rest.
+func TestReloadKeepsAndClosesBrokerSinks(t *testing.T) {
+	b := redistest.Real(t)
+	cfgPath := filepath.Join(t.TempDir(), "watukuy.yaml")
+	entry := func(name, delivery string) string {
+		return fmt.Sprintf("  - name: %s\n    request: {url: http://127.0.0.1:1/%s}\n    cursor: {strategy: snapshotDiff}\n    schedule: {min: 1h, max: 2h}\n    delivery:\n      %s\n", name, name, delivery)
+	}
+	const nats = `nats: {url: "nats://127.0.0.1:1", subject: "w.${poller}"}`
+	const pg = `postgres: {url: "postgres://127.0.0.1:1/test", table: events}`
+	write(t, cfgPath, "pollers:\n"+entry("orders", nats)+entry("users", pg))
+	env, err := Open(context.Background(), Settings{Redis: b.URL, Config: cfgPath, ConfigGiven: true}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := func() []string {
+		var ks []string
+		for _, br := range env.Brokers.All() {
+			ks = append(ks, br.Kind())
+		}
+		return ks
+	}
+	if got := kinds(); len(got) != 2 {
+		t.Fatalf("brokers %v, want nats and postgres", got)
+	}
+	var natsBroker, pgBroker sink.Broker
+	for _, br := range env.Brokers.All() {
+		if br.Kind() == "nats" {
+			natsBroker = br
+		} else {
+			pgBroker = br
+		}
+	}
+
+	write(t, cfgPath, "pollers:\n"+entry("orders", nats)+entry("invoices", nats))
+	if err := env.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if all := env.Brokers.All(); len(all) != 1 || all[0] != natsBroker {
+		t.Fatalf("after the reload: %v, want the same nats sink only", kinds())
+	}
+	closed := func(br sink.Broker) bool {
+		err := br.Handle(context.Background(), watukuytype.Event{ID: "ev_x", Poller: "orders"})
+		return err != nil && strings.Contains(err.Error(), "closed")
+	}
+	if !closed(pgBroker) {
+		t.Error("the postgres sink no poller names is not closed")
+	}
+	if closed(natsBroker) {
+		t.Error("the nats sink the pollers still name is closed")
+	}
+	if err := env.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(natsBroker) {
+		t.Error("Close left the nats sink open")
 	}
 }

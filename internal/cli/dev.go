@@ -72,7 +72,7 @@ func dev(ctx context.Context, c *command.Flags, out io.Writer, log zerolog.Logge
 	if err != nil {
 		return err
 	}
-	defer env.RDB.Close()
+	defer env.Close()
 	if env.Config != nil {
 		defer command.ReloadOnHUP(ctx, env)() // SIGHUP re-reads --config; the demo has no file
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/watukuy/watukuy/internal/app"
 	"github.com/watukuy/watukuy/internal/command"
 	"github.com/watukuy/watukuy/internal/config"
+	"github.com/watukuy/watukuy/internal/sink"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -51,14 +52,7 @@ func summarize(pc config.Poller) pollerSummary {
 	default:
 		ps.Schedule = d(sc.Min) + ".." + d(sc.Max)
 	}
-	switch dl := pc.Delivery; {
-	case dl.Webhook != nil:
-		ps.Delivery = "webhook " + dl.Webhook.URL
-	case dl.Stream != nil:
-		ps.Delivery = "stream " + dl.Stream.Key
-	default:
-		ps.Delivery = "stdout"
-	}
+	ps.Delivery = pc.Delivery.Describe()
 	if pc.Delivery.Poison == config.PoisonHalt {
 		ps.Delivery += " (poison: halt)"
 	}
@@ -84,6 +78,15 @@ type probeReport struct {
 	// one they did not (no Redis to take them from).
 	Budget  string `json:"budget,omitempty"`
 	Untaken bool   `json:"untaken,omitempty"`
+}
+
+// sinkProbe is a broker sink's probe in validate's output: it connected and found its target
+// (Result), or says why not (Error).
+type sinkProbe struct {
+	Sink   string `json:"sink"`
+	Target string `json:"target"`
+	Result string `json:"result,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 // failed reports whether the probe failed.
@@ -164,12 +167,14 @@ func validateCmd() *cobra.Command {
 then lists the pollers. With --probe it fetches the first page of each poller's first partition
 and prints every item's identity, version and fingerprint, or why it would be parked as invalid,
 with the next cursor; when more pages follow it asks for the next one too, to see whether the
-cursor stalls there (a full page of items that share one change time). It writes nothing and
-needs no Redis; with a Redis URL (--redis, WATUKUY_REDIS_URL) a poller's probe requests take
-their tokens from its shared budget, as the workers' requests do (without one they take none,
-and the probe says so). It exits 1 when the config is invalid, a probe request fails, the cursor
-stalls, or every item of a page would be parked as invalid (a wrong identity path); some
-invalid items are reported, not fatal.`,
+cursor stalls there (a full page of items that share one change time). It also connects to each
+broker sink (NATS, AMQP, PostgreSQL) and says whether its stream, exchange or table exists. It
+writes nothing and needs no Redis; with a Redis URL (--redis, WATUKUY_REDIS_URL) a poller's
+probe requests take their tokens from its shared budget, as the workers' requests do (without
+one they take none, and the probe says so). It exits 1 when the config is invalid, a probe
+request fails, the cursor stalls, a broker sink cannot be reached or lacks its target, or
+every item of a page would be parked as invalid (a wrong identity path); some invalid items
+are reported, not fatal.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.out = cmd.OutOrStdout()
@@ -192,8 +197,11 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool, probe
 		}
 		return err
 	}
-	// No Redis client: only the stream sink would use it, and only when delivering.
-	pollers, err := app.Build(cfg, nil, io.Discard, log)
+	// No Redis client: only the stream sink would use it, and only when delivering. The
+	// broker sinks connect only for their probe.
+	var brokers sink.Brokers
+	defer brokers.Close()
+	pollers, err := app.Build(cfg, nil, io.Discard, &brokers, log)
 	if err != nil {
 		return err
 	}
@@ -241,13 +249,29 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool, probe
 			probes = append(probes, pr)
 		}
 	}
+	var sinks []sinkProbe
+	if probe {
+		for _, b := range brokers.All() {
+			sp := sinkProbe{Sink: b.Kind(), Target: b.Target()}
+			if sp.Result, err = b.Probe(ctx); err != nil {
+				sp.Error = err.Error()
+				failed++
+			}
+			sinks = append(sinks, sp)
+		}
+	}
 	var result error
 	if failed > 0 {
-		result = fmt.Errorf("%d of %d probe(s) failed: see each probe's hint", failed, len(probes))
+		result = fmt.Errorf("%d of %d probe(s) failed: see each probe's hint", failed, len(probes)+len(sinks))
 		if failed == 1 {
 			for _, pr := range probes {
 				if pr.failed() {
-					result = fmt.Errorf("%d of %d probe(s) failed: %s", failed, len(probes), pr.Hint)
+					result = fmt.Errorf("%d of %d probe(s) failed: %s", failed, len(probes)+len(sinks), pr.Hint)
+				}
+			}
+			for _, sp := range sinks {
+				if sp.Error != "" {
+					result = fmt.Errorf("%d of %d probe(s) failed: %s", failed, len(probes)+len(sinks), sp.Error)
 				}
 			}
 		}
@@ -258,7 +282,8 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool, probe
 			OK      bool            `json:"ok"`
 			Pollers []pollerSummary `json:"pollers"`
 			Probes  []probeReport   `json:"probes,omitempty"`
-		}{cfg.File, failed == 0, sums, probes}); err != nil {
+			Sinks   []sinkProbe     `json:"sinks,omitempty"`
+		}{cfg.File, failed == 0, sums, probes, sinks}); err != nil {
 			return err
 		}
 		return result
@@ -310,10 +335,20 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool, probe
 			fmt.Fprintf(o.out, "FAILED: %s\n  hint: %s\n", pr.Error, pr.Hint)
 		}
 	}
+	for _, sp := range sinks {
+		if sp.Error != "" {
+			fmt.Fprintf(o.out, "\nsink %s %s FAILED: %s\n", sp.Sink, sp.Target, sp.Error)
+		} else {
+			fmt.Fprintf(o.out, "\nsink %s %s: %s\n", sp.Sink, sp.Target, sp.Result)
+		}
+	}
 	if probe {
 		fmt.Fprintf(o.out, "\nprobed %d poller(s): %s, %d invalid", len(probes), plural(items, "item"), invalid)
 		if invalid > 0 {
 			fmt.Fprint(o.out, " (workers would park them as invalid: see ISSUE)")
+		}
+		if len(sinks) > 0 {
+			fmt.Fprintf(o.out, ", %s", plural(len(sinks), "sink"))
 		}
 		fmt.Fprintf(o.out, ", %d failed\n", failed)
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/watukuy/watukuy/internal/brokertest"
 	"github.com/watukuy/watukuy/internal/command"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/redistest"
@@ -234,5 +239,58 @@ pollers:
 	keys := b.Mini.Keys()
 	if !slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(k, "shop") }) {
 		t.Fatalf("no bucket of budget shop in Redis after the probe took its tokens: %v", keys)
+	}
+}
+
+// validate --probe connects to each broker sink and says whether its target exists: a stream
+// that exists passes, a missing one fails the run with the stream's name; credentials in the
+// URL are never printed.
+func TestValidateProbeBrokerSinks(t *testing.T) {
+	t.Parallel()
+	natsURL := brokertest.NATS(t)
+	name := strings.ToUpper(brokertest.Name(t))
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close) // after the stream's removal below (cleanups run last first)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	api := fakeapi.New()
+	api.Put("x1", map[string]any{"sku": "A-1"})
+	srv := fakeapi.NewServer(api, fakeapi.ServerOptions{})
+	defer srv.Close()
+	// The server has no authorization: it ignores the user and password in the URL.
+	withCreds := strings.Replace(natsURL, "nats://", "nats://wtuser:Sup3rS3cret-pw@", 1)
+	body := func(stream string) string {
+		return fmt.Sprintf(`pollers:
+  - name: products
+    request: {url: %s/list}
+    items: data
+    cursor: {strategy: snapshotDiff, param: page, sizeParam: per_page, size: 10, hasMore: has_more}
+    delivery:
+      nats: {url: "%s", subject: "%s.${poller}.${type}", stream: %s}
+`, srv.URL, withCreds, name, stream)
+	}
+	out, errb, err := run(t, "validate", "--config", writeConfig(t, body(name)), "--probe")
+	if err != nil || !strings.Contains(out, "sink nats ") || !strings.Contains(out, name) || !strings.Contains(out, ", 1 sink, 0 failed") {
+		t.Fatalf("probe of an existing stream: %v\n%s%s", err, out, errb)
+	}
+	missing := name + "_MISSING"
+	out, errb, err = run(t, "validate", "--config", writeConfig(t, body(missing)), "--probe")
+	if command.ExitCode(err) != command.ExitFailed || !strings.Contains(out, "FAILED") || !strings.Contains(out, missing) || !strings.Contains(err.Error(), "1 of 2 probe(s) failed") {
+		t.Fatalf("probe of a missing stream: %v\n%s%s", err, out, errb)
+	}
+	for _, s := range []string{out, errb, err.Error()} {
+		if strings.Contains(s, "Sup3rS3cret-pw") || strings.Contains(s, "wtuser") {
+			t.Errorf("the output shows the URL's credentials:\n%s", s)
+		}
 	}
 }

@@ -146,7 +146,7 @@ func (c *Flags) WithEnv(cmd *cobra.Command, fn func(ctx context.Context, env *ap
 		if err != nil {
 			return err
 		}
-		defer env.RDB.Close()
+		defer env.Close()
 		defer env.FlushTraces()
 		return fn(ctx, env)
 	})

@@ -27,15 +27,19 @@ import (
 
 // Build turns the file's pollers into engine pollers, each by the build steps of the schema's
 // fields in order. rdb is for the stream sink (nil when nothing is delivered), out for the
-// stdout sink. The engine fills the defaults of what is left at zero and checks the result
+// stdout sink, brokers keeps the broker sinks the pollers share (nil: Build's own, which
+// connect nothing until a delivery). The engine fills the defaults of what is left at zero and checks the result
 // when the poller is registered. Decoding has checked what it can; what only building finds
 // (a schema file changed since Load) is reported for every poller at once, in the decoder's
 // style.
-func Build(cfg *Config, rdb redis.UniversalClient, out io.Writer, log zerolog.Logger) ([]watukuytype.Poller, error) {
+func Build(cfg *Config, rdb redis.UniversalClient, out io.Writer, brokers *sink.Brokers, log zerolog.Logger) ([]watukuytype.Poller, error) {
 	var ps []watukuytype.Poller
 	var errs []*Error
+	if brokers == nil {
+		brokers = &sink.Brokers{}
+	}
 	for i := range cfg.Pollers {
-		b := &builder{cfg: cfg, i: i, pc: &cfg.Pollers[i], p: &watukuytype.Poller{}, rdb: rdb, out: out}
+		b := &builder{cfg: cfg, i: i, pc: &cfg.Pollers[i], p: &watukuytype.Poller{}, rdb: rdb, out: out, brokers: brokers}
 		built := len(errs)
 		b.log = log // the client's request lines name their key (poller, partition) themselves
 		for _, f := range schema {
@@ -66,13 +70,14 @@ func Build(cfg *Config, rdb redis.UniversalClient, out io.Writer, log zerolog.Lo
 
 // builder is one poller being built.
 type builder struct {
-	cfg *Config
-	i   int                 // its index in cfg.Pollers
-	pc  *Poller             // as decoded
-	p   *watukuytype.Poller // as built
-	rdb redis.UniversalClient
-	out io.Writer
-	log zerolog.Logger
+	cfg     *Config
+	i       int                 // its index in cfg.Pollers
+	pc      *Poller             // as decoded
+	p       *watukuytype.Poller // as built
+	rdb     redis.UniversalClient
+	out     io.Writer
+	brokers *sink.Brokers
+	log     zerolog.Logger
 
 	client *httppoll.Client // set by the request: every request of the poller goes through it
 	src    httppoll.Source  // the listing's source, set by the request
@@ -295,7 +300,7 @@ func buildStream(b *builder) error {
 
 // buildStdout also serves a Poller made in Go with no sink: stdout is the fallback.
 func buildStdout(b *builder) error {
-	if d := b.pc.Delivery; d.Stdout != nil || d.Webhook == nil && d.Stream == nil {
+	if b.pc.Delivery.Kind() == "stdout" {
 		b.p.Handler = (&sink.Stdout{W: b.out}).Handle
 	}
 	return nil

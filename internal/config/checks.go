@@ -146,11 +146,17 @@ func checkBackoff(d *decoder, ps *pollerState, b blockRead) {
 
 // decodeSchemaPath resolves the schema file against the config file's directory; Load also
 // compiles it, so a missing or broken schema is reported with the file's other errors.
+// relative resolves a path the file names relative to the file's own directory.
+func (d *decoder) relative(s string) string {
+	if !filepath.IsAbs(s) {
+		s = filepath.Join(filepath.Dir(d.file), s)
+	}
+	return s
+}
+
 func decodeSchemaPath(d *decoder, ps *pollerState, v ast.Node, fp string) {
 	if s, ok := d.str(v, fp); ok && s != "" {
-		if !filepath.IsAbs(s) {
-			s = filepath.Join(filepath.Dir(d.file), s)
-		}
+		s = d.relative(s)
 		ps.p.Schema = s
 		if d.files {
 			if _, err := schemaValidator(s); err != nil {
@@ -217,21 +223,21 @@ func checkSchedule(d *decoder, ps *pollerState, b blockRead) {
 func checkDelivery(d *decoder, ps *pollerState, b blockRead) {
 	dl := ps.p.Delivery
 	var sinks []string
-	if dl.Webhook != nil {
-		sinks = append(sinks, "webhook")
-	}
-	if dl.Stream != nil {
-		sinks = append(sinks, "stream")
-	}
-	if dl.Stdout != nil {
-		sinks = append(sinks, "stdout")
+	for _, set := range []struct {
+		kind string
+		set  bool
+	}{{"webhook", dl.Webhook != nil}, {"stream", dl.Stream != nil}, {"stdout", dl.Stdout != nil},
+		{"nats", dl.NATS != nil}, {"amqp", dl.AMQP != nil}, {"postgres", dl.Postgres != nil}} {
+		if set.set {
+			sinks = append(sinks, set.kind)
+		}
 	}
 	switch len(sinks) {
 	case 0:
-		d.errAt(b.at, b.field, "want one of webhook, stream or stdout")
+		d.errAt(b.at, b.field, "want one of %s", orList(sinkKinds))
 	case 1:
 	default:
-		d.errAt(b.at, b.field, "want exactly one of webhook, stream or stdout, got %s", strings.Join(sinks, " and "))
+		d.errAt(b.at, b.field, "want exactly one of %s, got %s", orList(sinkKinds), strings.Join(sinks, " and "))
 	}
 }
 

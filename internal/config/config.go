@@ -25,6 +25,7 @@ import (
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
 
+	"github.com/watukuy/watukuy/httppoll"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -229,11 +230,15 @@ const (
 	PoisonHalt = "halt"
 )
 
-// Delivery is where events go; exactly one of Webhook, Stream and Stdout is set.
+// Delivery is where events go; exactly one of Webhook, Stream, Stdout, NATS, AMQP and
+// Postgres is set.
 type Delivery struct {
 	Webhook      *Webhook
 	Stream       *Stream
 	Stdout       *Stdout
+	NATS         *NATS
+	AMQP         *AMQP
+	Postgres     *Postgres
 	Concurrency  int
 	Batch        int
 	OrderingKey  string
@@ -262,6 +267,98 @@ type Stream struct {
 
 // Stdout prints events as NDJSON.
 type Stdout struct{}
+
+// NATS publishes events to NATS JetStream (package natssink).
+type NATS struct {
+	URL, Subject, Stream       string
+	Create                     bool
+	DuplicateWindow            time.Duration
+	CredsFile, NKeyFile, Token string
+	TLS                        TLS
+	Timeout                    time.Duration
+}
+
+// AMQP publishes events to a RabbitMQ exchange (package amqpsink).
+type AMQP struct {
+	URL, Exchange, RoutingKey string
+	TLS                       TLS
+	Timeout                   time.Duration
+}
+
+// Postgres inserts events into a PostgreSQL table (package pgsink).
+type Postgres struct {
+	URL, Table string
+	Create     bool
+	MaxConns   int
+	Timeout    time.Duration
+}
+
+// TLS names the files of a broker connection's TLS: the CA that signs the server's
+// certificate, and the client's own certificate and key.
+type TLS struct {
+	CAFile, CertFile, KeyFile string
+}
+
+// SinkKinds maps each poller's name to its sink's kind (Delivery.Kind), for the metrics.
+func (c *Config) SinkKinds() map[string]string {
+	m := make(map[string]string, len(c.Pollers))
+	for _, pc := range c.Pollers {
+		m[pc.Name] = pc.Delivery.Kind()
+	}
+	return m
+}
+
+// Describe names the sink and its target, credentials redacted ("nats nats://host:4222
+// subject watukuy.${poller}").
+func (d Delivery) Describe() string {
+	switch {
+	case d.Webhook != nil:
+		return "webhook " + httppoll.RedactURL(d.Webhook.URL)
+	case d.Stream != nil:
+		return "stream " + d.Stream.Key
+	case d.NATS != nil:
+		s := "nats " + redactURLs(d.NATS.URL) + " subject " + d.NATS.Subject
+		if d.NATS.Stream != "" {
+			s += " stream " + d.NATS.Stream
+		}
+		return s
+	case d.AMQP != nil:
+		ex := d.AMQP.Exchange
+		if ex == "" {
+			ex = `""`
+		}
+		return "amqp " + httppoll.RedactURL(d.AMQP.URL) + " exchange " + ex + " routing key " + d.AMQP.RoutingKey
+	case d.Postgres != nil:
+		return "postgres " + httppoll.RedactURL(d.Postgres.URL) + " table " + d.Postgres.Table
+	}
+	return "stdout"
+}
+
+// redactURLs redacts each URL of a comma-separated list (NATS's servers).
+func redactURLs(list string) string {
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		parts[i] = httppoll.RedactURL(strings.TrimSpace(p))
+	}
+	return strings.Join(parts, ",")
+}
+
+// Kind names the delivery's sink: webhook, stream, stdout, nats, amqp or postgres.
+func (d Delivery) Kind() string {
+	switch {
+	case d.Webhook != nil:
+		return "webhook"
+	case d.Stream != nil:
+		return "stream"
+	case d.NATS != nil:
+		return "nats"
+	case d.AMQP != nil:
+		return "amqp"
+	case d.Postgres != nil:
+		return "postgres"
+	}
+	return "stdout"
+}
 
 // Load reads and validates path and the JSON Schema files it names, so that one run reports
 // every error. getenv expands ${VAR}; nil means the process environment (then a variable set

@@ -145,7 +145,7 @@ func TestBudgets(t *testing.T) {
 	if cfg.Pollers[0].Budget != "shop-${partition}" {
 		t.Errorf("poller budget %q", cfg.Pollers[0].Budget)
 	}
-	ps, err := Build(cfg, nil, io.Discard, zerolog.Nop())
+	ps, err := Build(cfg, nil, io.Discard, nil, zerolog.Nop())
 	if err != nil || ps[0].Budget != "shop-${partition}" {
 		t.Fatalf("Build: %v, budget %q", err, ps[0].Budget)
 	}
@@ -248,11 +248,11 @@ func TestErrors(t *testing.T) {
 		{"missing token param", strings.Replace(valid, "strategy: page", "strategy: token\n      next: next_cursor", 1),
 			[]string{`w.yaml:5:5: pollers[0].cursor.param: required for the token strategy`}},
 		{"missing delivery", strings.Replace(valid, "    delivery:\n      stdout: {}\n", "", 1),
-			[]string{`w.yaml:2:5: pollers[0].delivery: required (one of webhook, stream or stdout)`}},
+			[]string{`w.yaml:2:5: pollers[0].delivery: required (one of webhook, stream, stdout, nats, amqp or postgres)`}},
 		{"delivery without sink", strings.Replace(valid, "stdout: {}", "attempts: 3", 1),
-			[]string{`w.yaml:7:5: pollers[0].delivery: want one of webhook, stream or stdout`}},
+			[]string{`w.yaml:7:5: pollers[0].delivery: want one of webhook, stream, stdout, nats, amqp or postgres`}},
 		{"delivery two sinks", strings.Replace(valid, "stdout: {}", "stdout: {}\n      stream: {key: ev}", 1),
-			[]string{`w.yaml:7:5: pollers[0].delivery: want exactly one of webhook, stream or stdout, got stream and stdout`}},
+			[]string{`w.yaml:7:5: pollers[0].delivery: want exactly one of webhook, stream, stdout, nats, amqp or postgres, got stream and stdout`}},
 		{"webhook without url", strings.Replace(valid, "stdout: {}", "webhook: {timeout: 5s}", 1),
 			[]string{`w.yaml:8:7: pollers[0].delivery.webhook.url: required`}},
 		{"stream without key", strings.Replace(valid, "stdout: {}", "stream: {maxlen: 10}", 1),
@@ -815,7 +815,7 @@ func TestOneErrorPerProblem(t *testing.T) {
 		{"null cursor", strings.Replace(valid, "cursor:\n      strategy: page", "cursor:", 1),
 			`w.yaml:5:5: pollers[0].cursor.strategy: required (want timestamp, token, page or snapshotDiff)`},
 		{"null delivery", strings.Replace(valid, "delivery:\n      stdout: {}", "delivery:", 1),
-			`w.yaml:7:5: pollers[0].delivery: want one of webhook, stream or stdout`},
+			`w.yaml:7:5: pollers[0].delivery: want one of webhook, stream, stdout, nats, amqp or postgres`},
 		{"empty stream key", strings.Replace(valid, "stdout: {}", "stream: {key: ''}", 1),
 			`w.yaml:8:21: pollers[0].delivery.stream.key: must not be empty`},
 		{"null detail", strings.Replace(valid, "strategy: page", "strategy: snapshotDiff\n    deletes:\n      detail:", 1),
@@ -853,7 +853,7 @@ func TestRevisionFollowsTheRequests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ps, err := Build(cfg, nil, io.Discard, zerolog.Nop())
+		ps, err := Build(cfg, nil, io.Discard, nil, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/goccy/go-yaml/ast"
+
+	"github.com/watukuy/watukuy/internal/sink"
 )
 
 // pos is a place in the file (1-based; zero when unknown).
@@ -27,6 +29,9 @@ type decoder struct {
 	unset        []*Error
 	// red keeps what ${VAR}s expanded to, which no message may quote.
 	red *redactor
+	// inTemplate: the string being read is a broker's subject or routing key, where ${poller}
+	// and ${type} (like ${partition}) name the event's, not the environment's.
+	inTemplate bool
 }
 
 // errAt reports an error at p in field. The message never quotes the value of a ${VAR}: a
@@ -288,6 +293,9 @@ func (d *decoder) list(n ast.Node, field string, f func(i int, v ast.Node, fp st
 // expand applies ${VAR} expansion to a string value and reports problems at p.
 func (d *decoder) expand(s string, p pos, field string) (string, bool) {
 	out, missing, err := expandEnv(s, func(name string) (string, bool) {
+		if d.inTemplate && (name == sink.VarPoller || name == sink.VarType) {
+			return "${" + name + "}", true
+		}
 		v, ok := d.lookup(name)
 		if ok {
 			d.red.note(field, name, v)
@@ -332,6 +340,13 @@ func (d *decoder) str(n ast.Node, field string) (string, bool) {
 	}
 	d.typeErr(n, field, "a string")
 	return "", false
+}
+
+// template reads a string like str, keeping the template's ${poller} and ${type}.
+func (d *decoder) template(n ast.Node, field string) (string, bool) {
+	d.inTemplate = true
+	defer func() { d.inTemplate = false }()
+	return d.str(n, field)
 }
 
 // fromEnv reads a string node that holds a ${VAR} reference, for a typed field: "${N}" may

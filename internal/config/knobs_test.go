@@ -78,7 +78,7 @@ func TestBuildErrorsInOneRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = Build(cfg, nil, io.Discard, zerolog.Nop())
+	_, err = Build(cfg, nil, io.Discard, nil, zerolog.Nop())
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -110,7 +110,7 @@ func TestKnobs(t *testing.T) {
 		pc.Schedule.Backoff != (Backoff{Base: 2 * time.Second, Factor: 3, Max: time.Minute}) || pc.Schedule.Jitter == nil || *pc.Schedule.Jitter != 0 {
 		t.Fatalf("decoded %+v", pc)
 	}
-	ps, err := Build(cfg, nil, io.Discard, zerolog.Nop())
+	ps, err := Build(cfg, nil, io.Discard, nil, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestKnobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps, err = Build(cfg, nil, io.Discard, zerolog.Nop()); err != nil {
+	if ps, err = Build(cfg, nil, io.Discard, nil, zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}
 	_, err = core.Probe(context.Background(), ps[0], "")
@@ -143,7 +143,7 @@ func TestKnobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps, err = Build(cfg, nil, io.Discard, zerolog.Nop()); err != nil {
+	if ps, err = Build(cfg, nil, io.Discard, nil, zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}
 	if p := ps[0]; p.Schedule.NoJitter || p.Schedule.Jitter != 0 || p.Failures != 0 || p.ProbeEvery != 0 || p.Backoff != (watukuytype.Backoff{}) {

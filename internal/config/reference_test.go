@@ -48,7 +48,7 @@ func TestLocateEngineError(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Build runs the engine's checks (core.Check) and locates what they find.
-	_, err = Build(cfg, nil, io.Discard, zerolog.Nop())
+	_, err = Build(cfg, nil, io.Discard, nil, zerolog.Nop())
 	var ce *watukuytype.ConfigError
 	if err == nil || !strings.HasPrefix(err.Error(), "w.yaml:2: pollers[0].leaseTTL: 1ms is too short") || !errors.As(err, &ce) {
 		t.Fatalf("got %v", err)

@@ -14,6 +14,9 @@ import (
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/schedule"
 	"github.com/watukuy/watukuy/internal/sink"
+	"github.com/watukuy/watukuy/sinks/amqpsink"
+	"github.com/watukuy/watukuy/sinks/natssink"
+	"github.com/watukuy/watukuy/sinks/pgsink"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -53,6 +56,8 @@ type field struct {
 	required    bool     // must be given in its block (a block: must be given in the entry)
 	note        string   // appended to "required" in the error
 	partition   bool     // the value may hold ${partition}
+	template    bool     // a broker's subject or routing key: ${poller} and ${type} are the event's too
+	file        bool     // a file's path, relative to the config file's directory
 	listing     bool     // only complete listings (snapshotDiff, reconcile) use it
 	item        string   // lists: what an element is called in errors ("field")
 	allowed     string   // what a check of its own allows, for the reference
@@ -89,6 +94,7 @@ var (
 	poisons             = []string{PoisonPark, PoisonHalt}
 	schemaChanges       = []string{"rebaseline", "emit"}
 	namedFormats        = []string{"rfc3339", "epoch_s", "epoch_ms", "epoch"}
+	sinkKinds           = []string{"webhook", "stream", "stdout", "nats", "amqp", "postgres"}
 
 	timestampOnly = []string{StrategyTimestamp}
 	tokenOnly     = []string{StrategyToken}
@@ -265,8 +271,8 @@ var schema = []*field{
 		doc: "how long an open circuit waits before its probe, one cycle: a success closes the circuit, a failure waits again (`watukuy trigger` probes at once)",
 		ptr: func(p *Poller) any { return &p.Circuit.ProbeEvery }, build: func(b *builder) error { b.p.ProbeEvery = b.pc.Circuit.ProbeEvery; return nil }},
 
-	{path: "delivery", kind: kindBlock, required: true, note: " (one of webhook, stream or stdout)",
-		doc: "where events go: exactly one of webhook, stream and stdout", after: checkDelivery},
+	{path: "delivery", kind: kindBlock, required: true, note: " (one of " + orList(sinkKinds) + ")",
+		doc: "where events go: exactly one of " + strings.Join(sinkKinds[:len(sinkKinds)-1], ", ") + " and " + sinkKinds[len(sinkKinds)-1], after: checkDelivery},
 	{path: "delivery.webhook", kind: kindBlock, sets: "Handler", doc: "POST each event, signed (Standard Webhooks)",
 		open: func(p *Poller) { p.Delivery.Webhook = &Webhook{} }, build: buildWebhook},
 	{path: "delivery.webhook.url", kind: kindString, required: true, check: checkHTTPURL, allowed: "http(s) URL", doc: "the receiver",
@@ -284,6 +290,57 @@ var schema = []*field{
 		ptr: func(p *Poller) any { return &p.Delivery.Stream.MaxLen }},
 	{path: "delivery.stdout", kind: kindBlock, sets: "Handler", doc: "print each event as an NDJSON line (takes no keys)",
 		open: func(p *Poller) { p.Delivery.Stdout = &Stdout{} }, build: buildStdout},
+	{path: "delivery.nats", kind: kindBlock, sets: "Handler", doc: "publish each event to NATS JetStream, with the event id as `Nats-Msg-Id` (the stream drops a re-send within its duplicate window)",
+		open: func(p *Poller) { p.Delivery.NATS = &NATS{} }, after: checkNATS, build: buildNATS},
+	{path: "delivery.nats.url", kind: kindString, required: true, check: checkBrokerURL("nats", "tls"), allowed: "nats:// or tls:// URL (a comma-separated list of servers)",
+		doc: "the servers; credentials may be in it (`nats://user:${NATS_PASSWORD}@host:4222`), never shown", ptr: func(p *Poller) any { return &p.Delivery.NATS.URL }},
+	{path: "delivery.nats.subject", kind: kindString, required: true, template: true, partition: true, check: checkTemplate, allowed: "a subject; `${poller}`, `${partition}`, `${type}`",
+		doc: "the subject each event is published to", ptr: func(p *Poller) any { return &p.Delivery.NATS.Subject }},
+	{path: "delivery.nats.stream", kind: kindString, def: "any stream that captures the subject",
+		doc: "the stream that must store the events (a publish another stream captures fails)", ptr: func(p *Poller) any { return &p.Delivery.NATS.Stream }},
+	{path: "delivery.nats.create", kind: kindBool, def: "false", doc: "create `stream` if it is missing (file storage, subjects from `subject`, `duplicateWindow`)",
+		ptr: func(p *Poller) any { return &p.Delivery.NATS.Create }},
+	{path: "delivery.nats.duplicateWindow", kind: kindDuration, def: "2m (JetStream's)", doc: "with `create`: how long the stream remembers an event id; keep it above the lease TTL plus `schedule.max`",
+		ptr: func(p *Poller) any { return &p.Delivery.NATS.DuplicateWindow }},
+	{path: "delivery.nats.credsFile", kind: kindString, file: true, ptr: func(p *Poller) any { return &p.Delivery.NATS.CredsFile },
+		doc: "a NATS credentials file (JWT and NKey seed), relative to the config file"},
+	{path: "delivery.nats.nkeyFile", kind: kindString, file: true, ptr: func(p *Poller) any { return &p.Delivery.NATS.NKeyFile },
+		doc: "an NKey seed file, relative to the config file"},
+	{path: "delivery.nats.token", kind: kindString, doc: "an authentication token (`${NATS_TOKEN}`), never shown", ptr: func(p *Poller) any { return &p.Delivery.NATS.Token }},
+	{path: "delivery.nats.tls", kind: kindBlock, doc: "TLS files (a tls:// URL, or a server that requires TLS)"},
+	{path: "delivery.nats.tls.caFile", kind: kindString, file: true, ptr: func(p *Poller) any { return &p.Delivery.NATS.TLS.CAFile }, doc: "the CA of the server's certificate"},
+	{path: "delivery.nats.tls.certFile", kind: kindString, file: true, ptr: func(p *Poller) any { return &p.Delivery.NATS.TLS.CertFile }, doc: "the client certificate"},
+	{path: "delivery.nats.tls.keyFile", kind: kindString, file: true, ptr: func(p *Poller) any { return &p.Delivery.NATS.TLS.KeyFile }, doc: "the client certificate's key"},
+	{path: "delivery.nats.timeout", kind: kindDuration, def: fmtDuration(natssink.DefaultTimeout), doc: "bounds one attempt, from connecting to the stream's acknowledgement",
+		ptr: func(p *Poller) any { return &p.Delivery.NATS.Timeout }},
+
+	{path: "delivery.amqp", kind: kindBlock, sets: "Handler", doc: "publish each event to a RabbitMQ exchange (publisher confirms, mandatory, persistent), with the event id as `message_id`",
+		open: func(p *Poller) { p.Delivery.AMQP = &AMQP{} }, build: buildAMQP},
+	{path: "delivery.amqp.url", kind: kindString, required: true, check: checkBrokerURL("amqp", "amqps"), allowed: "amqp:// or amqps:// URL",
+		doc: "the broker and vhost; credentials may be in it (`amqp://watukuy:${AMQP_PASSWORD}@host:5672/vhost`), never shown", ptr: func(p *Poller) any { return &p.Delivery.AMQP.URL }},
+	{path: "delivery.amqp.exchange", kind: kindString, def: `"": the default exchange (routingKey names a queue)`,
+		doc: "the exchange, which must exist", ptr: func(p *Poller) any { return &p.Delivery.AMQP.Exchange }},
+	{path: "delivery.amqp.routingKey", kind: kindString, required: true, template: true, partition: true, check: checkTemplate, allowed: "`${poller}`, `${partition}`, `${type}`",
+		doc: "the routing key; an event no queue is bound for is a failed attempt", ptr: func(p *Poller) any { return &p.Delivery.AMQP.RoutingKey }},
+	{path: "delivery.amqp.tls", kind: kindBlock, doc: "TLS files (amqps://)"},
+	{path: "delivery.amqp.tls.caFile", kind: kindString, file: true, ptr: func(p *Poller) any { return &p.Delivery.AMQP.TLS.CAFile }, doc: "the CA of the server's certificate"},
+	{path: "delivery.amqp.tls.certFile", kind: kindString, file: true, ptr: func(p *Poller) any { return &p.Delivery.AMQP.TLS.CertFile }, doc: "the client certificate"},
+	{path: "delivery.amqp.tls.keyFile", kind: kindString, file: true, ptr: func(p *Poller) any { return &p.Delivery.AMQP.TLS.KeyFile }, doc: "the client certificate's key"},
+	{path: "delivery.amqp.timeout", kind: kindDuration, def: fmtDuration(amqpsink.DefaultTimeout), doc: "bounds one attempt, from connecting to the broker's confirm",
+		ptr: func(p *Poller) any { return &p.Delivery.AMQP.Timeout }},
+
+	{path: "delivery.postgres", kind: kindBlock, sets: "Handler", doc: "insert each event into a PostgreSQL table keyed by the event id (a re-sent event is stored once)",
+		open: func(p *Poller) { p.Delivery.Postgres = &Postgres{} }, build: buildPostgres},
+	{path: "delivery.postgres.url", kind: kindString, required: true, check: checkBrokerURL("postgres", "postgresql"), allowed: "postgres:// URL",
+		doc: "the database; a password may be in it (`postgres://watukuy:${PG_PASSWORD}@host:5432/app`), never shown", ptr: func(p *Poller) any { return &p.Delivery.Postgres.URL }},
+	{path: "delivery.postgres.table", kind: kindString, required: true, check: checkTable, allowed: "`table` or `schema.table`",
+		doc: "the table (its columns: [Broker sinks](#broker-sinks))", ptr: func(p *Poller) any { return &p.Delivery.Postgres.Table }},
+	{path: "delivery.postgres.create", kind: kindBool, def: "false", doc: "create the table (and its schema) if it is missing",
+		ptr: func(p *Poller) any { return &p.Delivery.Postgres.Create }},
+	{path: "delivery.postgres.maxConns", kind: kindInt, min: 1, def: "4", doc: "connections of the process's pool for this sink",
+		ptr: func(p *Poller) any { return &p.Delivery.Postgres.MaxConns }},
+	{path: "delivery.postgres.timeout", kind: kindDuration, def: fmtDuration(pgsink.DefaultTimeout), doc: "bounds one attempt, from connecting to the insert's commit",
+		ptr: func(p *Poller) any { return &p.Delivery.Postgres.Timeout }},
 	{path: "delivery.concurrency", kind: kindInt, min: 1, def: strconv.Itoa(core.DefaultConcurrency), sets: "Delivery.Concurrency",
 		doc: "ordering keys delivered at once", ptr: func(p *Poller) any { return &p.Delivery.Concurrency },
 		build: func(b *builder) error { b.p.Delivery.Concurrency = b.pc.Delivery.Concurrency; return nil }},

@@ -95,7 +95,7 @@ func TestBuildErrorsHideVariables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = Build(cfg, nil, io.Discard, zerolog.Nop())
+	_, err = Build(cfg, nil, io.Discard, nil, zerolog.Nop())
 	if err == nil || !strings.Contains(err.Error(), "pollers[0].schema") {
 		t.Fatalf("build: %v", err)
 	}

@@ -95,13 +95,19 @@ func (d *decoder) value(ps *pollerState, f *field, v ast.Node, kat pos, fp strin
 	case kindString:
 		var s string
 		var ok bool
-		if f.enum != nil {
+		switch {
+		case f.enum != nil:
 			s, ok = d.enum(v, fp, f.what, f.enum)
-		} else {
+		case f.template:
+			s, ok = d.template(v, fp)
+		default:
 			s, ok = d.str(v, fp)
 		}
 		if !ok {
 			return
+		}
+		if f.file && s != "" {
+			s = d.filePath(s, posOf(v), fp)
 		}
 		*f.ptr(ps.p).(*string) = s
 		if f.check != nil {

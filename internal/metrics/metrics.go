@@ -64,8 +64,8 @@ type Metrics struct {
 	eventsEmitted   *prometheus.CounterVec   // poller
 	delivered       *prometheus.CounterVec   // poller
 	deliveryLatency *prometheus.HistogramVec // poller
-	handlerAttempts *prometheus.CounterVec   // poller, result
-	handlerDuration *prometheus.HistogramVec // poller
+	handlerAttempts *prometheus.CounterVec   // poller, sink, result
+	handlerDuration *prometheus.HistogramVec // poller, sink
 	parked          *prometheus.CounterVec   // poller, kind
 	fetchDuration   *prometheus.HistogramVec // poller, lane
 	fetchErrors     *prometheus.CounterVec   // poller, lane
@@ -78,7 +78,8 @@ type Metrics struct {
 	budgetTokens    *prometheus.CounterVec   // budget, lane, result
 	settings        *pollerSettings          // poller: SetPollers
 
-	seen sync.Map // poller name -> struct{}: pollers whose series were initialised at zero
+	seen  sync.Map // poller name -> struct{}: pollers whose series were initialised at zero
+	sinks sync.Map // poller name -> its sink's kind (SetSinks); absent: SinkHandler
 }
 
 // New creates the collectors and registers them on reg (it panics if they are already
@@ -102,9 +103,9 @@ func New(reg prometheus.Registerer) *Metrics {
 		deliveryLatency: histogram("delivery_latency_seconds",
 			"Time from an event's observation to its ack.", latencyBuckets, "poller"),
 		handlerAttempts: counter("handler_attempts_total",
-			"Calls of the handler or sink, each attempt of each event (retries included), by result: ok, error, panic, timeout, fenced (cut short by a lost lease or a stop; not the handler's failure).", "poller", "result"),
+			"Calls of the handler or sink, each attempt of each event (retries included), by sink (webhook, stream, stdout, nats, amqp, postgres, or handler: a Go function) and result: ok, error, panic, timeout, fenced (cut short by a lost lease or a stop; not the handler's failure).", "poller", "sink", "result"),
 		handlerDuration: histogram("handler_duration_seconds",
-			"Duration of one call of the handler or sink, whatever its result.", handlerBuckets, "poller"),
+			"Duration of one call of the handler or sink, whatever its result, by sink.", handlerBuckets, "poller", "sink"),
 		parked: counter("events_parked_total",
 			"Events parked as poison and items parked as invalid.", "poller", "kind"),
 		fetchDuration: histogram("fetch_duration_seconds",
@@ -158,6 +159,24 @@ func (m *Metrics) Init(pollers ...string) {
 	}
 }
 
+// SinkHandler is the sink label of a poller whose sink no one named: a Go function.
+const SinkHandler = "handler"
+
+// SetSinks names each poller's sink (webhook, stream, stdout, nats, amqp, postgres) for the
+// sink label of the handler metrics; pollers it leaves out are SinkHandler.
+func (m *Metrics) SetSinks(kinds map[string]string) {
+	for p, k := range kinds {
+		m.sinks.Store(p, k)
+	}
+}
+
+func (m *Metrics) sinkOf(poller string) string {
+	if k, ok := m.sinks.Load(poller); ok {
+		return k.(string)
+	}
+	return SinkHandler
+}
+
 func (m *Metrics) init(poller string) {
 	if _, loaded := m.seen.LoadOrStore(poller, struct{}{}); loaded {
 		return
@@ -169,7 +188,7 @@ func (m *Metrics) init(poller string) {
 		m.parked.WithLabelValues(poller, k)
 	}
 	for _, r := range watukuytype.HandlerResults() {
-		m.handlerAttempts.WithLabelValues(poller, string(r))
+		m.handlerAttempts.WithLabelValues(poller, m.sinkOf(poller), string(r))
 	}
 	for _, ph := range phases {
 		m.errors.WithLabelValues(poller, ph)
@@ -218,8 +237,9 @@ func (m *Metrics) Hooks(chain watukuytype.Hooks) watukuytype.Hooks {
 		},
 		OnHandlerAttempt: func(key watukuytype.Key, ev watukuytype.Event, attempt int, d time.Duration, result watukuytype.HandlerResult, err error) {
 			m.init(key.Poller)
-			m.handlerAttempts.WithLabelValues(key.Poller, string(result)).Inc()
-			m.handlerDuration.WithLabelValues(key.Poller).Observe(max(d, 0).Seconds())
+			sink := m.sinkOf(key.Poller)
+			m.handlerAttempts.WithLabelValues(key.Poller, sink, string(result)).Inc()
+			m.handlerDuration.WithLabelValues(key.Poller, sink).Observe(max(d, 0).Seconds())
 			if chain.OnHandlerAttempt != nil {
 				chain.OnHandlerAttempt(key, ev, attempt, d, result, err)
 			}

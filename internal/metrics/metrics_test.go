@@ -137,10 +137,11 @@ watukuy_delivery_latency_seconds_count{poller="orders"} 4
 	}
 }
 
-// Every handler attempt counts by its result and observes its duration: two failed attempts
-// and a success are 2 error and 1 ok, whatever became of the event.
+// Every handler attempt counts by its sink and result and observes its duration: two failed
+// attempts and a success are 2 error and 1 ok, whatever became of the event.
 func TestHandlerAttempts(t *testing.T) {
 	m := New(prometheus.NewRegistry())
+	m.SetSinks(map[string]string{"orders": "nats"})
 	h := m.Hooks(watukuytype.Hooks{})
 	for _, a := range []struct {
 		result watukuytype.HandlerResult
@@ -159,33 +160,46 @@ func TestHandlerAttempts(t *testing.T) {
 		h.OnHandlerAttempt(orders, watukuytype.Event{ID: "e1"}, 1, a.d, a.result, err)
 	}
 	for result, want := range map[string]float64{"ok": 1, "error": 2, "panic": 0, "timeout": 1, "fenced": 1} {
-		if got := testutil.ToFloat64(m.handlerAttempts.WithLabelValues("orders", result)); got != want {
+		if got := testutil.ToFloat64(m.handlerAttempts.WithLabelValues("orders", "nats", result)); got != want {
 			t.Errorf("handler_attempts_total{result=%s} = %v, want %v", result, got, want)
 		}
 	}
 	if err := testutil.CollectAndCompare(m.handlerDuration, strings.NewReader(`
-# HELP watukuy_handler_duration_seconds Duration of one call of the handler or sink, whatever its result.
+# HELP watukuy_handler_duration_seconds Duration of one call of the handler or sink, whatever its result, by sink.
 # TYPE watukuy_handler_duration_seconds histogram
-watukuy_handler_duration_seconds_bucket{poller="orders",le="0.001"} 1
-watukuy_handler_duration_seconds_bucket{poller="orders",le="0.0025"} 1
-watukuy_handler_duration_seconds_bucket{poller="orders",le="0.005"} 2
-watukuy_handler_duration_seconds_bucket{poller="orders",le="0.01"} 2
-watukuy_handler_duration_seconds_bucket{poller="orders",le="0.025"} 3
-watukuy_handler_duration_seconds_bucket{poller="orders",le="0.05"} 4
-watukuy_handler_duration_seconds_bucket{poller="orders",le="0.1"} 4
-watukuy_handler_duration_seconds_bucket{poller="orders",le="0.25"} 4
-watukuy_handler_duration_seconds_bucket{poller="orders",le="0.5"} 4
-watukuy_handler_duration_seconds_bucket{poller="orders",le="1"} 4
-watukuy_handler_duration_seconds_bucket{poller="orders",le="2.5"} 4
-watukuy_handler_duration_seconds_bucket{poller="orders",le="5"} 4
-watukuy_handler_duration_seconds_bucket{poller="orders",le="10"} 5
-watukuy_handler_duration_seconds_bucket{poller="orders",le="30"} 5
-watukuy_handler_duration_seconds_bucket{poller="orders",le="60"} 5
-watukuy_handler_duration_seconds_bucket{poller="orders",le="+Inf"} 5
-watukuy_handler_duration_seconds_sum{poller="orders"} 10.054
-watukuy_handler_duration_seconds_count{poller="orders"} 5
+watukuy_handler_duration_seconds_bucket{poller="orders",sink="nats",le="0.001"} 1
+watukuy_handler_duration_seconds_bucket{poller="orders",sink="nats",le="0.0025"} 1
+watukuy_handler_duration_seconds_bucket{poller="orders",sink="nats",le="0.005"} 2
+watukuy_handler_duration_seconds_bucket{poller="orders",sink="nats",le="0.01"} 2
+watukuy_handler_duration_seconds_bucket{poller="orders",sink="nats",le="0.025"} 3
+watukuy_handler_duration_seconds_bucket{poller="orders",sink="nats",le="0.05"} 4
+watukuy_handler_duration_seconds_bucket{poller="orders",sink="nats",le="0.1"} 4
+watukuy_handler_duration_seconds_bucket{poller="orders",sink="nats",le="0.25"} 4
+watukuy_handler_duration_seconds_bucket{poller="orders",sink="nats",le="0.5"} 4
+watukuy_handler_duration_seconds_bucket{poller="orders",sink="nats",le="1"} 4
+watukuy_handler_duration_seconds_bucket{poller="orders",sink="nats",le="2.5"} 4
+watukuy_handler_duration_seconds_bucket{poller="orders",sink="nats",le="5"} 4
+watukuy_handler_duration_seconds_bucket{poller="orders",sink="nats",le="10"} 5
+watukuy_handler_duration_seconds_bucket{poller="orders",sink="nats",le="30"} 5
+watukuy_handler_duration_seconds_bucket{poller="orders",sink="nats",le="60"} 5
+watukuy_handler_duration_seconds_bucket{poller="orders",sink="nats",le="+Inf"} 5
+watukuy_handler_duration_seconds_sum{poller="orders",sink="nats"} 10.054
+watukuy_handler_duration_seconds_count{poller="orders",sink="nats"} 5
 `), "watukuy_handler_duration_seconds"); err != nil {
 		t.Error(err)
+	}
+}
+
+// A poller whose sink no one named (a Go handler) counts under sink="handler".
+func TestHandlerAttemptsOfAGoHandler(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	m.SetSinks(map[string]string{"orders": "postgres"})
+	m.Hooks(watukuytype.Hooks{}).OnHandlerAttempt(users, watukuytype.Event{ID: "e1"}, 1, time.Millisecond, watukuytype.HandlerOK, nil)
+	if got := testutil.ToFloat64(m.handlerAttempts.WithLabelValues("users", SinkHandler, "ok")); got != 1 {
+		t.Errorf("handler_attempts_total{users,handler,ok} = %v, want 1", got)
+	}
+	if n := testutil.CollectAndCount(m.handlerAttempts, "watukuy_handler_attempts_total"); n != len(watukuytype.HandlerResults()) {
+		t.Errorf("%d series, want one per result of users' handler only", n)
 	}
 }
 
