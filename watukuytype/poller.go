@@ -110,11 +110,33 @@ type Poller struct {
 	// several cycles that began under another revision starts over: its pages would not line
 	// up (another page size, another URL). Empty: every definition is taken as the same.
 	Revision string
+	// Changes makes updated events say what changed (off by default).
+	Changes Changes
 	// Budget names a budget of the engine's Options.Budgets, shared by every worker, that each
 	// request of this poller takes a token from; it may hold ${partition}. Empty: the poller
 	// is paced only by its own keys' throttle windows and the API's rate-limit headers.
 	Budget string
 }
+
+// Changes configures the change sets of a poller's events.
+type Changes struct {
+	// Patch keeps each item's payload as last emitted, written in the same fenced commit as
+	// its row, and gives every updated event the RFC 6902 JSON Patch that turns that payload
+	// into the new item (Event.Changes), and every deleted event the payload
+	// (Event.Previous). Created events carry no patch: the item is the whole change.
+	Patch bool
+	// Ignore lists fields whose changes alone make no updated event, as JSON Pointers
+	// ("/updated_at", "/meta/etag") or gjson-style dotted paths ("meta.etag"): the content
+	// hash leaves them out. They still change with the next event, whose patch includes
+	// them. A poller with a Version emits a new version whatever changed.
+	Ignore []string
+	// MaxBytes bounds a kept payload; default 64 KiB. An item larger than it is not kept: its
+	// updated event carries changes: null and ChangesOmitted says why, never a failure.
+	MaxBytes int
+}
+
+// DefaultChangesMaxBytes is Changes.MaxBytes when left at zero.
+const DefaultChangesMaxBytes = 64 << 10
 
 // Reconcile is a periodic full listing.
 type Reconcile struct {

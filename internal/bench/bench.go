@@ -195,6 +195,7 @@ func measurements() []measurement {
 			return []Result{small, big}, err
 		}},
 		{"item-bytes", one(ItemBytes)},
+		{"item-bytes-payloads", one(ItemBytesPayloads)},
 		{"claim-rate", one(ClaimRate)},
 		{"noop", perTask(NoopCycles)},
 		{"idle-costs", perTask(IdleCycleCosts)},

@@ -77,7 +77,7 @@ func TestRunTiny(t *testing.T) {
 			t.Errorf("%s: no longestScriptMs", r.Name)
 		}
 	}
-	for _, want := range []string{"idle-bytes-200", "idle-bytes-300", "item-bytes", "claim-rate", "noop-10perTask", "noop-1perTask",
+	for _, want := range []string{"idle-bytes-200", "idle-bytes-300", "item-bytes", "item-bytes-payloads", "claim-rate", "noop-10perTask", "noop-1perTask",
 		"lateness-p99", "scale-redis-server-1w", "scale-redis-server-2w", "scale-cluster3-1w", "scale-cluster3-2w", "two-schedulers-kill",
 		"inspect-bytes-300", "api-keys-ms-300", "status-page-ms-300", "add-bytes-300", "longest-script-parked-retry", "longest-script-held-retry",
 		"longest-script-claim", "longest-script-delete", "longest-script-tombstones", "churn-keys"} {
@@ -102,6 +102,11 @@ func TestRunTiny(t *testing.T) {
 		case "longest-script-tombstones":
 			if r.Details["scriptMs:commit_poll"] <= 0 {
 				t.Errorf("%s: no commit_poll traced: %v", r.Name, r.Details)
+			}
+		case "item-bytes-payloads":
+			if r.Details["payloadsHashB/item"] < r.Details["itemJSONBytes"] || r.Value <= r.Baseline {
+				t.Errorf("%s: payloads %v B/item for items of %v B, %v B/item against %v without: %v", r.Name, r.Details["payloadsHashB/item"],
+					r.Details["itemJSONBytes"], r.Value, r.Baseline, r.Details)
 			}
 		case "churn-keys":
 			if r.Details["keysWithMarks"] < r.Details["partitionsChurned"] || r.Details["retiredEpoch"] <= 0 {

@@ -187,15 +187,90 @@ func ItemBytes(ctx context.Context, o Options) (Result, error) {
 	n := o.Items
 	r, t0 := start("item-bytes")
 	r.Unit, r.BaselineOf = "B/item", "MEMORY USAGE of the items hash / items, same run"
-	e, st, err := openStore(ctx, o, "items")
-	if err != nil {
-		return r, err
-	}
-	defer e.close()
 	items := make([]json.RawMessage, n)
 	for i := range items {
 		items[i] = json.RawMessage(fmt.Sprintf(`{"status":"paid","id":"ord-%06d","currency":"EUR","total":%d.95,"customer":{"name":"Zoë Müller","email":"zoe%d@example.com"},"updated_at":"2026-11-29T10:%02d:00Z","version":1}`, i, i, i, i%60))
 	}
+	m, err := trackItems(ctx, o, "items", items, false)
+	if err != nil {
+		return r, err
+	}
+	r.Value = m.used
+	r.Baseline = m.itemsHash
+	r.Details = map[string]float64{"items": float64(n), "cycleSeconds": m.took.Seconds()}
+	r.Notes = fmt.Sprintf("%d items committed by one cycle in %.1fs; value: used_memory delta (items hash, outbox events and their stream) / items; "+
+		"baseline: the items hash alone (what BenchmarkBytesPerItem measures, goal <= 100 B there)", n, m.took.Seconds())
+	r.Duration = time.Since(t0)
+	return r, nil
+}
+
+// ItemBytesPayloads measures what Changes.Patch adds to Redis memory per tracked item: the
+// same n orders of about 1 KB (nested objects, arrays) committed by one cycle of a key without
+// it (the baseline) and of a key with it, each on a server of its own; used_memory against the
+// idle key, divided by n. Details give each hash's MEMORY USAGE per item and the items' own
+// JSON length: the payloads hash holds each item as last emitted.
+func ItemBytesPayloads(ctx context.Context, o Options) (Result, error) {
+	n := o.Items
+	r, t0 := start("item-bytes-payloads")
+	r.Unit, r.BaselineOf = "B/item", "the same items without Changes.Patch, same run"
+	items := make([]json.RawMessage, n)
+	jsonLen := 0
+	for i := range items {
+		items[i] = orderKB(i)
+		jsonLen += len(items[i])
+	}
+	plain, err := trackItems(ctx, o, "items-plain", items, false)
+	if err != nil {
+		return r, err
+	}
+	patch, err := trackItems(ctx, o, "items-patch", items, true)
+	if err != nil {
+		return r, err
+	}
+	r.Value, r.Baseline = patch.used, plain.used
+	r.Details = map[string]float64{"items": float64(n), "itemJSONBytes": float64(jsonLen) / float64(n),
+		"itemsHashB/item": patch.itemsHash, "payloadsHashB/item": patch.payloadsHash,
+		"cycleSeconds": patch.took.Seconds(), "cycleSecondsPlain": plain.took.Seconds()}
+	r.Notes = fmt.Sprintf("%d items of %.0f B JSON committed by one cycle, %.1fs with Changes.Patch, %.1fs without; value and baseline: used_memory delta / items; "+
+		"the payloads hash %.0f B/item, the items hash %.0f B/item", n, float64(jsonLen)/float64(n), patch.took.Seconds(), plain.took.Seconds(), patch.payloadsHash, patch.itemsHash)
+	r.Duration = time.Since(t0)
+	return r, nil
+}
+
+// orderKB is an order of about 1 KB: a customer with an address, six order lines with their
+// tax, shipping, tags.
+func orderKB(i int) json.RawMessage {
+	var lines []byte
+	for l := range 6 {
+		if l > 0 {
+			lines = append(lines, ',')
+		}
+		lines = fmt.Appendf(lines, `{"sku":"SKU-%04d","name":"Product %d, blue, size M","qty":%d,"price":%d.90,"tax":{"rate":19,"amount":%d.61}}`, l*97+i%50, l, 1+l, 10+l, 2+l)
+	}
+	return json.RawMessage(fmt.Sprintf(`{"id":"ord-%06d","status":"paid","currency":"EUR","total":%d.95,`+
+		`"customer":{"name":"Zoë Müller","email":"zoe%d@example.com","tier":"gold","address":{"street":"Hauptstraße 12","city":"Berlin","zip":"10115","country":"DE"}},`+
+		`"lines":[%s],"shipping":{"method":"express","carrier":"DHL","tracking":"JD%012d","eta":"2026-12-01"},`+
+		`"updated_at":"2026-11-29T10:%02d:00Z","version":1,"tags":["b2c","eu","gen1"]}`, i, 100+i%900, i, lines, i, i%60))
+}
+
+// itemMemory is what tracking items cost Redis: used_memory per item against the idle key,
+// and MEMORY USAGE per item of the items and payloads hashes.
+type itemMemory struct {
+	used, itemsHash, payloadsHash float64
+	took                          time.Duration
+}
+
+// trackItems runs one key whose snapshot listing is items on a server of its own (with
+// Changes.Patch when patch): a first cycle over an empty listing, then one that commits
+// every item.
+func trackItems(ctx context.Context, o Options, name string, items []json.RawMessage, patch bool) (itemMemory, error) {
+	var m itemMemory
+	n := len(items)
+	e, st, err := openStore(ctx, o, name)
+	if err != nil {
+		return m, err
+	}
+	defer e.close()
 	empty := true
 	p := watukuytype.Poller{Name: pollerName, Strategy: watukuytype.SnapshotDiff, Version: watukuytype.Field("version"), MaxPagesPerCycle: n/1000 + 2,
 		Fetch: func(ctx context.Context, req watukuytype.FetchRequest) (watukuytype.Page, error) {
@@ -206,46 +281,56 @@ func ItemBytes(ctx context.Context, o Options) (Result, error) {
 			end := min(off+1000, n)
 			return watukuytype.Page{Items: items[off:end], Next: strconv.Itoa(end), HasMore: end < n}, nil
 		},
-		Handler: func(context.Context, watukuytype.Event) error { return nil }}
+		Handler: func(context.Context, watukuytype.Event) error { return nil },
+		Changes: watukuytype.Changes{Patch: patch}}
 	eng, err := newEngine(st, "bench", p, watukuytype.Hooks{})
 	if err != nil {
-		return r, err
+		return m, err
 	}
 	key := watukuytype.Key{Poller: pollerName}
 	if _, err := runFirstCycles(ctx, eng, []watukuytype.Key{key}, 1); err != nil {
-		return r, err
+		return m, err
 	}
 	base, err := e.usedMemory(ctx)
 	if err != nil {
-		return r, err
+		return m, err
 	}
 	empty = false
 	if err := eng.Trigger(ctx, key); err != nil {
-		return r, fmt.Errorf("trigger %s: %w", key.Describe(), err)
+		return m, fmt.Errorf("trigger %s: %w", key.Describe(), err)
 	}
 	t := time.Now()
 	if _, err := runFirstCycles(ctx, eng, []watukuytype.Key{key}, 1); err != nil {
-		return r, err
+		return m, err
 	}
-	took := time.Since(t)
+	m.took = time.Since(t)
 	used, err := e.usedMemory(ctx)
 	if err != nil {
-		return r, err
+		return m, err
 	}
-	itemsKey := st.Key(key, "items")
-	hl, err := e.rdb.HLen(ctx, itemsKey).Result()
-	if err != nil || hl != int64(n) {
-		return r, fmt.Errorf("items hash %s holds %d of %d items: %v", itemsKey, hl, n, err)
+	m.used = float64(used-base) / float64(n)
+	payloads := 0 // without Changes.Patch nothing is kept
+	if patch {
+		payloads = n
 	}
-	mu, err := e.rdb.MemoryUsage(ctx, itemsKey, 0).Result()
-	if err != nil {
-		return r, fmt.Errorf("memory usage %s: %w", itemsKey, err)
+	for _, h := range []struct {
+		kind string
+		want int
+		into *float64
+	}{{"items", n, &m.itemsHash}, {"payloads", payloads, &m.payloadsHash}} {
+		k := st.Key(key, h.kind)
+		hl, err := e.rdb.HLen(ctx, k).Result()
+		if err != nil || hl != int64(h.want) {
+			return m, fmt.Errorf("%s holds %d of %d items: %v", k, hl, h.want, err)
+		}
+		if h.want == 0 {
+			continue
+		}
+		mu, err := e.rdb.MemoryUsage(ctx, k, 0).Result()
+		if err != nil {
+			return m, fmt.Errorf("memory usage %s: %w", k, err)
+		}
+		*h.into = float64(mu) / float64(n)
 	}
-	r.Value = float64(used-base) / float64(n)
-	r.Baseline = float64(mu) / float64(n)
-	r.Details = map[string]float64{"items": float64(n), "cycleSeconds": took.Seconds()}
-	r.Notes = fmt.Sprintf("%d items committed by one cycle in %.1fs; value: used_memory delta (items hash, outbox events and their stream) / items; "+
-		"baseline: the items hash alone (what BenchmarkBytesPerItem measures, goal <= 100 B there)", n, took.Seconds())
-	r.Duration = time.Since(t0)
-	return r, nil
+	return m, nil
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
+
 	"github.com/watukuy/watukuy/internal/budget"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/jcs"
@@ -98,6 +100,7 @@ var guarantees = [][2]string{
 	{"G8", "politeness (no request in a Retry-After window)"},
 	{"G9", "drain before fetch"},
 	{"B1", "budget bound and a token per request"},
+	{"P1", "every delivered patch applies"},
 	{"R1", "recovery (next request ≤ lease TTL + 5 s)"},
 }
 
@@ -107,8 +110,11 @@ type Report struct {
 	UniqueEvents   int
 	DuplicateRatio float64
 	Commits        int
-	// Violations maps a guarantee (G1…G9, R1) to its violations; NotMeasured lists the ones the
-	// recorder had no data for.
+	// Patches counts the updated events whose patch P1 applied to the consumer's copy, and
+	// Previous the deleted events whose previous item it compared with that copy.
+	Patches, Previous int
+	// Violations maps a guarantee (G1…G9, B1, P1, R1) to its violations; NotMeasured lists the
+	// ones the recorder had no data for.
 	Violations  map[string][]Violation
 	NotMeasured map[string]bool
 }
@@ -677,6 +683,15 @@ func Check(truth map[watukuytype.Key]Truth, rec *Recorder) Report {
 			}
 		}
 	}
+	// P1: a consumer that applies the change sets ends with every event's item.
+	if need("P1", "deliveries") {
+		var sets bool
+		r.Patches, r.Previous, sets = checkPatches(rec.deliveries, rec.commits, rec.discarded, func(k watukuytype.Key, format string, a ...any) { add("P1", k, format, a...) })
+		if !sets {
+			r.NotMeasured["P1"] = true // no poller with Changes.Patch delivered
+		}
+	}
+
 	// R1: a key whose cycle's worker died mid-request is polled again within the goal.
 	if need("R1", "recoveries") {
 		for _, rc := range rec.recoveries {
@@ -775,4 +790,100 @@ func finalStates(order []seen, dedupe bool, truth map[watukuytype.Key]Truth) map
 		}
 	}
 	return out
+}
+
+// checkPatches replays the deliveries as a consumer that dedupes by event id and keeps a copy
+// of each identity from its change sets (P1): created sets the copy to the item; updated applies
+// its patch, which must give the event's item (compared as JSON values, numbers as written),
+// or, with changes null, takes the item; deleted must carry the copy as its previous item, and
+// drops it. An identity is not checked while its copy is unknown: before its first event, and
+// after an event an operator discarded (the engine's next patch starts from that event's item,
+// which the consumer never saw), until an event's item sets it again. It reports how many
+// patches and previous items it checked, and whether any delivered event had a change set.
+func checkPatches(ds []Delivery, commits []Commit, discarded map[string]bool, add func(k watukuytype.Key, format string, a ...any)) (patches, previous int, sets bool) {
+	type copyOf struct {
+		item  []byte // nil: deleted
+		seq   string // the sequence of the event that set it
+		known bool
+	}
+	type ident struct {
+		key watukuytype.Key
+		id  string
+	}
+	// The discarded events' sequences per identity: their commits know them.
+	gaps := map[ident][]string{}
+	for _, c := range commits {
+		for _, ev := range c.Events {
+			if discarded[ev.ID] {
+				gaps[ident{c.Key, ev.Identity}] = append(gaps[ident{c.Key, ev.Identity}], ev.Seq)
+			}
+		}
+	}
+	opts := jsonpatch.NewApplyOptions()
+	opts.SupportNegativeIndices = false // RFC 6902 has none
+	copies := map[ident]copyOf{}
+	seen := map[string]bool{}
+	for _, d := range ds {
+		ev := d.Event
+		if seen[ev.ID] {
+			continue
+		}
+		seen[ev.ID] = true
+		k := watukuytype.Key{Poller: ev.Poller, Partition: ev.Partition}
+		who := ident{k, ev.Identity}
+		cp := copies[who]
+		for _, g := range gaps[who] {
+			// A discarded event between the copy's and this one: the copy is not the engine's.
+			if SeqLess(cp.seq, g) && (ev.Seq == "" || SeqLess(g, ev.Seq)) {
+				cp.known = false
+			}
+		}
+		sets = sets || len(ev.Changes) > 0 || len(ev.Previous) > 0 || ev.ChangesOmitted != ""
+		switch ev.Type {
+		case watukuytype.Created:
+			if len(ev.Changes) > 0 || len(ev.Previous) > 0 || ev.ChangesOmitted != "" {
+				add(k, "%s: created event %s carries a change set: changes %s, previous %s, omitted %q", ev.Identity, ev.ID, ev.Changes, ev.Previous, ev.ChangesOmitted)
+			}
+			cp = copyOf{item: ev.Item, known: true}
+		case watukuytype.Updated:
+			switch {
+			case len(ev.Changes) == 0 || string(ev.Changes) == "null":
+				if string(ev.Changes) == "null" && ev.ChangesOmitted == "" {
+					add(k, "%s: updated event %s has changes null and no reason", ev.Identity, ev.ID)
+				}
+			case !cp.known:
+				// Not checked: the item sets the copy again.
+			case cp.item == nil:
+				add(k, "%s: updated event %s carries the patch %s, but its identity was deleted: there is nothing to apply it to", ev.Identity, ev.ID, ev.Changes)
+			default:
+				patches++
+				p, err := jsonpatch.DecodePatch(ev.Changes)
+				var got []byte
+				if err == nil {
+					got, err = p.ApplyWithOptions(cp.item, opts)
+				}
+				switch {
+				case err != nil:
+					add(k, "%s: updated event %s: the patch %s does not apply to the copy %s: %v", ev.Identity, ev.ID, ev.Changes, cp.item, err)
+				case !jsonpatch.Equal(got, ev.Item):
+					add(k, "%s: updated event %s: the patch %s turns the copy %s into %s, the item is %s", ev.Identity, ev.ID, ev.Changes, cp.item, got, ev.Item)
+				}
+			}
+			cp = copyOf{item: ev.Item, known: true}
+		case watukuytype.Deleted:
+			if len(ev.Previous) > 0 && cp.known {
+				previous++
+				switch {
+				case cp.item == nil:
+					add(k, "%s: deleted event %s carries the previous item %s, but its identity was already deleted", ev.Identity, ev.ID, ev.Previous)
+				case !jsonpatch.Equal(ev.Previous, cp.item):
+					add(k, "%s: deleted event %s: the previous item %s is not the copy %s", ev.Identity, ev.ID, ev.Previous, cp.item)
+				}
+			}
+			cp = copyOf{known: true}
+		}
+		cp.seq = ev.Seq
+		copies[who] = cp
+	}
+	return patches, previous, sets
 }

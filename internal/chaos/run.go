@@ -63,6 +63,10 @@ type Options struct {
 	// Keys limits the built-in scenario to these pollers ("ts", "tok", "snap", "hot", "fp");
 	// none runs them all.
 	Keys []string
+	// Patch turns Changes.Patch on for the built-in scenario's pollers (fp ignores two fields,
+	// tok keeps payloads of up to 220 bytes, so some of its updates say "too large") and
+	// gives the items nested objects and arrays to patch; P1 checks every change set.
+	Patch bool
 	// Pollers replaces the built-in scenario (fake APIs with every cursor strategy) with your
 	// own pollers; their Fetch and Handler are wrapped to record what happens and to inject
 	// handler failures and pauses. Between runs before each step (change your fake API
@@ -471,12 +475,18 @@ func (s *scenario) builtinPollers(instance string) []watukuytype.Poller {
 			p.CommitMaxItems = 200 // large pages commit in several chunks
 		}
 		p.Delivery = watukuytype.Delivery{Attempts: 2, RetryHorizon: -1, Backoff: watukuytype.Backoff{Base: time.Microsecond, Factor: 1, Max: time.Microsecond}, OrderingKey: p.Delivery.OrderingKey}
+		if s.o.Patch {
+			p.Changes.Patch = true
+		} else {
+			p.Changes = watukuytype.Changes{}
+		}
 		return p
 	}
 	ps := []watukuytype.Poller{
 		common(watukuytype.Poller{Name: "ts", Partitions: []string{"a", "b"}, Fetch: ts, Budget: apiBudget().Name,
 			Reconcile: &watukuytype.Reconcile{Every: 20 * time.Second, Fetch: list, MaxPages: 3}}),
-		common(watukuytype.Poller{Name: "tok", Fetch: tok(func() int { return 1 + s.rng.IntN(6) }), Tombstone: watukuytype.Flag("deleted")}),
+		common(watukuytype.Poller{Name: "tok", Fetch: tok(func() int { return 1 + s.rng.IntN(6) }), Tombstone: watukuytype.Flag("deleted"),
+			Changes: watukuytype.Changes{MaxBytes: 220}}),
 		// A listing of a few pages a cycle: it goes on over several, with kills between them.
 		common(watukuytype.Poller{Name: "snap", Strategy: watukuytype.SnapshotDiff, Fetch: offsets, Detail: detail, Budget: apiBudget().Name, MaxPagesPerCycle: 2}),
 		// Every "h…" identity shares one ordering key: a poison event holds hundreds behind it.
@@ -490,7 +500,8 @@ func (s *scenario) builtinPollers(instance string) []watukuytype.Poller {
 		// No version: the content (field n, one of three values) is the change, and it comes
 		// back; identities are deleted and created again.
 		common(watukuytype.Poller{Name: "fp", Fetch: tok(func() int { return 1 + s.rng.IntN(6) }), Tombstone: watukuytype.Flag("deleted"),
-			Fingerprint: func(item json.RawMessage) ([]byte, error) { return []byte(FieldN(item)), nil }}),
+			Fingerprint: func(item json.RawMessage) ([]byte, error) { return []byte(FieldN(item)), nil },
+			Changes:     watukuytype.Changes{Ignore: []string{"/updated_at", "meta.etag"}}}),
 	}
 	if len(s.o.Keys) > 0 {
 		ps = slices.DeleteFunc(ps, func(p watukuytype.Poller) bool { return !slices.Contains(s.o.Keys, p.Name) })
@@ -766,7 +777,7 @@ func (s *scenario) mutate(step int) {
 			if s.rng.IntN(5) == 0 {
 				k.api.Delete(id)
 			} else {
-				k.api.Put(id, map[string]any{"n": s.rng.IntN(values)})
+				k.api.Put(id, s.fields(s.rng.IntN(values)))
 			}
 		}
 		switch {
@@ -778,10 +789,10 @@ func (s *scenario) mutate(step int) {
 			// point armed later may replace this one, and an unlucky run would otherwise never
 			// see one of them. While the hot key is held the next instance drains hundreds of
 			// held entries before the deliverable ones behind them.
-			k.api.PutMany(600+s.rng.IntN(300), "hot-h", map[string]any{"n": s.rng.IntN(100)})
+			k.api.PutMany(600+s.rng.IntN(300), "hot-h", s.fields(s.rng.IntN(100)))
 			k.api.Advance(time.Second)
 			for j := range 3 {
-				k.api.Put(fmt.Sprintf("hot-y%d", j), map[string]any{"n": s.rng.IntN(100)})
+				k.api.Put(fmt.Sprintf("hot-y%d", j), s.fields(s.rng.IntN(100)))
 			}
 			point := K4AfterPark
 			if s.res.Kills[K4AfterPark] > s.res.Kills[K3AfterCommit] {
@@ -805,6 +816,28 @@ func (s *scenario) mutate(step int) {
 			s.res.Faults++
 		}
 	}
+}
+
+// fields is an item's content: its field n and, with Options.Patch, what a patch has to get
+// right (nested objects, arrays whose elements come and go, numbers written with trailing
+// zeros).
+func (s *scenario) fields(n int) map[string]any {
+	f := map[string]any{"n": n}
+	if !s.o.Patch {
+		return f
+	}
+	lines := make([]any, s.rng.IntN(5))
+	for i := range lines {
+		lines[i] = map[string]any{"sku": fmt.Sprintf("s%d", s.rng.IntN(4)), "qty": 1 + s.rng.IntN(3),
+			"price": json.Number(fmt.Sprintf("%d.%d0", s.rng.IntN(10), s.rng.IntN(10)))}
+	}
+	tags := make([]any, s.rng.IntN(4))
+	for i := range tags {
+		tags[i] = fmt.Sprintf("t%d", s.rng.IntN(5))
+	}
+	f["lines"] = lines
+	f["meta"] = map[string]any{"etag": fmt.Sprintf("e%d", s.rng.IntN(1000)), "tags": tags}
+	return f
 }
 
 // outages takes a key's sink down now and then, for 10 to 40 steps (many cycles: its delivery

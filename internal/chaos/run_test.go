@@ -1,11 +1,13 @@
 package chaos
 
 import (
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/watukuytype"
 )
 
 // A seeded run with every kill point, handler failures, poison events, 429s and 5xx, two
@@ -57,9 +59,10 @@ func TestRunHasNoViolations(t *testing.T) {
 			}
 			t.Fatal("guarantees violated")
 		}
-		// R1 (recovery after a worker's SIGKILL) needs processes; every guarantee is measured.
-		if len(res.NotMeasured) != 1 || !res.NotMeasured["R1"] {
-			t.Fatalf("in-process runs measure every guarantee (R1 alone needs processes): %v", res.NotMeasured)
+		// R1 (recovery after a worker's SIGKILL) needs processes, P1 pollers with Changes.Patch;
+		// every other guarantee is measured.
+		if len(res.NotMeasured) != 2 || !res.NotMeasured["R1"] || !res.NotMeasured["P1"] {
+			t.Fatalf("in-process runs measure every guarantee (R1 alone needs processes, P1 change sets): %v", res.NotMeasured)
 		}
 		total := 0
 		for _, n := range res.Kills {
@@ -143,5 +146,121 @@ func TestRunClearsWhatAnEarlierRunLeft(t *testing.T) {
 	}
 	if v := b.Client.Get(ctx, "other:key").Val(); v != "kept" {
 		t.Fatalf("a key outside the run's prefix: %q", v)
+	}
+}
+
+// The built-in scenario with Changes.Patch on: every patch a consumer is delivered applies to
+// its copy of the item as last delivered, every previous item of a delete is that copy, under
+// the same kills, pauses, re-sent scripts, poison events and operator actions. (The cluster's
+// slots are the commit script's, which the change-set tests at the root run on it.)
+func TestRunPatchesApply(t *testing.T) {
+	previous := 0
+	for _, b := range []redistest.Backend{redistest.Miniredis(t), redistest.Real(t)} {
+		t.Run(b.Name, func(t *testing.T) {
+			var log strings.Builder
+			res, err := Run(t.Context(), Options{Seed: 29, Steps: 120, Redis: b.Client, Log: &log, Patch: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range res.Lines() {
+				t.Log(l)
+			}
+			t.Logf("cycles %d, kills %v, pauses %d, operator actions %v, deliveries %d, patches applied %d, previous items compared %d",
+				res.Cycles, res.Kills, res.Pauses, res.Ops, res.Deliveries, res.Patches, res.Previous)
+			if res.Failed() {
+				if os.Getenv("CHAOS_LOG") != "" {
+					t.Log(log.String())
+				}
+				t.Fatal("guarantees violated")
+			}
+			if res.NotMeasured["P1"] || res.Patches == 0 {
+				t.Fatalf("P1 applied %d patches (measured: %v)", res.Patches, !res.NotMeasured["P1"])
+			}
+			previous += res.Previous
+		})
+	}
+	// A delete whose item was kept is rarer: the runs together must have one.
+	if !t.Failed() && previous == 0 {
+		t.Fatal("no deleted event carried its previous item in any run")
+	}
+}
+
+// P1 replays the deliveries as a consumer would: a patch that does not turn its copy into the
+// event's item, or a deleted event whose previous item is not the copy, is a violation that
+// names the identity, the event and both documents; an identity whose event an operator
+// discarded is not checked until an event's item sets its copy again.
+func TestCheckFindsAPatchThatDoesNotApply(t *testing.T) {
+	key := watukuytype.Key{Poller: "p"}
+	ev := func(id, typ, seq, item, changes, previous string) watukuytype.Event {
+		e := watukuytype.Event{ID: id, Poller: "p", Type: watukuytype.EventType(typ), Identity: "A", Seq: seq}
+		for dst, v := range map[*json.RawMessage]string{&e.Item: item, &e.Changes: changes, &e.Previous: previous} {
+			if v != "" {
+				*dst = json.RawMessage(v)
+			}
+		}
+		if changes == "null" {
+			e.ChangesOmitted = watukuytype.ChangesTooLarge
+		}
+		return e
+	}
+	created := ev("ev_1", "created", "1-1", `{"n":1,"lines":[{"qty":1.50}]}`, "", "")
+	good := ev("ev_2", "updated", "2-1", `{"n":2,"lines":[{"qty":1.50},{"qty":2}]}`,
+		`[{"op":"replace","path":"/n","value":2},{"op":"add","path":"/lines/1","value":{"qty":2}}]`, "")
+	for _, tc := range []struct {
+		name       string
+		events     []watukuytype.Event
+		discarded  []watukuytype.Event // committed, then discarded by an operator
+		violations int
+		patches    int
+		want       string // in the violation
+	}{
+		{name: "patches that apply", events: []watukuytype.Event{created, good,
+			ev("ev_3", "deleted", "3-1", "", "", `{"n":2,"lines":[{"qty":1.50},{"qty":2}]}`)}, patches: 1},
+		{name: "a wrong patch", events: []watukuytype.Event{created,
+			ev("ev_2", "updated", "2-1", `{"n":2,"lines":[{"qty":1.50}]}`, `[{"op":"replace","path":"/n","value":3}]`, "")},
+			violations: 1, patches: 1, want: `A: updated event ev_2: the patch [{"op":"replace","path":"/n","value":3}] turns the copy {"n":1,"lines":[{"qty":1.50}]} into {"n":3,"lines":[{"qty":1.50}]}, the item is {"n":2,"lines":[{"qty":1.50}]}`},
+		{name: "a number not as written", events: []watukuytype.Event{created,
+			ev("ev_2", "updated", "2-1", `{"n":1,"lines":[{"qty":1.5}]}`, `[]`, "")},
+			violations: 1, patches: 1, want: "the item is"},
+		{name: "a patch that does not apply", events: []watukuytype.Event{created,
+			ev("ev_2", "updated", "2-1", `{"n":1}`, `[{"op":"remove","path":"/meta"}]`, "")},
+			violations: 1, patches: 1, want: "does not apply to the copy"},
+		{name: "a wrong previous item", events: []watukuytype.Event{created, good,
+			ev("ev_3", "deleted", "3-1", "", "", `{"n":1,"lines":[{"qty":1.50}]}`)},
+			violations: 1, patches: 1, want: "the previous item"},
+		{name: "changes null take the item", events: []watukuytype.Event{created,
+			ev("ev_2", "updated", "2-1", `{"n":2,"lines":[{"qty":1.50}]}`, "null", ""),
+			ev("ev_3", "updated", "3-1", `{"n":3,"lines":[{"qty":1.50}]}`, `[{"op":"replace","path":"/n","value":3}]`, "")}, patches: 1},
+		{name: "after a discarded event", events: []watukuytype.Event{created,
+			// From the discarded item: it does not apply to the consumer's copy.
+			ev("ev_3", "updated", "3-1", `{"n":3,"lines":[{"qty":1.50}],"x":5}`, `[{"op":"replace","path":"/n","value":3},{"op":"replace","path":"/x","value":5}]`, ""),
+			ev("ev_4", "updated", "4-1", `{"n":4,"lines":[{"qty":1.50}],"x":5}`, `[{"op":"replace","path":"/n","value":4}]`, "")},
+			discarded: []watukuytype.Event{ev("ev_2", "updated", "2-1", `{"n":2,"lines":[{"qty":1.50}],"x":1}`, `[{"op":"replace","path":"/n","value":2},{"op":"add","path":"/x","value":1}]`, "")},
+			patches:   1},
+		{name: "a patch on a created event", events: []watukuytype.Event{
+			ev("ev_1", "created", "1-1", `{"n":1}`, `[]`, "")}, violations: 1, want: "created event ev_1 carries a change set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := NewRecorder()
+			for _, e := range tc.discarded {
+				rec.Committed(Commit{Key: key, Events: []watukuytype.Event{e}})
+				rec.Discarded(e.ID)
+			}
+			for _, e := range tc.events {
+				rec.Delivered(Delivery{Event: e})
+				rec.Delivered(Delivery{Event: e}) // at least once: the copy is applied once
+			}
+			rep := Check(nil, rec)
+			vs := rep.Violations["P1"]
+			for _, v := range vs {
+				t.Log(v.Key, v.Detail)
+			}
+			if rep.NotMeasured["P1"] || len(vs) != tc.violations || rep.Patches != tc.patches {
+				t.Fatalf("P1: %d violations, %d patches applied (measured %v); want %d, %d", len(vs), rep.Patches, !rep.NotMeasured["P1"], tc.violations, tc.patches)
+			}
+			if tc.want != "" && !strings.Contains(vs[0].Detail, tc.want) || len(vs) > 0 && vs[0].Key != key {
+				t.Fatalf("the violation %s: %s does not say %q", vs[0].Key, vs[0].Detail, tc.want)
+			}
+		})
 	}
 }

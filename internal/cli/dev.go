@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -152,8 +153,8 @@ func devAdminToken(env *app.Env) (string, error) {
 const eventLine = "%-8s  %-9s %-9s %-9s %-8s %-9s %-4s%s  %s\n"
 
 // printEvents is the demo's handler: one readable line per event (time observed, poller,
-// partition, lane, type, identity, version, a few fields, id), or with asJSON the event
-// envelope as one JSON line.
+// partition, lane, type, identity, version, a few fields, id), and under an updated event
+// with a change set a line of its patch; or with asJSON the event envelope as one JSON line.
 func printEvents(w io.Writer, asJSON bool) watukuytype.Handler {
 	var mu sync.Mutex
 	return func(ctx context.Context, ev watukuytype.Event) error {
@@ -179,10 +180,46 @@ func printEvents(w io.Writer, asJSON bool) watukuytype.Handler {
 		// from what the live lane sees now.
 		mu.Lock()
 		defer mu.Unlock()
-		_, err := fmt.Fprintf(w, eventLine, ev.ObservedAt.Local().Format(time.TimeOnly),
-			ev.Poller, cell(ev.Partition), ev.Lane, ev.Type, ev.Identity, version, detail, ev.ID)
-		return err
+		if _, err := fmt.Fprintf(w, eventLine, ev.ObservedAt.Local().Format(time.TimeOnly),
+			ev.Poller, cell(ev.Partition), ev.Lane, ev.Type, ev.Identity, version, detail, ev.ID); err != nil {
+			return err
+		}
+		if ch := changesLine(ev); ch != "" {
+			_, err := fmt.Fprintf(w, "%10s%s\n", "", ch)
+			return err
+		}
+		return nil
 	}
+}
+
+// changesLine is what an updated event's change set says, for the line under it: each
+// operation of the patch as op, path and value ("replace /status \"paid\""), or why there is
+// none. "" for an event without one.
+func changesLine(ev watukuytype.Event) string {
+	switch {
+	case ev.ChangesOmitted != "":
+		return "changes: none (" + ev.ChangesOmitted + ")"
+	case len(ev.Changes) == 0:
+		return ""
+	}
+	var ops []struct {
+		Op, Path string
+		Value    json.RawMessage
+	}
+	if err := json.Unmarshal(ev.Changes, &ops); err != nil {
+		return "changes: " + string(ev.Changes)
+	}
+	if len(ops) == 0 {
+		return "changes: none" // a forced backfill of an item as it was
+	}
+	parts := make([]string, len(ops))
+	for i, o := range ops {
+		parts[i] = o.Op + " " + o.Path
+		if o.Value != nil {
+			parts[i] += " " + clip(string(o.Value), 40)
+		}
+	}
+	return "changes: " + strings.Join(parts, ", ")
 }
 
 // demoShop is a fake shop whose orders and customers change every few seconds.
@@ -234,8 +271,9 @@ func demoBudget() watukuytype.Budget {
 	return watukuytype.Budget{Name: "demo-shop", Rate: 10, Per: time.Second, Burst: 5}
 }
 
-// pollers are the demo's: orders through the timestamp feed, customers through a snapshot
-// listing (which also sees deletes), drawing from one budget.
+// pollers are the demo's: orders through the timestamp feed, with a patch on every updated
+// event, and customers through a snapshot listing (which also sees deletes), drawing from one
+// budget.
 func (d *demoShop) pollers(h watukuytype.Handler) []watukuytype.Poller {
 	every := watukuytype.Schedule{Min: time.Second, Max: 5 * time.Second}
 	orders := &httppoll.TimestampCursor{Source: httppoll.Source{URL: d.srv.URL + "/items", Items: "data"},
@@ -245,7 +283,8 @@ func (d *demoShop) pollers(h watukuytype.Handler) []watukuytype.Poller {
 	isOrder := func(item json.RawMessage) bool { return json.Valid(item) && !isCustomer(item) }
 	return []watukuytype.Poller{
 		{Name: "orders", Fetch: filter(orders.Fetch, isOrder), Version: watukuytype.Field("version"), Handler: h, Schedule: every,
-			CursorPosition: orders.Position, ItemPosition: orders.ItemPosition, LogRetention: time.Hour, Budget: demoBudget().Name}, // try backfill --wait and replay on it
+			CursorPosition: orders.Position, ItemPosition: orders.ItemPosition, LogRetention: time.Hour, Budget: demoBudget().Name, // try backfill --wait and replay on it
+			Changes: watukuytype.Changes{Patch: true}}, // updated orders print their patch
 		{Name: "customers", Strategy: watukuytype.SnapshotDiff, Fetch: filter(customers.Fetch, isCustomer), Version: watukuytype.Field("version"), Handler: h, Schedule: every,
 			Budget: demoBudget().Name},
 	}

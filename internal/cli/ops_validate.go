@@ -219,7 +219,7 @@ func (o *op) validate(ctx context.Context, log zerolog.Logger, probe bool, probe
 		if err != nil {
 			return fmt.Errorf("connect to take the probe's budget tokens: %w", err)
 		}
-		defer env.RDB.Close()
+		defer env.Close()
 		probeOne, probeListing = env.Engine.Probe, env.Engine.ProbeListing
 	}
 	if probe {

@@ -102,6 +102,7 @@ type Poller struct {
 	LeaseTTL         time.Duration
 	MaxPagesPerCycle int
 	Circuit          Circuit
+	Changes          Changes
 	Delivery         Delivery
 	Line             int // line of the poller's entry in the file
 }
@@ -222,6 +223,14 @@ type Detail struct {
 type Commit struct {
 	MaxItems int
 	MaxBytes int
+}
+
+// Changes is what updated and deleted events say of the change (watukuytype.Changes); zero
+// values are the defaults.
+type Changes struct {
+	Patch    bool
+	Ignore   []string // JSON Pointers or gjson-style dotted paths, each checked at decode time
+	MaxBytes int      // 0 = the default
 }
 
 // Poison values.

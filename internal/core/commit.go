@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/changeset"
 	"github.com/watukuy/watukuy/internal/schedule"
 	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -33,6 +37,9 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 	res := commitResult{seqs: make([]string, len(w.events)), envelopes: make([][]byte, len(w.events)), keys: make([]string, len(w.events)),
 		diverted: map[int]bool{}}
 	shadow := c.routeEvents(w)
+	if err := c.attachChanges(ctx, w, shadow); err != nil {
+		return res, err
+	}
 	maxItems, maxBytes := c.chunkItems(), defaultCommitMaxBytes
 	if c.p != nil {
 		maxBytes = c.p.CommitMaxBytes
@@ -65,10 +72,13 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 			cm.ListedLane, cm.ClearListed = w.ListedLane, w.ClearListed
 		}
 		var evIdx []int
-		lastStep := map[string]int{}
+		lastStep, lastPayload := map[string]int{}, map[string]int{}
 		revived := map[string]bool{}
 		for i, st := range chunk {
 			lastStep[st.identity] = i
+			if st.payload != keepNothing {
+				lastPayload[st.identity] = i
+			}
 			revived[st.identity] = revived[st.identity] || st.revived
 			if st.event < 0 || shadow {
 				continue
@@ -84,6 +94,16 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 			evIdx = append(evIdx, st.event)
 		}
 		for i, st := range chunk {
+			if j, ok := lastPayload[st.identity]; ok && j == i {
+				switch st.payload {
+				case keepItem:
+					cm.Payloads = append(cm.Payloads, Payload{Identity: st.identity, Item: w.events[st.event].Item})
+				case keepTooLarge:
+					cm.Payloads = append(cm.Payloads, Payload{Identity: st.identity, Item: []byte{}})
+				case dropPayload:
+					cm.DropPayloads = append(cm.DropPayloads, st.identity)
+				}
+			}
 			if lastStep[st.identity] != i {
 				continue
 			}
@@ -104,7 +124,7 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 			cm.Touched = append(cm.Touched, cm.Deletes...)
 		}
 		c.tagWrites(&cm, last)
-		if !last && len(cm.Upserts)+len(cm.Deletes)+len(cm.Invalid) == 0 {
+		if !last && len(cm.Upserts)+len(cm.Deletes)+len(cm.Invalid)+len(cm.Payloads)+len(cm.DropPayloads) == 0 {
 			return nil
 		}
 		if last && cm.empty() {
@@ -142,7 +162,11 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 	for _, st := range w.steps {
 		n := len(st.identity) + len(st.row) + 64
 		if st.event >= 0 {
-			n += len(w.events[st.event].Item) + 256
+			ev := w.events[st.event]
+			n += len(ev.Item) + len(ev.Changes) + len(ev.Previous) + 256
+			if st.payload == keepItem {
+				n += len(ev.Item)
+			}
 		}
 		if err := add(n); err != nil {
 			return res, err
@@ -159,6 +183,140 @@ func (c *cycle) commit(ctx context.Context, w *pageWrites) (commitResult, error)
 		return res, err
 	}
 	return res, nil
+}
+
+// payloadReadBytes bounds one read of kept payloads (LoadPayloads) at its largest.
+const payloadReadBytes = 16 << 20
+
+// attachChanges gives a poller with Changes.Patch its change sets: each updated event the
+// patch from the identity's payload as last emitted to its item, each deleted event that
+// payload as Previous; and each step what it keeps of the payload (written with its row, so a
+// patch is never computed against a payload that was not committed). The payloads an
+// identity's first step of the page needs are read in one round trip. A shadow poller's
+// events reach no consumer: its payloads stay those of the last events that did.
+func (c *cycle) attachChanges(ctx context.Context, w *pageWrites, shadow bool) error {
+	if c.p == nil || len(w.events) == 0 || shadow {
+		return nil
+	}
+	if !c.p.Changes.Patch {
+		if c.state.get(statehash.Payloads) != "" {
+			// Kept while patch was on: what changes now is no longer what was kept.
+			for i := range w.steps {
+				if w.steps[i].event >= 0 {
+					w.steps[i].payload = dropPayload
+				}
+			}
+		}
+		return nil
+	}
+
+	limit := c.p.Changes.MaxBytes
+	type kept struct {
+		item          []byte
+		known, tooBig bool
+	}
+	now := map[string]kept{}
+	var need []string
+	for _, st := range w.steps {
+		if _, ok := now[st.identity]; ok || st.event < 0 {
+			continue
+		}
+		now[st.identity] = kept{}
+		if w.events[st.event].Type != watukuytype.Created {
+			need = append(need, st.identity)
+		}
+	}
+	// A read of payloads is bounded by bytes as well: 256 of the largest kept per read.
+	batch := max(1, min(loadBatch, payloadReadBytes/limit))
+	for from := 0; from < len(need); from += batch {
+		to := min(from+batch, len(need))
+		got, err := c.e.store.LoadPayloads(ctx, c.key, need[from:to])
+		if err != nil {
+			return err
+		}
+		for i, b := range got {
+			now[need[from+i]] = kept{item: b, known: b != nil, tooBig: b != nil && len(b) == 0}
+		}
+	}
+	// The patches are made after this pass, in parallel: each one's two items are known here
+	// (an identity's second change of the page starts from its first one's item).
+	type pending struct {
+		ev       *watukuytype.Event
+		identity string
+		prev     []byte
+	}
+	var diffs []pending
+	for i := range w.steps {
+		st := &w.steps[i]
+		if st.event < 0 {
+			continue
+		}
+		ev := &w.events[st.event]
+		prev := now[st.identity]
+		if st.repeat {
+			continue // the consumer keeps the earlier emission, and so does the payload
+		}
+		switch ev.Type {
+		case watukuytype.Updated:
+			switch {
+			case len(ev.Item) > limit || prev.tooBig:
+				ev.Changes, ev.ChangesOmitted = json.RawMessage("null"), watukuytype.ChangesTooLarge
+			case !prev.known:
+				ev.Changes, ev.ChangesOmitted = json.RawMessage("null"), watukuytype.ChangesUnknown
+			default:
+				diffs = append(diffs, pending{ev: ev, identity: st.identity, prev: prev.item})
+			}
+		case watukuytype.Deleted:
+			if prev.known && !prev.tooBig {
+				ev.Previous = prev.item
+			}
+			st.payload, now[st.identity] = dropPayload, kept{}
+			continue
+		}
+		if len(ev.Item) > limit {
+			st.payload, now[st.identity] = keepTooLarge, kept{known: true, tooBig: true}
+		} else {
+			st.payload, now[st.identity] = keepItem, kept{item: ev.Item, known: true}
+		}
+	}
+	parallel(len(diffs), func(i int) {
+		d := diffs[i]
+		patch, err := changeset.Patch(d.prev, d.ev.Item)
+		switch {
+		case err != nil:
+			// The event goes out without its patch: the item is the whole change.
+			c.log.Warn().Err(err).Str("identity", d.identity).Str("event", d.ev.ID).Msg("no patch for an updated event: the diff failed")
+			d.ev.Changes, d.ev.ChangesOmitted = json.RawMessage("null"), watukuytype.ChangesFailed
+		case len(patch) > limit:
+			// A patch longer than any kept item would be a large envelope for little.
+			d.ev.Changes, d.ev.ChangesOmitted = json.RawMessage("null"), watukuytype.ChangesTooLarge
+		default:
+			d.ev.Changes = patch
+		}
+	})
+	return nil
+}
+
+// parallel runs f(0) … f(n-1) on up to GOMAXPROCS goroutines, each taking the next index; a
+// few run on the caller's goroutine alone.
+func parallel(n int, f func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/16)
+	if workers < 2 {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				f(i)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // tagWrites adds the live lane's tag to a chunk. A chunk that changes rows clears it in the

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/changeset"
+
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
@@ -33,8 +35,11 @@ type cycle struct {
 	// the key due at once.
 	yield context.Context
 	canon jcs.Canonicalizer
-	log   zerolog.Logger
-	rep   watukuytype.CycleReport
+	// ignore is the poller's Changes.Ignore, read at the cycle's first item (ignoreRead).
+	ignore     changeset.Ignore
+	ignoreRead bool
+	log        zerolog.Logger
+	rep        watukuytype.CycleReport
 	// span is the cycle's span (a no-op one when tracing is off); lane is the lane running
 	// now and lanes those that ran, for the spans (enterLane).
 	span  trace.Span

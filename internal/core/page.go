@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"strconv"
 
+	"github.com/watukuy/watukuy/internal/changeset"
 	"github.com/watukuy/watukuy/internal/diff"
 	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -32,7 +33,23 @@ type step struct {
 	tomb     int64  // with row == nil: the generation its tombstone remembers
 	revived  bool   // a tombstone is lifted (the identity is created again)
 	event    int    // index of the step's event in pageWrites.events, -1 for none
+	// payload is what Changes.Patch keeps of the identity after the step (attachChanges):
+	// keepItem, keepTooLarge (an empty payload) or dropPayload; keepNothing leaves it.
+	payload payloadWrite
+	// repeat: the step's event repeats an earlier emission's id (a forgotten row seen again
+	// as it was), which a consumer that dedupes by id drops: the payload stays that emission's.
+	repeat bool
 }
+
+// payloadWrite is what a step does to its identity's kept payload.
+type payloadWrite uint8
+
+const (
+	keepNothing payloadWrite = iota
+	keepItem
+	keepTooLarge
+	dropPayload
+)
 
 // pageWrites is what one page (or one operation) writes. The embedded Commit's state patch and
 // counters go with the last chunk; the steps, their events and the invalid rows are spread
@@ -190,10 +207,12 @@ func (c *cycle) process(ctx context.Context, lane watukuytype.Lane, items []json
 				r.Life = prev.Life
 			}
 			revived := k.row == nil && k.tomb != 0
+			repeat := k.row != nil && r.Changes == k.row.Changes
 			ev := c.newEvent(typ, lane, o.identity, o.version, o.vf, o.raw, r)
 			k.row, k.tomb = &r, 0
 			w.event(o.identity, diff.AppendRow(nil, r), ev)
 			w.steps[len(w.steps)-1].revived = revived
+			w.steps[len(w.steps)-1].repeat = repeat
 		}
 	}
 	for _, k := range known {
@@ -310,12 +329,27 @@ func (c *cycle) observe(raw json.RawMessage) (o observation, issue string) {
 			return o, "validate: " + err.Error()
 		}
 	}
+	content := raw
+	if !c.ignoreRead {
+		c.ignore, _ = changeset.ParseIgnore(c.p.Changes.Ignore) // checked at Register
+		c.ignoreRead = true
+	}
+	if !c.ignore.Empty() {
+		if content, err = c.ignore.Strip(raw); err != nil {
+			return o, "changes.ignore: " + err.Error()
+		}
+	}
 	var fp []byte
 	if c.p.Fingerprint != nil {
-		fp, err = c.p.Fingerprint(raw)
+		// The canonical hash checks the item is JSON; a Fingerprint of its own may not, and an
+		// item no encoder takes back (nested past its depth) would fail every commit.
+		if !json.Valid(raw) {
+			return o, "not valid JSON (or nested deeper than a JSON encoder takes)"
+		}
+		fp, err = c.p.Fingerprint(content)
 	} else {
 		var h [32]byte
-		h, err = c.canon.Hash(raw)
+		h, err = c.canon.Hash(content)
 		fp = h[:]
 	}
 	if err != nil {

@@ -207,7 +207,7 @@ func (h *twiceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func TestResentDeleteAndRedelete(t *testing.T) {
 	eachLight(t, func(t *testing.T, b redistest.Backend) {
 		ctx := context.Background()
-		h := &twiceHook{n: 14} // delete_key.lua's KEYS
+		h := &twiceHook{n: 15} // delete_key.lua's KEYS
 		b.Client.AddHook(h)
 		st, a, eb, _ := partitionEngines(t, b)
 		if err := a.Pause(ctx, partKey); err != nil {

@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/watukuy/watukuy/internal/changeset"
+
 	"github.com/watukuy/watukuy/internal/schedule"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -110,6 +112,15 @@ func WithDefaults(p watukuytype.Poller) (watukuytype.Poller, error) {
 	}
 	if p.ProbeEvery < 0 {
 		return bad("probeEvery", "must be positive")
+	}
+	if p.Changes.MaxBytes == 0 {
+		p.Changes.MaxBytes = watukuytype.DefaultChangesMaxBytes
+	}
+	if p.Changes.MaxBytes < 0 {
+		return bad("changes.maxBytes", "must be positive")
+	}
+	if _, err := changeset.ParseIgnore(p.Changes.Ignore); err != nil {
+		return bad("changes.ignore", "%v", err)
 	}
 	b, err := CycleBackoff(p.Backoff)
 	if err != nil {

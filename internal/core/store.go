@@ -52,6 +52,9 @@ type Store interface {
 	// LoadRows returns what is stored of identities, index by index: rows and tombstones, and
 	// what want asks for besides.
 	LoadRows(ctx context.Context, key watukuytype.Key, identities []string, want LoadWant) (StoredRows, error)
+	// LoadPayloads returns the payloads kept of identities (Commit.Payloads), index by index:
+	// nil where none is kept, empty where the item was too large to keep.
+	LoadPayloads(ctx context.Context, key watukuytype.Key, identities []string) ([][]byte, error)
 	// Identities lists every tracked identity of key.
 	Identities(ctx context.Context, key watukuytype.Key) ([]string, error)
 	// Listed reads the identities a listing of lane that spans cycles has shown so far, each
@@ -296,6 +299,17 @@ type Commit struct {
 	Listed      []ListedID
 	ListedLane  watukuytype.Lane
 	ClearListed bool
+	// Payloads keep each identity's item as last emitted (Changes.Patch), an empty one for an
+	// item too large to keep; DropPayloads forgets them (a deletion). Written with the rows
+	// they go with, so a patch is never computed against a payload that was not committed.
+	Payloads     []Payload
+	DropPayloads []string
+}
+
+// Payload is an identity's item as last emitted.
+type Payload struct {
+	Identity string
+	Item     []byte
 }
 
 // ListedID is an identity a listing showed, and whether it passed the checks (an invalid one

@@ -7,7 +7,8 @@
 -- KEYS[7] tombstones sorted set, KEYS[8] latest invalid observations hash (identity -> parked
 -- id), KEYS[9] set of identities the live side wrote while a backfill runs, KEYS[10] holds
 -- hash, KEYS[11] held events sorted set, KEYS[12] released ordering keys sorted set,
--- KEYS[13] listed identities hash of the commit's listing lane
+-- KEYS[13] listed identities hash of the commit's listing lane, KEYS[14] payloads hash
+-- (identity -> the item as last emitted, '' when too large to keep)
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] write id, ARGV[5] lease
 -- TTL ms, ARGV[6] log retention ms ('0': no log), ARGV[7] tombstone retention ms ('0': none trimmed), ARGV[8] '1'
 -- to empty KEYS[9] first, ARGV[9] '1' to empty KEYS[13] first, then sections, each a count
@@ -21,7 +22,8 @@
 --   row of the one it replaces is removed), unparked rows (parkedId, identity or ''; HDEL, and
 --   the identity's latest invalid observation is forgotten if it is that row), touched
 --   identities (SADD to KEYS[9]), listed identities (identity, '1' valid | '0'; HSET to
---   KEYS[13]: what a listing that goes on in a later cycle has shown)
+--   KEYS[13]: what a listing that goes on in a later cycle has shown), payloads (identity,
+--   item; HSET to KEYS[14]), payloads dropped (identity; HDEL from KEYS[14])
 -- Returns {expiresAt, paused 0|1, firstId, duplicate 0|1, {diverted event indexes}}: the
 -- events get the outbox stream ids firstId, then the same milliseconds with the sequence
 -- counted up one by one (ms-s, ms-s+1, ...), so the caller knows every id from the first. An
@@ -153,6 +155,14 @@ from, to = section(1)
 if to >= from then chunked('SADD', KEYS[9], ARGV, from, to, 1000) end
 from, to = section(2)
 if to >= from then chunked('HSET', KEYS[13], ARGV, from, to, 1000) end
+from, to = section(2)
+if to >= from then
+  chunked('HSET', KEYS[14], ARGV, from, to, 1000)
+  -- Marks the key: a poller with patch turned off drops the payloads of what changes.
+  redis.call('HSET', KEYS[1], 'payloads', '1')
+end
+from, to = section(1)
+if to >= from then chunked('HDEL', KEYS[14], ARGV, from, to, 1000) end
 
 local exp = now + tonumber(ARGV[5])
 local reply = first

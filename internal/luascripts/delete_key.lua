@@ -7,7 +7,7 @@
 -- events sorted set, KEYS[8] released ordering keys sorted set, KEYS[9] replay log stream,
 -- KEYS[10] tombstones sorted set, KEYS[11] latest invalid observations hash, KEYS[12] set of
 -- identities touched during a backfill, KEYS[13] listed identities hash of the live lane,
--- KEYS[14] listed identities hash of the reconcile lane
+-- KEYS[14] listed identities hash of the reconcile lane, KEYS[15] payloads hash
 -- ARGV[1] epoch, ARGV[2] token, ARGV[3] now override ms or '', ARGV[4] write id,
 -- ARGV[5] 'delete' | 'revive'
 -- Returns {epoch, floor}: the lease's epoch and the floor (above every life the key gave and

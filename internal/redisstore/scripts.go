@@ -619,8 +619,9 @@ func (commitPollArgs) name() string { return "commit_poll" }
 
 func (a commitPollArgs) encode(s *Store) ([]string, []any) {
 	c := a.Commit
-	argv := a.writeFence.argv(18 + 2*len(c.State) + 2*len(c.Count) + 2*len(c.Upserts) + len(c.Deletes) + 2*len(c.Tombstones) +
-		len(c.Revived) + 3*len(c.Events) + 4*len(c.Invalid) + 2*len(c.Unpark) + len(c.Touched) + 2*len(c.Listed))
+	argv := a.writeFence.argv(20 + 2*len(c.State) + 2*len(c.Count) + 2*len(c.Upserts) + len(c.Deletes) + 2*len(c.Tombstones) +
+		len(c.Revived) + 3*len(c.Events) + 4*len(c.Invalid) + 2*len(c.Unpark) + len(c.Touched) + 2*len(c.Listed) +
+		2*len(c.Payloads) + len(c.DropPayloads))
 	flag := func(b bool) string {
 		if b {
 			return "1"
@@ -660,12 +661,17 @@ func (a commitPollArgs) encode(s *Store) ([]string, []any) {
 	for _, l := range c.Listed {
 		argv = append(argv, l.Identity, flag(l.Valid))
 	}
+	argv = append(argv, len(c.Payloads))
+	for _, p := range c.Payloads {
+		argv = append(argv, p.Identity, p.Item)
+	}
+	argv = appendList(argv, c.DropPayloads)
 	lane := c.ListedLane
 	if lane == "" {
 		lane = watukuytype.LaneLive // no listing in this commit: the key is named, not touched
 	}
 	keys := s.keysOf(a.Key, "state", "items", "outbox", "parked", "parked-ids", "log", "gone", "invalid", "touched", "holds", "held", "released")
-	return append(keys, s.listedKey(a.Key, lane)), argv
+	return append(keys, s.listedKey(a.Key, lane), s.k(a.Key, "payloads")), argv
 }
 
 // decode reads {expiresAt, paused, firstId, duplicate, diverted}; the events' stream ids
@@ -714,7 +720,7 @@ func streamIDs(first string, n int) ([]string, error) {
 
 // keyData are the structures of a key that delete_key.lua drops, in its KEYS order.
 var keyData = []string{"state", "items", "outbox", "parked", "parked-ids", "holds", "held", "released", "log", "gone", "invalid", "touched",
-	"listed:" + string(watukuytype.LaneLive), "listed:" + string(watukuytype.LaneReconcile)}
+	"listed:" + string(watukuytype.LaneLive), "listed:" + string(watukuytype.LaneReconcile), "payloads"}
 
 // deleteKeyArgs call delete_key.lua.
 type deleteKeyArgs struct {

@@ -180,7 +180,7 @@ func TestHeadersMatchTheWrappers(t *testing.T) {
 		"released": "released ordering keys sorted set", "items": "items hash", "parked": "parked hash",
 		"parked-ids": "parked ids sorted set", "log": "replay log stream", "gone": "tombstones sorted set",
 		"invalid": "invalid observations hash", "touched": "set of identities", "registry": "registry index",
-		"retired": "high-water marks hash", "listed": "listed identities hash", "bucket": "the bucket (a hash", "held-slots": "held set", "pollers": "pollers hash", "due": "due set",
+		"retired": "high-water marks hash", "listed": "listed identities hash", "payloads": "payloads hash", "bucket": "the bucket (a hash", "held-slots": "held set", "pollers": "pollers hash", "due": "due set",
 	}
 	s := offlineStore(t)
 	l := core.Lease{Key: watukuytype.Key{Poller: "orders", Partition: "t1"}, Epoch: 42, Token: "the-token"}

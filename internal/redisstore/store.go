@@ -421,6 +421,24 @@ func (s *Store) LoadRows(ctx context.Context, key watukuytype.Key, identities []
 	return out, nil
 }
 
+// LoadPayloads implements core.Store.
+func (s *Store) LoadPayloads(ctx context.Context, key watukuytype.Key, identities []string) ([][]byte, error) {
+	if len(identities) == 0 {
+		return nil, nil
+	}
+	vals, err := s.rdb.HMGet(ctx, s.k(key, "payloads"), identities...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: load payloads of %s: %w", key.Describe(), err)
+	}
+	out := make([][]byte, len(identities))
+	for i, v := range vals {
+		if str, ok := v.(string); ok {
+			out[i] = []byte(str)
+		}
+	}
+	return out, nil
+}
+
 // Identities implements core.Store.
 func (s *Store) Identities(ctx context.Context, key watukuytype.Key) ([]string, error) {
 	// HSCAN in steps rather than one HKEYS: a million identities in one command would hold

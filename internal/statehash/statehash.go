@@ -52,6 +52,10 @@ const (
 	// LastLife is the highest identity generation ever given (commit_poll.lua writes it,
 	// delete_key.lua starts the next incarnation above it); no Go code reads it.
 	LastLife = "lastLife"
+	// Payloads is "1" once the key kept an item's payload (Changes.Patch): while the poller
+	// has patch turned off, each change drops its identity's payload, so that turning it on
+	// again never patches against an item older than the last one emitted.
+	Payloads = "payloads"
 )
 
 // The lease's fields, in the state hash from layout 5 (a hash of their own, prefix:{key}:lease,

@@ -1,0 +1,357 @@
+// Package changeset makes the change sets of updated events (Poller.Changes): the RFC 6902
+// JSON Patch from an item as last emitted to the item now, and the item without the fields
+// whose changes alone make no event. The diff is github.com/wI2L/jsondiff's.
+package changeset
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+	"github.com/wI2L/jsondiff"
+)
+
+// Patch returns the JSON Patch (add, remove and replace operations) that turns prev into
+// next: applied to prev, it gives next exactly, numbers as written (they are compared and
+// copied as their text). Arrays are diffed by their longest common subsequence, so an
+// element inserted or removed is one operation, not a replacement of every element after it.
+// An empty patch is [].
+//
+// Objects are walked on the raw bytes (tidwall/gjson): a member written the same in both is
+// skipped without being decoded, which is most of an updated item; the members that differ
+// are diffed by jsondiff, decoded.
+func Patch(prev, next []byte) (json.RawMessage, error) {
+	if !gjson.ValidBytes(prev) || !gjson.ValidBytes(next) {
+		return nil, fmt.Errorf("changeset: diff: not valid JSON")
+	}
+	var ops []op
+	if err := diff(&ops, "", gjson.ParseBytes(prev), gjson.ParseBytes(next)); err != nil {
+		return nil, err
+	}
+	if ops == nil {
+		ops = []op{}
+	}
+	b, err := json.Marshal(ops)
+	if err != nil {
+		return nil, fmt.Errorf("changeset: encode the patch: %w", err)
+	}
+	return b, nil
+}
+
+// diff appends the operations that turn a into b at path.
+func diff(ops *[]op, path string, a, b gjson.Result) error {
+	if a.Raw == b.Raw {
+		return nil
+	}
+	switch {
+	case a.IsArray() && b.IsArray():
+		return diffDecoded(ops, path, a.Raw, b.Raw)
+	case !a.IsObject() || !b.IsObject():
+		// Scalars, or values of two kinds: the new one in place of the old, as written.
+		*ops = append(*ops, op{Op: jsondiff.OperationReplace, Path: path, Value: json.RawMessage(b.Raw)})
+		return nil
+	}
+	am, ok := members(a)
+	bm, ok2 := members(b)
+	if !ok || !ok2 {
+		return diffDecoded(ops, path, a.Raw, b.Raw) // a name given twice: as a decoder reads it
+	}
+	for _, k := range am.order {
+		at := path + "/" + escapeToken(k)
+		if bv, ok := bm.byName[k]; ok {
+			if err := diff(ops, at, am.byName[k], bv); err != nil {
+				return err
+			}
+		} else {
+			*ops = append(*ops, op{Op: jsondiff.OperationRemove, Path: at})
+		}
+	}
+	for _, k := range bm.order {
+		if _, ok := am.byName[k]; !ok {
+			*ops = append(*ops, op{Op: jsondiff.OperationAdd, Path: path + "/" + escapeToken(k), Value: json.RawMessage(bm.byName[k].Raw)})
+		}
+	}
+	return nil
+}
+
+// fields is an object's members by name, in order.
+type fields struct {
+	order  []string
+	byName map[string]gjson.Result
+}
+
+// members reads o's members; false when a name is given twice.
+func members(o gjson.Result) (fields, bool) {
+	m := fields{byName: map[string]gjson.Result{}}
+	unique := true
+	o.ForEach(func(k, v gjson.Result) bool {
+		name := k.String()
+		if _, dup := m.byName[name]; dup {
+			unique = false
+			return false
+		}
+		m.order = append(m.order, name)
+		m.byName[name] = v
+		return true
+	})
+	return m, unique
+}
+
+// escapeToken writes a name as an RFC 6901 reference token.
+func escapeToken(k string) string {
+	if !strings.ContainsAny(k, "~/") {
+		return k
+	}
+	return strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
+}
+
+// diffDecoded diffs two values with jsondiff (arrays, and objects with a name given twice), its
+// paths under path.
+func diffDecoded(ops *[]op, path, a, b string) error {
+	opts := []jsondiff.Option{jsondiff.UnmarshalFunc(decode)}
+	if max(longestArray([]byte(a)), longestArray([]byte(b))) <= lcsMaxElements {
+		opts = append(opts, jsondiff.LCS())
+	}
+	p, err := jsondiff.CompareJSON([]byte(a), []byte(b), opts...)
+	if err != nil {
+		return fmt.Errorf("changeset: diff: %w", err)
+	}
+	for _, o := range p {
+		x := op{Op: o.Type, Path: path + o.Path}
+		if o.Type != jsondiff.OperationRemove {
+			v, err := json.Marshal(o.Value)
+			if err != nil {
+				return fmt.Errorf("changeset: encode the value at %s: %w", x.Path, err)
+			}
+			x.Value = v
+		}
+		*ops = append(*ops, x)
+	}
+	return nil
+}
+
+// op is one operation as RFC 6902 writes them: op, path, then value (which a replace by null
+// keeps).
+type op struct {
+	Op    string          `json:"op"`
+	Path  string          `json:"path"`
+	Value json.RawMessage `json:"value,omitempty"`
+}
+
+// lcsMaxElements bounds the arrays diffed by longest common subsequence, whose table grows with
+// the product of the two arrays' lengths (an 8 KB array of 4,000 numbers took 128 MB): longer
+// ones are diffed element by element, a correct patch that replaces what shifted.
+const lcsMaxElements = 512
+
+// longestArray is the element count of the longest array in doc (0 without one): one pass
+// over the bytes, strings skipped.
+func longestArray(doc []byte) int {
+	var counts []int // per open container: elements so far, -1 for an object
+	longest := 0
+	for i := 0; i < len(doc); i++ {
+		switch doc[i] {
+		case '"':
+			for i++; i < len(doc) && doc[i] != '"'; i++ {
+				if doc[i] == '\\' {
+					i++
+				}
+			}
+		case '[':
+			counts = append(counts, 0)
+			if j := skipSpace(doc, i+1); j < len(doc) && doc[j] != ']' {
+				counts[len(counts)-1] = 1
+			}
+		case '{':
+			counts = append(counts, -1)
+		case ',':
+			if n := len(counts); n > 0 && counts[n-1] >= 0 {
+				counts[n-1]++
+			}
+		case ']', '}':
+			if n := len(counts); n > 0 {
+				longest = max(longest, counts[n-1])
+				counts = counts[:n-1]
+			}
+		}
+	}
+	return longest
+}
+
+func skipSpace(doc []byte, i int) int {
+	for i < len(doc) && (doc[i] == ' ' || doc[i] == '\t' || doc[i] == '\n' || doc[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// decode reads JSON into maps, slices, strings, bools, nil and json.Number (numbers as their
+// text: 1e400, 12345678901234567890 and 1.10 stay what the API wrote), as encoding/json with
+// UseNumber would, from jsontext's tokens: one pass over the bytes instead of its two. A name
+// given twice keeps its last value; invalid UTF-8 is taken as it is (both as encoding/json).
+func decode(b []byte, v any) error {
+	d := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	x, err := readValue(d)
+	if err != nil {
+		return err
+	}
+	p, ok := v.(*any)
+	if !ok {
+		return fmt.Errorf("changeset: decode into %T", v)
+	}
+	*p = x
+	return nil
+}
+
+func readValue(d *jsontext.Decoder) (any, error) {
+	t, err := d.ReadToken()
+	if err != nil {
+		return nil, err
+	}
+	switch t.Kind() {
+	case '{':
+		m := map[string]any{}
+		for d.PeekKind() != '}' {
+			name, err := d.ReadToken()
+			if err != nil {
+				return nil, err
+			}
+			if m[name.String()], err = readValue(d); err != nil {
+				return nil, err
+			}
+		}
+		_, err := d.ReadToken()
+		return m, err
+	case '[':
+		a := []any{}
+		for d.PeekKind() != ']' {
+			x, err := readValue(d)
+			if err != nil {
+				return nil, err
+			}
+			a = append(a, x)
+		}
+		_, err := d.ReadToken()
+		return a, err
+	case '"':
+		return t.String(), nil
+	case '0':
+		return json.Number(t.String()), nil
+	case 't', 'f':
+		return t.Bool(), nil
+	}
+	return nil, nil // null
+}
+
+// Ignore is a list of fields to leave out of an item: JSON Pointers (RFC 6901) and gjson-style
+// dotted paths.
+type Ignore struct {
+	paths []string // sjson paths
+}
+
+// ParseIgnore reads fields: "/a/b" is a JSON Pointer, anything else a gjson-style dotted path
+// ("a.b", with \. for a dot in a name). An empty field or a pointer to the whole item is an
+// error.
+func ParseIgnore(fields []string) (Ignore, error) {
+	var ig Ignore
+	for _, f := range fields {
+		switch {
+		case f == "" || f == "/":
+			return Ignore{}, fmt.Errorf("%q: name a field, not the whole item", f)
+		case strings.HasPrefix(f, "/"):
+			p, err := fromPointer(f)
+			if err != nil {
+				return Ignore{}, err
+			}
+			ig.paths = append(ig.paths, p)
+		default:
+			if err := plainPath(f); err != nil {
+				return Ignore{}, err
+			}
+			ig.paths = append(ig.paths, f)
+		}
+	}
+	return ig, nil
+}
+
+// Empty reports whether nothing is ignored.
+func (ig Ignore) Empty() bool { return len(ig.paths) == 0 }
+
+// Strip returns item without the ignored fields (item itself when it has none of them).
+func (ig Ignore) Strip(item []byte) ([]byte, error) {
+	out := item
+	for _, p := range ig.paths {
+		b, err := sjson.DeleteBytes(out, p)
+		if err != nil {
+			return nil, fmt.Errorf("changeset: leave out %s: %w", p, err)
+		}
+		out = b
+	}
+	return out, nil
+}
+
+// syntax are the characters gjson reads as more than a name: a dotted path that holds one
+// unescaped (a wildcard, a query, a modifier) names no single field to leave out.
+const syntax = `*?|#@!=<>%:`
+
+// plainPath checks a dotted path: names separated by dots, a dot or a syntax character in a
+// name escaped with a backslash.
+func plainPath(f string) error {
+	for i := 0; i < len(f); i++ {
+		switch c := f[i]; {
+		case c == '\\':
+			if i == len(f)-1 {
+				return fmt.Errorf("%q: a backslash escapes nothing at the end", f)
+			}
+			i++ // the next character is part of the name
+		case strings.IndexByte(syntax, c) >= 0:
+			return fmt.Errorf("%q: %q is gjson syntax (a wildcard, query or modifier), which names no single field; escape it (\\%c) or write a JSON Pointer", f, c, c)
+		case c == '.' && (i == 0 || i == len(f)-1 || f[i+1] == '.'):
+			return fmt.Errorf("%q: an empty name", f)
+		case (c == '{' || c == '[') && (i == 0 || f[i-1] == '.'):
+			return fmt.Errorf("%q: a name that starts with %c is gjson syntax; escape it (\\%c) or write a JSON Pointer", f, c, c)
+		}
+	}
+	return nil
+}
+
+var (
+	index   = regexp.MustCompile(`^(0|[1-9][0-9]*)$`) // RFC 6901's array index
+	numeric = regexp.MustCompile(`^[-+]?[0-9]+$`)
+)
+
+// fromPointer turns a JSON Pointer into an sjson path: each reference token unescaped (~1 is
+// /, ~0 is ~) and the characters sjson reads as syntax escaped.
+func fromPointer(ptr string) (string, error) {
+	tokens := strings.Split(ptr[1:], "/")
+	for i, t := range tokens {
+		if strings.Contains(strings.ReplaceAll(strings.ReplaceAll(t, "~0", ""), "~1", ""), "~") {
+			return "", fmt.Errorf("%q: ~ must be followed by 0 or 1 (RFC 6901)", ptr)
+		}
+		t = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
+		if t == "" {
+			return "", fmt.Errorf("%q: an empty reference token", ptr)
+		}
+		switch {
+		case index.MatchString(t):
+			tokens[i] = t // an array index, or an object's key (sjson reads a number as both)
+			continue
+		case numeric.MatchString(t):
+			// "01", "-1": RFC 6901 names an object's key only; sjson would read an array index.
+			return "", fmt.Errorf("%q: reference token %q is a number an array index is not: not supported", ptr, t)
+		}
+		var b strings.Builder
+		for _, r := range t {
+			if r == '.' || r == '\\' || strings.ContainsRune(syntax+"{}[]", r) {
+				b.WriteByte('\\')
+			}
+			b.WriteRune(r)
+		}
+		tokens[i] = b.String()
+	}
+	return strings.Join(tokens, "."), nil
+}

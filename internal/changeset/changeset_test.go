@@ -1,0 +1,216 @@
+package changeset
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"pgregory.net/rapid"
+)
+
+// keys are the object keys drawn: Unicode, and the characters a JSON Pointer escapes. No empty
+// key: evanphx/json-patch (v5.9.11), the independent implementation that applies the patches,
+// loses a path through one ("//x" adds nothing to {"":{}}); TestPatchThroughAnEmptyKey checks
+// that case by hand.
+var keys = []string{"id", "a", "status", "ünï", "日本", "x/y", "t~1", "lines", "0", "a.b"}
+
+// jsonValue draws a JSON document: nested objects and arrays, Unicode keys, strings, numbers
+// written in several ways (1, 1.0, 1e2, -0, a 20-digit integer), booleans and null.
+func jsonValue(depth int) *rapid.Generator[any] {
+	scalar := rapid.OneOf(
+		rapid.Just[any](nil),
+		rapid.Map(rapid.Bool(), func(b bool) any { return b }),
+		rapid.Map(rapid.SampledFrom([]string{"0", "1", "1.0", "1e2", "100", "-0", "2.50", "12345678901234567890", "-7", "0.1"}),
+			func(s string) any { return json.Number(s) }),
+		rapid.Map(rapid.StringOf(rapid.RuneFrom([]rune("abcé日本🙂 \"\\/~."))), func(s string) any { return s }),
+	)
+	if depth <= 0 {
+		return scalar
+	}
+	key := rapid.SampledFrom(keys)
+	return rapid.OneOf(
+		scalar,
+		rapid.Map(rapid.SliceOfN(jsonValue(depth-1), 0, 5), func(xs []any) any { return xs }),
+		rapid.Map(rapid.MapOfN(key, jsonValue(depth-1), 0, 5), func(m map[string]any) any { return m }),
+	)
+}
+
+// similar draws B near A: most of it kept, some values changed, added or removed, so patches
+// are small as well as large.
+func similar(t *rapid.T, a any, depth int) any {
+	if rapid.IntRange(0, 9).Draw(t, "replace") == 0 {
+		return jsonValue(depth).Draw(t, "new")
+	}
+	switch v := a.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, x := range v {
+			if rapid.IntRange(0, 7).Draw(t, "drop") > 0 {
+				out[k] = similar(t, x, depth-1)
+			}
+		}
+		if rapid.Bool().Draw(t, "add") {
+			out[rapid.SampledFrom([]string{"new", "ünï", "a"}).Draw(t, "key")] = jsonValue(depth-1).Draw(t, "added")
+		}
+		return out
+	case []any:
+		var out []any
+		for _, x := range v {
+			if rapid.IntRange(0, 5).Draw(t, "keep") > 0 {
+				out = append(out, similar(t, x, depth-1))
+			}
+			if rapid.IntRange(0, 5).Draw(t, "insert") == 0 {
+				out = append(out, jsonValue(depth-1).Draw(t, "inserted"))
+			}
+		}
+		return out
+	}
+	return a
+}
+
+func encode(t *rapid.T, v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// same compares two documents as JSON values with numbers as written.
+func same(a, b []byte) bool {
+	var x, y any
+	return decode(a, &x) == nil && decode(b, &y) == nil && reflect.DeepEqual(x, y)
+}
+
+// object draws an item: a JSON object (an API's item always is one) of jsonValues.
+func object(depth int) *rapid.Generator[any] {
+	key := rapid.SampledFrom(keys)
+	return rapid.Map(rapid.MapOfN(key, jsonValue(depth-1), 0, 6), func(m map[string]any) any { return m })
+}
+
+// For any items A and B, the patch applied to A by an independent RFC 6902 implementation
+// (evanphx/json-patch) gives B exactly, numbers as written.
+func TestPatchTurnsAIntoB(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		a := object(4).Draw(t, "a")
+		b := similar(t, a, 4)
+		if _, ok := b.(map[string]any); !ok {
+			b = object(4).Draw(t, "b")
+		}
+		ja, jb := encode(t, a), encode(t, b)
+		patch, err := Patch(ja, jb)
+		if err != nil {
+			t.Fatalf("Patch: %v", err)
+		}
+		p, err := jsonpatch.DecodePatch(patch)
+		if err != nil {
+			t.Fatalf("patch %s does not decode: %v", patch, err)
+		}
+		got, err := p.ApplyWithOptions(ja, &jsonpatch.ApplyOptions{SupportNegativeIndices: false, EnsurePathExistsOnAdd: false})
+		if err != nil {
+			t.Fatalf("patch %s does not apply to %s: %v", patch, ja, err)
+		}
+		if !same(got, jb) {
+			t.Fatalf("patch %s applied to %s gives %s, want %s", patch, ja, got, jb)
+		}
+		for _, o := range opsOf(t, patch) {
+			if o.Op != "add" && o.Op != "remove" && o.Op != "replace" {
+				t.Fatalf("patch %s has a %s operation: want add, remove and replace only", patch, o.Op)
+			}
+		}
+		if bytes.Equal(ja, jb) && string(patch) != "[]" {
+			t.Fatalf("equal documents give patch %s, want []", patch)
+		}
+	})
+}
+
+func opsOf(t *rapid.T, patch []byte) []op {
+	var ops []op
+	if err := json.Unmarshal(patch, &ops); err != nil {
+		t.Fatal(err)
+	}
+	return ops
+}
+
+// An element inserted into a long array is one operation, not a replacement of every element
+// after it.
+func TestPatchOfAnArrayInsertIsOneOperation(t *testing.T) {
+	a := []byte(`{"lines":[1,2,3,4,5,6,7,8,9,10]}`)
+	b := []byte(`{"lines":[1,2,3,"new",4,5,6,7,8,9,10]}`)
+	patch, err := Patch(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(patch) != `[{"op":"add","path":"/lines/3","value":"new"}]` {
+		t.Errorf("patch %s, want one add at /lines/3", patch)
+	}
+}
+
+func TestPatchKeepsNumbersAsWritten(t *testing.T) {
+	patch, err := Patch([]byte(`{"n":1,"big":12345678901234567890,"z":null}`), []byte(`{"n":1.0,"big":12345678901234567891,"z":0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"value":1.0`, `"value":12345678901234567891`, `{"op":"replace","path":"/z","value":0}`} {
+		if !strings.Contains(string(patch), want) {
+			t.Errorf("patch %s lacks %s", patch, want)
+		}
+	}
+}
+
+// A key may be empty: its pointer token is empty too (RFC 6901).
+func TestPatchThroughAnEmptyKey(t *testing.T) {
+	patch, err := Patch([]byte(`{"":{"t~1":{}}}`), []byte(`{"":{"t~1":{"new":1}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(patch) != `[{"op":"add","path":"//t~01/new","value":1}]` {
+		t.Errorf("patch %s", patch)
+	}
+}
+
+func TestIgnoreStripsPointersAndPaths(t *testing.T) {
+	for _, tc := range []struct {
+		fields []string
+		in     string
+		want   string
+	}{
+		{[]string{"/updated_at"}, `{"id":1,"updated_at":"t"}`, `{"id":1}`},
+		{[]string{"meta.etag"}, `{"id":1,"meta":{"etag":"e","x":2}}`, `{"id":1,"meta":{"x":2}}`},
+		{[]string{"/a.b"}, `{"a.b":1,"a":{"b":2}}`, `{"a":{"b":2}}`},
+		{[]string{"/x~1y", "/t~0"}, `{"x/y":1,"t~":2,"k":3}`, `{"k":3}`},
+		{[]string{"/lines/0"}, `{"lines":[1,2]}`, `{"lines":[2]}`},
+		{[]string{"/missing"}, `{"id":1}`, `{"id":1}`},
+	} {
+		ig, err := ParseIgnore(tc.fields)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.fields, err)
+		}
+		got, err := ig.Strip([]byte(tc.in))
+		if err != nil || !same(got, []byte(tc.want)) {
+			t.Errorf("%v strips %s to %s (%v), want %s", tc.fields, tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range [][]string{{""}, {"/"}, {"/a~2"}, {"/a//b"}} {
+		if _, err := ParseIgnore(bad); err == nil {
+			t.Errorf("ParseIgnore(%q): no error", bad)
+		}
+	}
+}
+
+func TestLongestArray(t *testing.T) {
+	for _, tc := range []struct {
+		doc  string
+		want int
+	}{
+		{`{}`, 0}, {`[]`, 0}, {`[ ]`, 0}, {`[1]`, 1}, {`{"a":[1,2,3],"b":{"c":[[1,2],[3]]}}`, 3},
+		{`{"s":"[1,2,3,4]","a":[1,2]}`, 2}, {`{"s":"\"[,,,]","a":["x,y"]}`, 1}, {`[{"a":1,"b":2},{"c":3}]`, 2},
+	} {
+		if got := longestArray([]byte(tc.doc)); got != tc.want {
+			t.Errorf("longestArray(%s) = %d, want %d", tc.doc, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,83 @@
+package changeset
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/watukuy/watukuy/watukuytype"
+)
+
+// numbers is an item holding one array of n copies of v.
+func arrayItem(n int, v string) []byte {
+	return []byte(`{"xs":[` + strings.TrimSuffix(strings.Repeat(v+",", n), ",") + `]}`)
+}
+
+// The patch of an item that Changes.MaxBytes keeps costs memory in proportion to the item,
+// not to the square of its arrays' lengths: a worker makes one for every updated event of
+// every page, and an item of the default 64 KiB with an array of 32,000 numbers would take
+// gigabytes.
+func TestPatchOfALongArrayCostsInProportionToTheItem(t *testing.T) {
+	const n = 4000 // 8 KB, an eighth of watukuytype.DefaultChangesMaxBytes
+	prev, next := arrayItem(n, "0"), arrayItem(n, "1")
+	if len(next) > watukuytype.DefaultChangesMaxBytes {
+		t.Fatalf("the item (%d B) is not one MaxBytes keeps", len(next))
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if _, err := Patch(prev, next); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	allocated := after.TotalAlloc - before.TotalAlloc
+	if budget := uint64(1000 * len(next)); allocated > budget {
+		t.Errorf("the patch of two %d-byte items allocated %d MB, more than %d MB (1,000 times the item): arrays diffed in quadratic memory",
+			len(next), allocated>>20, budget>>20)
+	}
+}
+
+// An Ignore field given as a JSON Pointer strips the member RFC 6901 names, and only it (a
+// name with a brace; array tokens that are no index, "01" and "-1", name no element), or is
+// refused when it is read: it never silently strips another member, or none.
+func TestIgnorePointerStripsWhatRFC6901Names(t *testing.T) {
+	for _, tc := range []struct {
+		field, in, want string
+	}{
+		{"/{a}", `{"{a}":1,"b":2}`, `{"b":2}`},
+		{"/x/01", `{"x":[5,6,7]}`, `{"x":[5,6,7]}`},
+		{"/x/-1", `{"x":[5,6,7]}`, `{"x":[5,6,7]}`},
+		{"/x/01", `{"x":{"01":5,"1":6}}`, `{"x":{"1":6}}`},
+	} {
+		ig, err := ParseIgnore([]string{tc.field})
+		if err != nil {
+			continue // refused where it is read
+		}
+		got, err := ig.Strip([]byte(tc.in))
+		if err != nil || !same(got, []byte(tc.want)) {
+			t.Errorf("Ignore %s strips %s to %s (%v), want %s", tc.field, tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// A dotted Ignore path strips the one field it names, or is refused when it is read: a name
+// that opens like a gjson multipath ("{a}") or ends in a lone backslash never strips nothing,
+// or another field.
+func TestIgnoreDottedPathStripsTheFieldItNames(t *testing.T) {
+	for _, tc := range []struct {
+		field, in, want string
+	}{
+		{`{a}`, `{"{a}":1,"a":2}`, `{"a":2}`},
+		{`[a]`, `{"[a]":1,"a":2}`, `{"a":2}`},
+		{`a\`, `{"a\\":1,"a":{"b":2}}`, `{"a":{"b":2}}`},
+	} {
+		ig, err := ParseIgnore([]string{tc.field})
+		if err != nil {
+			continue // refused where it is read
+		}
+		got, err := ig.Strip([]byte(tc.in))
+		if err != nil || !same(got, []byte(tc.want)) {
+			t.Errorf("Ignore %s strips %s to %s (%v), want %s", tc.field, tc.in, got, err, tc.want)
+		}
+	}
+}
