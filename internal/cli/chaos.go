@@ -22,7 +22,7 @@ func chaosCmd() *cobra.Command {
 	c := &command.Flags{}
 	var seed uint64
 	var duration time.Duration
-	var processes, verbose, asJSON bool
+	var processes, verbose, asJSON, patch bool
 	cmd := &cobra.Command{
 		Use:   "chaos",
 		Short: "Put watukuy under fire (kills, pauses, 429s, 5xx, competing instances) and check every guarantee",
@@ -33,7 +33,8 @@ frozen past their lease; with --processes it runs the real binaries against its 
 redis-server and replica (SIGKILL, also of the worker whose request the API holds, with the
 time to the key's next request; SIGSTOP/SIGCONT, kill -9 of Redis with AOF, a failover to the
 replica that loses the last writes, a proxy that drops and stalls connections or holds Redis'
-replies past the clients' read timeout).`,
+replies past the clients' read timeout). With --patch (in-process) the pollers keep change sets,
+and every delivered patch must apply to a consumer's copy of its item (P1).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.Run(cmd, func(ctx context.Context, log zerolog.Logger) error {
@@ -44,6 +45,9 @@ replies past the clients' read timeout).`,
 				}
 				var rep chaos.Report
 				var result any // what --json prints
+				if processes && patch {
+					return command.Usagef("--patch runs in-process only: drop --processes")
+				}
 				if processes {
 					pr, err := procchaos.Run(ctx, procchaos.Options{Seed: seed, Duration: duration, Log: progress})
 					if err != nil {
@@ -72,7 +76,7 @@ replies past the clients' read timeout).`,
 						return err
 					}
 					defer rdb.Close()
-					res, err := chaos.Run(ctx, chaos.Options{Seed: seed, Duration: duration, Redis: rdb, Log: progress})
+					res, err := chaos.Run(ctx, chaos.Options{Seed: seed, Duration: duration, Redis: rdb, Log: progress, Patch: patch})
 					if err != nil {
 						return err
 					}
@@ -93,6 +97,9 @@ replies past the clients' read timeout).`,
 					}
 				} else {
 					fmt.Fprintf(out, "deliveries %d, unique events %d, duplicate ratio %.3f\n", rep.Deliveries, rep.UniqueEvents, rep.DuplicateRatio)
+					if patch {
+						fmt.Fprintf(out, "patches applied %d, previous items compared %d\n", rep.Patches, rep.Previous)
+					}
 					for _, l := range rep.Lines() {
 						fmt.Fprintln(out, l)
 					}
@@ -110,6 +117,7 @@ replies past the clients' read timeout).`,
 	cmd.Flags().BoolVar(&processes, "processes", false, "run real processes against a private redis-server")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "print every kill, pause and restart to stderr")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as one JSON document")
+	cmd.Flags().BoolVar(&patch, "patch", false, "in-process: the pollers keep change sets, and every delivered patch is checked (P1)")
 	return cmd
 }
 
