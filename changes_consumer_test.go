@@ -6,11 +6,9 @@ package watukuy
 // exactly the event's item; a deleted event's previous is that copy.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +16,7 @@ import (
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 
+	"github.com/watukuy/watukuy/internal/changeset"
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -58,28 +57,18 @@ func patchConsumer(evs []watukuytype.Event) []string {
 			switch {
 			case err != nil:
 				bad = append(bad, fmt.Sprintf("%s v%s: patch %s does not apply to the copy %s: %v", ev.Identity, ev.Version, ev.Changes, have, err))
-			case !sameJSON(got, ev.Item):
+			case !changeset.Same(got, ev.Item):
 				bad = append(bad, fmt.Sprintf("%s v%s: patch %s applied to the copy %s gives %s, the item is %s", ev.Identity, ev.Version, ev.Changes, have, got, ev.Item))
 			}
 			copies[ev.Identity] = ev.Item
 		case watukuytype.Deleted:
-			if ev.Previous != nil && (!ok || !sameJSON(ev.Previous, have)) {
+			if ev.Previous != nil && (!ok || !changeset.Same(ev.Previous, have)) {
 				bad = append(bad, fmt.Sprintf("%s deleted: previous %s, the copy %s", ev.Identity, ev.Previous, have))
 			}
 			delete(copies, ev.Identity)
 		}
 	}
 	return bad
-}
-
-// sameJSON compares two documents as JSON values, numbers as written. (jsonpatch.Equal
-// panics on an array that holds null.)
-func sameJSON(a, b []byte) bool {
-	var x, y any
-	da, db := json.NewDecoder(bytes.NewReader(a)), json.NewDecoder(bytes.NewReader(b))
-	da.UseNumber()
-	db.UseNumber()
-	return da.Decode(&x) == nil && db.Decode(&y) == nil && reflect.DeepEqual(x, y)
 }
 
 func failPatchChain(t *testing.T, evs []watukuytype.Event) {

@@ -9,6 +9,7 @@ import (
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 
+	"github.com/watukuy/watukuy/internal/changeset"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/watukuytype"
 )
@@ -25,7 +26,7 @@ func patched(t *testing.T, prev json.RawMessage, ev watukuytype.Event) {
 	if err != nil {
 		t.Fatalf("event %s: changes %s do not apply to %s: %v", ev.ID, ev.Changes, prev, err)
 	}
-	if !sameJSON(got, ev.Item) {
+	if !changeset.Same(got, ev.Item) {
 		t.Fatalf("event %s: changes %s applied to %s give %s, want %s", ev.ID, ev.Changes, prev, got, ev.Item)
 	}
 }
@@ -56,7 +57,7 @@ func TestUpdatedEventsCarryTheirPatch(t *testing.T) {
 		if !strings.Contains(string(evs[1].Changes), `"replace"`) || !strings.Contains(string(evs[1].Changes), `"/status"`) {
 			t.Errorf("the patch %s does not replace /status", evs[1].Changes)
 		}
-		if !sameJSON(evs[2].Previous, evs[1].Item) {
+		if !changeset.Same(evs[2].Previous, evs[1].Item) {
 			t.Errorf("the deleted event's previous is %s, want the last item %s", evs[2].Previous, evs[1].Item)
 		}
 		env, err := json.Marshal(evs[1])

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"regexp"
 	"strings"
 
@@ -187,6 +188,13 @@ func skipSpace(doc []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// Same reports whether a and b are the same JSON value, numbers compared as written (1.0 is
+// not 1): what a patch applied to the item before must give.
+func Same(a, b []byte) bool {
+	var x, y any
+	return decode(a, &x) == nil && decode(b, &y) == nil && reflect.DeepEqual(x, y)
 }
 
 // decode reads JSON into maps, slices, strings, bools, nil and json.Number (numbers as their

@@ -54,7 +54,7 @@ func TestIgnorePointerStripsWhatRFC6901Names(t *testing.T) {
 			continue // refused where it is read
 		}
 		got, err := ig.Strip([]byte(tc.in))
-		if err != nil || !same(got, []byte(tc.want)) {
+		if err != nil || !Same(got, []byte(tc.want)) {
 			t.Errorf("Ignore %s strips %s to %s (%v), want %s", tc.field, tc.in, got, err, tc.want)
 		}
 	}
@@ -76,7 +76,7 @@ func TestIgnoreDottedPathStripsTheFieldItNames(t *testing.T) {
 			continue // refused where it is read
 		}
 		got, err := ig.Strip([]byte(tc.in))
-		if err != nil || !same(got, []byte(tc.want)) {
+		if err != nil || !Same(got, []byte(tc.want)) {
 			t.Errorf("Ignore %s strips %s to %s (%v), want %s", tc.field, tc.in, got, err, tc.want)
 		}
 	}

@@ -1,12 +1,10 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -16,6 +14,7 @@ import (
 	jsonpatch "github.com/evanphx/json-patch/v5"
 
 	"github.com/watukuy/watukuy/internal/budget"
+	"github.com/watukuy/watukuy/internal/changeset"
 	"github.com/watukuy/watukuy/internal/fakeapi"
 	"github.com/watukuy/watukuy/internal/jcs"
 	"github.com/watukuy/watukuy/watukuytype"
@@ -802,16 +801,6 @@ func finalStates(order []seen, dedupe bool, truth map[watukuytype.Key]Truth) map
 // after an event an operator discarded (the engine's next patch starts from that event's item,
 // which the consumer never saw), until an event's item sets it again. It reports how many
 // patches and previous items it checked, and whether any delivered event had a change set.
-// sameJSON compares two documents as JSON values, numbers as written (jsonpatch.Equal panics on
-// an array that holds null).
-func sameJSON(a, b []byte) bool {
-	var x, y any
-	da, db := json.NewDecoder(bytes.NewReader(a)), json.NewDecoder(bytes.NewReader(b))
-	da.UseNumber()
-	db.UseNumber()
-	return da.Decode(&x) == nil && db.Decode(&y) == nil && reflect.DeepEqual(x, y)
-}
-
 func checkPatches(ds []Delivery, commits []Commit, discarded map[string]bool, add func(k watukuytype.Key, format string, a ...any)) (patches, previous int, sets bool) {
 	type copyOf struct {
 		item  []byte // nil: deleted
@@ -877,7 +866,7 @@ func checkPatches(ds []Delivery, commits []Commit, discarded map[string]bool, ad
 				switch {
 				case err != nil:
 					add(k, "%s: updated event %s: the patch %s does not apply to the copy %s: %v", ev.Identity, ev.ID, ev.Changes, cp.item, err)
-				case !sameJSON(got, ev.Item):
+				case !changeset.Same(got, ev.Item):
 					add(k, "%s: updated event %s: the patch %s turns the copy %s into %s, the item is %s", ev.Identity, ev.ID, ev.Changes, cp.item, got, ev.Item)
 				}
 			}
@@ -888,7 +877,7 @@ func checkPatches(ds []Delivery, commits []Commit, discarded map[string]bool, ad
 				switch {
 				case cp.item == nil:
 					add(k, "%s: deleted event %s carries the previous item %s, but its identity was already deleted", ev.Identity, ev.ID, ev.Previous)
-				case !sameJSON(ev.Previous, cp.item):
+				case !changeset.Same(ev.Previous, cp.item):
 					add(k, "%s: deleted event %s: the previous item %s is not the copy %s", ev.Identity, ev.ID, ev.Previous, cp.item)
 				}
 			}

@@ -13,8 +13,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -144,29 +142,14 @@ func (r *processRun) shutdown() {
 		r.contLocked(p)
 	}
 	r.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, p := range procs {
-		p.expect.Store(true)
-		if err := p.signal(syscall.SIGTERM); err != nil {
-			continue
+	stopAll(procs, 20*time.Second, func(p *osProc, err error, killed bool) {
+		switch {
+		case killed:
+			r.logf("%s did not exit within 20s of SIGTERM: SIGKILL", p.name)
+		case err != nil:
+			r.logf("%s exited with %v after SIGTERM", p.name, err)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t := time.NewTimer(20 * time.Second)
-			defer t.Stop()
-			select {
-			case <-p.done:
-				if p.err != nil {
-					r.logf("%s exited with %v after SIGTERM", p.name, p.err)
-				}
-			case <-t.C:
-				r.logf("%s did not exit within 20s of SIGTERM: SIGKILL", p.name)
-				p.kill()
-			}
-		}()
-	}
-	wg.Wait()
+	})
 	r.logf("SIGTERM: every process stopped")
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -137,4 +138,29 @@ func (p *osProc) kill() {
 	p.expect.Store(true)
 	_ = p.cmd.Process.Kill()
 	<-p.done
+}
+
+// stopAll sends SIGTERM to every process of procs still running and waits for each up to
+// grace, then SIGKILLs it; ended is told how each ended (its exit error, or killed), from
+// the waiting goroutines.
+func stopAll(procs []*osProc, grace time.Duration, ended func(p *osProc, err error, killed bool)) {
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		p.expect.Store(true)
+		if err := p.signal(syscall.SIGTERM); err != nil {
+			continue
+		}
+		wg.Go(func() {
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			select {
+			case <-p.done:
+				ended(p, p.err, false)
+			case <-t.C:
+				p.kill()
+				ended(p, nil, true)
+			}
+		})
+	}
+	wg.Wait()
 }

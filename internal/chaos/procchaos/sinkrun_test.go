@@ -16,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -638,34 +637,17 @@ func (r *sinkRun) shutdown() {
 	r.finished = true
 	live := slices.DeleteFunc(slices.Clone(r.procs), (*osProc).exited)
 	r.mu.Unlock()
-	var wg sync.WaitGroup
 	var mu sync.Mutex
-	for _, p := range live {
-		p.expect.Store(true)
-		if err := p.signal(syscall.SIGTERM); err != nil {
-			continue
+	stopAll(live, 20*time.Second, func(p *osProc, err error, killed bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case killed:
+			r.rep.problem("%s did not exit within 20s of SIGTERM", p.name)
+		case err != nil:
+			r.rep.problem("%s exited with %v after SIGTERM", p.name, err)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t := time.NewTimer(20 * time.Second)
-			defer t.Stop()
-			select {
-			case <-p.done:
-				if p.err != nil {
-					mu.Lock()
-					r.rep.problem("%s exited with %v after SIGTERM", p.name, p.err)
-					mu.Unlock()
-				}
-			case <-t.C:
-				p.kill()
-				mu.Lock()
-				r.rep.problem("%s did not exit within 20s of SIGTERM", p.name)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	})
 }
 
 // check reads the committed events and the broker's, and compares them.
