@@ -79,6 +79,7 @@ type cycle struct {
 	force       int64                         // while a forced backfill runs: its generation
 	released    bool                          // an operation gave the lease up itself (partition deleted)
 	endDelete   []string                      // state fields an operation deletes when it ends (withOpLease)
+	written     map[string]bool               // state fields this cycle's commits wrote (End deletes them at their default)
 
 	next     *NextBegin // the task's next cycle, whose Begin goes out with this End (nil: none)
 	serverAt time.Time  // server clock at Begin
@@ -518,14 +519,21 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		}
 	}
 	// A field at its default is deleted, not written: a missing one reads as the default, and
-	// an idle key's state stays small.
+	// an idle key's state stays small. gone deletes only what the state may hold: only the
+	// lease's holder writes these fields, so they are what Begin read or this cycle committed,
+	// and an idle cycle sends no deletions.
+	gone := func(f string) {
+		if _, ok := c.state[f]; ok || c.written[f] {
+			del = append(del, f)
+		}
+	}
 	for _, f := range []struct{ name, value, def string }{
 		{statehash.Failures, strconv.Itoa(next.Failures), "0"},
 		{statehash.Circuit, string(next.Circuit), string(watukuytype.CircuitClosed)},
 		{statehash.Schema, strconv.Itoa(c.p.SchemaVersion), "0"},
 	} {
 		if f.value == f.def {
-			del = append(del, f.name)
+			gone(f.name)
 		} else {
 			st[f.name] = f.value
 		}
@@ -535,7 +543,7 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	// cycle: rewriting the window Begin found would undo a trigger that cleared it meanwhile.
 	switch {
 	case !next.ThrottledUntil.After(c.serverNotLater()):
-		del = append(del, statehash.Throttled)
+		gone(statehash.Throttled)
 	case c.throttled:
 		st[statehash.Throttled] = strconv.FormatInt(next.ThrottledUntil.UnixMilli(), 10)
 	}
@@ -564,7 +572,7 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		outcome = string(watukuytype.CodeInvalidItems)
 	case stillInvalid, noEvidence:
 	case failure == nil:
-		del = append(del, statehash.LastError)
+		gone(statehash.LastError)
 	}
 	if failure != nil {
 		outcome = string(failure.code)
@@ -577,7 +585,7 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	// fresh time is kept in the field, wherever the state had it.
 	fresh := c.progressed || failure == nil && !invalidOnly && !stillInvalid && !noEvidence && !c.paused()
 	if fresh {
-		del = append(del, statehash.FreshAt)
+		gone(statehash.FreshAt)
 	} else if t := c.state.freshAt(); !t.IsZero() {
 		st[statehash.FreshAt] = strconv.FormatInt(t.UnixMilli(), 10)
 	}

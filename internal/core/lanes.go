@@ -70,8 +70,12 @@ func listingField(lane watukuytype.Lane) string { return statehash.ListingPrefix
 
 // listing reads lane's listing position (nil: none).
 func (s state) listing(lane watukuytype.Lane) *listingPos {
+	v := s.get(listingField(lane))
+	if v == "" { // most keys, most cycles: nothing allocated
+		return nil
+	}
 	var p listingPos
-	if v := s.get(listingField(lane)); v == "" || json.Unmarshal([]byte(v), &p) != nil {
+	if json.Unmarshal([]byte(v), &p) != nil {
 		return nil
 	}
 	return &p

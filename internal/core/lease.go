@@ -35,17 +35,21 @@ type leaseKeeper struct {
 	over   atomic.Bool // the lease is known lost, or the cycle ended and released it
 
 	stop     chan struct{}
-	done     chan struct{}
+	done     chan struct{} // closed when the renewals end, once they have started
 	stopOnce sync.Once
+	start    *time.Timer // starts the renewals at the first one's time
+	started  bool        // set by close: the renewals had started (wait for done)
 }
 
 func startLeaseKeeper(ctx context.Context, s Store, l Lease, now func() time.Time, sentAt time.Time, cancel context.CancelCauseFunc) *leaseKeeper {
 	k := &leaseKeeper{store: s, lease: l, now: now, cancel: cancel, validUntil: sentAt.Add(l.TTL),
 		stop: make(chan struct{}), done: make(chan struct{})}
-	go k.loop(ctx)
+	// No goroutine until the first renewal is due: most cycles end long before.
+	k.start = time.AfterFunc(l.TTL/3, func() { k.loop(ctx) })
 	return k
 }
 
+// loop renews now and every ttl/3 until the keeper is closed, ctx ends or the lease is lost.
 func (k *leaseKeeper) loop(ctx context.Context) {
 	defer close(k.done)
 	t := time.NewTicker(k.lease.TTL / 3)
@@ -56,28 +60,45 @@ func (k *leaseKeeper) loop(ctx context.Context) {
 			return
 		case <-ctx.Done():
 			return
+		default:
+		}
+		if !k.renewal(ctx) {
+			return
+		}
+		select {
+		case <-k.stop:
+			return
+		case <-ctx.Done():
+			return
 		case <-t.C:
-			c, err := k.renew(ctx)
-			if err == nil {
-				// Up to the renewed lease's end plus the grace, an absolute time: a hold that
-				// lands late (the process frozen after the renewal, the command held in the
-				// network) reaches no further than this grant's lease could, and by then
-				// another owner's claim or due time is later, so it changes nothing.
-				err = k.store.HoldClaim(ctx, k.lease.Key, c.Expires.Add(ClaimGrace))
-			}
-			if err != nil {
-				if watukuytype.IsLeaseLost(err) {
-					k.over.Store(true)
-					k.cancel(err)
-					return
-				}
-				if !k.valid() {
-					k.cancel(&watukuytype.LeaseLostError{Key: k.lease.Key, Epoch: k.lease.Epoch, Reason: "could not renew before expiry: " + err.Error()})
-					return
-				}
-			}
 		}
 	}
+}
+
+// renewal renews the lease and holds the key's claim on; it reports false when it cancelled
+// the cycle (the lease lost, or no longer surely valid).
+func (k *leaseKeeper) renewal(ctx context.Context) bool {
+	c, err := k.renew(ctx)
+	if err == nil {
+		// Up to the renewed lease's end plus the grace, an absolute time: a hold that lands
+		// late (the process frozen after the renewal, the command held in the network)
+		// reaches no further than this grant's lease could, and by then another owner's
+		// claim or due time is later, so it changes nothing.
+		err = k.store.HoldClaim(ctx, k.lease.Key, c.Expires.Add(ClaimGrace))
+	}
+	if err == nil {
+		return true
+	}
+	if watukuytype.IsLeaseLost(err) {
+		k.over.Store(true)
+		k.cancel(err)
+		return false
+	}
+	if !k.valid() {
+		k.cancel(&watukuytype.LeaseLostError{Key: k.lease.Key, Epoch: k.lease.Epoch, Reason: "could not renew before expiry: " + err.Error()})
+		return false
+	}
+	return true
 }
 
 // confirm renews the lease now and records what the renewal found.
@@ -147,8 +168,13 @@ func (k *leaseKeeper) stale() bool {
 // key's next due time would push that time back.
 func (k *leaseKeeper) close() {
 	k.over.Store(true)
-	k.stopOnce.Do(func() { close(k.stop) })
-	<-k.done
+	k.stopOnce.Do(func() {
+		close(k.stop)
+		k.started = !k.start.Stop() // stopped in time: the renewals never start
+	})
+	if k.started {
+		<-k.done
+	}
 }
 
 // withLeaseCheck returns ctx carrying the keeper's check, for the requests and handler calls

@@ -20,13 +20,27 @@ func newState(m map[string]string) state {
 }
 
 func (s state) get(f string) string { return s[f] }
-func (s state) int(f string) int    { n, _ := strconv.Atoi(s[f]); return n }
-func (s state) paused() bool        { return s[statehash.Paused] == "1" }
+
+// int and time read a missing field (most of them, in an idle key's state) as zero without
+// parsing it: a failed parse allocates its error.
+func (s state) int(f string) int {
+	v := s[f]
+	if v == "" {
+		return 0
+	}
+	n, _ := strconv.Atoi(v)
+	return n
+}
+func (s state) paused() bool { return s[statehash.Paused] == "1" }
 func (s state) duration(f string) time.Duration {
 	return time.Duration(s.int(f)) * time.Millisecond
 }
 func (s state) time(f string) time.Time {
-	n, err := strconv.ParseInt(s[f], 10, 64)
+	v := s[f]
+	if v == "" {
+		return time.Time{}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n <= 0 {
 		return time.Time{}
 	}

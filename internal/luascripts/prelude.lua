@@ -87,6 +87,24 @@ local function poller_claim_ms(pollers_key, poller, fixed, grace, default_ms, ca
   return cache[slot]
 end
 
+-- due_write: write (or remove) member's entry in the due set due_key, unless something made
+-- the key due since it was claimed: a claim always pushes a claimed key past now before its
+-- Begin runs, so a score <= now is a trigger, resume or partitions add that landed in between,
+-- and that due-now entry is kept. due is a time in ms, '+<ms>' for that long from now, or
+-- 'remove'. Returns 1 when written (or removed), 0 when the due-now entry was kept.
+local function due_write(due_key, member, due, now)
+  local score = redis.call('ZSCORE', due_key, member)
+  if score and tonumber(score) <= now then return 0 end
+  if due == 'remove' then
+    redis.call('ZREM', due_key, member)
+  elseif string.sub(due, 1, 1) == '+' then
+    redis.call('ZADD', due_key, now + tonumber(string.sub(due, 2)), member)
+  else
+    redis.call('ZADD', due_key, due, member)
+  end
+  return 1
+end
+
 -- DUPLICATE is the reply of a write that was applied before (see fence).
 local DUPLICATE = {ok = 'DUPLICATE'}
 

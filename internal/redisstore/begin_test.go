@@ -248,11 +248,10 @@ func TestEndCarriesFirstBeginsThatReadTheirSeed(t *testing.T) {
 	})
 }
 
-// A single-shard Redis Cluster (cluster-enabled, one node owning every slot) reached through
-// a plain *redis.Client, as a redis:// URL to a managed cluster-mode endpoint is: the first
-// Begin that reads its seed in its own script is refused across slots, and the store reads
-// the registry first from then on; a whole cycle and a partitions delete run.
-func TestFirstBeginOnAClusterModeNodeThroughAPlainClient(t *testing.T) {
+// clusterModeNode starts a redis-server in cluster mode owning every slot, for a plain
+// *redis.Client: as a redis:// URL to a managed cluster-mode endpoint is reached.
+func clusterModeNode(t *testing.T) redistest.Backend {
+	t.Helper()
 	b := redistest.RealTCP(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
 	ctx := context.Background()
 	if err := b.Client.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
@@ -265,6 +264,16 @@ func TestFirstBeginOnAClusterModeNodeThroughAPlainClient(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return b
+}
+
+// A single-shard Redis Cluster (cluster-enabled, one node owning every slot) reached through
+// a plain *redis.Client, as a redis:// URL to a managed cluster-mode endpoint is: the first
+// Begin that reads its seed in its own script is refused across slots, and the store reads
+// the registry first from then on; a whole cycle and a partitions delete run.
+func TestFirstBeginOnAClusterModeNodeThroughAPlainClient(t *testing.T) {
+	b := clusterModeNode(t)
+	ctx := context.Background()
 	s, clk := newStore(t, b)
 	registerListing(t, s, "a", "b")
 	for _, p := range []string{"a", "b"} {

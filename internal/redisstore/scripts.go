@@ -493,7 +493,13 @@ func (a beginArgs) decode(v any) (beginReply, error) {
 		}
 		res.State = make(map[string]string, len(flat)/2)
 		for i := 0; i+1 < len(flat); i += 2 {
-			res.State[r.str(flat[i], fmt.Sprintf("state[%d]", i))] = r.str(flat[i+1], fmt.Sprintf("state[%d]", i+1))
+			f, fok := flat[i].(string)
+			v, vok := flat[i+1].(string)
+			if !fok || !vok { // the field named only then: a name per field costs every Begin
+				r.str(flat[i], fmt.Sprintf("state[%d]", i))
+				r.str(flat[i+1], fmt.Sprintf("state[%d]", i+1))
+			}
+			res.State[f] = v
 		}
 		res.Released = r.int(t[5], "released")
 		res.Items, res.InvalidIndexed = r.int(t[6], "items"), r.int(t[7], "invalidIndexed")
@@ -756,6 +762,9 @@ type endArgs struct {
 	State   map[string]string
 	Delete  []string
 	Trigger string // the trigger generation the cycle saw at Begin
+	// Due, when set (one server only: the due set lives in another slot), is the next due
+	// time (ms) the script writes into the poller's due set, as set_due.lua would.
+	Due string
 }
 
 // endReply is end.lua's reply.
@@ -769,8 +778,12 @@ type endReply struct {
 func (endArgs) name() string { return "end" }
 
 func (a endArgs) encode(s *Store) ([]string, []any) {
-	argv := appendList(appendPairs(a.writeFence.argv(3+2*len(a.State)+len(a.Delete)), a.State), a.Delete)
-	return s.keysOf(a.Key, "state"), append(argv, a.Trigger)
+	argv := appendList(appendPairs(a.writeFence.argv(5+2*len(a.State)+len(a.Delete)), a.State), a.Delete)
+	argv = append(argv, a.Trigger)
+	if a.Due == "" {
+		return s.keysOf(a.Key, "state"), argv
+	}
+	return []string{s.k(a.Key, "state"), s.dueKey(a.Key.Poller)}, append(argv, a.Key.String(), a.Due)
 }
 
 func (a endArgs) decode(v any) (endReply, error) {

@@ -52,7 +52,7 @@ func samples(l core.Lease) []encoder {
 		confirmClaimsArgs{Now: sampleNow, Keys: []watukuytype.Key{k, other, {Poller: k.Poller, Partition: "t3"}}},
 		commitPollArgs{Key: k, writeFence: wf, TTL: time.Second},
 		deleteKeyArgs{Key: k, writeFence: wf},
-		endArgs{Key: k, writeFence: wf, State: map[string]string{statehash.NextDue: "1"}},
+		endArgs{Key: k, writeFence: wf, State: map[string]string{statehash.NextDue: "1"}, Due: "1"},
 		endDeleteArgs{Key: k, writeFence: wf, TTL: time.Second},
 		holdClaimArgs{Now: sampleNow, Key: k, Until: time.UnixMilli(5)},
 		listParkedArgs{Key: k, Limit: 10},

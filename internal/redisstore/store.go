@@ -516,21 +516,43 @@ func (s *Store) Park(ctx context.Context, l core.Lease, p core.Parking) error {
 	return err
 }
 
-// End implements core.Store. The end script and the due write (set_due.lua, as SetDue) travel
-// in one pipeline (one round trip). They cannot share a script (different hash tags), so when
-// the end script reports LEASE_LOST the due score is healed from the state the current owner
-// wrote, and when it reports a trigger that landed during the cycle, the due entry is made due
-// now (the pipelined write may have pushed it to NextDue). A re-sent end whose first attempt
-// was applied (DUPLICATE) succeeded.
+// End implements core.Store. On one server end.lua writes the key's next due time itself (one
+// script). Elsewhere the due set lives in another slot than the key's state, so the end script
+// and the due write (set_due.lua) travel in one pipeline (one round trip), and when the end
+// script reports a trigger that landed during the cycle, the due entry is made due now (the
+// pipelined write may have pushed it to NextDue). When the end script reports LEASE_LOST the
+// due entry is healed from the state (healDue). A re-sent end whose first attempt was applied
+// (DUPLICATE) succeeded.
 func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error {
+	err := s.end(ctx, l, e, s.oneServer.Load())
+	if err != nil && strings.Contains(err.Error(), "CROSSSLOT") {
+		// A cluster-mode server behind a plain client refused the script before running it:
+		// from now on the due write goes apart, as on a cluster.
+		s.oneServer.Store(false)
+		e.Next = nil // sent with the refused End, and answered
+		err = s.end(ctx, l, e, false)
+	}
+	return err
+}
+
+// end sends e's end script, its due write (in the script when folded, else set_due.lua beside
+// it) and the next cycle's Begin when e carries one, in one round trip.
+func (s *Store) end(ctx context.Context, l core.Lease, e core.EndRequest, folded bool) error {
+	due := strconv.FormatInt(ms(e.NextDue), 10)
 	end := endArgs{Key: l.Key, writeFence: s.writeFenceOf(l), State: e.State, Delete: e.Delete, Trigger: e.Trigger}
-	due := setDueArgs{Now: s.nowArg(), Key: l.Key, Due: strconv.FormatInt(ms(e.NextDue), 10)}
-	endLua, dueLua := s.scripts[end.name()], s.scripts[due.name()]
+	if folded {
+		end.Due = due
+	}
 	keys, argv := end.encode(s)
-	dueKeys, dueArgv := due.encode(s)
-	endCall := &batchCall{lua: endLua, keys: keys, argv: argv}
-	dueCall := &batchCall{lua: dueLua, keys: dueKeys, argv: dueArgv}
-	calls := []*batchCall{endCall, dueCall}
+	endCall := &batchCall{lua: s.scripts[end.name()], keys: keys, argv: argv}
+	calls := []*batchCall{endCall}
+	var dueCall *batchCall
+	dueArgs := setDueArgs{Now: s.nowArg(), Key: l.Key, Due: due}
+	if !folded {
+		dueKeys, dueArgv := dueArgs.encode(s)
+		dueCall = &batchCall{lua: s.scripts[dueArgs.name()], keys: dueKeys, argv: dueArgv}
+		calls = append(calls, dueCall)
+	}
 	var begin beginArgs
 	if n := e.Next; n != nil {
 		// The next cycle's Begin, on another key: independent of this End's outcome.
@@ -544,33 +566,50 @@ func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error 
 	}
 	_, _ = s.batchRun(ctx, calls...)
 	if e.Next != nil {
-		s.answerNext(ctx, e.Next, begin, calls[2].cmd)
+		s.answerNext(ctx, e.Next, begin, calls[len(calls)-1].cmd)
 	}
 	v, err := endCall.cmd.Result()
 	if err != nil {
 		err = s.mapErr(end.name(), &l, err)
 		if watukuytype.IsLeaseLost(err) {
-			if next, herr := s.rdb.HGet(ctx, s.k(l.Key, "state"), statehash.NextDue).Result(); herr == nil {
-				_ = s.setDue(ctx, l.Key, next) // best effort: the repair sweep covers a failure
-			}
+			s.healDue(ctx, l.Key)
 		}
 		return err
 	}
-	dv, derr := dueCall.cmd.Result()
-	if derr == nil {
-		_, derr = due.decode(dv)
-	}
-	if derr != nil {
-		return fmt.Errorf("redisstore: end %s: due entry: %w", l.Key.Describe(), derr)
+	if dueCall != nil {
+		dv, derr := dueCall.cmd.Result()
+		if derr == nil {
+			_, derr = dueArgs.decode(dv)
+		}
+		if derr != nil {
+			return fmt.Errorf("redisstore: end %s: due entry: %w", l.Key.Describe(), derr)
+		}
 	}
 	r, err := end.decode(v)
 	if err != nil {
 		return err
 	}
-	if r.Triggered {
+	if r.Triggered && !folded {
 		return s.setDue(ctx, l.Key, "0") // triggered during the cycle: due now
 	}
 	return nil
+}
+
+// healDue rewrites key's due entry from its state after an End that was fenced off (on a
+// cluster, the set_due.lua beside it ran all the same): the current owner's next due time, or
+// none for a deleted key (partitions delete ran meanwhile). Best effort: the repair sweep and
+// the next claim cover a failure.
+func (s *Store) healDue(ctx context.Context, key watukuytype.Key) {
+	v, err := s.rdb.HMGet(ctx, s.k(key, "state"), statehash.NextDue, statehash.Deleted).Result()
+	if err != nil {
+		return
+	}
+	switch next, _ := v[0].(string); {
+	case v[1] == "1":
+		_ = s.setDue(ctx, key, "remove")
+	case next != "":
+		_ = s.setDue(ctx, key, next)
+	}
 }
 
 // answerNext records in n the reply of its Begin sent with an End; a key without an epoch

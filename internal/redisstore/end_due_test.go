@@ -1,0 +1,321 @@
+package redisstore
+
+// End and the key's due entry (end.lua writes it on one server, set_due.lua beside it on a
+// cluster): an End re-sent by go-redis with something landing between its two copies (a
+// trigger, the next cycle's claim and Begin), a stale End after partitions delete, and a
+// cluster-mode node behind a plain client (CROSSSLOT: the store falls back to the pair).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/redistest"
+	"github.com/watukuy/watukuy/internal/statehash"
+	"github.com/watukuy/watukuy/watukuytype"
+)
+
+// resendAround re-sends (once) the first command or pipeline that runs end.lua, running
+// between after the first copy was applied and before the second: go-redis re-sending after a
+// read timeout whose first attempt went through, with other writers in between.
+type resendAround struct {
+	sha     string
+	done    atomic.Bool
+	between func()
+}
+
+func (h *resendAround) isEnd(c redis.Cmder) bool {
+	a := c.Args()
+	return isScript(c) && len(a) > 1 && (a[1] == h.sha || strings.Contains(a[1].(string), "-- end.lua: finish a cycle"))
+}
+
+func (h *resendAround) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *resendAround) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.isEnd(cmd) && h.done.CompareAndSwap(false, true) {
+			if err := next(ctx, cmd); redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+				h.done.Store(false) // not applied: the store sends it again with EVAL
+				return err
+			}
+			h.between()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *resendAround) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if i := slices.IndexFunc(cmds, h.isEnd); i >= 0 && h.done.CompareAndSwap(false, true) {
+			if err := next(ctx, cmds); redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+				h.done.Store(false) // not applied: the store sends it again with EVAL
+				return err
+			}
+			h.between()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func dueScore(t *testing.T, b redistest.Backend, s *Store, key watukuytype.Key) (float64, bool) {
+	t.Helper()
+	v, err := b.Client.ZScore(context.Background(), s.DueKey(key.Poller), key.String()).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, true
+}
+
+// A cycle's End applied, its reply lost, and a trigger landing before go-redis re-sends it:
+// the re-sent End (DUPLICATE on one server, where it writes no due entry) leaves the key due
+// now. Fails if the re-send pushes the triggered key to the End's next due time (the trigger
+// would wait an hour).
+func TestEndResentAfterATriggerStaysDueNow(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, clk := newStore(t, b)
+		key := watukuytype.Key{Poller: "orders", Partition: "rt"}
+		registerListing(t, s, key.Partition)
+		r := beginOK(t, s, key, core.BeginForCycle)
+		h := &resendAround{sha: s.scripts["end"].Hash(), between: func() {
+			if o := b.Client.HGet(ctx, s.Key(key, "state"), statehash.LeaseOwner).Val(); o != "" {
+				t.Errorf("the End's first copy was not applied before its re-send (owner %q)", o)
+			}
+			if err := s.Trigger(ctx, key); err != nil {
+				t.Error(err)
+			}
+		}}
+		b.Client.AddHook(h)
+		hour := clk.Now().Add(time.Hour)
+		err := s.End(ctx, r.Lease, core.EndRequest{State: map[string]string{statehash.NextDue: "1"}, NextDue: hour, Trigger: r.State[statehash.Trigger]})
+		if !h.done.Load() {
+			t.Fatal("end.lua was never re-sent")
+		}
+		if err != nil {
+			t.Fatalf("re-sent End: %v", err)
+		}
+		if sc, ok := dueScore(t, b, s, key); !ok || sc > float64(clk.Now().UnixMilli()) {
+			t.Fatalf("triggered between an End and its re-send: due %v (present %v), want due now", sc, ok)
+		}
+		if r, err := s.Begin(ctx, key, "w2", 30*time.Second, core.BeginForCycle); err != nil || r.Status != core.BeginOK {
+			t.Fatalf("the triggered key does not begin: %s %v", statusName(r.Status), err)
+		}
+	})
+}
+
+// A cycle's End applied, its reply lost; before go-redis re-sends it, a scheduler claims the
+// key and another worker begins its next cycle. The re-send meets the new grant (LEASE_LOST):
+// the next cycle's lease and state stay untouched, and the key keeps a due entry no later
+// than the End's own next due time. Fails if the stale re-send releases or rewrites the
+// new grant, or leaves the key without a due entry.
+func TestEndResentAfterTheNextCycleBegan(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, clk := newStore(t, b)
+		key := watukuytype.Key{Poller: "orders", Partition: "rn"}
+		registerListing(t, s, key.Partition)
+		r := beginOK(t, s, key, core.BeginForCycle)
+		var next core.BeginResult
+		h := &resendAround{sha: s.scripts["end"].Hash(), between: func() {
+			if o := b.Client.HGet(ctx, s.Key(key, "state"), statehash.LeaseOwner).Val(); o != "" {
+				t.Errorf("the End's first copy was not applied before its re-send (owner %q)", o)
+			}
+			clk.Advance(2 * time.Second) // the next cycle is due
+			zadd(t, b, s.DueKey(key.Poller), map[string]time.Time{key.String(): clk.Now().Add(32 * time.Second)})
+			var err error
+			if next, err = s.Begin(ctx, key, "w2", 30*time.Second, core.BeginForCycle); err != nil || next.Status != core.BeginOK {
+				t.Errorf("next Begin: %s %v", statusName(next.Status), err)
+			}
+		}}
+		b.Client.AddHook(h)
+		soon := clk.Now().Add(time.Second)
+		err := s.End(ctx, r.Lease, core.EndRequest{State: map[string]string{statehash.NextDue: strconv.FormatInt(soon.UnixMilli(), 10)}, NextDue: soon, Trigger: r.State[statehash.Trigger]})
+		sc, _ := dueScore(t, b, s, key)
+		t.Logf("re-sent End after the next Begin: %v; due entry %+dms from now (the next cycle's claim was +32000ms)", err, int64(sc)-clk.Now().UnixMilli())
+		st := b.Client.HGetAll(ctx, s.Key(key, "state")).Val()
+		if st[statehash.LeaseToken] != next.Lease.Token || st[statehash.LeaseOwner] != "w2" || st[statehash.LeaseExpires] == "" {
+			t.Fatalf("the next cycle's grant was touched by the stale re-send: %v", st)
+		}
+		if _, err := s.Renew(ctx, next.Lease); err != nil {
+			t.Fatalf("the next cycle lost its lease: %v", err)
+		}
+		if _, ok := dueScore(t, b, s, key); !ok {
+			t.Fatal("no due entry left")
+		}
+	})
+}
+
+// A cycle frozen past its lease; partitions delete runs to the end; the cycle wakes and sends
+// its End (LEASE_LOST). On one server end.lua writes nothing and the heal reads no nextDue
+// from the deletion mark: the deleted key gets no due entry. Fails if a due entry of the
+// deleted key comes back. (Cluster: see TestStaleEndAfterDeleteOnACluster.)
+func TestStaleEndAfterDeleteLeavesNoDueEntry(t *testing.T) {
+	for _, mk := range []func(testing.TB, ...string) redistest.Backend{redistest.Real, func(tb testing.TB, _ ...string) redistest.Backend { return redistest.Miniredis(tb) }} {
+		b := mk(t)
+		t.Run(b.Name, func(t *testing.T) { staleEndAfterDelete(t, b) })
+	}
+}
+
+// The same on a Redis Cluster, where set_due.lua runs beside end.lua whatever end's outcome:
+// the heal after LEASE_LOST removes the entry it wrote for the deleted key.
+func TestStaleEndAfterDeleteOnACluster(t *testing.T) {
+	staleEndAfterDelete(t, redistest.Cluster(t))
+}
+
+func staleEndAfterDelete(t *testing.T, b redistest.Backend) {
+	ctx := context.Background()
+	s, clk := newStore(t, b)
+	key := watukuytype.Key{Poller: "orders", Partition: "sd"}
+	registerListing(t, s, key.Partition)
+	r := beginOK(t, s, key, core.BeginForCycle) // TTL 30 s
+	clk.Advance(31 * time.Second)
+	d := beginOK(t, s, key, core.BeginForDelete)
+	if err := s.DeleteKey(ctx, d.Lease); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := dueScore(t, b, s, key); ok {
+		t.Fatal("partitions delete left a due entry")
+	}
+	err := s.End(ctx, r.Lease, core.EndRequest{State: map[string]string{statehash.NextDue: "1"}, NextDue: clk.Now().Add(time.Minute), Trigger: r.State[statehash.Trigger]})
+	if !watukuytype.IsLeaseLost(err) {
+		t.Fatalf("stale End: %v, want LEASE_LOST", err)
+	}
+	if sc, ok := dueScore(t, b, s, key); ok {
+		t.Fatalf("the deleted key has a due entry again (%v) after a stale End", sc)
+	}
+}
+
+// A cluster-mode node (one node owning every slot) behind a plain *redis.Client, with keys
+// that already have an epoch: End's folded script is refused (CROSSSLOT) and re-sent as
+// end.lua + set_due.lua. Fails if the End errors, is applied twice, loses the trigger that
+// landed during the cycle, or leaves the wrong due time.
+func TestEndOnAClusterModeNodeFallsBack(t *testing.T) {
+	b := clusterModeNode(t)
+	ctx := context.Background()
+	s, clk := newStore(t, b)
+	registerListing(t, s, "a", "b")
+	a := watukuytype.Key{Poller: "orders", Partition: "a"}
+	nb := watukuytype.Key{Poller: "orders", Partition: "b"}
+	s.oneServer.Store(false) // Begins as on a cluster
+	ra := beginOK(t, s, a, core.BeginForCycle)
+	if err := s.Trigger(ctx, a); err != nil { // during the cycle
+		t.Fatal(err)
+	}
+	zadd(t, b, s.DueKey("orders"), map[string]time.Time{a.String(): clk.Now().Add(40 * time.Second)}) // a skipped claim pushed it
+	s.oneServer.Store(true)                                                                           // as a store whose first call on this node is an End
+	n := &core.NextBegin{Key: nb, Owner: "w", TTL: time.Minute, At: clk.Now()}
+	err := s.End(ctx, ra.Lease, core.EndRequest{State: map[string]string{statehash.NextDue: "1"}, NextDue: clk.Now().Add(time.Hour), Trigger: ra.State[statehash.Trigger], Next: n})
+	if err != nil {
+		t.Fatalf("End through the fallback: %v", err)
+	}
+	if s.oneServer.Load() {
+		t.Fatal("store still folds the due write")
+	}
+	if sc, ok := dueScore(t, b, s, a); !ok || sc > float64(clk.Now().UnixMilli()) {
+		t.Fatalf("triggered during the cycle: due %v (%v), want now", sc, ok)
+	}
+	if nd := b.Client.HGet(ctx, s.Key(a, "state"), statehash.NextDue).Val(); nd != "0" {
+		t.Fatalf("nextDue %q, want 0", nd)
+	}
+	if !n.Sent {
+		t.Fatalf("the next Begin sent with the refused End was never answered: %+v", n)
+	}
+	t.Logf("next Begin: granted %v err %v", n.Granted(), n.Err)
+	if n.Granted() {
+		zadd(t, b, s.DueKey("orders"), map[string]time.Time{nb.String(): clk.Now().Add(40 * time.Second)}) // its claim
+		if err := s.End(ctx, n.Result.Lease, core.EndRequest{NextDue: clk.Now().Add(time.Hour), Trigger: n.Result.State[statehash.Trigger]}); err != nil {
+			t.Fatal(err)
+		}
+		if sc, ok := dueScore(t, b, s, nb); !ok || sc != float64(clk.Now().Add(time.Hour).UnixMilli()) {
+			t.Fatalf("b after its End: due %v (%v), want in an hour", sc, ok)
+		}
+	}
+}
+
+// lostCommitReply applies a commit that writes a Retry-After window, then reports an error as
+// a read timeout would: the commit's outcome is unknown to the cycle.
+type lostCommitReply struct {
+	core.Store
+	lost atomic.Int32
+}
+
+func (l *lostCommitReply) CommitPoll(ctx context.Context, lease core.Lease, cm core.Commit) (core.CommitResult, error) {
+	r, err := l.Store.CommitPoll(ctx, lease, cm)
+	if _, ok := cm.State[statehash.Throttled]; ok && err == nil {
+		l.lost.Add(1)
+		return core.CommitResult{}, fmt.Errorf("redisstore: commit_poll: read tcp: i/o timeout (%w)", context.DeadlineExceeded)
+	}
+	return r, err
+}
+
+// G8 with End deleting a default field only when Begin read it or a commit of this cycle
+// wrote it: a 429 with Retry-After 90 s is saved at once by a commit whose reply is lost, so
+// the cycle never records the write in c.written. (Such a cycle fails as a store error and
+// sends no End; the lease lapses.) The window must survive, and no later cycle, whose Ends
+// do run, may request inside it. Fails if any End deletes the window early or a cycle
+// requests before it ends.
+func TestG8WindowSavedByACommitWhoseReplyWasLost(t *testing.T) {
+	for _, b := range []redistest.Backend{redistest.Miniredis(t), redistest.Real(t)} {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := context.Background()
+			s, clk := newStore(t, b)
+			st := &lostCommitReply{Store: s}
+			var requests atomic.Int32
+			key := watukuytype.Key{Poller: "orders"}
+			p := watukuytype.Poller{Name: key.Poller, Version: watukuytype.Field("v"),
+				Fetch: func(context.Context, watukuytype.FetchRequest) (watukuytype.Page, error) {
+					requests.Add(1)
+					return watukuytype.Page{}, &watukuytype.HTTPError{Key: key, StatusCode: 429, URL: "http://api/x", RetryAfter: 90 * time.Second}
+				},
+				Handler:  func(context.Context, watukuytype.Event) error { return nil },
+				Schedule: watukuytype.Schedule{Min: time.Second, Max: time.Minute},
+				Delivery: watukuytype.Delivery{Concurrency: 1, Attempts: 2}}
+			eng, err := core.NewEngine(core.Options{Store: st, InstanceID: "test", Clock: clk.Now, Rand: func() float64 { return 0.5 }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := eng.Register(p); err != nil {
+				t.Fatal(err)
+			}
+			if err := eng.Setup(ctx); err != nil {
+				t.Fatal(err)
+			}
+			start := clk.Now()
+			cycle := func() watukuytype.CycleReport {
+				if _, err := s.ClaimDue(ctx, 1, 0, nil); err != nil {
+					t.Fatal(err)
+				}
+				return eng.RunCycle(ctx, key)
+			}
+			rep := cycle()
+			t.Logf("first cycle: %v %v; commits with a lost reply: %d", rep.Outcome, rep.Err, st.lost.Load())
+			if st.lost.Load() != 1 {
+				t.Fatalf("the throttle commit was not made (%d)", st.lost.Load())
+			}
+			state := b.Client.HGetAll(ctx, s.Key(key, "state")).Val()
+			t.Logf("state after End: throttledUntil=%q nextDue=%q failures=%q", state[statehash.Throttled], state[statehash.NextDue], state[statehash.Failures])
+			if state[statehash.Throttled] == "" {
+				t.Errorf("End deleted the Retry-After window a commit of its cycle saved")
+			}
+			for clk.Now().Before(start.Add(85 * time.Second)) {
+				clk.Advance(5 * time.Second)
+				cycle()
+			}
+			if n := requests.Load(); n != 1 {
+				t.Fatalf("G8: %d requests within the 90 s Retry-After window, want 1", n)
+			}
+		})
+	}
+}
