@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -23,9 +25,9 @@ import (
 // element inserted or removed is one operation, not a replacement of every element after it.
 // An empty patch is [].
 //
-// Objects are walked on the raw bytes (tidwall/gjson): a member written the same in both is
-// skipped without being decoded, which is most of an updated item; the members that differ
-// are diffed by jsondiff, decoded.
+// Documents are walked on the raw bytes (tidwall/gjson): a member or element written the same
+// in both is skipped without being decoded, which is most of an updated item; jsondiff aligns
+// arrays (diffArray), and diffs, decoded, only an object that names a member twice.
 func Patch(prev, next []byte) (json.RawMessage, error) {
 	if !gjson.ValidBytes(prev) || !gjson.ValidBytes(next) {
 		return nil, fmt.Errorf("changeset: diff: not valid JSON")
@@ -51,56 +53,162 @@ func diff(ops *[]op, path string, a, b gjson.Result) error {
 	}
 	switch {
 	case a.IsArray() && b.IsArray():
-		return diffDecoded(ops, path, a.Raw, b.Raw)
+		return diffArray(ops, path, a.Array(), b.Array())
 	case !a.IsObject() || !b.IsObject():
 		// Scalars, or values of two kinds: the new one in place of the old, as written.
 		*ops = append(*ops, op{Op: jsondiff.OperationReplace, Path: path, Value: json.RawMessage(b.Raw)})
 		return nil
 	}
-	am, ok := members(a)
-	bm, ok2 := members(b)
-	if !ok || !ok2 {
+	am, bm := members(a), members(b)
+	if !unique(am) || !unique(bm) {
 		return diffDecoded(ops, path, a.Raw, b.Raw) // a name given twice: as a decoder reads it
 	}
-	for _, k := range am.order {
-		at := path + "/" + escapeToken(k)
-		if bv, ok := bm.byName[k]; ok {
-			if err := diff(ops, at, am.byName[k], bv); err != nil {
+	if sameNames(am, bm) { // the usual update: the same members, in the same order
+		for i := range am {
+			if am[i].v.Raw == bm[i].v.Raw {
+				continue // most members: no path made
+			}
+			if err := diff(ops, path+"/"+escapeToken(am[i].name), am[i].v, bm[i].v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	byName := make(map[string]gjson.Result, len(bm))
+	for _, m := range bm {
+		byName[m.name] = m.v
+	}
+	inA := make(map[string]bool, len(am))
+	for _, m := range am {
+		inA[m.name] = true
+		at := path + "/" + escapeToken(m.name)
+		if bv, ok := byName[m.name]; ok {
+			if err := diff(ops, at, m.v, bv); err != nil {
 				return err
 			}
 		} else {
 			*ops = append(*ops, op{Op: jsondiff.OperationRemove, Path: at})
 		}
 	}
-	for _, k := range bm.order {
-		if _, ok := am.byName[k]; !ok {
-			*ops = append(*ops, op{Op: jsondiff.OperationAdd, Path: path + "/" + escapeToken(k), Value: json.RawMessage(bm.byName[k].Raw)})
+	for _, m := range bm {
+		if !inA[m.name] {
+			*ops = append(*ops, op{Op: jsondiff.OperationAdd, Path: path + "/" + escapeToken(m.name), Value: json.RawMessage(m.v.Raw)})
 		}
 	}
 	return nil
 }
 
-// fields is an object's members by name, in order.
-type fields struct {
-	order  []string
-	byName map[string]gjson.Result
+// diffArray appends the operations that turn array a into array b at path. jsondiff aligns the
+// elements by their longest common subsequence, each element standing for its bytes (so
+// nothing is decoded); the elements it pairs that differ are diffed in turn, on their bytes. An
+// array longer than lcsMaxElements is diffed element by element instead.
+func diffArray(ops *[]op, path string, a, b []gjson.Result) error {
+	if max(len(a), len(b)) > lcsMaxElements {
+		for i := range min(len(a), len(b)) {
+			if err := diff(ops, path+"/"+strconv.Itoa(i), a[i], b[i]); err != nil {
+				return err
+			}
+		}
+		for i := len(a) - 1; i >= len(b); i-- {
+			*ops = append(*ops, op{Op: jsondiff.OperationRemove, Path: path + "/" + strconv.Itoa(i)})
+		}
+		for i := len(a); i < len(b); i++ {
+			*ops = append(*ops, op{Op: jsondiff.OperationAdd, Path: path + "/" + strconv.Itoa(i), Value: json.RawMessage(b[i].Raw)})
+		}
+		return nil
+	}
+	src, tgt := make([]any, len(a)), make([]any, len(b))
+	for i, e := range a {
+		src[i] = e.Raw
+	}
+	for i, e := range b {
+		tgt[i] = e.Raw
+	}
+	p, err := jsondiff.CompareWithoutMarshal(src, tgt, jsondiff.LCS())
+	if err != nil {
+		return fmt.Errorf("changeset: diff: %w", err)
+	}
+	// The operations apply in turn: cur is the array as the ones so far left it.
+	cur := slices.Clone(a)
+	for _, o := range p {
+		i, err := strconv.Atoi(strings.TrimPrefix(o.Path, "/"))
+		if o.Path == "/-" {
+			i, err = len(cur), nil
+		}
+		raw, isRaw := o.Value.(string)
+		if err != nil || i < 0 || i > len(cur) || o.Type != jsondiff.OperationRemove && !isRaw {
+			return fmt.Errorf("changeset: diff: unexpected operation %s %s", o.Type, o.Path)
+		}
+		at := path + "/" + strconv.Itoa(i)
+		switch {
+		case o.Type == jsondiff.OperationAdd:
+			*ops = append(*ops, op{Op: o.Type, Path: at, Value: json.RawMessage(raw)})
+			cur = slices.Insert(cur, i, gjson.Parse(raw))
+		case o.Type == jsondiff.OperationRemove && i < len(cur):
+			*ops = append(*ops, op{Op: o.Type, Path: at})
+			cur = slices.Delete(cur, i, i+1)
+		case o.Type == jsondiff.OperationReplace && i < len(cur):
+			next := gjson.Parse(raw)
+			if err := diff(ops, at, cur[i], next); err != nil {
+				return err
+			}
+			cur[i] = next
+		default:
+			return fmt.Errorf("changeset: diff: unexpected operation %s %s", o.Type, o.Path)
+		}
+	}
+	return nil
 }
 
-// members reads o's members; false when a name is given twice.
-func members(o gjson.Result) (fields, bool) {
-	m := fields{byName: map[string]gjson.Result{}}
-	unique := true
+// member is one member of an object: its name (decoded) and value (raw).
+type member struct {
+	name string
+	v    gjson.Result
+}
+
+// members reads o's members, in order.
+func members(o gjson.Result) []member {
+	ms := make([]member, 0, 8)
 	o.ForEach(func(k, v gjson.Result) bool {
-		name := k.String()
-		if _, dup := m.byName[name]; dup {
-			unique = false
-			return false
-		}
-		m.order = append(m.order, name)
-		m.byName[name] = v
+		ms = append(ms, member{k.String(), v})
 		return true
 	})
-	return m, unique
+	return ms
+}
+
+// unique reports whether no name is given twice.
+func unique(ms []member) bool {
+	if len(ms) <= 16 { // most objects: no map
+		for i := range ms {
+			for j := range i {
+				if ms[i].name == ms[j].name {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	seen := make(map[string]bool, len(ms))
+	for _, m := range ms {
+		if seen[m.name] {
+			return false
+		}
+		seen[m.name] = true
+	}
+	return true
+}
+
+// sameNames reports whether a and b name the same members in the same order.
+func sameNames(a, b []member) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].name != b[i].name {
+			return false
+		}
+	}
+	return true
 }
 
 // escapeToken writes a name as an RFC 6901 reference token.
@@ -111,7 +219,7 @@ func escapeToken(k string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
 }
 
-// diffDecoded diffs two values with jsondiff (arrays, and objects with a name given twice), its
+// diffDecoded diffs two objects one of which names a member twice with jsondiff, decoded, its
 // paths under path.
 func diffDecoded(ops *[]op, path, a, b string) error {
 	opts := []jsondiff.Option{jsondiff.UnmarshalFunc(decode)}

@@ -1,10 +1,12 @@
 package changeset
 
 import (
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -78,6 +80,47 @@ func TestIgnoreDottedPathStripsTheFieldItNames(t *testing.T) {
 		got, err := ig.Strip([]byte(tc.in))
 		if err != nil || !Same(got, []byte(tc.want)) {
 			t.Errorf("Ignore %s strips %s to %s (%v), want %s", tc.field, tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// Arrays longer than lcsMaxElements are diffed element by element: the patch still turns the
+// one into the other exactly, whether the array shrinks, grows or keeps its length, and
+// elements that are objects are diffed member by member.
+func TestPatchOfArraysPastTheLCSBoundApplies(t *testing.T) {
+	elems := func(n, changed int) string {
+		var b strings.Builder
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			v := i
+			if i%changed == 0 {
+				v = -i
+			}
+			fmt.Fprintf(&b, `{"n":%d,"s":"e%d"}`, v, i)
+		}
+		return `{"xs":[` + b.String() + `]}`
+	}
+	for _, tc := range []struct{ a, b string }{
+		{elems(lcsMaxElements+100, 1000), elems(lcsMaxElements+50, 7)},
+		{elems(lcsMaxElements+50, 1000), elems(lcsMaxElements+100, 7)},
+		{elems(lcsMaxElements+1, 1000), elems(lcsMaxElements+1, 3)},
+	} {
+		patch, err := Patch([]byte(tc.a), []byte(tc.b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := jsonpatch.DecodePatch(patch)
+		if err != nil {
+			t.Fatalf("the patch does not decode: %v", err)
+		}
+		got, err := p.Apply([]byte(tc.a))
+		if err != nil || !Same(got, []byte(tc.b)) {
+			t.Fatalf("the patch of arrays of %d and %d elements does not give the second (%v)", strings.Count(tc.a, "{")-1, strings.Count(tc.b, "{")-1, err)
+		}
+		if strings.Contains(string(patch), `"path":"/xs/0"`) && !strings.Contains(string(patch), `"path":"/xs/0/n"`) {
+			t.Errorf("a changed element is replaced whole, not diffed member by member")
 		}
 	}
 }
