@@ -931,11 +931,13 @@ func (s *scenario) quiesce(ctx context.Context) error {
 	return nil
 }
 
-// settled reports whether every key is healthy: no last error, nothing waiting.
+// settled reports whether every key is healthy: no last error, nothing waiting, no complete
+// listing under way (its deletes show only when it ends, and rounds that go on with it emit
+// nothing).
 func (s *scenario) settled(ctx context.Context, eng *core.Engine) bool {
 	for _, k := range s.allKeys() {
 		ki, err := eng.Inspect(ctx, k)
-		if err != nil || ki.LastError != nil || ki.OutboxPending > 0 || ki.Parked > 0 || ki.Held > 0 {
+		if err != nil || ki.LastError != nil || ki.OutboxPending > 0 || ki.Parked > 0 || ki.Held > 0 || len(ki.Listings) > 0 {
 			return false
 		}
 	}
