@@ -132,9 +132,6 @@ func diffArray(ops *[]op, path string, a, b []gjson.Result) error {
 	cur := slices.Clone(a)
 	for _, o := range p {
 		i, err := strconv.Atoi(strings.TrimPrefix(o.Path, "/"))
-		if o.Path == "/-" {
-			i, err = len(cur), nil
-		}
 		raw, isRaw := o.Value.(string)
 		if err != nil || i < 0 || i > len(cur) || o.Type != jsondiff.OperationRemove && !isRaw {
 			return fmt.Errorf("changeset: diff: unexpected operation %s %s", o.Type, o.Path)

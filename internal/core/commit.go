@@ -390,12 +390,6 @@ func (c *cycle) commitPoll(ctx context.Context, cm Commit) (CommitResult, error)
 		c.keeper.touched(sent, r.Paused)
 	}
 	c.confirmed = true
-	for f := range cm.State {
-		if c.written == nil {
-			c.written = map[string]bool{}
-		}
-		c.written[f] = true
-	}
 	return r, nil
 }
 

@@ -79,7 +79,6 @@ type cycle struct {
 	force       int64                         // while a forced backfill runs: its generation
 	released    bool                          // an operation gave the lease up itself (partition deleted)
 	endDelete   []string                      // state fields an operation deletes when it ends (withOpLease)
-	written     map[string]bool               // state fields this cycle's commits wrote (End deletes them at their default)
 
 	next     *NextBegin // the task's next cycle, whose Begin goes out with this End (nil: none)
 	serverAt time.Time  // server clock at Begin
@@ -519,11 +518,11 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 		}
 	}
 	// A field at its default is deleted, not written: a missing one reads as the default, and
-	// an idle key's state stays small. gone deletes only what the state may hold: only the
-	// lease's holder writes these fields, so they are what Begin read or this cycle committed,
-	// and an idle cycle sends no deletions.
+	// an idle key's state stays small. gone deletes only what the state holds: only End writes
+	// these fields (and a throttled page's commit the window, which it sets in c.state too), so
+	// they are what Begin read, and an idle cycle sends no deletions.
 	gone := func(f string) {
-		if _, ok := c.state[f]; ok || c.written[f] {
+		if _, ok := c.state[f]; ok {
 			del = append(del, f)
 		}
 	}

@@ -3,11 +3,14 @@ package core_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
@@ -182,4 +185,55 @@ func errString(err error) string {
 		return "nil"
 	}
 	return err.Error()
+}
+
+// lostCommitReply applies a commit that writes a Retry-After window, then reports an error as
+// a read timeout would: the commit's outcome is unknown to the cycle.
+type lostCommitReply struct {
+	core.Store
+	lost atomic.Int32
+}
+
+func (l *lostCommitReply) CommitPoll(ctx context.Context, lease core.Lease, cm core.Commit) (core.CommitResult, error) {
+	r, err := l.Store.CommitPoll(ctx, lease, cm)
+	if _, ok := cm.State[statehash.Throttled]; ok && err == nil {
+		l.lost.Add(1)
+		return core.CommitResult{}, fmt.Errorf("redisstore: commit_poll: read tcp: i/o timeout (%w)", context.DeadlineExceeded)
+	}
+	return r, err
+}
+
+// G8 with End deleting a default field only when the cycle's state holds it: a 429 with
+// Retry-After 90 s is saved at once by a commit whose reply is lost, so the cycle never learns
+// it wrote the window. (Such a cycle fails as a store error and sends no End; the lease
+// lapses.) The window must survive, and no later cycle, whose Ends do run, may request inside
+// it. Fails if any End deletes the window early or a cycle requests before it ends.
+func TestG8WindowSavedByACommitWhoseReplyWasLost(t *testing.T) {
+	w := newWorld(t)
+	st := &lostCommitReply{Store: w.store}
+	w.store = st
+	var requests atomic.Int32
+	eng := w.engine(w.poller(func(context.Context, watukuytype.FetchRequest) (watukuytype.Page, error) {
+		requests.Add(1)
+		return watukuytype.Page{}, &watukuytype.HTTPError{Key: key, StatusCode: 429, URL: "http://api/x", RetryAfter: 90 * time.Second}
+	}))
+	start := w.clock.Now()
+	rep := w.run(eng)
+	t.Logf("first cycle: %v %v; commits with a lost reply: %d", rep.Outcome, rep.Err, st.lost.Load())
+	if st.lost.Load() != 1 {
+		t.Fatalf("the throttle commit was not made (%d)", st.lost.Load())
+	}
+	if w.inspect(eng).ThrottledUntil == nil {
+		t.Errorf("End deleted the Retry-After window a commit of its cycle saved")
+	}
+	for w.clock.Now().Before(start.Add(85 * time.Second)) {
+		w.clock.Advance(5 * time.Second)
+		w.run(eng)
+	}
+	if n := requests.Load(); n != 1 {
+		t.Fatalf("G8: %d requests within the 90 s Retry-After window, want 1", n)
+	}
+	if w.inspect(eng).ThrottledUntil == nil {
+		t.Errorf("a later cycle's End deleted the Retry-After window %v before it ended", w.clock.Now().Sub(start))
+	}
 }

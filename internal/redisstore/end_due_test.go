@@ -8,7 +8,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,6 +65,14 @@ func (h *resendAround) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	}
 }
 
+// endApplied checks, between an End's two copies, that the first released the lease.
+func endApplied(t *testing.T, b redistest.Backend, s *Store, key watukuytype.Key) {
+	t.Helper()
+	if o := b.Client.HGet(context.Background(), s.Key(key, "state"), statehash.LeaseOwner).Val(); o != "" {
+		t.Errorf("the End's first copy was not applied before its re-send (owner %q)", o)
+	}
+}
+
 func dueScore(t *testing.T, b redistest.Backend, s *Store, key watukuytype.Key) (float64, bool) {
 	t.Helper()
 	v, err := b.Client.ZScore(context.Background(), s.DueKey(key.Poller), key.String()).Result()
@@ -90,9 +97,7 @@ func TestEndResentAfterATriggerStaysDueNow(t *testing.T) {
 		registerListing(t, s, key.Partition)
 		r := beginOK(t, s, key, core.BeginForCycle)
 		h := &resendAround{sha: s.scripts["end"].Hash(), between: func() {
-			if o := b.Client.HGet(ctx, s.Key(key, "state"), statehash.LeaseOwner).Val(); o != "" {
-				t.Errorf("the End's first copy was not applied before its re-send (owner %q)", o)
-			}
+			endApplied(t, b, s, key)
 			if err := s.Trigger(ctx, key); err != nil {
 				t.Error(err)
 			}
@@ -129,9 +134,7 @@ func TestEndResentAfterTheNextCycleBegan(t *testing.T) {
 		r := beginOK(t, s, key, core.BeginForCycle)
 		var next core.BeginResult
 		h := &resendAround{sha: s.scripts["end"].Hash(), between: func() {
-			if o := b.Client.HGet(ctx, s.Key(key, "state"), statehash.LeaseOwner).Val(); o != "" {
-				t.Errorf("the End's first copy was not applied before its re-send (owner %q)", o)
-			}
+			endApplied(t, b, s, key)
 			clk.Advance(2 * time.Second) // the next cycle is due
 			zadd(t, b, s.DueKey(key.Poller), map[string]time.Time{key.String(): clk.Now().Add(32 * time.Second)})
 			var err error
@@ -158,20 +161,11 @@ func TestEndResentAfterTheNextCycleBegan(t *testing.T) {
 }
 
 // A cycle frozen past its lease; partitions delete runs to the end; the cycle wakes and sends
-// its End (LEASE_LOST). On one server end.lua writes nothing and the heal reads no nextDue
-// from the deletion mark: the deleted key gets no due entry. Fails if a due entry of the
-// deleted key comes back. (Cluster: see TestStaleEndAfterDeleteOnACluster.)
+// its End (LEASE_LOST). On one server end.lua writes nothing; on a cluster set_due.lua runs
+// beside it whatever end's outcome, and the heal after LEASE_LOST removes the entry it wrote
+// for the deleted key. Fails if a due entry of the deleted key comes back.
 func TestStaleEndAfterDeleteLeavesNoDueEntry(t *testing.T) {
-	for _, mk := range []func(testing.TB, ...string) redistest.Backend{redistest.Real, func(tb testing.TB, _ ...string) redistest.Backend { return redistest.Miniredis(tb) }} {
-		b := mk(t)
-		t.Run(b.Name, func(t *testing.T) { staleEndAfterDelete(t, b) })
-	}
-}
-
-// The same on a Redis Cluster, where set_due.lua runs beside end.lua whatever end's outcome:
-// the heal after LEASE_LOST removes the entry it wrote for the deleted key.
-func TestStaleEndAfterDeleteOnACluster(t *testing.T) {
-	staleEndAfterDelete(t, redistest.Cluster(t))
+	redistest.Each(t, staleEndAfterDelete)
 }
 
 func staleEndAfterDelete(t *testing.T, b redistest.Backend) {
@@ -241,81 +235,5 @@ func TestEndOnAClusterModeNodeFallsBack(t *testing.T) {
 		if sc, ok := dueScore(t, b, s, nb); !ok || sc != float64(clk.Now().Add(time.Hour).UnixMilli()) {
 			t.Fatalf("b after its End: due %v (%v), want in an hour", sc, ok)
 		}
-	}
-}
-
-// lostCommitReply applies a commit that writes a Retry-After window, then reports an error as
-// a read timeout would: the commit's outcome is unknown to the cycle.
-type lostCommitReply struct {
-	core.Store
-	lost atomic.Int32
-}
-
-func (l *lostCommitReply) CommitPoll(ctx context.Context, lease core.Lease, cm core.Commit) (core.CommitResult, error) {
-	r, err := l.Store.CommitPoll(ctx, lease, cm)
-	if _, ok := cm.State[statehash.Throttled]; ok && err == nil {
-		l.lost.Add(1)
-		return core.CommitResult{}, fmt.Errorf("redisstore: commit_poll: read tcp: i/o timeout (%w)", context.DeadlineExceeded)
-	}
-	return r, err
-}
-
-// G8 with End deleting a default field only when Begin read it or a commit of this cycle
-// wrote it: a 429 with Retry-After 90 s is saved at once by a commit whose reply is lost, so
-// the cycle never records the write in c.written. (Such a cycle fails as a store error and
-// sends no End; the lease lapses.) The window must survive, and no later cycle, whose Ends
-// do run, may request inside it. Fails if any End deletes the window early or a cycle
-// requests before it ends.
-func TestG8WindowSavedByACommitWhoseReplyWasLost(t *testing.T) {
-	for _, b := range []redistest.Backend{redistest.Miniredis(t), redistest.Real(t)} {
-		t.Run(b.Name, func(t *testing.T) {
-			ctx := context.Background()
-			s, clk := newStore(t, b)
-			st := &lostCommitReply{Store: s}
-			var requests atomic.Int32
-			key := watukuytype.Key{Poller: "orders"}
-			p := watukuytype.Poller{Name: key.Poller, Version: watukuytype.Field("v"),
-				Fetch: func(context.Context, watukuytype.FetchRequest) (watukuytype.Page, error) {
-					requests.Add(1)
-					return watukuytype.Page{}, &watukuytype.HTTPError{Key: key, StatusCode: 429, URL: "http://api/x", RetryAfter: 90 * time.Second}
-				},
-				Handler:  func(context.Context, watukuytype.Event) error { return nil },
-				Schedule: watukuytype.Schedule{Min: time.Second, Max: time.Minute},
-				Delivery: watukuytype.Delivery{Concurrency: 1, Attempts: 2}}
-			eng, err := core.NewEngine(core.Options{Store: st, InstanceID: "test", Clock: clk.Now, Rand: func() float64 { return 0.5 }})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := eng.Register(p); err != nil {
-				t.Fatal(err)
-			}
-			if err := eng.Setup(ctx); err != nil {
-				t.Fatal(err)
-			}
-			start := clk.Now()
-			cycle := func() watukuytype.CycleReport {
-				if _, err := s.ClaimDue(ctx, 1, 0, nil); err != nil {
-					t.Fatal(err)
-				}
-				return eng.RunCycle(ctx, key)
-			}
-			rep := cycle()
-			t.Logf("first cycle: %v %v; commits with a lost reply: %d", rep.Outcome, rep.Err, st.lost.Load())
-			if st.lost.Load() != 1 {
-				t.Fatalf("the throttle commit was not made (%d)", st.lost.Load())
-			}
-			state := b.Client.HGetAll(ctx, s.Key(key, "state")).Val()
-			t.Logf("state after End: throttledUntil=%q nextDue=%q failures=%q", state[statehash.Throttled], state[statehash.NextDue], state[statehash.Failures])
-			if state[statehash.Throttled] == "" {
-				t.Errorf("End deleted the Retry-After window a commit of its cycle saved")
-			}
-			for clk.Now().Before(start.Add(85 * time.Second)) {
-				clk.Advance(5 * time.Second)
-				cycle()
-			}
-			if n := requests.Load(); n != 1 {
-				t.Fatalf("G8: %d requests within the 90 s Retry-After window, want 1", n)
-			}
-		})
 	}
 }

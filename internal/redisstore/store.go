@@ -328,11 +328,15 @@ func (s *Store) firstSeed() string {
 	return ""
 }
 
+// crossSlot reports whether err is a cluster-mode server's refusal of a script whose keys span
+// slots (refused before it ran: nothing was written).
+func crossSlot(err error) bool { return err != nil && strings.Contains(err.Error(), "CROSSSLOT") }
+
 // seeded finishes a Begin whose reply r (or error) came back: a key without an epoch (Fresh)
 // is begun again with its seed, read from the registry, up to twice more.
 func (s *Store) seeded(ctx context.Context, a beginArgs, r beginReply, err error) (core.BeginResult, error) {
 	for tries := 1; ; tries++ {
-		if err != nil && a.Seed == seedFromRegistry && strings.Contains(err.Error(), "CROSSSLOT") {
+		if a.Seed == seedFromRegistry && crossSlot(err) {
 			// A cluster-mode server behind a plain client: from now on the registry is read
 			// first, as on a cluster.
 			s.oneServer.Store(false)
@@ -525,7 +529,7 @@ func (s *Store) Park(ctx context.Context, l core.Lease, p core.Parking) error {
 // (DUPLICATE) succeeded.
 func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error {
 	err := s.end(ctx, l, e, s.oneServer.Load())
-	if err != nil && strings.Contains(err.Error(), "CROSSSLOT") {
+	if crossSlot(err) {
 		// A cluster-mode server behind a plain client refused the script before running it:
 		// from now on the due write goes apart, as on a cluster.
 		s.oneServer.Store(false)
@@ -547,8 +551,9 @@ func (s *Store) end(ctx context.Context, l core.Lease, e core.EndRequest, folded
 	endCall := &batchCall{lua: s.scripts[end.name()], keys: keys, argv: argv}
 	calls := []*batchCall{endCall}
 	var dueCall *batchCall
-	dueArgs := setDueArgs{Now: s.nowArg(), Key: l.Key, Due: due}
+	var dueArgs setDueArgs
 	if !folded {
+		dueArgs = setDueArgs{Now: s.nowArg(), Key: l.Key, Due: due}
 		dueKeys, dueArgv := dueArgs.encode(s)
 		dueCall = &batchCall{lua: s.scripts[dueArgs.name()], keys: dueKeys, argv: dueArgv}
 		calls = append(calls, dueCall)
