@@ -948,14 +948,20 @@ func (s *scenario) settled(ctx context.Context, eng *core.Engine) bool {
 // ResendRate, sent a second time right after the first, as go-redis does after a read timeout
 // when the first attempt ran all the same: the caller sees the second reply.
 func (s *scenario) resending(c redis.UniversalClient) (redis.UniversalClient, error) {
+	// No socket timeouts: a reply lost to one leaves a write's outcome unknown to the caller,
+	// which the recorder would take for not written (an ack or commit that did happen goes
+	// unrecorded). The run's lost replies are its re-sends, whose outcome the caller sees.
 	var own redis.UniversalClient
 	switch c := c.(type) {
 	case *redis.Client:
 		o := *c.Options()
 		o.MaintNotificationsConfig = nil // the original's; the copy makes its own
+		o.ReadTimeout, o.WriteTimeout = -1, -1
 		own = redis.NewClient(&o)
 	case *redis.ClusterClient:
-		own = redis.NewClusterClient(c.Options())
+		o := *c.Options()
+		o.ReadTimeout, o.WriteTimeout = -1, -1
+		own = redis.NewClusterClient(&o)
 	default:
 		return nil, fmt.Errorf("chaos: cannot copy a %T", c)
 	}

@@ -56,6 +56,13 @@ func TestRunHasNoViolations(t *testing.T) {
 		if res.Failed() {
 			if os.Getenv("CHAOS_LOG") != "" {
 				t.Log(log.String())
+			} else {
+				// How the run ended, without the whole log: quiesce's rounds and each key's state.
+				for l := range strings.Lines(log.String()) {
+					if strings.HasPrefix(l, "quiesce") || strings.HasPrefix(l, "after quiesce") {
+						t.Log(strings.TrimSuffix(l, "\n"))
+					}
+				}
 			}
 			t.Fatal("guarantees violated")
 		}
