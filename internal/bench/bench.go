@@ -196,6 +196,7 @@ func measurements() []measurement {
 		}},
 		{"item-bytes", one(ItemBytes)},
 		{"item-bytes-payloads", one(ItemBytesPayloads)},
+		{"patch-page", one(PatchPage)},
 		{"claim-rate", one(ClaimRate)},
 		{"noop", perTask(NoopCycles)},
 		{"idle-costs", perTask(IdleCycleCosts)},

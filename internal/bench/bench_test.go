@@ -77,7 +77,7 @@ func TestRunTiny(t *testing.T) {
 			t.Errorf("%s: no longestScriptMs", r.Name)
 		}
 	}
-	for _, want := range []string{"idle-bytes-200", "idle-bytes-300", "item-bytes", "item-bytes-payloads", "claim-rate", "noop-10perTask", "noop-1perTask",
+	for _, want := range []string{"idle-bytes-200", "idle-bytes-300", "item-bytes", "item-bytes-payloads", "patch-page", "claim-rate", "noop-10perTask", "noop-1perTask",
 		"lateness-p99", "scale-redis-server-1w", "scale-redis-server-2w", "scale-cluster3-1w", "scale-cluster3-2w", "two-schedulers-kill",
 		"inspect-bytes-300", "api-keys-ms-300", "status-page-ms-300", "add-bytes-300", "longest-script-parked-retry", "longest-script-held-retry",
 		"longest-script-claim", "longest-script-delete", "longest-script-tombstones", "churn-keys"} {
@@ -107,6 +107,10 @@ func TestRunTiny(t *testing.T) {
 			if r.Details["payloadsHashB/item"] < r.Details["itemJSONBytes"] || r.Value <= r.Baseline {
 				t.Errorf("%s: payloads %v B/item for items of %v B, %v B/item against %v without: %v", r.Name, r.Details["payloadsHashB/item"],
 					r.Details["itemJSONBytes"], r.Value, r.Baseline, r.Details)
+			}
+		case "patch-page":
+			if r.Details["timeRatio"] <= 0 || r.Details["cycleSeconds"] <= 0 || r.Details["cycleSecondsPlain"] <= 0 {
+				t.Errorf("%s: %v", r.Name, r.Details)
 			}
 		case "churn-keys":
 			if r.Details["keysWithMarks"] < r.Details["partitionsChurned"] || r.Details["retiredEpoch"] <= 0 {

@@ -216,7 +216,7 @@ func ItemBytesPayloads(ctx context.Context, o Options) (Result, error) {
 	items := make([]json.RawMessage, n)
 	jsonLen := 0
 	for i := range items {
-		items[i] = orderKB(i)
+		items[i] = orderKB(i, 1)
 		jsonLen += len(items[i])
 	}
 	plain, err := trackItems(ctx, o, "items-plain", items, false)
@@ -238,19 +238,25 @@ func ItemBytesPayloads(ctx context.Context, o Options) (Result, error) {
 }
 
 // orderKB is an order of about 1 KB: a customer with an address, six order lines with their
-// tax, shipping, tags.
-func orderKB(i int) json.RawMessage {
+// tax, shipping, tags. Each later gen (from 1) changes its status, one line's quantity, its
+// version and a tag: what an update of an order changes.
+func orderKB(i, gen int) json.RawMessage {
 	var lines []byte
 	for l := range 6 {
 		if l > 0 {
 			lines = append(lines, ',')
 		}
-		lines = fmt.Appendf(lines, `{"sku":"SKU-%04d","name":"Product %d, blue, size M","qty":%d,"price":%d.90,"tax":{"rate":19,"amount":%d.61}}`, l*97+i%50, l, 1+l, 10+l, 2+l)
+		qty := 1 + l
+		if l == gen%6 {
+			qty += gen - 1
+		}
+		lines = fmt.Appendf(lines, `{"sku":"SKU-%04d","name":"Product %d, blue, size M","qty":%d,"price":%d.90,"tax":{"rate":19,"amount":%d.61}}`, l*97+i%50, l, qty, 10+l, 2+l)
 	}
-	return json.RawMessage(fmt.Sprintf(`{"id":"ord-%06d","status":"paid","currency":"EUR","total":%d.95,`+
+	status := [...]string{"paid", "packed", "shipped"}[(gen-1)%3]
+	return json.RawMessage(fmt.Sprintf(`{"id":"ord-%06d","status":%q,"currency":"EUR","total":%d.95,`+
 		`"customer":{"name":"Zoë Müller","email":"zoe%d@example.com","tier":"gold","address":{"street":"Hauptstraße 12","city":"Berlin","zip":"10115","country":"DE"}},`+
 		`"lines":[%s],"shipping":{"method":"express","carrier":"DHL","tracking":"JD%012d","eta":"2026-12-01"},`+
-		`"updated_at":"2026-11-29T10:%02d:00Z","version":1,"tags":["b2c","eu","gen1"]}`, i, 100+i%900, i, lines, i, i%60))
+		`"updated_at":"2026-11-29T10:%02d:00Z","version":%d,"tags":["b2c","eu","gen%d"]}`, i, status, 100+i%900, i, lines, i, i%60, gen, gen))
 }
 
 // itemMemory is what tracking items cost Redis: used_memory per item against the idle key,

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/tidwall/gjson"
@@ -25,56 +26,93 @@ import (
 // element inserted or removed is one operation, not a replacement of every element after it.
 // An empty patch is [].
 //
-// Documents are walked on the raw bytes (tidwall/gjson): a member or element written the same
-// in both is skipped without being decoded, which is most of an updated item; jsondiff aligns
-// arrays (diffArray), and diffs, decoded, only an object that names a member twice.
+// Documents are walked on their raw bytes (checked first by tidwall/gjson, then read by
+// scan.go): a member or element written the same in both is skipped without being decoded,
+// which is most of an updated item; jsondiff aligns arrays (diffArray), and diffs, decoded,
+// only an object that names a member twice.
 func Patch(prev, next []byte) (json.RawMessage, error) {
 	if !gjson.ValidBytes(prev) || !gjson.ValidBytes(next) {
 		return nil, fmt.Errorf("changeset: diff: not valid JSON")
 	}
 	var ops []op
-	if err := diff(&ops, "", gjson.ParseBytes(prev), gjson.ParseBytes(next)); err != nil {
+	if err := diff(&ops, "", trimSpace(string(prev)), trimSpace(string(next))); err != nil {
 		return nil, err
 	}
-	if ops == nil {
-		ops = []op{}
-	}
-	b, err := json.Marshal(ops)
-	if err != nil {
-		return nil, fmt.Errorf("changeset: encode the patch: %w", err)
-	}
-	return b, nil
+	return appendPatch(make([]byte, 0, 64*len(ops)+2), ops), nil
 }
 
-// diff appends the operations that turn a into b at path.
-func diff(ops *[]op, path string, a, b gjson.Result) error {
-	if a.Raw == b.Raw {
+// appendPatch appends ops as RFC 6902 writes them: op, path, then value (which a replace by
+// null keeps). A value goes as written in its document, white space included: the event's
+// encoding compacts it.
+func appendPatch(dst []byte, ops []op) []byte {
+	dst = append(dst, '[')
+	for i, o := range ops {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"op":"`...)
+		dst = append(dst, o.Op...)
+		dst = append(dst, `","path":`...)
+		dst = appendString(dst, o.Path)
+		if o.Value != nil {
+			dst = append(dst, `,"value":`...)
+			dst = append(dst, o.Value...)
+		}
+		dst = append(dst, '}')
+	}
+	return append(dst, ']')
+}
+
+// appendString appends s as a JSON string.
+func appendString(dst []byte, s string) []byte {
+	plain := utf8.ValidString(s)
+	for i := 0; plain && i < len(s); i++ {
+		plain = s[i] >= 0x20 && s[i] != '"' && s[i] != '\\'
+	}
+	if plain {
+		dst = append(dst, '"')
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
+	b, _ := json.Marshal(s) // escapes; invalid UTF-8 becomes U+FFFD
+	return append(dst, b...)
+}
+
+// diff appends the operations that turn a into b at path; a and b are valid JSON values
+// without surrounding space.
+func diff(ops *[]op, path string, a, b string) error {
+	if a == b {
 		return nil
 	}
 	switch {
-	case a.IsArray() && b.IsArray():
-		return diffArray(ops, path, a.Array(), b.Array())
-	case !a.IsObject() || !b.IsObject():
+	case a[0] == '[' && b[0] == '[':
+		return diffArray(ops, path, elements(a), elements(b))
+	case a[0] != '{' || b[0] != '{':
 		// Scalars, or values of two kinds: the new one in place of the old, as written.
-		*ops = append(*ops, op{Op: jsondiff.OperationReplace, Path: path, Value: json.RawMessage(b.Raw)})
+		*ops = append(*ops, op{Op: jsondiff.OperationReplace, Path: path, Value: json.RawMessage(b)})
 		return nil
 	}
-	am, bm := members(a), members(b)
-	if !unique(am) || !unique(bm) {
-		return diffDecoded(ops, path, a.Raw, b.Raw) // a name given twice: as a decoder reads it
-	}
-	if sameNames(am, bm) { // the usual update: the same members, in the same order
-		for i := range am {
-			if am[i].v.Raw == bm[i].v.Raw {
+	if plainSameNames(a, b) { // the usual update: the same members, in the same order
+		ia, ib := objectScanner(a), objectScanner(b)
+		for {
+			name, va, ok := ia.next()
+			if !ok {
+				return nil
+			}
+			_, vb, _ := ib.next()
+			if va == vb {
 				continue // most members: no path made
 			}
-			if err := diff(ops, path+"/"+escapeToken(am[i].name), am[i].v, bm[i].v); err != nil {
+			if err := diff(ops, path+"/"+escapeToken(name[1:len(name)-1]), va, vb); err != nil {
 				return err
 			}
 		}
-		return nil
 	}
-	byName := make(map[string]gjson.Result, len(bm))
+	am, bm := members(a), members(b)
+	if !unique(am) || !unique(bm) {
+		return diffDecoded(ops, path, a, b) // a name given twice: as a decoder reads it
+	}
+	byName := make(map[string]string, len(bm))
 	for _, m := range bm {
 		byName[m.name] = m.v
 	}
@@ -92,7 +130,7 @@ func diff(ops *[]op, path string, a, b gjson.Result) error {
 	}
 	for _, m := range bm {
 		if !inA[m.name] {
-			*ops = append(*ops, op{Op: jsondiff.OperationAdd, Path: path + "/" + escapeToken(m.name), Value: json.RawMessage(m.v.Raw)})
+			*ops = append(*ops, op{Op: jsondiff.OperationAdd, Path: path + "/" + escapeToken(m.name), Value: json.RawMessage(m.v)})
 		}
 	}
 	return nil
@@ -102,7 +140,7 @@ func diff(ops *[]op, path string, a, b gjson.Result) error {
 // elements by their longest common subsequence, each element standing for its bytes (so
 // nothing is decoded); the elements it pairs that differ are diffed in turn, on their bytes. An
 // array longer than lcsMaxElements is diffed element by element instead.
-func diffArray(ops *[]op, path string, a, b []gjson.Result) error {
+func diffArray(ops *[]op, path string, a, b []string) error {
 	if max(len(a), len(b)) > lcsMaxElements {
 		for i := range min(len(a), len(b)) {
 			if err := diff(ops, path+"/"+strconv.Itoa(i), a[i], b[i]); err != nil {
@@ -113,23 +151,24 @@ func diffArray(ops *[]op, path string, a, b []gjson.Result) error {
 			*ops = append(*ops, op{Op: jsondiff.OperationRemove, Path: path + "/" + strconv.Itoa(i)})
 		}
 		for i := len(a); i < len(b); i++ {
-			*ops = append(*ops, op{Op: jsondiff.OperationAdd, Path: path + "/" + strconv.Itoa(i), Value: json.RawMessage(b[i].Raw)})
+			*ops = append(*ops, op{Op: jsondiff.OperationAdd, Path: path + "/" + strconv.Itoa(i), Value: json.RawMessage(b[i])})
 		}
 		return nil
 	}
 	src, tgt := make([]any, len(a)), make([]any, len(b))
 	for i, e := range a {
-		src[i] = e.Raw
+		src[i] = e
 	}
 	for i, e := range b {
-		tgt[i] = e.Raw
+		tgt[i] = e
 	}
 	p, err := jsondiff.CompareWithoutMarshal(src, tgt, jsondiff.LCS())
 	if err != nil {
 		return fmt.Errorf("changeset: diff: %w", err)
 	}
-	// The operations apply in turn: cur is the array as the ones so far left it.
-	cur := slices.Clone(a)
+	// The operations apply in turn: cur is the array as the ones so far left it (a is this
+	// call's own).
+	cur := a
 	for _, o := range p {
 		i, err := strconv.Atoi(strings.TrimPrefix(o.Path, "/"))
 		raw, isRaw := o.Value.(string)
@@ -140,16 +179,15 @@ func diffArray(ops *[]op, path string, a, b []gjson.Result) error {
 		switch {
 		case o.Type == jsondiff.OperationAdd:
 			*ops = append(*ops, op{Op: o.Type, Path: at, Value: json.RawMessage(raw)})
-			cur = slices.Insert(cur, i, gjson.Parse(raw))
+			cur = slices.Insert(cur, i, raw)
 		case o.Type == jsondiff.OperationRemove && i < len(cur):
 			*ops = append(*ops, op{Op: o.Type, Path: at})
 			cur = slices.Delete(cur, i, i+1)
 		case o.Type == jsondiff.OperationReplace && i < len(cur):
-			next := gjson.Parse(raw)
-			if err := diff(ops, at, cur[i], next); err != nil {
+			if err := diff(ops, at, cur[i], raw); err != nil {
 				return err
 			}
-			cur[i] = next
+			cur[i] = raw
 		default:
 			return fmt.Errorf("changeset: diff: unexpected operation %s %s", o.Type, o.Path)
 		}
@@ -159,18 +197,20 @@ func diffArray(ops *[]op, path string, a, b []gjson.Result) error {
 
 // member is one member of an object: its name (decoded) and value (raw).
 type member struct {
-	name string
-	v    gjson.Result
+	name, v string
 }
 
 // members reads o's members, in order.
-func members(o gjson.Result) []member {
-	ms := make([]member, 0, 8)
-	o.ForEach(func(k, v gjson.Result) bool {
-		ms = append(ms, member{k.String(), v})
-		return true
-	})
-	return ms
+func members(o string) []member {
+	var ms []member
+	it := objectScanner(o)
+	for {
+		name, v, ok := it.next()
+		if !ok {
+			return ms
+		}
+		ms = append(ms, member{unquote(name), v})
+	}
 }
 
 // unique reports whether no name is given twice.
@@ -191,19 +231,6 @@ func unique(ms []member) bool {
 			return false
 		}
 		seen[m.name] = true
-	}
-	return true
-}
-
-// sameNames reports whether a and b name the same members in the same order.
-func sameNames(a, b []member) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].name != b[i].name {
-			return false
-		}
 	}
 	return true
 }
@@ -241,12 +268,10 @@ func diffDecoded(ops *[]op, path, a, b string) error {
 	return nil
 }
 
-// op is one operation as RFC 6902 writes them: op, path, then value (which a replace by null
-// keeps).
+// op is one operation of a patch (appendPatch writes them); Value is nil for a remove.
 type op struct {
-	Op    string          `json:"op"`
-	Path  string          `json:"path"`
-	Value json.RawMessage `json:"value,omitempty"`
+	Op, Path string
+	Value    json.RawMessage
 }
 
 // lcsMaxElements bounds the arrays diffed by longest common subsequence, whose table grows with

@@ -94,6 +94,14 @@ func TestPatchTurnsAIntoB(t *testing.T) {
 			b = object(4).Draw(t, "b")
 		}
 		ja, jb := encode(t, a), encode(t, b)
+		// An API may write its JSON indented: the walk reads past the white space, and a value
+		// copied with its space inside is still JSON.
+		if rapid.Bool().Draw(t, "indent a") {
+			ja = indent(t, ja)
+		}
+		if rapid.Bool().Draw(t, "indent b") {
+			jb = indent(t, jb)
+		}
 		patch, err := Patch(ja, jb)
 		if err != nil {
 			t.Fatalf("Patch: %v", err)
@@ -118,6 +126,14 @@ func TestPatchTurnsAIntoB(t *testing.T) {
 			t.Fatalf("equal documents give patch %s, want []", patch)
 		}
 	})
+}
+
+func indent(t *rapid.T, b []byte) []byte {
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, " ", "\t"); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
 }
 
 func opsOf(t *rapid.T, patch []byte) []op {
@@ -204,6 +220,36 @@ func TestLongestArray(t *testing.T) {
 	} {
 		if got := longestArray([]byte(tc.doc)); got != tc.want {
 			t.Errorf("longestArray(%s) = %d, want %d", tc.doc, got, tc.want)
+		}
+	}
+}
+
+// An object that names a member twice is read as a decoder reads it (the last one counts), and
+// a name written with escapes is the name it decodes to: the patch applied to A gives B as
+// decoded.
+func TestPatchOfObjectsWithRepeatedOrEscapedNames(t *testing.T) {
+	for _, tc := range []struct{ a, b, want string }{
+		{`{"a":1,"a":2}`, `{"a":3,"a":2}`, `[]`},
+		{`{"a":1,"a":2}`, `{"a":1,"a":3}`, `[{"op":"replace","path":"/a","value":3}]`},
+		{`{"a":1,"b":1}`, `{"a":1,"b":1,"b":2}`, `[{"op":"replace","path":"/b","value":2}]`},
+		{`{"\u0061":1}`, `{"a":2}`, `[{"op":"replace","path":"/a","value":2}]`},
+		{`{"a":1,"\u0061":2}`, `{"a":1,"\u0061":5}`, `[{"op":"replace","path":"/a","value":5}]`},
+		{`{"x\"y":1}`, `{"x\"y":2}`, `[{"op":"replace","path":"/x\"y","value":2}]`},
+	} {
+		patch, err := Patch([]byte(tc.a), []byte(tc.b))
+		if err != nil {
+			t.Fatalf("%s -> %s: %v", tc.a, tc.b, err)
+		}
+		p, err := jsonpatch.DecodePatch(patch)
+		if err != nil {
+			t.Fatalf("%s -> %s: patch %s does not decode: %v", tc.a, tc.b, patch, err)
+		}
+		got, err := p.Apply([]byte(tc.a))
+		if err != nil || !Same(got, []byte(tc.b)) {
+			t.Errorf("%s -> %s: patch %s gives %s (%v)", tc.a, tc.b, patch, got, err)
+		}
+		if !Same(patch, []byte(tc.want)) {
+			t.Errorf("%s -> %s: patch %s, want %s", tc.a, tc.b, patch, tc.want)
 		}
 	}
 }
