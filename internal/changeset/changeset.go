@@ -30,10 +30,17 @@ import (
 // scan.go): a member or element written the same in both is skipped without being decoded,
 // which is most of an updated item; jsondiff aligns arrays (diffArray), and diffs, decoded,
 // only an object that names a member twice.
-func Patch(prev, next []byte) (json.RawMessage, error) {
+func Patch(prev, next []byte) (patch json.RawMessage, err error) {
 	if !gjson.ValidBytes(prev) || !gjson.ValidBytes(next) {
 		return nil, fmt.Errorf("changeset: diff: not valid JSON")
 	}
+	defer func() {
+		// The readers trust gjson's check; were it ever laxer than they are, the event goes
+		// without its patch rather than the worker down.
+		if r := recover(); r != nil {
+			patch, err = nil, fmt.Errorf("changeset: diff: %v", r)
+		}
+	}()
 	var ops []op
 	if err := diff(&ops, "", trimSpace(string(prev)), trimSpace(string(next))); err != nil {
 		return nil, err
