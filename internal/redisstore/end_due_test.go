@@ -191,6 +191,37 @@ func staleEndAfterDelete(t *testing.T, b redistest.Backend) {
 	}
 }
 
+// On one server a stale End (its lease taken over, the next cycle already claimed) writes no
+// due time, and nothing is rewritten for it: the claim's entry stays. Fails if the due entry is
+// healed from the state after a fenced-off folded End (the state's nextDue over the claim).
+func TestStaleEndLeavesANewerClaimsDueEntry(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, clk := newStore(t, b)
+		if !s.oneServer.Load() {
+			t.Skip("on a cluster the due write goes beside End, and a fenced-off End is healed")
+		}
+		key := watukuytype.Key{Poller: "orders", Partition: "sc"}
+		registerListing(t, s, key.Partition)
+		stale := beginOK(t, s, key, core.BeginForCycle) // TTL 30 s
+		clk.Advance(31 * time.Second)
+		next := beginOK(t, s, key, core.BeginForCycle)
+		if err := s.End(ctx, next.Lease, core.EndRequest{State: map[string]string{statehash.NextDue: strconv.FormatInt(clk.Now().Add(time.Minute).UnixMilli(), 10)},
+			NextDue: clk.Now().Add(time.Minute), Trigger: next.State[statehash.Trigger]}); err != nil {
+			t.Fatal(err)
+		}
+		claimed := clk.Now().Add(2 * time.Minute) // a later claim pushed the entry past its due time
+		zadd(t, b, s.DueKey("orders"), map[string]time.Time{key.String(): claimed})
+		err := s.End(ctx, stale.Lease, core.EndRequest{NextDue: clk.Now().Add(time.Hour), Trigger: stale.State[statehash.Trigger]})
+		if !watukuytype.IsLeaseLost(err) {
+			t.Fatalf("stale End: %v, want LEASE_LOST", err)
+		}
+		if sc, ok := dueScore(t, b, s, key); !ok || sc != float64(claimed.UnixMilli()) {
+			t.Fatalf("due entry %v (%v) after a stale End, want the claim's %d", sc, ok, claimed.UnixMilli())
+		}
+	})
+}
+
 // A cluster-mode node (one node owning every slot) behind a plain *redis.Client, with keys
 // that already have an epoch: End's folded script is refused (CROSSSLOT) and re-sent as
 // end.lua + set_due.lua. Fails if the End errors, is applied twice, loses the trigger that

@@ -576,8 +576,8 @@ func (s *Store) end(ctx context.Context, l core.Lease, e core.EndRequest, folded
 	v, err := endCall.cmd.Result()
 	if err != nil {
 		err = s.mapErr(end.name(), &l, err)
-		if watukuytype.IsLeaseLost(err) {
-			s.healDue(ctx, l.Key)
+		if watukuytype.IsLeaseLost(err) && !folded {
+			s.healDue(ctx, l.Key) // folded, the fenced-off script wrote no due time
 		}
 		return err
 	}
