@@ -42,7 +42,7 @@ func Patch(prev, next []byte) (patch json.RawMessage, err error) {
 		}
 	}()
 	var ops []op
-	if err := diff(&ops, "", trimSpace(string(prev)), trimSpace(string(next))); err != nil {
+	if err := diff(&ops, "", trimSpace(string(prev)), trimSpace(string(next)), 0); err != nil {
 		return nil, err
 	}
 	return appendPatch(make([]byte, 0, 64*len(ops)+2), ops), nil
@@ -85,15 +85,23 @@ func appendString(dst []byte, s string) []byte {
 	return append(dst, b...)
 }
 
-// diff appends the operations that turn a into b at path; a and b are valid JSON values
-// without surrounding space.
-func diff(ops *[]op, path string, a, b string) error {
+// walkDepth is how deep the walk goes: a value that differs below it is replaced whole. Each
+// level reads its value's bytes again, so an item nested thousands deep would cost the square
+// of its size; items nest a few levels.
+const walkDepth = 64
+
+// diff appends the operations that turn a into b at path, depth levels down; a and b are
+// valid JSON values without surrounding space.
+func diff(ops *[]op, path string, a, b string, depth int) error {
 	if a == b {
 		return nil
 	}
 	switch {
+	case depth >= walkDepth:
+		*ops = append(*ops, op{Op: jsondiff.OperationReplace, Path: path, Value: json.RawMessage(b)})
+		return nil
 	case a[0] == '[' && b[0] == '[':
-		return diffArray(ops, path, elements(a), elements(b))
+		return diffArray(ops, path, elements(a), elements(b), depth)
 	case a[0] != '{' || b[0] != '{':
 		// Scalars, or values of two kinds: the new one in place of the old, as written.
 		*ops = append(*ops, op{Op: jsondiff.OperationReplace, Path: path, Value: json.RawMessage(b)})
@@ -110,7 +118,7 @@ func diff(ops *[]op, path string, a, b string) error {
 			if va == vb {
 				continue // most members: no path made
 			}
-			if err := diff(ops, path+"/"+escapeToken(name[1:len(name)-1]), va, vb); err != nil {
+			if err := diff(ops, path+"/"+escapeToken(name[1:len(name)-1]), va, vb, depth+1); err != nil {
 				return err
 			}
 		}
@@ -128,7 +136,7 @@ func diff(ops *[]op, path string, a, b string) error {
 		inA[m.name] = true
 		at := path + "/" + escapeToken(m.name)
 		if bv, ok := byName[m.name]; ok {
-			if err := diff(ops, at, m.v, bv); err != nil {
+			if err := diff(ops, at, m.v, bv, depth+1); err != nil {
 				return err
 			}
 		} else {
@@ -146,11 +154,11 @@ func diff(ops *[]op, path string, a, b string) error {
 // diffArray appends the operations that turn array a into array b at path. jsondiff aligns the
 // elements by their longest common subsequence, each element standing for its bytes (so
 // nothing is decoded); the elements it pairs that differ are diffed in turn, on their bytes. An
-// array longer than lcsMaxElements is diffed element by element instead.
-func diffArray(ops *[]op, path string, a, b []string) error {
+// array longer than lcsMaxElements is diffed element by element instead. depth is the array's.
+func diffArray(ops *[]op, path string, a, b []string, depth int) error {
 	if max(len(a), len(b)) > lcsMaxElements {
 		for i := range min(len(a), len(b)) {
-			if err := diff(ops, path+"/"+strconv.Itoa(i), a[i], b[i]); err != nil {
+			if err := diff(ops, path+"/"+strconv.Itoa(i), a[i], b[i], depth+1); err != nil {
 				return err
 			}
 		}
@@ -191,7 +199,7 @@ func diffArray(ops *[]op, path string, a, b []string) error {
 			*ops = append(*ops, op{Op: o.Type, Path: at})
 			cur = slices.Delete(cur, i, i+1)
 		case o.Type == jsondiff.OperationReplace && i < len(cur):
-			if err := diff(ops, at, cur[i], raw); err != nil {
+			if err := diff(ops, at, cur[i], raw, depth+1); err != nil {
 				return err
 			}
 			cur[i] = raw

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -298,4 +299,87 @@ func FuzzPatch(f *testing.F) {
 			t.Fatalf("patch %s applied to %s gives %s, want %s", patch, a, got, b)
 		}
 	})
+}
+
+// patchApplies checks that the patch from a to b is valid JSON and, applied to a by an independent applier,
+// gives b.
+func patchApplies(t *testing.T, a, b string) {
+	t.Helper()
+	patch, err := Patch([]byte(a), []byte(b))
+	if err != nil {
+		t.Errorf("%q -> %q: %v", a, b, err)
+		return
+	}
+	if !json.Valid(patch) {
+		t.Errorf("%q -> %q: patch %q is not valid JSON", a, b, patch)
+		return
+	}
+	p, err := jsonpatch.DecodePatch(patch)
+	if err != nil {
+		t.Errorf("%q -> %q: patch %s does not decode: %v", a, b, patch, err)
+		return
+	}
+	got, err := p.Apply([]byte(a))
+	if err != nil || !Same(got, []byte(b)) {
+		t.Errorf("%q -> %q: patch %s gives %q (%v)", a, b, patch, got, err)
+	}
+}
+
+// Documents as JSON allows them to be written: every white space kind
+// between every token, escapes in names (\u0022, \\, \/, \u0000, surrogates), raw non-ASCII
+// names, numbers as written, nested empties, >32 and >16 members, names that repeat a plain
+// name with an escape. Fails if a patch is not valid JSON or does not give the second.
+func TestPatchOfDocumentsWrittenEveryWayApplies(t *testing.T) {
+	many := func(n, changed int, sep string) string {
+		var b strings.Builder
+		b.WriteString("{")
+		for i := range n {
+			if i > 0 {
+				b.WriteString("," + sep)
+			}
+			v := strconv.Itoa(i)
+			if i == changed {
+				v = "-1"
+			}
+			b.WriteString(`"k` + strings.Repeat("x", i) + `"` + sep + ":" + sep + v)
+		}
+		return b.String() + "}"
+	}
+	for _, tc := range []struct{ a, b string }{
+		{" \t\r\n{ \t\r\n\"a\" \t\r\n: \t\r\n[ \t\r\n1 \t\r\n, \t\r\n2 \t\r\n] \t\r\n, \"b\"\r:\n{ }\t}\r\n", `{"a":[1,3],"b":{"c":[]}}`},
+		{"[\r1\r,\t2\n,\n3 ]", "[ 1 , 3 , 2 ]"},
+		{`{"\u0022":1,"x":2}`, `{"\u0022":2,"x":2}`},
+		{`{"\"":1}`, `{"\u0022":2}`},
+		{`{"\\":1,"\/":2,"/":3}`, `{"\\":5,"\/":2,"/":4}`},
+		{`{"a\\":{"b":1}}`, `{"a\\":{"b":2}}`},
+		{`{"\\\"":1}`, `{"\\\"":2}`},
+		{`{"\u0000":1}`, `{"\u0000":2}`},
+		{`{"\ud83d\ude42":1,"🙂x":1}`, `{"🙂":2,"🙂x":2}`},
+		{`{"\ud800":1}`, `{"\ud800":2}`},
+		{`{"~":{"~1":1}}`, `{"~":{"~1":2,"/":3}}`},
+		{`{"n":-0,"m":1E+2,"o":1e-2,"p":0.10}`, `{"n":0,"m":100,"o":1E-2,"p":0.1}`},
+		{`{"a":[[],[[]],{}]}`, `{"a":[[[]],{},[]]}`},
+		{`{"a":"x\"]}","b":1}`, `{"a":"x\"]}","b":2}`},
+		{`["\\",{"]":"["}]`, `["\\\\",{"]":"[["}]`},
+		{`{"a":1,"\u0061":2}`, `{"\u0061":1,"a":3}`},
+		{`{"b":1,"a":2}`, `{"a":2,"b":3}`},
+		{many(40, -1, ""), many(40, 35, "")},
+		{many(40, -1, " \n"), many(40, 3, "\t")},
+		{many(20, -1, ""), many(20, 17, "")},
+		{`{"\u00e9":1,"é":2}`, `{"é":3}`},
+		{`{"a":true,"b":false,"c":null}`, `{"a":null,"b":true,"c":false}`},
+		{`[1,2,3]`, `[]`},
+		{`[]`, `[1,{"a":[]}]`},
+	} {
+		patchApplies(t, tc.a, tc.b)
+		patchApplies(t, tc.b, tc.a)
+	}
+}
+
+// Names whose bytes are invalid UTF-8 (gjson accepts them): two different such names are the
+// same U+FFFD name to any decoder. Fails if the patch does not give the second.
+func TestPatchOfNamesInInvalidUTF8(t *testing.T) {
+	patchApplies(t, "{\"\xff\":1,\"\xfe\":2}", "{\"\xff\":3,\"\xfe\":2}")
+	patchApplies(t, "{\"a\xff\":1}", "{\"a\xff\":2}")
+	patchApplies(t, "{\"a\":\"\xff\"}", "{\"a\":\"\xfe\"}")
 }

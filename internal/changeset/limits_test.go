@@ -1,6 +1,7 @@
 package changeset
 
 import (
+	"encoding/json"
 	"fmt"
 	"runtime"
 	"strings"
@@ -121,6 +122,63 @@ func TestPatchOfArraysPastTheLCSBoundApplies(t *testing.T) {
 		}
 		if strings.Contains(string(patch), `"path":"/xs/0"`) && !strings.Contains(string(patch), `"path":"/xs/0/n"`) {
 			t.Errorf("a changed element is replaced whole, not diffed member by member")
+		}
+	}
+}
+
+// nested is an item n levels deep, objects {"a":…} or arrays […], around leaf.
+func nested(n int, objects bool, leaf string) []byte {
+	if objects {
+		return []byte(strings.Repeat(`{"a":`, n) + leaf + strings.Repeat("}", n))
+	}
+	return []byte(strings.Repeat("[", n) + leaf + strings.Repeat("]", n))
+}
+
+// The patch of an item nested as deep as an item may be (encoding/json's 10,000 levels; a
+// deeper one is parked as invalid) whose innermost value changed costs memory in proportion to
+// the item: the walk goes walkDepth levels down and replaces what differs below. Fails past 1,000
+// times the item (each level reads its value again: 10,000 levels allocated 100 MB for 20 KB).
+func TestPatchOfADeeplyNestedItemCostsInProportionToTheItem(t *testing.T) {
+	for _, objects := range []bool{false, true} {
+		prev, next := nested(10000, objects, "0"), nested(10000, objects, "1")
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		patch, err := Patch(prev, next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+		if allocated, budget := after.TotalAlloc-before.TotalAlloc, uint64(1000*len(next)); allocated > budget {
+			t.Errorf("objects %v: the patch of two %d-byte items allocated %d MB, more than %d MB (1,000 times the item)",
+				objects, len(next), allocated>>20, budget>>20)
+		}
+		var ops []op
+		if err := json.Unmarshal(patch, &ops); err != nil || len(ops) != 1 || ops[0].Op != "replace" || strings.Count(ops[0].Path, "/") != walkDepth {
+			t.Errorf("objects %v: patch %.200s… (%v), want one replace %d levels down", objects, patch, err, walkDepth)
+		}
+	}
+}
+
+// Past walkDepth a changed value is replaced whole, and the patch still turns A into B.
+func TestPatchBelowTheWalkDepthReplacesWhatDiffers(t *testing.T) {
+	for _, objects := range []bool{false, true} {
+		prev := nested(walkDepth+3, objects, `{"x":1,"y":2}`)
+		next := nested(walkDepth+3, objects, `{"x":1,"y":3}`)
+		patch, err := Patch(prev, next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := jsonpatch.DecodePatch(patch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := p.Apply(prev)
+		if err != nil || !Same(got, next) {
+			t.Errorf("objects %v: patch %s gives %s (%v)", objects, patch, got, err)
+		}
+		if n := strings.Count(string(patch), `"op"`); n != 1 {
+			t.Errorf("objects %v: patch %s has %d operations, want 1", objects, patch, n)
 		}
 	}
 }

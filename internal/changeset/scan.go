@@ -1,6 +1,11 @@
 package changeset
 
-import "github.com/tidwall/gjson"
+import (
+	"strings"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+)
 
 // The walk reads documents gjson has checked, so these readers trust their input: they find
 // where a value ends, never whether it is well formed.
@@ -109,8 +114,8 @@ func elements(a string) []string {
 }
 
 // plainSameNames reports whether objects a and b name the same members in the same order,
-// each written without an escape and none twice: then the names are their bytes, and the
-// members pair up in order.
+// each written without an escape, in valid UTF-8, and none twice: then the names are their
+// bytes, and the members pair up in order.
 func plainSameNames(a, b string) bool {
 	var seen [32]string
 	ia, ib := objectScanner(a), objectScanner(b)
@@ -126,10 +131,8 @@ func plainSameNames(a, b string) bool {
 		if n == len(seen) {
 			return false // a large object: members() and a map tell
 		}
-		for i := 1; i < len(na)-1; i++ {
-			if na[i] == '\\' {
-				return false
-			}
+		if strings.IndexByte(na, '\\') >= 0 || !utf8.ValidString(na) {
+			return false
 		}
 		for _, s := range seen[:n] {
 			if s == na {
@@ -140,12 +143,19 @@ func plainSameNames(a, b string) bool {
 	}
 }
 
-// unquote is a member's name decoded from its quoted form.
+// unquote is a member's name decoded from its quoted form, each byte of invalid UTF-8 read as
+// U+FFFD, as decoders read it (two names written with different such bytes are one name).
 func unquote(q string) string {
-	for i := 1; i < len(q)-1; i++ {
-		if q[i] == '\\' {
-			return gjson.Parse(q).Str
-		}
+	name := q[1 : len(q)-1]
+	if strings.IndexByte(name, '\\') >= 0 {
+		name = gjson.Parse(q).Str
 	}
-	return q[1 : len(q)-1]
+	if utf8.ValidString(name) {
+		return name
+	}
+	var b strings.Builder
+	for _, r := range name { // ranging yields U+FFFD for each invalid byte
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -191,6 +191,16 @@ func staleEndAfterDelete(t *testing.T, b redistest.Backend) {
 	}
 }
 
+// endCycleDueAt runs one successful cycle of key ending with nextDue at.
+func endCycleDueAt(t *testing.T, s *Store, key watukuytype.Key, at time.Time) {
+	t.Helper()
+	r := beginOK(t, s, key, core.BeginForCycle)
+	if err := s.End(context.Background(), r.Lease, core.EndRequest{State: map[string]string{statehash.NextDue: strconv.FormatInt(at.UnixMilli(), 10)},
+		NextDue: at, Trigger: r.State[statehash.Trigger]}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // On one server a stale End (its lease taken over, the next cycle already claimed) writes no
 // due time, and nothing is rewritten for it: the claim's entry stays. Fails if the due entry is
 // healed from the state after a fenced-off folded End (the state's nextDue over the claim).
@@ -205,12 +215,8 @@ func TestStaleEndLeavesANewerClaimsDueEntry(t *testing.T) {
 		registerListing(t, s, key.Partition)
 		stale := beginOK(t, s, key, core.BeginForCycle) // TTL 30 s
 		clk.Advance(31 * time.Second)
-		next := beginOK(t, s, key, core.BeginForCycle)
-		if err := s.End(ctx, next.Lease, core.EndRequest{State: map[string]string{statehash.NextDue: strconv.FormatInt(clk.Now().Add(time.Minute).UnixMilli(), 10)},
-			NextDue: clk.Now().Add(time.Minute), Trigger: next.State[statehash.Trigger]}); err != nil {
-			t.Fatal(err)
-		}
-		claimed := clk.Now().Add(2 * time.Minute) // a later claim pushed the entry past its due time
+		endCycleDueAt(t, s, key, clk.Now().Add(time.Minute)) // the next cycle, begun and ended
+		claimed := clk.Now().Add(2 * time.Minute)            // a later claim pushed the entry past its due time
 		zadd(t, b, s.DueKey("orders"), map[string]time.Time{key.String(): claimed})
 		err := s.End(ctx, stale.Lease, core.EndRequest{NextDue: clk.Now().Add(time.Hour), Trigger: stale.State[statehash.Trigger]})
 		if !watukuytype.IsLeaseLost(err) {
@@ -218,6 +224,53 @@ func TestStaleEndLeavesANewerClaimsDueEntry(t *testing.T) {
 		}
 		if sc, ok := dueScore(t, b, s, key); !ok || sc != float64(claimed.UnixMilli()) {
 			t.Fatalf("due entry %v (%v) after a stale End, want the claim's %d", sc, ok, claimed.UnixMilli())
+		}
+	})
+}
+
+// A stale task of a deleted key (Begin answered 'deleted', then frozen before its Unschedule);
+// partitions add revives the key; a cycle runs and ends (state nextDue T); the key is claimed
+// and cycle A begins; the stale task wakes and Unschedules (the claimed entry is in the future,
+// so due_write removes it); A is frozen past its lease and its End is fenced off. Fails if the
+// registered, live, unpaused key is left with no due entry (only the repair sweep brings it
+// back). On a cluster the heal from the state gives it back; on one server only a missing entry
+// is given back.
+func TestFencedOffEndGivesBackADueEntryAStaleUnscheduleRemoved(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, clk := newStore(t, b)
+		key := watukuytype.Key{Poller: "orders", Partition: "un"}
+		registerListing(t, s, key.Partition)
+		d := beginOK(t, s, key, core.BeginForDelete)
+		if err := s.DeleteKey(ctx, d.Lease); err != nil {
+			t.Fatal(err)
+		}
+		// The stale task: its Begin sees the key deleted.
+		if r, err := s.Begin(ctx, key, "stale", 30*time.Second, core.BeginForCycle); err != nil || r.Status != core.BeginDeleted {
+			t.Fatalf("stale task's Begin: %s %v", statusName(r.Status), err)
+		}
+		clk.Advance(time.Second)
+		addKey(t, s, key) // partitions add: revived, due now
+		clk.Advance(time.Second)
+		endCycleDueAt(t, s, key, clk.Now().Add(time.Second)) // a cycle after the add: nextDue = T
+		clk.Advance(2 * time.Second)
+		keys, err := s.ClaimDue(ctx, 10, 0, []string{"orders"})
+		if err != nil || len(keys) != 1 {
+			t.Fatalf("claim: %v %v", keys, err)
+		}
+		a := beginOK(t, s, key, core.BeginForCycle)
+		// The stale task wakes: Unschedule (core does this after BeginDeleted).
+		if err := s.Unschedule(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(31 * time.Second) // A frozen past its lease
+		err = s.End(ctx, a.Lease, core.EndRequest{State: map[string]string{statehash.NextDue: strconv.FormatInt(clk.Now().Add(time.Minute).UnixMilli(), 10)},
+			NextDue: clk.Now().Add(time.Minute), Trigger: a.State[statehash.Trigger]})
+		if !watukuytype.IsLeaseLost(err) {
+			t.Fatalf("A's End: %v, want LEASE_LOST", err)
+		}
+		if _, ok := dueScore(t, b, s, key); !ok {
+			t.Fatal("the registered, live key has no due entry after a fenced-off End")
 		}
 	})
 }

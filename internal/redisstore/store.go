@@ -525,7 +525,7 @@ func (s *Store) Park(ctx context.Context, l core.Lease, p core.Parking) error {
 // and the due write (set_due.lua) travel in one pipeline (one round trip), and when the end
 // script reports a trigger that landed during the cycle, the due entry is made due now (the
 // pipelined write may have pushed it to NextDue). When the end script reports LEASE_LOST the
-// due entry is healed from the state (healDue). A re-sent end whose first attempt was applied
+// due entry is healed from the state (healDue); on one server only a missing one is given back. A re-sent end whose first attempt was applied
 // (DUPLICATE) succeeded.
 func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error {
 	err := s.end(ctx, l, e, s.oneServer.Load())
@@ -576,8 +576,15 @@ func (s *Store) end(ctx context.Context, l core.Lease, e core.EndRequest, folded
 	v, err := endCall.cmd.Result()
 	if err != nil {
 		err = s.mapErr(end.name(), &l, err)
-		if watukuytype.IsLeaseLost(err) && !folded {
-			s.healDue(ctx, l.Key) // folded, the fenced-off script wrote no due time
+		switch {
+		case !watukuytype.IsLeaseLost(err):
+		case folded:
+			// The fenced-off script wrote no due time, and a newer claim's entry stays; but
+			// an entry removed meanwhile (a stale task's unschedule of the claimed key) comes
+			// back, as the repair sweep would give it.
+			_, _ = s.repairKeys(ctx, l.Key.Poller, []core.RegKey{{Partition: l.Key.Partition}})
+		default:
+			s.healDue(ctx, l.Key)
 		}
 		return err
 	}
