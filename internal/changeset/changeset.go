@@ -262,7 +262,7 @@ func escapeToken(k string) string {
 // paths under path.
 func diffDecoded(ops *[]op, path, a, b string) error {
 	opts := []jsondiff.Option{jsondiff.UnmarshalFunc(decode)}
-	if max(longestArray([]byte(a)), longestArray([]byte(b))) <= lcsMaxElements {
+	if max(longestArray(a), longestArray(b)) <= lcsMaxElements {
 		opts = append(opts, jsondiff.LCS())
 	}
 	p, err := jsondiff.CompareJSON([]byte(a), []byte(b), opts...)
@@ -296,20 +296,16 @@ const lcsMaxElements = 512
 
 // longestArray is the element count of the longest array in doc (0 without one): one pass
 // over the bytes, strings skipped.
-func longestArray(doc []byte) int {
+func longestArray(doc string) int {
 	var counts []int // per open container: elements so far, -1 for an object
 	longest := 0
 	for i := 0; i < len(doc); i++ {
 		switch doc[i] {
 		case '"':
-			for i++; i < len(doc) && doc[i] != '"'; i++ {
-				if doc[i] == '\\' {
-					i++
-				}
-			}
+			i = stringEnd(doc, i) - 1
 		case '[':
 			counts = append(counts, 0)
-			if j := skipSpace(doc, i+1); j < len(doc) && doc[j] != ']' {
+			if j := skip(doc, i+1); j < len(doc) && doc[j] != ']' {
 				counts[len(counts)-1] = 1
 			}
 		case '{':
@@ -326,13 +322,6 @@ func longestArray(doc []byte) int {
 		}
 	}
 	return longest
-}
-
-func skipSpace(doc []byte, i int) int {
-	for i < len(doc) && (doc[i] == ' ' || doc[i] == '\t' || doc[i] == '\n' || doc[i] == '\r') {
-		i++
-	}
-	return i
 }
 
 // Same reports whether a and b are the same JSON value, numbers compared as written (1.0 is

@@ -221,7 +221,7 @@ func TestLongestArray(t *testing.T) {
 		{`{}`, 0}, {`[]`, 0}, {`[ ]`, 0}, {`[1]`, 1}, {`{"a":[1,2,3],"b":{"c":[[1,2],[3]]}}`, 3},
 		{`{"s":"[1,2,3,4]","a":[1,2]}`, 2}, {`{"s":"\"[,,,]","a":["x,y"]}`, 1}, {`[{"a":1,"b":2},{"c":3}]`, 2},
 	} {
-		if got := longestArray([]byte(tc.doc)); got != tc.want {
+		if got := longestArray(tc.doc); got != tc.want {
 			t.Errorf("longestArray(%s) = %d, want %d", tc.doc, got, tc.want)
 		}
 	}

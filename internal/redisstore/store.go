@@ -525,8 +525,8 @@ func (s *Store) Park(ctx context.Context, l core.Lease, p core.Parking) error {
 // and the due write (set_due.lua) travel in one pipeline (one round trip), and when the end
 // script reports a trigger that landed during the cycle, the due entry is made due now (the
 // pipelined write may have pushed it to NextDue). When the end script reports LEASE_LOST the
-// due entry is healed from the state (healDue); on one server only a missing one is given back. A re-sent end whose first attempt was applied
-// (DUPLICATE) succeeded.
+// due entry is healed from the state (healDue); on one server only a missing one is given
+// back. A re-sent end whose first attempt was applied (DUPLICATE) succeeded.
 func (s *Store) End(ctx context.Context, l core.Lease, e core.EndRequest) error {
 	err := s.end(ctx, l, e, s.oneServer.Load())
 	if crossSlot(err) {
