@@ -620,8 +620,12 @@ func (c *cycle) finish(ctx context.Context, failure *cycleError, paced time.Dura
 	return nil
 }
 
-// mergeCancel returns a context cancelled when either parent is.
+// mergeCancel returns a context cancelled when either parent is: ctx itself when other never
+// is (a cycle outside Tick has no yield of its own, and a merge costs allocations per cycle).
 func mergeCancel(ctx, other context.Context) (context.Context, context.CancelFunc) {
+	if other.Done() == nil {
+		return ctx, func() {}
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(other, func() { cancel(context.Cause(other)) })
 	return ctx, func() { stop(); cancel(nil) }

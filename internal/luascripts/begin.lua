@@ -59,8 +59,14 @@ if not h.epoch then
     seed = {epoch = e, floor = tonumber(f)}
   end
 end
-local outbox_len = redis.call('XLEN', KEYS[2])
-local ready = redis.call('ZCOUNT', KEYS[3], '-inf', now)
+-- An idle key has no outbox, released ordering keys or invalid observations: one EXISTS
+-- tells, where reading each would be a command apiece.
+local outbox_len, ready, invalid = 0, 0, 0
+if redis.call('EXISTS', KEYS[2], KEYS[3], KEYS[5]) > 0 then
+  outbox_len = redis.call('XLEN', KEYS[2])
+  ready = redis.call('ZCOUNT', KEYS[3], '-inf', now)
+  invalid = redis.call('HLEN', KEYS[5])
+end
 local function granted(epoch)
   local fields = {}
   for k, v in pairs(h) do
@@ -69,7 +75,7 @@ local function granted(epoch)
       fields[#fields + 1] = v
     end
   end
-  return {'ok', epoch, now, outbox_len, fields, ready, redis.call('HLEN', KEYS[4]), redis.call('HLEN', KEYS[5])}
+  return {'ok', epoch, now, outbox_len, fields, ready, redis.call('HLEN', KEYS[4]), invalid}
 end
 local expires = tonumber(h.expiresAt or '0')
 if expires > now and h.token == token then return granted(tonumber(h.epoch)) end
@@ -83,6 +89,11 @@ elseif mode == 'cycle' then
 end
 if expires > now then return {'leased', expires, now} end
 
+-- The grant's fields go in one HSET: the epoch one above the last (or the seed's), computed
+-- here while its digits are exact as a Lua number (HINCRBY past that: an epoch stays exact
+-- past 2^53).
+local base = h.epoch
+local grant = {}
 if seed then
   -- The key's first grant (or its first since a deletion was forgotten): its epochs start
   -- above every epoch a deleted key of the poller had, and when the poller ever deleted one,
@@ -92,20 +103,40 @@ if seed then
     redis.call('DEL', KEYS[1])
     h = {}
   end
-  redis.call('HSET', KEYS[1], 'epoch', seed.epoch)
+  base = seed.epoch
   if seed.floor > 0 then
     h.incarnation = string.format('%d', math.max(now, seed.floor))
-    redis.call('HSET', KEYS[1], 'incarnation', h.incarnation)
+    grant = {'incarnation', h.incarnation}
   end
 end
--- HINCRBY, not Lua arithmetic: an epoch stays exact past 2^53.
-local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, 'expiresAt', now + tonumber(ARGV[2]))
-if h.write then redis.call('HDEL', KEYS[1], 'write') end
+base = base or '0'
+local epoch
+if #base < 16 then
+  epoch = tonumber(base) + 1
+  grant[#grant + 1] = 'epoch'
+  grant[#grant + 1] = string.format('%d', epoch)
+elseif seed then
+  grant[#grant + 1] = 'epoch'
+  grant[#grant + 1] = base
+end
+grant[#grant + 1] = 'owner'
+grant[#grant + 1] = ARGV[1]
+grant[#grant + 1] = 'token'
+grant[#grant + 1] = token
+grant[#grant + 1] = 'expiresAt'
+grant[#grant + 1] = now + tonumber(ARGV[2])
+-- The last grant's write id goes (0: no write of this grant yet).
+if h.write then
+  grant[#grant + 1] = 'write'
+  grant[#grant + 1] = '0'
+end
 if mode == 'delete' then
   h.deleted = '1'
-  redis.call('HSET', KEYS[1], 'deleted', '1')
+  grant[#grant + 1] = 'deleted'
+  grant[#grant + 1] = '1'
 end
+redis.call('HSET', KEYS[1], unpack(grant))
+if not epoch then epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1) end
 -- A grant on a deletion mark (a delete again, an add) keeps the mark until it ends: expiring
 -- under the grant, it would take the grant's epoch, which no high-water mark holds yet.
 if mode == 'delete' or mode == 'add' then redis.call('PERSIST', KEYS[1]) end

@@ -16,20 +16,25 @@
 -- LEASE_LOST when the lease expired. The due write goes through prelude's due_write, as
 -- set_due.lua's: never over a due-now entry.
 local now = now_ms(ARGV[3])
-local err, dup = fence(KEYS[1], ARGV[1], ARGV[2], now, ARGV[4])
+local err, dup, l = fence(KEYS[1], ARGV[1], ARGV[2], now, ARGV[4], 'trig')
 if err then return err end
 if dup then return DUPLICATE end
 local n = tonumber(ARGV[5])
-if n > 0 then chunked('HSET', KEYS[1], ARGV, 6, 5 + n * 2, 1000) end
 local d = 6 + n * 2
 local m = tonumber(ARGV[d])
+local triggered = (l[5] or '') ~= ARGV[d + m + 1]
 redis.call('HDEL', KEYS[1], 'owner', 'expiresAt', unpack(ARGV, d + 1, d + m))
-local triggered = (redis.call('HGET', KEYS[1], 'trig') or '') ~= ARGV[d + m + 1]
+-- The pairs, the write id and a trigger's due-now in one HSET, unless the pairs are too many
+-- for one call.
+local a = {}
+if n <= 400 then a = {unpack(ARGV, 6, 5 + n * 2)} else chunked('HSET', KEYS[1], ARGV, 6, 5 + n * 2, 1000) end
+a[#a + 1] = 'write'
+a[#a + 1] = ARGV[4]
 if triggered then
-  redis.call('HSET', KEYS[1], 'write', ARGV[4], 'nextDue', '0')
-else
-  redis.call('HSET', KEYS[1], 'write', ARGV[4])
+  a[#a + 1] = 'nextDue'
+  a[#a + 1] = '0'
 end
+redis.call('HSET', KEYS[1], unpack(a))
 if KEYS[2] then due_write(KEYS[2], ARGV[d + m + 2], triggered and '0' or ARGV[d + m + 3], now) end
 if triggered then return 2 end
 return 1

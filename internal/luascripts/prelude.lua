@@ -31,8 +31,10 @@ end
 -- a write whose number is not above the last one the lease recorded ran before (the client
 -- re-sent it after a read timeout) or is overtaken (a late copy arriving after later writes),
 -- and returns true for "already applied", so the caller writes nothing.
-local function fence(state_key, epoch, token, now, wid)
-  local l = redis.call('HMGET', state_key, 'epoch', 'token', 'expiresAt', 'write')
+-- Further arguments name state fields read in the same HMGET: their values come third, from
+-- index 5 on (a command less for a script that needs them).
+local function fence(state_key, epoch, token, now, wid, ...)
+  local l = redis.call('HMGET', state_key, 'epoch', 'token', 'expiresAt', 'write', ...)
   if l[1] ~= epoch or l[2] ~= token then
     return redis.error_reply('LEASE_LOST epoch ' .. epoch .. ' is stale (current ' .. tostring(l[1]) .. ')')
   end
@@ -40,7 +42,7 @@ local function fence(state_key, epoch, token, now, wid)
   if not l[3] or tonumber(l[3]) <= now then
     return redis.error_reply('LEASE_LOST lease of epoch ' .. epoch .. ' expired')
   end
-  return nil, false
+  return nil, false, l
 end
 
 -- The lease's fields in the state hash: epoch, token, owner, expiresAt, write, reply. Go names

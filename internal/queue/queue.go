@@ -17,6 +17,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/watukuy/watukuy/internal/core"
 	"github.com/watukuy/watukuy/internal/outage"
@@ -100,6 +101,8 @@ type Enqueuer struct {
 	// until the earliest key is due when that comes sooner, and a wake-up message cuts the
 	// sleep short.
 	Idle time.Duration
+	// Enqueuing is how many of a claim's tasks are enqueued at once; default 8.
+	Enqueuing int
 	// TaskTimeout bounds one cycle in the worker; default 30m.
 	TaskTimeout time.Duration
 	Logger      zerolog.Logger
@@ -206,6 +209,9 @@ func (s *Enqueuer) defaults() {
 	if s.PerTask <= 0 {
 		s.PerTask = 10
 	}
+	if s.Enqueuing <= 0 {
+		s.Enqueuing = 8
+	}
 	if s.Idle <= 0 {
 		s.Idle = time.Second
 	}
@@ -263,79 +269,109 @@ func (s *Enqueuer) Once(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("scheduler: claim: %w", err)
 	}
-	keys := c.Keys
-	claimed, enqueued := len(keys), 0
-	var queued []watukuytype.Key // keys a task of which is enqueued: their claims are confirmed
+	claimed := len(c.Keys)
 	per := max(1, min(s.PerTask, claimed/8))
+	var chunks [][]watukuytype.Key
+	for keys := c.Keys; len(keys) > 0; keys = keys[min(per, len(keys)):] {
+		chunks = append(chunks, keys[:min(per, len(keys))])
+	}
+	// A task's enqueue is a round trip of its own (asynq enqueues one task a call): a claim's
+	// tasks go Enqueuing at a time, so the claim's keys are queued in a few round trips' time,
+	// not one after another.
+	outs := make([]enqueued, len(chunks))
+	var g errgroup.Group
+	g.SetLimit(s.Enqueuing)
+	for i, chunk := range chunks {
+		g.Go(func() error {
+			outs[i] = s.enqueue(ctx, chunk)
+			return nil
+		})
+	}
+	_ = g.Wait()                 // each outcome holds its errors
+	var queued []watukuytype.Key // keys a task of which is enqueued: their claims are confirmed
 	var errs []error
-	for len(keys) > 0 {
-		n := min(per, len(keys))
-		chunk := keys[:n]
-		keys = keys[n:]
-		members := make([]string, n)
-		for i, k := range chunk {
-			members[i] = k.String()
+	n := 0
+	for i, o := range outs {
+		if o.new {
+			n += len(chunks[i])
 		}
-		// One key: its ID is the key's, so a key is never queued twice. Several: the claim
-		// already made them exclusive, and a duplicate that slips past a claim timeout is
-		// fenced by the lease. Their ID names the whole set, so a conflict means these very
-		// keys are queued: named by the first key and the count alone, a task of other keys
-		// behind the same first key passed for theirs, and they waited out their claim
-		// (the likely cause of cycles 15–37 s late in a watukuy bench lateness run).
-		payload := strings.Join(members, "\n")
-		id := chunkTaskID(s.Prefix, chunk, payload)
-		// Retries only matter for tasks orphaned by a dead worker: asynq's recoverer requeues
-		// them (a cycle itself never fails its task).
-		task := asynq.NewTask(TaskType, []byte(payload), asynq.TaskID(id), asynq.Queue(s.Queue),
-			asynq.MaxRetry(5), asynq.Timeout(s.TaskTimeout), asynq.Retention(0))
-		_, err := s.Client.EnqueueContext(ctx, task)
-		if conflict(err) {
-			switch deleted, ran := s.unblock(id); {
-			case deleted:
-				_, err = s.Client.EnqueueContext(ctx, task)
-			case ran:
-				err = nil
-			}
+		if o.queued {
+			queued = append(queued, chunks[i]...)
 		}
-		if conflict(err) && n == 1 && s.orphaned(ctx, chunk[0], id) {
-			// The task is "active" but no one holds the key's lease: its worker died
-			// mid-cycle. asynq recovers such tasks only a minute or two later, so the key
-			// gets a fresh task now; if the orphan runs later, its cycle is fenced or skipped.
-			task = asynq.NewTask(TaskType, task.Payload(), asynq.TaskID(id+"~"+strconv.FormatInt(time.Now().UnixNano(), 36)),
-				asynq.Queue(s.Queue), asynq.MaxRetry(5), asynq.Timeout(s.TaskTimeout), asynq.Retention(0))
-			_, err = s.Client.EnqueueContext(ctx, task)
-		}
-		switch {
-		case err == nil:
-			enqueued += n
-			queued = append(queued, chunk...)
-		case conflict(err) && s.active(id):
-			// Running: a task runs its keys one after another, and a cycle writes its due
-			// time before its task completes, so these keys may have ended their cycles and
-			// become due again while the task runs the others (budget waits make that long).
-			// The claim is handed back shortly; held on, it would keep them out for the whole
-			// claim timeout. A cycle still running writes its own due time when it ends.
-			errs = append(errs, s.handBack(ctx, chunk)...)
-		case conflict(err):
-			// Already queued: it runs these keys.
-			queued = append(queued, chunk...)
-		default:
-			// Held on, the claim would keep them out for the whole claim timeout (32 s by
-			// default) though asynq may answer the next enqueue; unreachable Redis fails the
-			// hand-back too, and the claim timeout brings them back.
-			errs = append(errs, fmt.Errorf("enqueue %v: %w", members, err))
-			errs = append(errs, s.handBack(ctx, chunk)...)
-		}
+		errs = append(errs, o.errs...)
 	}
 	// Unconfirmed, the claims lapse after the window and the keys are claimed again: a second
 	// task for keys already queued, which the lease fences.
 	if err := s.Store.ConfirmClaims(ctx, c, queued, s.ClaimTimeout); err != nil {
 		errs = append(errs, err)
 	}
-	if s.OnEnqueued != nil && enqueued > 0 {
-		s.OnEnqueued(enqueued)
+	if s.OnEnqueued != nil && n > 0 {
+		s.OnEnqueued(n)
 	}
 	return claimed, errors.Join(errs...)
+}
+
+// enqueued is what became of one task of claimed keys: enqueued anew (new), queued (a task
+// of them is, new or not: their claims are confirmed), and the errors met.
+type enqueued struct {
+	new, queued bool
+	errs        []error
+}
+
+// enqueue queues the task of chunk, claimed keys.
+func (s *Enqueuer) enqueue(ctx context.Context, chunk []watukuytype.Key) enqueued {
+	n := len(chunk)
+	members := make([]string, n)
+	for i, k := range chunk {
+		members[i] = k.String()
+	}
+	// One key: its ID is the key's, so a key is never queued twice. Several: the claim
+	// already made them exclusive, and a duplicate that slips past a claim timeout is
+	// fenced by the lease. Their ID names the whole set, so a conflict means these very
+	// keys are queued: named by the first key and the count alone, a task of other keys
+	// behind the same first key passed for theirs, and they waited out their claim
+	// (the likely cause of cycles 15–37 s late in a watukuy bench lateness run).
+	payload := strings.Join(members, "\n")
+	id := chunkTaskID(s.Prefix, chunk, payload)
+	// Retries only matter for tasks orphaned by a dead worker: asynq's recoverer requeues
+	// them (a cycle itself never fails its task).
+	task := asynq.NewTask(TaskType, []byte(payload), asynq.TaskID(id), asynq.Queue(s.Queue),
+		asynq.MaxRetry(5), asynq.Timeout(s.TaskTimeout), asynq.Retention(0))
+	_, err := s.Client.EnqueueContext(ctx, task)
+	if conflict(err) {
+		switch deleted, ran := s.unblock(id); {
+		case deleted:
+			_, err = s.Client.EnqueueContext(ctx, task)
+		case ran:
+			err = nil
+		}
+	}
+	if conflict(err) && n == 1 && s.orphaned(ctx, chunk[0], id) {
+		// The task is "active" but no one holds the key's lease: its worker died
+		// mid-cycle. asynq recovers such tasks only a minute or two later, so the key
+		// gets a fresh task now; if the orphan runs later, its cycle is fenced or skipped.
+		task = asynq.NewTask(TaskType, task.Payload(), asynq.TaskID(id+"~"+strconv.FormatInt(time.Now().UnixNano(), 36)),
+			asynq.Queue(s.Queue), asynq.MaxRetry(5), asynq.Timeout(s.TaskTimeout), asynq.Retention(0))
+		_, err = s.Client.EnqueueContext(ctx, task)
+	}
+	switch {
+	case err == nil:
+		return enqueued{new: true, queued: true}
+	case conflict(err) && s.active(id):
+		// Running: a task runs its keys one after another, and a cycle writes its due
+		// time before its task completes, so these keys may have ended their cycles and
+		// become due again while the task runs the others (budget waits make that long).
+		// The claim is handed back shortly; held on, it would keep them out for the whole
+		// claim timeout. A cycle still running writes its own due time when it ends.
+		return enqueued{errs: s.handBack(ctx, chunk)}
+	case conflict(err):
+		return enqueued{queued: true} // already queued: it runs these keys
+	default:
+		// Held on, the claim would keep them out for the whole claim timeout (32 s by
+		// default) though asynq may answer the next enqueue; unreachable Redis fails the
+		// hand-back too, and the claim timeout brings them back.
+		return enqueued{errs: append([]error{fmt.Errorf("enqueue %v: %w", members, err)}, s.handBack(ctx, chunk)...)}
+	}
 }
 
 // chunkTaskID is the task ID of the claimed keys whose members joined make payload: the key's

@@ -108,6 +108,79 @@ func TestSchedulersEnqueueEachKeyOnce(t *testing.T) {
 	})
 }
 
+// A claim's tasks are enqueued Enqueuing at a time, never more: each enqueue is a round trip
+// of its own, and one after another they would bound a scheduler to one task per round trip.
+func TestEnqueuerQueuesAClaimsTasksSeveralAtATime(t *testing.T) {
+	for _, limit := range []int{1, 4} {
+		t.Run(fmt.Sprintf("Enqueuing=%d", limit), func(t *testing.T) {
+			b, st, _ := oneKey(t)
+			ctx := context.Background()
+			if err := st.Register(ctx, pollerP, entries(keys(12))); err != nil {
+				t.Fatal(err)
+			}
+			// The enqueues wait for each other until limit of them are in flight (or a few
+			// seconds pass: enqueued one after another, they never are).
+			g := &enqueueGate{limit: limit, full: make(chan struct{})}
+			var cancel context.CancelFunc
+			g.giveUp, cancel = context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			asynqRdb := redis.NewClient(b.Client.(*redis.Client).Options())
+			defer asynqRdb.Close()
+			asynqRdb.AddHook(g)
+			s := &Enqueuer{Store: st, Client: asynq.NewClientFromRedisClient(asynqRdb), Prefix: "w", Batch: 100, PerTask: 1, Enqueuing: limit}
+			n, err := s.Once(ctx)
+			if err != nil || n != 12 {
+				t.Fatalf("claimed %d keys (%v), want 12", n, err)
+			}
+			if info, err := asynq.NewInspectorFromRedisClient(b.Client).GetQueueInfo(DefaultQueue); err != nil || info.Pending != 12 {
+				t.Fatalf("queue %+v (%v), want 12 tasks pending", info, err)
+			}
+			if g.most != limit {
+				t.Fatalf("at most %d enqueues in flight at once, want %d", g.most, limit)
+			}
+		})
+	}
+}
+
+// enqueueGate is a go-redis hook holding each script call (asynq's enqueue) until limit of them are in flight (or
+// giveUp ends), and counting the most in flight at once.
+type enqueueGate struct {
+	limit    int
+	giveUp   context.Context
+	full     chan struct{}
+	mu       sync.Mutex
+	in, most int
+}
+
+func (g *enqueueGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *enqueueGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (g *enqueueGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n != "evalsha" && n != "eval" { // asynq's scripts only, not a connection's setup
+			return next(ctx, cmd)
+		}
+		g.mu.Lock()
+		g.in++
+		g.most = max(g.most, g.in)
+		if g.in == g.limit {
+			select {
+			case <-g.full:
+			default:
+				close(g.full)
+			}
+		}
+		g.mu.Unlock()
+		select {
+		case <-g.full:
+		case <-g.giveUp.Done():
+		}
+		defer func() { g.mu.Lock(); g.in--; g.mu.Unlock() }()
+		return next(ctx, cmd)
+	}
+}
+
 // The worker's handler runs the cycle of every key a task carries; a trigger wakes a
 // sleeping scheduler at once.
 func TestWorkerRunsTasksAndTriggerWakesScheduler(t *testing.T) {

@@ -1,13 +1,14 @@
 package redisstore
 
 // End and the key's due entry (end.lua writes it on one server, set_due.lua beside it on a
-// cluster): an End re-sent by go-redis with something landing between its two copies (a
+// cluster), and what End writes into the state: an End re-sent by go-redis with something landing between its two copies (a
 // trigger, the next cycle's claim and Begin), a stale End after partitions delete, and a
 // cluster-mode node behind a plain client (CROSSSLOT: the store falls back to the pair).
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -320,4 +321,56 @@ func TestEndOnAClusterModeNodeFallsBack(t *testing.T) {
 			t.Fatalf("b after its End: due %v (%v), want in an hour", sc, ok)
 		}
 	}
+}
+
+// End writes the schedule, its write id and, after a trigger landed during the cycle, the due-now
+// nextDue whether its state pairs fit one HSET or not (more than one call's worth goes in
+// slices), and drops the lease and the fields it deletes.
+func TestEndWritesItsStateInOneCallOrInSlices(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		for _, tc := range []struct {
+			pairs     int
+			triggered bool
+		}{{2, false}, {2, true}, {1200, false}, {1200, true}} {
+			t.Run(fmt.Sprintf("pairs=%d,triggered=%v", tc.pairs, tc.triggered), func(t *testing.T) {
+				ctx := context.Background()
+				s, clk := newStore(t, b)
+				part := fmt.Sprintf("p%d-%v", tc.pairs, tc.triggered) // the backend outlives the subtest
+				registerListing(t, s, part)
+				key := watukuytype.Key{Poller: "orders", Partition: part}
+				b.Client.HSet(ctx, s.Key(key, "state"), "gone", "x")
+				r := beginOK(t, s, key, core.BeginForCycle)
+				if tc.triggered {
+					if err := s.Trigger(ctx, key); err != nil {
+						t.Fatal(err)
+					}
+				}
+				state := map[string]string{statehash.NextDue: strconv.FormatInt(clk.Now().Add(time.Hour).UnixMilli(), 10)}
+				for i := len(state); i < tc.pairs; i++ {
+					state[fmt.Sprintf("f%04d", i)] = strconv.Itoa(i)
+				}
+				if err := s.End(ctx, r.Lease, core.EndRequest{State: state, Delete: []string{"gone"}, NextDue: clk.Now().Add(time.Hour), Trigger: r.State[statehash.Trigger]}); err != nil {
+					t.Fatal(err)
+				}
+				got := b.Client.HGetAll(ctx, s.Key(key, "state")).Val()
+				for f, v := range state {
+					want := v
+					if f == statehash.NextDue && tc.triggered {
+						want = "0"
+					}
+					if got[f] != want {
+						t.Fatalf("field %s = %q, want %q", f, got[f], want)
+					}
+				}
+				for _, f := range []string{"gone", statehash.LeaseOwner, statehash.LeaseExpires} {
+					if v, ok := got[f]; ok {
+						t.Errorf("field %s kept (%q)", f, v)
+					}
+				}
+				if got[statehash.LeaseWrite] == "" || got[statehash.LeaseWrite] == "0" {
+					t.Errorf("write id %q, want the End's", got[statehash.LeaseWrite])
+				}
+			})
+		}
+	})
 }

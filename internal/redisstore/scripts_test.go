@@ -225,7 +225,7 @@ func TestHeadersMatchTheWrappers(t *testing.T) {
 // Every fenced script checks its fence before anything else: the fence call is its first
 // command and its error is returned at once.
 func TestFenceComesFirst(t *testing.T) {
-	first := regexp.MustCompile(`(?s)^local now = now_ms\(ARGV\[3\]\)\nlocal err(, dup)? = fence\(KEYS\[\d+\], ARGV\[1\], ARGV\[2\], now(, ARGV\[4\])?\)\nif err then return err end\n`)
+	first := regexp.MustCompile(`(?s)^local now = now_ms\(ARGV\[3\]\)\nlocal err(, dup(, l)?)? = fence\(KEYS\[\d+\], ARGV\[1\], ARGV\[2\], now(, ARGV\[4\](, '\w+')*)?\)\nif err then return err end\n`)
 	n := 0
 	for _, name := range luascripts.Names() {
 		h, b := source(t, name)
