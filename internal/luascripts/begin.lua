@@ -90,8 +90,9 @@ end
 if expires > now then return {'leased', expires, now} end
 
 -- The grant's fields go in one HSET: the epoch one above the last (or the seed's), computed
--- here while its digits are exact as a Lua number (HINCRBY past that: an epoch stays exact
--- past 2^53).
+-- here while its digits are exact as a Lua number; past that HINCRBY raises it first, before
+-- anything else is written, so that its failure (past int64) leaves the state as it was. The
+-- stored epoch stays exact past 2^53; the reply carries it as a Lua number.
 local base = h.epoch
 local grant = {}
 if seed then
@@ -115,9 +116,9 @@ if #base < 16 then
   epoch = tonumber(base) + 1
   grant[#grant + 1] = 'epoch'
   grant[#grant + 1] = string.format('%d', epoch)
-elseif seed then
-  grant[#grant + 1] = 'epoch'
-  grant[#grant + 1] = base
+else
+  if seed then redis.call('HSET', KEYS[1], 'epoch', base) end
+  epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 end
 grant[#grant + 1] = 'owner'
 grant[#grant + 1] = ARGV[1]
@@ -136,7 +137,6 @@ if mode == 'delete' then
   grant[#grant + 1] = '1'
 end
 redis.call('HSET', KEYS[1], unpack(grant))
-if not epoch then epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1) end
 -- A grant on a deletion mark (a delete again, an add) keeps the mark until it ends: expiring
 -- under the grant, it would take the grant's epoch, which no high-water mark holds yet.
 if mode == 'delete' or mode == 'add' then redis.call('PERSIST', KEYS[1]) end

@@ -142,6 +142,160 @@ func TestEnqueuerQueuesAClaimsTasksSeveralAtATime(t *testing.T) {
 	}
 }
 
+// One claim of 16 keys, each task of one key, whose task IDs meet every case at once: archived
+// (replaced), scheduled (run now), active with a live lease (handed back), active orphaned
+// (a fresh task), pending (already queued) and none (new). Each key ends queued and confirmed,
+// or handed back, never both nor neither; OnEnqueued counts the new ones.
+func TestEnqueuingSeveralAtATimeMeetsEveryKindOfTaskID(t *testing.T) {
+	for _, limit := range []int{1, 8, 32} {
+		t.Run(fmt.Sprintf("Enqueuing=%d", limit), func(t *testing.T) {
+			b := redistest.Real(t)
+			ctx := context.Background()
+			st, err := redisstore.New(b.Client, redisstore.Options{Prefix: "z"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ks := keys(16)
+			if err := st.Register(ctx, pollerP, entries(ks)); err != nil {
+				t.Fatal(err)
+			}
+			insp := asynq.NewInspectorFromRedisClient(b.Client)
+			client := asynq.NewClientFromRedisClient(b.Client)
+			enq := func(k watukuytype.Key, opts ...asynq.Option) {
+				t.Helper()
+				opts = append([]asynq.Option{asynq.TaskID(TaskID("z", k)), asynq.Queue(DefaultQueue)}, opts...)
+				if _, err := client.Enqueue(asynq.NewTask(TaskType, []byte(k.String())), opts...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// k06, k07 (lease live) and k08 (orphan) run in a blocked worker.
+			started := make(chan struct{}, 3)
+			release := make(chan struct{})
+			srv := asynq.NewServerFromRedisClient(b.Client, ServerConfig(3, time.Second, "", zerolog.Nop()))
+			if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+				started <- struct{}{}
+				<-release
+				return nil
+			})); err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Shutdown()
+			defer close(release)
+			for _, i := range []int{6, 7, 8} {
+				enq(ks[i])
+			}
+			for range 3 {
+				select {
+				case <-started:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the worker took fewer than 3 tasks")
+				}
+			}
+			for _, i := range []int{6, 7} {
+				if _, err := st.Begin(ctx, ks[i], "w", time.Minute, core.BeginForDelete); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, i := range []int{0, 1, 2, 3} {
+				enq(ks[i])
+				if err := insp.ArchiveTask(DefaultQueue, TaskID("z", ks[i])); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, i := range []int{4, 5} {
+				enq(ks[i], asynq.ProcessIn(time.Hour))
+			}
+			for _, i := range []int{9, 10, 11} {
+				enq(ks[i])
+			}
+			// Every key due now again (the Begins above moved none, but be explicit).
+			for _, k := range ks {
+				b.Client.ZAdd(ctx, st.DueKey("p"), redis.Z{Score: 1, Member: k.String()})
+			}
+			var mu sync.Mutex
+			counted := 0
+			s := &Enqueuer{Store: st, Client: client, Inspector: insp, Prefix: "z", Batch: 100, PerTask: 1, Enqueuing: limit,
+				ClaimTimeout: time.Hour, OnEnqueued: func(n int) { mu.Lock(); counted += n; mu.Unlock() }}
+			n, err := s.Once(ctx)
+			if err != nil || n != 16 {
+				t.Fatalf("claimed %d, %v", n, err)
+			}
+			if counted != 11 {
+				t.Errorf("OnEnqueued counted %d, want 11 (4 replaced, 2 run now, 1 orphan replaced, 4 new)", counted)
+			}
+			srvNow, _ := b.Client.Time(ctx).Result()
+			for i, k := range ks {
+				d := time.UnixMilli(int64(b.Client.ZScore(ctx, st.DueKey("p"), k.String()).Val())).Sub(srvNow)
+				handedBack := i == 6 || i == 7
+				switch {
+				case handedBack && d > RequeueAfter:
+					t.Errorf("%s (its task running under a live lease): due in %s, want handed back (%s)", k, d, RequeueAfter)
+				case !handedBack && d < 50*time.Minute:
+					t.Errorf("%s: due in %s, want the confirmed claim (1h)", k, d)
+				}
+			}
+			pending, err := insp.ListPendingTasks(DefaultQueue, asynq.PageSize(100))
+			if err != nil {
+				t.Fatal(err)
+			}
+			per := map[string]int{}
+			for _, ti := range pending {
+				per[string(ti.Payload)]++
+			}
+			for i, k := range ks {
+				want := 1
+				if i == 6 || i == 7 {
+					want = 0
+				}
+				if per[k.String()] != want {
+					t.Errorf("%s: %d pending tasks, want %d", k, per[k.String()], want)
+				}
+			}
+			var orphan bool
+			for _, ti := range pending {
+				orphan = orphan || strings.HasPrefix(ti.ID, TaskID("z", ks[8])+"~")
+			}
+			if !orphan {
+				t.Errorf("no fresh task for the orphaned key")
+			}
+		})
+	}
+}
+
+// A claim whose enqueues all fail (asynq's Redis gone) with Enqueuing > 1 (asynq's Redis refuses writes): every key is
+// handed back, none is confirmed, and the errors name every task.
+func TestEnqueueFailuresHandEveryKeyBack(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := context.Background()
+	st, _ := redisstore.New(b.Client, redisstore.Options{Prefix: "f"})
+	ks := keys(40)
+	if err := st.Register(ctx, pollerP, entries(ks)); err != nil {
+		t.Fatal(err)
+	}
+	down := redistest.Real(t)
+	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: strings.TrimPrefix(down.URL, "unix://"), MaxRetries: -1})
+	defer rdb.Close()
+	_ = down.Client.Do(ctx, "CONFIG", "SET", "maxmemory", "1").Err()
+	_ = down.Client.Do(ctx, "CONFIG", "SET", "maxmemory-policy", "noeviction").Err()
+	// Fill so writes are refused: OOM.
+	_ = down.Client.Set(ctx, "fill", strings.Repeat("x", 1<<16), 0).Err()
+	client := asynq.NewClientFromRedisClient(rdb)
+	s := &Enqueuer{Store: st, Client: client, Prefix: "f", PerTask: 10, Enqueuing: 8, ClaimTimeout: time.Hour}
+	n, err := s.Once(ctx)
+	if n != 40 || err == nil {
+		t.Fatalf("claimed %d, %v; want 40 and an error", n, err)
+	}
+	if c := strings.Count(err.Error(), "enqueue ["); c != 8 {
+		t.Errorf("%d enqueue errors, want 8 (one per task of 5 keys): %v", c, err)
+	}
+	srvNow, _ := b.Client.Time(ctx).Result()
+	for _, k := range ks {
+		if d := time.UnixMilli(int64(b.Client.ZScore(ctx, st.DueKey("p"), k.String()).Val())).Sub(srvNow); d > RequeueAfter {
+			t.Errorf("%s due in %s, want handed back", k, d)
+		}
+	}
+}
+
 // enqueueGate is a go-redis hook holding each script call (asynq's enqueue) until limit of them are in flight (or
 // giveUp ends), and counting the most in flight at once.
 type enqueueGate struct {

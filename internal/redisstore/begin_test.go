@@ -6,7 +6,9 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"math/big"
 	"strconv"
 	"strings"
 	"testing"
@@ -307,4 +309,169 @@ func TestFirstBeginOnARing(t *testing.T) {
 			t.Errorf("first Begin of registered %s: %s %v", p, statusName(r.Status), err)
 		}
 	}
+}
+
+// G2/G5: epochs stored at 14, 15 and 16 digits grow by exactly one per grant across the
+// boundary between the epoch begin.lua computes and the one HINCRBY raises, the reply equals the stored epoch, and the lease's fenced
+// writes (commit, End) pass.
+func TestG2EpochsGrowByOneAcrossTheSixteenDigitBoundary(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		for _, start := range []string{"99999999999998", "999999999999997", "999999999999999", "1000000000000000", "9007199254740987"} {
+			t.Run(start, func(t *testing.T) {
+				ctx := context.Background()
+				s, clk := newStore(t, b)
+				part := "e" + start
+				registerListing(t, s, part)
+				key := watukuytype.Key{Poller: "orders", Partition: part}
+				if err := b.Client.HSet(ctx, s.Key(key, "state"), "epoch", start).Err(); err != nil {
+					t.Fatal(err)
+				}
+				want := start
+				for i := 0; i < 4; i++ {
+					want = plusOne(t, want)
+					r := beginOK(t, s, key, core.BeginForCycle)
+					stored := b.Client.HGet(ctx, s.Key(key, "state"), "epoch").Val()
+					if stored != want || strconv.FormatInt(r.Lease.Epoch, 10) != want {
+						t.Fatalf("grant %d: stored %q reply %d, want %s", i, stored, r.Lease.Epoch, want)
+					}
+					if _, err := s.CommitPoll(ctx, r.Lease, core.Commit{State: map[string]string{"cursor.live": strconv.Itoa(i)}}); err != nil {
+						t.Fatalf("grant %d: commit: %v", i, err)
+					}
+					if err := s.End(ctx, r.Lease, core.EndRequest{NextDue: clk.Now(), Trigger: r.State["trig"]}); err != nil {
+						t.Fatalf("grant %d: end: %v", i, err)
+					}
+				}
+			})
+		}
+	})
+}
+
+// G2: a never-begun key seeded from high-water marks at the 15/16-digit boundary starts exactly
+// one above the mark, with its incarnation.
+func TestG2SeedsAtTheSixteenDigitBoundaryStartOneAboveTheMark(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		for i, mark := range []string{"999999999999999", "1000000000000000", "999999999999998"} {
+			ctx := context.Background()
+			s, err := New(b.Client, Options{Prefix: fmt.Sprintf("seed%d", i)}) // a fresh registry and retired hash per mark
+			if err != nil {
+				t.Fatal(err)
+			}
+			registerListing(t, s, "a")
+			if err := b.Client.HSet(ctx, s.retiredKey(), "orders", mark+" 1800000000005").Err(); err != nil {
+				t.Fatal(err)
+			}
+			key := watukuytype.Key{Poller: "orders", Partition: "a"}
+			r := beginOK(t, s, key, core.BeginForCycle)
+			want := plusOne(t, mark)
+			h := b.Client.HGetAll(ctx, s.Key(key, "state")).Val()
+			if h["epoch"] != want || strconv.FormatInt(r.Lease.Epoch, 10) != want {
+				t.Errorf("mark %s: stored %q reply %d, want %s", mark, h["epoch"], r.Lease.Epoch, want)
+			}
+			if h["incarnation"] != "1800000000005" {
+				t.Errorf("mark %s: incarnation %q", mark, h["incarnation"])
+			}
+		}
+	})
+}
+
+// G5: a grant whose HINCRBY fails (the epoch at int64's maximum) writes nothing: a Lua error
+// does not undo what the script wrote before it, so the epoch is raised before the grant's
+// HSET. (miniredis wraps around instead of failing.)
+func TestG5AGrantThatFailsWritesNothing(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, _ := newStore(t, b)
+		registerListing(t, s, "a")
+		key := watukuytype.Key{Poller: "orders", Partition: "a"}
+		const max = "9223372036854775807"
+		if err := b.Client.HSet(ctx, s.Key(key, "state"), "epoch", max, "token", "old", "write", "7").Err(); err != nil {
+			t.Fatal(err)
+		}
+		before := b.Client.HGetAll(ctx, s.Key(key, "state")).Val()
+		r, err := s.Begin(ctx, key, "w", 30*time.Second, core.BeginForDelete)
+		t.Logf("begin at the max epoch: %+v, %v", r.Status, err)
+		after := b.Client.HGetAll(ctx, s.Key(key, "state")).Val()
+		t.Logf("after: %v (lease epoch %d)", after, r.Lease.Epoch)
+		if err != nil && fmt.Sprint(before) != fmt.Sprint(after) {
+			t.Errorf("a failed grant wrote: before %v, after %v", before, after)
+		}
+	})
+}
+
+// G5/G7: a Begin re-sent by the client (each script runs twice) over a state that holds the
+// last grant's write id: the re-sent copy is the same grant, and the grant's first writes pass
+// (write '0' is below every write id), each applied once.
+func TestG7ResentBeginsOverTheLastWriteIDAreOneGrantEach(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, clk := newStore(t, b)
+		registerListing(t, s, "a")
+		key := watukuytype.Key{Poller: "orders", Partition: "a"}
+		r := beginOK(t, s, key, core.BeginForCycle)
+		if _, err := s.CommitPoll(ctx, r.Lease, core.Commit{Events: []core.OutboxEvent{{ID: "e0", OrderingKey: "o", Envelope: []byte(`{}`)}}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.End(ctx, r.Lease, core.EndRequest{NextDue: clk.Now(), Trigger: r.State["trig"]}); err != nil {
+			t.Fatal(err)
+		}
+		b.Client.AddHook(resend{})
+		for i := 1; i <= 3; i++ {
+			r2 := beginOK(t, s, key, core.BeginForCycle)
+			if r2.Lease.Epoch != r.Lease.Epoch+int64(i) {
+				t.Fatalf("grant %d: epoch %d, want %d (one grant per re-sent Begin)", i, r2.Lease.Epoch, r.Lease.Epoch+int64(i))
+			}
+			if w := b.Client.HGet(ctx, s.Key(key, "state"), "write").Val(); w != "0" {
+				t.Errorf("grant %d: write %q after the grant, want 0", i, w)
+			}
+			if _, err := s.CommitPoll(ctx, r2.Lease, core.Commit{Events: []core.OutboxEvent{{ID: fmt.Sprintf("e%d", i), OrderingKey: "o", Envelope: []byte(`{}`)}}}); err != nil {
+				t.Fatalf("grant %d: commit: %v", i, err)
+			}
+			if err := s.End(ctx, r2.Lease, core.EndRequest{NextDue: clk.Now(), Trigger: r2.State["trig"]}); err != nil {
+				t.Fatalf("grant %d: end: %v", i, err)
+			}
+		}
+		if n := b.Client.XLen(ctx, s.Key(key, "outbox")).Val(); n != 4 {
+			t.Errorf("outbox holds %d entries, want 4 (each commit once)", n)
+		}
+	})
+}
+
+// Begin reads the outbox, the released set and the invalid index only when one EXISTS finds one
+// of them: a key whose only extra structure is the released set (events
+// released now, nothing in the outbox), or only the invalid hash, is still read: the first is
+// due though nextDue is later, the second reports its invalid count.
+func TestBeginReadsTheReleasedSetAndInvalidIndexWithoutAnOutbox(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, clk := newStore(t, b)
+		registerListing(t, s, "r", "i")
+		rk := watukuytype.Key{Poller: "orders", Partition: "r"}
+		ik := watukuytype.Key{Poller: "orders", Partition: "i"}
+		for _, k := range []watukuytype.Key{rk, ik} {
+			r := beginOK(t, s, k, core.BeginForCycle)
+			if err := s.End(ctx, r.Lease, core.EndRequest{NextDue: clk.Now().Add(time.Hour), Trigger: r.State["trig"]}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.Client.ZAdd(ctx, s.Key(rk, "released"), redis.Z{Score: float64(clk.Now().Add(-time.Second).UnixMilli()), Member: "o"})
+		r, err := s.Begin(ctx, rk, "w", 30*time.Second, core.BeginForCycle)
+		if err != nil || r.Status != core.BeginOK || r.Released != 1 {
+			t.Errorf("released only: %s released %d %v; want ok with 1 released", statusName(r.Status), r.Released, err)
+		}
+		b.Client.HSet(ctx, s.Key(ik, "invalid"), "id1", "inv_x\n1", "id2", "inv_y\n1")
+		r, err = s.Begin(ctx, ik, "w", 30*time.Second, core.BeginForOp)
+		if err != nil || r.Status != core.BeginOK || r.InvalidIndexed != 2 || r.OutboxLen != 0 {
+			t.Errorf("invalid only: %s invalid %d outbox %d %v; want ok, 2, 0", statusName(r.Status), r.InvalidIndexed, r.OutboxLen, err)
+		}
+	})
+}
+
+// plusOne is the decimal number s plus one, exactly.
+func plusOne(t *testing.T, s string) string {
+	t.Helper()
+	n, ok := new(big.Int).SetString(s, 10)
+	if !ok {
+		t.Fatalf("not a number %q", s)
+	}
+	return n.Add(n, big.NewInt(1)).String()
 }

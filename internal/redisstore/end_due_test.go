@@ -331,7 +331,7 @@ func TestEndWritesItsStateInOneCallOrInSlices(t *testing.T) {
 		for _, tc := range []struct {
 			pairs     int
 			triggered bool
-		}{{2, false}, {2, true}, {1200, false}, {1200, true}} {
+		}{{2, false}, {2, true}, {400, true}, {401, true}, {1200, false}, {1200, true}} {
 			t.Run(fmt.Sprintf("pairs=%d,triggered=%v", tc.pairs, tc.triggered), func(t *testing.T) {
 				ctx := context.Background()
 				s, clk := newStore(t, b)
