@@ -207,7 +207,7 @@ func (c *cycle) endBackfill(ctx context.Context, f *cycleError) *cycleError {
 	default:
 		bp.LastError = string(f.code) + ": " + f.err.Error()
 		bp.Failed = f.code == watukuytype.CodeConfig || f.code == watukuytype.CodeCursorStall
-		c.log.Warn().Err(f.err).Bool("stopped", bp.Failed).Msg("backfill request failed")
+		c.logger().Warn().Err(f.err).Bool("stopped", bp.Failed).Msg("backfill request failed")
 		if h := c.e.hooks.OnError; h != nil {
 			h(c.key, "backfill", f.err)
 		}

@@ -150,7 +150,7 @@ func (c *cycle) budgetEvent(name string, lane watukuytype.Lane, wait time.Durati
 		h(c.key, name, lane, wait, taken)
 	}
 	if !taken {
-		c.log.Debug().Str("budget", c.bucket).Str("lane", string(lane)).Dur("wait", wait).Msg("budget has no token: the key yields")
+		c.logger().Debug().Str("budget", c.bucket).Str("lane", string(lane)).Dur("wait", wait).Msg("budget has no token: the key yields")
 	}
 }
 
@@ -164,7 +164,7 @@ func (c *cycle) pauseBudget(ctx context.Context, d time.Duration) error {
 	if err != nil {
 		return keyErr("watukuy: pause budget "+c.bucket, c.key, err)
 	}
-	c.log.Info().Str("budget", c.bucket).Time("until", until).Msg("budget paused: the API asked every key of it to wait")
+	c.logger().Info().Str("budget", c.bucket).Time("until", until).Msg("budget paused: the API asked every key of it to wait")
 	return nil
 }
 

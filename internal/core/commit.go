@@ -285,7 +285,7 @@ func (c *cycle) attachChanges(ctx context.Context, w *pageWrites, shadow bool) e
 		switch {
 		case err != nil:
 			// The event goes out without its patch: the item is the whole change.
-			c.log.Warn().Err(err).Str("identity", d.identity).Str("event", d.ev.ID).Msg("no patch for an updated event: the diff failed")
+			c.logger().Warn().Err(err).Str("identity", d.identity).Str("event", d.ev.ID).Msg("no patch for an updated event: the diff failed")
 			d.ev.Changes, d.ev.ChangesOmitted = json.RawMessage("null"), watukuytype.ChangesFailed
 		case len(patch) > limit:
 			// A patch longer than any kept item would be a large envelope for little.

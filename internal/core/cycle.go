@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/watukuy/watukuy/internal/changeset"
@@ -38,7 +39,7 @@ type cycle struct {
 	// ignore is the poller's Changes.Ignore, read at the cycle's first item (ignoreRead).
 	ignore     changeset.Ignore
 	ignoreRead bool
-	log        zerolog.Logger
+	log        atomic.Pointer[zerolog.Logger] // logger's, built at its first use
 	rep        watukuytype.CycleReport
 	// span is the cycle's span (a no-op one when tracing is off); lane is the lane running
 	// now and lanes those that ran, for the spans (enterLane).
@@ -90,8 +91,7 @@ type cycle struct {
 // Begin was sent and answered.
 func newCycle(e *Engine, p *watukuytype.Poller, b BeginResult, sentAt, replyAt time.Time) *cycle {
 	c := &cycle{e: e, p: p, key: b.Lease.Key, lease: b.Lease, state: newState(b.State), yield: context.Background(), span: noSpan(),
-		holds: map[string]bool{}, items: b.Items, invalidIndexed: b.InvalidIndexed > 0, serverAt: b.Now, localAt: sentAt, replyAt: replyAt,
-		log: e.log.With().Str("poller", b.Lease.Key.Poller).Str("partition", b.Lease.Key.Partition).Int64("epoch", b.Lease.Epoch).Logger()}
+		holds: map[string]bool{}, items: b.Items, invalidIndexed: b.InvalidIndexed > 0, serverAt: b.Now, localAt: sentAt, replyAt: replyAt}
 	c.rep.Key = c.key
 	e.mu.Lock()
 	if c.budget = e.budgetOf(p); c.budget != nil {
@@ -101,6 +101,17 @@ func newCycle(e *Engine, p *watukuytype.Poller, b BeginResult, sentAt, replyAt t
 	c.rep.DeleteCandidates = c.state.int(statehash.DeleteCandidates) // until a listing counts them anew
 	c.dlv.block = blockageOf(c.state)
 	return c
+}
+
+// logger is the cycle's logger, naming its key and epoch; built at its first use, since most
+// cycles log nothing.
+func (c *cycle) logger() *zerolog.Logger {
+	if l := c.log.Load(); l != nil {
+		return l
+	}
+	l := c.e.log.With().Str("poller", c.key.Poller).Str("partition", c.key.Partition).Int64("epoch", c.lease.Epoch).Logger()
+	c.log.CompareAndSwap(nil, &l)
+	return c.log.Load()
 }
 
 // now is the server clock read at Begin plus the local time elapsed since Begin was sent: never
@@ -206,7 +217,11 @@ func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key, span trace.S
 		rep.Err = keyErr("watukuy: begin", key, ctx.Err())
 		return rep
 	}
-	ctx, stopWithRoot := mergeCancel(ctx, e.root)
+	// One context for the whole cycle: ended by the engine's stop, and by the lease keeper when
+	// the lease is lost (its cause says so).
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopWithRoot := context.AfterFunc(e.root, func() { cancel(context.Cause(e.root)) })
 	defer stopWithRoot()
 	yield, stopYield := mergeCancel(e.yield, yieldOf(ctx))
 	defer stopYield()
@@ -272,18 +287,16 @@ func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key, span trace.S
 
 	c := newCycle(e, p, b, sent, e.now())
 	c.yield, c.span, c.next = yield, span, next
-	cctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	c.keeper = startLeaseKeeper(cctx, e.store, c.lease, e.now, sent, cancel)
+	c.keeper = startLeaseKeeper(ctx, e.store, c.lease, e.now, sent, cancel)
 	defer c.keeper.close()
-	c.run(cctx, b.OutboxLen+b.Released)
+	c.run(ctx, b.OutboxLen+b.Released)
 	switch r := c.rep; {
 	case r.Err != nil && !watukuytype.IsLeaseLost(r.Err):
-		c.log.Warn().Err(r.Err).Int("parked", r.Parked).Int("invalid", r.Invalid).Msg("cycle failed")
+		c.logger().Warn().Err(r.Err).Int("parked", r.Parked).Int("invalid", r.Invalid).Msg("cycle failed")
 	case r.Parked > 0 || r.Invalid > 0:
 		// Parked rows wait for an operator even when the cycle ran through: one line per cycle
 		// with the counts, so a poller that parks everything does not look healthy.
-		c.log.Warn().Int("items", r.Items).Int("events", r.Events).Int("delivered", r.Delivered).
+		c.logger().Warn().Int("items", r.Items).Int("events", r.Events).Int("delivered", r.Delivered).
 			Int("parked", r.Parked).Int("invalid", r.Invalid).Msg("cycle parked rows: see `watukuy parked ls`")
 	}
 	return c.rep
@@ -376,7 +389,7 @@ func (c *cycle) run(ctx context.Context, pending int64) {
 	c.rep.Truncated = failure == nil && (!live.complete || reconcileCut) && !c.paused() && !c.budgetDeferredAll()
 	c.rep.Deferred = max(c.deferred, c.lowerDeferred)
 	if c.paused() {
-		c.log.Info().Msg("key paused by an operator: cycle stopped at its next step")
+		c.logger().Info().Msg("key paused by an operator: cycle stopped at its next step")
 	}
 	if err := c.finish(ctx, failure, live.paced, reconciled, backfillPending); err != nil {
 		if watukuytype.IsLeaseLost(err) {
@@ -397,7 +410,7 @@ func (c *cycle) budgetDeferredAll() bool { return c.deferred > 0 && !c.answered 
 func (c *cycle) abandon(err error) {
 	c.rep.Outcome = watukuytype.Failed
 	c.rep.Err = err
-	c.log.Warn().Err(err).Msg("lease lost: cycle abandoned")
+	c.logger().Warn().Err(err).Msg("lease lost: cycle abandoned")
 	if h := c.e.hooks.OnLeaseLost; h != nil {
 		h(c.key, err)
 	}
@@ -405,8 +418,11 @@ func (c *cycle) abandon(err error) {
 
 // lastErrorCode reads the code of a stored LastError ("" when none or unreadable).
 func lastErrorCode(v string) watukuytype.ErrorCode {
+	if v == "" { // the usual case: nothing to decode, nothing allocated
+		return ""
+	}
 	var le watukuytype.LastError
-	if v == "" || json.Unmarshal([]byte(v), &le) != nil {
+	if json.Unmarshal([]byte(v), &le) != nil {
 		return ""
 	}
 	return le.Code

@@ -219,7 +219,7 @@ func (d *dispatch) failedTry(f failedTry, batch []delivery) {
 		// Not a hold of the cycle's (c.holds): the store keeps the ordering key's later events
 		// behind it, and gives it back first when its wait is over, in this cycle or a later one.
 		d.wait = append(d.wait, Wait{Entry: b.entry, JSON: js, Until: until})
-		c.log.Warn().Str("eventId", b.entry.ID).Str("orderingKey", b.entry.OrderingKey).Int("tries", rec.Tries).
+		c.logger().Warn().Str("eventId", b.entry.ID).Str("orderingKey", b.entry.OrderingKey).Int("tries", rec.Tries).
 			Time("next", until).Str("error", f.errs[len(f.errs)-1]).Msg("handler failed: the event waits for its next try; its ordering key waits behind it")
 	case c.p.Delivery.Poison == watukuytype.PoisonHalt:
 		if d.halt == nil {
@@ -282,7 +282,7 @@ func (d *dispatch) attempt(ctx context.Context, b delivery) (*watukuytype.Event,
 			return ev, nil, nil
 		}
 		errs = append(errs, last.Error())
-		c.log.Warn().Str("eventId", ev.ID).Int("attempt", a).Err(last).Msg("handler failed")
+		c.logger().Warn().Str("eventId", ev.ID).Int("attempt", a).Err(last).Msg("handler failed")
 	}
 	return ev, errs, last
 }
@@ -313,7 +313,7 @@ func (d *dispatch) park(b delivery, rec RetryRecord) {
 	d.poison = append(d.poison, Poison{Entry: b.entry, ParkedID: b.entry.ID, Row: row})
 	c.holds[b.entry.OrderingKey] = true
 	d.mu.Unlock()
-	c.log.Error().Str("eventId", b.entry.ID).Str("orderingKey", b.entry.OrderingKey).Str("error", errs[len(errs)-1]).Msg("event parked as poison; its ordering key is held")
+	c.logger().Error().Str("eventId", b.entry.ID).Str("orderingKey", b.entry.OrderingKey).Str("error", errs[len(errs)-1]).Msg("event parked as poison; its ordering key is held")
 	if h := c.e.hooks.OnParked; h != nil {
 		h(c.key, parkedPoison, b.entry.ID, errs[len(errs)-1])
 	}

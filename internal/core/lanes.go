@@ -115,7 +115,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 		if lr.on != nil {
 			lr.on.Cycles++
 			if lr.on.Cycles > listingsLongAfter {
-				c.log.Warn().Str("lane", string(ln.name)).Int("pages", lr.on.Pages).Int("cycles", lr.on.Cycles).
+				c.logger().Warn().Str("lane", string(ln.name)).Int("pages", lr.on.Pages).Int("cycles", lr.on.Cycles).
 					Msg("a complete listing has taken more cycles than expected: the API grows it faster than it is read, or maxPagesPerCycle is small for it")
 			}
 		}
@@ -124,7 +124,7 @@ func (c *cycle) runLane(ctx context.Context, ln lane) (laneResult, *cycleError) 
 	if lr != nil && lr.on != nil && lr.pages == 0 && f != nil && f.phase != "store" && f.kind != schedule.ResultThrottled {
 		// It could not go on from its position: after a few cycles, it starts over.
 		if lr.on.Fails++; lr.on.Fails >= listingFailsToRestart {
-			c.log.Warn().Str("lane", string(ln.name)).Int("fails", lr.on.Fails).Msg("a listing could not go on from where it stopped: it starts over")
+			c.logger().Warn().Str("lane", string(ln.name)).Int("fails", lr.on.Fails).Msg("a listing could not go on from where it stopped: it starts over")
 			if df := c.dropListing(ctx, ln.name); df != nil {
 				return res, df
 			}

@@ -153,7 +153,7 @@ func (c *cycle) process(ctx context.Context, lane watukuytype.Lane, items []json
 		case o.issue != "" && (present || k.parked.ID == ""):
 			c.parkInvalid(&w.Commit, o.raw, o.identity, o.version, lane, o.issue)
 		case o.issue != "" && invalidID(o.raw) != k.parked.ID:
-			c.log.Info().Str("identity", o.identity).Str("parkedId", k.parked.ID).Str("issue", o.issue).
+			c.logger().Info().Str("identity", o.identity).Str("parkedId", k.parked.ID).Str("issue", o.issue).
 				Msg("backfill: invalid history entry not parked, its identity has a later one parked")
 		case o.issue == "" && present:
 			c.supersede(&w.Commit, o.identity, k)
@@ -251,7 +251,7 @@ func (c *cycle) load(ctx context.Context, ids []string, history bool) ([]stored,
 			if !ok {
 				// A corrupt row counts as absent: the identity is created again (at worst a
 				// duplicate), never skipped.
-				c.log.Warn().Str("identity", ids[i]).Msg("corrupt item row: treated as absent")
+				c.logger().Warn().Str("identity", ids[i]).Msg("corrupt item row: treated as absent")
 				continue
 			}
 			known[i].row, known[i].wasThere = &r, true
@@ -403,7 +403,7 @@ func (c *cycle) supersede(cm *Commit, identity string, k *stored) {
 		return
 	}
 	cm.Unpark = append(cm.Unpark, ParkedRow{ID: k.parked.ID, Identity: identity})
-	c.log.Info().Str("parkedId", k.parked.ID).Str("identity", identity).Msg("parked invalid item superseded by a later observation of its identity")
+	c.logger().Info().Str("parkedId", k.parked.ID).Str("identity", identity).Msg("parked invalid item superseded by a later observation of its identity")
 	k.parked = ParkedRow{}
 }
 
@@ -416,7 +416,7 @@ func (c *cycle) parkInvalid(cm *Commit, raw json.RawMessage, identity, version s
 	cm.Invalid = append(cm.Invalid, ParkedRow{ID: id, Identity: identity, Version: version, Row: row})
 	c.invalidIndexed = c.invalidIndexed || identity != ""
 	c.rep.Invalid++
-	c.log.Warn().Str("parkedId", id).Str("identity", identity).Str("issue", issue).Msg("item parked as invalid")
+	c.logger().Warn().Str("parkedId", id).Str("identity", identity).Str("issue", issue).Msg("item parked as invalid")
 	if h := c.e.hooks.OnParked; h != nil {
 		h(c.key, parkedInvalid, id, issue)
 	}

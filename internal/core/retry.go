@@ -73,8 +73,12 @@ type blockage struct {
 
 // blockageOf reads the state's blockage (nil: delivery is not blocked).
 func blockageOf(s state) *blockage {
+	v := s.get(statehash.Blocked)
+	if v == "" { // the usual case: nothing to decode, nothing allocated
+		return nil
+	}
 	var b blockage
-	if v := s.get(statehash.Blocked); v == "" || json.Unmarshal([]byte(v), &b) != nil {
+	if json.Unmarshal([]byte(v), &b) != nil {
 		return nil
 	}
 	return &b
@@ -135,7 +139,7 @@ func (c *cycle) block(err error) {
 	wait := min(jittered(c.p.Delivery.Retry, b.Tries, c.e.rand()), c.p.Schedule.Max)
 	b.Error, b.Until, b.Trig = err.Error(), now.Add(wait).UnixMilli(), c.state.get(statehash.Trigger)
 	d.block, d.changed, d.off = &b, true, true
-	c.log.Warn().Err(err).Int("tries", b.Tries).Time("since", time.UnixMilli(b.Since)).Dur("next", wait).
+	c.logger().Warn().Err(err).Int("tries", b.Tries).Time("since", time.UnixMilli(b.Since)).Dur("next", wait).
 		Msg("delivery blocked: the sink fails; events wait in the outbox, polling goes on")
 }
 
@@ -143,7 +147,7 @@ func (c *cycle) block(err error) {
 func (c *cycle) unblock() {
 	d := &c.dlv
 	if d.block != nil && !d.off {
-		c.log.Info().Time("since", time.UnixMilli(d.block.Since)).Msg("delivery unblocked: the sink took an event")
+		c.logger().Info().Time("since", time.UnixMilli(d.block.Since)).Msg("delivery unblocked: the sink took an event")
 		d.block, d.changed = nil, true
 	}
 }
