@@ -23,12 +23,27 @@ local p = tonumber(ARGV[8])
 local claim = {}
 local held = 0
 if claimed <= now then return 0 end
+-- The members by due set, read with one ZMSCORE and held with one ZADD per due set (a thousand
+-- keys a call at most), not two commands per key.
+local members = {}
 for i = 9 + p, #ARGV, 2 do
-  local member, k = ARGV[i], tonumber(ARGV[i + 1])
-  local score = redis.call('ZSCORE', KEYS[k], member)
-  if score and tonumber(score) == claimed then
-    local ms = poller_claim_ms(KEYS[1], ARGV[7 + k], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), claim, k)
-    held = held + redis.call('ZADD', KEYS[k], 'XX', 'GT', 'CH', now + ms, member)
+  local k = tonumber(ARGV[i + 1])
+  members[k] = members[k] or {}
+  members[k][#members[k] + 1] = ARGV[i]
+end
+for k, all in pairs(members) do
+  for from = 1, #all, 1000 do
+    local part = {unpack(all, from, math.min(from + 999, #all))}
+    local scores = redis.call('ZMSCORE', KEYS[k], unpack(part))
+    local hold = {'XX', 'GT', 'CH'}
+    for j, member in ipairs(part) do
+      if scores[j] and tonumber(scores[j]) == claimed then
+        local ms = poller_claim_ms(KEYS[1], ARGV[7 + k], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), claim, k)
+        hold[#hold + 1] = now + ms
+        hold[#hold + 1] = member
+      end
+    end
+    if #hold > 3 then held = held + redis.call('ZADD', KEYS[k], unpack(hold)) end
   end
 end
 return held
