@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -195,7 +196,15 @@ func (s *Store) claim(ctx context.Context, limit int, claimTimeout time.Duration
 // trip).
 func (s *Store) pollerNames(ctx context.Context, pollers []string) ([]string, error) {
 	if len(pollers) > 0 {
-		return pollers, nil
+		// Each once: a poller named twice would have its due set read twice by one claim,
+		// and its keys claimed twice.
+		unique := make([]string, 0, len(pollers))
+		for _, p := range pollers {
+			if !slices.Contains(unique, p) {
+				unique = append(unique, p)
+			}
+		}
+		return unique, nil
 	}
 	names, err := s.rdb.HKeys(ctx, s.pollersKey()).Result()
 	if err != nil {

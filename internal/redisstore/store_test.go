@@ -231,6 +231,23 @@ func TestClaimDueMergesPollers(t *testing.T) {
 	})
 }
 
+// A claim whose list names a poller twice takes each of its keys once.
+func TestAClaimNamingAPollerTwiceTakesEachKeyOnce(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, clk := newStore(t, b)
+		now := clk.Now()
+		zadd(t, b, s.DueKey("p"), map[string]time.Time{"p|1": now.Add(-time.Second), "p|2": now.Add(-2 * time.Second)})
+		c, err := s.ClaimForEnqueue(ctx, 10, time.Second, []string{"p", "p"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Keys) != 2 || c.Keys[0] == c.Keys[1] {
+			t.Fatalf("claimed %v, want p|2 and p|1 once each", c.Keys)
+		}
+	})
+}
+
 // Without a fixed claim timeout a claim holds a key for the lease TTL its poller's entry
 // records plus the grace, read from the entry without decoding it: a partition whose name
 // spells the field does not fool it, and an entry without the field gets the default.
