@@ -38,7 +38,7 @@ end
 local mark = claim_mark(ARGV[6])
 local out = {now}
 -- One ZADD per due set (a thousand keys a call at most), not one per key: each command a script
--- runs costs Redis a few microseconds.
+-- runs costs Redis up to a few microseconds.
 local adds = {}
 for i = 1, math.min(limit, #due) do
   local d = due[i]
