@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -270,11 +271,7 @@ func (s *Enqueuer) Once(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("scheduler: claim: %w", err)
 	}
 	claimed := len(c.Keys)
-	per := max(1, min(s.PerTask, claimed/8))
-	var chunks [][]watukuytype.Key
-	for keys := c.Keys; len(keys) > 0; keys = keys[min(per, len(keys)):] {
-		chunks = append(chunks, keys[:min(per, len(keys))])
-	}
+	chunks := slices.Collect(slices.Chunk(c.Keys, max(1, min(s.PerTask, claimed/8))))
 	// A task's enqueue is a round trip of its own (asynq enqueues one task a call): a claim's
 	// tasks go Enqueuing at a time, so the claim's keys are queued in a few round trips' time,
 	// not one after another.
@@ -287,7 +284,8 @@ func (s *Enqueuer) Once(ctx context.Context) (int, error) {
 			return nil
 		})
 	}
-	_ = g.Wait()                 // each outcome holds its errors
+	_ = g.Wait() // each outcome holds its errors
+
 	var queued []watukuytype.Key // keys a task of which is enqueued: their claims are confirmed
 	var errs []error
 	n := 0

@@ -169,18 +169,7 @@ func TestEnqueuingSeveralAtATimeMeetsEveryKindOfTaskID(t *testing.T) {
 				}
 			}
 			// k06, k07 (lease live) and k08 (orphan) run in a blocked worker.
-			started := make(chan struct{}, 3)
-			release := make(chan struct{})
-			srv := asynq.NewServerFromRedisClient(b.Client, ServerConfig(3, time.Second, "", zerolog.Nop()))
-			if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
-				started <- struct{}{}
-				<-release
-				return nil
-			})); err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Shutdown()
-			defer close(release)
+			started := blockingWorker(t, b, 3)
 			for _, i := range []int{6, 7, 8} {
 				enq(ks[i])
 			}
@@ -294,6 +283,24 @@ func TestEnqueueFailuresHandEveryKeyBack(t *testing.T) {
 			t.Errorf("%s due in %s, want handed back", k, d)
 		}
 	}
+}
+
+// blockingWorker starts an asynq worker of the given concurrency on the default queue whose
+// tasks each say on the returned channel that they started, then run until the test ends.
+func blockingWorker(t *testing.T, b redistest.Backend, concurrency int) <-chan struct{} {
+	t.Helper()
+	started, release := make(chan struct{}, concurrency), make(chan struct{})
+	srv := asynq.NewServerFromRedisClient(b.Client, ServerConfig(concurrency, time.Second, "", zerolog.Nop()))
+	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		started <- struct{}{}
+		<-release
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	t.Cleanup(func() { close(release) }) // first: the tasks end, then the worker
+	return started
 }
 
 // enqueueGate is a go-redis hook holding each script call (asynq's enqueue) until limit of them are in flight (or
@@ -504,17 +511,7 @@ func TestRunningTaskHandsTheClaimBack(t *testing.T) {
 		insp := asynq.NewInspectorFromRedisClient(b.Client)
 		client := asynq.NewClientFromRedisClient(b.Client)
 		id := TaskID("a", k[0])
-		started, release := make(chan struct{}), make(chan struct{})
-		srv := asynq.NewServerFromRedisClient(b.Client, ServerConfig(1, time.Second, "", zerolog.Nop()))
-		if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
-			close(started)
-			<-release
-			return nil
-		})); err != nil {
-			t.Fatal(err)
-		}
-		defer srv.Shutdown()
-		defer close(release)
+		started := blockingWorker(t, b, 1)
 		if _, err := client.Enqueue(asynq.NewTask(TaskType, []byte(k[0].String())), asynq.TaskID(id), asynq.Queue(DefaultQueue)); err != nil {
 			t.Fatal(err)
 		}
@@ -557,17 +554,7 @@ func TestRunningTaskHandsTheClaimBackOnTheServerClock(t *testing.T) {
 		insp := asynq.NewInspectorFromRedisClient(b.Client)
 		client := asynq.NewClientFromRedisClient(b.Client)
 		id := TaskID("a", k[0])
-		started, release := make(chan struct{}), make(chan struct{})
-		srv := asynq.NewServerFromRedisClient(b.Client, ServerConfig(1, time.Second, "", zerolog.Nop()))
-		if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
-			close(started)
-			<-release
-			return nil
-		})); err != nil {
-			t.Fatal(err)
-		}
-		defer srv.Shutdown()
-		defer close(release)
+		started := blockingWorker(t, b, 1)
 		if _, err := client.Enqueue(asynq.NewTask(TaskType, []byte(k[0].String())), asynq.TaskID(id), asynq.Queue(DefaultQueue)); err != nil {
 			t.Fatal(err)
 		}
