@@ -99,6 +99,14 @@ func TestRunTiny(t *testing.T) {
 			if r.Details["B/key:registry"] <= 0 || r.Details["B/key:registry-index"] <= 0 || r.Details["B/key:keys"] != 0 {
 				t.Errorf("idle key breakdown lacks the registry: %v", r.Details)
 			}
+		case "noop-10perTask", "noop-1perTask":
+			// A round's first cycle (task) ends after the round started; from it on, the
+			// throughput is at least the whole round's.
+			d := r.Details
+			if d["startWaitMs/round"] <= 0 || d["raw:startWaitMs/round"] <= 0 || d["active:cycles/s"] < r.Value ||
+				d["raw:active:tasks/s"] < r.Baseline || d["cpuRatio"] <= 0 {
+				t.Errorf("%s: waits, active throughput or CPU ratio off: %v", r.Name, d)
+			}
 		case "longest-script-tombstones":
 			if r.Details["scriptMs:commit_poll"] <= 0 {
 				t.Errorf("%s: no commit_poll traced: %v", r.Name, r.Details)

@@ -94,7 +94,7 @@ func IdleCycleCosts(ctx context.Context, o Options, perTask int) (Result, error)
 	defer raw.Close()
 	rawTrips := &tripCounter{}
 	raw.AddHook(rawTrips)
-	if _, err := rawAsynq(ctx, raw, e.queue+"-raw", n, o.Concurrency); err != nil {
+	if _, _, err := rawAsynq(ctx, raw, e.queue+"-raw", n, o.Concurrency); err != nil {
 		return r, err
 	}
 	rig, err := startNoopRig(ctx, o, perTask, e.queue, engStore, clients["asynq"], schedStore, clients["scheduler"])
@@ -102,7 +102,7 @@ func IdleCycleCosts(ctx context.Context, o Options, perTask int) (Result, error)
 		return r, err
 	}
 	defer rig.stop()
-	if err := rig.round(ctx); err != nil { // the keys' first cycles
+	if _, err := rig.round(ctx); err != nil { // the keys' first cycles
 		return r, fmt.Errorf("first round: %w", err)
 	}
 	if err := makeAllDue(ctx, admin, engStore, rig.poller.Partitions); err != nil {
@@ -121,7 +121,7 @@ func IdleCycleCosts(ctx context.Context, o Options, perTask int) (Result, error)
 	if err != nil {
 		return r, err
 	}
-	roundErr := rig.round(ctx)
+	_, roundErr := rig.round(ctx)
 	// The last acks and asynq's upkeep of the round: counted while MONITOR still reads.
 	time.Sleep(100 * time.Millisecond) // no signal marks the end of asynq's bookkeeping
 	names, err := clientNames(ctx, admin)

@@ -111,7 +111,7 @@ func NoopCycles(ctx context.Context, o Options, perTask int) (Result, error) {
 	}
 	defer e.close()
 	rawRedis0, rawGo0 := redisCPU(ctx, e.rdb), cpuSeconds(os.Getpid())
-	raw, err := rawAsynq(ctx, e.rdb, e.queue+"-raw", n, o.Concurrency)
+	raw, rawWaits, err := rawAsynq(ctx, e.rdb, e.queue+"-raw", n, o.Concurrency)
 	if err != nil {
 		return r, err
 	}
@@ -127,7 +127,7 @@ func NoopCycles(ctx context.Context, o Options, perTask int) (Result, error) {
 	}
 	defer rig.stop()
 	const rounds = 3
-	var busy, idleBusy time.Duration
+	var busy, idleBusy, waits time.Duration
 	redis0, go0 := redisCPU(ctx, e.rdb), cpuSeconds(os.Getpid())
 	var idleRedis0, idleGo0 float64
 	for round := range rounds {
@@ -140,10 +140,12 @@ func NoopCycles(ctx context.Context, o Options, perTask int) (Result, error) {
 			}
 		}
 		t := time.Now()
-		if err := rig.round(ctx); err != nil {
+		wait, err := rig.round(ctx)
+		if err != nil {
 			return r, fmt.Errorf("round %d: %w", round, err)
 		}
 		busy += time.Since(t)
+		waits += wait
 		if round > 0 {
 			idleBusy += time.Since(t)
 		}
@@ -154,11 +156,19 @@ func NoopCycles(ctx context.Context, o Options, perTask int) (Result, error) {
 	r.Value = cycles / busy.Seconds()
 	r.Baseline = raw
 	r.meet(r.Value >= 0.8*raw)
+	// Each round starts with asynq's processor asleep on an empty queue (up to
+	// TaskCheckInterval x 1.5): "active" counts from each round's first cycle (task) on, and
+	// the CPU ratio is what a cycle costs the two cores next to a raw task, waits aside.
+	active := cycles / (busy - waits).Seconds()
+	rawActive := float64(rounds*n) / (float64(rounds*n)/raw - rawWaits.Seconds())
 	r.Details = map[string]float64{"keys": float64(n), "rounds": rounds, "concurrency": float64(o.Concurrency), "perTask": float64(perTask),
 		"redisCpuUs/cycle": redisUs, "processCpuUs/cycle": goUs, "wallUs/cycle": float64(busy.Microseconds()) / cycles,
 		"raw:redisCpuUs/task": rawRedisUs, "raw:processCpuUs/task": rawGoUs,
 		"idle:cycles/s": idle / idleBusy.Seconds(), "idle:redisCpuUs/cycle": (redisNow - idleRedis0) * 1e6 / idle,
-		"idle:processCpuUs/cycle": (goNow - idleGo0) * 1e6 / idle}
+		"idle:processCpuUs/cycle": (goNow - idleGo0) * 1e6 / idle,
+		"startWaitMs/round":       waits.Seconds() * 1000 / rounds, "raw:startWaitMs/round": rawWaits.Seconds() * 1000 / rounds,
+		"active:cycles/s": active, "raw:active:tasks/s": rawActive, "activeRatio": active / rawActive,
+		"cpuRatio": (rawRedisUs + rawGoUs) / (redisUs + goUs)}
 	r.Notes = fmt.Sprintf("%d keys x %d rounds, all due at once, scheduler (batches of 200, %d keys a task) + asynq server (concurrency %d) in one process; "+
 		"the first round includes each key's first cycle", n, rounds, perTask, o.Concurrency)
 	r.Duration = time.Since(t0)
@@ -170,27 +180,25 @@ func NoopCycles(ctx context.Context, o Options, perTask int) (Result, error) {
 // their cycles with an engine on engStore; a scheduler on schedStore and schedRdb putting
 // perTask keys in a task.
 type noopRig struct {
-	n      int
 	poller watukuytype.Poller
 	sch    *queue.Enqueuer
 	srv    *asynq.Server
-	done   atomic.Int64
-	all    chan struct{} // every n-th cycle run
+	clock  *roundClock // the cycles that ran
 }
 
 func startNoopRig(ctx context.Context, o Options, perTask int, q string, engStore *redisstore.Store, workerRdb redis.UniversalClient,
 	schedStore *redisstore.Store, schedRdb redis.UniversalClient) (*noopRig, error) {
-	g := &noopRig{n: o.NoopKeys, poller: noopPoller(o.NoopKeys, 0), all: make(chan struct{}, 1)}
+	g := &noopRig{poller: noopPoller(o.NoopKeys, 0), clock: newRoundClock(o.NoopKeys)}
 	eng, err := newEngine(engStore, "bench", g.poller, watukuytype.Hooks{OnCycle: func(rep watukuytype.CycleReport, _ time.Duration) {
-		if rep.Outcome == watukuytype.Ran && g.done.Add(1)%int64(g.n) == 0 {
-			g.all <- struct{}{}
+		if rep.Outcome == watukuytype.Ran {
+			g.clock.ran()
 		}
 	}})
 	if err != nil {
 		return nil, err
 	}
 	if err := eng.Setup(ctx); err != nil {
-		return nil, fmt.Errorf("register %d keys: %w", g.n, err)
+		return nil, fmt.Errorf("register %d keys: %w", o.NoopKeys, err)
 	}
 	g.srv = asynq.NewServerFromRedisClient(workerRdb, queue.ServerConfig(o.Concurrency, time.Second, q, zerolog.Nop()))
 	if err := g.srv.Start(queue.Handler(eng, zerolog.Nop())); err != nil {
@@ -201,25 +209,20 @@ func startNoopRig(ctx context.Context, o Options, perTask int, q string, engStor
 	return g, nil
 }
 
-// round claims and enqueues every due key, then waits until n more cycles ran.
-func (g *noopRig) round(ctx context.Context) error {
+// round claims and enqueues every due key, then waits until n more cycles ran. It returns how
+// long after its start the round's first cycle ended.
+func (g *noopRig) round(ctx context.Context) (time.Duration, error) {
+	t := time.Now()
 	for {
 		got, err := g.sch.Once(ctx)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if got == 0 {
 			break
 		}
 	}
-	select {
-	case <-g.all:
-		return nil
-	case <-time.After(5 * time.Minute):
-		return fmt.Errorf("%d of %d cycles ran", g.done.Load()%int64(g.n), g.n)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return g.clock.wait(ctx, t, "cycles")
 }
 
 func (g *noopRig) stop() { g.srv.Shutdown() }
@@ -242,37 +245,70 @@ func makeAllDue(ctx context.Context, rdb redis.UniversalClient, st *redisstore.S
 }
 
 // rawAsynq measures asynq alone: n no-op tasks with task IDs, enqueued one by one on q and
-// processed by a server of the given concurrency, three rounds; it returns tasks/s.
-func rawAsynq(ctx context.Context, rdb redis.UniversalClient, q string, n, concurrency int) (float64, error) {
-	var done atomic.Int64
-	all := make(chan struct{}, 1)
+// processed by a server of the given concurrency, three rounds. It returns tasks/s and the
+// rounds' waits before their first task ran.
+func rawAsynq(ctx context.Context, rdb redis.UniversalClient, q string, n, concurrency int) (float64, time.Duration, error) {
+	clock := newRoundClock(n)
 	srv := asynq.NewServerFromRedisClient(rdb, queue.ServerConfig(concurrency, time.Second, q, zerolog.Nop()))
 	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
-		if done.Add(1)%int64(n) == 0 {
-			all <- struct{}{}
-		}
+		clock.ran()
 		return nil
 	})); err != nil {
-		return 0, fmt.Errorf("raw asynq server: %w", err)
+		return 0, 0, fmt.Errorf("raw asynq server: %w", err)
 	}
 	defer srv.Shutdown()
 	client := asynq.NewClientFromRedisClient(rdb)
 	start := time.Now()
+	var waits time.Duration
 	const rounds = 3
 	for round := range rounds {
+		t := time.Now()
 		for i := range n {
-			t := asynq.NewTask("raw", nil, asynq.TaskID(fmt.Sprintf("raw:%d:%d", round, i)), asynq.Queue(q), asynq.MaxRetry(0), asynq.Retention(0))
-			if _, err := client.EnqueueContext(ctx, t); err != nil {
-				return 0, fmt.Errorf("raw asynq enqueue on %s: %w", q, err)
+			task := asynq.NewTask("raw", nil, asynq.TaskID(fmt.Sprintf("raw:%d:%d", round, i)), asynq.Queue(q), asynq.MaxRetry(0), asynq.Retention(0))
+			if _, err := client.EnqueueContext(ctx, task); err != nil {
+				return 0, 0, fmt.Errorf("raw asynq enqueue on %s: %w", q, err)
 			}
 		}
-		select {
-		case <-all:
-		case <-time.After(5 * time.Minute):
-			return 0, fmt.Errorf("raw asynq: %d of %d tasks ran", done.Load()%int64(n), n)
-		case <-ctx.Done():
-			return 0, ctx.Err()
+		wait, err := clock.wait(ctx, t, "tasks")
+		if err != nil {
+			return 0, 0, fmt.Errorf("raw asynq: %w", err)
 		}
+		waits += wait
 	}
-	return float64(rounds*n) / time.Since(start).Seconds(), nil
+	return float64(rounds*n) / time.Since(start).Seconds(), waits, nil
+}
+
+// roundClock counts the runs (cycles or tasks) of rounds of n each and times when each
+// round's first one ended.
+type roundClock struct {
+	n     int64
+	done  atomic.Int64
+	first atomic.Int64  // unix ns: the end of the current round's first run
+	all   chan struct{} // every n-th run
+}
+
+func newRoundClock(n int) *roundClock { return &roundClock{n: int64(n), all: make(chan struct{}, 1)} }
+
+// ran counts one run.
+func (c *roundClock) ran() {
+	d := c.done.Add(1)
+	if (d-1)%c.n == 0 {
+		c.first.Store(time.Now().UnixNano())
+	}
+	if d%c.n == 0 {
+		c.all <- struct{}{}
+	}
+}
+
+// wait waits for the end of the round that started at t and returns how long after t its
+// first run ended: the time its first task waited for asynq's processor.
+func (c *roundClock) wait(ctx context.Context, t time.Time, what string) (time.Duration, error) {
+	select {
+	case <-c.all:
+		return time.Unix(0, c.first.Load()).Sub(t), nil
+	case <-time.After(5 * time.Minute):
+		return 0, fmt.Errorf("%d of %d %s ran", c.done.Load()%c.n, c.n, what)
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
 }
