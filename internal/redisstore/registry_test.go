@@ -20,7 +20,7 @@ import (
 
 // registerListing registers poller orders and its config keys (parts; none: the unpartitioned
 // key), as core's registration does.
-func registerListing(t *testing.T, s *Store, parts ...string) {
+func registerListing(t testing.TB, s *Store, parts ...string) {
 	t.Helper()
 	var keys []watukuytype.Key
 	for _, p := range parts {

@@ -232,3 +232,25 @@ func Dump(ctx context.Context, c redis.UniversalClient) (map[string]string, erro
 	}
 	return out, nil
 }
+
+// CPU is the CPU time a real redis-server has used so far (used_cpu_user + used_cpu_sys of
+// INFO cpu), in microseconds: the cost of what a benchmark sent it, by the server's count.
+func (b Backend) CPU(tb testing.TB) float64 {
+	tb.Helper()
+	info, err := b.Client.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		tb.Fatalf("INFO cpu: %v", err)
+	}
+	var sum float64
+	for _, l := range strings.Split(info, "\r\n") {
+		name, v, _ := strings.Cut(l, ":")
+		if name == "used_cpu_user" || name == "used_cpu_sys" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				tb.Fatalf("INFO cpu: %s: %v", l, err)
+			}
+			sum += f
+		}
+	}
+	return sum * 1e6
+}
