@@ -92,6 +92,7 @@ type seams struct {
 	clock     func() time.Time
 	wrapStore func(core.Store) core.Store
 	wait      func(ctx context.Context, d time.Duration) error
+	rand      func() float64 // the jitter's random numbers
 }
 
 // newEngine is New with the tests' seams.
@@ -114,8 +115,8 @@ func newEngine(opts Options, sm seams) (*Engine, error) {
 		s = sm.wrapStore(s)
 	}
 	ce, err := core.NewEngine(core.Options{Store: s, InstanceID: opts.InstanceID, Logger: opts.Logger,
-		TickConcurrency: opts.TickConcurrency, ClaimTimeout: opts.ClaimTimeout, Hooks: opts.Hooks, Clock: sm.clock, Wait: sm.wait, Budgets: opts.Budgets,
-		TracerProvider: opts.TracerProvider})
+		TickConcurrency: opts.TickConcurrency, ClaimTimeout: opts.ClaimTimeout, Hooks: opts.Hooks, Clock: sm.clock, Wait: sm.wait, Rand: sm.rand,
+		Budgets: opts.Budgets, TracerProvider: opts.TracerProvider})
 	if err != nil {
 		return nil, err
 	}
