@@ -102,8 +102,8 @@ func TestIdleCycleRoundTrips(t *testing.T) {
 // them, begin's four (the state, one EXISTS for the outbox, released and invalid keys, the
 // grant, the item count) and end's four (the fence with the trigger generation, the lease's
 // release, the schedule with the write id, the due entry's read; a claimed key's due entry is
-// written too, one more). Each command a script runs costs Redis up to a few microseconds: more is a
-// regression of the idle cycle's cost.
+// written too, one more). Each command a script runs costs Redis up to a few microseconds:
+// more is a regression of the idle cycle's cost.
 func TestIdleCycleCommands(t *testing.T) {
 	b := redistest.Real(t)
 	e := newEnv(t, b)

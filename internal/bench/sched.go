@@ -111,11 +111,12 @@ func NoopCycles(ctx context.Context, o Options, perTask int) (Result, error) {
 	}
 	defer e.close()
 	rawRedis0, rawGo0 := redisCPU(ctx, e.rdb), cpuSeconds(os.Getpid())
-	raw, rawWaits, err := rawAsynq(ctx, e.rdb, e.queue+"-raw", n, o.Concurrency)
+	rawTook, rawWaits, err := rawAsynq(ctx, e.rdb, e.queue+"-raw", n, o.Concurrency)
 	if err != nil {
 		return r, err
 	}
 	rawTasks := float64(3 * n) // rawAsynq runs three rounds
+	raw := rawTasks / rawTook.Seconds()
 	rawRedisUs, rawGoUs := (redisCPU(ctx, e.rdb)-rawRedis0)*1e6/rawTasks, (cpuSeconds(os.Getpid())-rawGo0)*1e6/rawTasks
 	st, err := e.store()
 	if err != nil {
@@ -160,7 +161,7 @@ func NoopCycles(ctx context.Context, o Options, perTask int) (Result, error) {
 	// TaskCheckInterval x 1.5): "active" counts from each round's first cycle (task) on, and
 	// the CPU ratio is what a cycle costs the two cores next to a raw task, waits aside.
 	active := cycles / (busy - waits).Seconds()
-	rawActive := float64(rounds*n) / (float64(rounds*n)/raw - rawWaits.Seconds())
+	rawActive := rawTasks / (rawTook - rawWaits).Seconds()
 	r.Details = map[string]float64{"keys": float64(n), "rounds": rounds, "concurrency": float64(o.Concurrency), "perTask": float64(perTask),
 		"redisCpuUs/cycle": redisUs, "processCpuUs/cycle": goUs, "wallUs/cycle": float64(busy.Microseconds()) / cycles,
 		"raw:redisCpuUs/task": rawRedisUs, "raw:processCpuUs/task": rawGoUs,
@@ -245,9 +246,9 @@ func makeAllDue(ctx context.Context, rdb redis.UniversalClient, st *redisstore.S
 }
 
 // rawAsynq measures asynq alone: n no-op tasks with task IDs, enqueued one by one on q and
-// processed by a server of the given concurrency, three rounds. It returns tasks/s and the
-// rounds' waits before their first task ran.
-func rawAsynq(ctx context.Context, rdb redis.UniversalClient, q string, n, concurrency int) (float64, time.Duration, error) {
+// processed by a server of the given concurrency, three rounds. It returns how long they took
+// and, of that, the rounds' waits before their first task ran.
+func rawAsynq(ctx context.Context, rdb redis.UniversalClient, q string, n, concurrency int) (took, waits time.Duration, err error) {
 	clock := newRoundClock(n)
 	srv := asynq.NewServerFromRedisClient(rdb, queue.ServerConfig(concurrency, time.Second, q, zerolog.Nop()))
 	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
@@ -259,7 +260,6 @@ func rawAsynq(ctx context.Context, rdb redis.UniversalClient, q string, n, concu
 	defer srv.Shutdown()
 	client := asynq.NewClientFromRedisClient(rdb)
 	start := time.Now()
-	var waits time.Duration
 	const rounds = 3
 	for round := range rounds {
 		t := time.Now()
@@ -275,7 +275,7 @@ func rawAsynq(ctx context.Context, rdb redis.UniversalClient, q string, n, concu
 		}
 		waits += wait
 	}
-	return float64(rounds*n) / time.Since(start).Seconds(), waits, nil
+	return time.Since(start), waits, nil
 }
 
 // roundClock counts the runs (cycles or tasks) of rounds of n each and times when each

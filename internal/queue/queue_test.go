@@ -251,8 +251,8 @@ func TestEnqueuingSeveralAtATimeMeetsEveryKindOfTaskID(t *testing.T) {
 	}
 }
 
-// A claim whose enqueues all fail (asynq's Redis gone) with Enqueuing > 1 (asynq's Redis refuses writes): every key is
-// handed back, none is confirmed, and the errors name every task.
+// A claim whose enqueues all fail, eight at a time (asynq's Redis refuses writes: out of
+// memory): every key is handed back, none is confirmed, and the errors name every task.
 func TestEnqueueFailuresHandEveryKeyBack(t *testing.T) {
 	b := redistest.Real(t)
 	ctx := context.Background()
