@@ -245,6 +245,11 @@ func (e *Engine) runCycle(ctx context.Context, key watukuytype.Key, span trace.S
 	} else {
 		b, err = e.store.Begin(bctx, key, e.owner, p.LeaseTTL, BeginForCycle)
 	}
+	if err == nil && b.Status == BeginOK && (b.Lease.TTL <= 0 || b.Lease.Token == "") {
+		// A store's bug, answered as a failed Begin: no cycle runs without a lease (and the
+		// lease keeper cannot tick at a zero TTL).
+		err = fmt.Errorf("the store answered a grant without a lease (epoch %d, TTL %v, token %q)", b.Lease.Epoch, b.Lease.TTL, b.Lease.Token)
+	}
 	if err != nil {
 		rep.Err = keyErr("watukuy: begin", key, err)
 		endSpan(bspan, rep.Err)

@@ -237,3 +237,27 @@ func TestG8WindowSavedByACommitWhoseReplyWasLost(t *testing.T) {
 		t.Errorf("a later cycle's End deleted the Retry-After window %v before it ended", w.clock.Now().Sub(start))
 	}
 }
+
+// A store that answers a Begin as granted with no lease in it (zero TTL, no token): the cycle
+// fails its Begin, and the worker goes on. Fails if the cycle goes on under that grant (its
+// lease keeper could panic on the zero TTL) or reports something else.
+func TestGrantWithoutALeaseFailsTheCycle(t *testing.T) {
+	w := newWorld(t)
+	w.store = noLease{w.store}
+	fetched := 0
+	eng := w.engine(w.poller(func(context.Context, watukuytype.FetchRequest) (watukuytype.Page, error) {
+		fetched++
+		return watukuytype.Page{}, nil
+	}))
+	rep := eng.RunCycle(context.Background(), key)
+	if rep.Err == nil || !strings.Contains(rep.Err.Error(), "without a lease") || fetched != 0 {
+		t.Fatalf("cycle under a grant without a lease: outcome %v, error %v, fetched %d; want a failed Begin", rep.Outcome, rep.Err, fetched)
+	}
+}
+
+// noLease answers every Begin as granted with a zero lease.
+type noLease struct{ core.Store }
+
+func (noLease) Begin(context.Context, watukuytype.Key, string, time.Duration, core.BeginMode) (core.BeginResult, error) {
+	return core.BeginResult{Status: core.BeginOK}, nil
+}

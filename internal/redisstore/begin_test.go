@@ -6,11 +6,13 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/big"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -374,11 +376,14 @@ func TestG2SeedsAtTheSixteenDigitBoundaryStartOneAboveTheMark(t *testing.T) {
 	})
 }
 
-// G5: a grant whose HINCRBY fails (the epoch at int64's maximum) writes nothing: a Lua error
-// does not undo what the script wrote before it, so the epoch is raised before the grant's
-// HSET. (miniredis wraps around instead of failing.)
+// G5: a grant past int64's maximum epoch fails (HINCRBY refuses it) and writes nothing: a Lua
+// error does not undo what the script wrote before it, so the epoch is raised before the
+// grant's HSET. Fails if such a grant succeeds (an epoch that wraps) or leaves a write.
 func TestG5AGrantThatFailsWritesNothing(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		if b.Name == "miniredis" {
+			t.Skip("miniredis' HINCRBY wraps around at int64's maximum where Redis fails")
+		}
 		ctx := context.Background()
 		s, _ := newStore(t, b)
 		registerListing(t, s, "a")
@@ -388,9 +393,12 @@ func TestG5AGrantThatFailsWritesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := b.Client.HGetAll(ctx, s.Key(key, "state")).Val()
-		_, err := s.Begin(ctx, key, "w", 30*time.Second, core.BeginForDelete)
+		r, err := s.Begin(ctx, key, "w", 30*time.Second, core.BeginForDelete)
 		after := b.Client.HGetAll(ctx, s.Key(key, "state")).Val()
-		if err != nil && fmt.Sprint(before) != fmt.Sprint(after) {
+		if err == nil {
+			t.Errorf("a grant past epoch %s: %s epoch %d, want an error", max, statusName(r.Status), r.Lease.Epoch)
+		}
+		if fmt.Sprint(before) != fmt.Sprint(after) {
 			t.Errorf("a failed grant wrote: before %v, after %v", before, after)
 		}
 	})
@@ -473,3 +481,78 @@ func plusOne(t *testing.T, s string) string {
 	}
 	return n.Add(n, big.NewInt(1)).String()
 }
+
+// A key's first Begin where its seed is read apart (a cluster, a Ring, or a cluster-mode
+// node behind a plain client): when the seeded Begin after the registry read fails, the
+// failure is the answer, not a grant, for Begin and for a Begin sent with an End. Fails if
+// the error is lost and a zero lease (epoch 0, no token, TTL 0) comes back as granted: a
+// cycle would run under no lease, and the lease keeper would panic on its zero TTL.
+func TestSeededBeginThatFailsIsNoGrant(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, clk := newStore(t, b)
+		s.oneServer.Store(false) // the seed read apart, as on a cluster
+		registerListing(t, s, "a", "b")
+		key := func(p string) watukuytype.Key { return watukuytype.Key{Poller: "orders", Partition: p} }
+		h := &failNthBegin{sha: s.scripts["begin"].Hash()}
+		b.Client.AddHook(h)
+		h.failAt(2) // 1: answered fresh; 2: the seeded one
+		r, err := s.Begin(ctx, key("a"), "w", time.Minute, core.BeginForCycle)
+		if !errors.Is(err, errInjected) {
+			t.Errorf("Begin whose seeded call failed: %s epoch %d token %q, error %v; want the failure", statusName(r.Status), r.Lease.Epoch, r.Lease.Token, err)
+		}
+		h.failAt(0)
+		ra := beginOK(t, s, key("a"), core.BeginForCycle)
+		h.failAt(2)
+		n := &core.NextBegin{Key: key("b"), Owner: "w", TTL: time.Minute, At: clk.Now()}
+		if err := s.End(ctx, ra.Lease, core.EndRequest{NextDue: clk.Now().Add(time.Minute), Trigger: ra.State[statehash.Trigger], Next: n}); err != nil {
+			t.Fatalf("End: %v", err)
+		}
+		if n.Granted() || !errors.Is(n.Err, errInjected) {
+			t.Errorf("Begin sent with the End, its seeded call failed: granted %v epoch %d, error %v; want the failure", n.Granted(), n.Result.Lease.Epoch, n.Err)
+		}
+	})
+}
+
+// failNthBegin fails the nth call of begin.lua counted from its last failAt (alone, or with
+// the whole pipeline that carries it) with a network error, without sending it.
+type failNthBegin struct {
+	sha    string
+	nth, n atomic.Int64
+}
+
+// failAt counts the calls from zero again and fails the nth (0: none).
+func (h *failNthBegin) failAt(nth int64) { h.n.Store(0); h.nth.Store(nth) }
+
+func (h *failNthBegin) hit(c redis.Cmder) bool {
+	a := c.Args()
+	return c.Name() == "evalsha" && len(a) > 1 && a[1] == h.sha && h.n.Add(1) == h.nth.Load()
+}
+
+func (h *failNthBegin) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failNthBegin) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.hit(cmd) {
+			cmd.SetErr(errInjected)
+			return errInjected
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *failNthBegin) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if h.hit(c) {
+				for _, c := range cmds {
+					c.SetErr(errInjected)
+				}
+				return errInjected
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+var errInjected = errors.New("read tcp: i/o timeout (injected)")

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,30 +18,40 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/watukuy/watukuy/internal/core"
+	"github.com/watukuy/watukuy/internal/luascripts"
 	"github.com/watukuy/watukuy/internal/redistest"
 	"github.com/watukuy/watukuy/internal/statehash"
 	"github.com/watukuy/watukuy/watukuytype"
 )
 
-// resendAround re-sends (once) the first command or pipeline that runs end.lua, running
+// resendAround re-sends (once) the first command or pipeline that runs its script, running
 // between after the first copy was applied and before the second: go-redis re-sending after a
 // read timeout whose first attempt went through, with other writers in between.
 type resendAround struct {
-	sha     string
-	done    atomic.Bool
-	between func()
+	sha, src string // the script's, as EVALSHA and EVAL send it
+	done     atomic.Bool
+	between  func()
 }
 
-func (h *resendAround) isEnd(c redis.Cmder) bool {
+// resendOf is a resendAround of s's script name.
+func resendOf(t *testing.T, s *Store, name string, between func()) *resendAround {
+	src, err := luascripts.Source(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &resendAround{sha: s.scripts[name].Hash(), src: src, between: between}
+}
+
+func (h *resendAround) runs(c redis.Cmder) bool {
 	a := c.Args()
-	return isScript(c) && len(a) > 1 && (a[1] == h.sha || strings.Contains(a[1].(string), "-- end.lua: finish a cycle"))
+	return isScript(c) && len(a) > 1 && (a[1] == h.sha || a[1] == h.src)
 }
 
 func (h *resendAround) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *resendAround) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.isEnd(cmd) && h.done.CompareAndSwap(false, true) {
+		if h.runs(cmd) && h.done.CompareAndSwap(false, true) {
 			if err := next(ctx, cmd); redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 				h.done.Store(false) // not applied: the store sends it again with EVAL
 				return err
@@ -55,7 +64,7 @@ func (h *resendAround) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *resendAround) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if i := slices.IndexFunc(cmds, h.isEnd); i >= 0 && h.done.CompareAndSwap(false, true) {
+		if i := slices.IndexFunc(cmds, h.runs); i >= 0 && h.done.CompareAndSwap(false, true) {
 			if err := next(ctx, cmds); redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
 				h.done.Store(false) // not applied: the store sends it again with EVAL
 				return err
@@ -97,12 +106,12 @@ func TestEndResentAfterATriggerStaysDueNow(t *testing.T) {
 		key := watukuytype.Key{Poller: "orders", Partition: "rt"}
 		registerListing(t, s, key.Partition)
 		r := beginOK(t, s, key, core.BeginForCycle)
-		h := &resendAround{sha: s.scripts["end"].Hash(), between: func() {
+		h := resendOf(t, s, "end", func() {
 			endApplied(t, b, s, key)
 			if err := s.Trigger(ctx, key); err != nil {
 				t.Error(err)
 			}
-		}}
+		})
 		b.Client.AddHook(h)
 		hour := clk.Now().Add(time.Hour)
 		err := s.End(ctx, r.Lease, core.EndRequest{State: map[string]string{statehash.NextDue: "1"}, NextDue: hour, Trigger: r.State[statehash.Trigger]})
@@ -134,7 +143,7 @@ func TestEndResentAfterTheNextCycleBegan(t *testing.T) {
 		registerListing(t, s, key.Partition)
 		r := beginOK(t, s, key, core.BeginForCycle)
 		var next core.BeginResult
-		h := &resendAround{sha: s.scripts["end"].Hash(), between: func() {
+		h := resendOf(t, s, "end", func() {
 			endApplied(t, b, s, key)
 			clk.Advance(2 * time.Second) // the next cycle is due
 			zadd(t, b, s.DueKey(key.Poller), map[string]time.Time{key.String(): clk.Now().Add(32 * time.Second)})
@@ -142,7 +151,7 @@ func TestEndResentAfterTheNextCycleBegan(t *testing.T) {
 			if next, err = s.Begin(ctx, key, "w2", 30*time.Second, core.BeginForCycle); err != nil || next.Status != core.BeginOK {
 				t.Errorf("next Begin: %s %v", statusName(next.Status), err)
 			}
-		}}
+		})
 		b.Client.AddHook(h)
 		soon := clk.Now().Add(time.Second)
 		err := s.End(ctx, r.Lease, core.EndRequest{State: map[string]string{statehash.NextDue: strconv.FormatInt(soon.UnixMilli(), 10)}, NextDue: soon, Trigger: r.State[statehash.Trigger]})
@@ -372,5 +381,55 @@ func TestEndWritesItsStateInOneCallOrInSlices(t *testing.T) {
 				}
 			})
 		}
+	})
+}
+
+// An End carrying the next key's Begin, its pipeline sent again by go-redis after a read
+// timeout whose first copy went through, and sent after the server lost its script cache:
+// the End answers as applied once (DUPLICATE, no error) and the Begin as the same grant (its
+// token: one epoch, renewable). Fails if the second copy takes a second grant, or either copy
+// fails.
+func TestEndWithTheNextBeginSentTwiceGrantsOnce(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b redistest.Backend) {
+		ctx := context.Background()
+		s, clk := newStore(t, b)
+		registerListing(t, s, "a", "b", "c", "d")
+		key := func(p string) watukuytype.Key { return watukuytype.Key{Poller: "orders", Partition: p} }
+		endWithNext := func(p, next string) *core.NextBegin {
+			r := beginOK(t, s, key(p), core.BeginForCycle)
+			n := &core.NextBegin{Key: key(next), Owner: "w", TTL: time.Minute, At: clk.Now()}
+			if err := s.End(ctx, r.Lease, core.EndRequest{NextDue: clk.Now().Add(time.Minute), Trigger: r.State[statehash.Trigger], Next: n}); err != nil {
+				t.Errorf("End of %s: %v", p, err)
+			}
+			st := b.Client.HGetAll(ctx, s.Key(key(next), "state")).Val()
+			if !n.Granted() || strconv.FormatInt(n.Result.Lease.Epoch, 10) != st[statehash.LeaseEpoch] || n.Result.Lease.Token != st[statehash.LeaseToken] {
+				t.Errorf("the Begin of %s: granted %v epoch %d token %.8s, %v; its state holds epoch %s token %.8s", next, n.Granted(), n.Result.Lease.Epoch, n.Result.Lease.Token, n.Err, st[statehash.LeaseEpoch], st[statehash.LeaseToken])
+			}
+			if _, err := s.Renew(ctx, n.Result.Lease); err != nil {
+				t.Errorf("renew %s's lease: %v", next, err)
+			}
+			return n
+		}
+
+		// b has begun before: its Begin grants in the End's pipeline (no seed to read apart).
+		rb := beginOK(t, s, key("b"), core.BeginForCycle)
+		if err := s.End(ctx, rb.Lease, core.EndRequest{NextDue: clk.Now(), Trigger: rb.State[statehash.Trigger]}); err != nil {
+			t.Fatal(err)
+		}
+		var first map[string]string
+		h := resendOf(t, s, "end", func() { first = b.Client.HGetAll(ctx, s.Key(key("b"), "state")).Val() })
+		b.Client.AddHook(h)
+		n := endWithNext("a", "b")
+		if !h.done.Load() {
+			t.Fatal("the End's pipeline was not sent twice")
+		}
+		if e := strconv.FormatInt(n.Result.Lease.Epoch, 10); first[statehash.LeaseEpoch] != e || first[statehash.LeaseToken] != n.Result.Lease.Token {
+			t.Errorf("the first copy granted b epoch %s token %.8s; the answer is epoch %s token %.8s", first[statehash.LeaseEpoch], first[statehash.LeaseToken], e, n.Result.Lease.Token)
+		}
+
+		if err := b.Client.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		endWithNext("c", "d")
 	})
 }

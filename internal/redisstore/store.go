@@ -358,9 +358,9 @@ func (s *Store) seeded(ctx context.Context, a beginArgs, r beginReply, err error
 		if tries == 3 {
 			return core.BeginResult{}, fmt.Errorf("redisstore: begin %s: its seed kept coming too late (%v each)", a.Key.Describe(), seedMaxAge)
 		}
-		reg, err := run(ctx, s, nil, readRegistryArgs{Key: a.Key})
-		if err != nil {
-			return core.BeginResult{}, fmt.Errorf("redisstore: begin %s: read the registry: %w", a.Key.Describe(), err)
+		reg, rerr := run(ctx, s, nil, readRegistryArgs{Key: a.Key})
+		if rerr != nil {
+			return core.BeginResult{}, fmt.Errorf("redisstore: begin %s: read the registry: %w", a.Key.Describe(), rerr)
 		}
 		live := reg.Entry != "" && !strings.HasPrefix(reg.Entry, "-")
 		if !live && (a.Mode == core.BeginForCycle || a.Mode == core.BeginForOp) {
