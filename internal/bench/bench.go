@@ -419,6 +419,11 @@ func infoField(ctx context.Context, rdb redis.UniversalClient, section, field st
 	if err != nil {
 		return ""
 	}
+	return fieldOf(info, field)
+}
+
+// fieldOf is field's value in an INFO reply ("" when absent).
+func fieldOf(info, field string) string {
 	for _, l := range strings.Split(info, "\r\n") {
 		if v, ok := strings.CutPrefix(l, field+":"); ok {
 			return v
