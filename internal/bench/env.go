@@ -186,6 +186,29 @@ func newEngine(st *redisstore.Store, id string, p watukuytype.Poller, hooks watu
 	return eng, nil
 }
 
+// engineOnItsOwn is newEngine over connections of the engine's own, and what closes them: a
+// memory reading comes after that closing, since busy connections' buffers (a commit's query
+// buffer, 64 connections' worth) are what INFO's mem_clients_normal reports late, so that a
+// reading could subtract them or not.
+func (e *env) engineOnItsOwn(ctx context.Context, id string, p watukuytype.Poller) (*core.Engine, func(), error) {
+	rdb, err := connect(ctx, e.url)
+	if err != nil {
+		return nil, nil, err
+	}
+	closeConns := func() { _ = rdb.Close() }
+	st, err := e.storeOn(rdb)
+	if err != nil {
+		closeConns()
+		return nil, nil, err
+	}
+	eng, err := newEngine(st, id, p, watukuytype.Hooks{})
+	if err != nil {
+		closeConns()
+		return nil, nil, err
+	}
+	return eng, closeConns, nil
+}
+
 // runFirstCycles runs every key's cycle once, conc at a time, and returns how long it took:
 // the keys' state (the lease in it) and outbox are those of an idle key after one tick.
 func runFirstCycles(ctx context.Context, eng *core.Engine, keys []watukuytype.Key, conc int) (time.Duration, error) {

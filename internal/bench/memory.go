@@ -47,22 +47,12 @@ func IdleKeyBytes(ctx context.Context, o Options, n int) (Result, error) {
 	var register, seed time.Duration
 	var mid int64
 	for i, size := range []int{half, n} {
-		// The cycles run on connections of their own, closed before a reading: the buffers of
-		// 64 busy connections are megabytes that INFO's mem_clients_normal reports late.
-		rdb, err := connect(ctx, e.url)
-		if err != nil {
-			return r, err
-		}
-		defer rdb.Close()
-		st, err := e.storeOn(rdb)
-		if err != nil {
-			return r, err
-		}
 		p := noopPoller(size, 0)
-		eng, err := newEngine(st, fmt.Sprintf("bench%d", i), p, watukuytype.Hooks{})
+		eng, closeConns, err := e.engineOnItsOwn(ctx, fmt.Sprintf("bench%d", i), p)
 		if err != nil {
 			return r, err
 		}
+		defer closeConns()
 		t := time.Now()
 		if err := eng.Setup(ctx); err != nil {
 			return r, fmt.Errorf("register %d keys: %w", size, err)
@@ -77,7 +67,7 @@ func IdleKeyBytes(ctx context.Context, o Options, n int) (Result, error) {
 			return r, err
 		}
 		seed += d
-		_ = rdb.Close()
+		closeConns() // before the reading
 		if i == 0 {
 			if mid, err = e.usedMemory(ctx); err != nil {
 				return r, err
@@ -294,23 +284,13 @@ func trackItems(ctx context.Context, o Options, name string, items []json.RawMes
 		Handler: func(context.Context, watukuytype.Event) error { return nil },
 		Changes: watukuytype.Changes{Patch: patch}}
 	key := watukuytype.Key{Poller: pollerName}
-	// Each cycle runs on a connection of its own, closed before the reading after it: a
-	// commit's query buffer (a page of items) stays with its connection, and INFO's
-	// mem_clients_normal reports it late, so that a reading could subtract it or not.
+	// Each cycle on connections of its own, closed before the reading after it.
 	cycle := func(trigger bool) (time.Duration, error) {
-		rdb, err := connect(ctx, e.url)
+		eng, closeConns, err := e.engineOnItsOwn(ctx, "bench", p)
 		if err != nil {
 			return 0, err
 		}
-		defer rdb.Close()
-		cst, err := e.storeOn(rdb)
-		if err != nil {
-			return 0, err
-		}
-		eng, err := newEngine(cst, "bench", p, watukuytype.Hooks{})
-		if err != nil {
-			return 0, err
-		}
+		defer closeConns()
 		if trigger {
 			if err := eng.Trigger(ctx, key); err != nil {
 				return 0, fmt.Errorf("trigger %s: %w", key.Describe(), err)
